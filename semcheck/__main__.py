@@ -1,0 +1,3 @@
+from semcheck.cli import main
+
+raise SystemExit(main())

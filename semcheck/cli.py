@@ -1,0 +1,143 @@
+"""`semcheck verify PATH...`: argument parsing, progress and exit codes; nothing else.
+
+Exit codes: 0 every check verified safe; 1 at least one violation; 2 error (cannot load or
+trace, unsupported construct, bad usage); 3 inconclusive (a budget ran out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from semcheck import __version__
+from semcheck.api import verify_path
+from semcheck.engines import ENGINES
+from semcheck.engines.budget import Budget, ProgressInfo
+from semcheck.properties import DESCRIPTIONS
+from semcheck.report import FORMATS
+from semcheck.result import EXIT_CODES, Verdict, worst
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors exit 2, like every other error
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"semcheck: error: {message}\n")
+
+
+def _device_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated device counts like 2,4,8, got {text!r}")
+    if not counts or any(n < 1 for n in counts):
+        raise argparse.ArgumentTypeError(f"device counts must be positive, got {text!r}")
+    return counts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    kinds = "\n".join(f"  {k.value:<24}{d}" for k, d in DESCRIPTIONS.items())
+    parser = _Parser(
+        prog="semcheck",
+        description="Model-check the synchronization protocol of Pallas kernels and semcheck models.",
+        epilog=f"violation kinds:\n{kinds}\n\nexit codes: 0 safe, 1 violation, 2 error, 3 inconclusive",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"semcheck {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    verify = sub.add_parser(
+        "verify",
+        help="check kernel scripts, model files or folders of them",
+        description="Check every schedule of each kernel or model for deadlocks, unsatisfied waits, "
+        "leftover semaphores and bad device or core ids.",
+    )
+    verify.add_argument("paths", nargs="+", metavar="PATH", help="a kernel script, a model file, or a folder")
+    verify.add_argument("--devices", type=_device_counts, default=[2, 4, 8], metavar="N[,N...]",
+                        help="device counts to check (default: 2,4,8)")
+    verify.add_argument("--engine", choices=sorted(ENGINES), default="explicit",
+                        help="how to decide (default: explicit)")
+    verify.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default: text)")
+    verify.add_argument("-o", "--output", metavar="FILE",
+                        help="write the report to FILE (the text report still goes to stdout)")
+    verify.add_argument("--max-states", type=int, default=None, metavar="N",
+                        help="stop with verdict inconclusive after N states (env SEMCHECK_MAX_STATES)")
+    verify.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="stop with verdict inconclusive after S seconds per check (env SEMCHECK_TIMEOUT)")
+    verify.add_argument("--max-memory", type=float, default=None, metavar="MB",
+                        help="stop with verdict inconclusive above MB of memory (default: half of what is free)")
+    verify.add_argument("--no-reduction", action="store_true",
+                        help="explore every interleaving (slow; for cross-checking the reduction)")
+    verify.add_argument("--max-trace-steps", type=int, default=0, metavar="N",
+                        help="print only the last N steps of each trace (default: all)")
+    verify.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _verify(args)
+    except KeyboardInterrupt:
+        print("semcheck: interrupted", file=sys.stderr)
+        return EXIT_CODES[Verdict.INCONCLUSIVE]
+    except Exception as e:  # a bug in semcheck itself: say so plainly, no traceback dump
+        if os.environ.get("SEMCHECK_DEBUG"):
+            raise
+        print(f"semcheck: internal error: {type(e).__name__}: {e}\n"
+              "  (set SEMCHECK_DEBUG=1 to see the traceback, and please report it)", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _verify(args) -> int:
+    budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
+    progress_for = None if args.quiet else _progress_printer
+    results = verify_path(
+        args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
+        reduce=not args.no_reduction,
+    )
+    _clear_progress()
+    rendered = FORMATS[args.format](results, max_trace_steps=args.max_trace_steps)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(rendered)
+        if not args.quiet and args.format != "text":
+            sys.stdout.write(FORMATS["text"](results, max_trace_steps=args.max_trace_steps))
+    else:
+        sys.stdout.write(rendered if rendered.endswith("\n") else rendered + "\n")
+    return EXIT_CODES[worst(r.verdict for r in results)]
+
+
+_progress_shown = False
+
+
+def _progress_printer(kernel: str, devices: int):
+    tty = sys.stderr.isatty()
+
+    def show(info: ProgressInfo) -> None:
+        global _progress_shown
+        line = (
+            f"semcheck: {kernel} [{devices} devices]: {info.states:,} states, "
+            f"{info.rate:,.0f} states/s, frontier {info.frontier:,}, depth {info.depth}, "
+            f"{info.seconds:.0f} s"
+        )
+        if tty:
+            sys.stderr.write("\r" + line.ljust(100)[:120])
+            _progress_shown = True
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def _clear_progress() -> None:
+    global _progress_shown
+    if _progress_shown:
+        sys.stderr.write("\r" + " " * 120 + "\r")
+        _progress_shown = False
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""What every engine hands back before it becomes a Result: findings with the paths that
+reach them, counts, and whether a budget ran out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from semcheck import trace as tracing
+from semcheck.properties import SEVERITY, Finding, Kind, static_findings
+from semcheck.result import Result, Stats, Verdict, Violation
+from semcheck.semantics import Action, State, System
+
+
+@dataclass
+class Exploration:
+    system: System
+    findings: dict[tuple, tuple[Finding, State, list[Action]]] = field(default_factory=dict)
+    states: int = 0
+    transitions: int = 0
+    seconds: float = 0.0
+    peak_memory_mb: float | None = None
+    exhausted: str | None = None  # why the search stopped early, if it did
+
+    def add(self, finding: Finding, initial: State, actions: list[Action]) -> None:
+        self.findings.setdefault(finding.key, (finding, initial, actions))
+
+    @property
+    def has_errors(self) -> bool:
+        return any(SEVERITY[f.kind] == "error" for f, _, _ in self.findings.values())
+
+
+def to_result(exploration: Exploration, engine: str) -> Result:
+    system = exploration.system
+    protocol = system.protocol
+    violations = [
+        to_violation(system, finding, initial, actions)
+        for finding, initial, actions in exploration.findings.values()
+    ]
+    violations.sort(key=lambda v: (v.severity != "error", len(v.trace)))
+    violations += [to_violation(system, f, None, []) for f in static_findings(system)]
+    if any(v.severity == "error" for v in violations):
+        verdict = Verdict.VIOLATION
+    elif exploration.exhausted:
+        verdict = Verdict.INCONCLUSIVE
+    else:
+        verdict = Verdict.SAFE
+    notes = list(protocol.notes)
+    if exploration.exhausted:
+        notes.append(
+            f"search stopped early: {exploration.exhausted} after "
+            f"{exploration.states:,} states; no verdict for what was not explored"
+        )
+    return Result(
+        kernel=protocol.name,
+        file=protocol.loc.file,
+        line=protocol.loc.line,
+        backend=protocol.frontend,
+        semantics=protocol.backend.value,
+        devices=protocol.devices,
+        cores=protocol.cores,
+        engine=engine,
+        verdict=verdict,
+        violations=violations,
+        stats=Stats(
+            states=exploration.states,
+            transitions=exploration.transitions,
+            seconds=round(exploration.seconds, 4),
+            peak_memory_mb=exploration.peak_memory_mb,
+        ),
+        notes=notes,
+    )
+
+
+def to_violation(system: System, finding: Finding, initial: State | None, actions) -> Violation:
+    steps = tracing.build(system, initial, actions) if initial is not None else []
+    loc = finding.loc
+    if loc is None and finding.sem is not None:
+        # A leftover is best shown where the last unbalanced addition happened.
+        adders = [s for s in steps if s.semaphore == system.instances[finding.sem].short
+                  and s.after is not None and s.before is not None and s.after > s.before]
+        loc = adders[-1].location if adders else system.instances[finding.sem].decl.loc
+    thread = system.threads[finding.thread] if finding.thread is not None else None
+    message = finding.message
+    if finding.kind is Kind.SEMAPHORE_LEFTOVER and loc is not None:
+        message += f" The last addition to it is at {loc}."
+    return Violation(
+        kind=finding.kind.value,
+        severity=SEVERITY[finding.kind],
+        message=message,
+        device=thread.device if thread else None,
+        core=thread.core if thread else None,
+        location=loc,
+        trace=steps,
+        blocked=[dict(b) for b in finding.blocked],
+        cycle=list(finding.cycle),
+    )

@@ -1,0 +1,113 @@
+"""The explicit engine: exhaustive breadth-first search with state hashing.
+
+Breadth-first order makes the first path found to each violation a shortest one (in the
+reduced graph). With `reduce=True` each state expands only a stubborn subset of its enabled
+actions, minus its sleep set (actions already covered by an independent sibling). A state
+reached again with a sleep set that is not a superset of the one it was expanded with is
+expanded again with the intersection (Godefroid's condition for sleep sets with state
+matching), so the reduction stays exact.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
+from semcheck.engines.common import Exploration
+from semcheck.engines.reduction import independent, stubborn_subset
+from semcheck.properties import fault_findings, terminal_findings
+from semcheck.semantics import System
+
+NAME = "explicit"
+
+
+def explore(
+    system: System,
+    *,
+    reduce: bool = True,
+    budget: Budget | None = None,
+    progress: ProgressFn | None = None,
+    stop_at_first: bool = False,
+) -> Exploration:
+    monitor = Monitor(budget or Budget.from_env(), progress)
+    found = Exploration(system)
+    index: dict = {}
+    parent: list[int] = []
+    via: list = []
+    depth: list[int] = []
+    sleep: list[frozenset] = []
+    queue: deque[int] = deque()
+
+    for state in system.initial_states():
+        if state not in index:
+            index[state] = len(parent)
+            parent.append(-1)
+            via.append(None)
+            depth.append(0)
+            sleep.append(frozenset())
+            queue.append(index[state])
+    states = list(index)  # position -> state
+
+    def path_to(i: int) -> tuple[int, list]:
+        actions = []
+        while parent[i] >= 0:
+            actions.append(via[i])
+            i = parent[i]
+        return i, actions[::-1]
+
+    def record(findings, i: int) -> None:
+        for finding in findings:
+            if finding.key not in found.findings:
+                root, actions = path_to(i)
+                found.add(finding, states[root], actions)
+
+    transitions = 0
+    try:
+        while queue:
+            i = queue.popleft()
+            state = states[i]
+            monitor.tick(len(states), transitions, len(queue), depth[i])
+            enabled = system.enabled(state)
+            if not enabled:
+                record(terminal_findings(system, state), i)
+                if stop_at_first and found.has_errors:
+                    break
+                continue
+            chosen = stubborn_subset(system, state, enabled) if reduce else enabled
+            asleep = sleep[i]
+            done: list = []
+            for action in chosen:
+                if action in asleep:
+                    continue
+                successor = system.step(state, action)
+                transitions += 1
+                if reduce:
+                    inherited = frozenset(
+                        b for b in (*asleep, *done) if independent(system, state, action, b)
+                    )
+                else:
+                    inherited = frozenset()
+                done.append(action)
+                j = index.get(successor)
+                if j is None:
+                    j = index[successor] = len(states)
+                    states.append(successor)
+                    parent.append(i)
+                    via.append(action)
+                    depth.append(depth[i] + 1)
+                    sleep.append(inherited)
+                    queue.append(j)
+                    if successor.faults != state.faults:
+                        record(fault_findings(system, successor, state.faults), j)
+                elif not sleep[j] <= inherited:
+                    sleep[j] = sleep[j] & inherited
+                    queue.append(j)
+            if stop_at_first and found.has_errors:
+                break
+    except BudgetExceeded as exceeded:
+        found.exhausted = exceeded.reason
+    found.states = len(states)
+    found.transitions = transitions
+    found.seconds = monitor.elapsed()
+    found.peak_memory_mb = monitor.peak_mb
+    return found

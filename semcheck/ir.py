@@ -1,0 +1,341 @@
+"""The Protocol IR: what a kernel or a model *does* to semaphores, DMAs and buffers.
+
+One thread per (device, core[, sub-thread]). A thread is a small program over integer
+registers; most values are folded to constants by whoever builds the IR, so most threads
+are straight-line. Every instruction carries the source location that produced it, so
+every message can point at the user's own line.
+
+This module has no behaviour: `semantics.py` is the one definition of what each
+instruction does. Nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from typing import Union
+
+
+@dataclass(frozen=True, slots=True)
+class Loc:
+    """A source location in the user's file (a kernel or a model)."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{display_path(self.file)}:{self.line}"
+
+
+def display_path(path: str) -> str:
+    """A path as a person (and SARIF) wants it: relative to the working directory when the
+    file lies under it, else absolute."""
+    if not path or path.startswith("<"):
+        return path
+    absolute = os.path.abspath(path)
+    cwd = os.getcwd()
+    if absolute.startswith(cwd + os.sep):
+        return os.path.relpath(absolute, cwd)
+    return absolute
+
+
+UNKNOWN_LOC = Loc("<unknown>", 0)
+
+
+# --- operands -------------------------------------------------------------------------------
+# An operand is an int constant, a register, or a small expression over registers. Registers
+# hold what cannot be known at trace time (a semaphore_read, an input value).
+
+
+@dataclass(frozen=True, slots=True)
+class Reg:
+    """A per-thread register, or (when it names a declared `Input`) a protocol input."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class BinOp:
+    """`a <op> b` with C-like integer semantics for comparisons (1 or 0).
+
+    `op` is one of: add sub mul floordiv mod min max eq ne lt le gt ge and or.
+    """
+
+    op: str
+    a: "Operand"
+    b: "Operand"
+
+    def __str__(self) -> str:
+        return f"({self.a} {self.op} {self.b})"
+
+
+Operand = Union[int, Reg, BinOp]
+
+BINARY_OPS = frozenset(
+    "add sub mul floordiv mod min max eq ne lt le gt ge and or".split()
+)
+
+
+def registers_of(op: Operand | None) -> frozenset[str]:
+    """Names of the registers an operand reads."""
+    if op is None or isinstance(op, int):
+        return frozenset()
+    if isinstance(op, Reg):
+        return frozenset((op.name,))
+    return registers_of(op.a) | registers_of(op.b)
+
+
+def is_constant(op: Operand | None) -> bool:
+    return op is None or isinstance(op, int)
+
+
+# --- declarations ----------------------------------------------------------------------------
+
+
+class Backend(str, enum.Enum):
+    """Whose rules apply: they differ on non-decrementing waits and zero-at-exit."""
+
+    TPU = "tpu"
+    GPU = "gpu"
+
+
+class SemKind(str, enum.Enum):
+    REGULAR = "regular"
+    DMA = "dma"
+    BARRIER = "barrier"
+    GPU_GLOBAL = "gpu_global"
+
+
+class SemOrigin(str, enum.Enum):
+    """Where a semaphore was allocated; the backend's exit and re-entry rules depend on it."""
+
+    SCRATCH = "scratch"  # scratch_shapes / scratch_types: per kernel and per core
+    SCOPED = "scoped"  # pl.run_scoped allocation
+    BARRIER = "barrier"  # get_barrier_semaphore: global, persistent, keyed by collective_id
+    GLOBAL = "global"  # pl.get_global (GPU): one per launch, shared by every block
+    ARGUMENT = "argument"  # passed into or out of the kernel: outlives it
+
+
+class Scope(str, enum.Enum):
+    """Which threads share one instance of an allocation."""
+
+    CORE = "core"  # one instance per (device, core); sub-threads of a core share it
+    DEVICE = "device"  # one instance per device, shared by all its cores/blocks
+
+
+@dataclass(frozen=True, slots=True)
+class SemDecl:
+    """A semaphore allocation (possibly an array) that exists once per scope instance."""
+
+    name: str
+    kind: SemKind = SemKind.REGULAR
+    size: int = 1
+    origin: SemOrigin = SemOrigin.SCRATCH
+    scope: Scope = Scope.CORE
+    collective_id: int | None = None
+    loc: Loc = UNKNOWN_LOC
+
+
+@dataclass(frozen=True, slots=True)
+class BufferDecl:
+    """A buffer (HBM/VMEM/SMEM/GMEM ref) that loads, stores and DMAs touch."""
+
+    name: str
+    shape: tuple[int, ...] = ()
+    itemsize: int = 4
+    space: str = "any"
+    scope: Scope = Scope.CORE
+    loc: Loc = UNKNOWN_LOC
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A value unknown at trace time (scalar prefetch, data-dependent size): every value in
+    `lo..hi` (inclusive) is checked."""
+
+    name: str
+    lo: int
+    hi: int
+    loc: Loc = UNKNOWN_LOC
+
+
+# --- references ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SemRef:
+    """One semaphore of an allocation, possibly on another device or core.
+
+    `device`/`core` of None mean the issuing thread's own device/core.
+    """
+
+    alloc: str
+    index: Operand = 0
+    device: Operand | None = None
+    core: Operand | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """A rectangular region of a buffer: `start[i] : start[i] + size[i]` per dim.
+
+    An empty `start` means the whole buffer. `device`/`core` of None mean the accessing
+    thread's own (for a DMA destination: the DMA's target).
+    """
+
+    buffer: str
+    start: tuple[Operand, ...] = ()
+    size: tuple[int, ...] = ()
+
+
+# --- instructions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Instr:
+    loc: Loc
+
+
+@dataclass(frozen=True, slots=True)
+class Signal(Instr):
+    """Atomically add `inc` to `sem` (local or remote); never blocks."""
+
+    sem: SemRef
+    inc: Operand = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Wait(Instr):
+    """Block until `sem >= value`; then subtract `value` if `decrement`."""
+
+    sem: SemRef
+    value: Operand = 1
+    decrement: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Read(Instr):
+    """`dst := sem` (semaphore_read)."""
+
+    sem: SemRef
+    dst: str
+
+
+@dataclass(frozen=True, slots=True)
+class Assign(Instr):
+    """`dst := value` (register arithmetic that could not be folded)."""
+
+    dst: str
+    value: Operand
+
+
+@dataclass(frozen=True, slots=True)
+class DmaStart(Instr):
+    """Start a copy `src` (local) -> `dst` on (`device`, `core`).
+
+    Completion is not an instruction: the semantics schedules a send-side event (adds to
+    `send_sem` on the issuer; remote copies only) and a receive-side event (adds to
+    `recv_sem` on the target) in any order, at any later point.
+    """
+
+    src: Region
+    dst: Region
+    recv_sem: SemRef
+    send_sem: SemRef | None = None
+    nbytes: Operand = 0
+    device: Operand | None = None
+    core: Operand | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DmaWait(Instr):
+    """Wait for `nbytes` on a local DMA semaphore (`side` is "send" or "recv")."""
+
+    sem: SemRef
+    nbytes: Operand
+    side: str = "recv"
+
+
+@dataclass(frozen=True, slots=True)
+class Load(Instr):
+    region: Region
+
+
+@dataclass(frozen=True, slots=True)
+class Store(Instr):
+    region: Region
+
+
+@dataclass(frozen=True, slots=True)
+class Branch(Instr):
+    """Jump to instruction index `target` when `cond` is non-zero."""
+
+    cond: Operand
+    target: int
+
+
+@dataclass(frozen=True, slots=True)
+class Jump(Instr):
+    target: int
+
+
+@dataclass(frozen=True, slots=True)
+class KernelEntry(Instr):
+    """The thread enters the kernel (scratch semaphores exist from here)."""
+
+    kernel: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KernelExit(Instr):
+    """The thread leaves the kernel."""
+
+    kernel: str = ""
+
+
+def thread_name(device: int, core: int | None, sub: int = 0, cores: int = 2) -> str:
+    """How reports name a thread; the core is left out where every device has one."""
+    base = f"device {device}" + (f" core {core}" if cores > 1 and core is not None else "")
+    return f"{base} thread {sub}" if sub else base
+
+
+# --- the protocol ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    device: int
+    core: int
+    body: tuple[Instr, ...]
+    sub: int = 0
+
+    @property
+    def name(self) -> str:
+        return thread_name(self.device, self.core, self.sub)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A closed system of threads, semaphores and buffers, ready to be checked."""
+
+    name: str
+    backend: Backend
+    devices: int
+    cores: int
+    threads: tuple[Thread, ...]
+    semaphores: tuple[SemDecl, ...] = ()
+    buffers: tuple[BufferDecl, ...] = ()
+    inputs: tuple[Input, ...] = ()
+    loc: Loc = UNKNOWN_LOC
+    frontend: str = "model"  # "model", "tpu" or "gpu": who produced it
+    notes: tuple[str, ...] = field(default=())
+
+    def semaphore(self, name: str) -> SemDecl:
+        for decl in self.semaphores:
+            if decl.name == name:
+                return decl
+        raise KeyError(name)

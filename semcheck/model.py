@@ -1,0 +1,300 @@
+"""The builder API: describe a semaphore protocol in plain Python, no JAX needed.
+
+    from semcheck.model import ProtocolBuilder, DMA
+
+    def model(devices: int):
+        p = ProtocolBuilder("ring", devices=devices)
+        barrier = p.barrier_semaphore()
+        for d in range(devices):
+            t = p.thread(d)
+            t.signal(barrier, device=(d + 1) % devices)
+            t.wait(barrier)
+        return p.build()
+
+Every instruction records the file and line of the call that created it, so reports point
+at the model's own source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass
+
+from semcheck import ir
+from semcheck.ir import Backend, BinOp, Loc, Reg, Scope, SemKind, SemOrigin
+
+REGULAR, DMA, BARRIER, GPU_GLOBAL = SemKind.REGULAR, SemKind.DMA, SemKind.BARRIER, SemKind.GPU_GLOBAL
+
+_THIS_FILE = os.path.normcase(os.path.abspath(__file__))
+
+
+def caller_loc() -> Loc:
+    """The first frame outside this module: the model's own line."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if os.path.normcase(os.path.abspath(filename)) != _THIS_FILE:
+            return Loc(filename, frame.f_lineno)
+        frame = frame.f_back
+    return ir.UNKNOWN_LOC
+
+
+@dataclass(frozen=True)
+class Sem:
+    """A handle on a semaphore allocation; `sem[i]` picks one element of an array."""
+
+    name: str
+    size: int = 1
+    index: ir.Operand = 0
+
+    def __getitem__(self, index: ir.Operand) -> "Sem":
+        return Sem(self.name, self.size, index)
+
+    def ref(self, device=None, core=None) -> ir.SemRef:
+        return ir.SemRef(self.name, self.index, device, core)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    shape: tuple[int, ...]
+    itemsize: int
+
+    def region(self, *start: ir.Operand, size: tuple[int, ...] | None = None) -> ir.Region:
+        """The block at `start` (leading dims); `size` defaults to one element per given
+        leading index and the whole extent of the rest."""
+        if size is None:
+            size = (1,) * len(start) + self.shape[len(start):]
+        return ir.Region(self.name, tuple(start) + (0,) * (len(size) - len(start)), tuple(size))
+
+    @property
+    def whole(self) -> ir.Region:
+        return ir.Region(self.name, (0,) * len(self.shape), self.shape)
+
+    def nbytes(self, region: ir.Region) -> int:
+        n = self.itemsize
+        for extent in region.size or self.shape:
+            n *= extent
+        return n
+
+
+class Label:
+    def __init__(self) -> None:
+        self.position: int | None = None
+
+
+class Copy:
+    """A started DMA, so a model can write `copy.wait_send()` / `copy.wait_recv()` like
+    JAX's AsyncCopyDescriptor."""
+
+    def __init__(self, thread: "ThreadBuilder", recv_sem: Sem, send_sem: Sem | None, nbytes):
+        self._thread, self._recv, self._send, self._nbytes = thread, recv_sem, send_sem, nbytes
+
+    def wait_send(self) -> None:
+        if self._send is None:
+            raise ValueError("wait_send on a local copy: it has no send semaphore")
+        self._thread._emit(ir.DmaWait, sem=self._send.ref(), nbytes=self._nbytes, side="send")
+
+    def wait_recv(self) -> None:
+        self._thread._emit(ir.DmaWait, sem=self._recv.ref(), nbytes=self._nbytes, side="recv")
+
+    def wait(self) -> None:
+        if self._send is not None:
+            self.wait_send()
+        self.wait_recv()
+
+
+class ThreadBuilder:
+    def __init__(self, builder: "ProtocolBuilder", device: int, core: int, sub: int):
+        self.builder = builder
+        self.device, self.core, self.sub = device, core, sub
+        self.body: list = []  # instructions, or (Branch/Jump factory, Label) awaiting a position
+        self._next_reg = 0
+
+    # -- emission --
+
+    def _emit(self, cls, **fields):
+        self.body.append(cls(loc=caller_loc(), **fields))
+
+    def signal(self, sem: Sem, inc: ir.Operand = 1, *, device=None, core=None) -> None:
+        self._emit(ir.Signal, sem=sem.ref(device, core), inc=inc)
+
+    def wait(self, sem: Sem, value: ir.Operand = 1, *, decrement: bool = True) -> None:
+        self._emit(ir.Wait, sem=sem.ref(), value=value, decrement=decrement)
+
+    def read(self, sem: Sem, into: str | None = None) -> Reg:
+        name = into or self._fresh()
+        self._emit(ir.Read, sem=sem.ref(), dst=name)
+        return Reg(name)
+
+    def assign(self, value: ir.Operand, into: str | None = None) -> Reg:
+        name = into or self._fresh()
+        self._emit(ir.Assign, dst=name, value=value)
+        return Reg(name)
+
+    def dma_start(
+        self,
+        src: ir.Region,
+        dst: ir.Region,
+        *,
+        recv_sem: Sem,
+        send_sem: Sem | None = None,
+        nbytes: ir.Operand | None = None,
+        device=None,
+        core=None,
+    ) -> Copy:
+        if nbytes is None:
+            nbytes = self.builder.nbytes(src)
+        if (device is None) != (send_sem is None) and core is None:
+            raise ValueError(
+                "a remote copy (device=...) needs a send semaphore and a local one has none, "
+                "as in pltpu.make_async_remote_copy / make_async_copy"
+            )
+        self._emit(
+            ir.DmaStart, src=src, dst=dst, recv_sem=recv_sem.ref(), send_sem=None if send_sem is None else send_sem.ref(),
+            nbytes=nbytes, device=device, core=core,
+        )
+        return Copy(self, recv_sem, send_sem, nbytes)
+
+    def dma_wait(self, sem: Sem, nbytes: ir.Operand, side: str = "recv") -> None:
+        self._emit(ir.DmaWait, sem=sem.ref(), nbytes=nbytes, side=side)
+
+    def load(self, region: ir.Region) -> None:
+        self._emit(ir.Load, region=region)
+
+    def store(self, region: ir.Region) -> None:
+        self._emit(ir.Store, region=region)
+
+    def entry(self, kernel: str = "") -> None:
+        self._emit(ir.KernelEntry, kernel=kernel)
+
+    def exit(self, kernel: str = "") -> None:
+        self._emit(ir.KernelExit, kernel=kernel)
+
+    # -- control flow --
+
+    def label(self) -> Label:
+        label = Label()
+        label.position = len(self.body)
+        return label
+
+    def new_label(self) -> Label:
+        return Label()
+
+    def place(self, label: Label) -> None:
+        label.position = len(self.body)
+
+    def branch(self, cond: ir.Operand, label: Label) -> None:
+        self.body.append((ir.Branch, caller_loc(), cond, label))
+
+    def jump(self, label: Label) -> None:
+        self.body.append((ir.Jump, caller_loc(), None, label))
+
+    @contextlib.contextmanager
+    def when(self, cond: ir.Operand):
+        """Instructions inside run only when `cond` is non-zero (like pl.when)."""
+        skip = Label()
+        self.body.append((ir.Branch, caller_loc(), BinOp("eq", cond, 0), skip))
+        yield
+        self.place(skip)
+
+    def _fresh(self) -> str:
+        self._next_reg += 1
+        return f"r{self._next_reg}"
+
+    def build(self) -> ir.Thread:
+        body = []
+        for item in self.body:
+            if isinstance(item, tuple):
+                cls, loc, cond, label = item
+                if label.position is None:
+                    raise ValueError(f"{loc}: jump to a label that was never placed")
+                if cls is ir.Branch:
+                    body.append(ir.Branch(loc=loc, cond=cond, target=label.position))
+                else:
+                    body.append(ir.Jump(loc=loc, target=label.position))
+            else:
+                body.append(item)
+        return ir.Thread(self.device, self.core, tuple(body), self.sub)
+
+
+class ProtocolBuilder:
+    def __init__(self, name: str, *, devices: int, cores: int = 1, backend: str | Backend = "tpu"):
+        if devices < 1 or cores < 1:
+            raise ValueError("a protocol needs at least one device and one core")
+        self.name = name
+        self.devices, self.cores = devices, cores
+        self.backend = Backend(backend)
+        self.loc = caller_loc()
+        self._sems: list[ir.SemDecl] = []
+        self._buffers: dict[str, ir.BufferDecl] = {}
+        self._inputs: list[ir.Input] = []
+        self._threads: dict[tuple[int, int, int], ThreadBuilder] = {}
+        self._notes: list[str] = []
+
+    def semaphore(
+        self,
+        name: str,
+        kind: SemKind = REGULAR,
+        size: int = 1,
+        *,
+        origin: SemOrigin = SemOrigin.SCRATCH,
+        scope: Scope = Scope.CORE,
+        collective_id: int | None = None,
+    ) -> Sem:
+        self._sems.append(ir.SemDecl(name, kind, size, origin, scope, collective_id, caller_loc()))
+        return Sem(name, size)
+
+    def barrier_semaphore(self, name: str = "barrier", collective_id: int = 0) -> Sem:
+        """pltpu.get_barrier_semaphore(): global, persistent, keyed by collective_id."""
+        self._sems.append(
+            ir.SemDecl(name, BARRIER, 1, SemOrigin.BARRIER, Scope.CORE, collective_id, caller_loc())
+        )
+        return Sem(name, 1)
+
+    def global_semaphore(self, name: str, size: int = 1) -> Sem:
+        """pl.get_global (Mosaic GPU): one per launch, shared by every block of a device."""
+        self._sems.append(
+            ir.SemDecl(name, GPU_GLOBAL, size, SemOrigin.GLOBAL, Scope.DEVICE, None, caller_loc())
+        )
+        return Sem(name, size)
+
+    def buffer(self, name: str, shape: tuple[int, ...], itemsize: int = 4, space: str = "any") -> Buffer:
+        self._buffers[name] = ir.BufferDecl(name, tuple(shape), itemsize, space, Scope.CORE, caller_loc())
+        return Buffer(name, tuple(shape), itemsize)
+
+    def nbytes(self, region: ir.Region) -> int:
+        decl = self._buffers[region.buffer]
+        return Buffer(decl.name, decl.shape, decl.itemsize).nbytes(region)
+
+    def input(self, name: str, lo: int, hi: int) -> Reg:
+        """A value unknown at trace time; every value in lo..hi is checked."""
+        self._inputs.append(ir.Input(name, lo, hi, caller_loc()))
+        return Reg(name)
+
+    def note(self, text: str) -> None:
+        self._notes.append(text)
+
+    def thread(self, device: int, core: int = 0, sub: int = 0) -> ThreadBuilder:
+        key = (device, core, sub)
+        if key not in self._threads:
+            self._threads[key] = ThreadBuilder(self, device, core, sub)
+        return self._threads[key]
+
+    def build(self) -> ir.Protocol:
+        threads = tuple(self._threads[k].build() for k in sorted(self._threads))
+        return ir.Protocol(
+            name=self.name,
+            backend=self.backend,
+            devices=self.devices,
+            cores=self.cores,
+            threads=threads,
+            semaphores=tuple(self._sems),
+            buffers=tuple(self._buffers.values()),
+            inputs=tuple(self._inputs),
+            loc=self.loc,
+            frontend="model",
+            notes=tuple(self._notes),
+        )

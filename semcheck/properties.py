@@ -1,0 +1,247 @@
+"""The violation kinds (a fixed vocabulary shared by text, JSON and SARIF) and how each is
+detected in a state of the transition system.
+
+Every property semcheck checks is a property of single states: faults are permanent once
+they happen, and stuck or leftover conditions are read off terminal states. That is what
+lets the explicit engine's reduction (which preserves every terminal state) stay exact.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import networkx as nx
+
+from semcheck import ir
+from semcheck.semantics import System, State, must_be_zero_at_exit
+
+
+class Kind(str, enum.Enum):
+    DEADLOCK = "deadlock"
+    UNSATISFIED_WAIT = "unsatisfied_wait"
+    SEMAPHORE_LEFTOVER = "semaphore_leftover"
+    INVALID_DEVICE_ID = "invalid_device_id"
+    INVALID_CORE_INDEX = "invalid_core_index"
+    INVALID_SEMAPHORE_INDEX = "invalid_semaphore_index"
+    NOT_LOWERABLE = "not_lowerable"
+
+
+SEVERITY = {kind: "error" for kind in Kind} | {Kind.NOT_LOWERABLE: "warning"}
+
+# One line per kind: SARIF rule descriptions and `semcheck --help` use these.
+DESCRIPTIONS = {
+    Kind.DEADLOCK: "A reachable state where no thread can move and the blocked waits form a cycle.",
+    Kind.UNSATISFIED_WAIT: "A reachable state where a thread is blocked on a wait that nothing left can satisfy.",
+    Kind.SEMAPHORE_LEFTOVER: "TPU: a scratch, scoped or barrier semaphore is non-zero when the kernel exits.",
+    Kind.INVALID_DEVICE_ID: "A remote signal or DMA targets a device outside the mesh.",
+    Kind.INVALID_CORE_INDEX: "A signal or DMA targets a core that does not exist.",
+    Kind.INVALID_SEMAPHORE_INDEX: "A semaphore array is indexed outside its bounds.",
+    Kind.NOT_LOWERABLE: "Legal to trace, but rejected by the backend's compiler (analyzed anyway).",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A violation seen in one state, before the engine attaches the trace that reaches it."""
+
+    kind: Kind
+    key: tuple  # findings with one key are one violation; the first (shortest) one is kept
+    thread: int | None
+    loc: ir.Loc | None
+    message: str
+    sem: int | None = None  # the semaphore instance concerned, if any
+    blocked: tuple[dict, ...] = ()
+    cycle: tuple[int, ...] = ()
+
+
+# --- faults --------------------------------------------------------------------------------------
+
+
+def fault_findings(system: System, state: State, already: tuple = ()) -> list[Finding]:
+    """A finding for each fault in `state` that is not in `already` (the parent's faults)."""
+    out = []
+    for fault in state.faults:
+        if fault in already:
+            continue
+        t, pc, kind, detail = fault
+        instr = system.bodies[t][pc]
+        out.append(
+            Finding(
+                Kind(kind),
+                (kind, t, pc),
+                t,
+                instr.loc,
+                f"{system.thread_name(t)}: {_describe_instr(instr)} at {instr.loc}: {detail}",
+            )
+        )
+    return out
+
+
+# --- terminal states -------------------------------------------------------------------------
+
+
+def terminal_findings(system: System, state: State) -> list[Finding]:
+    """Judge a state in which nothing can move."""
+    if state.faults:
+        return []  # what follows a fault is its consequence; the fault is the report
+    blocked = []
+    for t in range(len(system.threads)):
+        wait = system.blocked_wait(state, t)
+        if wait is not None:
+            blocked.append((t, *wait))
+    if blocked:
+        return _stuck_findings(system, state, blocked)
+    return _leftover_findings(system, state)
+
+
+def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
+    info = [_blocked_info(system, state, *b) for b in blocked]
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(len(blocked)))
+    roots = []
+    for i, (t, sid, _need, _have) in enumerate(blocked):
+        providers = [
+            j
+            for j, (q, *_rest) in enumerate(blocked)
+            if system.future_footprint(state, q).inc >> sid & 1
+        ]
+        graph.add_edges_from((i, j) for j in providers)
+        if not providers:
+            roots.append(i)
+    findings = []
+    for component in nx.strongly_connected_components(graph):
+        sub = graph.subgraph(component)
+        if len(component) == 1 and not sub.number_of_edges():
+            continue
+        cycle = [edge[0] for edge in nx.find_cycle(sub)]
+        findings.append(_deadlock_finding(system, info, cycle))
+    by_line: dict[ir.Loc, list[int]] = {}
+    for i in roots:  # one wait stuck on many devices is one violation
+        by_line.setdefault(info[i]["location"], []).append(i)
+    for group in by_line.values():
+        findings.append(_unsatisfied_finding(info, group, graph))
+    return findings
+
+
+def _blocked_info(system: System, state: State, t: int, sid: int, need: int, have: int) -> dict:
+    thread = system.threads[t]
+    instr = system.current(state, t)
+    return {
+        "thread": t,
+        "device": thread.device,
+        "core": thread.core,
+        "sub": thread.sub,
+        "name": system.thread_name(t),
+        "semaphore": system.instances[sid].label,
+        "sem": sid,
+        "needs": need,
+        "has": have,
+        "location": instr.loc,
+        "what": _describe_instr(instr),
+    }
+
+
+def _wait_text(b: dict) -> str:
+    return (
+        f"{system_name(b)} waits at {b['location']} ({b['what']}) for {b['semaphore']} "
+        f"to reach {b['needs']}; it holds {b['has']}"
+    )
+
+
+def system_name(b: dict) -> str:
+    return b["name"]
+
+
+def _deadlock_finding(system: System, info: list[dict], cycle: list[int]) -> Finding:
+    first = min(cycle, key=lambda i: info[i]["thread"])
+    start = cycle.index(first)
+    cycle = cycle[start:] + cycle[:start]
+    lines = [f"  {_wait_text(info[i])}," for i in cycle]
+    names = [system_name(info[i]) for i in cycle] + [system_name(info[cycle[0]])]
+    message = (
+        f"deadlock: {' -> '.join(names)} wait for each other in a cycle; each wait can only "
+        f"be satisfied by the next thread in the cycle, which is itself blocked:\n"
+        + "\n".join(lines)
+    )
+    head = info[cycle[0]]
+    key = (Kind.DEADLOCK, frozenset((info[i]["location"], info[i]["semaphore"]) for i in cycle))
+    return Finding(
+        Kind.DEADLOCK, key, head["thread"], head["location"], message,
+        sem=head["sem"], blocked=tuple(info), cycle=tuple(cycle),
+    )
+
+
+def _unsatisfied_finding(info: list[dict], group: list[int], graph) -> Finding:
+    b = info[group[0]]
+    message = "unsatisfied wait: " + ";\n  ".join(_wait_text(info[i]) for i in group)
+    message += ("; nothing left in the system can add to " + ("them" if len(group) > 1 else "it"))
+    behind = sorted(set().union(*(nx.ancestors(graph, i) for i in group)) - set(group))
+    if behind:
+        message += ". Blocked behind:\n" + "\n".join(f"  {_wait_text(info[i])}" for i in behind)
+    key = (Kind.UNSATISFIED_WAIT, b["location"])
+    return Finding(
+        Kind.UNSATISFIED_WAIT, key, b["thread"], b["location"], message,
+        sem=b["sem"], blocked=tuple(info),
+    )
+
+
+def _leftover_findings(system: System, state: State) -> list[Finding]:
+    out = []
+    for sid, count in enumerate(state.sems):
+        if not count:
+            continue
+        inst = system.instances[sid]
+        if not must_be_zero_at_exit(system.backend, inst.decl):
+            continue
+        message = (
+            f"semaphore leftover: {inst.label} holds {count} when the kernel exits; on TPU every "
+            f"{inst.decl.origin.value} semaphore must be back to 0 at exit (the runtime crashes "
+            f"otherwise). It is declared at {inst.decl.loc}."
+        )
+        owner = next(
+            (
+                t
+                for t, th in enumerate(system.threads)
+                if th.device == inst.device and (inst.core is None or th.core == inst.core)
+            ),
+            None,
+        )
+        key = (Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index)
+        out.append(Finding(Kind.SEMAPHORE_LEFTOVER, key, owner, None, message, sem=sid))
+    return out
+
+
+# --- static checks -----------------------------------------------------------------------------
+
+
+def static_findings(system: System) -> list[Finding]:
+    """Warnings that need no exploration: constructs the backend's compiler rejects."""
+    out: dict[tuple, Finding] = {}
+    if system.backend is ir.Backend.TPU:
+        for t, body in enumerate(system.bodies):
+            for instr in body:
+                if isinstance(instr, ir.Wait) and not instr.decrement:
+                    key = (Kind.NOT_LOWERABLE, instr.loc)
+                    out.setdefault(
+                        key,
+                        Finding(
+                            Kind.NOT_LOWERABLE, key, t, instr.loc,
+                            f"semaphore_wait(decrement=False) at {instr.loc} traces, but TPU "
+                            "lowering rejects it ('Non-decrementing wait is not supported.'); "
+                            "semcheck analyzes it as a non-decrementing wait (Mosaic GPU "
+                            "semantics) so the rest of the protocol is still checked",
+                        ),
+                    )
+    return list(out.values())
+
+
+def _describe_instr(instr: ir.Instr) -> str:
+    name = type(instr).__name__
+    return {
+        "Signal": "semaphore_signal",
+        "Wait": "semaphore_wait" + ("" if getattr(instr, "decrement", True) else "(decrement=False)"),
+        "DmaWait": f"dma_wait ({getattr(instr, 'side', '')} side)",
+        "DmaStart": "dma_start",
+        "Read": "semaphore_read",
+    }.get(name, name)

@@ -1,0 +1,23 @@
+"""Reports: render Results. One module per format, registered by name."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from semcheck.ir import display_path  # noqa: F401  (re-exported for reports)
+from semcheck.result import Result
+
+
+def _text(results: list[Result], **options) -> str:
+    from semcheck.report import text
+
+    return text.render(results, **options)
+
+
+def _json(results: list[Result], **options) -> str:
+    from semcheck.report import json as json_report
+
+    return json_report.render(results, **options)
+
+
+FORMATS: dict[str, Callable[..., str]] = {"text": _text, "json": _json}

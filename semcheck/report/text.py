@@ -1,0 +1,126 @@
+"""The text report: a verdict line per check, each violation in the protocol's own terms
+(which device, which semaphore, which line, what it waited for and what it had), then the
+shortest trace as numbered steps."""
+
+from __future__ import annotations
+
+import linecache
+import os
+
+from semcheck.ir import Loc, thread_name
+from semcheck.report import display_path
+from semcheck.result import Result, Verdict, Violation
+
+_VERDICT_WORDS = {
+    Verdict.SAFE: "SAFE",
+    Verdict.VIOLATION: "VIOLATION",
+    Verdict.INCONCLUSIVE: "INCONCLUSIVE",
+    Verdict.ERROR: "ERROR",
+}
+
+
+def render(results: list[Result], *, max_trace_steps: int = 0, **_options) -> str:
+    blocks = [render_result(r, max_trace_steps=max_trace_steps) for r in results]
+    if len(results) > 1:
+        blocks.append(summary_table(results))
+    return "\n\n".join(blocks) + "\n"
+
+
+def verdict_line(r: Result) -> str:
+    where = f"{display_path(r.file)}:{r.line}" if r.file else ""
+    head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
+    if r.cores > 1:
+        head += f" x {r.cores} cores"
+    head += f", {r.semantics} rules]"
+    word = _VERDICT_WORDS[r.verdict]
+    if r.verdict is Verdict.SAFE:
+        detail = "no deadlock, unsatisfied wait, leftover semaphore or bad id in any schedule"
+    elif r.verdict is Verdict.VIOLATION:
+        kinds = sorted({v.kind for v in r.errors})
+        detail = f"{len(r.errors)} violation{'s' if len(r.errors) != 1 else ''}: {', '.join(kinds)}"
+    elif r.verdict is Verdict.INCONCLUSIVE:
+        detail = "a budget ran out before every schedule was explored"
+    else:
+        detail = r.error or "error"
+    stats = ""
+    if r.verdict is not Verdict.ERROR:
+        stats = (
+            f"  ({r.stats.states:,} states, {r.stats.transitions:,} transitions, "
+            f"{r.stats.seconds:.2f} s, {r.engine})"
+        )
+    return f"{word}: {head} {where}: {detail}{stats}"
+
+
+def render_result(r: Result, *, max_trace_steps: int = 0) -> str:
+    lines = [verdict_line(r)]
+    for v in r.errors + r.warnings:
+        lines.append("")
+        lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, max_trace_steps=max_trace_steps))
+    for note in r.notes:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+def render_violation(
+    v: Violation, *, kernel_file: str = "", cores: int = 1, max_trace_steps: int = 0
+) -> list[str]:
+    who = thread_name(v.device, v.core, 0, cores) if v.device is not None else "protocol"
+    where = _loc(v.location)
+    lines = [f"  {v.severity}: {v.kind} ({who}) at {where}"]
+    excerpt = source_excerpt(v.location)
+    if excerpt:
+        lines.append(f"    {v.location.line:>5} | {excerpt}")
+    lines.extend("    " + part for part in v.message.split("\n"))
+    if v.trace:
+        steps = v.trace
+        shown = steps if not max_trace_steps or len(steps) <= max_trace_steps else steps[-max_trace_steps:]
+        label = "the stuck state" if v.kind in ("deadlock", "unsatisfied_wait") else "it"
+        lines.append(f"    shortest trace to {label} ({len(steps)} step{'s' if len(steps) != 1 else ''}):")
+        if len(shown) < len(steps):
+            lines.append(f"      ... {len(steps) - len(shown)} earlier steps omitted")
+        width = max(len(s.actor) for s in shown)
+        for s in shown:
+            at = _short_loc(s.location, kernel_file)
+            lines.append(f"      {s.index:>4}. {s.actor:<{width}}  {s.text}  [{at}]")
+    elif v.kind in ("deadlock", "unsatisfied_wait"):
+        lines.append("    the initial state is already stuck: every thread starts at a wait")
+    return lines
+
+
+def summary_table(results: list[Result]) -> str:
+    rows = [("kernel", "file", "devices", "verdict", "violations", "states", "seconds")]
+    for r in results:
+        rows.append((
+            r.kernel,
+            f"{display_path(r.file)}:{r.line}" if r.file else "",
+            str(r.devices),
+            r.verdict.value,
+            ", ".join(sorted({v.kind for v in r.errors})) or "-",
+            f"{r.stats.states:,}",
+            f"{r.stats.seconds:.2f}",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out = ["summary:"]
+    for n, row in enumerate(rows):
+        out.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if n == 0:
+            out.append("  " + "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def source_excerpt(loc: Loc | None) -> str:
+    if loc is None or not loc.file or loc.line <= 0:
+        return ""
+    return linecache.getline(loc.file, loc.line).rstrip()
+
+
+def _loc(loc: Loc | None) -> str:
+    return f"{display_path(loc.file)}:{loc.line}" if loc else "(no location)"
+
+
+def _short_loc(loc: Loc | None, kernel_file: str) -> str:
+    if loc is None:
+        return ""
+    if kernel_file and os.path.abspath(loc.file) == os.path.abspath(kernel_file):
+        return f"line {loc.line}"
+    return _loc(loc)

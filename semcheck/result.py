@@ -1,0 +1,89 @@
+"""The one result type every engine returns, and every report renders."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from semcheck.ir import Loc
+
+
+class Verdict(str, enum.Enum):
+    SAFE = "safe"
+    VIOLATION = "violation"
+    INCONCLUSIVE = "inconclusive"
+    ERROR = "error"
+
+
+# The CLI's exit code for a set of verdicts: the worst one decides.
+EXIT_CODES = {Verdict.SAFE: 0, Verdict.VIOLATION: 1, Verdict.ERROR: 2, Verdict.INCONCLUSIVE: 3}
+_SEVERITY_ORDER = [Verdict.SAFE, Verdict.INCONCLUSIVE, Verdict.VIOLATION, Verdict.ERROR]
+
+
+def worst(verdicts) -> Verdict:
+    return max(verdicts, key=_SEVERITY_ORDER.index, default=Verdict.SAFE)
+
+
+@dataclass
+class TraceStep:
+    """One step of a counterexample: who moved, what it did, where in the user's source."""
+
+    index: int  # 1-based
+    actor: str  # "device 1 core 0" or "DMA from device 0 (line 40)"
+    device: int | None  # the lane this step belongs to
+    core: int | None
+    sub: int
+    event: str  # signal, wait, dma_wait, read, dma_start, dma_send_done, dma_recv_done, ...
+    text: str  # the step in words
+    location: Loc | None
+    semaphore: str | None = None  # short label of the semaphore touched, e.g. "recv@d1c0"
+    before: int | None = None
+    after: int | None = None
+    fed_by: tuple[int, ...] = ()  # steps whose additions this wait consumed
+
+
+@dataclass
+class Violation:
+    kind: str
+    severity: str  # "error" or "warning"
+    message: str
+    device: int | None
+    core: int | None
+    location: Loc | None
+    trace: list[TraceStep] = field(default_factory=list)
+    # For stuck states: every blocked wait, and the wait-for cycle when there is one.
+    blocked: list[dict] = field(default_factory=list)
+    cycle: list[int] = field(default_factory=list)  # indices into `blocked`
+
+
+@dataclass
+class Stats:
+    states: int = 0
+    transitions: int = 0
+    seconds: float = 0.0
+    peak_memory_mb: float | None = None
+
+
+@dataclass
+class Result:
+    kernel: str
+    file: str
+    line: int
+    backend: str  # tpu, gpu or model (who produced the protocol)
+    semantics: str  # tpu or gpu: whose rules were applied
+    devices: int
+    cores: int
+    engine: str
+    verdict: Verdict
+    violations: list[Violation] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Violation]:
+        return [v for v in self.violations if v.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Violation]:
+        return [v for v in self.violations if v.severity == "warning"]

@@ -1,0 +1,194 @@
+"""Turn a path of actions into the steps a person reads (and the graph draws).
+
+A counterexample is stored as its initial state and action sequence, and rebuilt by
+replaying the semantics, so every engine produces the same kind of trace.
+"""
+
+from __future__ import annotations
+
+from semcheck import ir
+from semcheck.result import TraceStep
+from semcheck.semantics import FAULTED, RECV, Action, State, System
+
+
+def replay(system: System, initial: State, actions: list[Action]) -> list[State]:
+    """The states along a path, starting with `initial`; raises if an action is not enabled,
+    which would mean the engine and the semantics disagree."""
+    states = [initial]
+    for action in actions:
+        if action not in system.enabled(states[-1]):
+            raise AssertionError(f"replay diverged: {action!r} is not enabled at step {len(states)}")
+        states.append(system.step(states[-1], action))
+    return states
+
+
+def build(system: System, initial: State, actions: list[Action]) -> list[TraceStep]:
+    states = replay(system, initial, actions)
+    additions: dict[int, list[int]] = {}  # semaphore -> steps that added since the last take
+    steps = []
+    for i, action in enumerate(actions):
+        before, after = states[i], states[i + 1]
+        step = _describe(system, before, after, action, i + 1)
+        changed = [s for s, (a, b) in enumerate(zip(before.sems, after.sems)) if a != b]
+        for sid in changed:
+            if after.sems[sid] > before.sems[sid]:
+                additions.setdefault(sid, []).append(step.index)
+            else:
+                step.fed_by = tuple(additions.pop(sid, []))
+        if step.event == "wait" and not changed and step.semaphore is not None:
+            sid = _sem_of_wait(system, before, action)
+            if sid is not None:
+                step.fed_by = tuple(additions.get(sid, []))
+        steps.append(step)
+    return steps
+
+
+def _sem_of_wait(system: System, state: State, action: Action) -> int | None:
+    t = action[1]
+    instr = system.current(state, t)
+    try:
+        return system.resolve(t, instr.sem, state)
+    except Exception:
+        return None
+
+
+def _describe(system: System, before: State, after: State, action: Action, index: int) -> TraceStep:
+    kind, what = action
+    if kind == "e":
+        return _describe_event(system, before, after, what, index)
+    t = what
+    thread = system.threads[t]
+    instr = system.bodies[t][before.pcs[t]]
+    step = TraceStep(
+        index=index,
+        actor=system.thread_name(t),
+        device=thread.device,
+        core=thread.core,
+        sub=thread.sub,
+        event=_EVENT_NAMES.get(type(instr), type(instr).__name__.lower()),
+        text="",
+        location=instr.loc,
+    )
+    if after.pcs[t] == FAULTED:
+        detail = next(f[3] for f in after.faults if f[0] == t)
+        step.text = f"FAULT in {step.event}: {detail}"
+        return step
+    describe = _TEXT_RULES.get(type(instr), _text_plain)
+    step.text = describe(system, before, after, t, instr, step)
+    return step
+
+
+def _changed_sem(before: State, after: State) -> int | None:
+    for sid, (a, b) in enumerate(zip(before.sems, after.sems)):
+        if a != b:
+            return sid
+    return None
+
+
+def _note_sem(system: System, step: TraceStep, sid: int, before: State, after: State) -> str:
+    inst = system.instances[sid]
+    step.semaphore = inst.short
+    step.before, step.after = before.sems[sid], after.sems[sid]
+    return f"{inst.short} {step.before} -> {step.after}"
+
+
+def _note_change(system: System, step: TraceStep, sid: int, before: State, after: State) -> str:
+    _note_sem(system, step, sid, before, after)
+    return f"{step.before} -> {step.after}"
+
+
+def _text_signal(system, before, after, t, instr: ir.Signal, step) -> str:
+    sid = system.resolve(t, instr.sem, before)
+    inc = system.eval(instr.inc, t, before)
+    return f"signal {system.instances[sid].short} += {inc} ({_note_change(system, step, sid, before, after)})"
+
+
+def _text_wait(system, before, after, t, instr, step) -> str:
+    sid = system.resolve(t, instr.sem, before)
+    need = system.eval(instr.nbytes if isinstance(instr, ir.DmaWait) else instr.value, t, before)
+    inst = system.instances[sid]
+    step.semaphore = inst.short
+    step.before, step.after = before.sems[sid], after.sems[sid]
+    if isinstance(instr, ir.Wait) and not instr.decrement:
+        return f"wait {inst.short} >= {need} without decrement (holds {step.before})"
+    what = f"wait {inst.short} >= {need}" if isinstance(instr, ir.Wait) else (
+        f"dma_wait ({instr.side}) {inst.short} for {need} bytes"
+    )
+    return f"{what} ({step.before} -> {step.after})"
+
+
+def _text_read(system, before, after, t, instr: ir.Read, step) -> str:
+    sid = system.resolve(t, instr.sem, before)
+    inst = system.instances[sid]
+    step.semaphore = inst.short
+    step.before = step.after = before.sems[sid]
+    return f"read {inst.short} = {before.sems[sid]} into {instr.dst}"
+
+
+def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
+    new = list(after.events)
+    for e in before.events:
+        new.remove(e)
+    parts = [
+        f"{'send' if e.side != RECV else 'recv'} {system.instances[e.sem].short} +{e.inc}" for e in new
+    ]
+    target = "" if instr.device is None else f" to device {system.eval(instr.device, t, before)}"
+    return f"start DMA {instr.src.buffer} -> {instr.dst.buffer}{target} (on completion: {', '.join(parts)})"
+
+
+def _text_branch(system, before, after, t, instr: ir.Branch, step) -> str:
+    taken = after.pcs[t] == instr.target and instr.target != before.pcs[t] + 1
+    return f"branch on {instr.cond}: {'taken' if taken else 'not taken'}"
+
+
+def _text_assign(system, before, after, t, instr: ir.Assign, step) -> str:
+    return f"{instr.dst} := {instr.value} = {system.eval(ir.Reg(instr.dst), t, after)}"
+
+
+def _text_plain(system, before, after, t, instr, step) -> str:
+    region = getattr(instr, "region", None)
+    return f"{step.event}" + (f" {region.buffer}" if region is not None else "")
+
+
+def _describe_event(system: System, before: State, after: State, event, index: int) -> TraceStep:
+    inst = system.instances[event.sem]
+    start = system.bodies[event.issuer][event.start_pc]
+    side = "lands (receive side)" if event.side == RECV else "has left (send side)"
+    step = TraceStep(
+        index=index,
+        actor=f"DMA from {system.thread_name(event.issuer)}",
+        device=inst.device,
+        core=inst.core if inst.core is not None else 0,
+        sub=0,
+        event="dma_recv_done" if event.side == RECV else "dma_send_done",
+        text="",
+        location=start.loc,
+    )
+    step.text = f"copy started at line {start.loc.line} {side}: {_note_sem(system, step, event.sem, before, after)}"
+    return step
+
+
+_EVENT_NAMES = {
+    ir.Signal: "signal",
+    ir.Wait: "wait",
+    ir.DmaWait: "dma_wait",
+    ir.Read: "read",
+    ir.DmaStart: "dma_start",
+    ir.Load: "load",
+    ir.Store: "store",
+    ir.Branch: "branch",
+    ir.Jump: "jump",
+    ir.Assign: "assign",
+    ir.KernelEntry: "entry",
+    ir.KernelExit: "exit",
+}
+
+_TEXT_RULES = {
+    ir.Signal: _text_signal,
+    ir.Wait: _text_wait,
+    ir.DmaWait: _text_wait,
+    ir.Read: _text_read,
+    ir.DmaStart: _text_dma_start,
+    ir.Branch: _text_branch,
+    ir.Assign: _text_assign,
+}
