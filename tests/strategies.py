@@ -1,0 +1,101 @@
+"""Hypothesis strategies for random small protocols.
+
+Small enough that the unreduced explicit search finishes in milliseconds, varied enough to
+hit every instruction, both backends, remote and multi-core targets, competing waiters,
+reads that steer branches, DMAs on DMA and REGULAR semaphores, and out-of-range ids.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from semcheck import ir
+from semcheck.ir import Backend, Scope, SemKind, SemOrigin
+
+LOC = ir.Loc("random.py", 1)
+
+
+@st.composite
+def protocols(draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, with_inputs: bool = True):
+    backend = draw(st.sampled_from([Backend.TPU, Backend.GPU]))
+    devices = draw(st.integers(1, max_devices))
+    cores = draw(st.integers(1, max_cores))
+    sems = [ir.SemDecl("s0", SemKind.REGULAR, draw(st.integers(1, 2)), SemOrigin.SCRATCH, Scope.CORE)]
+    if draw(st.booleans()):
+        sems.append(ir.SemDecl("d0", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE))
+    if backend is Backend.GPU:  # shared by every block of a device: competing waiters
+        sems.append(ir.SemDecl("g0", SemKind.GPU_GLOBAL, 1, SemOrigin.GLOBAL, Scope.DEVICE))
+    if draw(st.booleans()):
+        sems.append(ir.SemDecl("a0", SemKind.REGULAR, 1, SemOrigin.ARGUMENT, Scope.CORE))
+    inputs = []
+    if with_inputs and draw(st.integers(0, 4)) == 0:
+        inputs.append(ir.Input("n", 0, draw(st.integers(0, 2)), LOC))
+    regulars = [s for s in sems if s.kind is not SemKind.DMA]
+    dmas = [s for s in sems if s.kind is SemKind.DMA]
+
+    def device_operand():
+        choice = draw(st.integers(0, 9))
+        if choice == 0:
+            return devices  # one past the end: an invalid device id
+        if choice <= 3:
+            return None
+        return draw(st.integers(0, devices - 1))
+
+    def core_operand(decl):
+        if decl.scope is Scope.DEVICE or draw(st.booleans()):
+            return None
+        return draw(st.integers(0, cores))  # `cores` itself is out of range
+
+    def sem_ref(decl, remote_ok=True):
+        index = draw(st.integers(0, decl.size - 1))
+        if not remote_ok:
+            return ir.SemRef(decl.name, index)
+        return ir.SemRef(decl.name, index, device_operand(), core_operand(decl))
+
+    def amount():
+        if inputs and draw(st.integers(0, 3)) == 0:
+            return ir.Reg("n")
+        return draw(st.integers(1, 2))
+
+    threads = []
+    for device in range(devices):
+        for core in range(cores):
+            body: list[ir.Instr] = []
+            length = draw(st.integers(0, max_len))
+            while len(body) < length:
+                op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma"]))
+                if op == "signal":
+                    decl = draw(st.sampled_from(regulars))
+                    body.append(ir.Signal(LOC, sem_ref(decl), amount()))
+                elif op == "wait":
+                    decl = draw(st.sampled_from(regulars))
+                    body.append(ir.Wait(LOC, sem_ref(decl, remote_ok=False), amount(), draw(st.booleans())))
+                elif op == "read":
+                    decl = draw(st.sampled_from(regulars))
+                    reg = f"r{len(body)}"
+                    body.append(ir.Read(LOC, sem_ref(decl, remote_ok=False), reg))
+                    # skip the next instruction when the count was at least k
+                    k = draw(st.integers(0, 2))
+                    body.append(ir.Branch(LOC, ir.BinOp("ge", ir.Reg(reg), k), len(body) + 2))
+                elif op == "dma":
+                    recv = draw(st.sampled_from(dmas or regulars))
+                    remote = draw(st.booleans())
+                    nbytes = draw(st.sampled_from([4, 8]))
+                    send = ir.SemRef(recv.name, 0) if remote else None
+                    target = device_operand() if remote else None
+                    body.append(ir.DmaStart(
+                        LOC, ir.Region("buf"), ir.Region("buf"), ir.SemRef(recv.name, 0), send, nbytes, target,
+                    ))
+                    if recv.kind is SemKind.DMA and draw(st.booleans()):
+                        side = "send" if remote and draw(st.booleans()) else "recv"
+                        body.append(ir.DmaWait(LOC, ir.SemRef(recv.name, 0), draw(st.sampled_from([4, 8])), side))
+            # a branch may point one past the end of the body: that is the thread's exit
+            body = [
+                ir.Branch(i.loc, i.cond, min(i.target, len(body))) if isinstance(i, ir.Branch) else i
+                for i in body
+            ]
+            threads.append(ir.Thread(device, core, tuple(body)))
+    return ir.Protocol(
+        name="random", backend=backend, devices=devices, cores=cores, threads=tuple(threads),
+        semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
+    )
