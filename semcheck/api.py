@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 from semcheck import engines
 from semcheck.engines.budget import Budget, ProgressFn
 from semcheck.frontends import LoadError, discover, load
+from semcheck.invocations import repeat
 from semcheck.ir import Protocol
 from semcheck.result import Result, Verdict
 from semcheck.semantics import ProtocolError
@@ -47,6 +48,7 @@ def verify_path(
     engine: str = "explicit",
     budget: Budget | None = None,
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
+    invocations: int = 1,
     **options,
 ) -> list[Result]:
     results = []
@@ -58,6 +60,11 @@ def verify_path(
                 results.append(error_result(_stem(path), path, e.loc.line if e.loc else 0, n, str(e), engine))
                 continue
             for protocol in protocols:
+                try:
+                    protocol = repeat(protocol, invocations)
+                except ValueError as e:
+                    results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
+                    continue
                 progress = progress_for(protocol.name, n) if progress_for else None
                 results.append(
                     check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop with verdict inconclusive after S seconds per check (env SEMCHECK_TIMEOUT)")
     verify.add_argument("--max-memory", type=float, default=None, metavar="MB",
                         help="stop with verdict inconclusive above MB of memory (default: half of what is free)")
+    verify.add_argument("--invocations", type=int, default=1, metavar="K",
+                        help="run each kernel K times back to back on every device (default 1): "
+                             "barrier semaphores persist, so collective_id reuse hazards show up")
     verify.add_argument("--no-reduction", action="store_true",
                         help="explore every interleaving (slow; for cross-checking the reduction)")
     verify.add_argument("--max-trace-steps", type=int, default=0, metavar="N",
@@ -95,7 +98,7 @@ def _verify(args) -> int:
     progress_for = None if args.quiet else _progress_printer
     results = verify_path(
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
-        reduce=not args.no_reduction,
+        reduce=not args.no_reduction, invocations=args.invocations,
     )
     _clear_progress()
     rendered = FORMATS[args.format](results, max_trace_steps=args.max_trace_steps)

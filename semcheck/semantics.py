@@ -14,6 +14,19 @@ instruction does. Every rule follows ../shared/reference/pallas-semantics.md:
   on one semaphore may finish either way round. DMA semaphores count bytes; a REGULAR
   semaphore given to a DMA gains 1 (TPU v6+).
 * dma_wait: a decrementing wait for `nbytes` on a local DMA semaphore.
+* memory: a copy reads its source from its start until its send side completes (its
+  receive side, for a local copy) and writes its destination until its receive side
+  completes. A load, store or copy start that overlaps a pending copy's access, one of the
+  two a write, is a data race (the two are unordered in some execution).
+* kernel entry and exit: entering resets the core's scratch and scoped semaphores (a fresh
+  allocation per invocation) and exiting requires them to be 0 with no copy still landing
+  on them (TPU). A signal or copy that reaches a (device, core) which is not inside the
+  same invocation of the kernel is `remote_before_entry`; barrier and argument semaphores
+  outlive kernels and are exempt.
+
+Transitions that detect a hazard (race, early arrival, leftover at exit) record it in the
+state, permanently, and never block. Every such check reads only state that the footprints
+below declare, so the reduction, which keeps every terminal state, keeps every hazard.
 
 A state is a tuple of immutable parts, so it hashes and compares by value.
 """
@@ -55,6 +68,15 @@ FAULTED = -1  # the pc of a thread that executed an instruction naming a non-exi
 SEND, RECV = 0, 1
 
 
+class Access(NamedTuple):
+    """A rectangular region of one buffer instance, read or written."""
+
+    write: bool
+    buffer: int  # buffer instance
+    starts: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+
 class Event(NamedTuple):
     """A pending DMA completion. Identical events are interchangeable (a multiset)."""
 
@@ -63,6 +85,28 @@ class Event(NamedTuple):
     start_pc: int  # where it started (for messages and the graph)
     sem: int  # semaphore instance that completion adds to
     inc: int
+    accesses: tuple[Access, ...] = ()  # what the copy still reads/writes until this completes
+    invocation: int = 0  # the issuer's kernel invocation when it started (0: no lifecycle)
+
+
+DATA_RACE = "data_race"
+REMOTE_BEFORE_ENTRY = "remote_before_entry"
+LEFTOVER_AT_EXIT = "semaphore_leftover"
+
+
+class Hazard(NamedTuple):
+    """Something wrong that a transition saw happen; recorded in the state for good.
+
+    (thread, pc) is the instruction that saw it (for an arriving copy: the copy's start);
+    (other_thread, other_pc) the other party, or -1.
+    """
+
+    kind: str
+    thread: int
+    pc: int
+    other_thread: int
+    other_pc: int
+    detail: str
 
 
 class State(NamedTuple):
@@ -72,6 +116,7 @@ class State(NamedTuple):
     events: tuple[Event, ...]  # sorted
     faults: tuple[tuple[int, int, str, str], ...]  # (thread, pc, kind, detail), sorted
     inputs: tuple[int, ...]
+    hazards: tuple[Hazard, ...] = ()  # sorted
 
 
 # An action is ("t", thread index) for the thread's next instruction, or ("e", Event).
@@ -90,18 +135,20 @@ def event_action(e: Event) -> Action:
 
 
 class Footprint(NamedTuple):
+    """Semaphore instances (inc/dec/wait/read) and memory cells (mread/mwrite) an action may
+    touch. Memory cells are buffer instances plus one "lifecycle" cell per (device, core):
+    entry and exit write it, and whatever checks whether a core is inside the kernel
+    reads it."""
+
     inc: int = 0  # may add to
-    dec: int = 0  # decrementing wait on
+    dec: int = 0  # decrementing wait on (or reset)
     wait: int = 0  # non-decrementing wait on
     read: int = 0  # reads
+    mread: int = 0
+    mwrite: int = 0
 
     def __or__(self, other: "Footprint") -> "Footprint":  # type: ignore[override]
-        return Footprint(
-            self.inc | other.inc,
-            self.dec | other.dec,
-            self.wait | other.wait,
-            self.read | other.read,
-        )
+        return Footprint(*(a | b for a, b in zip(self, other)))
 
 
 EMPTY = Footprint()
@@ -112,13 +159,17 @@ def conflict(a: Footprint, b: Footprint) -> bool:
 
     Additions commute with each other and with waits (an addition never disables a wait);
     a read does not commute with anything that changes the count; a decrementing wait does
-    not commute with another wait or a read of the same semaphore (competing waiters).
+    not commute with another wait or a read of the same semaphore (competing waiters). On
+    memory, a write does not commute with a read or write of the same cell (the race and
+    entry checks see the difference).
     """
     return bool(
         (a.inc & b.read)
         | (a.read & (b.inc | b.dec))
         | (a.dec & (b.dec | b.wait | b.read))
         | (b.dec & (a.wait | a.read))
+        | (a.mwrite & (b.mread | b.mwrite))
+        | (b.mwrite & a.mread)
     )
 
 
@@ -145,6 +196,32 @@ class SemInstance:
         return f"{self.decl.name}{idx}@d{self.device}{core}"
 
 
+@dataclass(frozen=True)
+class BufferInstance:
+    decl: ir.BufferDecl
+    device: int
+    core: int | None  # None for device-scope buffers (HBM), shared by every core
+    cores: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.decl.name} on {ir.thread_name(self.device, self.core, 0, self.cores)}"
+
+
+def _slots(decl: ir.BufferDecl) -> int:
+    return decl.shape[0] if decl.shape else 1
+
+
+def overlap(a: Access, b: Access) -> bool:
+    if a.buffer != b.buffer:
+        return False
+    if len(a.starts) != len(b.starts):
+        return True  # shapes disagree: cannot tell, assume the worst
+    return all(
+        sa < sb + zb and sb < sa + za for sa, za, sb, zb in zip(a.starts, a.sizes, b.starts, b.sizes)
+    )
+
+
 # --- the system --------------------------------------------------------------------------------
 
 
@@ -167,6 +244,26 @@ class System:
                 for core in cores:
                     for index in range(decl.size):
                         self.instances.append(SemInstance(decl, index, device, core, protocol.cores))
+        self._buffers: dict[str, tuple[ir.BufferDecl, int]] = {}
+        self.buffer_instances: list[BufferInstance] = []
+        for decl in protocol.buffers:
+            if decl.name in self._buffers:
+                raise ProtocolError(f"buffer {decl.name!r} declared twice", decl.loc)
+            self._buffers[decl.name] = (decl, len(self.buffer_instances))
+            for device in range(protocol.devices):
+                cores = range(protocol.cores) if decl.scope is Scope.CORE else (None,)
+                for core in cores:
+                    self.buffer_instances.append(BufferInstance(decl, device, core, protocol.cores))
+        # Memory cells, for the reduction's dependency masks: each buffer instance has one
+        # cell per leading-dimension slot, so copies into different slots commute; after
+        # them, one cell per (device, core) stands for "is this core inside the kernel".
+        self.cell_base: list[int] = []
+        cells = 0
+        for inst in self.buffer_instances:
+            self.cell_base.append(cells)
+            cells += _slots(inst.decl)
+        self.lifecycle_base = cells
+        self._lifecycle_tables()
         self.input_index = {inp.name: i for i, inp in enumerate(protocol.inputs)}
         self.registers: list[dict[str, int]] = [
             _registers_written(t.body) for t in protocol.threads
@@ -180,8 +277,100 @@ class System:
         self.futures = [
             _future_footprints(body, fps) for body, fps in zip(self.bodies, self.footprints)
         ]
+        self._width = max(len(self.instances), self.lifecycle_base + len(self.core_threads) + 1, 1)
+        self.silenced: set[ir.Loc] = set()  # lines no longer watched for races
+        self._buffer_cells = (1 << self.lifecycle_base) - 1
+        self._signatures()
+
+    def _signatures(self) -> None:
+        self.signatures = [[self.signature(fp) for fp in fps] for fps in self.footprints]
+        self.future_signatures = [[self.signature(fp) for fp in fps] for fps in self.futures]
+        self._event_signatures: dict[Event, tuple[int, int]] = {}
+
+    def silence(self, *locs: ir.Loc) -> bool:
+        """Stop watching these source lines for data races (an engine calls this once it
+        has reported a race there): their accesses no longer record races and no longer
+        order the search. Everything else stays exact, since the dependencies that remain
+        are still a superset of what the other properties need."""
+        new = {loc for loc in locs if loc is not None} - self.silenced
+        if not new:
+            return False
+        self.silenced |= new
+        keep = ~self._buffer_cells
+        for t, body in enumerate(self.bodies):
+            touched = False
+            for pc, instr in enumerate(body):
+                if instr.loc in new:
+                    fp = self.footprints[t][pc]
+                    self.footprints[t][pc] = fp._replace(mread=fp.mread & keep, mwrite=fp.mwrite & keep)
+                    touched = True
+            if touched:
+                self.futures[t] = _future_footprints(body, self.footprints[t])
+        self._signatures()
+        return True
+
+    def watched(self, t: int, pc: int) -> bool:
+        return self.bodies[t][pc].loc not in self.silenced
+
+    def normalize(self, state: State) -> State:
+        """Drop races recorded at lines that are no longer watched."""
+        if not self.silenced or not state.hazards:
+            return state
+        kept = tuple(
+            h for h in state.hazards
+            if h.kind != DATA_RACE or (self.watched(h.thread, h.pc) and self.watched(h.other_thread, h.other_pc))
+        )
+        return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
+
+    def signature(self, fp: Footprint) -> tuple[int, int]:
+        """(x, y) with conflict(a, b) == bool(x_a & y_b or x_b & y_a): the same relation as
+        `conflict`, as two integer ANDs (the reduction asks it millions of times).
+
+        Channels of `width` bits each: x = inc | read | dec | mwrite and
+        y = read | inc+dec | dec+wait+read | mread+mwrite, so channel by channel x_a & y_b
+        is inc-read, read-inc/dec, dec-dec/wait/read and mwrite-mread/mwrite."""
+        w = self._width
+        x = fp.inc | fp.read << w | fp.dec << 2 * w | fp.mwrite << 3 * w
+        y = (
+            fp.read
+            | (fp.inc | fp.dec) << w
+            | (fp.dec | fp.wait | fp.read) << 2 * w
+            | (fp.mread | fp.mwrite) << 3 * w
+        )
+        return x, y
+
+    def event_signature(self, event: Event) -> tuple[int, int]:
+        sig = self._event_signatures.get(event)
+        if sig is None:
+            sig = self._event_signatures[event] = self.signature(event_footprint(self, event))
+        return sig
 
     # -- construction helpers --
+
+    def _lifecycle_tables(self) -> None:
+        """Per thread and pc: which kernel invocation it is in, and whether it is inside."""
+        self.has_lifecycle = [any(isinstance(i, ir.KernelEntry) for i in b) for b in self.bodies]
+        self.invocation_at: list[list[int]] = []
+        self.inside_at: list[list[bool]] = []
+        self.core_threads: dict[tuple[int, int], list[int]] = {}
+        for t, body in enumerate(self.bodies):
+            thread = self.threads[t]
+            self.core_threads.setdefault((thread.device, thread.core), []).append(t)
+            invocation, inside = 0, not self.has_lifecycle[t]
+            inv_row, inside_row = [], []
+            for instr in body + (None,):  # the extra slot is "finished"
+                inv_row.append(invocation)
+                inside_row.append(inside)
+                if isinstance(instr, ir.KernelEntry):
+                    invocation, inside = invocation + 1, True
+                elif isinstance(instr, ir.KernelExit):
+                    inside = False
+            self.invocation_at.append(inv_row)
+            self.inside_at.append(inside_row)
+        self.exits_checked = {
+            (th.device, th.core) for th, b in zip(self.threads, self.bodies)
+            if any(isinstance(i, ir.KernelExit) for i in b)
+        }
 
     def _validate(self, t: int, thread: ir.Thread) -> None:
         p = self.protocol
@@ -191,6 +380,9 @@ class System:
             for ref in _sem_refs(instr):
                 if ref.alloc not in self._allocs:
                     raise ProtocolError(f"undeclared semaphore {ref.alloc!r}", instr.loc)
+            for region in _regions(instr):
+                if region.buffer not in self._buffers:
+                    raise ProtocolError(f"undeclared buffer {region.buffer!r}", instr.loc)
             for name in _registers_read(instr):
                 if name not in self.registers[t] and name not in self.input_index:
                     raise ProtocolError(f"register {name!r} is read but never set", instr.loc)
@@ -231,6 +423,77 @@ class System:
         if not (0 <= core < p.cores):
             return None
         return base + (device * p.cores + core) * decl.size + index
+
+    def _buffer_instance_id(self, decl, base, device, core) -> int | None:
+        p = self.protocol
+        if not 0 <= device < p.devices:
+            return None
+        if decl.scope is Scope.DEVICE:
+            return base + device
+        if not 0 <= core < p.cores:
+            return None
+        return base + device * p.cores + core
+
+    def _cell_candidates(self, t: int, region: ir.Region, device=None, core=None) -> int:
+        """Bitmask of the memory cells a region may touch: its slots when the leading start
+        is a constant, else every slot of every buffer instance it may name."""
+        decl, base = self._buffers[region.buffer]
+        thread = self.threads[t]
+        devices = [thread.device if device is None else device] if ir.is_constant(device) else range(self.protocol.devices)
+        cores = [thread.core if core is None else core] if ir.is_constant(core) else range(self.protocol.cores)
+        if region.start and isinstance(region.start[0], int):
+            first = region.start[0]
+            extent = region.size[0] if region.size else (decl.shape[0] - first if decl.shape else 1)
+        else:
+            first, extent = 0, _slots(decl)
+        mask = 0
+        for d, c in itertools.product(devices, cores):
+            bid = self._buffer_instance_id(decl, base, d, c)
+            if bid is not None:
+                mask |= self.cells(bid, first, extent)
+        return mask
+
+    def cells(self, bid: int, first: int, extent: int) -> int:
+        slots = _slots(self.buffer_instances[bid].decl)
+        lo, hi = max(first, 0), min(first + extent, slots)
+        if lo >= hi:  # out of the buffer's bounds: be conservative
+            lo, hi = 0, slots
+        return ((1 << (hi - lo)) - 1) << (self.cell_base[bid] + lo)
+
+    def access_cells(self, access: Access) -> int:
+        if not access.starts:
+            return self.cells(access.buffer, 0, _slots(self.buffer_instances[access.buffer].decl))
+        return self.cells(access.buffer, access.starts[0], access.sizes[0])
+
+    def lifecycle_cell(self, device: int, core: int | None) -> int:
+        return self.lifecycle_base + device * self.protocol.cores + (core or 0)
+
+    def _lifecycle_candidates(self, t: int, device, core) -> int:
+        """Lifecycle cells of the cores a signal or copy may reach."""
+        thread = self.threads[t]
+        devices = [thread.device if device is None else device] if ir.is_constant(device) else range(self.protocol.devices)
+        cores = [thread.core if core is None else core] if ir.is_constant(core) else range(self.protocol.cores)
+        mask = 0
+        for d, c in itertools.product(devices, cores):
+            if 0 <= d < self.protocol.devices and 0 <= c < self.protocol.cores:
+                mask |= 1 << self.lifecycle_cell(d, c)
+        return mask
+
+    def reset_on_entry(self, t: int) -> int:
+        """Bitmask of the semaphores a thread's kernel entry allocates afresh (and its exit
+        must find at 0): its core's scratch and scoped semaphores, TPU only."""
+        thread = self.threads[t]
+        if self.backend is not Backend.TPU or thread.sub:
+            return 0
+        mask = 0
+        for sid, inst in enumerate(self.instances):
+            if (
+                inst.decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED)
+                and inst.device == thread.device
+                and inst.core == thread.core
+            ):
+                mask |= 1 << sid
+        return mask
 
     def _static_footprint(self, t: int, instr: ir.Instr) -> Footprint:
         rule = FOOTPRINT_RULES.get(type(instr))
@@ -275,6 +538,35 @@ class System:
         assert sid is not None
         return sid
 
+    def resolve_region(self, t: int, region: ir.Region, state: State, write: bool,
+                       device: int | None = None, core: int | None = None) -> Access:
+        """The concrete access a region names for thread t (on `device`/`core` for a copy's
+        destination), as full-rank starts and sizes: dims without a start begin at 0, dims
+        without a size span the whole extent. Start values may come from registers."""
+        decl, base = self._buffers[region.buffer]
+        thread = self.threads[t]
+        bid = self._buffer_instance_id(
+            decl, base, thread.device if device is None else device, thread.core if core is None else core
+        )
+        assert bid is not None  # the target was resolved (and checked) first
+        rank = len(decl.shape)
+        starts = tuple(self.eval(op, t, state) for op in region.start) + (0,) * (rank - len(region.start))
+        sizes = tuple(region.size) + tuple(decl.shape[len(region.size):])
+        return Access(write, bid, starts[:rank], sizes[:rank])
+
+    def inside(self, state: State, device: int, core: int | None, invocation: int) -> bool:
+        """Whether every thread of (device, core) that has a kernel lifecycle is inside the
+        given invocation (cores with none count as inside: nothing to check against)."""
+        cores = range(self.protocol.cores) if core is None else (core,)
+        for c in cores:
+            for q in self.core_threads.get((device, c), ()):
+                pc = state.pcs[q]
+                if not self.has_lifecycle[q] or pc == FAULTED:
+                    continue
+                if not self.inside_at[q][pc] or self.invocation_at[q][pc] != invocation:
+                    return False
+        return True
+
     # -- the transition system --
 
     def initial_states(self) -> list[State]:
@@ -282,7 +574,7 @@ class System:
         regs = tuple(tuple(0 for _ in r) for r in self.registers)
         sems = tuple(0 for _ in self.instances)
         ranges = [range(inp.lo, inp.hi + 1) for inp in self.protocol.inputs]
-        return [State(pcs, regs, sems, (), (), values) for values in itertools.product(*ranges)]
+        return [State(pcs, regs, sems, (), (), values, ()) for values in itertools.product(*ranges)]
 
     def current(self, state: State, t: int) -> ir.Instr | None:
         pc = state.pcs[t]
@@ -317,7 +609,7 @@ class System:
     def step(self, state: State, action: Action) -> State:
         kind, what = action
         if kind == "e":
-            return _complete(state, what)
+            return _complete(self, state, what)
         t = what
         instr = self.bodies[t][state.pcs[t]]
         try:
@@ -333,7 +625,7 @@ class System:
     def action_footprint(self, state: State, action: Action) -> Footprint:
         kind, what = action
         if kind == "e":
-            return Footprint(inc=1 << what.sem)
+            return event_footprint(self, what)
         return self.footprints[what][state.pcs[what]]
 
     def future_footprint(self, state: State, t: int) -> Footprint:
@@ -359,15 +651,27 @@ def _distinct(events: tuple[Event, ...]):
         previous = e
 
 
-def _complete(state: State, event: Event) -> State:
+def _complete(system: "System", state: State, event: Event) -> State:
     events = list(state.events)
     events.remove(event)
     sems = list(state.sems)
     sems[event.sem] += event.inc
-    return state._replace(sems=tuple(sems), events=tuple(events))
+    hazards = state.hazards
+    if event.invocation and event.side == RECV:
+        target = system.instances[event.sem]
+        issuer = system.threads[event.issuer]
+        remote = (target.device, target.core) != (issuer.device, issuer.core)
+        if remote and not system.inside(state, target.device, target.core, event.invocation):
+            hazards = _with(hazards, Hazard(
+                REMOTE_BEFORE_ENTRY, event.issuer, event.start_pc, -1, -1,
+                f"the copy lands on {ir.thread_name(target.device, target.core, 0, system.protocol.cores)} "
+                f"while it is not inside invocation {event.invocation} of the kernel",
+            ))
+    return state._replace(sems=tuple(sems), events=tuple(events), hazards=hazards)
 
 
-def _advance(state: State, t: int, *, to: int | None = None, sems=None, regs=None, events=None):
+def _advance(state: State, t: int, *, to: int | None = None, sems=None, regs=None, events=None,
+             hazards=None) -> State:
     pcs = list(state.pcs)
     pcs[t] = pcs[t] + 1 if to is None else to
     return State(
@@ -377,7 +681,48 @@ def _advance(state: State, t: int, *, to: int | None = None, sems=None, regs=Non
         state.events if events is None else events,
         state.faults,
         state.inputs,
+        state.hazards if hazards is None else hazards,
     )
+
+
+def _with(hazards: tuple[Hazard, ...], *new: Hazard) -> tuple[Hazard, ...]:
+    fresh = [h for h in new if h not in hazards]
+    return tuple(sorted(hazards + tuple(fresh))) if fresh else hazards
+
+
+def _races(system: "System", state: State, t: int, accesses: list[Access]) -> list[Hazard]:
+    """Hazards for every pending copy access that conflicts with one of `accesses`."""
+    found = []
+    pc = state.pcs[t]
+    if not system.watched(t, pc):
+        return found
+    for event in _distinct(state.events):
+        if not system.watched(event.issuer, event.start_pc):
+            continue
+        for pending in event.accesses:
+            for access in accesses:
+                if (pending.write or access.write) and overlap(pending, access):
+                    found.append(Hazard(
+                        DATA_RACE, t, pc, event.issuer, event.start_pc,
+                        _race_detail(system, access, pending),
+                    ))
+    return found
+
+
+def _race_detail(system: "System", access: Access, pending: Access) -> str:
+    where = system.buffer_instances[access.buffer].label
+    verb = "writes" if access.write else "reads"
+    other = "writes" if pending.write else "reads"
+    return (
+        f"{verb} {where} {_extent(access)} while a copy still in flight {other} "
+        f"{_extent(pending)} of it"
+    )
+
+
+def _extent(access: Access) -> str:
+    if not access.starts:
+        return "(whole buffer)"
+    return "[" + ", ".join(f"{s}:{s + z}" for s, z in zip(access.starts, access.sizes)) + "]"
 
 
 def _add(sems: tuple[int, ...], sid: int, delta: int) -> tuple[int, ...]:
@@ -427,7 +772,31 @@ def dma_increment(decl: ir.SemDecl, nbytes: int) -> int:
 
 def _exec_signal(system: System, t: int, instr: ir.Signal, state: State) -> State:
     sid = system.resolve(t, instr.sem, state)
-    return _advance(state, t, sems=_add(state.sems, sid, system.eval(instr.inc, t, state)))
+    sems = _add(state.sems, sid, system.eval(instr.inc, t, state))
+    return _advance(state, t, sems=sems, hazards=_early_arrival(system, state, t, sid))
+
+
+def _early_arrival(system: System, state: State, t: int, sid: int) -> tuple[Hazard, ...]:
+    """A signal to another core's kernel-lifetime semaphore must find that core inside the
+    same invocation (TPU; barrier and argument semaphores outlive kernels)."""
+    pc = state.pcs[t]
+    target = system.instances[sid]
+    thread = system.threads[t]
+    if (
+        system.backend is not Backend.TPU
+        or not system.has_lifecycle[t]
+        or target.decl.origin in (SemOrigin.BARRIER, SemOrigin.ARGUMENT)
+        or (target.device, target.core) == (thread.device, thread.core)
+    ):
+        return state.hazards
+    invocation = system.invocation_at[t][pc]
+    if system.inside(state, target.device, target.core, invocation):
+        return state.hazards
+    return _with(state.hazards, Hazard(
+        REMOTE_BEFORE_ENTRY, t, pc, -1, -1,
+        f"signals {target.label} while {ir.thread_name(target.device, target.core, 0, system.protocol.cores)} "
+        f"is not inside invocation {invocation} of the kernel",
+    ))
 
 
 def _exec_wait(system: System, t: int, instr: ir.Wait, state: State) -> State:
@@ -455,13 +824,54 @@ def _exec_assign(system: System, t: int, instr: ir.Assign, state: State) -> Stat
 def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) -> State:
     target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
     recv = system.resolve(t, target, state)
+    landing = system.instances[recv]
     nbytes = system.eval(instr.nbytes, t, state)
     pc = state.pcs[t]
-    new = [Event(RECV, t, pc, recv, dma_increment(system.instances[recv].decl, nbytes))]
-    if instr.send_sem is not None:
+    src = system.resolve_region(t, instr.src, state, write=False)
+    dst = system.resolve_region(t, instr.dst, state, write=True, device=landing.device,
+                                core=landing.core if landing.core is not None else system.threads[t].core)
+    invocation = system.invocation_at[t][pc] if system.has_lifecycle[t] else 0
+    hazards = _with(state.hazards, *_races(system, state, t, [src, dst]))
+    if instr.send_sem is None:  # local: the source is read until the copy lands
+        new = [Event(RECV, t, pc, recv, dma_increment(landing.decl, nbytes), (src, dst), invocation)]
+    else:
         send = system.resolve(t, instr.send_sem, state)
-        new.append(Event(SEND, t, pc, send, dma_increment(system.instances[send].decl, nbytes)))
-    return _advance(state, t, events=tuple(sorted(state.events + tuple(new))))
+        new = [
+            Event(RECV, t, pc, recv, dma_increment(landing.decl, nbytes), (dst,), invocation),
+            Event(SEND, t, pc, send, dma_increment(system.instances[send].decl, nbytes), (src,), invocation),
+        ]
+    return _advance(state, t, events=tuple(sorted(state.events + tuple(new))), hazards=hazards)
+
+
+def _exec_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> State:
+    access = system.resolve_region(t, instr.region, state, write=isinstance(instr, ir.Store))
+    return _advance(state, t, hazards=_with(state.hazards, *_races(system, state, t, [access])))
+
+
+def _exec_entry(system: System, t: int, instr: ir.KernelEntry, state: State) -> State:
+    reset = system.reset_on_entry(t)
+    if not reset:
+        return _advance(state, t)
+    sems = tuple(0 if reset >> sid & 1 else count for sid, count in enumerate(state.sems))
+    return _advance(state, t, sems=sems)
+
+
+def _exec_exit(system: System, t: int, instr: ir.KernelExit, state: State) -> State:
+    """TPU: the runtime checks at kernel exit that the core's semaphores are back to 0."""
+    checked = system.reset_on_entry(t)
+    pc = state.pcs[t]
+    invocation = system.invocation_at[t][pc]
+    found = [
+        Hazard(LEFTOVER_AT_EXIT, t, pc, -1, sid, f"{system.instances[sid].label} holds {count}")
+        for sid, count in enumerate(state.sems) if count and checked >> sid & 1
+    ]
+    found += [
+        Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.sem,
+               f"{system.instances[e.sem].label} still has a copy in flight into it")
+        for e in _distinct(state.events)
+        if checked >> e.sem & 1 and e.invocation in (0, invocation)
+    ]
+    return _advance(state, t, hazards=_with(state.hazards, *found))
 
 
 def _exec_nothing(system: System, t: int, instr: ir.Instr, state: State) -> State:
@@ -484,10 +894,10 @@ EXEC_RULES: dict[type, Callable[..., State]] = {
     ir.Read: _exec_read,
     ir.Assign: _exec_assign,
     ir.DmaStart: _exec_dma_start,
-    ir.Load: _exec_nothing,
-    ir.Store: _exec_nothing,
-    ir.KernelEntry: _exec_nothing,
-    ir.KernelExit: _exec_nothing,
+    ir.Load: _exec_access,
+    ir.Store: _exec_access,
+    ir.KernelEntry: _exec_entry,
+    ir.KernelExit: _exec_exit,
     ir.Branch: _exec_branch,
     ir.Jump: _exec_jump,
 }
@@ -514,7 +924,10 @@ WAIT_RULES: dict[type, Callable[..., tuple[int, int]]] = {
 
 
 def _fp_signal(system: System, t: int, instr: ir.Signal) -> Footprint:
-    return Footprint(inc=system._candidates(t, instr.sem))
+    ref = instr.sem
+    remote = ref.device is not None or ref.core is not None
+    life = system._lifecycle_candidates(t, ref.device, ref.core) if remote else 0
+    return Footprint(inc=system._candidates(t, ref), mread=life)
 
 
 def _fp_wait(system: System, t: int, instr: ir.Wait) -> Footprint:
@@ -537,7 +950,43 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
     mask = system._candidates(t, target)
     if instr.send_sem is not None:
         mask |= system._candidates(t, instr.send_sem)
-    return Footprint(inc=mask)
+    remote = instr.device is not None or instr.core is not None
+    return Footprint(
+        inc=mask,
+        mread=system._cell_candidates(t, instr.src)
+        | (system._lifecycle_candidates(t, instr.device, instr.core) if remote else 0),
+        mwrite=system._cell_candidates(t, instr.dst, instr.device, instr.core),
+    )
+
+
+def _fp_load(system: System, t: int, instr: ir.Load) -> Footprint:
+    return Footprint(mread=system._cell_candidates(t, instr.region))
+
+
+def _fp_store(system: System, t: int, instr: ir.Store) -> Footprint:
+    return Footprint(mwrite=system._cell_candidates(t, instr.region))
+
+
+def _fp_lifecycle(system: System, t: int, instr: ir.Instr) -> Footprint:
+    """Entry resets (and exit checks) the core's semaphores; both change whether the core
+    counts as inside the kernel."""
+    th = system.threads[t]
+    own = system.reset_on_entry(t)
+    return Footprint(dec=own, read=own, mwrite=1 << system.lifecycle_cell(th.device, th.core))
+
+
+def event_footprint(system: System, event: Event) -> Footprint:
+    mread = mwrite = 0
+    watched = system.watched(event.issuer, event.start_pc)
+    for access in event.accesses if watched else ():
+        if access.write:
+            mwrite |= system.access_cells(access)
+        else:
+            mread |= system.access_cells(access)
+    if event.invocation and event.side == RECV:
+        target = system.instances[event.sem]
+        mread |= 1 << system.lifecycle_cell(target.device, target.core)
+    return Footprint(inc=1 << event.sem, mread=mread, mwrite=mwrite)
 
 
 FOOTPRINT_RULES: dict[type, Callable[..., Footprint]] = {
@@ -546,6 +995,10 @@ FOOTPRINT_RULES: dict[type, Callable[..., Footprint]] = {
     ir.DmaWait: _fp_dma_wait,
     ir.Read: _fp_read,
     ir.DmaStart: _fp_dma_start,
+    ir.Load: _fp_load,
+    ir.Store: _fp_store,
+    ir.KernelEntry: _fp_lifecycle,
+    ir.KernelExit: _fp_lifecycle,
 }
 
 
@@ -598,6 +1051,10 @@ def _operands(instr: ir.Instr) -> list[ir.Operand | None]:
         if isinstance(region, ir.Region):
             ops.extend(region.start)
     return ops
+
+
+def _regions(instr: ir.Instr) -> list[ir.Region]:
+    return [r for r in (getattr(instr, n, None) for n in ("region", "src", "dst")) if isinstance(r, ir.Region)]
 
 
 def _registers_read(instr: ir.Instr) -> frozenset[str]:

@@ -74,8 +74,13 @@ def _describe(system: System, before: State, after: State, action: Action, index
         step.text = f"FAULT in {step.event}: {detail}"
         return step
     describe = _TEXT_RULES.get(type(instr), _text_plain)
-    step.text = describe(system, before, after, t, instr, step)
+    step.text = describe(system, before, after, t, instr, step) + _hazard_note(before, after)
     return step
+
+
+def _hazard_note(before: State, after: State) -> str:
+    new = [h for h in after.hazards if h not in before.hazards]
+    return "".join(f"  -- {h.kind.upper().replace('_', ' ')}: {h.detail}" for h in new)
 
 
 def _changed_sem(before: State, after: State) -> int | None:
@@ -164,7 +169,10 @@ def _describe_event(system: System, before: State, after: State, event, index: i
         text="",
         location=start.loc,
     )
-    step.text = f"copy started at line {start.loc.line} {side}: {_note_sem(system, step, event.sem, before, after)}"
+    step.text = (
+        f"copy started at line {start.loc.line} {side}: {_note_sem(system, step, event.sem, before, after)}"
+        + _hazard_note(before, after)
+    )
     return step
 
 

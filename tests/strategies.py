@@ -19,7 +19,8 @@ LOC = ir.Loc("random.py", 1)
 def protocols(draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, with_inputs: bool = True):
     backend = draw(st.sampled_from([Backend.TPU, Backend.GPU]))
     devices = draw(st.integers(1, max_devices))
-    cores = draw(st.integers(1, max_cores))
+    # at most six threads, so the unreduced search stays small
+    cores = draw(st.integers(1, max(1, min(max_cores, 6 // devices))))
     sems = [ir.SemDecl("s0", SemKind.REGULAR, draw(st.integers(1, 2)), SemOrigin.SCRATCH, Scope.CORE)]
     if draw(st.booleans()):
         sems.append(ir.SemDecl("d0", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE))
@@ -97,5 +98,5 @@ def protocols(draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, 
             threads.append(ir.Thread(device, core, tuple(body)))
     return ir.Protocol(
         name="random", backend=backend, devices=devices, cores=cores, threads=tuple(threads),
-        semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
+        semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC, buffers=(ir.BufferDecl("buf"),),
     )

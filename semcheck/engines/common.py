@@ -93,4 +93,5 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         trace=steps,
         blocked=[dict(b) for b in finding.blocked],
         cycle=list(finding.cycle),
+        related=[finding.other] if finding.other else [],
     )

@@ -47,6 +47,8 @@ def violation_dict(v: Violation) -> dict:
         ]
     if v.cycle:
         out["cycle"] = v.cycle
+    if v.related:
+        out["related"] = [location(loc) for loc in v.related]
     return out
 
 
