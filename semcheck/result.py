@@ -54,6 +54,7 @@ class Violation:
     # For stuck states: every blocked wait, and the wait-for cycle when there is one.
     blocked: list[dict] = field(default_factory=list)
     cycle: list[int] = field(default_factory=list)  # indices into `blocked`
+    semaphore: str | None = None  # short label of the semaphore concerned, as steps name it
 
 
 @dataclass

@@ -93,4 +93,5 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         trace=steps,
         blocked=[dict(b) for b in finding.blocked],
         cycle=list(finding.cycle),
+        semaphore=system.instances[finding.sem].short if finding.sem is not None else None,
     )
