@@ -40,6 +40,7 @@ class TraceStep:
     before: int | None = None
     after: int | None = None
     fed_by: tuple[int, ...] = ()  # steps whose additions this wait consumed
+    started_by: int | None = None  # for a DMA completion: the step that started the copy
 
 
 @dataclass

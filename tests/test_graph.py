@@ -193,16 +193,40 @@ def test_dot_text_pins_nodes_and_paints_the_cycle_red():
     assert source.count(f"color=\"{draw.RED}\" penwidth=2.8") == 4  # the waits-for edges
 
 
-@pytest.mark.parametrize("name", sorted(BUGGY))
-def test_cli_renders_svg_for_every_buggy_model(tmp_path, capsys, name):
+def declared_bugs():
+    """Every model and example file that declares an error-severity violation, with the
+    device counts its declarations name (4 when they name none)."""
+    from semcheck.expectations import declared_in_file
+    from semcheck.frontends import discover
+    from semcheck.properties import SEVERITY, Kind
+
+    folders = [p for p in (MODELS, os.path.join(ROOT, "examples")) if os.path.isdir(p)]
+    out = []
+    for path in discover(folders):
+        declared = [d for d in declared_in_file(path) if any(SEVERITY[Kind(k)] == "error" for k in d.outcomes)]
+        if declared:
+            counts = sorted({n for d in declared for n in (d.devices or ())}) or [4]
+            out.append(pytest.param(path, counts[0], id=os.path.relpath(path, ROOT)))
+    return out
+
+
+@pytest.mark.parametrize("path,devices", declared_bugs())
+def test_cli_renders_svg_for_every_declared_bug(tmp_path, capsys, path, devices):
     out = tmp_path / "out.svg"
-    code = cli.main(["verify", os.path.join(MODELS, name + ".py"), "--devices", "4", "--graph", str(out), "-q"])
+    code = cli.main(["verify", path, "--devices", str(devices), "--graph", str(out), "-q"])
     _, err = capsys.readouterr()
     assert code == 1
-    svg = out.read_text()
-    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
-    assert "BLOCKED" in svg or "FAULT" in svg or "AT EXIT" in svg
-    assert f"counterexample drawn to {out}" in err
+    drawn = sorted(tmp_path.glob("*.svg"))
+    assert drawn and all(f"counterexample drawn to {f}" in err for f in drawn)
+    for svg_file in drawn:
+        svg = svg_file.read_text()
+        assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+        assert "BLOCKED" in svg or "FAULT" in svg or "AT EXIT" in svg
+
+
+def test_every_buggy_model_is_drawn():
+    drawn = {os.path.basename(p.values[0])[:-3] for p in declared_bugs() if p.values[0].startswith(MODELS)}
+    assert drawn == set(BUGGY)
 
 
 def test_png_and_dot_outputs(tmp_path):
@@ -228,3 +252,19 @@ def test_graph_file_must_have_a_known_suffix(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["verify", os.path.join(MODELS, "circular_wait.py"), "--graph", "out.pdf"])
     assert exc.value.code == 2
+
+
+def test_each_dma_completion_is_linked_to_the_start_of_its_copy():
+    graph, violation = graph_of("dma_wait_mismatch")
+    completions = [n for n in nodes(graph, cex.STEP) if graph.nodes[n]["event"] in ("dma_recv_done", "dma_send_done")]
+    assert len(completions) == 8  # each of the 4 copies has left and landed
+    for node in completions:
+        [start] = [a for a, b in edges(graph, cex.COPY) if b == node]
+        assert graph.nodes[start]["event"] == "dma_start"
+        receiver, sender = graph.nodes[node]["lane"][0], graph.nodes[start]["lane"][0]
+        if graph.nodes[node]["event"] == "dma_recv_done":
+            assert receiver == (sender + 1) % 4  # lands on the right neighbour
+        else:
+            assert receiver == sender  # the send side completes on the sender
+    steps = {s.index: s for s in violation.trace}
+    assert all(steps[s.started_by].event == "dma_start" for s in violation.trace if s.started_by)

@@ -44,11 +44,13 @@ _EDGE_STYLE = {
     cex.PROGRAM: {"color": GREY, "arrowsize": "0.5", "weight": "20"},
     cex.FEEDS: {"color": BLUE, "penwidth": "1.4", "arrowsize": "0.7"},
     cex.PARTIAL: {"color": RED, "style": "dashed", "penwidth": "1.4", "arrowsize": "0.7"},
+    cex.COPY: {"color": "#7e57c2", "style": "dotted", "penwidth": "1.6", "arrowsize": "0.7"},
     cex.WAITS_FOR: {"color": RED, "penwidth": "2.8", "arrowsize": "1.1"},
 }
 
 _LEGEND_EDGES = {
     cex.FEEDS: "blue: an addition and the wait that took it",
+    cex.COPY: "purple dotted: a DMA from its start to its completion",
     cex.PARTIAL: "red dashed: added, but not enough",
     cex.WAITS_FOR: "red arrow: a blocked wait → the blocked wait it waits for",
 }

@@ -5,6 +5,7 @@ program order, each labelled with its step number and source line. A DMA complet
 the lane of the device whose semaphore it adds to. Edges:
 
 * `program`: one event to the next in its lane;
+* `copy`: a dma_start to each completion of that copy (`TraceStep.started_by`);
 * `feeds`: a signal or DMA completion to the wait that consumed what it added
   (`TraceStep.fed_by`);
 * `partial`: an addition that a still-blocked wait (or a semaphore left at exit) holds,
@@ -33,7 +34,7 @@ from semcheck.ir import Loc, thread_name
 from semcheck.result import Result, TraceStep, Violation
 
 LANE, STEP, BLOCKED, COLLAPSED, AT_EXIT = "lane", "step", "blocked", "collapsed", "at_exit"
-PROGRAM, FEEDS, PARTIAL, WAITS_FOR = "program", "feeds", "partial", "waits_for"
+PROGRAM, FEEDS, PARTIAL, WAITS_FOR, COPY = "program", "feeds", "partial", "waits_for", "copy"
 
 # A lane longer than this has its runs of uninteresting steps folded (at least MIN_RUN long).
 FOLD_LANES_LONGER_THAN = 24
@@ -102,6 +103,8 @@ def counterexample_graph(
     for step in violation.trace:
         for source in step.fed_by:
             _add_cross_edge(graph, at(source), at(step.index), FEEDS)
+        if step.started_by is not None:
+            _add_cross_edge(graph, at(step.started_by), at(step.index), COPY)
     for i, b in enumerate(violation.blocked):
         for source in _pending_additions(violation.trace, b.get("short")):
             _add_cross_edge(graph, at(source), f"b{i}", PARTIAL)
@@ -262,7 +265,7 @@ def _line(loc: Loc | None) -> int | None:
 def _step_label(step: TraceStep, kernel_file: str) -> str:
     """Two or three short lines: `12. what happened`, then the count's change and the line."""
     what, change = _short_text(step)
-    lines = textwrap.wrap(f"{step.index}. {what}", LABEL_WIDTH)
+    lines = [line for part in f"{step.index}. {what}".split("\n") for line in textwrap.wrap(part, LABEL_WIDTH)]
     where = _where(step.location, kernel_file)
     lines.append("  ·  ".join(part for part in (change, where) if part))
     return "\n".join(lines)
@@ -289,7 +292,7 @@ def _short_text(step: TraceStep) -> tuple[str, str]:
         return f"dma_wait ({side}) {sem} {before - after} B", change
     if step.event == "dma_recv_done":
         origin = step.actor.removeprefix("DMA from ")
-        return f"DMA from {origin} lands: {sem} +{after - before}", change
+        return f"DMA from {origin} lands:\n{sem} +{after - before}", change
     if step.event == "dma_send_done":
         return f"DMA sent: {sem} +{after - before}", change
     return step.text, change

@@ -27,6 +27,7 @@ def step_dict(step: TraceStep) -> dict:
         "before": step.before,
         "after": step.after,
         "fed_by": list(step.fed_by),
+        "started_by": step.started_by,
     }
 
 
@@ -47,6 +48,8 @@ def violation_dict(v: Violation) -> dict:
         ]
     if v.cycle:
         out["cycle"] = v.cycle
+    if v.semaphore:
+        out["semaphore"] = v.semaphore
     return out
 
 

@@ -7,7 +7,8 @@ around them:
 
 * columns: one per lane, in device (then core) order, as wide as its widest label;
 * rows: a node's row is one below the lowest row of anything that must happen before it
-  (the previous event in its lane, the signal or DMA completion that fed it), so the
+  (the previous event in its lane, the signal or DMA completion that fed it, the start of
+  the copy it completes), so the
   picture reads top to bottom as time and every causal edge points down;
 * the stuck state (blocked waits, semaphores left at exit) shares the bottom row.
 
@@ -33,7 +34,7 @@ LANE_PAD = 10.0  # lane background beyond its nodes
 HEADER_HEIGHT = 26.0
 TITLE_LINE_HEIGHT = 17.0
 
-_ORDERING_EDGES = (cex.PROGRAM, cex.FEEDS, cex.PARTIAL)
+_ORDERING_EDGES = (cex.PROGRAM, cex.FEEDS, cex.PARTIAL, cex.COPY)
 
 
 @dataclass
