@@ -268,3 +268,13 @@ def test_each_dma_completion_is_linked_to_the_start_of_its_copy():
             assert receiver == sender  # the send side completes on the sender
     steps = {s.index: s for s in violation.trace}
     assert all(steps[s.started_by].event == "dma_start" for s in violation.trace if s.started_by)
+
+
+@pytest.mark.parametrize("devices", [2, 8])
+@pytest.mark.parametrize("name", sorted(BUGGY))
+def test_graphviz_routes_every_edge_around_the_nodes(capfd, name, devices):
+    """No node overlaps another, so Graphviz never falls back to straight lines through boxes."""
+    graph, _ = graph_of(name, devices)
+    capfd.readouterr()
+    assert draw.render(graph, "svg")
+    assert "Warning" not in capfd.readouterr().err

@@ -97,7 +97,7 @@ def to_dot(graph: nx.DiGraph, *, dpi: int | None = None) -> str:
                  fontname=f"{FONT} Bold", pos=_pos((x, y)))
     # Invisible corners, so the drawing's bounding box holds the lane backgrounds.
     bottom = min((lane[3] for lane in geometry.lanes), default=0.0)
-    for name, corner in (("corner_top", (0.0, geometry.title_position[1] + 20)),
+    for name, corner in (("corner_top", (0.0, geometry.top)),
                          ("corner_bottom", (geometry.width, bottom))):
         dot.node(name, label="", shape="point", style="invis", width="0", pos=_pos(corner))
     for node, data in graph.nodes(data=True):

@@ -45,6 +45,7 @@ class Layout:
     # (label, left, right, bottom, top) of each lane's background, in lane order
     headers: list[tuple[str, float, float]] = field(default_factory=list)  # (label, x, y)
     title_position: tuple[float, float] = (0.0, 0.0)
+    top: float = 0.0  # above the title
     rows: dict[str, int] = field(default_factory=dict)  # node -> row, 0 at the top
     width: float = 0.0
     height: float = 0.0
@@ -115,6 +116,7 @@ def layout(graph: nx.DiGraph, title_lines: int) -> Layout:
     result.width = max(x - LANE_GAP, 0.0)
     title_height = title_lines * TITLE_LINE_HEIGHT + 10
     result.title_position = (result.width / 2, title_height / 2 + 4)
+    result.top = title_height + 12
     result.height = -bottom + title_height
     return result
 
