@@ -181,6 +181,18 @@ def test_an_undeclared_bug_fails_the_gate_with_its_full_report(tmp_path, capsys)
     assert "1 as expected, 1 unexpected" in out
 
 
+def test_json_says_what_was_expected_only_when_judged(tmp_path, capsys):
+    import json
+
+    write(tmp_path, "undeclared.py")
+    _, out, _ = run(capsys, str(tmp_path), "--devices", "2", "--format", "json", "--expectations")
+    [r] = json.loads(out)["results"]
+    assert r["expectation"] == {"expected": "safe", "matched": False, "declared_at": None,
+                                "reason": "expected safe, found unsatisfied_wait"}
+    _, out, _ = run(capsys, str(tmp_path), "--devices", "2", "--format", "json")
+    assert "expectation" not in json.loads(out)["results"][0]
+
+
 def test_a_stale_declaration_fails_too(tmp_path, capsys):
     path = tmp_path / "fixed.py"
     path.write_text("# semcheck: expect deadlock\n" + open(os.path.join(MODELS, "ring_allgather.py")).read())

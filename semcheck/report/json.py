@@ -75,5 +75,15 @@ def result_dict(r: Result) -> dict:
     }
 
 
-def render(results: list[Result], **_options) -> str:
-    return json.dumps({"semcheck": __version__, "results": [result_dict(r) for r in results]}, indent=2)
+def render(results: list[Result], *, judgements=None, **_options) -> str:
+    """With `judgements` (--expectations), each result also says what was declared for it
+    and whether it matched: `"expectation": {"expected", "matched", "reason", "declared_at"}`."""
+    dicts = [result_dict(r) for r in results]
+    for d, j in zip(dicts, judgements or []):
+        d["expectation"] = {
+            "expected": j.expected_text,
+            "matched": j.matched,
+            "reason": j.reason,
+            "declared_at": j.expected.where if j.expected else None,
+        }
+    return json.dumps({"semcheck": __version__, "results": dicts}, indent=2)
