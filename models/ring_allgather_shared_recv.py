@@ -12,6 +12,9 @@ usually runs it fine; the data forwarded can still be stale. The fix is one rece
 semaphore per step (or a capacity handshake), as in `ring_allgather`.
 """
 
+# semcheck: expect data_race devices=3,4,5,6,7,8,16,32
+# semcheck: expect safe devices=2
+
 from semcheck.model import DMA, ProtocolBuilder
 
 

@@ -197,6 +197,7 @@ def _blocked_info(system: System, state: State, t: int, sid: int, need: int, hav
         "sub": thread.sub,
         "name": system.thread_name(t),
         "semaphore": system.instances[sid].label,
+        "short": system.instances[sid].short,  # as trace steps name it, e.g. "barrier@d3"
         "sem": sid,
         "needs": need,
         "has": have,

@@ -40,6 +40,7 @@ class TraceStep:
     before: int | None = None
     after: int | None = None
     fed_by: tuple[int, ...] = ()  # steps whose additions this wait consumed
+    started_by: int | None = None  # for a DMA completion: the step that started the copy
 
 
 @dataclass
@@ -55,6 +56,7 @@ class Violation:
     blocked: list[dict] = field(default_factory=list)
     cycle: list[int] = field(default_factory=list)  # indices into `blocked`
     related: list[Loc] = field(default_factory=list)  # e.g. the other access of a data race
+    semaphore: str | None = None  # short label of the semaphore concerned, as steps name it
 
 
 @dataclass

@@ -21,6 +21,7 @@ EXPECTED = {
     "ring_allgather": (set(), set()),
     "ring_allgather_missing_signal": ({"unsatisfied_wait"}, set()),
     "circular_wait": ({"deadlock"}, set()),
+    "ring_recv_before_send": ({"deadlock"}, set()),
     "double_buffer": (set(), set()),
     "nondec_poll": (set(), set()),
     "nondec_poll_leak": ({"semaphore_leftover"}, {"not_lowerable"}),

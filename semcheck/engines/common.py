@@ -94,4 +94,5 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         blocked=[dict(b) for b in finding.blocked],
         cycle=list(finding.cycle),
         related=[finding.other] if finding.other else [],
+        semaphore=system.instances[finding.sem].short if finding.sem is not None else None,
     )
