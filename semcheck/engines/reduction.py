@@ -101,21 +101,22 @@ class _Context:
             self._blocked[t] = self.system.blocked_wait(self.state, t)
         return self._blocked[t]
 
-    def _required_by(self, action: Action):
+    def _required_by(self, action: Action) -> list[Action]:
         if action in self.enabled:
-            sig = self.own_sig(action)
-            if _clash(sig, self._others[action]):
-                for other, other_sig in self.actor_sig.items():
-                    if other != action and _clash(sig, other_sig):
-                        yield other
-            return
+            xa, ya = self.own_sig(action)
+            xo, yo = self._others[action]
+            if not (xa & yo or xo & ya):
+                return []
+            # the hot loop of the whole search: kept to plain integer tests
+            return [
+                other for other, (xb, yb) in self.actor_sig.items()
+                if (xa & yb or xb & ya) and other != action
+            ]
         blocked = self._blocked_wait(action[1])
         if blocked is None:  # not at a wait: cannot happen for an active, disabled thread
-            return
+            return []
         bit = 1 << blocked[0]  # additions are channel 0 of x
-        for other, (x, _y) in self.actor_sig.items():
-            if x & bit and other != action:
-                yield other
+        return [other for other, (x, _y) in self.actor_sig.items() if x & bit and other != action]
 
 
 def _clash(a: tuple[int, int], b: tuple[int, int]) -> bool:
