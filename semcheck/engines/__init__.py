@@ -21,8 +21,17 @@ def _explicit(system: System, budget: Budget | None, progress: ProgressFn | None
     return to_result(explicit.explore(system, budget=budget, progress=progress, **options), "explicit")
 
 
+def _simulate(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
+    from semcheck.engines import simulate
+    from semcheck.engines.common import to_result
+
+    options.pop("reduce", None)  # random schedules: nothing to reduce
+    return to_result(simulate.explore(system, budget=budget, progress=progress, **options), "simulate")
+
+
 ENGINES: dict[str, Callable[..., Result]] = {
     "explicit": _explicit,
+    "simulate": _simulate,
 }
 
 
