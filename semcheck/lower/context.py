@@ -95,7 +95,7 @@ class KernelContext:
     fold_cache: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.locate = Locator(self.kernel_loc)
+        self.locate = Locator()
         self._names: set[str] = set()
 
     # -- names and declarations --
@@ -162,9 +162,11 @@ class ThreadLowering:
         self.emitter = Emitter()
         self.program_ids: tuple[int, ...] = ()
         self._next_reg = 0
+        # The location of the innermost enclosing eqn that has one (see source.Locator).
+        self.context_loc: ir.Loc = kernel.kernel_loc
 
     def loc(self, eqn) -> ir.Loc:
-        return self.kernel.locate(eqn)
+        return self.kernel.locate(eqn) or self.context_loc
 
     def fresh_reg(self, hint: str = "r") -> str:
         self._next_reg += 1

@@ -69,7 +69,12 @@ def eval_jaxpr(t: ThreadLowering, jaxpr, consts: list[Value], args: list[Value])
         env[var] = value
     for eqn in jaxpr.eqns:
         inputs = [read_atom(env, a) for a in eqn.invars]
-        outputs = dispatch(t, eqn, inputs)
+        outer = t.context_loc
+        t.context_loc = t.loc(eqn)
+        try:
+            outputs = dispatch(t, eqn, inputs)
+        finally:
+            t.context_loc = outer
         if len(outputs) != len(eqn.outvars):
             raise AssertionError(f"rule for {eqn.primitive.name} returned {len(outputs)} values")
         for var, value in zip(eqn.outvars, outputs):

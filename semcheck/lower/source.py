@@ -66,19 +66,21 @@ def loc_of_traceback(traceback) -> ir.Loc | None:
 
 
 class Locator:
-    """Caches the location of each eqn (tracebacks are shared by many eqns)."""
+    """Caches the user location of each eqn, or None when its traceback has no user frame.
 
-    def __init__(self, fallback: ir.Loc):
-        self.fallback = fallback
-        self._cache: dict[int, ir.Loc] = {}
+    JAX records tracebacks only up to the function being traced, so an eqn inside a
+    library helper's `pl.when` (e.g. `pltpu.core_barrier`) has no user frame of its own;
+    lowering then uses the location of the enclosing eqn (the helper call in the kernel).
+    """
 
-    def __call__(self, eqn) -> ir.Loc:
+    def __init__(self) -> None:
+        self._cache: dict[int, ir.Loc | None] = {}
+
+    def __call__(self, eqn) -> ir.Loc | None:
         key = id(eqn)
-        loc = self._cache.get(key)
-        if loc is None:
-            loc = loc_of_traceback(eqn.source_info.traceback) or self.fallback
-            self._cache[key] = loc
-        return loc
+        if key not in self._cache:
+            self._cache[key] = loc_of_traceback(eqn.source_info.traceback)
+        return self._cache[key]
 
 
 _FUNC_SRC = re.compile(r"^(?P<name>.*) at (?P<file>.+):(?P<line>\d+)$")

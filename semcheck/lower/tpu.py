@@ -54,7 +54,9 @@ def resolve_device(t: ThreadLowering, eqn, device_id, device_id_type, what: str)
         )
     linear: ir.Operand = 0
     for coord, stride in zip(coords, mesh.strides):
-        linear = sym_op("add", linear, sym_op("mul", operand(t, eqn, coord, f"the {what} device id"), stride))
+        if not isinstance(coord, (int, ir.Reg, ir.BinOp)):  # dict ids arrive as operands
+            coord = operand(t, eqn, coord, f"the {what} device id")
+        linear = sym_op("add", linear, sym_op("mul", coord, stride))
     return linear, core
 
 
