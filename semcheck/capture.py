@@ -116,16 +116,22 @@ def capturing(record: Callable):
 
 
 def _zeros(ctx, in_nodes):
-    """The kernel's outputs as zeros, so the script can go on."""
-    import jax.numpy as jnp
+    """The kernel's outputs as zeros, so the script can go on. A semaphore output (a kernel
+    handing a semaphore to the next one) is zeros of its physical type."""
+    import numpy as np
+    from jax._src import core as jax_core
+    from jax._src import dtypes
     from jax._src.interpreters import mlir
 
-    avals = ctx.avals_out
-
-    def zeros(*_args):
-        return [jnp.zeros(a.shape, a.dtype) for a in avals]
-
-    return mlir.lower_fun(zeros, multiple_results=True)(ctx, *in_nodes)
+    del in_nodes
+    outs = []
+    for aval in ctx.avals_out:
+        if dtypes.issubdtype(aval.dtype, dtypes.extended):
+            physical = jax_core.physical_element_aval(aval.dtype)
+            aval = jax_core.ShapedArray(tuple(aval.shape) + tuple(physical.shape), physical.dtype)
+        zero = mlir.ir_constant(np.array(0, aval.dtype))
+        outs.append(mlir.broadcast_in_dim(ctx, zero, aval, broadcast_dimensions=()))
+    return outs
 
 
 def _mesh_of_axis_context(axis_context):
