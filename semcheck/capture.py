@@ -69,6 +69,7 @@ class CaptureOutcome:
     captured: int = 0  # kernels JAX compiled
     script_error: str | None = None  # the script failed: why and where
     devices: int = 0  # devices the process had
+    seconds: dict[str, float] = field(default_factory=dict)  # "jax import", "script", "lowering"
 
 
 # --- the hooks ------------------------------------------------------------------------------
@@ -339,8 +340,13 @@ def _where(e: BaseException) -> str:
 
 def _child(args) -> int:
     """The subprocess: run the script under the hooks, lower, write the outcome."""
+    import time
+
     os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS", ""), args.devices)
+    started = time.perf_counter()
     import jax
+
+    imported = time.perf_counter()
 
     captures: list = []
     outcome = CaptureOutcome()
@@ -354,7 +360,13 @@ def _child(args) -> int:
             outcome.captured = len(captures)
             outcome.script_error = script_error
             outcome.devices = jax.device_count()
+            ran = time.perf_counter()
             outcome.protocols, outcome.errors = lower_captures(list(captures))
+            outcome.seconds = {
+                "jax import": imported - started,
+                "script": ran - imported,
+                "lowering": time.perf_counter() - ran,
+            }
             with open(args.output, "wb") as f:
                 pickle.dump(outcome, f)
             done.set()

@@ -353,3 +353,71 @@ def test_every_instruction_points_at_the_users_line_even_inside_helpers():
     lines = {(type(i).__name__, i.loc.line) for i in p.threads[1].body if not isinstance(i, (ir.KernelEntry, ir.KernelExit))}
     assert {("Signal", barrier_line), ("Wait", barrier_line), ("DmaStart", copy_line), ("DmaWait", copy_line)} <= lines
     assert all(i.loc.file == HERE for t in p.threads for i in t.body)
+
+
+# --- semaphores between kernels, data-dependent branches -------------------------------------
+
+
+def test_semaphores_passed_between_kernels_are_arguments():
+    def producer(x_ref, sem_out):
+        pl.semaphore_signal(sem_out, 1)
+
+    def consumer(x_ref, sem_in, o_ref):
+        pl.semaphore_wait(sem_in, 1)
+
+    def per_device(block):
+        sem = pl.pallas_call(producer, out_shape=REGULAR(()), in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                             out_specs=pl.BlockSpec(memory_space=pltpu.SEMAPHORE))(block)
+        return pl.pallas_call(
+            consumer, out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pltpu.SEMAPHORE)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        )(block, sem)
+
+    from semcheck import check_protocol
+
+    made, used = protocols(per_device, mesh((2,)))
+    assert made.semaphore("sem_out").origin is ir.SemOrigin.ARGUMENT
+    assert check_protocol(made).verdict.value == "safe"  # handed on: not required to be 0 at exit
+    assert used.semaphore("sem_in").origin is ir.SemOrigin.ARGUMENT
+    assert any("sem_in" in note and "start at 0" in note for note in used.notes)
+
+
+def _prefetch_call(kernel):
+    def per_device(block):
+        flags = jnp.zeros((1,), jnp.int32)
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[REGULAR]),
+        )(flags, block)
+
+    return per_device
+
+
+def test_a_synchronizing_branch_on_buffer_contents_explores_every_outcome():
+    def kernel(flags_ref, x_ref, o_ref, sem):
+        @pl.when(flags_ref[0] > 0)
+        def _():
+            pl.semaphore_wait(sem, 1)  # nobody signals: stuck whenever the flag is set
+
+    [p] = protocols(_prefetch_call(kernel), mesh((2,)))
+    assert [(i.lo, i.hi) for i in p.inputs] == [(0, 1), (0, 1)]  # one per device
+    assert any("depends on the value loaded from flags_ref" in note for note in p.notes)
+    from semcheck import check_protocol
+
+    result = check_protocol(p)
+    assert {v.kind for v in result.errors} == {"unsatisfied_wait"}
+    assert result.errors[0].location.line == line_of(HERE, "pl.semaphore_wait(sem, 1)  # nobody signals")
+
+
+def test_a_branch_on_buffer_contents_without_synchronization_keeps_both_sides_accesses():
+    def kernel(flags_ref, x_ref, o_ref, sem):
+        @pl.when(flags_ref[0] > 0)
+        def _():
+            o_ref[...] = x_ref[...]
+
+    [p] = protocols(_prefetch_call(kernel), mesh((2,)))
+    assert not p.inputs
+    assert len(instrs(p, ir.Store)) == 1 and not instrs(p, ir.Branch)

@@ -97,7 +97,7 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
                 f"checked as on a chip with {cores} TensorCores per device (v4/v5p megacore): the "
                 f"parallel grid dimensions are split into contiguous per-core chunks"
             )
-        protocols.append(_build(ctx, jaxpr, invars, origins, points))
+        protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs))
     return protocols
 
 
@@ -176,7 +176,7 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
     ctx = _context(name, capture, cores, kernel_loc, compiler_params, (cores,), (axis,))
     ctx.core_axis = axis
     points = [[(core,)] for core in range(cores)]
-    return [_build(ctx, jaxpr, invars, origins, points)]
+    return [_build(ctx, jaxpr, invars, origins, points, n_in)]
 
 
 # --- shared -------------------------------------------------------------------------------------
@@ -219,13 +219,23 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
     )
 
 
-def _build(ctx: KernelContext, jaxpr, invars, origins, points) -> ir.Protocol:
+def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int) -> ir.Protocol:
+    """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs."""
     if jaxpr.constvars:
         raise LoadError(f"{ctx.name}: the kernel captures constants", ctx.kernel_loc)
     names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
     if len(names) != len(invars):
         names = [f"operand{k}" for k in range(len(invars))]
     refs = [ctx.declare_ref(n, v.aval, o, ctx.kernel_loc) for n, v, o in zip(names, invars, origins)]
+    handed_in = [
+        r.alloc for r, o in zip(refs[:n_inputs], origins) if r.is_semaphore and o is SemOrigin.ARGUMENT
+    ]
+    if handed_in:
+        ctx.note(
+            f"semaphores handed to this kernel by an earlier one ({', '.join(handed_in)}) start at 0 "
+            "here: semcheck checks each kernel on its own, so signals made before the kernel "
+            "started are not counted"
+        )
     devices = ctx.mesh.size
     barrier = _default_barrier(ctx, devices)
     threads = []
