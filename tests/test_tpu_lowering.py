@@ -421,3 +421,14 @@ def test_a_branch_on_buffer_contents_without_synchronization_keeps_both_sides_ac
     [p] = protocols(_prefetch_call(kernel), mesh((2,)))
     assert not p.inputs
     assert len(instrs(p, ir.Store)) == 1 and not instrs(p, ir.Branch)
+
+
+def test_jit_checkpoint_and_custom_jvp_bodies_are_lowered_in_place():
+    def kernel(x_ref, o_ref, sem):
+        me = lax.axis_index("x")
+        step = jax.checkpoint(lambda a: a + 1)(jax.nn.relu(me * 2 - 1))  # remat2, custom_jvp_call
+        pl.semaphore_signal(sem, step)
+        pl.semaphore_wait(sem, step)
+
+    [p] = protocols(call(kernel, scratch=[REGULAR]), mesh((2,)))
+    assert [body_signals(p, d)[0].inc for d in range(2)] == [1, 2]

@@ -27,17 +27,15 @@ MAX_LOOP_ITERATIONS = 100_000
 # --- calls --------------------------------------------------------------------------------
 
 
-def _call(param: str):
-    def call_rule(t: ThreadLowering, eqn, inputs):
-        return eval_closed(t, eqn.params[param], inputs)
-
-    return call_rule
-
-
-for _name in ("jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "jaxpr_call"):
-    rule(_name)(_call("jaxpr"))
-for _name in ("custom_jvp_call", "custom_vjp_call"):
-    rule(_name)(_call("call_jaxpr"))
+@rule("jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "jaxpr_call",
+      "custom_jvp_call", "custom_vjp_call")
+def call(t: ThreadLowering, eqn, inputs):
+    """Calls of a sub-jaxpr (jit, checkpoint, custom derivatives): lower the body in place.
+    The sub-jaxpr is `jaxpr` or `call_jaxpr` depending on the primitive."""
+    body = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+    if body is None:
+        raise t.error(eqn, "semcheck cannot find the called jaxpr in this primitive's params")
+    return eval_closed(t, body, inputs)
 
 
 # --- cond ---------------------------------------------------------------------------------
