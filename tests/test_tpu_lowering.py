@@ -432,3 +432,26 @@ def test_jit_checkpoint_and_custom_jvp_bodies_are_lowered_in_place():
 
     [p] = protocols(call(kernel, scratch=[REGULAR]), mesh((2,)))
     assert [body_signals(p, d)[0].inc for d in range(2)] == [1, 2]
+
+
+def test_emit_pipeline_over_a_core_axis_splits_the_blocks_between_cores():
+    cores = pltpu.create_tensorcore_mesh("core", num_cores=2)
+
+    def add_one(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1
+
+    def body(x_hbm, o_hbm):
+        pltpu.emit_pipeline(add_one, grid=(4,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                            out_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))], core_axis_name="core",
+                            dimension_semantics=(pltpu.PARALLEL,))(x_hbm, o_hbm)
+
+    def per_device(block):
+        return pl.kernel(body, out_type=jax.ShapeDtypeStruct(block.shape, block.dtype), mesh=cores)(block)
+
+    [p] = protocols(per_device, mesh((2,)), rows=32)
+    for core, rows in ((0, {0, 8}), (1, {16, 24})):
+        reads = [s.src.start[0] for s in instrs(p, ir.DmaStart, 1, core) if s.src.buffer == "x_hbm"]
+        assert set(reads) == rows
+    from semcheck import check_protocol
+
+    assert check_protocol(p).verdict.value == "safe"
