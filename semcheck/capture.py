@@ -167,7 +167,8 @@ def tpu_generation_for_cpu():
         yield
     finally:
         tpu_info.registry.pop("cpu", None)
-        tpu_info.get_tpu_info.cache_clear() if hasattr(tpu_info.get_tpu_info, "cache_clear") else None
+        if hasattr(tpu_info.get_tpu_info, "cache_clear"):  # forget the answer given while capturing
+            tpu_info.get_tpu_info.cache_clear()
 
 
 # --- lowering what was captured ------------------------------------------------------------

@@ -455,3 +455,33 @@ def test_emit_pipeline_over_a_core_axis_splits_the_blocks_between_cores():
     from semcheck import check_protocol
 
     assert check_protocol(p).verdict.value == "safe"
+
+
+# --- what semcheck cannot model is an error naming the primitive and the line --------------
+
+
+def _lowering_errors(kernel, scratch=()):
+    from semcheck.capture import capture_function, lower_captures
+    from tests.tpu_kernels import sharded
+
+    found, errors = lower_captures(capture_function(*sharded(call(kernel, scratch=scratch), mesh((2,)))))
+    assert not found
+    return errors
+
+
+def test_unmodelled_constructs_are_errors_with_primitive_line_and_hint():
+    def accumulating_copy(x_ref, o_ref, sem):
+        pltpu.async_copy(x_ref, o_ref, sem, add=True).wait()
+
+    def collective_scope(x_ref, o_ref):
+        pl.run_scoped(lambda s: pl.semaphore_signal(s, 1), REGULAR, collective_axes="x")
+
+    for kernel, scratch, primitive, text in (
+        (accumulating_copy, [DMA], "dma_start", "pltpu.async_copy(x_ref, o_ref, sem, add=True)"),
+        (collective_scope, [], "run_scoped", "pl.run_scoped(lambda s: pl.semaphore_signal(s, 1), REGULAR"),
+    ):
+        [error] = _lowering_errors(kernel, scratch)
+        assert error.kernel == kernel.__name__
+        assert error.message.startswith(f"{primitive}: ")
+        assert (error.file, error.line) == (HERE, line_of(HERE, text))
+        assert error.hint

@@ -125,12 +125,15 @@ def region(t: ThreadLowering, eqn, value, what: str, extra=()) -> ir.Region:
     return ir.Region(ref.alloc, starts, tuple(size for _, size in dims))
 
 
-def nbytes_of_aval(aval) -> int:
+def nbytes_of_aval(t: ThreadLowering, eqn, aval) -> int:
     """Bytes of a (possibly transformed) ref aval: static shape times itemsize (reference
     §1.5; the Pallas abstract eval does the same)."""
     import numpy as np
 
-    return math.prod(int(d) for d in aval.shape) * np.dtype(aval.dtype).itemsize
+    if not all(isinstance(d, int) for d in aval.shape):
+        raise t.error(eqn, f"the DMA's shape {aval.shape} is known only at run time",
+                      hint="use static slice sizes (pl.ds(start, size) with a Python int size)")
+    return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
 
 
 # --- loads and stores ------------------------------------------------------------------------

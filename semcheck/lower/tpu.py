@@ -132,6 +132,7 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             eqn,
             "async_copy(add=True) is not lowerable on a TensorCore (Mosaic raises "
             "NotImplementedError); semcheck has no model of it",
+            hint="copy, then add in the kernel",
         )
     device, core = resolve_device(t, eqn, device_id, eqn.params["device_id_type"], "DMA")
     t.emitter.emit(
@@ -142,7 +143,7 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
             send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
             # Mosaic counts the bytes of the destination memref (reference §1.5, §2.5).
-            nbytes=nbytes_of_aval(avals[1]),
+            nbytes=nbytes_of_aval(t, eqn, avals[1]),
             device=device,
             core=core,
         )
@@ -165,7 +166,7 @@ def dma_wait(t: ThreadLowering, eqn, inputs):
         ir.DmaWait(
             t.loc(eqn),
             semaphore_ref(t, eqn, sem, f"the DMA {side} semaphore waited on"),
-            nbytes_of_aval(avals[1]),
+            nbytes_of_aval(t, eqn, avals[1]),
             side,
         )
     )
