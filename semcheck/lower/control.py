@@ -295,21 +295,15 @@ def run_scoped(t: ThreadLowering, eqn, inputs):
             hint="allocate per-core scratch without collective_axes",
         )
     jaxpr, consts = unwrap(params["jaxpr"])
-    # 0.10.2 binds the closed-over refs positionally to constvars and the allocations to
-    # invars; newer JAX attaches consts to the jaxpr (reference §8).
+    # 0.10.2 binds the closed-over refs (the eqn's inputs) to the jaxpr's constvars and the
+    # new allocations to its invars; newer JAX attaches consts to the jaxpr (reference §8).
     closed_over = [const_value(c) for c in consts] + list(inputs)
-    n_const = len(jaxpr.constvars)
-    const_values, extra = closed_over[:n_const], closed_over[n_const:]
-    allocations = _allocations(t, eqn, jaxpr)
     transforms = params.get("ref_transforms") or ()
     refs = []
-    for k, ref in enumerate(allocations):
-        extra_transforms = tuple(transforms[k]) if k < len(transforms) and transforms[k] else ()
-        refs.append(RefValue(ref.alloc, ref.is_semaphore, ref.shape, ref.dtype, ref.transforms + extra_transforms))
-    args = extra + refs
-    if len(args) != len(jaxpr.invars):
-        args = refs
-    return eval_jaxpr(t, jaxpr, const_values, args)
+    for k, ref in enumerate(_allocations(t, eqn, jaxpr)):
+        extra = tuple(transforms[k]) if k < len(transforms) and transforms[k] else ()
+        refs.append(RefValue(ref.alloc, ref.is_semaphore, ref.shape, ref.dtype, ref.transforms + extra))
+    return eval_jaxpr(t, jaxpr, closed_over[:len(jaxpr.constvars)], refs)
 
 
 def _allocations(t: ThreadLowering, eqn, jaxpr) -> list[RefValue]:
@@ -326,3 +320,13 @@ def _allocations(t: ThreadLowering, eqn, jaxpr) -> list[RefValue]:
         allocs.append(t.kernel.declare_ref(base, var.aval, SemOrigin.SCOPED, t.loc(eqn)))
     t.kernel.scoped[key] = allocs
     return allocs
+
+
+@rule("emit_pipeline", "pipeline_body")
+def pipeline_primitive(t: ThreadLowering, eqn, inputs):
+    raise t.error(
+        eqn,
+        "emit_pipeline was traced as one primitive (jax_use_emit_pipeline_primitive is on); "
+        "semcheck lowers the pipeline from its inline form",
+        hint="leave jax_use_emit_pipeline_primitive at its default (False) when checking",
+    )

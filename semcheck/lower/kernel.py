@@ -237,7 +237,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int) ->
             "started are not counted"
         )
     devices = ctx.mesh.size
-    barrier = _default_barrier(ctx, devices)
+    barrier = _declare_default_barrier(ctx, devices)
     threads = []
     for device in range(devices):
         for core in range(ctx.cores):
@@ -265,7 +265,8 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int) ->
     )
 
 
-def _default_barrier(ctx: KernelContext, devices: int) -> bool:
+def _declare_default_barrier(ctx: KernelContext, devices: int) -> bool:
+    """Declare the default device barrier's semaphores when XLA inserts one; whether it does."""
     if ctx.collective_id is not None or ctx.skip_device_barrier or devices * ctx.cores == 1:
         return False
     for name in (ARRIVE, RELEASE):
