@@ -68,6 +68,7 @@ class CaptureOutcome:
     errors: list[KernelError] = field(default_factory=list)
     captured: int = 0  # kernels JAX compiled
     script_error: str | None = None  # the script failed: why and where
+    script_error_loc: ir.Loc | None = None  # the script's own line that failed, if known
     devices: int = 0  # devices the process had
     seconds: dict[str, float] = field(default_factory=dict)  # "jax import", "script", "lowering"
 
@@ -310,18 +311,20 @@ def with_device_count(flags: str, devices: int) -> str:
     return f"{flags} --xla_force_host_platform_device_count={devices}".strip()
 
 
-def _run_script(path: str) -> str | None:
-    """Run the script as `python path` would; the reason it failed, or None."""
+def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
+    """Run the script as `python path` would; why it failed and where, or (None, None)."""
     sys.argv = [path]
     sys.path.insert(0, os.path.dirname(path))
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):
-            return f"the script exited with status {e.code}"
+            return f"the script exited with status {e.code}", None
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script is reported
-        return f"the script raised {type(e).__name__}: {_first_line(e)}{_where(e)}"
-    return None
+        loc = _where(e)
+        where = f" at {loc}" if loc else ""
+        return f"the script raised {type(e).__name__}: {_first_line(e)}{where}", loc
+    return None, None
 
 
 def _first_line(e: BaseException) -> str:
@@ -329,14 +332,15 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else ""
 
 
-def _where(e: BaseException) -> str:
+def _where(e: BaseException) -> ir.Loc | None:
+    """The innermost frame of the failure that is the user's code."""
     from semcheck.lower.source import is_user_file
 
     loc = None
     for frame in traceback.extract_tb(e.__traceback__):
         if is_user_file(frame.filename):
-            loc = f" at {ir.display_path(frame.filename)}:{frame.lineno}"
-    return loc or ""
+            loc = ir.Loc(os.path.abspath(frame.filename), frame.lineno or 0)
+    return loc
 
 
 def _child(args) -> int:
@@ -354,12 +358,12 @@ def _child(args) -> int:
     done = threading.Event()
     lock = threading.Lock()
 
-    def finish(script_error: str | None) -> None:
+    def finish(script_error: str | None, where: ir.Loc | None = None) -> None:
         with lock:
             if done.is_set():
                 return
             outcome.captured = len(captures)
-            outcome.script_error = script_error
+            outcome.script_error, outcome.script_error_loc = script_error, where
             outcome.devices = jax.device_count()
             ran = time.perf_counter()
             outcome.protocols, outcome.errors = lower_captures(list(captures))
@@ -380,9 +384,9 @@ def _child(args) -> int:
     watchdog.daemon = True
     watchdog.start()
     with capturing(captures.append):
-        script_error = _run_script(os.path.abspath(args.script))
+        script_error, where = _run_script(os.path.abspath(args.script))
     watchdog.cancel()
-    finish(script_error)
+    finish(script_error, where)
     return 0
 
 

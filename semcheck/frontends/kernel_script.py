@@ -18,8 +18,11 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
 
     outcome = capture_script(path, devices, timeout=options.get("capture_timeout"))
     if not outcome.protocols and not outcome.errors:
-        raise LoadError(_nothing_captured(path, devices, outcome.script_error), Loc(path, 0) if path else None,
-                        hint=_HINT)
+        raise LoadError(
+            _nothing_captured(path, devices, outcome.script_error),
+            outcome.script_error_loc or Loc(path, 0),
+            hint=_HINT,
+        )
     notes = []
     if outcome.script_error:
         notes.append(
