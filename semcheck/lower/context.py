@@ -81,7 +81,6 @@ class KernelContext:
     mesh: MeshShape
     cores: int
     kernel_loc: ir.Loc
-    call_loc: ir.Loc
     core_axis: str | None = None  # the TensorCoreMesh axis (core_map / pl.kernel)
     grid: tuple[int, ...] = ()
     grid_names: tuple = ()

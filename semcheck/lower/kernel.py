@@ -211,7 +211,6 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
         mesh=capture.mesh,
         cores=cores,
         kernel_loc=kernel_loc,
-        call_loc=capture.call_loc or kernel_loc,
         grid=grid,
         grid_names=grid_names,
         collective_id=getattr(compiler_params, "collective_id", None),
@@ -272,13 +271,14 @@ def _declare_default_barrier(ctx: KernelContext, devices: int) -> bool:
     for name in (ARRIVE, RELEASE):
         ctx.unique(name)
         ctx.semaphores[name] = ir.SemDecl(
-            name, SemKind.BARRIER, 1, SemOrigin.BARRIER, ir.Scope.CORE, None, ctx.call_loc
+            name, SemKind.BARRIER, 1, SemOrigin.BARRIER, ir.Scope.CORE, None, ctx.kernel_loc
         )
     return True
 
 
 def _emit_device_barrier(t: ThreadLowering, devices: int) -> None:
-    loc, em = t.kernel.call_loc, t.emitter
+    # Located at the kernel's definition: the barrier runs before its first line.
+    loc, em = t.kernel.kernel_loc, t.emitter
     total = devices * t.kernel.cores
     em.emit(ir.Signal(loc, ir.SemRef(ARRIVE, 0, 0, 0), 1))
     if t.device == 0 and t.core == 0:
