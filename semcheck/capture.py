@@ -233,6 +233,7 @@ def capture_function(fn, *args, **kwargs) -> list:
     import jax
 
     from semcheck.lower import KernelCapture, MeshShape
+    from semcheck.lower.interpreter import subjaxprs
     from semcheck.lower.source import loc_of_traceback
 
     with tpu_generation_for_cpu():
@@ -257,23 +258,11 @@ def capture_function(fn, *args, **kwargs) -> list:
                     "`semcheck verify`",
                 )
             inner_mesh = mesh_shape(eqn.params["mesh"]) if name == "shard_map" else mesh
-            for sub in _subjaxprs(eqn.params):
+            for sub in subjaxprs(eqn.params):
                 walk(sub, inner_mesh)
 
     walk(closed.jaxpr, MeshShape())
     return found
-
-
-def _subjaxprs(params):
-    from jax._src import core as jax_core
-
-    for value in params.values():
-        items = value if isinstance(value, (tuple, list)) else (value,)
-        for item in items:
-            if isinstance(item, jax_core.ClosedJaxpr):
-                yield item.jaxpr
-            elif isinstance(item, jax_core.Jaxpr):
-                yield item
 
 
 # --- scripts, in a subprocess ---------------------------------------------------------------

@@ -221,3 +221,29 @@ def test_verify_explains_when_the_function_calls_no_kernel():
 
     with pytest.raises(LoadError, match="calls no Pallas TPU kernel"):
         verify(lambda x: x + 1, jnp.ones(3))
+
+
+def test_a_raw_core_map_under_run_state_is_captured_after_jax_discharges_it(tmp_path):
+    path = script(tmp_path, """
+        cores = pltpu.create_tensorcore_mesh("core", num_cores=2)
+
+        def per_device(block):
+            def stateful(refs):
+                x_ref, o_ref = refs
+
+                @pl.core_map(cores)
+                def _():
+                    def scoped(sem):
+                        pltpu.core_barrier(sem, core_axis_name="core")
+                        pltpu.sync_copy(x_ref, o_ref)
+
+                    pl.run_scoped(scoped, pltpu.SemaphoreType.REGULAR)
+
+            _, out = pl.run_state(stateful)((block, jnp.zeros_like(block)))
+            return out
+
+        jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))(x)
+    """)
+    [result] = verify_path(path, [2])
+    assert (result.verdict.value, result.devices, result.cores) == ("safe", 2, 2)
+    assert result.file == path  # the kernel's body, not JAX's discharge wrapper

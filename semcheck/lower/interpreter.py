@@ -170,18 +170,20 @@ def _size(aval) -> int:
         return FOLD_LIMIT + 1
 
 
-def has_subjaxprs(params: dict) -> bool:
+def subjaxprs(params: dict):
+    """The open jaxprs among an eqn's params (alone or in tuples)."""
     from jax._src import core as jax_core
 
-    def is_jaxpr(x) -> bool:
-        return isinstance(x, (jax_core.Jaxpr, jax_core.ClosedJaxpr))
-
     for value in params.values():
-        if is_jaxpr(value):
-            return True
-        if isinstance(value, (tuple, list)) and any(is_jaxpr(v) for v in value):
-            return True
-    return False
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, jax_core.ClosedJaxpr):
+                yield item.jaxpr
+            elif isinstance(item, jax_core.Jaxpr):
+                yield item
+
+
+def has_subjaxprs(params: dict) -> bool:
+    return next(subjaxprs(params), None) is not None
 
 
 def operand(t: ThreadLowering, eqn, value: Value, what: str):

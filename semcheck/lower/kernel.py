@@ -30,7 +30,7 @@ from semcheck.frontends import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
 from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
 from semcheck.lower.interpreter import eval_jaxpr
-from semcheck.lower.source import kernel_function
+from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 
 ARRIVE, RELEASE = "device_barrier.arrive", "device_barrier.release"
 
@@ -183,10 +183,29 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
 
 
 def _identity(params, jaxpr, capture: KernelCapture) -> tuple[str, ir.Loc]:
+    """The kernel's name and where it is defined. A kernel JAX re-traced (a raw core_map,
+    discharged into an mpmd_map) carries JAX's wrapper as its function, so then the first
+    user line of its body stands for it."""
     fn_name, fn_loc = kernel_function(getattr(jaxpr, "debug_info", None))
     name = params.get("name") or fn_name or capture.primitive
+    if fn_loc is None or not is_user_file(fn_loc.file):
+        fn_loc = _first_user_loc(jaxpr) or fn_loc
     loc = fn_loc or capture.call_loc or ir.UNKNOWN_LOC
     return name, loc
+
+
+def _first_user_loc(jaxpr) -> ir.Loc | None:
+    from semcheck.lower.interpreter import subjaxprs
+
+    for eqn in jaxpr.eqns:
+        loc = loc_of_traceback(eqn.source_info.traceback)
+        if loc is not None:
+            return loc
+        for sub in subjaxprs(eqn.params):
+            loc = _first_user_loc(sub)
+            if loc is not None:
+                return loc
+    return None
 
 
 def _tpu_compiler_params(compiler_params, name, loc):
