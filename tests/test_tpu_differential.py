@@ -123,3 +123,18 @@ def test_semcheck_agrees_with_the_tpu_interpreter(outcomes, path, devices):
 def test_the_differential_covers_safe_and_hanging_kernels(outcomes):
     seen = {outcome for _config, (outcome, _output) in outcomes.values()}
     assert {"finished", "hung", "failed"} <= seen
+
+
+@pytest.mark.slow
+def test_the_discharge_interpreter_rejects_the_remote_signal_handshake_that_semcheck_checks():
+    """`interpret=True` (the discharge interpreter) cannot run a remote signal at all."""
+    path = os.path.join(os.path.dirname(example_paths()[0]), "remote_handshake.py")
+    runner = RUNNER.replace(
+        "pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(**json.loads(sys.argv[2])))",
+        "from jax._src import config; config.pallas_tpu_interpret_mode_context_manager.set_global(True)",
+    )
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", runner, path, "{}"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and "Remote signal not implemented" in proc.stderr
+    assert [r.verdict.value for r in results(path, 2)] == ["safe"]
