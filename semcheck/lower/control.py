@@ -255,7 +255,12 @@ def _ir_loop(t: ThreadLowering, eqn, cond_consts, body_consts, carry):
         em.place(head)
         [c] = eval_closed(t, params["cond_jaxpr"], list(cond_consts) + values)
         if isinstance(c, Opaque):
-            raise t.error(eqn, f"the loop condition depends on {c.why}, which semcheck cannot know")
+            raise t.error(
+                eqn,
+                f"the loop condition depends on {c.why}, which semcheck cannot know",
+                hint="bound the loop by values derived from axis_index, program_id, constants "
+                "or semaphore_read",
+            )
         em.branch(sym_op("eq", operand(t, eqn, c, "the loop condition"), 0), done, loc)
         outs = eval_closed(t, params["body_jaxpr"], list(body_consts) + values)
         lost = {i for i in registers if not _register_candidate(eqn.outvars[i].aval, outs[i])}

@@ -113,6 +113,7 @@ def _parallel_prefix(compiler_params, grid, name, loc) -> int:
             raise LoadError(
                 f"pallas_call {name}: SparseCore dimension semantics ({text}) are not supported",
                 loc,
+                hint="the TPU frontend checks TensorCore kernels",
             )
         flags.append(text.endswith("parallel"))
     count = 0
@@ -150,7 +151,9 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
     name, kernel_loc = _identity(params, jaxpr, capture)
     if len(jaxprs) != 1 or params.get("external_meshes"):
         raise LoadError(
-            f"mpmd_map {name}: kernels over several meshes are not supported", kernel_loc
+            f"mpmd_map {name}: kernels over several meshes are not supported",
+            kernel_loc,
+            hint="check each mesh's kernel with its own pl.kernel call",
         )
     from jax._src.pallas.mosaic import core as tpu_core
 
@@ -168,6 +171,7 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
             f"{name}: dimension_semantics must be None for a kernel over a TensorCoreMesh "
             "(Pallas TPU lowering rejects it)",
             kernel_loc,
+            hint="drop dimension_semantics; the mesh already says how the body is split",
         )
     [(axis, cores)] = list(mesh.shape.items())
     n_in, n_out = capture.num_operands, len(params["out_avals"])
@@ -240,7 +244,11 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
 def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int) -> ir.Protocol:
     """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs."""
     if jaxpr.constvars:
-        raise LoadError(f"{ctx.name}: the kernel captures constants", ctx.kernel_loc)
+        raise LoadError(
+            f"{ctx.name}: the kernel captures constants (Pallas cannot lower that either)",
+            ctx.kernel_loc,
+            hint="pass the constants as kernel inputs",
+        )
     names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
     if len(names) != len(invars):
         names = [f"operand{k}" for k in range(len(invars))]

@@ -86,7 +86,8 @@ def _dict_to_coords(t: ThreadLowering, eqn, ids: dict, what: str):
 @rule("semaphore_signal")
 def semaphore_signal(t: ThreadLowering, eqn, inputs):
     if "memory_scope" in eqn.params:
-        raise t.error(eqn, "this is Mosaic GPU's semaphore_signal; the TPU frontend cannot check it")
+        raise t.error(eqn, "this is Mosaic GPU's semaphore_signal; the TPU frontend cannot check it",
+                      hint="Mosaic GPU kernels are not supported yet")
     sem, transforms, inc, device_id, core_index = eqn.params["args_tree"].unflatten(inputs)
     device, dict_core = resolve_device(t, eqn, device_id, eqn.params["device_id_type"], "signal")
     if dict_core is not None and core_index is not None:
@@ -100,7 +101,8 @@ def semaphore_signal(t: ThreadLowering, eqn, inputs):
 @rule("semaphore_wait")
 def semaphore_wait(t: ThreadLowering, eqn, inputs):
     if "memory_scope" in eqn.params:
-        raise t.error(eqn, "this is Mosaic GPU's semaphore_wait; the TPU frontend cannot check it")
+        raise t.error(eqn, "this is Mosaic GPU's semaphore_wait; the TPU frontend cannot check it",
+                      hint="Mosaic GPU kernels are not supported yet")
     sem, transforms, value, decrement = eqn.params["args_tree"].unflatten(inputs)
     # `decrement` is a Python bool leaf, so it is a Literal among the eqn's inputs (the
     # 0.10.2 pretty-printer prints "[dec]" either way; never trust the printed text).
