@@ -61,8 +61,10 @@ def branch_on(t: ThreadLowering, eqn, index: ir.Operand, branches, operands) -> 
     em, loc = t.emitter, t.loc(eqn)
     labels = [em.label() for _ in branches[1:]]
     end = em.label()
+    last = len(branches) - 1
     for k, label in enumerate(labels, start=1):
-        em.branch(sym_op("eq", index, k), label, loc)
+        # lax.switch clamps the index: below 0 runs branch 0, above the last runs the last.
+        em.branch(sym_op("ge" if k == last else "eq", index, k), label, loc)
     results, slots = [], []
     for k, branch in enumerate(branches):
         if k:
