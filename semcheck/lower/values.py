@@ -80,12 +80,13 @@ def is_int_like(dtype) -> bool:
 
 
 _BOOLEAN_OPS = frozenset("eq ne lt le gt ge and or".split())
+_IS_TRUE = (("eq", 1), ("ne", 0), ("ge", 1), ("gt", 0))  # of a 0/1 value: the value itself
 
 
 def sym_op(op: str, a: ir.Operand, b: ir.Operand) -> ir.Operand:
     if isinstance(a, int) and isinstance(b, int):
         return _FOLD[op](a, b)
-    if isinstance(a, ir.BinOp) and a.op in _BOOLEAN_OPS and (op, b) in (("eq", 1), ("ne", 0), ("ge", 1), ("gt", 0)):
+    if isinstance(a, ir.BinOp) and a.op in _BOOLEAN_OPS and (op, b) in _IS_TRUE:
         return a  # a comparison is already 0 or 1
     if op == "add" and b == 0 or op == "sub" and b == 0 or op == "mul" and b == 1:
         return a
