@@ -218,6 +218,14 @@ def test_barrier_semaphore_is_keyed_by_collective_id_and_replaces_the_default_ba
     [barrier] = [d for d in p.semaphores if d.origin is ir.SemOrigin.BARRIER]
     assert (barrier.kind, barrier.collective_id) == (ir.SemKind.BARRIER, 7)
     assert not {ARRIVE, RELEASE} & {d.name for d in p.semaphores}
+    assert not p.notes
+
+    def no_barrier_kernel(x_ref, o_ref, sem):
+        pl.semaphore_signal(sem, 1)
+        pl.semaphore_wait(sem, 1)
+
+    [unused] = protocols(call(no_barrier_kernel, scratch=[REGULAR], collective_id=3), mesh((2,)))
+    assert any("collective_id=3 is set but the kernel never uses the barrier" in n for n in unused.notes)
 
 
 def test_default_device_barrier_comes_before_the_body_unless_skipped():

@@ -86,6 +86,7 @@ class KernelContext:
     grid_names: tuple = ()
     collective_id: int | None = None
     skip_device_barrier: bool = False
+    allow_unused_collective_id: bool = False
     semaphores: dict[str, ir.SemDecl] = field(default_factory=dict)
     buffers: dict[str, ir.BufferDecl] = field(default_factory=dict)
     inputs: list[ir.Input] = field(default_factory=list)

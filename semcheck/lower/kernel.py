@@ -238,6 +238,9 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
         grid_names=grid_names,
         collective_id=getattr(compiler_params, "collective_id", None),
         skip_device_barrier=bool(getattr(compiler_params, "skip_device_barrier", False)),
+        allow_unused_collective_id=bool(
+            getattr(compiler_params, "allow_collective_id_without_custom_barrier", False)
+        ),
     )
 
 
@@ -276,6 +279,14 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int) ->
                 eval_jaxpr(t, jaxpr, [], refs)
             t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
             threads.append(ir.Thread(device, core, t.emitter.build()))
+    unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
+    if unused_id and not ctx.allow_unused_collective_id:
+        ctx.note(
+            f"collective_id={ctx.collective_id} is set but the kernel never uses the barrier "
+            "semaphore: Pallas TPU lowering rejects that unless "
+            "allow_collective_id_without_custom_barrier=True, and XLA then runs no default "
+            "device barrier before the body"
+        )
     return ir.Protocol(
         name=ctx.name,
         backend=Backend.TPU,
