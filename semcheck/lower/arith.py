@@ -14,7 +14,7 @@ import numpy as np
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import generic
 from semcheck.lower.registry import rule
-from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, known, select, sym_op, trunc_div, trunc_rem
+from semcheck.lower.values import Known, Opaque, RefValue, Sym, known, select, sym_op, trunc_div, trunc_rem
 
 # --- values fixed by the thread and the grid step ------------------------------------------
 
@@ -172,11 +172,3 @@ def optimization_barrier(t: ThreadLowering, eqn, inputs):
 def multiple_of(t: ThreadLowering, eqn, inputs):
     return [inputs[0]]
 
-
-def scalar_value(value: Value):
-    """An int for a known scalar, the operand for a run-time value, else None."""
-    if isinstance(value, Known) and value.value.size == 1:
-        return int(value.value.reshape(()))
-    if isinstance(value, Sym):
-        return value.op
-    return None

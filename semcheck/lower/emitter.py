@@ -87,9 +87,6 @@ class Emitter:
     def has_sync_since(self, mark: int) -> bool:
         return any(isinstance(i, SYNC_TYPES) for i in self._flat(self.items[mark:]))
 
-    def has_any_since(self, mark: int) -> bool:
-        return any(not isinstance(i, _Mark) for i in self._flat(self.items[mark:]))
-
     @staticmethod
     def _flat(items):
         for item in items:

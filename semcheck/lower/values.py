@@ -69,13 +69,6 @@ def known(x) -> Known:
     return Known(np.asarray(x))
 
 
-def is_int_like(dtype) -> bool:
-    try:
-        return np.issubdtype(np.dtype(dtype), np.integer) or np.dtype(dtype) == np.bool_
-    except TypeError:  # extended dtypes (semaphores, PRNG keys)
-        return False
-
-
 # --- symbolic integer arithmetic over IR operands, folding what is constant -------------------
 
 
