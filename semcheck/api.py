@@ -4,7 +4,8 @@
     result = verify_model(my_model, devices=4)
     assert result.verdict.value == "safe", result
 
-`verify_path` runs what `semcheck verify PATH` runs and returns every Result.
+`verify_path` runs what `semcheck verify PATH` runs and returns every Result;
+`verify(fn, *example_args)` checks the Pallas TPU kernels a function calls, in-process.
 """
 
 from __future__ import annotations
@@ -57,9 +58,12 @@ def verify_path(
             try:
                 protocols = load(path, n)
             except LoadError as e:
-                results.append(error_result(_stem(path), path, e.loc.line if e.loc else 0, n, str(e), engine))
+                results.append(_load_error_result(path, n, e, engine))
                 continue
             for protocol in protocols:
+                if isinstance(protocol, LoadError):  # one kernel of the file cannot be lowered
+                    results.append(_load_error_result(path, n, protocol, engine))
+                    continue
                 try:
                     protocol = repeat(protocol, invocations)
                 except ValueError as e:
@@ -70,6 +74,60 @@ def verify_path(
                     check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
                 )
     return results
+
+
+def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,
+           engine: str = "explicit", budget: Budget | None = None, **options) -> list[Result]:
+    """Check every Pallas TPU kernel that `fn(*example_args)` calls, in this process.
+
+    `fn` is traced with `jax.make_jaxpr`; its kernels must run inside `jax.shard_map`, whose
+    mesh decides the devices. `devices`, when given, is the device count the caller expects:
+    semcheck checks the process has that many JAX devices (set
+    `XLA_FLAGS=--xla_force_host_platform_device_count=N` before importing jax, e.g. at the top
+    of conftest.py) and that every kernel's mesh has that many. Returns one Result per kernel
+    (two for a kernel with parallel grid dimensions: one and two TensorCores per device); a
+    kernel that cannot be lowered gives a Result with verdict "error".
+    """
+    import jax
+
+    from semcheck.capture import capture_function, lower_captures
+
+    if devices is not None and jax.device_count() < devices:
+        raise LoadError(
+            f"semcheck.verify(devices={devices}): this process has only {jax.device_count()} "
+            "JAX device(s)",
+            hint=f"set XLA_FLAGS=--xla_force_host_platform_device_count={devices} before jax is "
+            "imported (e.g. at the top of conftest.py), or check a script with `semcheck verify "
+            "FILE --devices N`, which runs it in a subprocess with N devices",
+        )
+    captures = capture_function(fn, *example_args)
+    if not captures:
+        raise LoadError(
+            f"{getattr(fn, '__name__', fn)!s} calls no Pallas TPU kernel (pl.pallas_call or pl.kernel)",
+            hint="pass the function that calls the kernel inside jax.shard_map",
+        )
+    protocols, errors = lower_captures(captures, tpu_cores=tpu_cores)
+    results = []
+    for protocol in protocols:
+        if devices is not None and protocol.devices != devices:
+            raise LoadError(
+                f"semcheck.verify(devices={devices}): kernel {protocol.name} runs on a mesh of "
+                f"{protocol.devices} device(s)",
+                protocol.loc,
+                hint="build the mesh from jax.devices()[:devices]",
+            )
+        results.append(check_protocol(protocol, engine=engine, budget=budget, **options))
+    for e in errors:
+        results.append(_load_error_result(e.file, 0, e.to_load_error(), engine, kernel=e.kernel))
+    return results
+
+
+def _load_error_result(path: str, devices: int, e: LoadError, engine: str, kernel: str | None = None) -> Result:
+    """An error Result located where the LoadError points (or at the file)."""
+    file = e.loc.file if e.loc else path
+    text = e.message + (f"\n  hint: {e.hint}" if e.hint else "")
+    kernel = kernel or getattr(e, "kernel", None) or _stem(path)
+    return error_result(kernel, file, e.loc.line if e.loc else 0, devices, text, engine)
 
 
 def error_result(kernel: str, file: str, line: int, devices: int, message: str, engine: str) -> Result:

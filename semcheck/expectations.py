@@ -5,6 +5,7 @@ A declaration names the outcome a file is expected to have:
     # semcheck: expect deadlock                       (a comment in the kernel or model file)
     # semcheck: expect semaphore_leftover, not_lowerable
     # semcheck: expect unsatisfied_wait kernel=ring_bad devices=4,8
+    # semcheck: expect unsatisfied_wait cores=2       (a kernel split over 2 TensorCores)
     # semcheck: expect safe
 
 or, for files that cannot carry a comment, the same text in pyproject.toml:
@@ -14,8 +15,8 @@ or, for files that cannot carry a comment, the same text in pyproject.toml:
     "vendored/*.py" = ["safe", "unsatisfied_wait kernel=broken_ring"]
 
 Keys are paths or glob patterns relative to the pyproject.toml that holds them (the nearest
-one above the checked file). An outcome is `safe` or a violation kind; `kernel=` and
-`devices=` narrow a declaration to some of the file's checks.
+one above the checked file). An outcome is `safe` or a violation kind; `kernel=`,
+`devices=` and `cores=` narrow a declaration to some of the file's checks.
 
 How a check is judged (`judge`): the error kinds it found must be exactly the declared error
 kinds (none for `safe`), and every declared warning kind must be among its warnings (a
@@ -48,7 +49,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 SAFE = "safe"
 _COMMENT = re.compile(r"#\s*semcheck:\s*expect\b(?P<spec>.*)$")
-_QUALIFIER = re.compile(r"(?P<key>kernel|devices)=(?P<value>\S+)")
+_QUALIFIER = re.compile(r"(?P<key>kernel|devices|cores)=(?P<value>\S+)")
 
 
 class ExpectationError(Exception):
@@ -62,14 +63,17 @@ class Expectation:
     devices: frozenset[int] | None = None
     source: str = "comment"  # "comment" (in the file) or "pyproject"
     where: str = ""  # "file:line" of the declaration
+    cores: frozenset[int] | None = None
 
     @property
     def specificity(self) -> int:
-        return (self.kernel is not None) + (self.devices is not None)
+        return (self.kernel is not None) + (self.devices is not None) + (self.cores is not None)
 
     def applies_to(self, result: Result) -> bool:
-        return (self.kernel is None or self.kernel == result.kernel) and (
-            self.devices is None or result.devices in self.devices
+        return (
+            (self.kernel is None or self.kernel == result.kernel)
+            and (self.devices is None or result.devices in self.devices)
+            and (self.cores is None or result.cores in self.cores)
         )
 
     def describe(self) -> str:
@@ -113,13 +117,16 @@ def parse_spec(spec: str, where: str, source: str = "comment") -> Expectation:
         outcomes.add(word)
     if SAFE in words and outcomes:
         raise ExpectationError(f"{where}: `safe` cannot be combined with violation kinds")
-    devices = None
-    if "devices" in qualifiers:
-        try:
-            devices = frozenset(int(n) for n in qualifiers["devices"].split(",") if n)
-        except ValueError:
-            raise ExpectationError(f"{where}: devices= takes counts like 4,8, got {qualifiers['devices']!r}") from None
-    return Expectation(frozenset(outcomes), qualifiers.get("kernel"), devices, source, where)
+    counts = {}
+    for key in ("devices", "cores"):
+        if key in qualifiers:
+            try:
+                counts[key] = frozenset(int(n) for n in qualifiers[key].split(",") if n)
+            except ValueError:
+                raise ExpectationError(f"{where}: {key}= takes counts like 4,8, got {qualifiers[key]!r}") from None
+    return Expectation(
+        frozenset(outcomes), qualifiers.get("kernel"), counts.get("devices"), source, where, counts.get("cores")
+    )
 
 
 def declared_in_file(path: str) -> list[Expectation]:

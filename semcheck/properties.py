@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import networkx as nx
 
 from semcheck import ir
-from semcheck.ir import SemOrigin
 from semcheck.semantics import System, State, must_be_zero_at_exit
 
 
@@ -41,7 +40,7 @@ DESCRIPTIONS = {
     Kind.INVALID_CORE_INDEX: "A signal or DMA targets a core that does not exist.",
     Kind.INVALID_SEMAPHORE_INDEX: "A semaphore array is indexed outside its bounds.",
     Kind.DATA_RACE: "Two accesses to overlapping memory, one a write, that some execution leaves unordered.",
-    Kind.REMOTE_BEFORE_ENTRY: "A remote signal or copy can reach a core before it entered the kernel invocation (or after it left).",
+    Kind.REMOTE_BEFORE_ENTRY: "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it moved on to a later one.",
     Kind.NOT_LOWERABLE: "Legal to trace, but rejected by the backend's compiler (analyzed anyway).",
 }
 
@@ -126,9 +125,9 @@ def _leftover_at_exit_finding(system: System, h) -> Finding:
     sid = h.other_pc
     inst = system.instances[sid]
     message = (
-        f"semaphore leftover: when {system.thread_name(h.thread)} exits the kernel at {here.loc}, "
-        f"{h.detail}; on TPU every {inst.decl.origin.value} semaphore must be back to 0 at exit "
-        f"(the runtime crashes otherwise). It is declared at {inst.decl.loc}."
+        f"semaphore leftover: when {system.thread_name(h.thread)} enters the kernel again at "
+        f"{here.loc}, {h.detail}; on TPU every {inst.decl.origin.value} semaphore must be back "
+        f"to 0 at exit (the runtime crashes otherwise). It is declared at {inst.decl.loc}."
     )
     key = (Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index)
     return Finding(Kind.SEMAPHORE_LEFTOVER, key, h.thread, None, message, sem=sid)
@@ -258,12 +257,11 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
         inst = system.instances[sid]
         if not must_be_zero_at_exit(system.backend, inst.decl):
             continue
-        if inst.decl.origin is not SemOrigin.BARRIER and (inst.device, inst.core) in system.exits_checked:
-            continue  # judged when that core left the kernel
         message = (
-            f"semaphore leftover: {inst.label} holds {count} when the kernel exits; on TPU every "
-            f"{inst.decl.origin.value} semaphore must be back to 0 at exit (the runtime crashes "
-            f"otherwise). It is declared at {inst.decl.loc}."
+            f"semaphore leftover: {inst.label} holds {count} when the kernel exits (or it was "
+            f"added to after the kernel exited); on TPU every {inst.decl.origin.value} semaphore "
+            f"must be back to 0 at exit (the runtime crashes otherwise). It is declared at "
+            f"{inst.decl.loc}."
         )
         owner = next(
             (

@@ -19,10 +19,13 @@ instruction does. Every rule follows ../shared/reference/pallas-semantics.md:
   completes. A load, store or copy start that overlaps a pending copy's access, one of the
   two a write, is a data race (the two are unordered in some execution).
 * kernel entry and exit: entering resets the core's scratch and scoped semaphores (a fresh
-  allocation per invocation) and exiting requires them to be 0 with no copy still landing
-  on them (TPU). A signal or copy that reaches a (device, core) which is not inside the
-  same invocation of the kernel is `remote_before_entry`; barrier and argument semaphores
-  outlive kernels and are exempt.
+  allocation per invocation); from the second invocation on, entering first requires them
+  to be 0 with no copy of an earlier invocation still landing on them (TPU). A signal or
+  copy that reaches a (device, core) before it entered the sender's invocation, or after it
+  moved on to a later one, is `remote_before_entry`; barrier and argument semaphores
+  outlive kernels and are exempt. Something that arrives after the target exited adds to a
+  count nobody will wait for again: the end state (or the next entry) reports it as a
+  leftover, which is why exit itself needs no check and commutes with everything.
 
 Transitions that detect a hazard (race, early arrival, leftover at exit) record it in the
 state, permanently, and never block. Every such check reads only state that the footprints
@@ -144,8 +147,9 @@ class Footprint(NamedTuple):
     dec: int = 0  # decrementing wait on (or reset)
     wait: int = 0  # non-decrementing wait on
     read: int = 0  # reads
-    mread: int = 0
-    mwrite: int = 0
+    mread: int = 0  # memory cells read
+    mwrite: int = 0  # memory cells written
+    mnear: int = 0  # every cell that overlaps a cell read or written
 
     def __or__(self, other: "Footprint") -> "Footprint":  # type: ignore[override]
         return Footprint(*(a | b for a, b in zip(self, other)))
@@ -168,8 +172,8 @@ def conflict(a: Footprint, b: Footprint) -> bool:
         | (a.read & (b.inc | b.dec))
         | (a.dec & (b.dec | b.wait | b.read))
         | (b.dec & (a.wait | a.read))
-        | (a.mwrite & (b.mread | b.mwrite))
-        | (b.mwrite & a.mread)
+        | (a.mwrite & b.mnear)
+        | (b.mwrite & a.mnear)
     )
 
 
@@ -206,10 +210,6 @@ class BufferInstance:
     @property
     def label(self) -> str:
         return f"{self.decl.name} on {ir.thread_name(self.device, self.core, 0, self.cores)}"
-
-
-def _slots(decl: ir.BufferDecl) -> int:
-    return decl.shape[0] if decl.shape else 1
 
 
 def overlap(a: Access, b: Access) -> bool:
@@ -254,15 +254,6 @@ class System:
                 cores = range(protocol.cores) if decl.scope is Scope.CORE else (None,)
                 for core in cores:
                     self.buffer_instances.append(BufferInstance(decl, device, core, protocol.cores))
-        # Memory cells, for the reduction's dependency masks: each buffer instance has one
-        # cell per leading-dimension slot, so copies into different slots commute; after
-        # them, one cell per (device, core) stands for "is this core inside the kernel".
-        self.cell_base: list[int] = []
-        cells = 0
-        for inst in self.buffer_instances:
-            self.cell_base.append(cells)
-            cells += _slots(inst.decl)
-        self.lifecycle_base = cells
         self._lifecycle_tables()
         self.input_index = {inp.name: i for i, inp in enumerate(protocol.inputs)}
         self.registers: list[dict[str, int]] = [
@@ -270,6 +261,7 @@ class System:
         ]
         for t, thread in enumerate(self.threads):
             self._validate(t, thread)
+        self._memory_cells()
         self.footprints = [
             [self._static_footprint(t, instr) for instr in body]
             for t, body in enumerate(self.bodies)
@@ -277,7 +269,7 @@ class System:
         self.futures = [
             _future_footprints(body, fps) for body, fps in zip(self.bodies, self.footprints)
         ]
-        self._width = max(len(self.instances), self.lifecycle_base + len(self.core_threads) + 1, 1)
+        self._width = max(len(self.instances), self.lifecycle_base + self.protocol.devices * self.protocol.cores, 1)
         self.silenced: set[ir.Loc] = set()  # lines no longer watched for races
         self._buffer_cells = (1 << self.lifecycle_base) - 1
         self._signatures()
@@ -286,6 +278,66 @@ class System:
         self.signatures = [[self.signature(fp) for fp in fps] for fps in self.footprints]
         self.future_signatures = [[self.signature(fp) for fp in fps] for fps in self.futures]
         self._event_signatures: dict[Event, tuple[int, int]] = {}
+        self._guard_tables()
+
+    # -- guards: what a pending completion is sure to precede ----------------------------------
+
+    def _guard_tables(self) -> None:
+        """For each thread, each copy completion that guards some of its waits: the
+        signatures of its futures cut at those waits (see `guarded_future_signature`).
+
+        A semaphore whose only possible adder is one side of one copy started once (not in
+        a loop) stays at 0 until that completion; a wait for at least 1 on it cannot pass
+        before the completion happens."""
+        adders: dict[int, list] = {}
+        for t, body in enumerate(self.bodies):
+            looping = _looping_pcs(body)
+            for pc, instr in enumerate(body):
+                if isinstance(instr, ir.DmaStart):
+                    target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
+                    sides = [(RECV, self._candidates(t, target))]
+                    if instr.send_sem is not None:
+                        sides.append((SEND, self._candidates(t, instr.send_sem)))
+                    for side, mask in sides:
+                        for sid in _bits(mask):
+                            adders.setdefault(sid, []).append(None if pc in looping else (t, pc, side))
+                else:
+                    for sid in _bits(self.footprints[t][pc].inc):
+                        adders.setdefault(sid, []).append(None)
+        only = {sid: found[0] for sid, found in adders.items() if len(found) == 1 and found[0] is not None}
+        self._guarded: list[dict[tuple, list[tuple[int, int]]]] = []
+        for t, body in enumerate(self.bodies):
+            stops: dict[tuple, set[int]] = {}
+            for pc, instr in enumerate(body):
+                sid = self._blocking_sem(t, instr)
+                if sid in only:
+                    stops.setdefault(only[sid], set()).add(pc)
+            self._guarded.append({
+                guard: [self.signature(fp) for fp in _future_footprints(body, self.footprints[t], stop=pcs)]
+                for guard, pcs in stops.items()
+            })
+
+    def _blocking_sem(self, t: int, instr: ir.Instr) -> int | None:
+        """The one semaphore a wait needs at least 1 of, when both are constants."""
+        if isinstance(instr, ir.Wait):
+            ref, need = instr.sem, instr.value
+        elif isinstance(instr, ir.DmaWait):
+            ref, need = instr.sem, instr.nbytes
+        else:
+            return None
+        if not (isinstance(need, int) and need >= 1 and isinstance(ref.index, int)
+                and ir.is_constant(ref.device) and ir.is_constant(ref.core)):
+            return None
+        bits = list(_bits(self._candidates(t, ref)))
+        return bits[0] if len(bits) == 1 else None
+
+    def guarded_future_signature(self, t: int, pc: int, event: Event) -> tuple[int, int]:
+        """What thread t may still do before `event` happens: its future up to any wait that
+        only `event`'s completion can satisfy. A pending completion need not be ordered
+        against what lies behind such a wait (the reduction's sharpest saving on collectives
+        with one semaphore per step)."""
+        table = self._guarded[t].get((event.issuer, event.start_pc, event.side))
+        return table[pc] if table is not None else self.future_signatures[t][pc]
 
     def silence(self, *locs: ir.Loc) -> bool:
         """Stop watching these source lines for data races (an engine calls this once it
@@ -302,7 +354,9 @@ class System:
             for pc, instr in enumerate(body):
                 if instr.loc in new:
                     fp = self.footprints[t][pc]
-                    self.footprints[t][pc] = fp._replace(mread=fp.mread & keep, mwrite=fp.mwrite & keep)
+                    self.footprints[t][pc] = fp._replace(
+                        mread=fp.mread & keep, mwrite=fp.mwrite & keep, mnear=fp.mnear & keep
+                    )
                     touched = True
             if touched:
                 self.futures[t] = _future_footprints(body, self.footprints[t])
@@ -327,15 +381,16 @@ class System:
         `conflict`, as two integer ANDs (the reduction asks it millions of times).
 
         Channels of `width` bits each: x = inc | read | dec | mwrite and
-        y = read | inc+dec | dec+wait+read | mread+mwrite, so channel by channel x_a & y_b
-        is inc-read, read-inc/dec, dec-dec/wait/read and mwrite-mread/mwrite."""
+        y = read | inc+dec | dec+wait+read | mnear, so channel by channel x_a & y_b is
+        inc-read, read-inc/dec, dec-dec/wait/read and a written cell against any cell
+        overlapping what b touches."""
         w = self._width
         x = fp.inc | fp.read << w | fp.dec << 2 * w | fp.mwrite << 3 * w
         y = (
             fp.read
             | (fp.inc | fp.dec) << w
             | (fp.dec | fp.wait | fp.read) << 2 * w
-            | (fp.mread | fp.mwrite) << 3 * w
+            | fp.mnear << 3 * w
         )
         return x, y
 
@@ -367,10 +422,6 @@ class System:
                     inside = False
             self.invocation_at.append(inv_row)
             self.inside_at.append(inside_row)
-        self.exits_checked = {
-            (th.device, th.core) for th, b in zip(self.threads, self.bodies)
-            if any(isinstance(i, ir.KernelExit) for i in b)
-        }
 
     def _validate(self, t: int, thread: ir.Thread) -> None:
         p = self.protocol
@@ -434,38 +485,88 @@ class System:
             return None
         return base + device * p.cores + core
 
-    def _cell_candidates(self, t: int, region: ir.Region, device=None, core=None) -> int:
-        """Bitmask of the memory cells a region may touch: its slots when the leading start
-        is a constant, else every slot of every buffer instance it may name."""
+    # -- memory cells: the reduction's unit of memory dependency --------------------------------
+
+    def _memory_cells(self) -> None:
+        """One cell per distinct region an instruction names with constant starts, per
+        buffer instance, plus one "anywhere" cell per instance for regions whose starts are
+        known only at run time; then one lifecycle cell per (device, core). `_near[c]` is
+        every cell whose region may overlap c's, so accesses to disjoint halves of one slot
+        commute while overlapping ones do not."""
+        keys: dict[int, dict[tuple, int]] = {}  # buffer instance -> static region -> cell
+        self._anywhere: dict[int, int] = {}
+        count = 0
+        for t, body in enumerate(self.bodies):
+            for instr in body:
+                for region, device, core in _located_regions(instr):
+                    for bid in self._region_instances(t, region, device, core):
+                        key = self._static_key(region)
+                        table = keys.setdefault(bid, {})
+                        if key is not None and key not in table:
+                            table[key] = count
+                            count += 1
+        for bid in range(len(self.buffer_instances)):
+            self._anywhere[bid] = count
+            count += 1
+        self._cell_of = {(bid, key): cell for bid, table in keys.items() for key, cell in table.items()}
+        self._near = [0] * count
+        for bid, table in keys.items():
+            items = list(table.items())
+            anywhere = 1 << self._anywhere[bid]
+            for key, cell in items:
+                mask = anywhere
+                for other_key, other in items:
+                    if overlap(Access(False, bid, *key), Access(False, bid, *other_key)):
+                        mask |= 1 << other
+                self._near[cell] = mask
+        for bid, cell in self._anywhere.items():
+            self._near[cell] = sum(1 << c for c in keys.get(bid, {}).values()) | 1 << cell
+        self.lifecycle_base = count
+
+    def _static_key(self, region: ir.Region) -> tuple | None:
+        """(starts, sizes) of a region with constant starts, as `resolve_region` gives them."""
+        if not all(isinstance(op, int) for op in region.start):
+            return None
+        decl, _base = self._buffers[region.buffer]
+        rank = len(decl.shape)
+        starts = tuple(region.start) + (0,) * (rank - len(region.start))
+        sizes = tuple(region.size) + tuple(decl.shape[len(region.size):])
+        return starts[:rank], sizes[:rank]
+
+    def _region_instances(self, t: int, region: ir.Region, device=None, core=None) -> list[int]:
         decl, base = self._buffers[region.buffer]
         thread = self.threads[t]
         devices = [thread.device if device is None else device] if ir.is_constant(device) else range(self.protocol.devices)
         cores = [thread.core if core is None else core] if ir.is_constant(core) else range(self.protocol.cores)
-        if region.start and isinstance(region.start[0], int):
-            first = region.start[0]
-            extent = region.size[0] if region.size else (decl.shape[0] - first if decl.shape else 1)
-        else:
-            first, extent = 0, _slots(decl)
-        mask = 0
+        found = []
         for d, c in itertools.product(devices, cores):
             bid = self._buffer_instance_id(decl, base, d, c)
-            if bid is not None:
-                mask |= self.cells(bid, first, extent)
-        return mask
+            if bid is not None and bid not in found:
+                found.append(bid)
+        return found
 
-    def cells(self, bid: int, first: int, extent: int) -> int:
-        slots = _slots(self.buffer_instances[bid].decl)
-        lo, hi = max(first, 0), min(first + extent, slots)
-        if lo >= hi:  # out of the buffer's bounds: be conservative
-            lo, hi = 0, slots
-        return ((1 << (hi - lo)) - 1) << (self.cell_base[bid] + lo)
+    def _cell_candidates(self, t: int, region: ir.Region, device=None, core=None) -> tuple[int, int]:
+        """(cells, near) of the memory a region may touch: its own cell when its starts are
+        constant, else its buffer instances' "anywhere" cells."""
+        key = self._static_key(region)
+        own = 0
+        for bid in self._region_instances(t, region, device, core):
+            cell = self._cell_of.get((bid, key)) if key is not None else None
+            own |= 1 << (cell if cell is not None else self._anywhere[bid])
+        return own, self.near_of(own)
 
-    def access_cells(self, access: Access) -> int:
-        if not access.starts:
-            return self.cells(access.buffer, 0, _slots(self.buffer_instances[access.buffer].decl))
-        return self.cells(access.buffer, access.starts[0], access.sizes[0])
+    def near_of(self, cells: int) -> int:
+        near = 0
+        for cell in _bits(cells):
+            near |= self._near[cell] if cell < len(self._near) else 1 << cell
+        return near
+
+    def access_cell(self, access: Access) -> int:
+        cell = self._cell_of.get((access.buffer, (access.starts, access.sizes)))
+        return 1 << (cell if cell is not None else self._anywhere[access.buffer])
 
     def lifecycle_cell(self, device: int, core: int | None) -> int:
+        """The cell standing for "which invocation (device, core) is in" (its own near)."""
         return self.lifecycle_base + device * self.protocol.cores + (core or 0)
 
     def _lifecycle_candidates(self, t: int, device, core) -> int:
@@ -554,18 +655,23 @@ class System:
         sizes = tuple(region.size) + tuple(decl.shape[len(region.size):])
         return Access(write, bid, starts[:rank], sizes[:rank])
 
-    def inside(self, state: State, device: int, core: int | None, invocation: int) -> bool:
-        """Whether every thread of (device, core) that has a kernel lifecycle is inside the
-        given invocation (cores with none count as inside: nothing to check against)."""
+    def arrival_problem(self, state: State, device: int, core: int | None, invocation: int) -> str | None:
+        """Why something sent during `invocation` must not reach (device, core) now: it has
+        not entered that invocation yet, or has moved on to a later one. None when it may
+        (cores without a lifecycle have nothing to check against; after an exit, see the
+        module docstring)."""
         cores = range(self.protocol.cores) if core is None else (core,)
         for c in cores:
             for q in self.core_threads.get((device, c), ()):
                 pc = state.pcs[q]
                 if not self.has_lifecycle[q] or pc == FAULTED:
                     continue
-                if not self.inside_at[q][pc] or self.invocation_at[q][pc] != invocation:
-                    return False
-        return True
+                current = self.invocation_at[q][pc]
+                if current < invocation:
+                    return "before it entered" + (f" invocation {invocation} of" if invocation > 1 else "")
+                if current > invocation:
+                    return f"after it left invocation {invocation} of"
+        return None
 
     # -- the transition system --
 
@@ -661,11 +767,12 @@ def _complete(system: "System", state: State, event: Event) -> State:
         target = system.instances[event.sem]
         issuer = system.threads[event.issuer]
         remote = (target.device, target.core) != (issuer.device, issuer.core)
-        if remote and not system.inside(state, target.device, target.core, event.invocation):
+        problem = remote and system.arrival_problem(state, target.device, target.core, event.invocation)
+        if problem:
             hazards = _with(hazards, Hazard(
                 REMOTE_BEFORE_ENTRY, event.issuer, event.start_pc, -1, -1,
                 f"the copy lands on {ir.thread_name(target.device, target.core, 0, system.protocol.cores)} "
-                f"while it is not inside invocation {event.invocation} of the kernel",
+                f"{problem} the kernel",
             ))
     return state._replace(sems=tuple(sems), events=tuple(events), hazards=hazards)
 
@@ -789,13 +896,12 @@ def _early_arrival(system: System, state: State, t: int, sid: int) -> tuple[Haza
         or (target.device, target.core) == (thread.device, thread.core)
     ):
         return state.hazards
-    invocation = system.invocation_at[t][pc]
-    if system.inside(state, target.device, target.core, invocation):
+    problem = system.arrival_problem(state, target.device, target.core, system.invocation_at[t][pc])
+    if problem is None:
         return state.hazards
     return _with(state.hazards, Hazard(
         REMOTE_BEFORE_ENTRY, t, pc, -1, -1,
-        f"signals {target.label} while {ir.thread_name(target.device, target.core, 0, system.protocol.cores)} "
-        f"is not inside invocation {invocation} of the kernel",
+        f"signals {target.label} {problem} the kernel",
     ))
 
 
@@ -849,29 +955,26 @@ def _exec_access(system: System, t: int, instr: ir.Load | ir.Store, state: State
 
 
 def _exec_entry(system: System, t: int, instr: ir.KernelEntry, state: State) -> State:
+    """A fresh allocation of the core's semaphores. Entering again (a later invocation)
+    first finds what the previous one left: a non-zero count, or one of its copies still
+    landing, is that invocation's leftover (TPU checks every semaphore at kernel exit)."""
     reset = system.reset_on_entry(t)
     if not reset:
         return _advance(state, t)
-    sems = tuple(0 if reset >> sid & 1 else count for sid, count in enumerate(state.sems))
-    return _advance(state, t, sems=sems)
-
-
-def _exec_exit(system: System, t: int, instr: ir.KernelExit, state: State) -> State:
-    """TPU: the runtime checks at kernel exit that the core's semaphores are back to 0."""
-    checked = system.reset_on_entry(t)
     pc = state.pcs[t]
-    invocation = system.invocation_at[t][pc]
-    found = [
-        Hazard(LEFTOVER_AT_EXIT, t, pc, -1, sid, f"{system.instances[sid].label} holds {count}")
-        for sid, count in enumerate(state.sems) if count and checked >> sid & 1
-    ]
-    found += [
-        Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.sem,
-               f"{system.instances[e.sem].label} still has a copy in flight into it")
-        for e in _distinct(state.events)
-        if checked >> e.sem & 1 and e.invocation in (0, invocation)
-    ]
-    return _advance(state, t, hazards=_with(state.hazards, *found))
+    found: list[Hazard] = []
+    if system.invocation_at[t][pc] >= 1:  # not the first entry
+        found = [
+            Hazard(LEFTOVER_AT_EXIT, t, pc, -1, sid,
+                   f"{system.instances[sid].label} holds {count} (left by the previous invocation)")
+            for sid, count in enumerate(state.sems) if count and reset >> sid & 1
+        ] + [
+            Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.sem,
+                   f"a copy of the previous invocation is still landing on {system.instances[e.sem].label}")
+            for e in _distinct(state.events) if reset >> e.sem & 1
+        ]
+    sems = tuple(0 if reset >> sid & 1 else count for sid, count in enumerate(state.sems))
+    return _advance(state, t, sems=sems, hazards=_with(state.hazards, *found))
 
 
 def _exec_nothing(system: System, t: int, instr: ir.Instr, state: State) -> State:
@@ -897,7 +1000,7 @@ EXEC_RULES: dict[type, Callable[..., State]] = {
     ir.Load: _exec_access,
     ir.Store: _exec_access,
     ir.KernelEntry: _exec_entry,
-    ir.KernelExit: _exec_exit,
+    ir.KernelExit: _exec_nothing,
     ir.Branch: _exec_branch,
     ir.Jump: _exec_jump,
 }
@@ -925,9 +1028,14 @@ WAIT_RULES: dict[type, Callable[..., tuple[int, int]]] = {
 
 def _fp_signal(system: System, t: int, instr: ir.Signal) -> Footprint:
     ref = instr.sem
+    decl, _base = system._allocs[ref.alloc]
+    checked = (
+        system.backend is Backend.TPU and system.has_lifecycle[t]
+        and decl.origin not in (SemOrigin.BARRIER, SemOrigin.ARGUMENT)
+    )
     remote = ref.device is not None or ref.core is not None
-    life = system._lifecycle_candidates(t, ref.device, ref.core) if remote else 0
-    return Footprint(inc=system._candidates(t, ref), mread=life)
+    life = system._lifecycle_candidates(t, ref.device, ref.core) if remote and checked else 0
+    return Footprint(inc=system._candidates(t, ref), mread=life, mnear=life)
 
 
 def _fp_wait(system: System, t: int, instr: ir.Wait) -> Footprint:
@@ -951,28 +1059,29 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
     if instr.send_sem is not None:
         mask |= system._candidates(t, instr.send_sem)
     remote = instr.device is not None or instr.core is not None
-    return Footprint(
-        inc=mask,
-        mread=system._cell_candidates(t, instr.src)
-        | (system._lifecycle_candidates(t, instr.device, instr.core) if remote else 0),
-        mwrite=system._cell_candidates(t, instr.dst, instr.device, instr.core),
-    )
+    src, src_near = system._cell_candidates(t, instr.src)
+    dst, dst_near = system._cell_candidates(t, instr.dst, instr.device, instr.core)
+    life = system._lifecycle_candidates(t, instr.device, instr.core) if remote else 0
+    return Footprint(inc=mask, mread=src | life, mwrite=dst, mnear=src_near | dst_near | life)
 
 
 def _fp_load(system: System, t: int, instr: ir.Load) -> Footprint:
-    return Footprint(mread=system._cell_candidates(t, instr.region))
+    cells, near = system._cell_candidates(t, instr.region)
+    return Footprint(mread=cells, mnear=near)
 
 
 def _fp_store(system: System, t: int, instr: ir.Store) -> Footprint:
-    return Footprint(mwrite=system._cell_candidates(t, instr.region))
+    cells, near = system._cell_candidates(t, instr.region)
+    return Footprint(mwrite=cells, mnear=near)
 
 
-def _fp_lifecycle(system: System, t: int, instr: ir.Instr) -> Footprint:
-    """Entry resets (and exit checks) the core's semaphores; both change whether the core
-    counts as inside the kernel."""
+def _fp_entry(system: System, t: int, instr: ir.KernelEntry) -> Footprint:
+    """Entry resets (and, when repeated, checks) the core's semaphores, and changes which
+    invocation the core is in."""
     th = system.threads[t]
     own = system.reset_on_entry(t)
-    return Footprint(dec=own, read=own, mwrite=1 << system.lifecycle_cell(th.device, th.core))
+    life = 1 << system.lifecycle_cell(th.device, th.core)
+    return Footprint(dec=own, read=own, mwrite=life, mnear=life)
 
 
 def event_footprint(system: System, event: Event) -> Footprint:
@@ -980,13 +1089,13 @@ def event_footprint(system: System, event: Event) -> Footprint:
     watched = system.watched(event.issuer, event.start_pc)
     for access in event.accesses if watched else ():
         if access.write:
-            mwrite |= system.access_cells(access)
+            mwrite |= system.access_cell(access)
         else:
-            mread |= system.access_cells(access)
+            mread |= system.access_cell(access)
     if event.invocation and event.side == RECV:
         target = system.instances[event.sem]
         mread |= 1 << system.lifecycle_cell(target.device, target.core)
-    return Footprint(inc=1 << event.sem, mread=mread, mwrite=mwrite)
+    return Footprint(inc=1 << event.sem, mread=mread, mwrite=mwrite, mnear=system.near_of(mread | mwrite))
 
 
 FOOTPRINT_RULES: dict[type, Callable[..., Footprint]] = {
@@ -997,20 +1106,24 @@ FOOTPRINT_RULES: dict[type, Callable[..., Footprint]] = {
     ir.DmaStart: _fp_dma_start,
     ir.Load: _fp_load,
     ir.Store: _fp_store,
-    ir.KernelEntry: _fp_lifecycle,
-    ir.KernelExit: _fp_lifecycle,
+    ir.KernelEntry: _fp_entry,
 }
 
 
-def _future_footprints(body: tuple[ir.Instr, ...], fps: list[Footprint]) -> list[Footprint]:
-    """future[pc] = union of the footprints of every instruction reachable from pc."""
+def _future_footprints(
+    body: tuple[ir.Instr, ...], fps: list[Footprint], stop: set[int] = frozenset()
+) -> list[Footprint]:
+    """future[pc] = union of the footprints of every instruction reachable from pc without
+    passing an instruction in `stop`."""
     n = len(body)
-    future = list(fps)
+    future = [EMPTY if pc in stop else fp for pc, fp in enumerate(fps)]
     succs = [_successors(pc, instr, n) for pc, instr in enumerate(body)]
     changed = True
     while changed:  # one backward pass suffices for straight-line code; loops need more
         changed = False
         for pc in range(n - 1, -1, -1):
+            if pc in stop:
+                continue
             acc = fps[pc]
             for s in succs[pc]:
                 if s < n:
@@ -1019,6 +1132,22 @@ def _future_footprints(body: tuple[ir.Instr, ...], fps: list[Footprint]) -> list
                 future[pc] = acc
                 changed = True
     return future
+
+
+def _looping_pcs(body: tuple[ir.Instr, ...]) -> set[int]:
+    """Instructions that may run more than once: those inside a backward jump's range."""
+    looping: set[int] = set()
+    for pc, instr in enumerate(body):
+        if isinstance(instr, (ir.Branch, ir.Jump)) and instr.target <= pc:
+            looping.update(range(instr.target, pc + 1))
+    return looping
+
+
+def _bits(mask: int):
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
 
 
 def _successors(pc: int, instr: ir.Instr, n: int) -> tuple[int, ...]:
@@ -1051,6 +1180,15 @@ def _operands(instr: ir.Instr) -> list[ir.Operand | None]:
         if isinstance(region, ir.Region):
             ops.extend(region.start)
     return ops
+
+
+def _located_regions(instr: ir.Instr) -> list[tuple[ir.Region, ir.Operand | None, ir.Operand | None]]:
+    """Each region an instruction touches, with the device and core it lives on (None:
+    the thread's own)."""
+    if isinstance(instr, ir.DmaStart):
+        return [(instr.src, None, None), (instr.dst, instr.device, instr.core)]
+    region = getattr(instr, "region", None)
+    return [(region, None, None)] if isinstance(region, ir.Region) else []
 
 
 def _regions(instr: ir.Instr) -> list[ir.Region]:

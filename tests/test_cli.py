@@ -116,7 +116,8 @@ def test_a_model_that_raises_is_an_error_pointing_at_its_line(tmp_path, capsys):
     code, out, _ = run(capsys, "verify", str(bad), "--devices", "3", "--format", "json")
     [r] = json.loads(out)["results"]
     assert code == 2 and r["verdict"] == "error"
-    assert "bad_model.py:3" in r["error"] and "ValueError: needs an even count" in r["error"]
+    assert r["file"].endswith("bad_model.py") and r["line"] == 3
+    assert "ValueError: needs an even count" in r["error"]
 
 
 def test_bad_usage_exits_2(capsys):

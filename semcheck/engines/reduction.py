@@ -107,6 +107,8 @@ class _Context:
             xo, yo = self._others[action]
             if not (xa & yo or xo & ya):
                 return []
+            if action[0] == "e":
+                return self._required_by_completion(action, xa, ya)
             # the hot loop of the whole search: kept to plain integer tests
             return [
                 other for other, (xb, yb) in self.actor_sig.items()
@@ -117,6 +119,21 @@ class _Context:
             return []
         bit = 1 << blocked[0]  # additions are channel 0 of x
         return [other for other, (x, _y) in self.actor_sig.items() if x & bit and other != action]
+
+
+    def _required_by_completion(self, action: Action, xa: int, ya: int) -> list[Action]:
+        """As for any action, except that a thread's future counts only up to a wait that
+        this completion alone can satisfy (`System.guarded_future_signature`)."""
+        event, pcs, guarded = action[1], self.state.pcs, self.system.guarded_future_signature
+        required = []
+        for other, (xb, yb) in self.actor_sig.items():
+            if other == action:
+                continue
+            if other[0] == "t":
+                xb, yb = guarded(other[1], pcs[other[1]], event)
+            if xa & yb or xb & ya:
+                required.append(other)
+        return required
 
 
 def _clash(a: tuple[int, int], b: tuple[int, int]) -> bool:

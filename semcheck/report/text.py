@@ -48,10 +48,10 @@ def verdict_line(r: Result) -> str:
     head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
     if r.cores > 1:
         head += f" x {r.cores} cores"
-    head += f", {r.semantics} rules]"
+    head += f", {r.semantics} rules]" if r.verdict is not Verdict.ERROR else "]"
     word = _VERDICT_WORDS[r.verdict]
     if r.verdict is Verdict.SAFE:
-        detail = "no deadlock, unsatisfied wait, leftover semaphore or bad id in any schedule"
+        detail = "no deadlock, unsatisfied wait, leftover, bad id, data race or early arrival in any schedule"
     elif r.verdict is Verdict.VIOLATION:
         kinds = sorted({v.kind for v in r.errors})
         detail = f"{len(r.errors)} violation{'s' if len(r.errors) != 1 else ''}: {', '.join(kinds)}"
