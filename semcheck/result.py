@@ -62,6 +62,9 @@ class Stats:
     transitions: int = 0
     seconds: float = 0.0
     peak_memory_mb: float | None = None
+    # The z3 engine stores no states; it reports the size of its encoding and its queries.
+    encoded_events: int | None = None
+    solver_queries: int | None = None
 
 
 @dataclass

@@ -278,11 +278,15 @@ class System:
     # -- the transition system --
 
     def initial_states(self) -> list[State]:
+        ranges = [range(inp.lo, inp.hi + 1) for inp in self.protocol.inputs]
+        return [self.initial_state(values) for values in itertools.product(*ranges)]
+
+    def initial_state(self, inputs: tuple[int, ...]) -> State:
+        """The start state for one value of every input (in `protocol.inputs` order)."""
         pcs = tuple(0 for _ in self.threads)
         regs = tuple(tuple(0 for _ in r) for r in self.registers)
         sems = tuple(0 for _ in self.instances)
-        ranges = [range(inp.lo, inp.hi + 1) for inp in self.protocol.inputs]
-        return [State(pcs, regs, sems, (), (), values) for values in itertools.product(*ranges)]
+        return State(pcs, regs, sems, (), (), tuple(inputs))
 
     def current(self, state: State, t: int) -> ir.Instr | None:
         pc = state.pcs[t]
