@@ -4,14 +4,16 @@
     result = verify_model(my_model, devices=4)
     assert result.verdict.value == "safe", result
 
-`verify_path` runs what `semcheck verify PATH` runs and returns every Result.
+`verify_path` runs what `semcheck verify PATH` runs and returns every Result. `assume=`
+bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from semcheck import engines
+from semcheck import assumptions, engines
+from semcheck.assumptions import Assumption
 from semcheck.engines.budget import Budget, ProgressFn
 from semcheck.frontends import LoadError, discover, load
 from semcheck.ir import Protocol
@@ -25,8 +27,13 @@ def check_protocol(
     engine: str = "explicit",
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
+    assume: Iterable[Assumption] = (),
     **options,
 ) -> Result:
+    assume = list(assume)
+    if assume:
+        assumptions.check_names([protocol], assume, source=f"protocol {protocol.name}")
+        protocol = assumptions.apply(protocol, assume)
     try:
         return engines.check(protocol, engine, budget=budget, progress=progress, **options)
     except ProtocolError as e:
@@ -47,21 +54,33 @@ def verify_path(
     engine: str = "explicit",
     budget: Budget | None = None,
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
+    assume: Iterable[Assumption] = (),
     **options,
 ) -> list[Result]:
-    results = []
+    # Load everything first, so an --assume that names no input fails before any checking.
+    loaded: list[Result | tuple[int, list[Protocol]]] = []
     for path in discover([paths] if isinstance(paths, str) else list(paths)):
         for n in devices:
             try:
-                protocols = load(path, n)
+                loaded.append((n, load(path, n)))
             except LoadError as e:
-                results.append(error_result(_stem(path), path, e.loc.line if e.loc else 0, n, str(e), engine))
-                continue
-            for protocol in protocols:
-                progress = progress_for(protocol.name, n) if progress_for else None
-                results.append(
-                    check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
-                )
+                loaded.append(error_result(_stem(path), path, e.loc.line if e.loc else 0, n, str(e), engine))
+    assume = list(assume)
+    protocols = [p for item in loaded if not isinstance(item, Result) for p in item[1]]
+    if assume and protocols:
+        assumptions.check_names(protocols, assume, source="the checked kernels and models")
+    results = []
+    for item in loaded:
+        if isinstance(item, Result):
+            results.append(item)
+            continue
+        n, protocols = item
+        for protocol in protocols:
+            protocol = assumptions.apply(protocol, assume)
+            progress = progress_for(protocol.name, n) if progress_for else None
+            results.append(
+                check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
+            )
     return results
 
 

@@ -54,6 +54,8 @@ class Violation:
     # For stuck states: every blocked wait, and the wait-for cycle when there is one.
     blocked: list[dict] = field(default_factory=list)
     cycle: list[int] = field(default_factory=list)  # indices into `blocked`
+    # The value of every protocol input in the counterexample (its initial state).
+    inputs: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

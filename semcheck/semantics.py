@@ -336,8 +336,8 @@ class System:
 
     def action_footprint(self, state: State, action: Action) -> Footprint:
         kind, what = action
-        if kind == "e":
-            return Footprint(inc=1 << what.sem)
+        if kind == "e":  # a negative size lowers the count: it can disable a wait
+            return Footprint(inc=1 << what.sem, dec=(1 << what.sem) if what.inc < 0 else 0)
         return self.footprints[what][state.pcs[what]]
 
     def future_footprint(self, state: State, t: int) -> Footprint:
@@ -517,17 +517,28 @@ WAIT_RULES: dict[type, Callable[..., tuple[int, int]]] = {
 # --- static footprints: one small function per instruction that touches a semaphore ------------
 
 
+# An amount that may be negative (an input, a register) turns an addition into a possible
+# subtraction, which can disable a wait, and a decrement into a possible addition, which can
+# enable one: such an action counts as both.
+def _may_be_negative(amount: ir.Operand) -> bool:
+    return not (isinstance(amount, int) and amount >= 0)
+
+
 def _fp_signal(system: System, t: int, instr: ir.Signal) -> Footprint:
-    return Footprint(inc=system._candidates(t, instr.sem))
+    mask = system._candidates(t, instr.sem)
+    return Footprint(inc=mask, dec=mask if _may_be_negative(instr.inc) else 0)
 
 
 def _fp_wait(system: System, t: int, instr: ir.Wait) -> Footprint:
     mask = system._candidates(t, instr.sem)
-    return Footprint(dec=mask) if instr.decrement else Footprint(wait=mask)
+    if not instr.decrement:
+        return Footprint(wait=mask)
+    return Footprint(dec=mask, inc=mask if _may_be_negative(instr.value) else 0)
 
 
 def _fp_dma_wait(system: System, t: int, instr: ir.DmaWait) -> Footprint:
-    return Footprint(dec=system._candidates(t, instr.sem))
+    mask = system._candidates(t, instr.sem)
+    return Footprint(dec=mask, inc=mask if _may_be_negative(instr.nbytes) else 0)
 
 
 def _fp_read(system: System, t: int, instr: ir.Read) -> Footprint:
@@ -541,7 +552,7 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
     mask = system._candidates(t, target)
     if instr.send_sem is not None:
         mask |= system._candidates(t, instr.send_sem)
-    return Footprint(inc=mask)
+    return Footprint(inc=mask, dec=mask if _may_be_negative(instr.nbytes) else 0)
 
 
 FOOTPRINT_RULES: dict[type, Callable[..., Footprint]] = {

@@ -102,4 +102,9 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         trace=steps,
         blocked=[dict(b) for b in finding.blocked],
         cycle=list(finding.cycle),
+        inputs=(
+            {inp.name: value for inp, value in zip(system.protocol.inputs, initial.inputs)}
+            if initial is not None
+            else {}
+        ),
     )

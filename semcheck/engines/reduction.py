@@ -72,7 +72,7 @@ class _Context:
     def _required_by(self, action: Action):
         system, state = self.system, self.state
         if action[0] == "e":
-            yield from self._conflicting(Footprint(inc=1 << action[1].sem), actor=action)
+            yield from self._conflicting(system.action_footprint(state, action), actor=action)
             return
         t = action[1]
         if action in self.enabled:
@@ -95,5 +95,5 @@ class _Context:
                 yield ("t", q)
         if fp.read or fp.dec or fp.wait:
             for e in self.events:
-                if ("e", e) != actor and conflict(fp, Footprint(inc=1 << e.sem)):
+                if ("e", e) != actor and conflict(fp, self.system.action_footprint(self.state, ("e", e))):
                     yield ("e", e)

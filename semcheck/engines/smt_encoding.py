@@ -72,19 +72,27 @@ class NodeVars:
     valid: SymBool = True
     faults: dict[str, SymBool] = field(default_factory=dict)
     regs_out: dict[str, SymInt] = field(default_factory=dict)
-    taken: dict[int, SymBool] = field(default_factory=dict)  # successor index -> condition
+    taken: dict[tuple[int, int], SymBool] = field(default_factory=dict)  # successor key -> guard
     target: Target | None = None  # the semaphore a wait, read or signal names
     need: SymInt | None = None  # what a wait needs
     read_value: z3.ArithRef | None = None
 
+    _done: SymBool | None = None
+    _final: SymBool | None = None
+
     @property
     def done(self) -> SymBool:
-        return AND(self.fires, self.valid)
+        """Executed without fault."""
+        if self._done is None:
+            self._done = AND(self.fires, self.valid)
+        return self._done
 
     @property
     def final(self) -> SymBool:
         """The thread stops here: reached, not executed."""
-        return AND(self.reach, NOT(self.fires))
+        if self._final is None:
+            self._final = AND(self.reach, NOT(self.fires))
+        return self._final
 
 
 @dataclass(eq=False)
@@ -125,13 +133,14 @@ class Encoding:
         for inp, var in zip(self.protocol.inputs, self.inputs):
             if not is_const(var):
                 self.constraints += [var >= inp.lo, var <= inp.hi]
-        self.unrolled = [unrolling.unroll(body, bound) for body in system.bodies]
+        self.unrolled: list[unrolling.Unroller] = []
         self.nodes: list[list[NodeVars]] = []
         self.changes: dict[int, list[tuple[Change, SymBool]]] = {}
         self.readers: list[NodeVars] = []
         self.completions: list[Completion] = []
         self._distinct: set[tuple[int, int]] = set()
         self._final_counts: dict[int, SymInt] = {}
+        self._terminal: SymBool | None = None
         for t in range(len(system.threads)):
             self._encode_thread(t)
         for reader in self.readers:
@@ -152,19 +161,20 @@ class Encoding:
     # -- threads --
 
     def _encode_thread(self, t: int) -> None:
-        unrolled = self.unrolled[t]
+        unroller = unrolling.Unroller(self.system.bodies[t], self.bound)
+        self.unrolled.append(unroller)
         row: list[NodeVars] = []
         self.nodes.append(row)
         registers = self.system.registers[t]
-        for node in unrolled.nodes:
+        while (node := unroller.next_node()) is not None:
             nv = NodeVars(t, node)
             row.append(nv)
             if not node.preds:
                 nv.reach = True
                 regs_in: dict[str, SymInt] = {name: 0 for name in registers}
             else:
-                nv.reach = OR(*(row[p].taken[node.index] for p, _ in node.preds))
-                regs_in = self._merge_registers(t, nv, [row[p] for p, _ in _unique(node.preds)])
+                nv.reach = OR(*(row[p].taken[node.key] for p in node.preds))
+                regs_in = self._merge_registers(t, nv, [row[p] for p in node.preds])
             if node.kind != unrolling.INSTR:
                 continue
             nv.fires = z3.Bool(f"fires_t{t}_n{node.index}")
@@ -172,26 +182,28 @@ class Encoding:
             self._position(row, nv)
             nv.regs_out = dict(regs_in)
             self._encode_instr(nv, node.instr, regs_in)
-            for succ, condition in node.succs:
+            for target, condition in unrolling.successors(node.pc, node.instr):
                 guard = nv.done
                 if condition != unrolling.ALWAYS:
                     c = truth(self.eval(node.instr.cond, t, regs_in))
                     guard = AND(guard, c if condition == unrolling.IF_TRUE else NOT(c))
-                nv.taken[succ] = OR(nv.taken.get(succ, False), guard)
+                if guard is False:
+                    continue  # e.g. a loop counter that folds to a constant: no such path
+                key = unroller.add_edge(node, target)
+                nv.taken[key] = OR(nv.taken.get(key, False), guard)
 
     def _position(self, row: list[NodeVars], nv: NodeVars) -> None:
         """A fresh position for an event that touches a semaphore or joins paths; an
         occurrence that does neither shares its only predecessor's (ties within a thread are
         broken by program order when decoding)."""
         node = nv.node
-        preds = _unique(node.preds)
-        if len(preds) == 1 and not isinstance(node.instr, _TOUCHING):
-            nv.pos = row[preds[0][0]].pos
+        if len(node.preds) == 1 and not isinstance(node.instr, _TOUCHING):
+            nv.pos = row[node.preds[0]].pos
             return
         nv.pos = z3.Int(f"pos_t{nv.t}_n{node.index}")
-        for p, _ in preds:
+        for p in node.preds:
             before = row[p]
-            self.constraints.append(IMPLIES(before.taken[node.index], before.pos < nv.pos))
+            self.constraints.append(IMPLIES(before.taken[node.key], before.pos < nv.pos))
 
     def _merge_registers(self, t: int, nv: NodeVars, preds: list[NodeVars]) -> dict[str, SymInt]:
         merged: dict[str, SymInt] = {}
@@ -203,7 +215,7 @@ class Encoding:
                 continue
             var = z3.Int(f"reg_t{t}_n{nv.node.index}_{name}")
             for p, v in zip(preds, values):
-                self.constraints.append(IMPLIES(p.taken[nv.node.index], var == v))
+                self.constraints.append(IMPLIES(p.taken[nv.node.key], var == v))
             merged[name] = var
         return merged
 
@@ -389,6 +401,11 @@ class Encoding:
     def terminal(self) -> SymBool:
         """Nothing can move, and nothing faulted: every DMA completed, every thread finished
         or at a wait its final count cannot pass."""
+        if self._terminal is None:
+            self._terminal = self._build_terminal()
+        return self._terminal
+
+    def _build_terminal(self) -> SymBool:
         parts = [self.no_faults()]
         parts += [IMPLIES(c.start.done, c.done) for c in self.completions]
         for row, unrolled in zip(self.nodes, self.unrolled):
@@ -458,7 +475,8 @@ class Encoding:
                 keyed.append(((_int(model, nv.pos), 0, t, nv.node.index), ("t", t), t, nv.node.pc))
                 if not _holds(model, nv.valid):
                     break
-                nv = next(row[s] for s, guard in nv.taken.items() if _holds(model, guard))
+                key = next(k for k, guard in nv.taken.items() if _holds(model, guard))
+                nv = row[self.unrolled[t].by_key[key].index]
         for c in self.completions:
             if not _holds(model, c.done):
                 continue
@@ -487,15 +505,6 @@ def _same(a: SymInt, b: SymInt) -> bool:
     if is_const(a) or is_const(b):
         return is_const(a) and is_const(b) and a == b
     return a.eq(b)
-
-
-def _unique(preds: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    seen, out = set(), []
-    for p, cond in preds:
-        if p not in seen:
-            seen.add(p)
-            out.append((p, cond))
-    return out
 
 
 def _holds(model: z3.ModelRef, x: SymBool) -> bool:

@@ -11,11 +11,32 @@ from __future__ import annotations
 from typing import Union
 
 import z3
+from z3.z3types import Ast
 
 from semcheck.semantics import _apply
 
 SymInt = Union[int, z3.ArithRef]
 SymBool = Union[bool, z3.BoolRef]
+
+# The connectives below call Z3's C API directly: z3.And/Or/Not/If re-check and coerce every
+# argument in Python, which dominated encoding time. Arguments here are already Z3 terms of
+# the right sort (constants are folded away first), so the checks buy nothing.
+_CTX = z3.main_ctx()
+
+
+def _ref():
+    return _CTX.ref()
+
+
+def _array(args):
+    arr = (Ast * len(args))()
+    for i, a in enumerate(args):
+        arr[i] = a.as_ast()
+    return arr
+
+
+def _int_term(x: SymInt) -> z3.ArithRef:
+    return z3.IntVal(x) if isinstance(x, int) else x
 
 
 def is_const(x) -> bool:
@@ -31,7 +52,9 @@ def AND(*xs: SymBool) -> SymBool:
             rest.append(x)
     if not rest:
         return True
-    return rest[0] if len(rest) == 1 else z3.And(*rest)
+    if len(rest) == 1:
+        return rest[0]
+    return z3.BoolRef(z3.Z3_mk_and(_ref(), len(rest), _array(rest)), _CTX)
 
 
 def OR(*xs: SymBool) -> SymBool:
@@ -43,15 +66,21 @@ def OR(*xs: SymBool) -> SymBool:
             rest.append(x)
     if not rest:
         return False
-    return rest[0] if len(rest) == 1 else z3.Or(*rest)
+    if len(rest) == 1:
+        return rest[0]
+    return z3.BoolRef(z3.Z3_mk_or(_ref(), len(rest), _array(rest)), _CTX)
 
 
 def NOT(x: SymBool) -> SymBool:
-    return (not x) if isinstance(x, bool) else z3.Not(x)
+    if isinstance(x, bool):
+        return not x
+    return z3.BoolRef(z3.Z3_mk_not(_ref(), x.as_ast()), _CTX)
 
 
 def IMPLIES(a: SymBool, b: SymBool) -> SymBool:
-    return OR(NOT(a), b)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return OR(NOT(a), b)
+    return z3.BoolRef(z3.Z3_mk_implies(_ref(), a.as_ast(), b.as_ast()), _CTX)
 
 
 def ITE(c: SymBool, a: SymInt, b: SymInt) -> SymInt:
@@ -61,7 +90,8 @@ def ITE(c: SymBool, a: SymInt, b: SymInt) -> SymInt:
         return b
     if is_const(a) and is_const(b) and a == b:
         return a
-    return z3.If(c, a, b)
+    a, b = _int_term(a), _int_term(b)
+    return z3.ArithRef(z3.Z3_mk_ite(_ref(), c.as_ast(), a.as_ast(), b.as_ast()), _CTX)
 
 
 def EQ(a: SymInt, b: SymInt) -> SymBool:
@@ -89,8 +119,11 @@ def SUM(terms: list[SymInt]) -> SymInt:
     sym = [t for t in terms if not is_const(t)]
     if not sym:
         return const
-    total = sym[0] if len(sym) == 1 else z3.Sum(*sym)
-    return total + const if const else total
+    if const:
+        sym.append(z3.IntVal(const))
+    if len(sym) == 1:
+        return sym[0]
+    return z3.ArithRef(z3.Z3_mk_add(_ref(), len(sym), _array(sym)), _CTX)
 
 
 def truth(x: SymInt) -> SymBool:

@@ -43,7 +43,12 @@ def verdict_line(r: Result) -> str:
     else:
         detail = r.error or "error"
     stats = ""
-    if r.verdict is not Verdict.ERROR:
+    if r.verdict is not Verdict.ERROR and r.stats.solver_queries is not None:
+        stats = (
+            f"  ({r.stats.encoded_events:,} events, {r.stats.solver_queries:,} solver queries, "
+            f"{r.stats.seconds:.2f} s, {r.engine})"
+        )
+    elif r.verdict is not Verdict.ERROR:
         stats = (
             f"  ({r.stats.states:,} states, {r.stats.transitions:,} transitions, "
             f"{r.stats.seconds:.2f} s, {r.engine})"
@@ -71,6 +76,9 @@ def render_violation(
     if excerpt:
         lines.append(f"    {v.location.line:>5} | {excerpt}")
     lines.extend("    " + part for part in v.message.split("\n"))
+    if v.inputs:
+        values = ", ".join(f"{name} = {value}" for name, value in v.inputs.items())
+        lines.append(f"    with inputs: {values}")
     if v.trace:
         steps = v.trace
         shown = steps if not max_trace_steps or len(steps) <= max_trace_steps else steps[-max_trace_steps:]
