@@ -72,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check input NAME only for LO..HI (repeatable; overrides the file's "
                         "semcheck.assume and the input's own range; a NAME no input has is an error)")
     verify.add_argument("--unroll", type=int, default=None, metavar="N",
-                        help="z3: unroll loops to N backward jumps per thread (default: 8); a loop "
-                        "that can run longer makes the verdict inconclusive, never safe")
+                        help="z3: unroll loops to N backward jumps per thread that depend on inputs or "
+                        "semaphore reads (default: 8; constant trip counts unroll fully); a loop that "
+                        "can run longer makes the verdict inconclusive, never safe")
     verify.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default: text)")
     verify.add_argument("-o", "--output", metavar="FILE",
                         help="write the report to FILE (the text report still goes to stdout)")

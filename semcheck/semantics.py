@@ -24,7 +24,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from semcheck import ir
+from semcheck import intervals, ir
 from semcheck.ir import Backend, Scope, SemKind, SemOrigin
 
 
@@ -517,28 +517,38 @@ WAIT_RULES: dict[type, Callable[..., tuple[int, int]]] = {
 # --- static footprints: one small function per instruction that touches a semaphore ------------
 
 
-# An amount that may be negative (an input, a register) turns an addition into a possible
-# subtraction, which can disable a wait, and a decrement into a possible addition, which can
-# enable one: such an action counts as both.
-def _may_be_negative(amount: ir.Operand) -> bool:
-    return not (isinstance(amount, int) and amount >= 0)
+# An amount that may be negative (over the inputs' ranges; registers are unbounded) turns an
+# addition into a possible subtraction, which can disable a wait, and a decrement into a
+# possible addition, which can enable one: such an action counts as both.
+def _may_be_negative(system: System, t: int, amount: ir.Operand) -> bool:
+    if isinstance(amount, int):
+        return amount < 0
+    inputs = system.protocol.inputs
+
+    def reg_bounds(name: str):
+        if name in system.registers[t] or name not in system.input_index:
+            return intervals.UNBOUNDED
+        inp = inputs[system.input_index[name]]
+        return (inp.lo, inp.hi)
+
+    return intervals.bounds(amount, reg_bounds)[0] < 0
 
 
 def _fp_signal(system: System, t: int, instr: ir.Signal) -> Footprint:
     mask = system._candidates(t, instr.sem)
-    return Footprint(inc=mask, dec=mask if _may_be_negative(instr.inc) else 0)
+    return Footprint(inc=mask, dec=mask if _may_be_negative(system, t, instr.inc) else 0)
 
 
 def _fp_wait(system: System, t: int, instr: ir.Wait) -> Footprint:
     mask = system._candidates(t, instr.sem)
     if not instr.decrement:
         return Footprint(wait=mask)
-    return Footprint(dec=mask, inc=mask if _may_be_negative(instr.value) else 0)
+    return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.value) else 0)
 
 
 def _fp_dma_wait(system: System, t: int, instr: ir.DmaWait) -> Footprint:
     mask = system._candidates(t, instr.sem)
-    return Footprint(dec=mask, inc=mask if _may_be_negative(instr.nbytes) else 0)
+    return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.nbytes) else 0)
 
 
 def _fp_read(system: System, t: int, instr: ir.Read) -> Footprint:
@@ -552,7 +562,7 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
     mask = system._candidates(t, target)
     if instr.send_sem is not None:
         mask |= system._candidates(t, instr.send_sem)
-    return Footprint(inc=mask, dec=mask if _may_be_negative(instr.nbytes) else 0)
+    return Footprint(inc=mask, dec=mask if _may_be_negative(system, t, instr.nbytes) else 0)
 
 
 FOOTPRINT_RULES: dict[type, Callable[..., Footprint]] = {

@@ -11,9 +11,10 @@ this module asks the questions, in turn:
    terminal stuck cut is left;
 3. leftovers: a terminal cut in which every thread finished and a semaphore that must be 0 at
    exit is not, one query per (allocation, index) not yet found;
-4. the unrolling bound: whether any thread can take more backward jumps than were unrolled.
-   If it can, what was not unrolled was not checked, so without a violation the verdict is
-   inconclusive, never safe.
+4. the unrolling bound: whether any thread can take more backward jumps than were unrolled
+   (`unroll.py`: loops with a constant trip count are unrolled fully; the bound counts the
+   jumps that depend on inputs or reads). If it can, what was not unrolled was not checked,
+   so without a violation the verdict is inconclusive, never safe.
 
 Inputs are solver variables, so one query covers every input value. Every model is decoded
 into an action sequence and replayed through `semantics` (a divergence is a bug and raises),
@@ -31,11 +32,12 @@ from semcheck.engines.causal import causal_past
 from semcheck.engines.common import Exploration
 from semcheck.engines.smt_encoding import Encoding
 from semcheck.engines.smt_terms import NOT, OR
+from semcheck.engines.unroll import CONSTANT_JUMP_CAP
 from semcheck.properties import fault_findings, terminal_findings
 from semcheck.semantics import Action, State, System
 
 NAME = "z3"
-DEFAULT_UNROLL = 8  # backward jumps per thread
+DEFAULT_UNROLL = 8  # backward jumps per thread that depend on inputs or reads (unroll.py)
 
 
 class EncodingMismatch(AssertionError):
@@ -144,8 +146,9 @@ class _Session:
         model = self._solve(self.encoding.overflow(), "the unrolling bound")
         if model is not None:
             self.found.exhausted = (
-                f"a loop runs past the unrolling bound of {unroll} backward jumps per thread "
-                "(raise it with --unroll)"
+                f"a loop can run past the unrolling bound ({unroll} backward jumps per thread "
+                f"that depend on inputs or semaphore reads, {CONSTANT_JUMP_CAP} in all); "
+                "raise it with --unroll"
             )
 
     # -- solving, decoding, replaying --

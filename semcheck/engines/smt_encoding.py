@@ -183,13 +183,13 @@ class Encoding:
             nv.regs_out = dict(regs_in)
             self._encode_instr(nv, node.instr, regs_in)
             for target, condition in unrolling.successors(node.pc, node.instr):
-                guard = nv.done
+                guard, c = nv.done, True
                 if condition != unrolling.ALWAYS:
                     c = truth(self.eval(node.instr.cond, t, regs_in))
                     guard = AND(guard, c if condition == unrolling.IF_TRUE else NOT(c))
                 if guard is False:
                     continue  # e.g. a loop counter that folds to a constant: no such path
-                key = unroller.add_edge(node, target)
+                key = unroller.add_edge(node, target, symbolic=not is_const(c))
                 nv.taken[key] = OR(nv.taken.get(key, False), guard)
 
     def _position(self, row: list[NodeVars], nv: NodeVars) -> None:

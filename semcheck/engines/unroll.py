@@ -1,15 +1,19 @@
 """Unroll one thread's control-flow graph into a DAG of instruction occurrences, lazily.
 
-A node is `(pc, layer)`: instruction `pc` reached after `layer` backward jumps. Forward
+A node is `(layer, pc)`: instruction `pc` reached after `layer` backward jumps. Forward
 edges (to a higher pc) stay in their layer and backward edges (a loop's back edge) go to the
-next one, so the graph is acyclic and `(layer, pc)` is a topological order. A backward edge
-out of the last layer leads to the thread's OVERFLOW node: reaching it means the unrolling
-bound was too small for that path, and an engine that sees it must not call the protocol safe.
+next one, so the graph is acyclic and `(layer, pc)` is a topological order.
 
 The DAG is discovered while it is encoded: `next_node()` hands out nodes in topological
 order, each with all its predecessors known, and the encoder adds only the edges whose guard
 is not constantly false. So a loop whose trip count folds to a constant (a counter compared
 with a constant) is unrolled exactly that often, and straight-line code is a single chain.
+
+The bound counts *symbolic* backward jumps only: those whose branch condition depends on an
+input or a `semaphore_read`. A jump decided by constants is free, up to `CONSTANT_JUMP_CAP`
+(an endless constant loop must end somewhere). A backward edge beyond either limit leads to
+the thread's OVERFLOW node: reaching it means the unrolling was too short for that path, and
+an engine that sees it must not call the protocol safe.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ INSTR, EXIT, OVERFLOW = "instr", "exit", "overflow"
 # Why an edge is taken: always, when a branch condition is non-zero, when it is zero.
 ALWAYS, IF_TRUE, IF_FALSE = "always", "if_true", "if_false"
 
-Key = tuple[int, int]  # (layer, pc); the overflow node is (bound + 1, len(body) + 1)
+Key = tuple[int, int]  # (layer, pc); the overflow node is (CONSTANT_JUMP_CAP + 1, len(body) + 1)
+
+CONSTANT_JUMP_CAP = 1000
 
 
 @dataclass
@@ -35,6 +41,7 @@ class Node:
     instr: ir.Instr | None
     preds: list[int] = field(default_factory=list)  # node indices
     ancestors: int = 0  # bitmask of node indices that precede this one on some path
+    symbolic_jumps: int = 0  # most symbolic backward jumps on a path to here
 
     @property
     def layer(self) -> int:
@@ -62,7 +69,9 @@ class Unroller:
         self.by_key: dict[Key, Node] = {}
         self.overflow: Node | None = None
         self._pending: dict[Key, list[int]] = {(0, 0): []}
+        self._symbolic: dict[Key, int] = {(0, 0): 0}
         self._heap: list[Key] = [(0, 0)]
+        self._overflow_key: Key = (CONSTANT_JUMP_CAP + 1, len(body) + 1)
 
     def next_node(self) -> Node | None:
         """The next node in topological order; every edge into it has been added."""
@@ -71,13 +80,13 @@ class Unroller:
         key = heapq.heappop(self._heap)
         preds = self._pending.pop(key)
         layer, pc = key
-        if layer > self.bound:
+        if key == self._overflow_key:
             kind, instr = OVERFLOW, None
         elif pc >= len(self.body):
             kind, instr = EXIT, None
         else:
             kind, instr = INSTR, self.body[pc]
-        node = Node(len(self.nodes), key, kind, instr, preds)
+        node = Node(len(self.nodes), key, kind, instr, preds, symbolic_jumps=self._symbolic.pop(key))
         for p in preds:
             node.ancestors |= self.nodes[p].ancestors | (1 << p)
         self.nodes.append(node)
@@ -86,18 +95,22 @@ class Unroller:
             self.overflow = node
         return node
 
-    def add_edge(self, source: Node, target_pc: int) -> Key:
-        """Record an edge from `source` to instruction `target_pc`; returns the target's key."""
+    def add_edge(self, source: Node, target_pc: int, symbolic: bool) -> Key:
+        """Record an edge from `source` to instruction `target_pc`, taken on a condition that
+        is `symbolic` (not a constant); returns the target's key."""
         layer, pc = source.key
+        jumps = source.symbolic_jumps
         if target_pc > pc:
             key = (layer, target_pc)
-        elif layer < self.bound:
-            key = (layer + 1, target_pc)
         else:
-            key = (self.bound + 1, len(self.body) + 1)
+            jumps += symbolic
+            fits = jumps <= self.bound and layer < CONSTANT_JUMP_CAP
+            key = (layer + 1, target_pc) if fits else self._overflow_key
         if key not in self._pending:
             self._pending[key] = []
+            self._symbolic[key] = 0
             heapq.heappush(self._heap, key)
+        self._symbolic[key] = max(self._symbolic[key], jumps)
         if source.index not in self._pending[key]:
             self._pending[key].append(source.index)
         return key
