@@ -278,8 +278,12 @@ class System:
     # -- the transition system --
 
     def initial_states(self) -> list[State]:
+        return list(self.iter_initial_states())
+
+    def iter_initial_states(self):
+        """One start state per combination of input values, lazily (there may be billions)."""
         ranges = [range(inp.lo, inp.hi + 1) for inp in self.protocol.inputs]
-        return [self.initial_state(values) for values in itertools.product(*ranges)]
+        return (self.initial_state(values) for values in _lazy_product(ranges))
 
     def initial_state(self, inputs: tuple[int, ...]) -> State:
         """The start state for one value of every input (in `protocol.inputs` order)."""
@@ -353,6 +357,16 @@ class System:
 
 
 # --- helpers over states ---------------------------------------------------------------------
+
+
+def _lazy_product(ranges: list[range]):
+    """itertools.product without materializing its arguments (a range may be huge)."""
+    if not ranges:
+        yield ()
+        return
+    for head in ranges[0]:
+        for tail in _lazy_product(ranges[1:]):
+            yield (head, *tail)
 
 
 def _distinct(events: tuple[Event, ...]):
