@@ -10,7 +10,7 @@ from tests.strategies import control_flow_protocols, protocols
 # Now and then a random protocol (nine threads full of DMAs) has millions of unreduced
 # states. The reference search is bounded, and such an example is set aside rather than
 # failed: a failing example would make hypothesis shrink through million-state searches.
-REFERENCE_BUDGET = Budget(max_states=300_000)
+REFERENCE_BUDGET = Budget(max_states=200_000)
 
 
 def findings(protocol, reduce):
