@@ -19,7 +19,12 @@ and the constraints make it exactly a prefix the semantics can produce:
 
 Two events whose relative order matters (one reads a count the other changes) never share a
 position, so sorting the executed events by position is an interleaving the semantics can
-replay step by step. Queries (`smt.py`) add what they look for: a fault, a terminal cut
+replay step by step.
+
+The constraints come in two groups: `constraints` (control, registers, which events exist,
+final counts) and `ordering` (positions, and what waits and reads see). Dropping `ordering`
+relaxes the problem to counting; a question the relaxation answers "no" needs no ordering,
+which is how a safe ring is proved by counting alone (see `smt.py`). Queries (`smt.py`) add what they look for: a fault, a terminal cut
 (every thread finished or at a wait its final count cannot pass, no DMA in flight), a
 non-zero semaphore at exit, or a path past the unrolling bound.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import z3
 
@@ -37,7 +43,7 @@ from semcheck.engines.smt_terms import (
     AND, EQ, GE, IMPLIES, ITE, LT, NOT, OR, SUM, SymBool, SymInt, apply, in_range, is_const, truth,
 )
 from semcheck.semantics import (
-    INVALID_CORE, INVALID_DEVICE, INVALID_SEM_INDEX, RECV, SEND, Action, Event, System,
+    INVALID_CORE, INVALID_DEVICE, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
     dma_increment, must_be_zero_at_exit,
 )
 from semcheck.ir import Scope
@@ -126,6 +132,7 @@ class Encoding:
         self.protocol = system.protocol
         self.bound = bound
         self.constraints: list[SymBool] = []
+        self.ordering: list[SymBool] = []
         self.inputs: list[SymInt] = [
             inp.lo if inp.lo == inp.hi else z3.Int(f"input_{inp.name}")
             for inp in self.protocol.inputs
@@ -141,6 +148,7 @@ class Encoding:
         self._distinct: set[tuple[int, int]] = set()
         self._final_counts: dict[int, SymInt] = {}
         self._terminal: SymBool | None = None
+        self._other_sums: dict[tuple[int, int], tuple[SymInt, SymInt]] = {}
         for t in range(len(system.threads)):
             self._encode_thread(t)
         for reader in self.readers:
@@ -200,10 +208,10 @@ class Encoding:
         if len(node.preds) == 1 and not isinstance(node.instr, _TOUCHING):
             nv.pos = row[node.preds[0]].pos
             return
-        nv.pos = z3.Int(f"pos_t{nv.t}_n{node.index}")
+        nv.pos = _position_var(f"pos_t{nv.t}_n{node.index}")
         for p in node.preds:
             before = row[p]
-            self.constraints.append(IMPLIES(before.taken[node.key], before.pos < nv.pos))
+            self.ordering.append(IMPLIES(before.taken[node.key], before.pos < nv.pos))
 
     def _merge_registers(self, t: int, nv: NodeVars, preds: list[NodeVars]) -> dict[str, SymInt]:
         merged: dict[str, SymInt] = {}
@@ -310,8 +318,9 @@ class Encoding:
         nbytes = self.eval(instr.nbytes, nv.t, regs)
         for side, target in sides:
             done = z3.Bool(f"dma_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
-            pos = z3.Int(f"pos_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
-            self.constraints.append(IMPLIES(done, AND(nv.done, nv.pos < pos)))
+            pos = _position_var(f"pos_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
+            self.constraints.append(IMPLIES(done, nv.done))
+            self.ordering.append(IMPLIES(done, nv.pos < pos))
             completion = Completion(nv, side, done, pos)
             decl = self.system._allocs[(recv_ref if side == RECV else instr.send_sem).alloc][0]
             delta = dma_increment(decl, nbytes)  # bytes on a DMA semaphore, else 1
@@ -334,41 +343,84 @@ class Encoding:
     # -- counts --
 
     def _encode_reader(self, w: NodeVars) -> None:
-        """A wait executes only when the count before it reaches its need; a read yields it."""
-        options = []
-        for sid, cond in w.target.candidates:
-            before = self._count_before(w, sid)
-            if w.read_value is None:
-                options.append(AND(cond, GE(before, w.need)))
-            else:
-                options.append((cond, before))
-        if w.read_value is None:
-            self.constraints.append(IMPLIES(w.done, OR(*options)))
-        else:
-            value = SUM([ITE(cond, before, 0) for cond, before in options])
-            self.constraints.append(IMPLIES(w.done, w.read_value == value))
+        """A wait executes only when the count before it reaches its need; a read yields it.
 
-    def _count_before(self, w: NodeVars, sid: int) -> SymInt:
-        terms = []
+        Exactly (with positions, in `ordering`), and as bounds that need no positions (in
+        `constraints`, implied by the exact form): the count before `w` is at most its own
+        thread's earlier changes plus the positive part of every change whose order
+        against `w` is open, and at least the same with the negative parts. So counting
+        alone knows that a wait nothing could have fed did not pass."""
+        waits, reads, lows, highs = [], [], [], []
+        for sid, cond in w.target.candidates:
+            exact, low, high = self._count_before(w, sid)
+            if w.read_value is None:
+                waits.append(AND(cond, GE(exact, w.need)))
+                highs.append(AND(cond, GE(high, w.need)))
+            else:
+                reads.append(ITE(cond, exact, 0))
+                lows.append(IMPLIES(cond, GE(w.read_value, low)))
+                highs.append(IMPLIES(cond, GE(high, w.read_value)))
+        if w.read_value is None:
+            self.ordering.append(IMPLIES(w.done, OR(*waits)))
+            self.constraints.append(IMPLIES(w.done, OR(*highs)))
+        else:
+            self.ordering.append(IMPLIES(w.done, w.read_value == SUM(reads)))
+            self.constraints.append(IMPLIES(w.done, AND(*lows, *highs)))
+
+    def _count_before(self, w: NodeVars, sid: int) -> tuple[SymInt, SymInt, SymInt]:
+        """The count of `sid` just before `w` (exact, with positions) and positionless
+        lower and upper bounds of it."""
+        exact = []
+        others_low, others_high = self._others(sid, w.t)  # other threads' changes: order open
+        low, high = [others_low], [others_high]
         unrolled = self.unrolled[w.t]
         for change, cond in self.changes.get(sid, ()):
+            if change.thread != w.t:
+                exact.append(ITE(AND(change.done, cond, LT(change.pos, w.pos)), change.delta, 0))
+                self._separate(w.pos, change.pos)
+                continue
             if change.node is w and change.completion is None:
                 continue  # a wait's own decrement
-            if change.thread == w.t:
-                if not unrolled.precedes(change.node.node, w.node):
-                    continue  # later in program order (or on another path): never before
-                if change.completion is None:
-                    terms.append(ITE(AND(change.done, cond), change.delta, 0))
-                    continue
-            terms.append(ITE(AND(change.done, cond, LT(change.pos, w.pos)), change.delta, 0))
+            if not unrolled.precedes(change.node.node, w.node):
+                continue  # later in program order (or on another path): never before
+            if change.completion is None:
+                term = ITE(AND(change.done, cond), change.delta, 0)
+                exact.append(term)
+                low.append(term)
+                high.append(term)
+                continue
+            exact.append(ITE(AND(change.done, cond, LT(change.pos, w.pos)), change.delta, 0))
+            low.append(ITE(AND(change.done, cond), _negative_part(change.delta), 0))
+            high.append(ITE(AND(change.done, cond), _positive_part(change.delta), 0))
             self._separate(w.pos, change.pos)
-        return SUM(terms)
+        return SUM(exact), SUM(low), SUM(high)
+
+    def _others(self, sid: int, t: int) -> tuple[SymInt, SymInt]:
+        """(negative, positive) parts of all changes to `sid` by threads other than t (DMA
+        completions count for the thread that started them), as two shared variables."""
+        key = (sid, t)
+        if key not in self._other_sums:
+            neg, pos = [], []
+            for change, cond in self.changes.get(sid, ()):
+                if change.thread != t:
+                    neg.append(ITE(AND(change.done, cond), _negative_part(change.delta), 0))
+                    pos.append(ITE(AND(change.done, cond), _positive_part(change.delta), 0))
+            sums = []
+            for name, terms in (("neg", neg), ("pos", pos)):
+                total = SUM(terms)
+                if not is_const(total):
+                    var = z3.Int(f"{name}_s{sid}_not_t{t}")
+                    self.constraints.append(var == total)
+                    total = var
+                sums.append(total)
+            self._other_sums[key] = tuple(sums)
+        return self._other_sums[key]
 
     def _separate(self, a: z3.ArithRef, b: z3.ArithRef) -> None:
         key = (min(a.get_id(), b.get_id()), max(a.get_id(), b.get_id()))
         if key not in self._distinct:
             self._distinct.add(key)
-            self.constraints.append(a != b)
+            self.ordering.append(a != b)
 
     def final_count(self, sid: int) -> SymInt:
         if sid not in self._final_counts:
@@ -447,19 +499,25 @@ class Encoding:
             *(row[u.overflow.index].reach for row, u in zip(self.nodes, self.unrolled) if u.overflow)
         )
 
-    def configuration(self, model: z3.ModelRef) -> SymBool:
-        """The condition 'every thread stops where it stops in `model`', wait targets included:
-        what decides a terminal state's findings."""
+    def configuration_of(self, state: State) -> SymBool:
+        """The condition 'every thread stops where it stops in `state`, and a blocked one
+        waits on the same semaphore': what decides a terminal state's findings."""
         parts = []
-        for row in self.nodes:
+        for t, row in enumerate(self.nodes):
+            pc = state.pcs[t]
+            blocked = self.system.blocked_wait(state, t)
+            options = []
             for nv in row:
-                if nv.node.kind == unrolling.INSTR and not _holds(model, nv.final):
+                if nv.node.pc != pc:
                     continue
-                if nv.node.kind != unrolling.INSTR and not _holds(model, nv.reach):
-                    continue
-                parts.append(nv.final if nv.node.kind == unrolling.INSTR else nv.reach)
-                if nv.target is not None:
-                    parts += [cond for _, cond in nv.target.candidates if _holds(model, cond)]
+                if nv.node.kind == unrolling.EXIT:
+                    options.append(nv.reach)
+                elif nv.node.kind == unrolling.INSTR:
+                    same = True
+                    if blocked is not None and nv.target is not None:
+                        same = OR(*(c for sid, c in nv.target.candidates if sid == blocked[0]))
+                    options.append(AND(nv.final, same))
+            parts.append(OR(*options))
         return AND(*parts)
 
     # -- decoding --
@@ -472,7 +530,7 @@ class Encoding:
         for t, row in enumerate(self.nodes):
             nv = row[0]
             while nv.node.kind == unrolling.INSTR and _holds(model, nv.fires):
-                keyed.append(((_int(model, nv.pos), 0, t, nv.node.index), ("t", t), t, nv.node.pc))
+                keyed.append(((_position(model, nv.pos), 0, t, nv.node.index), ("t", t), t, nv.node.pc))
                 if not _holds(model, nv.valid):
                     break
                 key = next(k for k, guard in nv.taken.items() if _holds(model, guard))
@@ -482,7 +540,7 @@ class Encoding:
                 continue
             sid = next(s for s, cond in c.change.candidates if _holds(model, cond))
             event = Event(c.side, c.start.t, c.start.node.pc, sid, _int(model, c.change.delta))
-            keyed.append(((_int(model, c.pos), 1, c.start.t, c.start.node.index), ("e", event), None, None))
+            keyed.append(((_position(model, c.pos), 1, c.start.t, c.start.node.index), ("e", event), None, None))
         keyed.sort(key=lambda item: item[0])
         return inputs, [(action, t, pc) for _, action, t, pc in keyed]
 
@@ -495,6 +553,25 @@ _RULES = {
     ir.Assign: Encoding._assign,
     ir.DmaStart: Encoding._dma_start,
 }
+
+
+def _position_var(name: str) -> z3.ArithRef:
+    """Positions only need a total order, so they are rationals: linear real arithmetic is
+    cheaper for the solver than integers, and between two positions there is always room."""
+    return z3.Real(name)
+
+
+def _position(model: z3.ModelRef, pos: z3.ArithRef):
+    value = model.eval(pos, model_completion=True)
+    return Fraction(value.numerator_as_long(), value.denominator_as_long())
+
+
+def _positive_part(x: SymInt) -> SymInt:
+    return max(x, 0) if is_const(x) else ITE(x > 0, x, 0)
+
+
+def _negative_part(x: SymInt) -> SymInt:
+    return min(x, 0) if is_const(x) else ITE(x < 0, x, 0)
 
 
 def _negate(x: SymInt) -> SymInt:

@@ -35,8 +35,16 @@ def _array(args):
     return arr
 
 
+_LITERALS: dict[int, z3.ArithRef] = {}
+
+
 def _int_term(x: SymInt) -> z3.ArithRef:
-    return z3.IntVal(x) if isinstance(x, int) else x
+    if not isinstance(x, int):
+        return x
+    literal = _LITERALS.get(x)
+    if literal is None:
+        literal = _LITERALS[x] = z3.IntVal(x)
+    return literal
 
 
 def is_const(x) -> bool:
@@ -120,7 +128,7 @@ def SUM(terms: list[SymInt]) -> SymInt:
     if not sym:
         return const
     if const:
-        sym.append(z3.IntVal(const))
+        sym.append(_int_term(const))
     if len(sym) == 1:
         return sym[0]
     return z3.ArithRef(z3.Z3_mk_add(_ref(), len(sym), _array(sym)), _CTX)
