@@ -13,7 +13,6 @@ import semcheck
 from semcheck import assumptions, cli, ir
 from semcheck.assumptions import Assumption, AssumptionError
 from semcheck.engines import auto
-from semcheck.engines.budget import Budget
 from semcheck.frontends import LoadError, load
 from semcheck.api import check_protocol
 
@@ -181,14 +180,24 @@ def test_auto_picks_z3_for_wide_inputs_and_says_so(capsys):
     assert result["violations"][0]["inputs"]["tokens"] >= 64
 
 
-def test_auto_falls_back_to_z3_when_explicit_runs_out():
+def test_auto_falls_back_to_z3_when_explicit_runs_out_of_its_share(monkeypatch):
+    monkeypatch.setattr(auto, "EXPLICIT_SHARE_STATES", 100)
     (protocol,) = load(MOE, 4)  # 64 start states of a few dozen states each
-    result = check_protocol(
-        protocol, engine="auto", budget=Budget(max_states=100), assume=[Assumption("tokens", 0, 63)]
-    )
+    result = check_protocol(protocol, engine="auto", assume=[Assumption("tokens", 0, 63)])
     assert result.verdict.value == "safe"
     assert result.engine == "z3"
     assert "explicit engine ran out of its share" in result.notes[0]
+
+
+def test_auto_keeps_the_users_own_state_budget(capsys):
+    """--max-states below auto's share is the user's limit: inconclusive, exit 3, as with
+    --engine explicit."""
+    code, out, _ = _run(capsys, RING, "--devices", "4", "--no-reduction", "--max-states", "1000",
+                        "--format", "json")
+    assert code == 3
+    (result,) = json.loads(out)["results"]
+    assert (result["verdict"], result["engine"]) == ("inconclusive", "explicit")
+    assert "state budget of 1,000 states ran out" in result["notes"][0]
 
 
 def test_input_combinations():

@@ -7,7 +7,9 @@ loops whose length depends on timing (a polling loop). So:
 
 * inputs spanning more than `MAX_EXPLICIT_INPUT_COMBINATIONS` value combinations: z3;
 * otherwise explicit, with a share of the budget (`EXPLICIT_SHARE_STATES` states, half the
-  time); if that runs out before a verdict, z3 decides with the time that is left.
+  time); if that share runs out before a verdict, z3 decides with the time that is left.
+  If what ran out is the user's own budget (`--max-states` below the share, or memory),
+  the verdict is inconclusive, as it would be with `--engine explicit`.
 
 The Result names the engine that decided (`Result.engine`), and a note says why whenever
 that is not the explicit engine's plain verdict.
@@ -65,6 +67,10 @@ def run(
     result = explicit(system, share, progress, **options)
     if result.verdict is not Verdict.INCONCLUSIVE:
         return result
+    out_of_states = result.stats.states > share.max_states
+    out_of_time = result.stats.seconds >= share.timeout
+    if not ((out_of_states and share.max_states < budget.max_states) or out_of_time):
+        return result  # the user's own budget ran out, not auto's share of it
     left = budget.timeout - (time.monotonic() - started)
     fallback = z3(system, replace(budget, timeout=max(left, 1.0)), progress, **options)
     fallback.notes.insert(

@@ -16,16 +16,21 @@ this module asks the questions, in turn:
    jumps that depend on inputs or reads). If it can, what was not unrolled was not checked,
    so without a violation the verdict is inconclusive, never safe.
 
-Each question is first put to a relaxation without the ordering constraints (what each
-wait and read sees): if even counting rules it out, the answer is no, and the positions
-are never looked at. Only otherwise is it asked with ordering. A safe ring all-gather is
-proved this way: a device stuck at step k needs its left neighbour stuck earlier, around
-the ring, which no count allows.
+Each question is answered by a witness, an execution of the semantics, found in three steps:
 
-Inputs are solver variables, so one query covers every input value. Every model is decoded
-into an action sequence and replayed through `semantics` (a divergence is a bug and raises),
-so findings, messages and traces are the explicit engine's own; a fault's trace is cut down
-to the fault's causal past (`causal.py`).
+* the counting relaxation (no positions; only counts, and bounds on what each wait can have
+  seen) is asked first: if even counting rules the question out, the answer is no. A safe
+  ring all-gather is proved this way: a device stuck at step k needs its left neighbour
+  stuck earlier, around the ring, which no count allows;
+* otherwise the cut it proposes (how far each thread got, with which inputs) is scheduled
+  greedily through the semantics (`guided.py`); if that execution answers the question, it
+  is the witness;
+* otherwise the full query, with positions, is asked, and its model decoded into an action
+  sequence and replayed (a model that does not replay is a bug in the encoding and raises).
+
+Either way findings, messages and traces come from the semantics and `properties`, as in
+the explicit engine; a fault's trace is cut down to its causal past (`causal.py`). Inputs
+are solver variables, so one query covers every input value.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ def explore(
     found = Exploration(system)
     session = None
     try:
-        encoding = Encoding(system, unroll)
+        encoding = Encoding(system, unroll, tick=lambda: _within_budget(monitor))
         session = _Session(system, encoding, monitor, found)
         session.find_faults()
         session.find_stuck_states()
@@ -75,6 +80,16 @@ def explore(
     found.solver_queries = session.queries if session else 0
     found.encoded_events = session.encoding.event_count if session else 0
     return found
+
+
+def _within_budget(monitor: Monitor) -> None:
+    budget = monitor.budget
+    if monitor.elapsed() > budget.timeout:
+        raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while encoding")
+    mem = rss_mb()
+    monitor.peak_mb = max(monitor.peak_mb, mem)
+    if mem > monitor.memory_limit:
+        raise BudgetExceeded(f"memory budget of {monitor.memory_limit:,.0f} MB ran out")
 
 
 Witness = tuple[State, list[Action], list[State]]  # initial state, actions, states along them
@@ -226,10 +241,7 @@ class _Session:
     def _satisfiable(self, goal, what: str, ordered: bool) -> z3.ModelRef | None:
         """A model of the question (with ordering, or its counting relaxation), or None."""
         budget = self.monitor.budget
-        mem = rss_mb()
-        self.monitor.peak_mb = max(self.monitor.peak_mb, mem)
-        if mem > self.monitor.memory_limit:
-            raise BudgetExceeded(f"memory budget of {self.monitor.memory_limit:,.0f} MB ran out")
+        _within_budget(self.monitor)
         remaining = budget.timeout - self.monitor.elapsed()
         if remaining <= 0:
             raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out")

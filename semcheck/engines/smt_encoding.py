@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Callable
 from fractions import Fraction
 
 import z3
@@ -127,7 +128,8 @@ class Encoding:
     """Variables and constraints for every execution prefix of `system` within `bound`
     backward jumps per thread."""
 
-    def __init__(self, system: System, bound: int):
+    def __init__(self, system: System, bound: int, tick: Callable[[], None] = lambda: None):
+        """`tick()` is called now and then; it may raise to stop a long encoding."""
         self.system = system
         self.protocol = system.protocol
         self.bound = bound
@@ -150,8 +152,11 @@ class Encoding:
         self._terminal: SymBool | None = None
         self._other_sums: dict[tuple[int, int], tuple[SymInt, SymInt]] = {}
         for t in range(len(system.threads)):
+            tick()
             self._encode_thread(t)
-        for reader in self.readers:
+        for i, reader in enumerate(self.readers):
+            if i % 256 == 0:
+                tick()
             self._encode_reader(reader)
 
     # -- sizes, for stats --
