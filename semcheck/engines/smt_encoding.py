@@ -125,8 +125,8 @@ class Completion:
 
 
 class Encoding:
-    """Variables and constraints for every execution prefix of `system` within `bound`
-    backward jumps per thread."""
+    """Variables and constraints for every execution prefix of `system` in which no thread
+    takes more than `bound` input- or read-dependent backward jumps (see unroll.py)."""
 
     def __init__(self, system: System, bound: int, tick: Callable[[], None] = lambda: None):
         """`tick()` is called now and then; it may raise to stop a long encoding."""
