@@ -19,6 +19,8 @@ The explicit engine checks the CAPACITY + 1 values one start state at a time; th
 covers the whole range with one query per question.
 """
 
+# semcheck: expect unsatisfied_wait
+
 from semcheck.ir import BinOp
 from semcheck.model import DMA, ProtocolBuilder
 

@@ -7,14 +7,17 @@ it copies the slot it received last to its right neighbour with a remote DMA and
 both sides of its own copy: `wait_send` (its send semaphore: the data has left) and
 `wait_recv` (its receive semaphore: the copy from its left neighbour has landed).
 
+Each step has its own receive semaphore (`recv_sem[step]`, as in JAX's distributed
+tutorial), so a wait for step k's bytes can only be satisfied by step k's copy.
+
 Why it is safe: every device's barrier semaphore receives exactly two signals and is waited
 for two; every copy adds 4096 bytes to the sender's send semaphore and to the receiver's
-receive semaphore, and each of them is waited for exactly 4096 bytes once per step. A copy
-from the left neighbour can arrive before or after this device's own send completes, and
-two copies can be in flight on one receive semaphore (the left neighbour may run a step
-ahead), but byte counts add up, so no schedule blocks or leaves a semaphore non-zero.
-(Sharing one receive semaphore between steps is still a data race on the buffer; that is
-a different property.)
+step semaphore, and each is waited for exactly 4096 bytes once. A copy from the left
+neighbour can land before or after this device's own send completes, and the left
+neighbour may run a step ahead, but a device only forwards a slot after waiting for the
+copy that filled it, so no schedule blocks, leaves a semaphore non-zero, or reads a slot
+while a copy into it is still in flight. (`ring_allgather_shared_recv` shows what goes
+wrong with a single receive semaphore.)
 """
 
 from semcheck.model import DMA, ProtocolBuilder
@@ -26,7 +29,7 @@ def model(devices: int):
     p = ProtocolBuilder("ring_allgather", devices=devices, backend="tpu")
     barrier = p.barrier_semaphore(collective_id=0)
     send_sem = p.semaphore("send_sem", DMA)
-    recv_sem = p.semaphore("recv_sem", DMA)
+    recv_sem = p.semaphore("recv_sem", DMA, size=max(devices - 1, 1))  # one per step
     out = p.buffer("out", (devices, *BLOCK))
     for d in range(devices):
         t = p.thread(d)
@@ -36,7 +39,7 @@ def model(devices: int):
         t.wait(barrier, 2)
         for step in range(devices - 1):
             slot = (d - step) % devices
-            copy = t.dma_start(out.region(slot), out.region(slot), recv_sem=recv_sem,
+            copy = t.dma_start(out.region(slot), out.region(slot), recv_sem=recv_sem[step],
                                send_sem=send_sem, device=right)
             copy.wait_send()
             copy.wait_recv()

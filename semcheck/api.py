@@ -5,7 +5,8 @@
     assert result.verdict.value == "safe", result
 
 `verify_path` runs what `semcheck verify PATH` runs and returns every Result. `assume=`
-bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does.
+bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
+`verify(fn, *example_args)` checks the Pallas TPU kernels a function calls, in-process.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from semcheck import assumptions, engines
 from semcheck.assumptions import Assumption
 from semcheck.engines.budget import Budget, ProgressFn
 from semcheck.frontends import LoadError, discover, load
+from semcheck.invocations import repeat
 from semcheck.ir import Protocol
 from semcheck.result import Result, Verdict
 from semcheck.semantics import ProtocolError
@@ -55,18 +57,21 @@ def verify_path(
     budget: Budget | None = None,
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
     assume: Iterable[Assumption] = (),
+    invocations: int = 1,
     **options,
 ) -> list[Result]:
     # Load everything first, so an --assume that names no input fails before any checking.
-    loaded: list[Result | tuple[int, list[Protocol]]] = []
+    loaded: list[Result | tuple[str, int, list]] = []
     for path in discover([paths] if isinstance(paths, str) else list(paths)):
         for n in devices:
             try:
-                loaded.append((n, load(path, n)))
+                loaded.append((path, n, load(path, n)))
             except LoadError as e:
-                loaded.append(error_result(_stem(path), path, e.loc.line if e.loc else 0, n, str(e), engine))
+                loaded.append(_load_error_result(path, n, e, engine))
     assume = list(assume)
-    protocols = [p for item in loaded if not isinstance(item, Result) for p in item[1]]
+    protocols = [
+        p for item in loaded if not isinstance(item, Result) for p in item[2] if not isinstance(p, LoadError)
+    ]
     if assume and protocols:
         assumptions.check_names(protocols, assume, source="the checked kernels and models")
     results = []
@@ -74,14 +79,75 @@ def verify_path(
         if isinstance(item, Result):
             results.append(item)
             continue
-        n, protocols = item
+        path, n, protocols = item
         for protocol in protocols:
-            protocol = assumptions.apply(protocol, assume)
+            if isinstance(protocol, LoadError):  # one kernel of the file cannot be lowered
+                results.append(_load_error_result(path, n, protocol, engine))
+                continue
+            try:
+                protocol = repeat(assumptions.apply(protocol, assume), invocations)
+            except ValueError as e:
+                results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
+                continue
             progress = progress_for(protocol.name, n) if progress_for else None
             results.append(
                 check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
             )
     return results
+
+
+def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,
+           engine: str = "explicit", budget: Budget | None = None, **options) -> list[Result]:
+    """Check every Pallas TPU kernel that `fn(*example_args)` calls, in this process.
+
+    `fn` is traced with `jax.make_jaxpr`; its kernels must run inside `jax.shard_map`, whose
+    mesh decides the devices. `devices`, when given, is the device count the caller expects:
+    semcheck checks the process has that many JAX devices (set
+    `XLA_FLAGS=--xla_force_host_platform_device_count=N` before importing jax, e.g. at the top
+    of conftest.py) and that every kernel's mesh has that many. Returns one Result per kernel
+    (two for a kernel with parallel grid dimensions: one and two TensorCores per device); a
+    kernel that cannot be lowered gives a Result with verdict "error".
+    """
+    import jax
+
+    from semcheck.capture import capture_function, lower_captures
+
+    if devices is not None and jax.device_count() < devices:
+        raise LoadError(
+            f"semcheck.verify(devices={devices}): this process has only {jax.device_count()} "
+            "JAX device(s)",
+            hint=f"set XLA_FLAGS=--xla_force_host_platform_device_count={devices} before jax is "
+            "imported (e.g. at the top of conftest.py), or check a script with `semcheck verify "
+            "FILE --devices N`, which runs it in a subprocess with N devices",
+        )
+    captures = capture_function(fn, *example_args)
+    if not captures:
+        raise LoadError(
+            f"{getattr(fn, '__name__', fn)!s} calls no Pallas TPU kernel (pl.pallas_call or pl.kernel)",
+            hint="pass the function that calls the kernel inside jax.shard_map",
+        )
+    protocols, errors = lower_captures(captures, tpu_cores=tpu_cores)
+    results = []
+    for protocol in protocols:
+        if devices is not None and protocol.devices != devices:
+            raise LoadError(
+                f"semcheck.verify(devices={devices}): kernel {protocol.name} runs on a mesh of "
+                f"{protocol.devices} device(s)",
+                protocol.loc,
+                hint="build the mesh from jax.devices()[:devices]",
+            )
+        results.append(check_protocol(protocol, engine=engine, budget=budget, **options))
+    for e in errors:
+        results.append(_load_error_result(e.file, 0, e.to_load_error(), engine, kernel=e.kernel))
+    return results
+
+
+def _load_error_result(path: str, devices: int, e: LoadError, engine: str, kernel: str | None = None) -> Result:
+    """An error Result located where the LoadError points (or at the file)."""
+    file = e.loc.file if e.loc else path
+    text = e.message + (f"\n  hint: {e.hint}" if e.hint else "")
+    kernel = kernel or getattr(e, "kernel", None) or _stem(path)
+    return error_result(kernel, file, e.loc.line if e.loc else 0, devices, text, engine)
 
 
 def error_result(kernel: str, file: str, line: int, devices: int, message: str, engine: str) -> Result:

@@ -2,6 +2,11 @@
 
 Exit codes: 0 every check verified safe; 1 at least one violation; 2 error (cannot load or
 trace, unsupported construct, bad usage); 3 inconclusive (a budget ran out).
+
+With --expectations, each check is judged against the verdict declared for its file
+(`semcheck/expectations.py`): 0 every check matched its declaration; 1 some check did not;
+2 some check errored (or a declaration is malformed); 3 some check was inconclusive and
+none of the above.
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ import os
 import sys
 
 from semcheck import __version__
+from semcheck import expectations
 from semcheck.api import verify_path
 from semcheck.assumptions import AssumptionError, parse as parse_assumption
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import Budget, ProgressInfo
+from semcheck.frontends import discover
 from semcheck.properties import DESCRIPTIONS
 from semcheck.report import FORMATS
 from semcheck.result import EXIT_CODES, Verdict, worst
@@ -45,6 +52,14 @@ def _assumption(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _graph_file(text: str) -> str:
+    from semcheck.report.draw import SUFFIXES
+
+    if not text.lower().endswith(SUFFIXES):
+        raise argparse.ArgumentTypeError(f"the file name must end in {', '.join(SUFFIXES)}, got {text!r}")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     kinds = "\n".join(f"  {k.value:<24}{d}" for k, d in DESCRIPTIONS.items())
     parser = _Parser(
@@ -66,8 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="device counts to check (default: 2,4,8)")
     verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
                         help="how to decide: explicit (exhaustive search), z3 (SMT; every input value "
-                        "in one query) or auto (default: explicit unless the inputs are wide or it runs "
-                        "out of its share of the budget, then z3); the report names the engine that decided")
+                        "in one query), auto (default: explicit unless the inputs are wide or it runs "
+                        "out of its share of the budget, then z3; the report names the engine that "
+                        "decided) or simulate (random schedules: finds bugs fast, never proves safe)")
     verify.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=LO..HI",
                         help="check input NAME only for LO..HI (repeatable; overrides the file's "
                         "semcheck.assume and the input's own range; a NAME no input has is an error)")
@@ -84,10 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop with verdict inconclusive after S seconds per check (env SEMCHECK_TIMEOUT)")
     verify.add_argument("--max-memory", type=float, default=None, metavar="MB",
                         help="stop with verdict inconclusive above MB of memory (default: half of what is free)")
+    verify.add_argument("--invocations", type=int, default=1, metavar="K",
+                        help="run each kernel K times back to back on every device (default 1): "
+                             "barrier semaphores persist, so collective_id reuse hazards show up")
     verify.add_argument("--no-reduction", action="store_true",
                         help="explore every interleaving (slow; for cross-checking the reduction)")
     verify.add_argument("--max-trace-steps", type=int, default=0, metavar="N",
                         help="print only the last N steps of each trace (default: all)")
+    verify.add_argument("--graph", metavar="FILE", type=_graph_file,
+                        help="draw each counterexample to FILE (.dot, .svg or .png); with several, "
+                        "FILE's stem gets -KERNEL-Nd-KIND appended per counterexample")
+    verify.add_argument("--expectations", action="store_true",
+                        help="judge each check against the verdict declared for its file "
+                        "(# semcheck: expect KIND, or [tool.semcheck.expect] in pyproject.toml): "
+                        "exit 0 when every check matches, 1 when one does not")
     verify.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     return parser
 
@@ -111,23 +137,63 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _verify(args) -> int:
+    _warn_about_empty_folders(args.paths)
     budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
     progress_for = None if args.quiet else _progress_printer
     results = verify_path(
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
-        assume=args.assume, reduce=not args.no_reduction,
+        assume=args.assume, reduce=not args.no_reduction, invocations=args.invocations,
         **({} if args.unroll is None else {"unroll": args.unroll}),
     )
     _clear_progress()
-    rendered = FORMATS[args.format](results, max_trace_steps=args.max_trace_steps)
+    if not results:
+        print("semcheck: error: nothing to check: no kernel scripts or models in "
+              + ", ".join(args.paths), file=sys.stderr)
+        return EXIT_USAGE
+    judgements = None
+    if args.expectations:
+        try:
+            judgements = expectations.judge_all(results)
+        except expectations.ExpectationError as e:
+            print(f"semcheck: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements}
+    rendered = FORMATS[args.format](results, **options)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(rendered)
         if not args.quiet and args.format != "text":
-            sys.stdout.write(FORMATS["text"](results, max_trace_steps=args.max_trace_steps))
+            sys.stdout.write(FORMATS["text"](results, **options))
     else:
         sys.stdout.write(rendered if rendered.endswith("\n") else rendered + "\n")
+    if args.graph:
+        code = _draw(results, args.graph)
+        if code:
+            return code
+    if judgements is not None:
+        return EXIT_CODES[worst(expectations.effective_verdict(r, j) for r, j in zip(results, judgements))]
     return EXIT_CODES[worst(r.verdict for r in results)]
+
+
+def _warn_about_empty_folders(paths: list[str]) -> None:
+    for path in paths:
+        if os.path.isdir(path) and not discover([path]):
+            print(f"semcheck: {path}: no kernel scripts or models (.py files) to check", file=sys.stderr)
+
+
+def _draw(results, path: str) -> int:
+    from semcheck.report import draw  # Graphviz is needed only when drawing
+
+    try:
+        written = draw.write_counterexamples(results, path)
+    except draw.DrawError as e:
+        print(f"semcheck: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if not written:
+        print("semcheck: no counterexample to draw: every check is free of errors", file=sys.stderr)
+    for name in written:
+        print(f"semcheck: counterexample drawn to {name}", file=sys.stderr)
+    return 0
 
 
 _progress_shown = False

@@ -24,6 +24,8 @@ class Kind(str, enum.Enum):
     INVALID_DEVICE_ID = "invalid_device_id"
     INVALID_CORE_INDEX = "invalid_core_index"
     INVALID_SEMAPHORE_INDEX = "invalid_semaphore_index"
+    DATA_RACE = "data_race"
+    REMOTE_BEFORE_ENTRY = "remote_before_entry"
     NOT_LOWERABLE = "not_lowerable"
 
 
@@ -37,6 +39,8 @@ DESCRIPTIONS = {
     Kind.INVALID_DEVICE_ID: "A remote signal or DMA targets a device outside the mesh.",
     Kind.INVALID_CORE_INDEX: "A signal or DMA targets a core that does not exist.",
     Kind.INVALID_SEMAPHORE_INDEX: "A semaphore array is indexed outside its bounds.",
+    Kind.DATA_RACE: "Two accesses to overlapping memory, one a write, that some execution leaves unordered.",
+    Kind.REMOTE_BEFORE_ENTRY: "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it moved on to a later one.",
     Kind.NOT_LOWERABLE: "Legal to trace, but rejected by the backend's compiler (analyzed anyway).",
 }
 
@@ -53,6 +57,7 @@ class Finding:
     sem: int | None = None  # the semaphore instance concerned, if any
     blocked: tuple[dict, ...] = ()
     cycle: tuple[int, ...] = ()
+    other: ir.Loc | None = None  # the second source line of a race
 
 
 # --- faults --------------------------------------------------------------------------------------
@@ -76,6 +81,63 @@ def fault_findings(system: System, state: State, already: tuple = ()) -> list[Fi
             )
         )
     return out
+
+
+# --- hazards: seen by a transition, kept in the state ---------------------------------------------
+
+
+def hazard_findings(system: System, state: State, already: tuple = ()) -> list[Finding]:
+    """A finding for each hazard in `state` that is not in `already` (the parent's)."""
+    out = []
+    for hazard in state.hazards:
+        if hazard in already:
+            continue
+        out.append(_HAZARD_RULES[hazard.kind](system, hazard))
+    return out
+
+
+def _race_finding(system: System, h) -> Finding:
+    here = system.bodies[h.thread][h.pc]
+    there = system.bodies[h.other_thread][h.other_pc]
+    message = (
+        f"data race: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
+        f"{h.detail}; that copy was started by {system.thread_name(h.other_thread)} at "
+        f"{there.loc}, and nothing orders the two (wait for the copy's semaphore first, or "
+        f"give each in-flight copy its own semaphore or slot)"
+    )
+    key = (Kind.DATA_RACE, frozenset((here.loc, there.loc)))
+    return Finding(Kind.DATA_RACE, key, h.thread, here.loc, message, other=there.loc)
+
+
+def _early_arrival_finding(system: System, h) -> Finding:
+    here = system.bodies[h.thread][h.pc]
+    message = (
+        f"remote before entry: {system.thread_name(h.thread)} at {here.loc} "
+        f"({_describe_instr(here)}) {h.detail}; a remote write or signal must wait for a "
+        f"handshake on the barrier semaphore (or the default device barrier) that shows the "
+        f"peer has entered this invocation"
+    )
+    return Finding(Kind.REMOTE_BEFORE_ENTRY, (Kind.REMOTE_BEFORE_ENTRY, here.loc), h.thread, here.loc, message)
+
+
+def _leftover_at_exit_finding(system: System, h) -> Finding:
+    here = system.bodies[h.thread][h.pc]
+    sid = h.other_pc
+    inst = system.instances[sid]
+    message = (
+        f"semaphore leftover: when {system.thread_name(h.thread)} enters the kernel again at "
+        f"{here.loc}, {h.detail}; on TPU every {inst.decl.origin.value} semaphore must be back "
+        f"to 0 at exit (the runtime crashes otherwise). It is declared at {inst.decl.loc}."
+    )
+    key = (Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index)
+    return Finding(Kind.SEMAPHORE_LEFTOVER, key, h.thread, None, message, sem=sid)
+
+
+_HAZARD_RULES = {
+    "data_race": _race_finding,
+    "remote_before_entry": _early_arrival_finding,
+    "semaphore_leftover": _leftover_at_exit_finding,
+}
 
 
 # --- terminal states -------------------------------------------------------------------------
@@ -146,6 +208,7 @@ def _blocked_info(system: System, state: State, t: int, sid: int, need: int, hav
         "sub": thread.sub,
         "name": system.thread_name(t),
         "semaphore": system.instances[sid].label,
+        "short": system.instances[sid].short,  # as trace steps name it, e.g. "barrier@d3"
         "sem": sid,
         "needs": need,
         "has": have,
@@ -207,9 +270,10 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
         if not must_be_zero_at_exit(system.backend, inst.decl):
             continue
         message = (
-            f"semaphore leftover: {inst.label} holds {count} when the kernel exits; on TPU every "
-            f"{inst.decl.origin.value} semaphore must be back to 0 at exit (the runtime crashes "
-            f"otherwise). It is declared at {inst.decl.loc}."
+            f"semaphore leftover: {inst.label} holds {count} when the kernel exits (or it was "
+            f"added to after the kernel exited); on TPU every {inst.decl.origin.value} semaphore "
+            f"must be back to 0 at exit (the runtime crashes otherwise). It is declared at "
+            f"{inst.decl.loc}."
         )
         owner = next(
             (

@@ -40,6 +40,7 @@ class TraceStep:
     before: int | None = None
     after: int | None = None
     fed_by: tuple[int, ...] = ()  # steps whose additions this wait consumed
+    started_by: int | None = None  # for a DMA completion: the step that started the copy
 
 
 @dataclass
@@ -56,6 +57,8 @@ class Violation:
     cycle: list[int] = field(default_factory=list)  # indices into `blocked`
     # The value of every protocol input in the counterexample (its initial state).
     inputs: dict[str, int] = field(default_factory=dict)
+    related: list[Loc] = field(default_factory=list)  # e.g. the other access of a data race
+    semaphore: str | None = None  # short label of the semaphore concerned, as steps name it
 
 
 @dataclass

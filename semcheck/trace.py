@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from semcheck import ir
 from semcheck.result import TraceStep
-from semcheck.semantics import FAULTED, RECV, Action, State, System
+from semcheck.semantics import FAULTED, RECV, SEND, Action, State, System
 
 
 def replay(system: System, initial: State, actions: list[Action]) -> list[State]:
@@ -25,10 +25,14 @@ def replay(system: System, initial: State, actions: list[Action]) -> list[State]
 def build(system: System, initial: State, actions: list[Action]) -> list[TraceStep]:
     states = replay(system, initial, actions)
     additions: dict[int, list[int]] = {}  # semaphore -> steps that added since the last take
+    # (issuer, start pc, side) -> dma_start steps whose completion on that side is pending.
+    # Copies from one start site are interchangeable to the semantics; first in, first out.
+    in_flight: dict[tuple[int, int, int], list[int]] = {}
     steps = []
     for i, action in enumerate(actions):
         before, after = states[i], states[i + 1]
         step = _describe(system, before, after, action, i + 1)
+        _link_copy(system, before, action, step, in_flight)
         changed = [s for s, (a, b) in enumerate(zip(before.sems, after.sems)) if a != b]
         for sid in changed:
             if after.sems[sid] > before.sems[sid]:
@@ -41,6 +45,21 @@ def build(system: System, initial: State, actions: list[Action]) -> list[TraceSt
                 step.fed_by = tuple(additions.get(sid, []))
         steps.append(step)
     return steps
+
+
+def _link_copy(system: System, before: State, action: Action, step: TraceStep, in_flight: dict) -> None:
+    kind, what = action
+    if kind == "e":
+        pending = in_flight.get((what.issuer, what.start_pc, what.side))
+        if pending:
+            step.started_by = pending.pop(0)
+        return
+    instr = system.bodies[what][before.pcs[what]]
+    if isinstance(instr, ir.DmaStart) and not step.text.startswith("FAULT"):
+        pc = before.pcs[what]
+        sides = (RECV, SEND) if instr.send_sem is not None else (RECV,)
+        for side in sides:
+            in_flight.setdefault((what, pc, side), []).append(step.index)
 
 
 def _sem_of_wait(system: System, state: State, action: Action) -> int | None:
@@ -74,8 +93,13 @@ def _describe(system: System, before: State, after: State, action: Action, index
         step.text = f"FAULT in {step.event}: {detail}"
         return step
     describe = _TEXT_RULES.get(type(instr), _text_plain)
-    step.text = describe(system, before, after, t, instr, step)
+    step.text = describe(system, before, after, t, instr, step) + _hazard_note(before, after)
     return step
+
+
+def _hazard_note(before: State, after: State) -> str:
+    new = [h for h in after.hazards if h not in before.hazards]
+    return "".join(f"  -- {h.kind.upper().replace('_', ' ')}: {h.detail}" for h in new)
 
 
 def _changed_sem(before: State, after: State) -> int | None:
@@ -164,7 +188,10 @@ def _describe_event(system: System, before: State, after: State, event, index: i
         text="",
         location=start.loc,
     )
-    step.text = f"copy started at line {start.loc.line} {side}: {_note_sem(system, step, event.sem, before, after)}"
+    step.text = (
+        f"copy started at line {start.loc.line} {side}: {_note_sem(system, step, event.sem, before, after)}"
+        + _hazard_note(before, after)
+    )
     return step
 
 

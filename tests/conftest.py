@@ -3,3 +3,9 @@ import sys
 
 # Tests import the project from this checkout, even when an installed copy exists.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# In-process TPU-frontend tests (semcheck.verify) build meshes of up to 8 fake CPU devices;
+# the count must be set before anything imports jax.
+if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")

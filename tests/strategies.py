@@ -7,6 +7,8 @@ reads that steer branches, DMAs on DMA and REGULAR semaphores, and out-of-range 
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import strategies as st
 
 from semcheck import ir
@@ -16,13 +18,17 @@ LOC = ir.Loc("random.py", 1)
 
 
 @st.composite
-def protocols(draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, with_inputs: bool = True):
+def protocols(
+    draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, with_inputs: bool = True,
+    with_lifecycle: bool = True,
+):
     backend = draw(st.sampled_from([Backend.TPU, Backend.GPU]))
     devices = draw(st.integers(1, max_devices))
-    cores = draw(st.integers(1, max_cores))
+    # at most six threads, so the unreduced search stays small
+    cores = draw(st.integers(1, max(1, min(max_cores, 6 // devices))))
     sems = [ir.SemDecl("s0", SemKind.REGULAR, draw(st.integers(1, 2)), SemOrigin.SCRATCH, Scope.CORE)]
-    if draw(st.booleans()):
-        sems.append(ir.SemDecl("d0", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE))
+    if draw(st.booleans()):  # two slots: copies with a semaphore each, or sharing one
+        sems.append(ir.SemDecl("d0", SemKind.DMA, 2, SemOrigin.SCRATCH, Scope.CORE))
     if backend is Backend.GPU:  # shared by every block of a device: competing waiters
         sems.append(ir.SemDecl("g0", SemKind.GPU_GLOBAL, 1, SemOrigin.GLOBAL, Scope.DEVICE))
     if draw(st.booleans()):
@@ -52,18 +58,37 @@ def protocols(draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, 
             return ir.SemRef(decl.name, index)
         return ir.SemRef(decl.name, index, device_operand(), core_operand(decl))
 
+    def region():
+        """Whole buffers, slots, halves of slots, and a slot chosen at run time."""
+        choice = draw(st.integers(0, 5))
+        if choice == 0:
+            return ir.Region("buf")
+        if choice == 1:
+            return ir.Region("mem")
+        if choice == 2 and inputs:
+            return ir.Region("mem", (ir.Reg("n"),), (1,))
+        slot = draw(st.integers(0, 1))
+        if choice <= 3:
+            return ir.Region("mem", (slot,), (1,))
+        half = draw(st.integers(0, 1))
+        return ir.Region("mem", (slot, 2 * half), (1, 2))
+
     def amount():
         if inputs and draw(st.integers(0, 3)) == 0:
             return ir.Reg("n")
         return draw(st.integers(1, 2))
 
+    lifecycle = with_lifecycle and backend is Backend.TPU and draw(st.integers(0, 2)) == 0
     threads = []
     for device in range(devices):
         for core in range(cores):
             body: list[ir.Instr] = []
             length = draw(st.integers(0, max_len))
             while len(body) < length:
-                op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma"]))
+                op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma", "dma", "access"]))
+                if op == "access":
+                    cls = draw(st.sampled_from([ir.Load, ir.Store]))
+                    body.append(cls(LOC, region()))
                 if op == "signal":
                     decl = draw(st.sampled_from(regulars))
                     body.append(ir.Signal(LOC, sem_ref(decl), amount()))
@@ -79,25 +104,36 @@ def protocols(draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, 
                     body.append(ir.Branch(LOC, ir.BinOp("ge", ir.Reg(reg), k), len(body) + 2))
                 elif op == "dma":
                     recv = draw(st.sampled_from(dmas or regulars))
+                    index = draw(st.integers(0, recv.size - 1))
                     remote = draw(st.booleans())
                     nbytes = draw(st.sampled_from([4, 8]))
-                    send = ir.SemRef(recv.name, 0) if remote else None
+                    send = ir.SemRef(recv.name, index) if remote else None
                     target = device_operand() if remote else None
                     body.append(ir.DmaStart(
-                        LOC, ir.Region("buf"), ir.Region("buf"), ir.SemRef(recv.name, 0), send, nbytes, target,
+                        LOC, region(), region(), ir.SemRef(recv.name, index), send, nbytes, target,
                     ))
                     if recv.kind is SemKind.DMA and draw(st.booleans()):
                         side = "send" if remote and draw(st.booleans()) else "recv"
-                        body.append(ir.DmaWait(LOC, ir.SemRef(recv.name, 0), draw(st.sampled_from([4, 8])), side))
+                        body.append(ir.DmaWait(LOC, ir.SemRef(recv.name, index), draw(st.sampled_from([4, 8])), side))
             # a branch may point one past the end of the body: that is the thread's exit
             body = [
                 ir.Branch(i.loc, i.cond, min(i.target, len(body))) if isinstance(i, ir.Branch) else i
                 for i in body
             ]
+            if lifecycle:  # inside a kernel: entry first, exit last, jumps shifted by one
+                body = (
+                    [ir.KernelEntry(LOC)]
+                    + [ir.Branch(i.loc, i.cond, i.target + 1) if isinstance(i, ir.Branch) else i for i in body]
+                    + [ir.KernelExit(LOC)]
+                )
+            # every instruction on its own line, so findings at different places differ
+            t = len(threads)
+            body = [dataclasses.replace(i, loc=ir.Loc("random.py", 100 * t + pc + 1)) for pc, i in enumerate(body)]
             threads.append(ir.Thread(device, core, tuple(body)))
     return ir.Protocol(
         name="random", backend=backend, devices=devices, cores=cores, threads=tuple(threads),
         semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
+        buffers=(ir.BufferDecl("buf"), ir.BufferDecl("mem", (2, 4))),
     )
 
 
@@ -268,4 +304,5 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
     return ir.Protocol(
         name="random_control_flow", backend=backend, devices=devices, cores=cores,
         threads=tuple(threads), semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
+        buffers=(ir.BufferDecl("buf"),),
     )

@@ -13,8 +13,8 @@ from tests.strategies import control_flow_protocols, protocols
 REFERENCE_BUDGET = Budget(max_states=200_000)
 
 
-def findings(protocol, reduce):
-    exploration = explicit.explore(System(protocol), reduce=reduce)
+def findings(protocol, reduce, silence=False):
+    exploration = explicit.explore(System(protocol), reduce=reduce, silence_reported_races=silence)
     assert exploration.exhausted is None
     return exploration
 
@@ -33,6 +33,13 @@ def test_reduction_preserves_every_finding(protocol):
     reduced = findings(protocol, reduce=True)
     assert set(reduced.findings) == set(full.findings), protocol
     assert reduced.states <= full.states
+    # The default search reports each racing pair of lines once: the same kinds, and the
+    # same findings apart from further races at lines already reported.
+    default = findings(protocol, reduce=True, silence=True)
+    assert {k[0] for k in default.findings} == {k[0] for k in full.findings}, protocol
+    assert set(default.findings) <= set(full.findings), protocol
+    others = {k for k in full.findings if k[0] != "data_race"}
+    assert others <= set(default.findings), protocol
 
 
 def test_blocked_competitor_pulls_in_its_enablers():
@@ -99,3 +106,20 @@ def test_reduction_preserves_every_finding_with_control_flow(protocol):
     full = reference_findings(protocol)
     reduced = findings(protocol, reduce=True)
     assert set(reduced.findings) == set(full.findings), protocol
+
+
+@settings(max_examples=300, deadline=None)
+@given(protocols())
+def test_signatures_decide_conflict_exactly_as_conflict_does(p):
+    """The reduction asks `conflict` through integer signatures; they must agree."""
+    from semcheck.semantics import conflict
+
+    system = System(p)
+    footprints = [fp for fps in system.footprints for fp in fps] + [
+        fp for fps in system.futures for fp in fps
+    ]
+    for a in footprints[:12]:
+        for b in footprints[:12]:
+            xa, ya = system.signature(a)
+            xb, yb = system.signature(b)
+            assert conflict(a, b) == bool(xa & yb or xb & ya)

@@ -1,7 +1,8 @@
 """Engines: interchangeable ways to decide the same properties, behind one Result type.
 
 `check(protocol, engine=...)` is the single entry point. Engines: `explicit` (exhaustive
-search, `explicit.py`), `z3` (SMT, `smt.py`) and `auto` (picks one per protocol, `auto.py`).
+search, `explicit.py`), `z3` (SMT, `smt.py`), `auto` (picks one per protocol, `auto.py`) and
+`simulate` (random schedules, `simulate.py`: finds bugs, never proves safe).
 Options are engine-specific; each engine takes its own and ignores the others', so one
 command line can carry options for whichever engine `auto` picks.
 """
@@ -17,8 +18,9 @@ from semcheck.semantics import System
 
 # The options each engine understands.
 ENGINE_OPTIONS: dict[str, frozenset[str]] = {
-    "explicit": frozenset({"reduce", "stop_at_first"}),
+    "explicit": frozenset({"reduce", "stop_at_first", "silence_reported_races"}),
     "z3": frozenset({"unroll"}),
+    "simulate": frozenset({"runs", "seed"}),
 }
 
 
@@ -48,10 +50,19 @@ def _auto(system: System, budget: Budget | None, progress: ProgressFn | None, **
     return auto.run(system, budget, progress, explicit=_explicit, z3=_z3, **options)
 
 
+def _simulate(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
+    from semcheck.engines import simulate
+    from semcheck.engines.common import to_result
+
+    exploration = simulate.explore(system, budget=budget, progress=progress, **_own("simulate", options))
+    return to_result(exploration, "simulate")
+
+
 ENGINES: dict[str, Callable[..., Result]] = {
     "auto": _auto,
     "explicit": _explicit,
     "z3": _z3,
+    "simulate": _simulate,
 }
 
 

@@ -11,6 +11,9 @@ loops whose length depends on timing (a polling loop). So:
   If what ran out is the user's own budget (`--max-states` below the share, or memory),
   the verdict is inconclusive, as it would be with `--engine explicit`.
 
+A protocol with something the z3 engine does not model yet (`smt.unmodelled`: kernel entry
+and exit, buffer accesses that may race) goes to the explicit engine with the whole budget.
+
 The Result names the engine that decided (`Result.engine`), and a note says why whenever
 that is not the explicit engine's plain verdict.
 """
@@ -48,6 +51,11 @@ def run(
     **options,
 ) -> Result:
     budget = budget or Budget.from_env()
+    from semcheck.engines.smt import unmodelled
+
+    missing = unmodelled(system)
+    if missing is not None:  # only the explicit engine can decide it: give it the whole budget
+        return explicit(system, budget, progress, **options)
     combinations = input_combinations(system.protocol)
     if combinations > MAX_EXPLICIT_INPUT_COMBINATIONS:
         result = z3(system, budget, progress, **options)

@@ -107,4 +107,6 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
             if initial is not None
             else {}
         ),
+        related=[finding.other] if finding.other else [],
+        semaphore=system.instances[finding.sem].short if finding.sem is not None else None,
     )

@@ -15,7 +15,7 @@ from collections import deque
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.engines.reduction import independent, stubborn_subset
-from semcheck.properties import fault_findings, terminal_findings
+from semcheck.properties import Kind, fault_findings, hazard_findings, terminal_findings
 from semcheck.semantics import System
 
 NAME = "explicit"
@@ -28,7 +28,11 @@ def explore(
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
     stop_at_first: bool = False,
+    silence_reported_races: bool = True,
 ) -> Exploration:
+    """Explore every schedule (up to the reduction). Once a data race is reported between
+    two lines, those lines are no longer watched (`System.silence`): one report per pair of
+    lines, without paying for every other schedule in which the same two lines race."""
     monitor = Monitor(budget or Budget.from_env(), progress)
     found = Exploration(system)
     index: dict = {}
@@ -67,6 +71,8 @@ def explore(
             if finding.key not in found.findings:
                 root, actions = path_to(i)
                 found.add(finding, states[root], actions)
+                if finding.kind is Kind.DATA_RACE and silence_reported_races:
+                    system.silence(finding.loc, finding.other)
 
     try:
         while queue:
@@ -85,7 +91,7 @@ def explore(
             for action in chosen:
                 if action in asleep:
                     continue
-                successor = system.step(state, action)
+                successor = system.normalize(system.step(state, action))
                 transitions += 1
                 if reduce:
                     inherited = frozenset(
@@ -105,6 +111,8 @@ def explore(
                     queue.append(j)
                     if successor.faults != state.faults:
                         record(fault_findings(system, successor, state.faults), j)
+                    if successor.hazards != state.hazards:
+                        record(hazard_findings(system, successor, state.hazards), j)
                 elif not sleep[j] <= inherited:
                     sleep[j] = sleep[j] & inherited
                     queue.append(j)

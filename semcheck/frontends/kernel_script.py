@@ -1,14 +1,60 @@
-"""Kernel scripts: run the user's file and capture its Pallas kernels (see capture.py)."""
+"""Kernel scripts: run the user's file and capture its Pallas TPU kernels (see capture.py).
+
+Returns one Protocol per captured kernel (two for a kernel with parallel grid dimensions:
+one core and two), and a LoadError in place of each kernel that cannot be lowered, so the
+other kernels of the file are still checked.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+
 from semcheck.frontends import LoadError
-from semcheck.ir import Protocol
+from semcheck.ir import Loc, Protocol
 
 
-def load(path: str, devices: int, **options) -> list[Protocol]:
-    raise LoadError(
-        f"{path} defines no model(devices) function, and tracing Pallas kernel scripts is "
-        "not available in this build",
-        hint="write a model with semcheck.model.ProtocolBuilder",
+def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
+    from semcheck.capture import capture_script
+
+    outcome = capture_script(path, devices, timeout=options.get("capture_timeout"))
+    if not outcome.protocols and not outcome.errors:
+        raise LoadError(
+            _nothing_captured(path, devices, outcome.script_error),
+            outcome.script_error_loc or Loc(path, 0),
+            hint=_HINT,
+        )
+    notes = []
+    if outcome.script_error:
+        notes.append(
+            f"{outcome.script_error}, after semcheck had captured {outcome.captured} kernel(s); "
+            "they are checked anyway (semcheck returns zeros from captured kernels, so checks "
+            "on their results can fail)"
+        )
+    items: list[Protocol | LoadError] = []
+    for protocol in outcome.protocols:
+        extra = list(notes)
+        if protocol.devices != devices:
+            extra.append(
+                f"the kernel's mesh has {protocol.devices} device(s); semcheck ran the script "
+                f"with {devices}"
+            )
+        items.append(dataclasses.replace(protocol, notes=protocol.notes + tuple(extra)) if extra else protocol)
+    items.extend(e.to_load_error() for e in outcome.errors)
+    return items
+
+
+_HINT = (
+    "semcheck runs the file as `python FILE` with N CPU devices and captures each "
+    "pl.pallas_call / pl.kernel when JAX compiles it: build the mesh from jax.devices(), "
+    "wrap the kernel in jax.shard_map, and call it (e.g. jax.jit(f)(x)) when the file runs "
+    "as __main__"
+)
+
+
+def _nothing_captured(path: str, devices: int, script_error: str | None) -> str:
+    if script_error:
+        return f"{script_error} before any Pallas TPU kernel was compiled (ran with {devices} devices)"
+    return (
+        f"{path} ran to completion with {devices} devices without compiling any Pallas TPU "
+        "kernel (pl.pallas_call, pl.kernel or pl.core_map)"
     )

@@ -20,4 +20,10 @@ def _json(results: list[Result], **options) -> str:
     return json_report.render(results, **options)
 
 
-FORMATS: dict[str, Callable[..., str]] = {"text": _text, "json": _json}
+def _sarif(results: list[Result], **options) -> str:
+    from semcheck.report import sarif
+
+    return sarif.render(results, **options)
+
+
+FORMATS: dict[str, Callable[..., str]] = {"text": _text, "json": _json, "sarif": _sarif}

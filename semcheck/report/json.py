@@ -27,6 +27,7 @@ def step_dict(step: TraceStep) -> dict:
         "before": step.before,
         "after": step.after,
         "fed_by": list(step.fed_by),
+        "started_by": step.started_by,
     }
 
 
@@ -49,6 +50,10 @@ def violation_dict(v: Violation) -> dict:
         out["cycle"] = v.cycle
     if v.inputs:
         out["inputs"] = dict(v.inputs)
+    if v.related:
+        out["related"] = [location(loc) for loc in v.related]
+    if v.semaphore:
+        out["semaphore"] = v.semaphore
     return out
 
 
@@ -83,5 +88,15 @@ def _solver_stats(r: Result) -> dict:
     return {"encoded_events": r.stats.encoded_events, "solver_queries": r.stats.solver_queries}
 
 
-def render(results: list[Result], **_options) -> str:
-    return json.dumps({"semcheck": __version__, "results": [result_dict(r) for r in results]}, indent=2)
+def render(results: list[Result], *, judgements=None, **_options) -> str:
+    """With `judgements` (--expectations), each result also says what was declared for it
+    and whether it matched: `"expectation": {"expected", "matched", "reason", "declared_at"}`."""
+    dicts = [result_dict(r) for r in results]
+    for d, j in zip(dicts, judgements or []):
+        d["expectation"] = {
+            "expected": j.expected_text,
+            "matched": j.matched,
+            "reason": j.reason,
+            "declared_at": j.expected.where if j.expected else None,
+        }
+    return json.dumps({"semcheck": __version__, "results": dicts}, indent=2)

@@ -9,6 +9,7 @@ import os
 
 from semcheck.ir import Loc, thread_name
 from semcheck.report import display_path
+from semcheck.report.summary import summary_table  # noqa: F401  (part of this module's API)
 from semcheck.result import Result, Verdict, Violation
 
 _VERDICT_WORDS = {
@@ -19,11 +20,27 @@ _VERDICT_WORDS = {
 }
 
 
-def render(results: list[Result], *, max_trace_steps: int = 0, **_options) -> str:
-    blocks = [render_result(r, max_trace_steps=max_trace_steps) for r in results]
-    if len(results) > 1:
-        blocks.append(summary_table(results))
+def render(results: list[Result], *, max_trace_steps: int = 0, judgements=None, **_options) -> str:
+    """With `judgements` (expectations judged), a check that got its declared verdict is one
+    line; an unexpected one is reported in full, with what was declared."""
+    blocks = []
+    for i, r in enumerate(results):
+        judgement = judgements[i] if judgements is not None else None
+        if judgement is not None and judgement.matched and r.verdict is Verdict.VIOLATION:
+            blocks.append(verdict_line(r) + f"\n  expected: {_declared(judgement)}")
+            continue
+        block = render_result(r, max_trace_steps=max_trace_steps)
+        if judgement is not None and not judgement.matched:
+            block += f"\n  UNEXPECTED: {judgement.reason}" + (
+                f" (declared at {judgement.expected.where})" if judgement.expected else "")
+        blocks.append(block)
+    if len(results) > 1 or judgements is not None:
+        blocks.append(summary_table(results, judgements))
     return "\n\n".join(blocks) + "\n"
+
+
+def _declared(judgement) -> str:
+    return f"{judgement.reason} at {judgement.expected.where}"
 
 
 def verdict_line(r: Result) -> str:
@@ -31,10 +48,10 @@ def verdict_line(r: Result) -> str:
     head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
     if r.cores > 1:
         head += f" x {r.cores} cores"
-    head += f", {r.semantics} rules]"
+    head += f", {r.semantics} rules]" if r.verdict is not Verdict.ERROR else "]"
     word = _VERDICT_WORDS[r.verdict]
     if r.verdict is Verdict.SAFE:
-        detail = "no deadlock, unsatisfied wait, leftover semaphore or bad id in any schedule"
+        detail = "no deadlock, unsatisfied wait, leftover, bad id, data race or early arrival in any schedule"
     elif r.verdict is Verdict.VIOLATION:
         kinds = sorted({v.kind for v in r.errors})
         detail = f"{len(r.errors)} violation{'s' if len(r.errors) != 1 else ''}: {', '.join(kinds)}"
@@ -79,6 +96,7 @@ def render_violation(
     if v.inputs:
         values = ", ".join(f"{name} = {value}" for name, value in v.inputs.items())
         lines.append(f"    with inputs: {values}")
+    lines.extend(_other_blocked_lines(v))
     if v.trace:
         steps = v.trace
         shown = steps if not max_trace_steps or len(steps) <= max_trace_steps else steps[-max_trace_steps:]
@@ -89,31 +107,27 @@ def render_violation(
         width = max(len(s.actor) for s in shown)
         for s in shown:
             at = _short_loc(s.location, kernel_file)
-            lines.append(f"      {s.index:>4}. {s.actor:<{width}}  {s.text}  [{at}]")
+            fed = f"  <- step{'s' if len(s.fed_by) > 1 else ''} {', '.join(map(str, s.fed_by))}" if s.fed_by else ""
+            lines.append(f"      {s.index:>4}. {s.actor:<{width}}  {s.text}{fed}  [{at}]")
     elif v.kind in ("deadlock", "unsatisfied_wait"):
         lines.append("    the initial state is already stuck: every thread starts at a wait")
     return lines
 
 
-def summary_table(results: list[Result]) -> str:
-    rows = [("kernel", "file", "devices", "verdict", "violations", "states", "seconds")]
-    for r in results:
-        rows.append((
-            r.kernel,
-            f"{display_path(r.file)}:{r.line}" if r.file else "",
-            str(r.devices),
-            r.verdict.value,
-            ", ".join(sorted({v.kind for v in r.errors})) or "-",
-            f"{r.stats.states:,}",
-            f"{r.stats.seconds:.2f}",
-        ))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    out = ["summary:"]
-    for n, row in enumerate(rows):
-        out.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-        if n == 0:
-            out.append("  " + "  ".join("-" * w for w in widths))
-    return "\n".join(out)
+def _other_blocked_lines(v: Violation) -> list[str]:
+    """The source of every other line a thread is stuck at, so the reader sees each wait."""
+    out, seen = [], {v.location}
+    for b in v.blocked:
+        loc = b.get("location")
+        if not isinstance(loc, Loc) or loc in seen:
+            continue
+        seen.add(loc)
+        excerpt = source_excerpt(loc)
+        if excerpt:
+            out.append(f"    {loc.line:>5} | {excerpt}")
+    if out:
+        out.insert(0, "    also stuck at:")
+    return out
 
 
 def source_excerpt(loc: Loc | None) -> str:

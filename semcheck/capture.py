@@ -1,0 +1,401 @@
+"""Capture the Pallas TPU kernels of a user's script or function, through JAX's own tracing.
+
+Scripts (`semcheck verify kernel.py --devices N`): the script runs as `python kernel.py`
+would (its folder first on sys.path, `__name__ == "__main__"`) in a subprocess
+(`python -m semcheck.capture`), because the number of fake CPU devices
+(`XLA_FLAGS=--xla_force_host_platform_device_count=N`) must be set before JAX is imported.
+In that process semcheck registers its own CPU lowering rules for `pallas_call` and
+`mpmd_map` (`pl.kernel`, `core_map`) with `mlir.register_lowering(..., platform="cpu")`,
+which take precedence over JAX's: when the script's jitted code is compiled, each rule
+receives the kernel's jaxpr and params, reads the device mesh of the enclosing shard_map
+from `ctx.module_context.axis_context`, records the kernel, and returns zeros of the output
+avals so the script runs on. After the script ends (or fails), each recorded kernel is
+lowered to Protocols, which go back to the parent pickled, together with structured errors.
+
+Functions (`semcheck.verify(fn, *args)`, in-process): `jax.make_jaxpr(fn)(*args)`, then
+every pallas_call / mpmd_map eqn is found inside its shard_map. No lowering, so no cache
+can hide a kernel.
+
+While capturing, `emit_pipeline` needs to know the TPU generation (for tiling); semcheck
+registers the CPU device kind in `pltpu`'s TPU-info registry as a TPU v6e.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import pickle
+import re
+import runpy
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+from semcheck import ir
+from semcheck.frontends import LoadError
+
+# A script that has not finished after this long is stopped; kernels captured by then are
+# still checked.
+DEFAULT_TIMEOUT = float(os.environ.get("SEMCHECK_CAPTURE_TIMEOUT", "600"))
+
+
+@dataclass
+class KernelError:
+    """A kernel that was captured but cannot be lowered (picklable form of a LoadError)."""
+
+    kernel: str
+    message: str
+    file: str = ""
+    line: int = 0
+    hint: str | None = None
+
+    def to_load_error(self) -> LoadError:
+        loc = ir.Loc(self.file, self.line) if self.file else None
+        error = LoadError(self.message, loc, self.hint)
+        error.kernel = self.kernel
+        return error
+
+
+@dataclass
+class CaptureOutcome:
+    protocols: list[ir.Protocol] = field(default_factory=list)
+    errors: list[KernelError] = field(default_factory=list)
+    captured: int = 0  # kernels JAX compiled
+    script_error: str | None = None  # the script failed: why and where
+    script_error_loc: ir.Loc | None = None  # the script's own line that failed, if known
+    devices: int = 0  # devices the process had
+    seconds: dict[str, float] = field(default_factory=dict)  # "jax import", "script", "lowering"
+
+
+# --- the hooks ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def capturing(record: Callable):
+    """Within this block, compiling a pallas_call or mpmd_map on CPU records a KernelCapture
+    through `record` instead of compiling the kernel."""
+    from jax._src.interpreters import mlir
+    from jax._src.pallas import mpmd, pallas_call
+
+    from semcheck.lower import KernelCapture
+    from semcheck.lower.source import loc_of_traceback
+
+    def hook(primitive_name):
+        def lowering_rule(ctx, *in_nodes, **params):
+            record(
+                KernelCapture(
+                    primitive=primitive_name,
+                    params=params,
+                    num_operands=len(in_nodes),
+                    mesh=_mesh_of_axis_context(ctx.module_context.axis_context),
+                    call_loc=loc_of_traceback(getattr(ctx, "traceback", None)),
+                )
+            )
+            return _zeros(ctx, in_nodes)
+
+        return lowering_rule
+
+    table = mlir._platform_specific_lowerings["cpu"]
+    prims = {"pallas_call": pallas_call.pallas_call_p, "mpmd_map": mpmd.mpmd_map_p}
+    saved = {p: table.get(p) for p in prims.values()}
+    try:
+        for name, prim in prims.items():
+            mlir.register_lowering(prim, hook(name), platform="cpu")
+        with tpu_generation_for_cpu():
+            yield
+    finally:
+        for prim, entry in saved.items():
+            if entry is None:
+                table.pop(prim, None)
+            else:
+                table[prim] = entry
+
+
+def _zeros(ctx, in_nodes):
+    """The kernel's outputs as zeros, so the script can go on. A semaphore output (a kernel
+    handing a semaphore to the next one) is zeros of its physical type."""
+    import numpy as np
+    from jax._src import core as jax_core
+    from jax._src import dtypes
+    from jax._src.interpreters import mlir
+
+    del in_nodes
+    outs = []
+    for aval in ctx.avals_out:
+        if dtypes.issubdtype(aval.dtype, dtypes.extended):
+            physical = jax_core.physical_element_aval(aval.dtype)
+            aval = jax_core.ShapedArray(tuple(aval.shape) + tuple(physical.shape), physical.dtype)
+        zero = mlir.ir_constant(np.array(0, aval.dtype))
+        outs.append(mlir.broadcast_in_dim(ctx, zero, aval, broadcast_dimensions=()))
+    return outs
+
+
+def _mesh_of_axis_context(axis_context):
+    from jax._src import sharding_impls
+
+    from semcheck.lower import MeshShape
+
+    if isinstance(axis_context, sharding_impls.SPMDAxisContext):
+        return mesh_shape(axis_context.mesh)
+    return MeshShape()
+
+
+def mesh_shape(mesh):
+    from semcheck.lower import MeshShape
+
+    names = tuple(mesh.axis_names)
+    shape = dict(mesh.shape)
+    return MeshShape(names, tuple(int(shape[n]) for n in names))
+
+
+@contextlib.contextmanager
+def tpu_generation_for_cpu():
+    """Let emit_pipeline ask for the TPU generation on CPU devices (pltpu's registry of
+    device kinds is JAX's own extension point for this)."""
+    from jax._src.pallas.mosaic import tpu_info
+
+    if "cpu" in tpu_info.registry:
+        yield
+        return
+    tpu_info.registry["cpu"] = lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V6E, 1)
+    try:
+        yield
+    finally:
+        tpu_info.registry.pop("cpu", None)
+        if hasattr(tpu_info.get_tpu_info, "cache_clear"):  # forget the answer given while capturing
+            tpu_info.get_tpu_info.cache_clear()
+
+
+# --- lowering what was captured ------------------------------------------------------------
+
+
+def lower_captures(captures, *, tpu_cores: int | None = None) -> tuple[list[ir.Protocol], list[KernelError]]:
+    from semcheck.lower import lower_kernel
+
+    protocols: list[ir.Protocol] = []
+    errors: list[KernelError] = []
+    for capture in captures:
+        try:
+            protocols.extend(lower_kernel(capture, tpu_cores=tpu_cores))
+        except LoadError as e:
+            errors.append(_kernel_error(capture, e.message, e.loc, e.hint))
+        except Exception as e:  # a bug in semcheck: report it as an error, not a crash
+            if os.environ.get("SEMCHECK_DEBUG"):
+                raise
+            errors.append(
+                _kernel_error(
+                    capture,
+                    f"internal error while lowering the kernel: {type(e).__name__}: {e}",
+                    capture.call_loc,
+                    "set SEMCHECK_DEBUG=1 to see the traceback, and please report it",
+                )
+            )
+    return _dedupe(protocols), errors
+
+
+def _kernel_error(capture, message, loc, hint) -> KernelError:
+    from semcheck.lower.source import kernel_function
+
+    jaxpr = capture.params.get("jaxpr") or (capture.params.get("jaxprs") or [None])[0]
+    name = capture.params.get("name") or kernel_function(getattr(jaxpr, "debug_info", None))[0]
+    loc = loc or capture.call_loc
+    return KernelError(name or capture.primitive, message, loc.file if loc else "", loc.line if loc else 0, hint)
+
+
+def _dedupe(protocols: list[ir.Protocol]) -> list[ir.Protocol]:
+    """The same kernel compiled twice is checked once; different kernels (or one kernel at
+    different shapes) that share a name get #2, #3..."""
+    unique: list[ir.Protocol] = []
+    for p in protocols:
+        if any(p == q for q in unique):
+            continue
+        names = {q.name for q in unique}
+        if p.name in names:
+            n = 2
+            while f"{p.name} #{n}" in names:
+                n += 1
+            p = dataclasses.replace(p, name=f"{p.name} #{n}")
+        unique.append(p)
+    return unique
+
+
+# --- functions, in this process --------------------------------------------------------------
+
+
+def capture_function(fn, *args, **kwargs) -> list:
+    """KernelCaptures of every Pallas TPU kernel `fn(*args, **kwargs)` calls."""
+    import jax
+
+    from semcheck.lower import KernelCapture, MeshShape
+    from semcheck.lower.interpreter import subjaxprs
+    from semcheck.lower.source import loc_of_traceback
+
+    with tpu_generation_for_cpu():
+        closed = jax.make_jaxpr(fn)(*args, **kwargs)
+    found = []
+
+    def walk(jaxpr, mesh):
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name in ("pallas_call", "mpmd_map"):
+                found.append(
+                    KernelCapture(name, dict(eqn.params), len(eqn.invars), mesh,
+                                  loc_of_traceback(eqn.source_info.traceback))
+                )
+                continue
+            if name == "core_map":
+                raise LoadError(
+                    "pl.core_map was called outside pl.kernel, so JAX has not turned it into a "
+                    "kernel yet; semcheck.verify cannot see its operands",
+                    loc_of_traceback(eqn.source_info.traceback),
+                    hint="use pl.kernel(body, out_shape=..., mesh=...), or check the script with "
+                    "`semcheck verify`",
+                )
+            inner_mesh = mesh_shape(eqn.params["mesh"]) if name == "shard_map" else mesh
+            for sub in subjaxprs(eqn.params):
+                walk(sub, inner_mesh)
+
+    walk(closed.jaxpr, MeshShape())
+    return found
+
+
+# --- scripts, in a subprocess ---------------------------------------------------------------
+
+
+def capture_script(path: str, devices: int, *, timeout: float | None = None) -> CaptureOutcome:
+    """Run `path` with `devices` CPU devices in a subprocess and return what it captured."""
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    path = os.path.abspath(path)
+    with tempfile.TemporaryDirectory(prefix="semcheck-") as tmp:
+        output = os.path.join(tmp, "capture.pickle")
+        env = dict(os.environ)
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
+        env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
+        env.setdefault("JAX_PLATFORMS", "cpu")
+        command = [sys.executable, "-m", "semcheck.capture", "--devices", str(devices),
+                   "--output", output, "--timeout", str(timeout), path]
+        try:
+            proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout + 120)
+        except subprocess.TimeoutExpired:
+            raise LoadError(f"running {path} with {devices} devices did not finish within {timeout + 120:.0f} s")
+        if not os.path.exists(output):
+            tail = "\n".join((proc.stderr or "").strip().splitlines()[-15:])
+            raise LoadError(
+                f"running {path} with {devices} devices crashed (exit code {proc.returncode}) "
+                f"before semcheck could report what it captured:\n{tail}"
+            )
+        with open(output, "rb") as f:
+            return pickle.load(f)
+
+
+def with_device_count(flags: str, devices: int) -> str:
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "", flags).strip()
+    return f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+
+
+def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
+    """Run the script as `python path` would; why it failed and where, or (None, None)."""
+    sys.argv = [path]
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            return f"the script exited with status {e.code}", None
+    except BaseException as e:  # noqa: BLE001 - any failure of the user's script is reported
+        loc = _where(e)
+        where = f" at {loc}" if loc else ""
+        return f"the script raised {type(e).__name__}: {_first_line(e)}{where}", loc
+    return None, None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else ""
+
+
+def _where(e: BaseException) -> ir.Loc | None:
+    """The innermost frame of the failure that is the user's code."""
+    from semcheck.lower.source import is_user_file
+
+    loc = None
+    for frame in traceback.extract_tb(e.__traceback__):
+        if is_user_file(frame.filename):
+            loc = ir.Loc(os.path.abspath(frame.filename), frame.lineno or 0)
+    return loc
+
+
+def _child(args) -> int:
+    """The subprocess: run the script under the hooks, lower, write the outcome."""
+    import time
+
+    os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS", ""), args.devices)
+    started = time.perf_counter()
+    import jax
+
+    imported = time.perf_counter()
+
+    captures: list = []
+    outcome = CaptureOutcome()
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def finish(script_error: str | None, where: ir.Loc | None = None) -> None:
+        with lock:
+            if done.is_set():
+                return
+            outcome.captured = len(captures)
+            outcome.script_error, outcome.script_error_loc = script_error, where
+            outcome.devices = jax.device_count()
+            ran = time.perf_counter()
+            outcome.protocols, outcome.errors = lower_captures(list(captures))
+            outcome.seconds = {
+                "jax import": imported - started,
+                "script": ran - imported,
+                "lowering": time.perf_counter() - ran,
+            }
+            with open(args.output, "wb") as f:
+                pickle.dump(outcome, f)
+            done.set()
+
+    def on_timeout() -> None:
+        finish(f"the script did not finish within {args.timeout:.0f} s, so semcheck stopped it")
+        os._exit(0)
+
+    watchdog = threading.Timer(args.timeout, on_timeout)
+    watchdog.daemon = True
+    watchdog.start()
+    with capturing(captures.append):
+        script_error, where = _run_script(os.path.abspath(args.script))
+    watchdog.cancel()
+    finish(script_error, where)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m semcheck.capture",
+                                     description="Run a kernel script and capture its Pallas kernels.")
+    parser.add_argument("--devices", type=int, required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    parser.add_argument("script")
+    return _child(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    # Flush and leave without running the user's atexit handlers twice or waiting on their
+    # threads: everything semcheck needs is in the output file by now. The outcome is pickled
+    # from the importable module, not from __main__, so that the parent can load it.
+    from semcheck import capture as _module
+
+    code = _module.main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

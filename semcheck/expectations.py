@@ -1,0 +1,261 @@
+"""Expected verdicts: how a known-buggy kernel or model counts as a pass in a CI gate.
+
+A declaration names the outcome a file is expected to have:
+
+    # semcheck: expect deadlock                       (a comment in the kernel or model file)
+    # semcheck: expect semaphore_leftover, not_lowerable
+    # semcheck: expect unsatisfied_wait kernel=ring_bad devices=4,8
+    # semcheck: expect unsatisfied_wait cores=2       (a kernel split over 2 TensorCores)
+    # semcheck: expect safe
+
+or, for files that cannot carry a comment, the same text in pyproject.toml:
+
+    [tool.semcheck.expect]
+    "examples/ring_bug.py" = "deadlock"
+    "vendored/*.py" = ["safe", "unsatisfied_wait kernel=broken_ring"]
+
+Keys are paths or glob patterns relative to the pyproject.toml that holds them (the nearest
+one above the checked file). An outcome is `safe` or a violation kind; `kernel=`,
+`devices=` and `cores=` narrow a declaration to some of the file's checks.
+
+How a check is judged (`judge`): the error kinds it found must be exactly the declared error
+kinds (none for `safe`), and every declared warning kind must be among its warnings (a
+warning that is not declared is still allowed: warnings never fail a run). A check with no
+declaration is expected to be safe. An `error` or `inconclusive` check never matches.
+
+Which declaration applies to a check: comments in the file win over pyproject.toml; within
+one source the most specific matching declaration (most qualifiers) wins; two equally
+specific matching declarations that disagree are an error.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import os
+import re
+import sys
+import tokenize
+from dataclasses import dataclass
+
+from semcheck.ir import Loc
+from semcheck.properties import SEVERITY, Kind
+from semcheck.result import Result, Verdict
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+SAFE = "safe"
+_COMMENT = re.compile(r"#\s*semcheck:\s*expect\b(?P<spec>.*)$")
+_QUALIFIER = re.compile(r"(?P<key>kernel|devices|cores)=(?P<value>\S+)")
+
+
+class ExpectationError(Exception):
+    """A declaration that cannot be read; names where it is and what would be valid."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    outcomes: frozenset[str]  # violation kinds; empty means `safe`
+    kernel: str | None = None
+    devices: frozenset[int] | None = None
+    source: str = "comment"  # "comment" (in the file) or "pyproject"
+    where: str = ""  # "file:line" of the declaration
+    cores: frozenset[int] | None = None
+
+    @property
+    def specificity(self) -> int:
+        return (self.kernel is not None) + (self.devices is not None) + (self.cores is not None)
+
+    def applies_to(self, result: Result) -> bool:
+        return (
+            (self.kernel is None or self.kernel == result.kernel)
+            and (self.devices is None or result.devices in self.devices)
+            and (self.cores is None or result.cores in self.cores)
+        )
+
+    def describe(self) -> str:
+        return ", ".join(sorted(self.outcomes)) or SAFE
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """How one check compares with what was declared for it."""
+
+    expected: Expectation | None  # None: nothing declared, so `safe` is expected
+    matched: bool
+    reason: str  # one line, e.g. "expected deadlock, found unsatisfied_wait"
+
+    @property
+    def expected_text(self) -> str:
+        return self.expected.describe() if self.expected else SAFE
+
+
+
+# --- reading declarations --------------------------------------------------------------------
+
+
+def parse_spec(spec: str, where: str, source: str = "comment") -> Expectation:
+    """Read `deadlock, not_lowerable kernel=k devices=2,4` (the text after `expect`)."""
+    qualifiers = {m["key"]: m["value"] for m in _QUALIFIER.finditer(spec)}
+    kinds_text = _QUALIFIER.sub("", spec)
+    words = [w for w in re.split(r"[\s,]+", kinds_text) if w]
+    if not words:
+        raise ExpectationError(f"{where}: `expect` names no outcome; write e.g. `expect deadlock` or `expect safe`")
+    valid = {k.value for k in Kind}
+    outcomes = set()
+    for word in words:
+        if word == SAFE:
+            continue
+        if word not in valid:
+            raise ExpectationError(
+                f"{where}: unknown outcome {word!r} in an expectation; use `safe` or one of: "
+                + ", ".join(sorted(valid))
+            )
+        outcomes.add(word)
+    if SAFE in words and outcomes:
+        raise ExpectationError(f"{where}: `safe` cannot be combined with violation kinds")
+    counts = {}
+    for key in ("devices", "cores"):
+        if key in qualifiers:
+            try:
+                counts[key] = frozenset(int(n) for n in qualifiers[key].split(",") if n)
+            except ValueError:
+                raise ExpectationError(f"{where}: {key}= takes counts like 4,8, got {qualifiers[key]!r}") from None
+    return Expectation(
+        frozenset(outcomes), qualifiers.get("kernel"), counts.get("devices"), source, where, counts.get("cores")
+    )
+
+
+def declared_in_file(path: str) -> list[Expectation]:
+    """`# semcheck: expect ...` comments (real comments only, never text inside strings)."""
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError:
+        return []  # a missing file is the loader's error to report, not ours
+    out = []
+    try:
+        tokens = list(tokenize.tokenize(io.BytesIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return []  # unparsable files are reported by the loader
+    for token in tokens:
+        if token.type == tokenize.COMMENT:
+            match = _COMMENT.match(token.string)
+            if match:
+                out.append(parse_spec(match["spec"], str(Loc(path, token.start[0]))))
+    return out
+
+
+def find_pyproject(path: str) -> str | None:
+    """The nearest pyproject.toml in the directories above `path` that has [tool.semcheck]."""
+    directory = os.path.dirname(os.path.abspath(path))
+    while True:
+        candidate = os.path.join(directory, "pyproject.toml")
+        if os.path.isfile(candidate) and _semcheck_table(candidate) is not None:
+            return candidate
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        directory = parent
+
+
+def declared_in_pyproject(path: str) -> list[Expectation]:
+    """Declarations in the nearest pyproject.toml whose key matches `path`."""
+    pyproject = find_pyproject(path)
+    if pyproject is None:
+        return []
+    table = (_semcheck_table(pyproject) or {}).get("expect", {})
+    if not isinstance(table, dict):
+        raise ExpectationError(f"{pyproject}: [tool.semcheck] expect must be a table of path = outcome")
+    root = os.path.dirname(pyproject)
+    relative = os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/")
+    out = []
+    for pattern, value in table.items():
+        if not fnmatch.fnmatchcase(relative, pattern[2:] if pattern.startswith("./") else pattern):
+            continue
+        specs = [value] if isinstance(value, str) else value
+        if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
+            raise ExpectationError(f"{pyproject}: expect.{pattern!r} must be a string or a list of strings")
+        where = f"{os.path.relpath(pyproject)} [tool.semcheck.expect] {pattern!r}"
+        out.extend(parse_spec(spec, where, "pyproject") for spec in specs)
+    return out
+
+
+def _semcheck_table(pyproject: str) -> dict | None:
+    try:
+        with open(pyproject, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ExpectationError(f"{pyproject}: cannot read: {e}") from None
+    table = data.get("tool", {}).get("semcheck")
+    return table if isinstance(table, dict) else None
+
+
+def declarations_for(path: str) -> list[Expectation]:
+    return declared_in_file(path) + declared_in_pyproject(path)
+
+
+# --- judging -------------------------------------------------------------------------------
+
+
+def expectation_for(result: Result, declarations: list[Expectation]) -> Expectation | None:
+    for source in ("comment", "pyproject"):
+        matching = [d for d in declarations if d.source == source and d.applies_to(result)]
+        if not matching:
+            continue
+        best = max(d.specificity for d in matching)
+        top = [d for d in matching if d.specificity == best]
+        if len({d.outcomes for d in top}) > 1:
+            raise ExpectationError(
+                f"conflicting expectations for {result.kernel} at {result.devices} devices: "
+                + "; ".join(f"{d.where} says {d.describe()}" for d in top)
+            )
+        return top[0]
+    return None
+
+
+def judge(result: Result, expectation: Expectation | None) -> Judgement:
+    declared = expectation.outcomes if expectation else frozenset()
+    want_errors = {k for k in declared if SEVERITY[Kind(k)] == "error"}
+    want_warnings = declared - want_errors
+    if result.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE):
+        return Judgement(expectation, False, f"expected {_words(declared)}, but the check ended {result.verdict.value}")
+    errors = {v.kind for v in result.errors}
+    warnings = {v.kind for v in result.warnings}
+    missing_warnings = want_warnings - warnings
+    if errors == want_errors and not missing_warnings:
+        how = "as declared" if expectation else "as expected of a file with no declaration"
+        return Judgement(expectation, True, f"{_words(declared)}, {how}")
+    found = errors | (warnings & want_warnings)
+    reason = f"expected {_words(declared)}, found {_words(found)}"
+    if not errors and want_errors:
+        reason += " (fixed? then update the declaration)"
+    return Judgement(expectation, False, reason)
+
+
+def judge_all(results: list[Result]) -> list[Judgement]:
+    """Judge every result against the declarations for its file (read once per file)."""
+    cache: dict[str, list[Expectation]] = {}
+    judgements = []
+    for result in results:
+        if result.file not in cache:
+            cache[result.file] = declarations_for(result.file) if result.file else []
+        judgements.append(judge(result, expectation_for(result, cache[result.file])))
+    return judgements
+
+
+def effective_verdict(result: Result, judgement: Judgement) -> Verdict:
+    """What a check counts as when expectations are judged: an error stays an error and an
+    inconclusive check stays inconclusive; otherwise a match counts as safe and a mismatch
+    as a violation. The exit code is then the usual one (`EXIT_CODES[worst(...)]`): 2 if any
+    check errored, else 1 if any was unexpected, else 3 if any was inconclusive, else 0."""
+    if result.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE):
+        return result.verdict
+    return Verdict.SAFE if judgement.matched else Verdict.VIOLATION
+
+
+def _words(kinds) -> str:
+    return ", ".join(sorted(kinds)) or SAFE

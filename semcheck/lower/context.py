@@ -1,0 +1,199 @@
+"""The state of lowering one kernel (`KernelContext`) and one of its threads (`ThreadLowering`).
+
+A kernel context owns the protocol-wide declarations (semaphores, buffers, inputs) so that
+every thread names one allocation the same way, as SPMD code does. A thread lowering owns
+what differs per thread: its device and core, the grid step being lowered, its registers
+and its instruction emitter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from semcheck import ir
+from semcheck.frontends import LoadError
+from semcheck.ir import Scope, SemKind, SemOrigin
+from semcheck.lower.emitter import Emitter
+from semcheck.lower.source import Locator
+from semcheck.lower.values import RefValue
+
+
+@dataclass(frozen=True)
+class MeshShape:
+    """The device mesh of the enclosing shard_map: axis names and sizes, row-major."""
+
+    axis_names: tuple[str, ...] = ()
+    axis_sizes: tuple[int, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.axis_sizes)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        strides, acc = [], 1
+        for size in reversed(self.axis_sizes):
+            strides.append(acc)
+            acc *= size
+        return tuple(reversed(strides))
+
+    def coords(self, device: int) -> dict[str, int]:
+        return {
+            name: device // stride % size
+            for name, size, stride in zip(self.axis_names, self.axis_sizes, self.strides)
+        }
+
+    def __str__(self) -> str:
+        return "x".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_sizes)) or "1 device"
+
+
+def semaphore_kind(dtype) -> SemKind | None:
+    """The semaphore kind of a ref's dtype, or None for a buffer."""
+    from jax._src import dtypes
+    from jax._src.pallas import core as pl_core
+    from jax._src.pallas.mosaic import core as tpu_core
+
+    try:
+        if not dtypes.issubdtype(dtype, pl_core.semaphore_dtype):
+            return None
+    except TypeError:
+        return None
+    if dtypes.issubdtype(dtype, tpu_core.dma_semaphore):
+        return SemKind.DMA
+    if dtypes.issubdtype(dtype, pl_core.barrier_semaphore):
+        return SemKind.BARRIER
+    return SemKind.REGULAR
+
+
+def memory_space_name(aval) -> str:
+    space = getattr(aval, "memory_space", None)
+    if space is None:
+        return "any"
+    return str(getattr(space, "value", space)).lower()
+
+
+@dataclass
+class KernelContext:
+    name: str
+    mesh: MeshShape
+    cores: int
+    kernel_loc: ir.Loc
+    core_axis: str | None = None  # the TensorCoreMesh axis (core_map / pl.kernel)
+    grid: tuple[int, ...] = ()
+    grid_names: tuple = ()
+    collective_id: int | None = None
+    skip_device_barrier: bool = False
+    allow_unused_collective_id: bool = False
+    semaphores: dict[str, ir.SemDecl] = field(default_factory=dict)
+    buffers: dict[str, ir.BufferDecl] = field(default_factory=dict)
+    inputs: list[ir.Input] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    scoped: dict[tuple, RefValue] = field(default_factory=dict)  # run_scoped allocations
+    fold_cache: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.locate = Locator()
+        self._names: set[str] = set()
+
+    # -- names and declarations --
+
+    def unique(self, base: str) -> str:
+        name, n = base, 1
+        while name in self._names:
+            n += 1
+            name = f"{base}#{n}"
+        self._names.add(name)
+        return name
+
+    def declare_ref(self, base: str, aval, origin: SemOrigin, loc: ir.Loc) -> RefValue:
+        """A semaphore or buffer allocation for a ref aval (kernel operand, scratch,
+        run_scoped allocation)."""
+        shape = tuple(int(d) for d in aval.shape)
+        kind = semaphore_kind(aval.dtype)
+        name = self.unique(base)
+        if kind is not None:
+            self.semaphores[name] = ir.SemDecl(
+                name, kind, max(1, math.prod(shape)), origin, Scope.CORE, None, loc
+            )
+            return RefValue(name, True, shape, aval.dtype)
+        itemsize = getattr(np.dtype(aval.dtype), "itemsize", 4) if _is_numpy(aval.dtype) else 4
+        self.buffers[name] = ir.BufferDecl(name, shape, itemsize, memory_space_name(aval), Scope.CORE, loc)
+        return RefValue(name, False, shape, aval.dtype)
+
+    def barrier_semaphore(self, loc: ir.Loc) -> RefValue:
+        name = "barrier_semaphore"
+        if name not in self.semaphores:
+            self._names.add(name)
+            self.semaphores[name] = ir.SemDecl(
+                name, SemKind.BARRIER, 1, SemOrigin.BARRIER, Scope.CORE, self.collective_id, loc
+            )
+        from jax._src.pallas import core as pl_core
+
+        return RefValue(name, True, (), pl_core.BarrierSemaphore())
+
+    def add_input(self, base: str, lo: int, hi: int, loc: ir.Loc) -> str:
+        name = self.unique(base)
+        self.inputs.append(ir.Input(name, lo, hi, loc))
+        return name
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+def _is_numpy(dtype) -> bool:
+    try:
+        np.dtype(dtype)
+        return True
+    except TypeError:
+        return False
+
+
+class ThreadLowering:
+    """Lowers the kernel body for one (device, core)."""
+
+    def __init__(self, kernel: KernelContext, device: int, core: int):
+        self.kernel = kernel
+        self.device, self.core = device, core
+        self.coords = kernel.mesh.coords(device)
+        self.emitter = Emitter()
+        self.program_ids: tuple[int, ...] = ()
+        self._next_reg = 0
+        # The location of the innermost enclosing eqn that has one (see source.Locator).
+        self.context_loc: ir.Loc = kernel.kernel_loc
+
+    def loc(self, eqn) -> ir.Loc:
+        return self.kernel.locate(eqn) or self.context_loc
+
+    def fresh_reg(self, hint: str = "r") -> str:
+        self._next_reg += 1
+        return f"{hint}{self._next_reg}"
+
+    def axis_value(self, name, eqn) -> int:
+        """`lax.axis_index(name)` on this thread: a mesh coordinate, the core id, or a
+        named grid axis."""
+        if name in self.coords:
+            return self.coords[name]
+        if self.kernel.core_axis is not None and name == self.kernel.core_axis:
+            return self.core
+        if name in self.kernel.grid_names:
+            return self.program_ids[self.kernel.grid_names.index(name)]
+        raise LoadError(
+            f"axis_index: axis {name!r} is neither a mesh axis of the enclosing shard_map "
+            f"({', '.join(map(repr, self.coords)) or 'none'}) nor a core or grid axis of the kernel",
+            self.loc(eqn),
+            hint="call the kernel inside jax.shard_map over a mesh that has this axis",
+        )
+
+    def axis_size(self, name) -> int:
+        if name in self.coords:
+            return self.kernel.mesh.axis_sizes[self.kernel.mesh.axis_names.index(name)]
+        if self.kernel.core_axis is not None and name == self.kernel.core_axis:
+            return self.kernel.cores
+        raise KeyError(name)
+
+    def error(self, eqn, message: str, hint: str | None = None) -> LoadError:
+        return LoadError(f"{eqn.primitive.name}: {message}", self.loc(eqn), hint)

@@ -1,0 +1,207 @@
+"""Evaluates a jaxpr for one thread: each eqn goes to its rule in the registry, or is folded.
+
+Folding uses JAX itself: an eqn whose inputs are all known is bound on concrete values
+(`primitive.bind` under `ensure_compile_time_eval`), so every integer primitive, dtype and
+rounding rule is JAX's own and nothing is reimplemented. Results are cached per
+(eqn, inputs), since SPMD threads fold the same arithmetic again and again. Large results
+(data arrays) are not folded: they become opaque.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from semcheck.frontends import LoadError
+from semcheck.lower.context import ThreadLowering
+from semcheck.lower.registry import RULES
+from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value
+
+# Results with more elements than this are data, not protocol: they are never folded.
+FOLD_LIMIT = 4096
+
+# Primitives with effects that cannot affect synchronization or memory (prints, hints,
+# PRNG state). Their outputs are opaque data.
+HARMLESS_EFFECTFUL = frozenset(
+    "debug_callback debug_print delay prng_seed prng_random_bits trace_start trace_stop "
+    "trace_value add_dependency".split()
+)
+
+
+def unwrap(jaxpr_like):
+    """(open jaxpr, consts) of a Jaxpr or ClosedJaxpr (0.10.2 keeps them apart)."""
+    inner = getattr(jaxpr_like, "jaxpr", None)
+    if inner is not None and inner is not jaxpr_like:
+        return inner, list(getattr(jaxpr_like, "consts", ()))
+    return jaxpr_like, list(getattr(jaxpr_like, "consts", ()) or ())
+
+
+def const_value(c) -> Value:
+    try:
+        return Known(np.asarray(c))
+    except Exception:  # a ref or another non-array constant
+        return Opaque("a constant captured by the kernel")
+
+
+def read_atom(env: dict, atom) -> Value:
+    from jax._src import core as jax_core
+
+    if isinstance(atom, jax_core.Literal):
+        value = atom.val
+        dtype = getattr(atom.aval, "dtype", None)
+        try:
+            return Known(np.asarray(value, dtype=dtype))
+        except TypeError:
+            return Known(np.asarray(value))
+    return env[atom]
+
+
+def eval_jaxpr(t: ThreadLowering, jaxpr, consts: list[Value], args: list[Value]) -> list[Value]:
+    from jax._src import core as jax_core
+
+    env: dict = {}
+    for var, value in zip(jaxpr.constvars, consts):
+        env[var] = value
+    if len(args) != len(jaxpr.invars):
+        raise AssertionError(f"jaxpr takes {len(jaxpr.invars)} inputs, got {len(args)}")
+    for var, value in zip(jaxpr.invars, args):
+        env[var] = value
+    for eqn in jaxpr.eqns:
+        inputs = [read_atom(env, a) for a in eqn.invars]
+        outer = t.context_loc
+        t.context_loc = t.loc(eqn)
+        try:
+            outputs = dispatch(t, eqn, inputs)
+        finally:
+            t.context_loc = outer
+        if len(outputs) != len(eqn.outvars):
+            raise AssertionError(f"rule for {eqn.primitive.name} returned {len(outputs)} values")
+        for var, value in zip(eqn.outvars, outputs):
+            if not isinstance(var, jax_core.DropVar):
+                env[var] = value
+    return [read_atom(env, a) for a in jaxpr.outvars]
+
+
+def eval_closed(t: ThreadLowering, closed, args: list[Value]) -> list[Value]:
+    jaxpr, consts = unwrap(closed)
+    return eval_jaxpr(t, jaxpr, [const_value(c) for c in consts], args)
+
+
+def dispatch(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
+    rule = RULES.get(eqn.primitive.name)
+    if rule is not None:
+        return rule(t, eqn, inputs)
+    return generic(t, eqn, inputs)
+
+
+def generic(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
+    """A primitive with no rule: fold it, or treat its results as opaque data."""
+    name = eqn.primitive.name
+    if any(isinstance(x, RefValue) for x in inputs):
+        raise t.error(
+            eqn,
+            "semcheck has no model of this primitive, and it takes a semaphore or buffer ref",
+            hint="semcheck models semaphores, DMAs, loads and stores; please report this "
+            "primitive so a rule can be added",
+        )
+    if has_subjaxprs(eqn.params):
+        raise t.error(
+            eqn,
+            "semcheck has no model of this higher-order primitive (it runs a sub-jaxpr)",
+            hint="use pl.when / lax.cond / fori_loop / while_loop / jit, which semcheck "
+            "models, or report this primitive",
+        )
+    if eqn.effects and name not in HARMLESS_EFFECTFUL:
+        raise t.error(
+            eqn,
+            f"semcheck has no model of this effectful primitive (effects: {set(eqn.effects)})",
+            hint="please report this primitive so a rule can be added",
+        )
+    if all(isinstance(x, Known) for x in inputs) and name not in HARMLESS_EFFECTFUL:
+        folded = fold(t, eqn, inputs)
+        if folded is not None:
+            return folded
+    why = opaque_reason(t, eqn, inputs)
+    return [Opaque(why) for _ in eqn.outvars]
+
+
+def opaque_reason(t: ThreadLowering, eqn, inputs: list[Value]) -> str:
+    for x in inputs:
+        if isinstance(x, Opaque):
+            return x.why
+    if any(isinstance(x, Sym) for x in inputs):
+        return (
+            f"`{eqn.primitive.name}` at {t.loc(eqn)} of a value known only at run time "
+            "(semcheck tracks add, sub, mul, div, rem, min, max, comparisons and select on those)"
+        )
+    return f"the result of `{eqn.primitive.name}` at {t.loc(eqn)}"
+
+
+def fold(t: ThreadLowering, eqn, inputs: list[Known]) -> list[Value] | None:
+    if any(_size(v.aval) > FOLD_LIMIT for v in eqn.outvars):
+        return None
+    key = (id(eqn), tuple((x.value.dtype.str, x.value.shape, x.value.tobytes()) for x in inputs))
+    cache = t.kernel.fold_cache
+    if key in cache:
+        return cache[key]
+    import jax
+
+    try:
+        with jax.ensure_compile_time_eval():
+            out = eqn.primitive.bind(*[x.value for x in inputs], **eqn.params)
+    except Exception:
+        cache[key] = None
+        return None
+    outs = out if eqn.primitive.multiple_results else [out]
+    try:
+        result = [Known(np.asarray(o)) for o in outs]
+    except Exception:
+        result = None
+    cache[key] = result
+    return result
+
+
+def _size(aval) -> int:
+    shape = getattr(aval, "shape", ())
+    try:
+        return math.prod(int(d) for d in shape)
+    except TypeError:
+        return FOLD_LIMIT + 1
+
+
+def subjaxprs(params: dict):
+    """The open jaxprs among an eqn's params (alone or in tuples)."""
+    from jax._src import core as jax_core
+
+    for value in params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, jax_core.ClosedJaxpr):
+                yield item.jaxpr
+            elif isinstance(item, jax_core.Jaxpr):
+                yield item
+
+
+def has_subjaxprs(params: dict) -> bool:
+    return next(subjaxprs(params), None) is not None
+
+
+def operand(t: ThreadLowering, eqn, value: Value, what: str):
+    """An IR operand (int or expression over registers) for a scalar that decides part of
+    the protocol; an error naming `what` when semcheck cannot know it."""
+    if isinstance(value, Known):
+        if value.value.size != 1:
+            raise t.error(eqn, f"{what} must be a scalar, got shape {value.value.shape}")
+        return int(value.value.reshape(()))
+    if isinstance(value, Sym):
+        return value.op
+    if isinstance(value, Opaque):
+        raise LoadError(
+            f"{eqn.primitive.name}: {what} depends on {value.why}, which semcheck cannot know "
+            "when it builds the protocol",
+            t.loc(eqn),
+            hint="semcheck needs semaphore indices, device ids, signal and wait amounts and "
+            "DMA sizes to follow from axis_index, program_id, loop counters and semaphore_read "
+            "values; compute them from those",
+        )
+    raise t.error(eqn, f"{what} is a ref, not a value")

@@ -1,0 +1,327 @@
+"""From a captured kernel to Protocols: threads, grid iteration, cores and the default
+device barrier.
+
+* One thread per (device, core). Devices are the enclosing shard_map's whole mesh, numbered
+  row-major like MESH device ids.
+* pallas_call: the grid runs sequentially in row-major order. With `dimension_semantics`
+  marking a prefix of the grid "parallel", a 2-TensorCore chip (v4/v5p megacore) splits it:
+  core c runs the contiguous chunk [c*K, (c+1)*K) of the row-major iterations, with
+  K = ceil(P/cores) * (N/P), P the size of the parallel sub-grid and N the whole grid — the
+  split of JAX's TPU interpreter (without its random shuffling of parallel coordinates;
+  Mosaic's own split is not documented). Such kernels are checked twice: on one core and on
+  two.
+* pl.kernel / core_map over a TensorCoreMesh (an `mpmd_map`): the body runs once per core.
+* Default device barrier: when `collective_id` is None and `skip_device_barrier` is False,
+  XLA runs a barrier across devices before the kernel body (JAX's interpreter models it
+  with a threading.Barrier). It is modelled explicitly with two semaphores that nothing else
+  touches: every thread signals `device_barrier.arrive` on device 0 core 0, that thread
+  waits for all arrivals and signals `device_barrier.release` on every thread, and every
+  thread waits for its release. No thread starts the body before every thread has arrived.
+* Every thread starts with KernelEntry and ends with KernelExit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from semcheck import ir
+from semcheck.frontends import LoadError
+from semcheck.ir import Backend, SemKind, SemOrigin
+from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
+from semcheck.lower.interpreter import eval_jaxpr
+from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
+
+ARRIVE, RELEASE = "device_barrier.arrive", "device_barrier.release"
+
+
+@dataclass
+class KernelCapture:
+    """One pallas_call or mpmd_map as JAX traced it, with the mesh it runs on."""
+
+    primitive: str  # "pallas_call" or "mpmd_map"
+    params: dict
+    num_operands: int  # operands of the eqn (pallas_call: dynamic grid bounds, index, inputs)
+    mesh: MeshShape = field(default_factory=MeshShape)
+    call_loc: ir.Loc | None = None
+
+
+def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
+    lower = {"pallas_call": _pallas_call, "mpmd_map": _mpmd_map}.get(capture.primitive)
+    if lower is None:
+        raise LoadError(f"semcheck cannot lower a captured {capture.primitive!r}")
+    return lower(capture, tpu_cores)
+
+
+# --- pallas_call -----------------------------------------------------------------------------
+
+
+def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol]:
+    params = capture.params
+    jaxpr, gm = params["jaxpr"], params["grid_mapping"]
+    name, kernel_loc = _identity(params, jaxpr, capture)
+    compiler_params = _tpu_compiler_params(params.get("compiler_params"), name, kernel_loc)
+    if params.get("mesh") is not None:
+        raise LoadError(
+            f"pallas_call {name}: a pallas_call over a Pallas mesh is not supported",
+            kernel_loc,
+            hint="use pl.kernel(..., mesh=pltpu.create_tensorcore_mesh(...))",
+        )
+    grid = tuple(gm.grid)
+    if not all(isinstance(d, int) for d in grid):
+        raise LoadError(
+            f"pallas_call {name}: the grid {grid} has dimensions known only at run time",
+            kernel_loc,
+            hint="check the kernel with a static grid",
+        )
+    parallel = _parallel_prefix(compiler_params, grid, name, kernel_loc)
+    if tpu_cores is not None:
+        configs = [tpu_cores]
+    else:
+        configs = [1, 2] if parallel else [1]
+    invars = list(jaxpr.invars)
+    n_index = gm.num_index_operands
+    n_blocks = gm.num_inputs + gm.num_outputs
+    origins = (
+        [SemOrigin.ARGUMENT] * n_index
+        + [SemOrigin.ARGUMENT] * n_blocks
+        + [SemOrigin.SCRATCH] * (len(invars) - n_index - n_blocks)
+    )
+    protocols = []
+    for cores in configs:
+        label = name if len(configs) == 1 or cores == 1 else f"{name} ({cores} TensorCores per device)"
+        ctx = _context(label, capture, cores, kernel_loc, compiler_params, grid, tuple(gm.grid_names or ()))
+        points = _grid_points(grid, parallel, cores)
+        if cores > 1:
+            ctx.note(
+                f"checked as on a chip with {cores} TensorCores per device (v4/v5p megacore): the "
+                f"parallel grid dimensions are split into contiguous per-core chunks"
+            )
+        protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs))
+    return protocols
+
+
+def _parallel_prefix(compiler_params, grid, name, loc) -> int:
+    """How many leading grid dims are parallel (split across cores)."""
+    semantics = getattr(compiler_params, "dimension_semantics", None)
+    if not semantics:
+        return 0
+    flags = []
+    for s in semantics:
+        text = str(getattr(s, "value", s)).lower()
+        if "subcore" in text:
+            raise LoadError(
+                f"pallas_call {name}: SparseCore dimension semantics ({text}) are not supported",
+                loc,
+                hint="the TPU frontend checks TensorCore kernels",
+            )
+        flags.append(text.endswith("parallel"))
+    count = 0
+    while count < len(flags) and flags[count]:
+        count += 1
+    if any(flags[count:]):
+        raise LoadError(
+            f"pallas_call {name}: parallel grid dimensions must come before the arbitrary "
+            f"ones (dimension_semantics={tuple(semantics)})",
+            loc,
+            hint="reorder the grid so that the parallel dimensions lead",
+        )
+    return count
+
+
+def _grid_points(grid, parallel: int, cores: int) -> list[list[tuple[int, ...]]]:
+    import itertools
+
+    points = list(itertools.product(*(range(d) for d in grid))) if grid else [()]
+    total = len(points)
+    parallel_size = math.prod(grid[:parallel]) if grid else 1
+    if total == 0:
+        return [[] for _ in range(cores)]
+    per_core = -(-parallel_size // cores) * (total // max(parallel_size, 1))
+    return [points[c * per_core:min((c + 1) * per_core, total)] for c in range(cores)]
+
+
+# --- mpmd_map (pl.kernel, core_map) ---------------------------------------------------------
+
+
+def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol]:
+    params = capture.params
+    jaxprs, meshes = params["jaxprs"], params["meshes"]
+    jaxpr = jaxprs[0]
+    name, kernel_loc = _identity(params, jaxpr, capture)
+    if len(jaxprs) != 1 or params.get("external_meshes"):
+        raise LoadError(
+            f"mpmd_map {name}: kernels over several meshes are not supported",
+            kernel_loc,
+            hint="check each mesh's kernel with its own pl.kernel call",
+        )
+    from jax._src.pallas.mosaic import core as tpu_core
+
+    mesh = meshes[0]
+    if not isinstance(mesh, tpu_core.TensorCoreMesh):
+        raise LoadError(
+            f"{name}: a kernel over a {type(mesh).__name__} is not a TPU TensorCore kernel; "
+            "the TPU frontend checks pl.kernel / core_map over pltpu.create_tensorcore_mesh",
+            kernel_loc,
+            hint="Mosaic GPU and SparseCore kernels are not supported yet",
+        )
+    compiler_params = _tpu_compiler_params(params.get("compiler_params"), name, kernel_loc)
+    if getattr(compiler_params, "dimension_semantics", None) is not None:
+        raise LoadError(
+            f"{name}: dimension_semantics must be None for a kernel over a TensorCoreMesh "
+            "(Pallas TPU lowering rejects it)",
+            kernel_loc,
+            hint="drop dimension_semantics; the mesh already says how the body is split",
+        )
+    [(axis, cores)] = list(mesh.shape.items())
+    n_in, n_out = capture.num_operands, len(params["out_avals"])
+    invars = list(jaxpr.invars)
+    origins = [SemOrigin.ARGUMENT] * (n_in + n_out) + [SemOrigin.SCRATCH] * (len(invars) - n_in - n_out)
+    ctx = _context(name, capture, cores, kernel_loc, compiler_params, (cores,), (axis,))
+    ctx.core_axis = axis
+    points = [[(core,)] for core in range(cores)]
+    return [_build(ctx, jaxpr, invars, origins, points, n_in)]
+
+
+# --- shared -------------------------------------------------------------------------------------
+
+
+def _identity(params, jaxpr, capture: KernelCapture) -> tuple[str, ir.Loc]:
+    """The kernel's name and where it is defined. A kernel JAX re-traced (a raw core_map,
+    discharged into an mpmd_map) carries JAX's wrapper as its function, so then the first
+    user line of its body stands for it."""
+    fn_name, fn_loc = kernel_function(getattr(jaxpr, "debug_info", None))
+    name = params.get("name") or fn_name or capture.primitive
+    if fn_loc is None or not is_user_file(fn_loc.file):
+        fn_loc = _first_user_loc(jaxpr) or fn_loc
+    loc = fn_loc or capture.call_loc or ir.UNKNOWN_LOC
+    return name, loc
+
+
+def _first_user_loc(jaxpr) -> ir.Loc | None:
+    from semcheck.lower.interpreter import subjaxprs
+
+    for eqn in jaxpr.eqns:
+        loc = loc_of_traceback(eqn.source_info.traceback)
+        if loc is not None:
+            return loc
+        for sub in subjaxprs(eqn.params):
+            loc = _first_user_loc(sub)
+            if loc is not None:
+                return loc
+    return None
+
+
+def _tpu_compiler_params(compiler_params, name, loc):
+    if compiler_params is None:
+        return None
+    from jax._src.pallas.mosaic import core as tpu_core
+
+    if not isinstance(compiler_params, tpu_core.CompilerParams):
+        raise LoadError(
+            f"{name}: compiler_params are {type(compiler_params).__module__}."
+            f"{type(compiler_params).__name__}, not pltpu.CompilerParams; the TPU frontend "
+            "checks Pallas TPU kernels only",
+            loc,
+            hint="Mosaic GPU and Triton kernels are not supported yet",
+        )
+    return compiler_params
+
+
+def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names) -> KernelContext:
+    return KernelContext(
+        name=name,
+        mesh=capture.mesh,
+        cores=cores,
+        kernel_loc=kernel_loc,
+        grid=grid,
+        grid_names=grid_names,
+        collective_id=getattr(compiler_params, "collective_id", None),
+        skip_device_barrier=bool(getattr(compiler_params, "skip_device_barrier", False)),
+        allow_unused_collective_id=bool(
+            getattr(compiler_params, "allow_collective_id_without_custom_barrier", False)
+        ),
+    )
+
+
+def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int) -> ir.Protocol:
+    """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs."""
+    if jaxpr.constvars:
+        raise LoadError(
+            f"{ctx.name}: the kernel captures constants (Pallas cannot lower that either)",
+            ctx.kernel_loc,
+            hint="pass the constants as kernel inputs",
+        )
+    names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
+    if len(names) != len(invars):
+        names = [f"operand{k}" for k in range(len(invars))]
+    refs = [ctx.declare_ref(n, v.aval, o, ctx.kernel_loc) for n, v, o in zip(names, invars, origins)]
+    handed_in = [
+        r.alloc for r, o in zip(refs[:n_inputs], origins) if r.is_semaphore and o is SemOrigin.ARGUMENT
+    ]
+    if handed_in:
+        ctx.note(
+            f"semaphores handed to this kernel by an earlier one ({', '.join(handed_in)}) start at 0 "
+            "here: semcheck checks each kernel on its own, so signals made before the kernel "
+            "started are not counted"
+        )
+    devices = ctx.mesh.size
+    barrier = _declare_default_barrier(ctx, devices)
+    threads = []
+    for device in range(devices):
+        for core in range(ctx.cores):
+            t = ThreadLowering(ctx, device, core)
+            t.emitter.emit(ir.KernelEntry(ctx.kernel_loc, ctx.name))
+            if barrier:
+                _emit_device_barrier(t, devices)
+            for point in points[core]:
+                t.program_ids = point
+                eval_jaxpr(t, jaxpr, [], refs)
+            t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
+            threads.append(ir.Thread(device, core, t.emitter.build()))
+    unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
+    if unused_id and not ctx.allow_unused_collective_id:
+        ctx.note(
+            f"collective_id={ctx.collective_id} is set but the kernel never uses the barrier "
+            "semaphore: Pallas TPU lowering rejects that unless "
+            "allow_collective_id_without_custom_barrier=True, and XLA then runs no default "
+            "device barrier before the body"
+        )
+    return ir.Protocol(
+        name=ctx.name,
+        backend=Backend.TPU,
+        devices=devices,
+        cores=ctx.cores,
+        threads=tuple(threads),
+        semaphores=tuple(ctx.semaphores.values()),
+        buffers=tuple(ctx.buffers.values()),
+        inputs=tuple(ctx.inputs),
+        loc=ctx.kernel_loc,
+        frontend="tpu",
+        notes=tuple(ctx.notes),
+    )
+
+
+def _declare_default_barrier(ctx: KernelContext, devices: int) -> bool:
+    """Declare the default device barrier's semaphores when XLA inserts one; whether it does."""
+    if ctx.collective_id is not None or ctx.skip_device_barrier or devices * ctx.cores == 1:
+        return False
+    for name in (ARRIVE, RELEASE):
+        ctx.unique(name)
+        ctx.semaphores[name] = ir.SemDecl(
+            name, SemKind.BARRIER, 1, SemOrigin.BARRIER, ir.Scope.CORE, None, ctx.kernel_loc
+        )
+    return True
+
+
+def _emit_device_barrier(t: ThreadLowering, devices: int) -> None:
+    # Located at the kernel's definition: the barrier runs before its first line.
+    loc, em = t.kernel.kernel_loc, t.emitter
+    total = devices * t.kernel.cores
+    em.emit(ir.Signal(loc, ir.SemRef(ARRIVE, 0, 0, 0), 1))
+    if t.device == 0 and t.core == 0:
+        em.emit(ir.Wait(loc, ir.SemRef(ARRIVE), total))
+        for device in range(devices):
+            for core in range(t.kernel.cores):
+                em.emit(ir.Signal(loc, ir.SemRef(RELEASE, 0, device, core), 1))
+    em.emit(ir.Wait(loc, ir.SemRef(RELEASE), 1))

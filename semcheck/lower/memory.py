@@ -1,0 +1,189 @@
+"""Refs: which semaphore a `.at[...]` view names, which region a buffer view covers, and the
+rules for buffer loads and stores (`get`, `swap`, `addupdate`, `masked_load`, `masked_swap`).
+
+A view is a chain of `NDIndexer` transforms; each one indexes the previous view, so the
+rules compose them into one (start, size) per dimension of the allocation. Semaphore
+indices must be exact. A buffer region whose start depends on buffer contents widens to the
+whole dimension (it over-approximates what is touched), and transforms other than indexing
+(bitcast, reshape) widen to the whole buffer.
+"""
+
+from __future__ import annotations
+
+import math
+
+from semcheck import ir
+from semcheck.lower.context import ThreadLowering
+from semcheck.lower.interpreter import operand
+from semcheck.lower.registry import rule
+from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, sym_op
+
+
+def split_ref(value) -> tuple[object, tuple]:
+    """(ref, transforms) of a ref operand that may be a TransformedRef."""
+    from jax._src.state.types import TransformedRef
+
+    if isinstance(value, TransformedRef):
+        inner, transforms = split_ref(value.ref)
+        return inner, transforms + tuple(value.transforms)
+    return value, ()
+
+
+def ref_of(t: ThreadLowering, eqn, value, what: str, extra=()) -> tuple[RefValue, tuple]:
+    ref, transforms = split_ref(value)
+    transforms = transforms + tuple(extra or ())
+    if not isinstance(ref, RefValue):
+        reason = ref.why if isinstance(ref, Opaque) else "a value semcheck does not track"
+        raise t.error(
+            eqn,
+            f"{what} is not a ref semcheck knows (it comes from {reason})",
+            hint="pass semaphores and buffers as kernel operands, scratch_shapes or "
+            "pl.run_scoped allocations",
+        )
+    return ref, ref.transforms + transforms
+
+
+def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, what: str):
+    """Per allocation dim: (start operand or None when unknown, size); plus the dims the
+    view still has. None when a transform is not indexing (only allowed when not exact)."""
+    from jax._src.state.indexing import NDIndexer, Slice
+
+    starts: list = [0] * len(ref.shape)
+    sizes = list(ref.shape)
+    view_dims = list(range(len(ref.shape)))
+    for transform in transforms:
+        if not isinstance(transform, NDIndexer):
+            if exact:
+                raise t.error(
+                    eqn,
+                    f"{what}: semcheck cannot follow the ref transform {type(transform).__name__}",
+                    hint="index semaphore arrays with .at[i] only",
+                )
+            return None, []
+        kept = []
+        for dim, index in zip(view_dims, transform.indices):
+            if isinstance(index, Slice):
+                start = _index(t, eqn, index.start, exact, what)
+                size = index.size if isinstance(index.size, int) else None
+                if start is None or size is None:
+                    starts[dim], sizes[dim] = None, ref.shape[dim]
+                else:
+                    if starts[dim] is not None:
+                        starts[dim] = sym_op("add", starts[dim], start)
+                    sizes[dim] = (size - 1) * index.stride + 1 if size else 0
+                kept.append(dim)
+            else:
+                start = _index(t, eqn, index, exact, what)
+                if start is None or starts[dim] is None:
+                    starts[dim], sizes[dim] = None, ref.shape[dim]
+                else:
+                    starts[dim] = sym_op("add", starts[dim], start)
+                    sizes[dim] = 1
+        view_dims = kept
+    return list(zip(starts, sizes)), view_dims
+
+
+def _index(t: ThreadLowering, eqn, index, exact: bool, what: str):
+    if isinstance(index, int):
+        return index
+    if isinstance(index, Known) and index.value.size != 1:
+        if exact:
+            raise t.error(eqn, f"{what}: semaphores cannot be gathered with an index array")
+        return None
+    if isinstance(index, (Known, Sym)):
+        return operand(t, eqn, index, what)
+    if isinstance(index, Opaque) and not exact:
+        return None
+    return operand(t, eqn, index, what)
+
+
+def semaphore_ref(
+    t: ThreadLowering, eqn, value, what: str, extra=(), *, device=None, core=None
+) -> ir.SemRef:
+    ref, transforms = ref_of(t, eqn, value, what, extra)
+    if not ref.is_semaphore:
+        raise t.error(eqn, f"{what} is the buffer {ref.alloc!r}, not a semaphore")
+    dims, view_dims = _view(t, eqn, ref, transforms, exact=True, what=f"{what} index")
+    if view_dims:
+        raise t.error(eqn, f"{what}: {ref.alloc} is indexed to a shape, not a single semaphore")
+    index: ir.Operand = 0
+    stride = 1
+    for (start, _size), extent in reversed(list(zip(dims, ref.shape))):
+        index = sym_op("add", index, sym_op("mul", start, stride))
+        stride *= extent
+    return ir.SemRef(ref.alloc, index, device, core)
+
+
+def region(t: ThreadLowering, eqn, value, what: str, extra=()) -> ir.Region:
+    ref, transforms = ref_of(t, eqn, value, what, extra)
+    if ref.is_semaphore:
+        raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
+    dims, _ = _view(t, eqn, ref, transforms, exact=False, what=what)
+    if dims is None:
+        return ir.Region(ref.alloc, (0,) * len(ref.shape), tuple(ref.shape))
+    starts = tuple(0 if s is None else s for s, _ in dims)
+    return ir.Region(ref.alloc, starts, tuple(size for _, size in dims))
+
+
+def nbytes_of_aval(t: ThreadLowering, eqn, aval) -> int:
+    """Bytes of a (possibly transformed) ref aval: static shape times itemsize (reference
+    §1.5; the Pallas abstract eval does the same)."""
+    import numpy as np
+
+    if not all(isinstance(d, int) for d in aval.shape):
+        raise t.error(eqn, f"the DMA's shape {aval.shape} is known only at run time",
+                      hint="use static slice sizes (pl.ds(start, size) with a Python int size)")
+    return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+
+
+# --- loads and stores ------------------------------------------------------------------------
+
+
+def _loaded(t: ThreadLowering, eqn, reg: ir.Region) -> list[Value]:
+    why = f"the value loaded from {reg.buffer} at {t.loc(eqn)}"
+    return [Opaque(why) for _ in eqn.outvars]
+
+
+@rule("get")
+def get(t: ThreadLowering, eqn, inputs):
+    ref, *flat = inputs
+    transforms = eqn.params["tree"].unflatten(flat)
+    reg = region(t, eqn, ref, "the loaded ref", transforms)
+    t.emitter.emit(ir.Load(t.loc(eqn), reg))
+    return _loaded(t, eqn, reg)
+
+
+@rule("swap")
+def swap(t: ThreadLowering, eqn, inputs):
+    ref, _value, *flat = inputs
+    transforms = eqn.params["tree"].unflatten(flat)
+    reg = region(t, eqn, ref, "the stored ref", transforms)
+    t.emitter.emit(ir.Store(t.loc(eqn), reg))
+    return _loaded(t, eqn, reg)
+
+
+@rule("addupdate")
+def addupdate(t: ThreadLowering, eqn, inputs):
+    ref, _value, *flat = inputs
+    transforms = eqn.params["tree"].unflatten(flat)
+    reg = region(t, eqn, ref, "the updated ref", transforms)
+    t.emitter.emit(ir.Load(t.loc(eqn), reg))
+    t.emitter.emit(ir.Store(t.loc(eqn), reg))
+    return []
+
+
+@rule("masked_load")
+def masked_load(t: ThreadLowering, eqn, inputs):
+    ref, transforms, _mask, _other = eqn.params["args_tree"].unflatten(inputs)
+    reg = region(t, eqn, ref, "the loaded ref", transforms)
+    t.emitter.emit(ir.Load(t.loc(eqn), reg))
+    return _loaded(t, eqn, reg)
+
+
+@rule("masked_swap")
+def masked_swap(t: ThreadLowering, eqn, inputs):
+    ref, transforms, _value, _mask = eqn.params["args_tree"].unflatten(inputs)
+    reg = region(t, eqn, ref, "the stored ref", transforms)
+    t.emitter.emit(ir.Store(t.loc(eqn), reg))
+    return _loaded(t, eqn, reg)
+

@@ -1,0 +1,139 @@
+"""What a jaxpr variable holds while a kernel is lowered for one thread.
+
+Lowering evaluates the kernel jaxpr once per thread (device, core) and grid step, so most
+values are simply known:
+
+* `Known`: a concrete numpy value (axis_index, program_id, loop counters, arithmetic on
+  them, literals).
+* `Sym`: an integer scalar known only when the protocol runs (a `semaphore_read`, a loop
+  carry in a data-dependent loop); it holds an IR operand over registers.
+* `Opaque`: anything semcheck does not track (buffer contents, floats); it remembers why,
+  so that if it ever decides a semaphore, a device id or a branch, the error can say
+  where precision was lost.
+* `RefValue`: a semaphore or a buffer allocation, plus the ref transforms (`.at[...]`)
+  applied so far.
+
+Nothing here knows about primitives; the rules in this package do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from semcheck import ir
+
+
+@dataclass(frozen=True, eq=False)
+class Known:
+    value: np.ndarray
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.value.size == 1
+
+    def as_int(self) -> int:
+        return int(self.value.reshape(()))
+
+
+@dataclass(frozen=True)
+class Sym:
+    """An integer (or 0/1 boolean) scalar decided at protocol run time."""
+
+    op: ir.Operand
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Opaque:
+    why: str  # e.g. "the value loaded from x_ref at kernel.py:12"
+
+
+@dataclass(frozen=True)
+class RefValue:
+    """A ref: `space` is "semaphore" or the buffer's memory space."""
+
+    alloc: str  # SemDecl or BufferDecl name
+    is_semaphore: bool
+    shape: tuple[int, ...]  # of the underlying allocation
+    dtype: Any
+    transforms: tuple = ()  # state transforms (NDIndexer, ...) applied in order
+
+
+Value = Union[Known, Sym, Opaque, RefValue]
+
+
+def known(x) -> Known:
+    return Known(np.asarray(x))
+
+
+# --- symbolic integer arithmetic over IR operands, folding what is constant -------------------
+
+
+_BOOLEAN_OPS = frozenset("eq ne lt le gt ge and or".split())
+_IS_TRUE = (("eq", 1), ("ne", 0), ("ge", 1), ("gt", 0))  # of a 0/1 value: the value itself
+
+
+def sym_op(op: str, a: ir.Operand, b: ir.Operand) -> ir.Operand:
+    if isinstance(a, int) and isinstance(b, int):
+        return _FOLD[op](a, b)
+    if isinstance(a, ir.BinOp) and a.op in _BOOLEAN_OPS and (op, b) in _IS_TRUE:
+        return a  # a comparison is already 0 or 1
+    if op == "add" and b == 0 or op == "sub" and b == 0 or op == "mul" and b == 1:
+        return a
+    if op == "add" and a == 0 or op == "mul" and a == 1:
+        return b
+    if op == "mul" and (a == 0 or b == 0):
+        return 0
+    return ir.BinOp(op, a, b)
+
+
+def trunc_rem(a: ir.Operand, b: ir.Operand) -> ir.Operand:
+    """`lax.rem` (C semantics: the sign of the dividend) from the IR's floor `mod`.
+
+    m = a mod b lies in b's sign; when m != 0 and a, b differ in sign, C's remainder is
+    m - b.
+    """
+    if isinstance(a, int) and isinstance(b, int):
+        return int(np.fmod(a, b)) if b else 0
+    m = sym_op("mod", a, b)
+    signs_differ = sym_op("ne", sym_op("lt", a, 0), sym_op("lt", b, 0))
+    fix = sym_op("and", sym_op("ne", m, 0), signs_differ)
+    return sym_op("sub", m, sym_op("mul", fix, b))
+
+
+def trunc_div(a: ir.Operand, b: ir.Operand) -> ir.Operand:
+    """`lax.div` on integers (rounds toward zero)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return int(a / b) if b else 0
+    return sym_op("floordiv", sym_op("sub", a, trunc_rem(a, b)), b)
+
+
+def select(pred: ir.Operand, if_false: ir.Operand, if_true: ir.Operand) -> ir.Operand:
+    """`pred ? if_true : if_false` for a 0/1 predicate."""
+    if isinstance(pred, int):
+        return if_true if pred else if_false
+    if if_false == if_true:
+        return if_true
+    return sym_op("add", if_false, sym_op("mul", pred, sym_op("sub", if_true, if_false)))
+
+
+_FOLD = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b if b else 0,
+    "mod": lambda a, b: a % b if b else 0,
+    "min": min,
+    "max": max,
+    "eq": lambda a, b: int(a == b),
+    "ne": lambda a, b: int(a != b),
+    "lt": lambda a, b: int(a < b),
+    "le": lambda a, b: int(a <= b),
+    "gt": lambda a, b: int(a > b),
+    "ge": lambda a, b: int(a >= b),
+    "and": lambda a, b: int(bool(a) and bool(b)),
+    "or": lambda a, b: int(bool(a) or bool(b)),
+}

@@ -1,0 +1,374 @@
+"""A counterexample as a graph (networkx): what `--graph` draws and what tests inspect.
+
+One lane per thread (device, core[, sub-thread]); down each lane, the trace's events in
+program order, each labelled with its step number and source line. A DMA completion sits in
+the lane of the device whose semaphore it adds to. Edges:
+
+* `program`: one event to the next in its lane;
+* `copy`: a dma_start to each completion of that copy (`TraceStep.started_by`);
+* `feeds`: a signal or DMA completion to the wait that consumed what it added
+  (`TraceStep.fed_by`);
+* `partial`: an addition that a still-blocked wait (or a semaphore left at exit) holds,
+  but that was not enough;
+* `waits_for`: for a deadlock, each blocked wait to the blocked wait it needs to move first
+  (`Violation.cycle`);
+* `unordered`: for a data race, the start of the copy still in flight to the access that
+  overlaps it: nothing orders the two (no edge path of `program`/`feeds` runs from the
+  copy's completion to the access, because the completion has not happened).
+
+Blocked waits of the final, stuck state (`Violation.blocked`) end their lanes. Nodes carry
+`kind` (lane, step, blocked, collapsed, at_exit), `lane`, `label`, `line` and `highlight`
+(`blocked`, `behind`, `fault`, `focus` or None); drawing is `draw.py`'s job.
+
+Long lanes stay readable: runs of steps that neither touch a semaphore the violation is
+about nor fault are folded into one "n steps" node (edges are kept, attached to the fold);
+such steps never explain the verdict. Steps that do are never folded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+
+import networkx as nx
+
+from semcheck.ir import Loc, thread_name
+from semcheck.result import Result, TraceStep, Violation
+
+LANE, STEP, BLOCKED, COLLAPSED, AT_EXIT = "lane", "step", "blocked", "collapsed", "at_exit"
+PROGRAM, FEEDS, PARTIAL, WAITS_FOR, COPY = "program", "feeds", "partial", "waits_for", "copy"
+UNORDERED = "unordered"
+
+# A lane longer than this has its runs of uninteresting steps folded (at least MIN_RUN long).
+FOLD_LANES_LONGER_THAN = 24
+MIN_RUN = 3
+LABEL_WIDTH = 40
+
+LaneKey = tuple  # (device, core, sub)
+
+
+def counterexample_graph(
+    result: Result, violation: Violation, *, fold_above: int = FOLD_LANES_LONGER_THAN
+) -> nx.DiGraph:
+    graph = nx.DiGraph(
+        kernel=result.kernel,
+        devices=result.devices,
+        kind=violation.kind,
+        title=_title(result, violation),
+        subtitle=_subtitle(violation),
+    )
+    focus = _focus_semaphores(violation)
+    lanes: dict[LaneKey, list[str]] = {}
+
+    for step in violation.trace:
+        node = f"s{step.index}"
+        lane = (step.device or 0, step.core or 0, step.sub)
+        highlight = "fault" if _is_fault(step, violation) else ("focus" if step.semaphore in focus else None)
+        graph.add_node(
+            node, kind=STEP, lane=lane, step=step.index, event=step.event, semaphore=step.semaphore,
+            line=_line(step.location), highlight=highlight,
+            label=_step_label(step, result.file) + _marker(step, violation),
+        )
+        lanes.setdefault(lane, []).append(node)
+
+    primary = _primary_blocked(violation)
+    for i, b in enumerate(violation.blocked):
+        node = f"b{i}"
+        lane = (b["device"], b["core"] or 0, b.get("sub", 0))
+        graph.add_node(
+            node, kind=BLOCKED, lane=lane, semaphore=b.get("short") or b["semaphore"],
+            line=_line(b["location"]), highlight="blocked" if i in primary else "behind",
+            label=_blocked_label(b, result.file),
+        )
+        lanes.setdefault(lane, []).append(node)
+
+    if violation.kind == "semaphore_leftover" and violation.semaphore:
+        node = "x0"
+        lane = (violation.device or 0, violation.core or 0, 0)
+        graph.add_node(
+            node, kind=AT_EXIT, lane=lane, semaphore=violation.semaphore, line=None,
+            highlight="blocked", label=_at_exit_label(violation),
+        )
+        lanes.setdefault(lane, []).append(node)
+
+    folded = _fold(graph, lanes, fold_above)
+    lane_order = sorted(lanes)
+    graph.graph["lanes"] = [(key, _lane_label(key, result.cores)) for key in lane_order]
+    for order, key in enumerate(lane_order):
+        for position, node in enumerate(lanes[key]):
+            graph.nodes[node]["order"] = position
+        for a, b in zip(lanes[key], lanes[key][1:]):
+            graph.add_edge(a, b, kind=PROGRAM)
+
+    def at(index: int) -> str:
+        return folded.get(f"s{index}", f"s{index}")
+
+    for step in violation.trace:
+        for source in step.fed_by:
+            _add_cross_edge(graph, at(source), at(step.index), FEEDS)
+        if step.started_by is not None:
+            _add_cross_edge(graph, at(step.started_by), at(step.index), COPY)
+    for i, b in enumerate(violation.blocked):
+        for source in _pending_additions(violation.trace, b.get("short")):
+            _add_cross_edge(graph, at(source), f"b{i}", PARTIAL)
+    if "x0" in graph:
+        for source in _pending_additions(violation.trace, violation.semaphore):
+            _add_cross_edge(graph, at(source), "x0", PARTIAL)
+    cycle = violation.cycle
+    for waiter, needed in zip(cycle, cycle[1:] + cycle[:1]):
+        graph.add_edge(f"b{waiter}", f"b{needed}", kind=WAITS_FOR)
+    racing_copy = _racing_copy_start(violation)
+    if racing_copy is not None and violation.trace:
+        graph.add_edge(at(racing_copy), at(violation.trace[-1].index), kind=UNORDERED)
+    return graph
+
+
+def graphs_for(results: list[Result]) -> list[tuple[Result, Violation]]:
+    """The counterexamples worth drawing: every error-severity violation of every result."""
+    return [(r, v) for r in results for v in r.errors]
+
+
+# --- what matters ------------------------------------------------------------------------------
+
+
+def _focus_semaphores(violation: Violation) -> set[str]:
+    focus = {b.get("short") for b in violation.blocked} - {None}
+    if violation.semaphore:
+        focus.add(violation.semaphore)
+    return focus
+
+
+def _primary_blocked(violation: Violation) -> set[int]:
+    """The blocked waits the violation is about: the cycle of a deadlock, the root waits of
+    an unsatisfied wait (those at the violation's line); others are stuck behind them."""
+    if violation.cycle:
+        return set(violation.cycle)
+    return {
+        i for i, b in enumerate(violation.blocked)
+        if violation.location is None or b["location"] == violation.location
+    }
+
+
+def _is_fault(step: TraceStep, violation: Violation) -> bool:
+    """The steps the violation is about: a fault; the access that races and the start of
+    the copy it races with; a signal or copy that arrives outside the kernel."""
+    if step.text.startswith("FAULT"):
+        return True
+    if step is violation.trace[-1] and (
+        violation.kind.startswith("invalid_") or violation.kind in ("data_race", "remote_before_entry")
+    ):
+        return True
+    return step.index == _racing_copy_start(violation)
+
+
+def _marker(step: TraceStep, violation: Violation) -> str:
+    """A last line naming the part a step plays in a race or an early arrival."""
+    last = violation.trace[-1] if violation.trace else None
+    if violation.kind == "data_race":
+        if step is last:
+            return "\nRACE: touches memory a copy is still writing or reading"
+        if step.index == _racing_copy_start(violation):
+            return "\nCOPY STILL IN FLIGHT"
+    if violation.kind == "remote_before_entry" and step is last:
+        return "\nARRIVES OUTSIDE THE KERNEL"
+    return ""
+
+
+def _racing_copy_start(violation: Violation) -> int | None:
+    """The step that started the copy a data race is with: the latest start at the other
+    line of the race whose completions have not all happened by the end of the trace."""
+    if violation.kind != "data_race" or not violation.related:
+        return None
+    other = violation.related[0]
+    done: dict[int, int] = {}
+    for step in violation.trace:
+        if step.started_by is not None:
+            done[step.started_by] = done.get(step.started_by, 0) + 1
+    starts = [
+        s for s in violation.trace[:-1]
+        if s.event == "dma_start" and s.location == other
+        and done.get(s.index, 0) < (2 if " send " in s.text else 1)
+    ]
+    return starts[-1].index if starts else None
+
+
+def _pending_additions(trace: list[TraceStep], semaphore: str | None) -> list[int]:
+    """Steps whose additions to `semaphore` are still in it at the end of the trace."""
+    pending: list[int] = []
+    if semaphore is None:
+        return pending
+    for step in trace:
+        if step.semaphore != semaphore or step.before is None or step.after is None:
+            continue
+        if step.after > step.before:
+            pending.append(step.index)
+        elif step.after < step.before:
+            pending = []  # a decrement consumes what was there (fed_by records who it was)
+    return pending
+
+
+def _add_cross_edge(graph: nx.DiGraph, source: str, target: str, kind: str) -> None:
+    if source == target or source not in graph or target not in graph:
+        return
+    if not graph.has_edge(source, target) or graph.edges[source, target]["kind"] == PROGRAM:
+        graph.add_edge(source, target, kind=kind)
+
+
+# --- folding long lanes ----------------------------------------------------------------------
+
+
+def _fold(graph: nx.DiGraph, lanes: dict[LaneKey, list[str]], fold_above: int) -> dict[str, str]:
+    """Fold runs of uninteresting steps in long lanes; returns {step node: fold node}."""
+    folded: dict[str, str] = {}
+    for key, nodes in lanes.items():
+        if len(nodes) <= fold_above:
+            continue
+        new_nodes: list[str] = []
+        run: list[str] = []
+
+        def flush() -> None:
+            if len(run) < MIN_RUN:
+                new_nodes.extend(run)
+            else:
+                fold = f"f{run[0][1:]}"
+                steps = [graph.nodes[n]["step"] for n in run]
+                lines = sorted({graph.nodes[n]["line"] for n in run if graph.nodes[n]["line"]})
+                graph.add_node(
+                    fold, kind=COLLAPSED, lane=key, steps=steps, line=None, highlight=None,
+                    label=f"... {len(run)} steps (#{steps[0]}-#{steps[-1]})\n{_lines_text(lines)}",
+                )
+                for n in run:
+                    folded[n] = fold
+                    graph.remove_node(n)
+                new_nodes.append(fold)
+            run.clear()
+
+        last_step = max((n for n in nodes if graph.nodes[n]["kind"] == STEP), default=None,
+                        key=lambda n: graph.nodes[n]["step"])
+        for n in nodes:
+            data = graph.nodes[n]
+            if data["kind"] == STEP and data["highlight"] is None and n != last_step:
+                run.append(n)
+            else:
+                flush()
+                new_nodes.append(n)
+        flush()
+        lanes[key] = new_nodes
+    return folded
+
+
+def _lines_text(lines: list[int]) -> str:
+    if not lines:
+        return ""
+    if len(lines) <= 3:
+        return "lines " + ", ".join(map(str, lines))
+    return f"lines {lines[0]}-{lines[-1]}"
+
+
+# --- labels ---------------------------------------------------------------------------------------
+
+
+def _title(result: Result, violation: Violation) -> str:
+    devices = f"{result.devices} device{'s' if result.devices != 1 else ''}"
+    return f"{result.kernel}, {devices}: {violation.kind}"
+
+
+def _subtitle(violation: Violation) -> str:
+    if violation.cycle:
+        names = [violation.blocked[i]["name"] for i in violation.cycle]
+        return "wait-for cycle (red): " + " -> ".join(names + names[:1])
+    if violation.kind == "unsatisfied_wait":
+        roots = [violation.blocked[i]["name"] for i in sorted(_primary_blocked(violation))]
+        return f"blocked for good (red): {', '.join(roots)}; nothing left can add to what they wait for"
+    if violation.kind == "semaphore_leftover":
+        return f"{violation.semaphore} is not back to 0 when the kernel exits (red)"
+    if violation.kind.startswith("invalid_") and violation.trace:
+        last = violation.trace[-1]
+        return f"{last.actor} faults at line {_line(last.location)} (red)"
+    if violation.kind == "data_race" and violation.trace:
+        last = violation.trace[-1]
+        other = f" and the copy started at line {violation.related[0].line}" if violation.related else ""
+        return (f"{last.actor} at line {_line(last.location)}{other} touch the same memory (red), "
+                "and nothing orders them: the copy is still in flight")
+    if violation.kind == "remote_before_entry" and violation.trace:
+        last = violation.trace[-1]
+        return f"step {last.index} reaches a core that is not inside this invocation of the kernel (red)"
+    return ""
+
+
+def _lane_label(key: LaneKey, cores: int) -> str:
+    device, core, sub = key
+    return thread_name(device, core, sub, max(cores, 1))
+
+
+def _where(loc: Loc | None, kernel_file: str) -> str:
+    if loc is None:
+        return ""
+    if kernel_file and os.path.abspath(loc.file) == os.path.abspath(kernel_file):
+        return f"line {loc.line}"
+    return f"{os.path.basename(loc.file)}:{loc.line}"
+
+
+def _line(loc: Loc | None) -> int | None:
+    return loc.line if loc is not None else None
+
+
+def _step_label(step: TraceStep, kernel_file: str) -> str:
+    """Two or three short lines: `12. what happened`, then the count's change and the line."""
+    what, change = _short_text(step)
+    lines = [line for part in f"{step.index}. {what}".split("\n") for line in textwrap.wrap(part, LABEL_WIDTH)]
+    where = _where(step.location, kernel_file)
+    lines.append("  ·  ".join(part for part in (change, where) if part))
+    return "\n".join(lines)
+
+
+def _short_text(step: TraceStep) -> tuple[str, str]:
+    """(what happened, how the semaphore count changed) in a few words."""
+    sem, before, after = step.semaphore, step.before, step.after
+    change = f"{before} → {after}" if before is not None and after is not None else ""
+    if step.text.startswith("FAULT"):
+        return step.text, ""
+    if sem is None or before is None or after is None:
+        return _dma_start_text(step) if step.event == "dma_start" else step.text, ""
+    if step.event == "signal":
+        return f"signal {sem} +{after - before}", change
+    if step.event == "wait":
+        need = re.search(r">= (\d+)", step.text)
+        need_text = f" ≥ {need.group(1)}" if need else ""
+        if before == after:
+            return f"wait {sem}{need_text} (no decrement)", f"holds {before}"
+        return f"wait {sem}{need_text}", change
+    if step.event == "dma_wait":
+        side = "send" if "(send)" in step.text else "recv"
+        return f"dma_wait ({side}) {sem} {before - after} B", change
+    if step.event == "dma_recv_done":
+        origin = step.actor.removeprefix("DMA from ")
+        return f"DMA from {origin} lands:\n{sem} +{after - before}", change
+    if step.event == "dma_send_done":
+        return f"DMA sent: {sem} +{after - before}", change
+    return step.text, change
+
+
+def _dma_start_text(step: TraceStep) -> str:
+    match = re.match(r"start DMA (\S+) -> (\S+)(?: to device (\d+))?", step.text)
+    if not match:
+        return step.text
+    target = f" to device {match.group(3)}" if match.group(3) else ""
+    return f"start DMA {match.group(1)} → {match.group(2)}{target}"
+
+
+def _blocked_label(b: dict, kernel_file: str) -> str:
+    what = "wait" if b["what"].startswith("semaphore_wait") else b["what"].replace(" side)", ")")
+    sem = b.get("short") or b["semaphore"]
+    lines = textwrap.wrap(f"BLOCKED: {what} {sem}", LABEL_WIDTH)
+    lines.append(f"needs {b['needs']}, has {b['has']}  ·  {_where(b['location'], kernel_file)}")
+    return "\n".join(lines)
+
+
+def _at_exit_label(violation: Violation) -> str:
+    count = 0
+    for step in violation.trace:
+        if step.semaphore == violation.semaphore and step.after is not None:
+            count = step.after
+    return f"AT EXIT: {violation.semaphore} = {count}\nmust be 0 (TPU)"

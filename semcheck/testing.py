@@ -1,0 +1,82 @@
+"""Assertions for a project's own test suite; a failure's message is semcheck's text report.
+
+    from semcheck.testing import assert_protocol_safe, assert_violation
+
+    def test_ring_protocol():
+        assert_protocol_safe("kernels/ring_allgather.py", devices=(2, 4, 8))
+
+    def test_the_known_bug_is_still_caught():
+        assert_violation(my_buggy_model, "unsatisfied_wait", devices=4)
+
+    def test_every_kernel_as_declared():
+        assert_as_declared("kernels/")
+
+A target is a model function `model(devices) -> Protocol`, a `Protocol`, or a path (a model
+file, a kernel script, or a folder of them). Each assertion returns the Results it checked,
+for further asserts. Options (`engine`, `budget`, `reduce`, ...) go to the engine.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterable, Union
+
+from semcheck import expectations
+from semcheck.api import check_protocol, verify_path
+from semcheck.ir import Protocol
+from semcheck.report import text
+from semcheck.result import Result, Verdict
+
+Target = Union[str, "os.PathLike[str]", Protocol, Callable[[int], Protocol]]
+
+
+def check(target: Target, devices: int | Iterable[int] = (2, 4, 8), **options) -> list[Result]:
+    """Every Result for `target` at every device count (a Protocol has its own count)."""
+    counts = [devices] if isinstance(devices, int) else list(devices)
+    if isinstance(target, Protocol):
+        return [check_protocol(target, **options)]
+    if isinstance(target, (str, os.PathLike)):
+        return verify_path([os.fspath(target)], counts, **options)
+    return [check_protocol(target(n), **options) for n in counts]
+
+
+def assert_protocol_safe(
+    target: Target, devices: int | Iterable[int] = (2, 4, 8), *, allow_warnings: bool = True, **options
+) -> list[Result]:
+    """Every check is verified safe (warnings such as `not_lowerable` are allowed unless
+    `allow_warnings=False`)."""
+    results = check(target, devices, **options)
+    failed = [
+        r for r in results
+        if r.verdict is not Verdict.SAFE or (not allow_warnings and r.warnings)
+    ]
+    if failed:
+        raise AssertionError("semcheck: protocol not verified safe\n\n" + text.render(failed))
+    return results
+
+
+def assert_violation(
+    target: Target, kind: str, devices: int | Iterable[int] = (2, 4, 8), **options
+) -> list[Result]:
+    """Every check finds a violation of `kind` (e.g. a regression test that a known bug is
+    still caught)."""
+    results = check(target, devices, **options)
+    failed = [r for r in results if kind not in {v.kind for v in r.violations}]
+    if failed:
+        raise AssertionError(f"semcheck: expected a {kind} violation in every check\n\n" + text.render(failed))
+    return results
+
+
+def assert_as_declared(paths: str | Iterable[str], devices: Iterable[int] = (2, 4, 8), **options) -> list[Result]:
+    """Every check of the files under `paths` gets the verdict declared for it (`# semcheck:
+    expect ...` or pyproject.toml; no declaration means safe), as `semcheck verify
+    --expectations` judges it."""
+    results = verify_path([paths] if isinstance(paths, str) else list(paths), devices, **options)
+    if not results:
+        raise AssertionError(f"semcheck: nothing to check in {paths}")
+    judgements = expectations.judge_all(results)
+    if not all(j.matched for j in judgements):
+        unexpected = [(r, j) for r, j in zip(results, judgements) if not j.matched]
+        report = text.render([r for r, _ in unexpected], judgements=[j for _, j in unexpected])
+        raise AssertionError("semcheck: checks that do not match their declared verdict\n\n" + report)
+    return results

@@ -1,0 +1,151 @@
+"""The CLI contract: exit codes, the JSON document, budgets, errors, progress."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from semcheck import cli
+from semcheck.engines import budget as budget_module
+from tests.test_models import EXPECTED, expected
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def model(name):
+    return os.path.join(ROOT, "models", name + ".py")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_json_verdicts_and_exit_codes(capsys, name):
+    code, out, _ = run(capsys, "verify", model(name), "--devices", "2,4,8", "--format", "json", "-q")
+    doc = json.loads(out)
+    assert code == (1 if any(expected(name, n)[0] for n in (2, 4, 8)) else 0)
+    assert [r["devices"] for r in doc["results"]] == [2, 4, 8]
+    for r in doc["results"]:
+        errors, warnings = expected(name, r["devices"])
+        assert r["verdict"] == ("violation" if errors else "safe")
+        assert {v["kind"] for v in r["violations"] if v["severity"] == "error"} == errors
+        assert {v["kind"] for v in r["violations"] if v["severity"] == "warning"} == warnings
+
+
+def test_json_document_has_the_contract_fields(capsys):
+    code, out, _ = run(capsys, "verify", model("ring_allgather_missing_signal"), "--devices", "4", "--format", "json")
+    doc = json.loads(out)
+    assert set(doc) == {"semcheck", "results"}
+    [r] = doc["results"]
+    assert {"kernel", "file", "line", "backend", "devices", "cores", "engine", "verdict", "violations", "stats"} <= set(r)
+    assert (r["kernel"], r["backend"], r["devices"], r["cores"], r["engine"]) == (
+        "ring_allgather_missing_signal", "model", 4, 1, "explicit")
+    assert set(r["stats"]) == {"states", "transitions", "seconds"}
+    [v] = r["violations"]
+    assert {"kind", "severity", "message", "device", "core", "location", "trace"} <= set(v)
+    assert v["location"]["file"].endswith("ring_allgather_missing_signal.py") and v["location"]["line"] > 0
+    step = v["trace"][0]
+    assert step["step"] == 1 and step["location"]["line"] > 0 and step["text"]
+
+
+def test_text_report_shows_the_line_and_the_trace(capsys):
+    code, out, _ = run(capsys, "verify", model("ring_allgather_missing_signal"), "--devices", "4")
+    assert code == 1
+    assert out.startswith("VIOLATION: ring_allgather_missing_signal [4 devices, tpu rules]")
+    assert "unsatisfied_wait (device 3) at " in out
+    assert "|         t.wait(barrier, 2)" in out  # the source line itself
+    assert "shortest trace to the stuck state" in out
+    assert "   1. device 0" in out
+
+
+def test_safe_run_exits_zero_with_one_line_per_check(capsys):
+    code, out, _ = run(capsys, "verify", model("ring_allgather"), "--devices", "2,4")
+    assert code == 0
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith(("SAFE", "VIOLATION"))] == ["SAFE"] * 2
+
+
+def test_budget_exhaustion_is_inconclusive_exit_3(capsys):
+    code, out, _ = run(capsys, "verify", model("ring_allgather"), "--devices", "4", "--no-reduction",
+                       "--max-states", "1000", "--format", "json", "-q")
+    assert code == 3
+    [r] = json.loads(out)["results"]
+    assert r["verdict"] == "inconclusive"
+    assert "state budget of 1,000 states ran out" in r["notes"][0]
+
+
+SHALLOW_FAULT = """
+from semcheck.model import ProtocolBuilder
+
+def model(devices):
+    p = ProtocolBuilder("shallow_fault", devices=devices)
+    s = p.semaphore("s")
+    p.thread(0).signal(s, device=devices)  # out of range, found after one step
+    for d in range(1, devices):  # and a large space of independent work
+        for _ in range(6):
+            p.thread(d).signal(s)
+            p.thread(d).wait(s)
+    return p.build()
+"""
+
+
+def test_a_violation_found_before_the_budget_ran_out_still_counts(tmp_path, capsys):
+    path = tmp_path / "shallow_fault.py"
+    path.write_text(SHALLOW_FAULT)
+    code, out, _ = run(capsys, "verify", str(path), "--devices", "6", "--no-reduction",
+                       "--max-states", "2000", "--format", "json", "-q")
+    [r] = json.loads(out)["results"]
+    assert (code, r["verdict"]) == (1, "violation")
+    assert [v["kind"] for v in r["violations"]] == ["invalid_device_id"]
+    assert "state budget" in r["notes"][0]  # and it says the search was cut short
+
+
+def test_missing_file_is_an_error_exit_2(capsys):
+    code, out, _ = run(capsys, "verify", "no/such/kernel.py", "--devices", "2")
+    assert code == 2
+    assert "ERROR" in out and "no such file: no/such/kernel.py" in out
+
+
+def test_a_model_that_raises_is_an_error_pointing_at_its_line(tmp_path, capsys):
+    bad = tmp_path / "bad_model.py"
+    bad.write_text("def model(devices):\n    x = 1\n    raise ValueError('needs an even count')\n")
+    code, out, _ = run(capsys, "verify", str(bad), "--devices", "3", "--format", "json")
+    [r] = json.loads(out)["results"]
+    assert code == 2 and r["verdict"] == "error"
+    assert r["file"].endswith("bad_model.py") and r["line"] == 3
+    assert "ValueError: needs an even count" in r["error"]
+
+
+def test_bad_usage_exits_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["verify", model("ring_allgather"), "--devices", "two"])
+    assert exc.value.code == 2
+
+
+def test_worst_verdict_decides_the_exit_code(capsys):
+    code, _, _ = run(capsys, "verify", model("ring_allgather"), "no/such.py", model("circular_wait"), "--devices", "2")
+    assert code == 2
+
+
+def test_progress_line_on_stderr_for_long_runs(capsys, monkeypatch):
+    monkeypatch.setattr(budget_module.Monitor, "FIRST_PROGRESS", 0.0)
+    monkeypatch.setattr(budget_module.Monitor, "CHECK_EVERY", 1)
+    code, _, err = run(capsys, "verify", model("ring_allgather"), "--devices", "3", "--no-reduction")
+    assert code == 0
+    assert "semcheck: ring_allgather [3 devices]:" in err and "states/s" in err
+
+
+def test_output_file_and_console_script(tmp_path):
+    out = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "semcheck", "verify", model("circular_wait"), "--devices", "2",
+         "--format", "json", "-o", str(out)],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert proc.returncode == 1
+    assert json.loads(out.read_text())["results"][0]["violations"][0]["kind"] == "deadlock"
+    assert proc.stdout.startswith("VIOLATION: circular_wait")  # the text report still on stdout

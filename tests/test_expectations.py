@@ -1,0 +1,224 @@
+"""Expected verdicts: declarations in comments and pyproject.toml, how a check is judged,
+and the exit codes of `semcheck verify --expectations`."""
+
+import os
+import re
+import textwrap
+
+import pytest
+
+from semcheck import cli, expectations
+from semcheck.expectations import Expectation, ExpectationError, judge, parse_spec
+from semcheck.result import Result, Stats, Verdict, Violation
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.path.join(ROOT, "models")
+
+BUGGY_MODEL = '''
+"""A token nobody passes. The docstring mentions # semcheck: expect safe, which is no comment."""
+{comment}
+from semcheck.model import ProtocolBuilder
+
+def model(devices):
+    p = ProtocolBuilder("lonely_wait", devices=devices)
+    token = p.semaphore("token")
+    p.thread(0).wait(token, 1)
+    return p.build()
+'''
+
+
+def write(tmp_path, name, comment=""):
+    path = tmp_path / name
+    path.write_text(BUGGY_MODEL.format(comment=comment))
+    return str(path)
+
+
+def result(kinds=(), warnings=(), verdict=None, kernel="k", devices=4):
+    violations = [Violation(k, "error", "", 0, 0, None) for k in kinds]
+    violations += [Violation(k, "warning", "", 0, 0, None) for k in warnings]
+    if verdict is None:
+        verdict = Verdict.VIOLATION if kinds else Verdict.SAFE
+    return Result(kernel, "k.py", 1, "model", "tpu", devices, 1, "explicit", verdict, violations, Stats())
+
+
+def run(capsys, *argv):
+    code = cli.main(["verify", *argv, "-q"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- declarations --------------------------------------------------------------------------------
+
+
+def test_parse_kinds_and_qualifiers():
+    e = parse_spec(" deadlock, not_lowerable kernel=ring devices=4,8", "f.py:3")
+    assert e.outcomes == {"deadlock", "not_lowerable"}
+    assert (e.kernel, e.devices, e.where) == ("ring", frozenset({4, 8}), "f.py:3")
+    assert parse_spec("safe", "f.py:1").outcomes == frozenset()
+
+
+@pytest.mark.parametrize("spec,complaint", [
+    ("deadlok", "unknown outcome 'deadlok'"),
+    ("", "names no outcome"),
+    ("safe, deadlock", "cannot be combined"),
+    ("deadlock devices=four", "devices= takes counts"),
+])
+def test_malformed_declarations_say_what_is_wrong(spec, complaint):
+    with pytest.raises(ExpectationError, match=complaint) as exc:
+        parse_spec(spec, "f.py:9")
+    assert str(exc.value).startswith("f.py:9: ")
+
+
+def test_only_real_comments_declare(tmp_path):
+    path = write(tmp_path, "m.py", "x = 1  # semcheck: expect unsatisfied_wait")
+    [declared] = expectations.declared_in_file(path)
+    assert declared.outcomes == {"unsatisfied_wait"} and declared.where.endswith("m.py:3")
+    assert expectations.declared_in_file(write(tmp_path, "none.py")) == []  # the docstring does not count
+
+
+def test_every_buggy_model_declares_its_verdict():
+    declared = {
+        name[:-3]: {k for d in expectations.declared_in_file(os.path.join(MODELS, name)) for k in d.outcomes}
+        for name in os.listdir(MODELS) if name.endswith(".py")
+    }
+    assert declared == {
+        "circular_wait": {"deadlock"},
+        "ring_recv_before_send": {"deadlock"},
+        "dma_wait_mismatch": {"unsatisfied_wait"},
+        "ring_allgather_missing_signal": {"unsatisfied_wait"},
+        "moe_dispatch_capacity": {"unsatisfied_wait"},
+        "nondec_poll_leak": {"semaphore_leftover", "not_lowerable"},
+        "remote_out_of_range": {"invalid_device_id"},
+        "double_buffer": set(),
+        "nondec_poll": set(),
+        "ring_allgather": set(),
+        "ring_allgather_shared_recv": {"data_race"},  # and safe at 2 devices
+    }
+
+
+def test_pyproject_declarations_match_paths_and_globs(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent('''
+        [tool.semcheck.expect]
+        "kernels/ring.py" = "unsatisfied_wait"
+        "kernels/vendored_*.py" = ["safe", "deadlock kernel=bad devices=8"]
+    '''))
+    (tmp_path / "kernels").mkdir()
+    ring = write(tmp_path / "kernels", "ring.py")
+    vendored = write(tmp_path / "kernels", "vendored_a.py")
+    other = write(tmp_path / "kernels", "other.py")
+    [d] = expectations.declared_in_pyproject(ring)
+    assert (d.outcomes, d.source) == ({"unsatisfied_wait"}, "pyproject")
+    assert [sorted(d.outcomes) for d in expectations.declared_in_pyproject(vendored)] == [[], ["deadlock"]]
+    assert expectations.declared_in_pyproject(other) == []
+
+
+def test_most_specific_declaration_wins_and_comments_beat_pyproject():
+    general = Expectation(frozenset({"deadlock"}), where="a")
+    for_eight = Expectation(frozenset({"unsatisfied_wait"}), devices=frozenset({8}), where="b")
+    external = Expectation(frozenset(), source="pyproject", where="c")
+    assert expectations.expectation_for(result(devices=4), [general, for_eight]) is general
+    assert expectations.expectation_for(result(devices=8), [general, for_eight]) is for_eight
+    assert expectations.expectation_for(result(), [external, general]) is general
+    assert expectations.expectation_for(result(), [external]) is external
+    assert expectations.expectation_for(result(), []) is None
+
+
+def test_equally_specific_disagreeing_declarations_are_an_error():
+    a = Expectation(frozenset({"deadlock"}), where="f.py:1")
+    b = Expectation(frozenset({"unsatisfied_wait"}), where="f.py:2")
+    with pytest.raises(ExpectationError, match="conflicting expectations"):
+        expectations.expectation_for(result(), [a, b])
+
+
+# --- judging -------------------------------------------------------------------------------------
+
+
+def test_judging_compares_error_kinds_exactly_and_declared_warnings_as_required():
+    deadlock = Expectation(frozenset({"deadlock"}))
+    with_warning = Expectation(frozenset({"semaphore_leftover", "not_lowerable"}))
+    assert judge(result(["deadlock"]), deadlock).matched
+    assert not judge(result(["deadlock", "semaphore_leftover"]), deadlock).matched
+    assert not judge(result(["unsatisfied_wait"]), deadlock).matched
+    assert judge(result(), None).matched  # no declaration: safe expected
+    assert judge(result(warnings=["not_lowerable"]), None).matched  # undeclared warnings never fail
+    assert not judge(result(["deadlock"]), None).matched
+    assert judge(result(["semaphore_leftover"], ["not_lowerable"]), with_warning).matched
+    assert not judge(result(["semaphore_leftover"]), with_warning).matched
+    fixed = judge(result(), deadlock)
+    assert not fixed.matched and "expected deadlock, found safe" in fixed.reason and "update" in fixed.reason
+
+
+@pytest.mark.parametrize("verdict", [Verdict.ERROR, Verdict.INCONCLUSIVE])
+def test_error_and_inconclusive_never_match(verdict):
+    j = judge(result(verdict=verdict), None)
+    assert not j.matched
+    assert expectations.effective_verdict(result(verdict=verdict), j) is verdict
+
+
+# --- the CLI -------------------------------------------------------------------------------------
+
+
+def test_models_exit_1_raw_and_0_with_expectations(capsys):
+    code, out, _ = run(capsys, MODELS)
+    assert code == 1
+    code, out, _ = run(capsys, MODELS, "--expectations")
+    assert code == 0
+    assert "every check as expected" in out
+    table = out[out.index("summary:"):]
+    header = table.splitlines()[1].split()
+    assert header == ["kernel", "devices", "verdict", "states", "time", "expected", "status", "file"]
+    rows = table.splitlines()[3:-1]
+    models = len([n for n in os.listdir(MODELS) if n.endswith(".py")])
+    assert len(rows) == 3 * models and all(re.search(r"\bok\b", row) for row in rows) and "UNEXPECTED" not in table
+    assert "expected: deadlock, as declared at " in out  # expected violations are one line each
+    assert "shortest trace" not in out
+
+
+def test_an_undeclared_bug_fails_the_gate_with_its_full_report(tmp_path, capsys):
+    write(tmp_path, "declared.py", "# semcheck: expect unsatisfied_wait")
+    write(tmp_path, "undeclared.py")
+    code, out, _ = run(capsys, str(tmp_path), "--devices", "2", "--expectations")
+    assert code == 1
+    assert "UNEXPECTED: expected safe, found unsatisfied_wait" in out
+    assert "p.thread(0).wait(token, 1)" in out  # the full report, with the source line
+    assert "1 as expected, 1 unexpected" in out
+
+
+def test_json_says_what_was_expected_only_when_judged(tmp_path, capsys):
+    import json
+
+    write(tmp_path, "undeclared.py")
+    _, out, _ = run(capsys, str(tmp_path), "--devices", "2", "--format", "json", "--expectations")
+    [r] = json.loads(out)["results"]
+    assert r["expectation"] == {"expected": "safe", "matched": False, "declared_at": None,
+                                "reason": "expected safe, found unsatisfied_wait"}
+    _, out, _ = run(capsys, str(tmp_path), "--devices", "2", "--format", "json")
+    assert "expectation" not in json.loads(out)["results"][0]
+
+
+def test_a_stale_declaration_fails_too(tmp_path, capsys):
+    path = tmp_path / "fixed.py"
+    path.write_text("# semcheck: expect deadlock\n" + open(os.path.join(MODELS, "ring_allgather.py")).read())
+    code, out, _ = run(capsys, str(path), "--devices", "2", "--expectations")
+    assert code == 1 and "expected deadlock, found safe" in out
+
+
+def test_a_malformed_declaration_is_an_error_exit_2(tmp_path, capsys):
+    write(tmp_path, "typo.py", "# semcheck: expect deadlok")
+    code, _, err = run(capsys, str(tmp_path), "--devices", "2", "--expectations")
+    assert code == 2 and "unknown outcome 'deadlok'" in err and "typo.py:3" in err
+
+
+def test_an_error_outranks_unexpected_results(tmp_path, capsys):
+    write(tmp_path, "undeclared.py")
+    code, _, _ = run(capsys, str(tmp_path), "no/such.py", "--devices", "2", "--expectations")
+    assert code == 2
+
+
+def test_an_empty_folder_is_tolerated_next_to_others_but_not_alone(tmp_path, capsys):
+    empty = tmp_path / "examples"
+    empty.mkdir()
+    code, _, err = run(capsys, str(empty), os.path.join(MODELS, "circular_wait.py"), "--devices", "2", "--expectations")
+    assert code == 0 and f"{empty}: no kernel scripts or models" in err
+    code, _, err = run(capsys, str(empty), "--expectations")
+    assert code == 2 and "nothing to check" in err

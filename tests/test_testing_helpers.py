@@ -1,0 +1,58 @@
+"""semcheck.testing: assertions for users' test suites; a failure's message is the report."""
+
+import os
+
+import pytest
+
+from semcheck import testing
+from semcheck.frontends import model_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.path.join(ROOT, "models")
+
+
+def model(name):
+    return os.path.join(MODELS, name + ".py")
+
+
+def test_a_safe_protocol_passes_and_returns_its_results():
+    results = testing.assert_protocol_safe(model("ring_allgather"), devices=(2, 4))
+    assert [r.devices for r in results] == [2, 4]
+
+
+def test_a_model_function_and_a_protocol_are_targets_too():
+    module_model = model_file._import(model("double_buffer")).model
+    assert len(testing.assert_protocol_safe(module_model, devices=(2, 3))) == 2
+    assert len(testing.assert_protocol_safe(module_model(4))) == 1
+
+
+def test_failure_message_is_the_text_report():
+    with pytest.raises(AssertionError) as exc:
+        testing.assert_protocol_safe(model("ring_allgather_missing_signal"), devices=4)
+    message = str(exc.value)
+    assert "VIOLATION: ring_allgather_missing_signal [4 devices, tpu rules]" in message
+    assert "|         t.wait(barrier, 2)" in message
+    assert "shortest trace to the stuck state" in message
+
+
+def test_warnings_fail_only_when_asked():
+    testing.assert_protocol_safe(model("nondec_poll"), devices=2)
+    leak_free = model_file._import(model("nondec_poll_leak")).model
+    with pytest.raises(AssertionError, match="not_lowerable"):
+        testing.assert_protocol_safe(leak_free, devices=2, allow_warnings=False)
+
+
+def test_assert_violation():
+    testing.assert_violation(model("circular_wait"), "deadlock", devices=(2, 3))
+    with pytest.raises(AssertionError, match="expected a deadlock violation") as exc:
+        testing.assert_violation(model("ring_allgather"), "deadlock", devices=2)
+    assert "SAFE: ring_allgather [2 devices" in str(exc.value)
+
+
+def test_assert_as_declared(tmp_path):
+    models = [n for n in os.listdir(MODELS) if n.endswith(".py")]
+    assert len(testing.assert_as_declared(MODELS, devices=(2,))) == len(models)
+    (tmp_path / "bug.py").write_text(open(model("circular_wait")).read().replace("# semcheck: expect", "# was"))
+    with pytest.raises(AssertionError) as exc:
+        testing.assert_as_declared(str(tmp_path), devices=(2,))
+    assert "UNEXPECTED: expected safe, found deadlock" in str(exc.value)

@@ -1,0 +1,53 @@
+"""The text report's additions: what fed each wait, every line threads are stuck at, and the
+summary table a folder run ends with."""
+
+import os
+
+from semcheck.api import verify_path
+from semcheck.report import summary, text
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.path.join(ROOT, "models")
+
+
+def results(name, devices=(4,)):
+    return verify_path(os.path.join(MODELS, name + ".py"), list(devices))
+
+
+def test_trace_steps_name_the_steps_that_fed_a_wait():
+    [r] = results("ring_recv_before_send")
+    report = text.render([r])
+    [violation] = r.errors
+    for step in violation.trace:
+        line = next(line for line in report.splitlines() if line.lstrip().startswith(f"{step.index}. "))
+        if step.fed_by:
+            assert f"<- step{'s' if len(step.fed_by) > 1 else ''} {', '.join(map(str, step.fed_by))}" in line
+        else:
+            assert "<- step" not in line
+    assert any(step.fed_by for step in violation.trace)
+
+
+def test_every_stuck_line_is_quoted():
+    report = text.render(results("ring_allgather_missing_signal"))
+    assert "|         t.wait(barrier, 2)" in report  # the root
+    assert "also stuck at:" in report and "|             copy.wait_recv()" in report  # behind it
+
+
+def test_summary_table_has_a_row_per_check_and_totals():
+    rs = results("ring_allgather", (2, 4)) + results("nondec_poll_leak", (2,)) + verify_path("no/such.py", [2])
+    table = summary.summary_table(rs)
+    lines = table.splitlines()
+    assert lines[1].split() == ["kernel", "devices", "verdict", "states", "time", "file"]
+    rows = [line.split() for line in lines[3:-1]]
+    assert rows[0][:3] == ["ring_allgather", "2", "safe"]
+    assert rows[1][:2] == ["4", "safe"]  # the kernel's name is not repeated
+    assert rows[2][:3] == ["nondec_poll_leak", "2", "semaphore_leftover"]
+    assert "(+not_lowerable)" in lines[5]
+    assert rows[3][:3] == ["such", "2", "error"]
+    assert lines[-1].strip().startswith("4 checks of 3 kernels: 2 safe, 1 violation, 1 error;")
+
+
+def test_a_folder_run_ends_with_the_table():
+    report = text.render(verify_path(MODELS, [2]))
+    models = len([n for n in os.listdir(MODELS) if n.endswith(".py")])
+    assert report.rstrip().splitlines()[-1].startswith(f"  {models} checks of {models} kernels")

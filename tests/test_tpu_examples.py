@@ -1,0 +1,73 @@
+"""Every example kernel script gives the verdict its docstring documents, at 2, 4 and 8
+devices, through the same path as `semcheck verify FILE --devices N` (a subprocess per
+device count), and every report points at a line of the example itself."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.tpu_support import DEVICE_COUNTS, MEGACORE, example_paths, expectation, config_of, prefetch, results
+
+EXAMPLES = example_paths()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _all_results():
+    prefetch(EXAMPLES)
+
+
+def test_there_is_a_correct_and_a_buggy_example_for_each_protocol():
+    verdicts = [expectation(p).verdicts for p in EXAMPLES]
+    safe = [v for v in verdicts if all(verdict == "safe" for verdict, _ in v.values())]
+    buggy = [v for v in verdicts if any(verdict == "violation" for verdict, _ in v.values())]
+    assert len(EXAMPLES) >= 16 and len(safe) >= 8 and len(buggy) >= 8
+
+
+@pytest.mark.parametrize("devices", DEVICE_COUNTS)
+@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+def test_example_gives_its_documented_verdict(path, devices):
+    exp = expectation(path)
+    found = results(path, devices)
+    assert {config_of(r) for r in found} == set(exp.verdicts), [r.kernel for r in found]
+    for r in found:
+        verdict, kinds = exp.verdicts[config_of(r)]
+        assert r.verdict.value == verdict, (r.kernel, r.error, [v.message for v in r.violations])
+        assert {v.kind for v in r.errors} == kinds
+        assert {v.kind for v in r.warnings} == exp.warnings
+        assert r.devices == devices
+        assert r.backend == "tpu" and r.semantics == "tpu"
+
+
+@pytest.mark.parametrize("devices", DEVICE_COUNTS)
+@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+def test_every_report_points_at_the_kernels_own_line(path, devices):
+    exp = expectation(path)
+    for r in results(path, devices):
+        assert os.path.samefile(r.file, path)
+        for v in r.violations:
+            assert v.location is not None and os.path.samefile(v.location.file, path), v.message
+            # Each violation is located at the line the example marks for its kind.
+            assert v.location.line in exp.markers.get(v.kind, set()), (v.kind, v.location, exp.markers)
+            for step in v.trace:
+                assert step.location is None or os.path.samefile(step.location.file, path)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+def test_docstring_and_gate_declaration_agree(path):
+    """The docstring tells a reader the verdict; the `# semcheck: expect` comment tells the
+    CI gate (`semcheck verify --expectations`). They must say the same thing."""
+    from semcheck import expectations
+
+    documented = expectation(path)
+    declared = expectations.declared_in_file(path)
+    assert declared, f"{path} has no `# semcheck: expect` comment"
+    by_cores = {}
+    for d in sorted(declared, key=lambda d: d.specificity):
+        for cores in sorted(d.cores or {1, 2}):
+            by_cores[cores] = d.outcomes
+    for config, (verdict, kinds) in documented.verdicts.items():
+        cores = 2 if config == MEGACORE else 1
+        assert by_cores[cores] - documented.warnings == kinds
+        assert documented.warnings <= by_cores[cores]
