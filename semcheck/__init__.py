@@ -3,6 +3,10 @@
 __version__ = "0.1.0"
 
 from semcheck.api import check_protocol, verify, verify_model, verify_path  # noqa: E402
+from semcheck.assumptions import assume  # noqa: E402
 from semcheck.result import Result, Verdict, Violation  # noqa: E402
 
-__all__ = ["check_protocol", "verify", "verify_model", "verify_path", "Result", "Verdict", "Violation", "__version__"]
+__all__ = [
+    "assume", "check_protocol", "verify", "verify_model", "verify_path", "Result", "Verdict", "Violation",
+    "__version__",
+]

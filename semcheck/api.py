@@ -4,7 +4,8 @@
     result = verify_model(my_model, devices=4)
     assert result.verdict.value == "safe", result
 
-`verify_path` runs what `semcheck verify PATH` runs and returns every Result;
+`verify_path` runs what `semcheck verify PATH` runs and returns every Result. `assume=`
+bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
 `verify(fn, *example_args)` checks the Pallas TPU kernels a function calls, in-process.
 """
 
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from semcheck import engines
+from semcheck import assumptions, engines
+from semcheck.assumptions import Assumption
 from semcheck.engines.budget import Budget, ProgressFn
 from semcheck.frontends import LoadError, discover, load
 from semcheck.invocations import repeat
@@ -27,8 +29,13 @@ def check_protocol(
     engine: str = "explicit",
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
+    assume: Iterable[Assumption] = (),
     **options,
 ) -> Result:
+    assume = list(assume)
+    if assume:
+        assumptions.check_names([protocol], assume, source=f"protocol {protocol.name}")
+        protocol = assumptions.apply(protocol, assume)
     try:
         return engines.check(protocol, engine, budget=budget, progress=progress, **options)
     except ProtocolError as e:
@@ -49,30 +56,43 @@ def verify_path(
     engine: str = "explicit",
     budget: Budget | None = None,
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
+    assume: Iterable[Assumption] = (),
     invocations: int = 1,
     **options,
 ) -> list[Result]:
-    results = []
+    # Load everything first, so an --assume that names no input fails before any checking.
+    loaded: list[Result | tuple[str, int, list]] = []
     for path in discover([paths] if isinstance(paths, str) else list(paths)):
         for n in devices:
             try:
-                protocols = load(path, n)
+                loaded.append((path, n, load(path, n)))
             except LoadError as e:
-                results.append(_load_error_result(path, n, e, engine))
+                loaded.append(_load_error_result(path, n, e, engine))
+    assume = list(assume)
+    protocols = [
+        p for item in loaded if not isinstance(item, Result) for p in item[2] if not isinstance(p, LoadError)
+    ]
+    if assume and protocols:
+        assumptions.check_names(protocols, assume, source="the checked kernels and models")
+    results = []
+    for item in loaded:
+        if isinstance(item, Result):
+            results.append(item)
+            continue
+        path, n, protocols = item
+        for protocol in protocols:
+            if isinstance(protocol, LoadError):  # one kernel of the file cannot be lowered
+                results.append(_load_error_result(path, n, protocol, engine))
                 continue
-            for protocol in protocols:
-                if isinstance(protocol, LoadError):  # one kernel of the file cannot be lowered
-                    results.append(_load_error_result(path, n, protocol, engine))
-                    continue
-                try:
-                    protocol = repeat(protocol, invocations)
-                except ValueError as e:
-                    results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
-                    continue
-                progress = progress_for(protocol.name, n) if progress_for else None
-                results.append(
-                    check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
-                )
+            try:
+                protocol = repeat(assumptions.apply(protocol, assume), invocations)
+            except ValueError as e:
+                results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
+                continue
+            progress = progress_for(protocol.name, n) if progress_for else None
+            results.append(
+                check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
+            )
     return results
 
 

@@ -18,6 +18,7 @@ import sys
 from semcheck import __version__
 from semcheck import expectations
 from semcheck.api import verify_path
+from semcheck.assumptions import AssumptionError, parse as parse_assumption
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import Budget, ProgressInfo
 from semcheck.frontends import discover
@@ -42,6 +43,13 @@ def _device_counts(text: str) -> list[int]:
     if not counts or any(n < 1 for n in counts):
         raise argparse.ArgumentTypeError(f"device counts must be positive, got {text!r}")
     return counts
+
+
+def _assumption(text: str):
+    try:
+        return parse_assumption(text)
+    except AssumptionError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _graph_file(text: str) -> str:
@@ -71,8 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("paths", nargs="+", metavar="PATH", help="a kernel script, a model file, or a folder")
     verify.add_argument("--devices", type=_device_counts, default=[2, 4, 8], metavar="N[,N...]",
                         help="device counts to check (default: 2,4,8)")
-    verify.add_argument("--engine", choices=sorted(ENGINES), default="explicit",
-                        help="how to decide (default: explicit)")
+    verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
+                        help="how to decide: explicit (exhaustive search), z3 (SMT; every input value "
+                        "in one query), auto (default: explicit unless the inputs are wide or it runs "
+                        "out of its share of the budget, then z3; the report names the engine that "
+                        "decided) or simulate (random schedules: finds bugs fast, never proves safe)")
+    verify.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=LO..HI",
+                        help="check input NAME only for LO..HI (repeatable; overrides the file's "
+                        "semcheck.assume and the input's own range; a NAME no input has is an error)")
+    verify.add_argument("--unroll", type=int, default=None, metavar="N",
+                        help="z3: unroll loops to N backward jumps per thread that depend on inputs or "
+                        "semaphore reads (default: 8; constant trip counts unroll fully); a loop that "
+                        "can run longer makes the verdict inconclusive, never safe")
     verify.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default: text)")
     verify.add_argument("-o", "--output", metavar="FILE",
                         help="write the report to FILE (the text report still goes to stdout)")
@@ -104,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _verify(args)
+    except AssumptionError as e:
+        print(f"semcheck: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("semcheck: interrupted", file=sys.stderr)
         return EXIT_CODES[Verdict.INCONCLUSIVE]
@@ -121,7 +142,8 @@ def _verify(args) -> int:
     progress_for = None if args.quiet else _progress_printer
     results = verify_path(
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
-        reduce=not args.no_reduction, invocations=args.invocations,
+        assume=args.assume, reduce=not args.no_reduction, invocations=args.invocations,
+        **({} if args.unroll is None else {"unroll": args.unroll}),
     )
     _clear_progress()
     if not results:
@@ -182,11 +204,14 @@ def _progress_printer(kernel: str, devices: int):
 
     def show(info: ProgressInfo) -> None:
         global _progress_shown
-        line = (
-            f"semcheck: {kernel} [{devices} devices]: {info.states:,} states, "
-            f"{info.rate:,.0f} states/s, frontier {info.frontier:,}, depth {info.depth}, "
-            f"{info.seconds:.0f} s"
-        )
+        if info.what:  # an engine that counts no states says what it is doing
+            line = f"semcheck: {kernel} [{devices} devices]: {info.what}, {info.seconds:.0f} s"
+        else:
+            line = (
+                f"semcheck: {kernel} [{devices} devices]: {info.states:,} states, "
+                f"{info.rate:,.0f} states/s, frontier {info.frontier:,}, depth {info.depth}, "
+                f"{info.seconds:.0f} s"
+            )
         if tty:
             sys.stderr.write("\r" + line.ljust(100)[:120])
             _progress_shown = True

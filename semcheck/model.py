@@ -28,14 +28,16 @@ from semcheck.ir import Backend, BinOp, Loc, Reg, Scope, SemKind, SemOrigin
 REGULAR, DMA, BARRIER, GPU_GLOBAL = SemKind.REGULAR, SemKind.DMA, SemKind.BARRIER, SemKind.GPU_GLOBAL
 
 _THIS_FILE = os.path.normcase(os.path.abspath(__file__))
+# `with t.when(...)` enters through contextlib: its frames are not the model's line either.
+_SKIPPED = {_THIS_FILE, os.path.normcase(os.path.abspath(contextlib.__file__))}
 
 
 def caller_loc() -> Loc:
-    """The first frame outside this module: the model's own line."""
+    """The first frame outside this module (and contextlib): the model's own line."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if os.path.normcase(os.path.abspath(filename)) != _THIS_FILE:
+        if os.path.normcase(os.path.abspath(filename)) not in _SKIPPED:
             return Loc(filename, frame.f_lineno)
         frame = frame.f_back
     return ir.UNKNOWN_LOC

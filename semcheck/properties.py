@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from semcheck import ir
-from semcheck.semantics import System, State, must_be_zero_at_exit
+from semcheck.semantics import System, State, _successors, must_be_zero_at_exit
 
 
 class Kind(str, enum.Enum):
@@ -166,7 +166,7 @@ def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
         providers = [
             j
             for j, (q, *_rest) in enumerate(blocked)
-            if system.future_footprint(state, q).inc >> sid & 1
+            if _may_add(system, state, q, sid, after_current=q == t)
         ]
         graph.add_edges_from((i, j) for j in providers)
         if not providers:
@@ -184,6 +184,18 @@ def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
     for group in by_line.values():
         findings.append(_unsatisfied_finding(info, group, graph))
     return findings
+
+
+def _may_add(system: System, state: State, t: int, sid: int, *, after_current: bool) -> bool:
+    """Whether thread t may still add to `sid`. A blocked wait cannot enable itself, so for
+    its own thread only what follows it counts (a wait whose amount may be negative would
+    otherwise count as adding to the very semaphore it waits on)."""
+    if not after_current:
+        return bool(system.future_footprint(state, t).inc >> sid & 1)
+    pc, body = state.pcs[t], system.bodies[t]
+    return any(
+        system.futures[t][s].inc >> sid & 1 for s in _successors(pc, body[pc], len(body)) if s < len(body)
+    )
 
 
 def _blocked_info(system: System, state: State, t: int, sid: int, need: int, have: int) -> dict:

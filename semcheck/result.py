@@ -55,6 +55,8 @@ class Violation:
     # For stuck states: every blocked wait, and the wait-for cycle when there is one.
     blocked: list[dict] = field(default_factory=list)
     cycle: list[int] = field(default_factory=list)  # indices into `blocked`
+    # The value of every protocol input in the counterexample (its initial state).
+    inputs: dict[str, int] = field(default_factory=dict)
     related: list[Loc] = field(default_factory=list)  # e.g. the other access of a data race
     semaphore: str | None = None  # short label of the semaphore concerned, as steps name it
 
@@ -65,6 +67,9 @@ class Stats:
     transitions: int = 0
     seconds: float = 0.0
     peak_memory_mb: float | None = None
+    # The z3 engine stores no states; it reports the size of its encoding and its queries.
+    encoded_events: int | None = None
+    solver_queries: int | None = None
 
 
 @dataclass

@@ -40,7 +40,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from semcheck import ir
+from semcheck import intervals, ir
 from semcheck.ir import Backend, Scope, SemKind, SemOrigin
 
 
@@ -363,6 +363,26 @@ class System:
         self._signatures()
         return True
 
+    def race_possible(self) -> bool:
+        """Whether some watched access and some watched copy touch neighbouring cells of one
+        memory, one of them writing: a cheap over-approximation of where a data race can be."""
+        copies = [
+            (t, pc, self.footprints[t][pc]) for t, body in enumerate(self.bodies)
+            for pc, instr in enumerate(body) if isinstance(instr, ir.DmaStart) and self.watched(t, pc)
+        ]
+        for t, body in enumerate(self.bodies):
+            looping = _looping_pcs(body)
+            for pc, instr in enumerate(body):
+                if not self.watched(t, pc):
+                    continue
+                fp = self.footprints[t][pc]
+                for ct, cpc, copy in copies:
+                    if (ct, cpc) == (t, pc) and pc not in looping:
+                        continue  # a copy started once is never in flight when it starts
+                    if ((fp.mwrite & copy.mnear) | (copy.mwrite & fp.mnear)) & self._buffer_cells:
+                        return True
+        return False
+
     def watched(self, t: int, pc: int) -> bool:
         return self.bodies[t][pc].loc not in self.silenced
 
@@ -676,11 +696,19 @@ class System:
     # -- the transition system --
 
     def initial_states(self) -> list[State]:
+        return list(self.iter_initial_states())
+
+    def iter_initial_states(self):
+        """One start state per combination of input values, lazily (there may be billions)."""
+        ranges = [range(inp.lo, inp.hi + 1) for inp in self.protocol.inputs]
+        return (self.initial_state(values) for values in _lazy_product(ranges))
+
+    def initial_state(self, inputs: tuple[int, ...]) -> State:
+        """The start state for one value of every input (in `protocol.inputs` order)."""
         pcs = tuple(0 for _ in self.threads)
         regs = tuple(tuple(0 for _ in r) for r in self.registers)
         sems = tuple(0 for _ in self.instances)
-        ranges = [range(inp.lo, inp.hi + 1) for inp in self.protocol.inputs]
-        return [State(pcs, regs, sems, (), (), values, ()) for values in itertools.product(*ranges)]
+        return State(pcs, regs, sems, (), (), tuple(inputs), ())
 
     def current(self, state: State, t: int) -> ir.Instr | None:
         pc = state.pcs[t]
@@ -747,6 +775,16 @@ class System:
 
 
 # --- helpers over states ---------------------------------------------------------------------
+
+
+def _lazy_product(ranges: list[range]):
+    """itertools.product without materializing its arguments (a range may be huge)."""
+    if not ranges:
+        yield ()
+        return
+    for head in ranges[0]:
+        for tail in _lazy_product(ranges[1:]):
+            yield (head, *tail)
 
 
 def _distinct(events: tuple[Event, ...]):
@@ -1026,6 +1064,23 @@ WAIT_RULES: dict[type, Callable[..., tuple[int, int]]] = {
 # --- static footprints: one small function per instruction that touches a semaphore ------------
 
 
+# An amount that may be negative (over the inputs' ranges; registers are unbounded) turns an
+# addition into a possible subtraction, which can disable a wait, and a decrement into a
+# possible addition, which can enable one: such an action counts as both.
+def _may_be_negative(system: System, t: int, amount: ir.Operand) -> bool:
+    if isinstance(amount, int):
+        return amount < 0
+    inputs = system.protocol.inputs
+
+    def reg_bounds(name: str):
+        if name in system.registers[t] or name not in system.input_index:
+            return intervals.UNBOUNDED
+        inp = inputs[system.input_index[name]]
+        return (inp.lo, inp.hi)
+
+    return intervals.bounds(amount, reg_bounds)[0] < 0
+
+
 def _fp_signal(system: System, t: int, instr: ir.Signal) -> Footprint:
     ref = instr.sem
     decl, _base = system._allocs[ref.alloc]
@@ -1035,16 +1090,21 @@ def _fp_signal(system: System, t: int, instr: ir.Signal) -> Footprint:
     )
     remote = ref.device is not None or ref.core is not None
     life = system._lifecycle_candidates(t, ref.device, ref.core) if remote and checked else 0
-    return Footprint(inc=system._candidates(t, ref), mread=life, mnear=life)
+    mask = system._candidates(t, ref)
+    negative = mask if _may_be_negative(system, t, instr.inc) else 0
+    return Footprint(inc=mask, dec=negative, mread=life, mnear=life)
 
 
 def _fp_wait(system: System, t: int, instr: ir.Wait) -> Footprint:
     mask = system._candidates(t, instr.sem)
-    return Footprint(dec=mask) if instr.decrement else Footprint(wait=mask)
+    if not instr.decrement:
+        return Footprint(wait=mask)
+    return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.value) else 0)
 
 
 def _fp_dma_wait(system: System, t: int, instr: ir.DmaWait) -> Footprint:
-    return Footprint(dec=system._candidates(t, instr.sem))
+    mask = system._candidates(t, instr.sem)
+    return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.nbytes) else 0)
 
 
 def _fp_read(system: System, t: int, instr: ir.Read) -> Footprint:
@@ -1062,7 +1122,8 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
     src, src_near = system._cell_candidates(t, instr.src)
     dst, dst_near = system._cell_candidates(t, instr.dst, instr.device, instr.core)
     life = system._lifecycle_candidates(t, instr.device, instr.core) if remote else 0
-    return Footprint(inc=mask, mread=src | life, mwrite=dst, mnear=src_near | dst_near | life)
+    negative = mask if _may_be_negative(system, t, instr.nbytes) else 0
+    return Footprint(inc=mask, dec=negative, mread=src | life, mwrite=dst, mnear=src_near | dst_near | life)
 
 
 def _fp_load(system: System, t: int, instr: ir.Load) -> Footprint:
@@ -1095,7 +1156,11 @@ def event_footprint(system: System, event: Event) -> Footprint:
     if event.invocation and event.side == RECV:
         target = system.instances[event.sem]
         mread |= 1 << system.lifecycle_cell(target.device, target.core)
-    return Footprint(inc=1 << event.sem, mread=mread, mwrite=mwrite, mnear=system.near_of(mread | mwrite))
+    bit = 1 << event.sem
+    # a negative size lowers the count: the completion can disable a wait
+    return Footprint(
+        inc=bit, dec=bit if event.inc < 0 else 0, mread=mread, mwrite=mwrite, mnear=system.near_of(mread | mwrite)
+    )
 
 
 FOOTPRINT_RULES: dict[type, Callable[..., Footprint]] = {

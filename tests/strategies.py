@@ -18,7 +18,10 @@ LOC = ir.Loc("random.py", 1)
 
 
 @st.composite
-def protocols(draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, with_inputs: bool = True):
+def protocols(
+    draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, with_inputs: bool = True,
+    with_lifecycle: bool = True,
+):
     backend = draw(st.sampled_from([Backend.TPU, Backend.GPU]))
     devices = draw(st.integers(1, max_devices))
     # at most six threads, so the unreduced search stays small
@@ -75,7 +78,7 @@ def protocols(draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, 
             return ir.Reg("n")
         return draw(st.integers(1, 2))
 
-    lifecycle = backend is Backend.TPU and draw(st.integers(0, 2)) == 0
+    lifecycle = with_lifecycle and backend is Backend.TPU and draw(st.integers(0, 2)) == 0
     threads = []
     for device in range(devices):
         for core in range(cores):
@@ -131,4 +134,175 @@ def protocols(draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, 
         name="random", backend=backend, devices=devices, cores=cores, threads=tuple(threads),
         semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
         buffers=(ir.BufferDecl("buf"), ir.BufferDecl("mem", (2, 4))),
+    )
+
+
+@st.composite
+def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_blocks: int = 4):
+    """Random protocols with what `protocols()` leaves out: a source line per instruction (so
+    finding keys tell waits apart), register arithmetic, if/else with jumps that join paths
+    with different register values, loops (counted, bounded by an input, and retry loops
+    steered by `semaphore_read`), and semaphore indices, devices and cores computed from
+    inputs and registers (valid for some values, faulting for others).
+
+    Every loop is bounded (at most 3 iterations, at most 2 loops per thread), so every
+    execution terminates and the z3 engine's default unrolling covers it.
+    """
+    backend = draw(st.sampled_from([Backend.TPU, Backend.GPU]))
+    devices = draw(st.integers(1, max_devices))
+    cores = draw(st.integers(1, max_cores))
+    sems = [ir.SemDecl("s0", SemKind.REGULAR, draw(st.integers(1, 3)), SemOrigin.SCRATCH, Scope.CORE)]
+    if draw(st.booleans()):
+        sems.append(ir.SemDecl("d0", SemKind.DMA, draw(st.integers(1, 2)), SemOrigin.SCRATCH, Scope.CORE))
+    if backend is Backend.GPU and draw(st.booleans()):
+        sems.append(ir.SemDecl("g0", SemKind.GPU_GLOBAL, 1, SemOrigin.GLOBAL, Scope.DEVICE))
+    if draw(st.booleans()):
+        sems.append(ir.SemDecl("a0", SemKind.REGULAR, 1, SemOrigin.ARGUMENT, Scope.CORE))
+    inputs = []
+    for name in draw(st.sampled_from([(), ("n",), ("n",), ("n", "m")])):
+        lo = draw(st.integers(-1, 1))
+        inputs.append(ir.Input(name, lo, lo + draw(st.integers(0, 3)), LOC))
+    regulars = [s for s in sems if s.kind is not SemKind.DMA]
+    dmas = [s for s in sems if s.kind is SemKind.DMA]
+    line = [1]
+
+    def loc() -> ir.Loc:
+        line[0] += 1
+        return ir.Loc("random.py", line[0])
+
+    threads = []
+    for device in range(devices):
+        for core in range(cores):
+            body: list = []  # instructions; branch/jump targets patched at the end
+            registers: list[str] = []
+
+            def value(small: bool = True) -> ir.Operand:
+                """A constant, an input, a register, or arithmetic on them."""
+                choices = ["const", "const"]
+                if inputs:
+                    choices += ["input", "input_arith"]
+                if registers:
+                    choices += ["register"]
+                kind = draw(st.sampled_from(choices))
+                if kind == "const":
+                    return draw(st.integers(0, 2 if small else 3))
+                if kind == "input":
+                    return ir.Reg(draw(st.sampled_from(inputs)).name)
+                if kind == "register":
+                    return ir.BinOp("min", ir.Reg(draw(st.sampled_from(registers))), 2)
+                op = draw(st.sampled_from(["add", "sub", "mul", "floordiv", "mod", "max"]))
+                return ir.BinOp(op, ir.Reg(draw(st.sampled_from(inputs)).name), draw(st.integers(-1, 2)))
+
+            def index_operand(decl) -> ir.Operand:
+                if decl.size == 1 and draw(st.integers(0, 3)):
+                    return 0
+                if draw(st.booleans()):
+                    return draw(st.integers(0, decl.size - 1))
+                return ir.BinOp("mod", value(), decl.size + draw(st.integers(0, 1)))
+
+            def device_operand() -> ir.Operand | None:
+                choice = draw(st.integers(0, 5))
+                if choice <= 2:
+                    return None
+                if choice == 3:
+                    return draw(st.integers(0, devices))  # `devices` is out of range
+                return ir.BinOp("mod", value(), devices + draw(st.integers(0, 1)))
+
+            def core_operand(decl) -> ir.Operand | None:
+                if decl.scope is Scope.DEVICE or draw(st.integers(0, 2)):
+                    return None
+                return draw(st.integers(0, cores)) if draw(st.booleans()) else value()
+
+            def fresh_register(prefix: str) -> str:
+                name = f"{prefix}{len(registers)}"
+                registers.append(name)
+                return name
+
+            def simple() -> None:
+                op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma", "assign"]))
+                if op == "signal":
+                    decl = draw(st.sampled_from(regulars))
+                    ref = ir.SemRef(decl.name, index_operand(decl), device_operand(), core_operand(decl))
+                    body.append(ir.Signal(loc(), ref, value()))
+                elif op == "wait":
+                    decl = draw(st.sampled_from(regulars))
+                    ref = ir.SemRef(decl.name, index_operand(decl))
+                    body.append(ir.Wait(loc(), ref, value(), draw(st.booleans())))
+                elif op == "read":
+                    decl = draw(st.sampled_from(regulars))
+                    body.append(ir.Read(loc(), ir.SemRef(decl.name, index_operand(decl)), fresh_register("r")))
+                elif op == "assign":
+                    body.append(ir.Assign(loc(), fresh_register("v"), value(small=False)))
+                else:
+                    recv = draw(st.sampled_from(dmas or regulars))
+                    remote = draw(st.booleans())
+                    nbytes = draw(st.sampled_from([4, 8])) if draw(st.booleans()) else value()
+                    index = index_operand(recv)
+                    send = ir.SemRef(recv.name, index) if remote else None
+                    target = device_operand() if remote else None
+                    body.append(ir.DmaStart(
+                        loc(), ir.Region("buf"), ir.Region("buf"), ir.SemRef(recv.name, index), send, nbytes, target,
+                    ))
+                    if recv.kind is SemKind.DMA and draw(st.booleans()):
+                        side = "send" if remote and draw(st.booleans()) else "recv"
+                        body.append(ir.DmaWait(loc(), ir.SemRef(recv.name, index), nbytes, side))
+
+            def if_else() -> None:
+                cond = ir.BinOp(draw(st.sampled_from(["lt", "ge", "eq"])), value(), draw(st.integers(0, 2)))
+                branch = len(body)
+                body.append(None)  # Branch to the else part, patched below
+                simple()
+                jump = None
+                if draw(st.booleans()):
+                    jump = len(body)
+                    body.append(None)  # Jump over the else part
+                else_start = len(body)
+                simple()
+                body[branch] = ir.Branch(loc(), cond, else_start)
+                if jump is not None:
+                    body[jump] = ir.Jump(loc(), len(body))
+
+            def counted_loop() -> None:
+                counter = fresh_register("i")
+                body.append(ir.Assign(loc(), counter, 0))
+                top = len(body)
+                for _ in range(draw(st.integers(1, 2))):
+                    simple()
+                body.append(ir.Assign(loc(), counter, ir.BinOp("add", ir.Reg(counter), 1)))
+                bound = draw(st.integers(1, 3)) if not inputs or draw(st.booleans()) else ir.BinOp(
+                    "min", ir.Reg(draw(st.sampled_from(inputs)).name), 3
+                )
+                body.append(ir.Branch(loc(), ir.BinOp("lt", ir.Reg(counter), bound), top))
+
+            def retry_loop() -> None:
+                """Poll a count with semaphore_read, at most twice, until it reaches k."""
+                counter = fresh_register("i")
+                decl = draw(st.sampled_from(regulars))
+                body.append(ir.Assign(loc(), counter, 0))
+                top = len(body)
+                seen = fresh_register("r")
+                body.append(ir.Read(loc(), ir.SemRef(decl.name, index_operand(decl)), seen))
+                exit_branch = len(body)
+                body.append(None)
+                if draw(st.booleans()):
+                    simple()
+                body.append(ir.Assign(loc(), counter, ir.BinOp("add", ir.Reg(counter), 1)))
+                body.append(ir.Branch(loc(), ir.BinOp("lt", ir.Reg(counter), 2), top))
+                body[exit_branch] = ir.Branch(loc(), ir.BinOp("ge", ir.Reg(seen), draw(st.integers(1, 2))), len(body))
+
+            loops = 0
+            for _ in range(draw(st.integers(0, max_blocks))):
+                shape = draw(st.sampled_from(["simple", "simple", "simple", "if", "loop", "retry"]))
+                if shape in ("loop", "retry") and loops < 2:
+                    loops += 1
+                    (counted_loop if shape == "loop" else retry_loop)()
+                elif shape == "if":
+                    if_else()
+                else:
+                    simple()
+            threads.append(ir.Thread(device, core, tuple(body)))
+    return ir.Protocol(
+        name="random_control_flow", backend=backend, devices=devices, cores=cores,
+        threads=tuple(threads), semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
+        buffers=(ir.BufferDecl("buf"),),
     )

@@ -86,6 +86,7 @@ def test_every_buggy_model_declares_its_verdict():
         "ring_recv_before_send": {"deadlock"},
         "dma_wait_mismatch": {"unsatisfied_wait"},
         "ring_allgather_missing_signal": {"unsatisfied_wait"},
+        "moe_dispatch_capacity": {"unsatisfied_wait"},
         "nondec_poll_leak": {"semaphore_leftover", "not_lowerable"},
         "remote_out_of_range": {"invalid_device_id"},
         "double_buffer": set(),

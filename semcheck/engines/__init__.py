@@ -1,7 +1,10 @@
 """Engines: interchangeable ways to decide the same properties, behind one Result type.
 
-`check(protocol, engine=...)` is the single entry point; each engine module provides
-`run(system, budget=..., progress=...) -> Result`.
+`check(protocol, engine=...)` is the single entry point. Engines: `explicit` (exhaustive
+search, `explicit.py`), `z3` (SMT, `smt.py`), `auto` (picks one per protocol, `auto.py`) and
+`simulate` (random schedules, `simulate.py`: finds bugs, never proves safe).
+Options are engine-specific; each engine takes its own and ignores the others', so one
+command line can carry options for whichever engine `auto` picks.
 """
 
 from __future__ import annotations
@@ -13,24 +16,52 @@ from semcheck.ir import Protocol
 from semcheck.result import Result
 from semcheck.semantics import System
 
+# The options each engine understands.
+ENGINE_OPTIONS: dict[str, frozenset[str]] = {
+    "explicit": frozenset({"reduce", "stop_at_first", "silence_reported_races"}),
+    "z3": frozenset({"unroll"}),
+    "simulate": frozenset({"runs", "seed"}),
+}
+
+
+def _own(engine: str, options: dict) -> dict:
+    return {k: v for k, v in options.items() if k in ENGINE_OPTIONS[engine]}
+
 
 def _explicit(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
     from semcheck.engines import explicit
     from semcheck.engines.common import to_result
 
-    return to_result(explicit.explore(system, budget=budget, progress=progress, **options), "explicit")
+    exploration = explicit.explore(system, budget=budget, progress=progress, **_own("explicit", options))
+    return to_result(exploration, "explicit")
+
+
+def _z3(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
+    from semcheck.engines import smt
+    from semcheck.engines.common import to_result
+
+    exploration = smt.explore(system, budget=budget, progress=progress, **_own("z3", options))
+    return to_result(exploration, smt.NAME)
+
+
+def _auto(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
+    from semcheck.engines import auto
+
+    return auto.run(system, budget, progress, explicit=_explicit, z3=_z3, **options)
 
 
 def _simulate(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
     from semcheck.engines import simulate
     from semcheck.engines.common import to_result
 
-    options.pop("reduce", None)  # random schedules: nothing to reduce
-    return to_result(simulate.explore(system, budget=budget, progress=progress, **options), "simulate")
+    exploration = simulate.explore(system, budget=budget, progress=progress, **_own("simulate", options))
+    return to_result(exploration, "simulate")
 
 
 ENGINES: dict[str, Callable[..., Result]] = {
+    "auto": _auto,
     "explicit": _explicit,
+    "z3": _z3,
     "simulate": _simulate,
 }
 
@@ -45,4 +76,7 @@ def check(
 ) -> Result:
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(sorted(ENGINES))}")
+    unknown = set(options) - set().union(*ENGINE_OPTIONS.values())
+    if unknown:
+        raise ValueError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
     return ENGINES[engine](System(protocol), budget, progress, **options)

@@ -68,6 +68,7 @@ class ProgressInfo:
     seconds: float
     frontier: int
     depth: int
+    what: str = ""  # set by engines that do not count states (z3): what it is doing now
 
     @property
     def rate(self) -> float:

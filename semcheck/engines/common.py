@@ -20,6 +20,8 @@ class Exploration:
     seconds: float = 0.0
     peak_memory_mb: float | None = None
     exhausted: str | None = None  # why the search stopped early, if it did
+    encoded_events: int | None = None  # z3: instruction occurrences and DMA completions
+    solver_queries: int | None = None  # z3: how many satisfiability checks it took
 
     def add(self, finding: Finding, initial: State, actions: list[Action]) -> None:
         self.findings.setdefault(finding.key, (finding, initial, actions))
@@ -46,9 +48,14 @@ def to_result(exploration: Exploration, engine: str) -> Result:
         verdict = Verdict.SAFE
     notes = list(protocol.notes)
     if exploration.exhausted:
+        work = (
+            f"{exploration.solver_queries:,} solver queries"
+            if exploration.solver_queries is not None
+            else f"{exploration.states:,} states"
+        )
         notes.append(
-            f"search stopped early: {exploration.exhausted} after "
-            f"{exploration.states:,} states; no verdict for what was not explored"
+            f"search stopped early: {exploration.exhausted} after {work}; "
+            "no verdict for what was not explored"
         )
     return Result(
         kernel=protocol.name,
@@ -66,6 +73,8 @@ def to_result(exploration: Exploration, engine: str) -> Result:
             transitions=exploration.transitions,
             seconds=round(exploration.seconds, 4),
             peak_memory_mb=exploration.peak_memory_mb,
+            encoded_events=exploration.encoded_events,
+            solver_queries=exploration.solver_queries,
         ),
         notes=notes,
     )
@@ -93,6 +102,11 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         trace=steps,
         blocked=[dict(b) for b in finding.blocked],
         cycle=list(finding.cycle),
+        inputs=(
+            {inp.name: value for inp, value in zip(system.protocol.inputs, initial.inputs)}
+            if initial is not None
+            else {}
+        ),
         related=[finding.other] if finding.other else [],
         semaphore=system.instances[finding.sem].short if finding.sem is not None else None,
     )

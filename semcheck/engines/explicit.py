@@ -42,15 +42,22 @@ def explore(
     sleep: list[frozenset] = []
     queue: deque[int] = deque()
 
-    for state in system.initial_states():
-        if state not in index:
-            index[state] = len(parent)
-            parent.append(-1)
-            via.append(None)
-            depth.append(0)
-            sleep.append(frozenset())
-            queue.append(index[state])
-    states = list(index)  # position -> state
+    states: list = []  # position -> state
+    transitions = 0
+    try:
+        for state in system.iter_initial_states():  # one per input value: check the budget
+            monitor.tick(len(states), 0)
+            if state not in index:
+                index[state] = len(parent)
+                states.append(state)
+                parent.append(-1)
+                via.append(None)
+                depth.append(0)
+                sleep.append(frozenset())
+                queue.append(index[state])
+    except BudgetExceeded as exceeded:
+        queue.clear()
+        found.exhausted = exceeded.reason
 
     def path_to(i: int) -> tuple[int, list]:
         actions = []
@@ -67,7 +74,6 @@ def explore(
                 if finding.kind is Kind.DATA_RACE and silence_reported_races:
                     system.silence(finding.loc, finding.other)
 
-    transitions = 0
     try:
         while queue:
             i = queue.popleft()

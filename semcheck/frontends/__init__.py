@@ -54,6 +54,19 @@ def kind_of(path: str) -> str:
 
 
 def load(path: str, devices: int, **options) -> list[Protocol]:
+    """The protocols `path` describes at `devices` devices, with the file's own
+    `semcheck.assume(...)` bounds applied to their inputs (see assumptions.py)."""
+    from semcheck import assumptions
+
+    with assumptions.collecting() as assumed:
+        protocols = _load_unbounded(path, devices, **options)
+    try:
+        return assumptions.apply_all(protocols, assumed, source=path)
+    except assumptions.AssumptionError as e:
+        raise LoadError(str(e), hint="semcheck.assume names an input by its Input name") from None
+
+
+def _load_unbounded(path: str, devices: int, **options) -> list[Protocol]:
     kind = kind_of(path)
     if kind == "model":
         from semcheck.frontends import model_file

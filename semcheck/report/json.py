@@ -48,6 +48,8 @@ def violation_dict(v: Violation) -> dict:
         ]
     if v.cycle:
         out["cycle"] = v.cycle
+    if v.inputs:
+        out["inputs"] = dict(v.inputs)
     if v.related:
         out["related"] = [location(loc) for loc in v.related]
     if v.semaphore:
@@ -71,10 +73,19 @@ def result_dict(r: Result) -> dict:
             "states": r.stats.states,
             "transitions": r.stats.transitions,
             "seconds": r.stats.seconds,
+            **_solver_stats(r),
         },
         "error": r.error,
         "notes": r.notes,
     }
+
+
+def _solver_stats(r: Result) -> dict:
+    """The z3 engine stores no states (states and transitions are 0); it says instead how
+    big its encoding was and how many queries it took."""
+    if r.stats.solver_queries is None:
+        return {}
+    return {"encoded_events": r.stats.encoded_events, "solver_queries": r.stats.solver_queries}
 
 
 def render(results: list[Result], *, judgements=None, **_options) -> str:

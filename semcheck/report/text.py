@@ -60,7 +60,12 @@ def verdict_line(r: Result) -> str:
     else:
         detail = r.error or "error"
     stats = ""
-    if r.verdict is not Verdict.ERROR:
+    if r.verdict is not Verdict.ERROR and r.stats.solver_queries is not None:
+        stats = (
+            f"  ({r.stats.encoded_events:,} events, {r.stats.solver_queries:,} solver queries, "
+            f"{r.stats.seconds:.2f} s, {r.engine})"
+        )
+    elif r.verdict is not Verdict.ERROR:
         stats = (
             f"  ({r.stats.states:,} states, {r.stats.transitions:,} transitions, "
             f"{r.stats.seconds:.2f} s, {r.engine})"
@@ -88,6 +93,9 @@ def render_violation(
     if excerpt:
         lines.append(f"    {v.location.line:>5} | {excerpt}")
     lines.extend("    " + part for part in v.message.split("\n"))
+    if v.inputs:
+        values = ", ".join(f"{name} = {value}" for name, value in v.inputs.items())
+        lines.append(f"    with inputs: {values}")
     lines.extend(_other_blocked_lines(v))
     if v.trace:
         steps = v.trace

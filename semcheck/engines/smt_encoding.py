@@ -1,0 +1,601 @@
+"""The SMT encoding of a Protocol: executions as events with positions in one global order.
+
+Every thread is unrolled into a DAG of instruction occurrences (`unroll.py`). Each occurrence
+`n` gets a Boolean `fires(n)` (the thread executed it, or faulted on it) and an integer
+position `pos(n)`; each DMA start gets one completion event per side, with its own `done`
+Boolean and position. An assignment of these variables is an execution prefix (a *cut*),
+and the constraints make it exactly a prefix the semantics can produce:
+
+* control: the entry is reached; `fires(n)` needs `n` reached; a node is reached through an
+  edge whose source executed without fault and whose branch condition (over registers and
+  inputs, evaluated symbolically along the path) selects it;
+* program order: along a taken edge, positions increase; a completion comes after its start;
+* semaphores: the count of `s` just before an event `e` is the sum of the changes to `s`
+  (signals, decrementing waits, DMA completions) of the executed events positioned before
+  `e`; a wait executes only when that count reaches its value (competing waiters, being
+  changes themselves, see each other in this sum); a `semaphore_read` yields that count;
+* faults: an occurrence whose device, core or semaphore index is out of range (possibly for
+  some input values only) faults instead of executing, and its thread stops.
+
+Two events whose relative order matters (one reads a count the other changes) never share a
+position, so sorting the executed events by position is an interleaving the semantics can
+replay step by step.
+
+The constraints come in two groups: `constraints` (control, registers, which events exist,
+final counts) and `ordering` (positions, and what waits and reads see). Dropping `ordering`
+relaxes the problem to counting; a question the relaxation answers "no" needs no ordering,
+which is how a safe ring is proved by counting alone (see `smt.py`). Queries (`smt.py`) add what they look for: a fault, a terminal cut
+(every thread finished or at a wait its final count cannot pass, no DMA in flight), a
+non-zero semaphore at exit, or a path past the unrolling bound.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable
+from fractions import Fraction
+
+import z3
+
+from semcheck import ir
+from semcheck.engines import unroll as unrolling
+from semcheck.engines.smt_terms import (
+    AND, EQ, GE, IMPLIES, ITE, LT, NOT, OR, SUM, SymBool, SymInt, apply, in_range, is_const, truth,
+)
+from semcheck.semantics import (
+    INVALID_CORE, INVALID_DEVICE, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
+    dma_increment, must_be_zero_at_exit,
+)
+from semcheck.ir import Scope
+
+FAULT_KINDS = (INVALID_DEVICE, INVALID_CORE, INVALID_SEM_INDEX)
+
+# Instructions whose execution touches a semaphore count (directly or through the DMA
+# completions it schedules); only these need a position of their own.
+_TOUCHING = (ir.Signal, ir.Wait, ir.DmaWait, ir.Read, ir.DmaStart)
+
+
+@dataclass
+class Target:
+    """Where a semaphore reference lands: candidate instances, each with the condition under
+    which it is the one, and the condition of each fault kind."""
+
+    candidates: list[tuple[int, SymBool]]
+    faults: dict[str, SymBool]
+
+    @property
+    def valid(self) -> SymBool:
+        return AND(*(NOT(f) for f in self.faults.values()))
+
+
+@dataclass(eq=False)
+class NodeVars:
+    t: int
+    node: unrolling.Node
+    reach: SymBool = False
+    fires: SymBool = False
+    pos: z3.ArithRef | None = None
+    valid: SymBool = True
+    faults: dict[str, SymBool] = field(default_factory=dict)
+    regs_out: dict[str, SymInt] = field(default_factory=dict)
+    taken: dict[tuple[int, int], SymBool] = field(default_factory=dict)  # successor key -> guard
+    target: Target | None = None  # the semaphore a wait, read or signal names
+    need: SymInt | None = None  # what a wait needs
+    read_value: z3.ArithRef | None = None
+
+    _done: SymBool | None = None
+    _final: SymBool | None = None
+
+    @property
+    def done(self) -> SymBool:
+        """Executed without fault."""
+        if self._done is None:
+            self._done = AND(self.fires, self.valid)
+        return self._done
+
+    @property
+    def final(self) -> SymBool:
+        """The thread stops here: reached, not executed."""
+        if self._final is None:
+            self._final = AND(self.reach, NOT(self.fires))
+        return self._final
+
+
+@dataclass(eq=False)
+class Change:
+    """An event that may add to (or take from) a semaphore count."""
+
+    thread: int  # the thread that executes it, or that started the DMA
+    done: SymBool
+    candidates: list[tuple[int, SymBool]]
+    delta: SymInt
+    pos: z3.ArithRef
+    node: NodeVars  # the executing occurrence, or the DMA start for a completion
+    completion: "Completion | None" = None
+
+
+@dataclass(eq=False)
+class Completion:
+    start: NodeVars
+    side: int  # SEND or RECV
+    done: z3.BoolRef
+    pos: z3.ArithRef
+    change: Change | None = None
+
+
+class Encoding:
+    """Variables and constraints for every execution prefix of `system` in which no thread
+    takes more than `bound` input- or read-dependent backward jumps (see unroll.py)."""
+
+    def __init__(self, system: System, bound: int, tick: Callable[[], None] = lambda: None):
+        """`tick()` is called now and then; it may raise to stop a long encoding."""
+        self.system = system
+        self.protocol = system.protocol
+        self.bound = bound
+        self.constraints: list[SymBool] = []
+        self.ordering: list[SymBool] = []
+        self.inputs: list[SymInt] = [
+            inp.lo if inp.lo == inp.hi else z3.Int(f"input_{inp.name}")
+            for inp in self.protocol.inputs
+        ]
+        for inp, var in zip(self.protocol.inputs, self.inputs):
+            if not is_const(var):
+                self.constraints += [var >= inp.lo, var <= inp.hi]
+        self.unrolled: list[unrolling.Unroller] = []
+        self.nodes: list[list[NodeVars]] = []
+        self.changes: dict[int, list[tuple[Change, SymBool]]] = {}
+        self.readers: list[NodeVars] = []
+        self.completions: list[Completion] = []
+        self._distinct: set[tuple[int, int]] = set()
+        self._final_counts: dict[int, SymInt] = {}
+        self._terminal: SymBool | None = None
+        self._other_sums: dict[tuple[int, int], tuple[SymInt, SymInt]] = {}
+        for t in range(len(system.threads)):
+            tick()
+            self._encode_thread(t)
+        for i, reader in enumerate(self.readers):
+            if i % 256 == 0:
+                tick()
+            self._encode_reader(reader)
+
+    # -- sizes, for stats --
+
+    @property
+    def event_count(self) -> int:
+        return sum(1 for row in self.nodes for nv in row if nv.node.kind == unrolling.INSTR) + len(
+            self.completions
+        )
+
+    @property
+    def has_overflow(self) -> bool:
+        return any(u.overflow is not None for u in self.unrolled)
+
+    # -- threads --
+
+    def _encode_thread(self, t: int) -> None:
+        unroller = unrolling.Unroller(self.system.bodies[t], self.bound)
+        self.unrolled.append(unroller)
+        row: list[NodeVars] = []
+        self.nodes.append(row)
+        registers = self.system.registers[t]
+        while (node := unroller.next_node()) is not None:
+            nv = NodeVars(t, node)
+            row.append(nv)
+            if not node.preds:
+                nv.reach = True
+                regs_in: dict[str, SymInt] = {name: 0 for name in registers}
+            else:
+                nv.reach = OR(*(row[p].taken[node.key] for p in node.preds))
+                regs_in = self._merge_registers(t, nv, [row[p] for p in node.preds])
+            if node.kind != unrolling.INSTR:
+                continue
+            nv.fires = z3.Bool(f"fires_t{t}_n{node.index}")
+            self.constraints.append(IMPLIES(nv.fires, nv.reach))
+            self._position(row, nv)
+            nv.regs_out = dict(regs_in)
+            self._encode_instr(nv, node.instr, regs_in)
+            for target, condition in unrolling.successors(node.pc, node.instr):
+                guard, c = nv.done, True
+                if condition != unrolling.ALWAYS:
+                    c = truth(self.eval(node.instr.cond, t, regs_in))
+                    guard = AND(guard, c if condition == unrolling.IF_TRUE else NOT(c))
+                if guard is False:
+                    continue  # e.g. a loop counter that folds to a constant: no such path
+                key = unroller.add_edge(node, target, symbolic=not is_const(c))
+                nv.taken[key] = OR(nv.taken.get(key, False), guard)
+
+    def _position(self, row: list[NodeVars], nv: NodeVars) -> None:
+        """A fresh position for an event that touches a semaphore or joins paths; an
+        occurrence that does neither shares its only predecessor's (ties within a thread are
+        broken by program order when decoding)."""
+        node = nv.node
+        if len(node.preds) == 1 and not isinstance(node.instr, _TOUCHING):
+            nv.pos = row[node.preds[0]].pos
+            return
+        nv.pos = _position_var(f"pos_t{nv.t}_n{node.index}")
+        for p in node.preds:
+            before = row[p]
+            self.ordering.append(IMPLIES(before.taken[node.key], before.pos < nv.pos))
+
+    def _merge_registers(self, t: int, nv: NodeVars, preds: list[NodeVars]) -> dict[str, SymInt]:
+        merged: dict[str, SymInt] = {}
+        for name in self.system.registers[t]:
+            values = [p.regs_out[name] for p in preds]
+            first = values[0]
+            if all(_same(v, first) for v in values[1:]):
+                merged[name] = first
+                continue
+            var = z3.Int(f"reg_t{t}_n{nv.node.index}_{name}")
+            for p, v in zip(preds, values):
+                self.constraints.append(IMPLIES(p.taken[nv.node.key], var == v))
+            merged[name] = var
+        return merged
+
+    # -- operands --
+
+    def eval(self, op: ir.Operand, t: int, regs: dict[str, SymInt]) -> SymInt:
+        if isinstance(op, int):
+            return op
+        if isinstance(op, ir.Reg):
+            if op.name in regs:
+                return regs[op.name]
+            return self.inputs[self.system.input_index[op.name]]
+        return apply(op.op, self.eval(op.a, t, regs), self.eval(op.b, t, regs))
+
+    def resolve(self, t: int, ref: ir.SemRef, regs: dict[str, SymInt]) -> Target:
+        """`System.resolve` lifted to symbolic operands: same checks, same order."""
+        system, p = self.system, self.protocol
+        decl, base = system._allocs[ref.alloc]
+        thread = system.threads[t]
+        device = thread.device if ref.device is None else self.eval(ref.device, t, regs)
+        core = thread.core if ref.core is None else self.eval(ref.core, t, regs)
+        index = self.eval(ref.index, t, regs)
+        device_ok = in_range(device, 0, p.devices)
+        core_ok = True if decl.scope is Scope.DEVICE else in_range(core, 0, p.cores)
+        index_ok = in_range(index, 0, decl.size)
+        faults = {
+            INVALID_DEVICE: NOT(device_ok),
+            INVALID_CORE: AND(device_ok, NOT(core_ok)),
+            INVALID_SEM_INDEX: AND(device_ok, core_ok, NOT(index_ok)),
+        }
+        devices = [device] if is_const(device) else range(p.devices)
+        cores = [None] if decl.scope is Scope.DEVICE else ([core] if is_const(core) else range(p.cores))
+        indices = [index] if is_const(index) else range(decl.size)
+        candidates = []
+        for d, c, i in itertools.product(devices, cores, indices):
+            sid = system._instance_id(decl, base, d, c, i)
+            if sid is None:
+                continue
+            cond = AND(
+                EQ(device, d),
+                True if c is None else EQ(core, c),
+                EQ(index, i),
+            )
+            if cond is not False:
+                candidates.append((sid, cond))
+        return Target(candidates, faults)
+
+    # -- instructions: one small rule each --
+
+    def _encode_instr(self, nv: NodeVars, instr: ir.Instr, regs: dict[str, SymInt]) -> None:
+        rule = _RULES.get(type(instr))
+        if rule is not None:
+            rule(self, nv, instr, regs)
+
+    def _signal(self, nv: NodeVars, instr: ir.Signal, regs) -> None:
+        target = self._use_target(nv, self.resolve(nv.t, instr.sem, regs))
+        self._add_change(Change(nv.t, nv.done, target.candidates, self.eval(instr.inc, nv.t, regs), nv.pos, nv))
+
+    def _wait(self, nv: NodeVars, instr: ir.Wait, regs) -> None:
+        target = self._use_target(nv, self.resolve(nv.t, instr.sem, regs))
+        nv.need = self.eval(instr.value, nv.t, regs)
+        self.readers.append(nv)
+        if instr.decrement:
+            self._add_change(Change(nv.t, nv.done, target.candidates, _negate(nv.need), nv.pos, nv))
+
+    def _dma_wait(self, nv: NodeVars, instr: ir.DmaWait, regs) -> None:
+        target = self._use_target(nv, self.resolve(nv.t, instr.sem, regs))
+        nv.need = self.eval(instr.nbytes, nv.t, regs)
+        self.readers.append(nv)
+        self._add_change(Change(nv.t, nv.done, target.candidates, _negate(nv.need), nv.pos, nv))
+
+    def _read(self, nv: NodeVars, instr: ir.Read, regs) -> None:
+        self._use_target(nv, self.resolve(nv.t, instr.sem, regs))
+        nv.read_value = z3.Int(f"read_t{nv.t}_n{nv.node.index}")
+        nv.regs_out[instr.dst] = nv.read_value
+        self.readers.append(nv)
+
+    def _assign(self, nv: NodeVars, instr: ir.Assign, regs) -> None:
+        nv.regs_out[instr.dst] = self.eval(instr.value, nv.t, regs)
+
+    def _dma_start(self, nv: NodeVars, instr: ir.DmaStart, regs) -> None:
+        recv_ref = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
+        recv = self.resolve(nv.t, recv_ref, regs)
+        sides = [(RECV, recv)]
+        faults = dict(recv.faults)
+        if instr.send_sem is not None:  # checked only once the receive side resolved
+            send = self.resolve(nv.t, instr.send_sem, regs)
+            sides.append((SEND, send))
+            faults = {k: OR(faults[k], AND(recv.valid, send.faults[k])) for k in FAULT_KINDS}
+        nv.faults = faults
+        nv.valid = AND(*(NOT(f) for f in faults.values()))
+        nbytes = self.eval(instr.nbytes, nv.t, regs)
+        for side, target in sides:
+            done = z3.Bool(f"dma_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
+            pos = _position_var(f"pos_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
+            self.constraints.append(IMPLIES(done, nv.done))
+            self.ordering.append(IMPLIES(done, nv.pos < pos))
+            completion = Completion(nv, side, done, pos)
+            decl = self.system._allocs[(recv_ref if side == RECV else instr.send_sem).alloc][0]
+            delta = dma_increment(decl, nbytes)  # bytes on a DMA semaphore, else 1
+            completion.change = Change(nv.t, done, target.candidates, delta, pos, nv, completion)
+            self.completions.append(completion)
+            self._add_change(completion.change)
+
+    def _use_target(self, nv: NodeVars, target: Target) -> Target:
+        nv.target = target
+        nv.faults = target.faults
+        nv.valid = target.valid
+        return target
+
+    def _add_change(self, change: Change) -> None:
+        if is_const(change.delta) and change.delta == 0:
+            return
+        for sid, cond in change.candidates:
+            self.changes.setdefault(sid, []).append((change, cond))
+
+    # -- counts --
+
+    def _encode_reader(self, w: NodeVars) -> None:
+        """A wait executes only when the count before it reaches its need; a read yields it.
+
+        Exactly (with positions, in `ordering`), and as bounds that need no positions (in
+        `constraints`, implied by the exact form): the count before `w` is at most its own
+        thread's earlier changes plus the positive part of every change whose order
+        against `w` is open, and at least the same with the negative parts. So counting
+        alone knows that a wait nothing could have fed did not pass."""
+        waits, reads, lows, highs = [], [], [], []
+        for sid, cond in w.target.candidates:
+            exact, low, high = self._count_before(w, sid)
+            if w.read_value is None:
+                waits.append(AND(cond, GE(exact, w.need)))
+                highs.append(AND(cond, GE(high, w.need)))
+            else:
+                reads.append(ITE(cond, exact, 0))
+                lows.append(IMPLIES(cond, GE(w.read_value, low)))
+                highs.append(IMPLIES(cond, GE(high, w.read_value)))
+        if w.read_value is None:
+            self.ordering.append(IMPLIES(w.done, OR(*waits)))
+            self.constraints.append(IMPLIES(w.done, OR(*highs)))
+        else:
+            self.ordering.append(IMPLIES(w.done, w.read_value == SUM(reads)))
+            self.constraints.append(IMPLIES(w.done, AND(*lows, *highs)))
+
+    def _count_before(self, w: NodeVars, sid: int) -> tuple[SymInt, SymInt, SymInt]:
+        """The count of `sid` just before `w` (exact, with positions) and positionless
+        lower and upper bounds of it."""
+        exact = []
+        others_low, others_high = self._others(sid, w.t)  # other threads' changes: order open
+        low, high = [others_low], [others_high]
+        unrolled = self.unrolled[w.t]
+        for change, cond in self.changes.get(sid, ()):
+            if change.thread != w.t:
+                exact.append(ITE(AND(change.done, cond, LT(change.pos, w.pos)), change.delta, 0))
+                self._separate(w.pos, change.pos)
+                continue
+            if change.node is w and change.completion is None:
+                continue  # a wait's own decrement
+            if not unrolled.precedes(change.node.node, w.node):
+                continue  # later in program order (or on another path): never before
+            if change.completion is None:
+                term = ITE(AND(change.done, cond), change.delta, 0)
+                exact.append(term)
+                low.append(term)
+                high.append(term)
+                continue
+            exact.append(ITE(AND(change.done, cond, LT(change.pos, w.pos)), change.delta, 0))
+            low.append(ITE(AND(change.done, cond), _negative_part(change.delta), 0))
+            high.append(ITE(AND(change.done, cond), _positive_part(change.delta), 0))
+            self._separate(w.pos, change.pos)
+        return SUM(exact), SUM(low), SUM(high)
+
+    def _others(self, sid: int, t: int) -> tuple[SymInt, SymInt]:
+        """(negative, positive) parts of all changes to `sid` by threads other than t (DMA
+        completions count for the thread that started them), as two shared variables."""
+        key = (sid, t)
+        if key not in self._other_sums:
+            neg, pos = [], []
+            for change, cond in self.changes.get(sid, ()):
+                if change.thread != t:
+                    neg.append(ITE(AND(change.done, cond), _negative_part(change.delta), 0))
+                    pos.append(ITE(AND(change.done, cond), _positive_part(change.delta), 0))
+            sums = []
+            for name, terms in (("neg", neg), ("pos", pos)):
+                total = SUM(terms)
+                if not is_const(total):
+                    var = z3.Int(f"{name}_s{sid}_not_t{t}")
+                    self.constraints.append(var == total)
+                    total = var
+                sums.append(total)
+            self._other_sums[key] = tuple(sums)
+        return self._other_sums[key]
+
+    def _separate(self, a: z3.ArithRef, b: z3.ArithRef) -> None:
+        key = (min(a.get_id(), b.get_id()), max(a.get_id(), b.get_id()))
+        if key not in self._distinct:
+            self._distinct.add(key)
+            self.ordering.append(a != b)
+
+    def final_count(self, sid: int) -> SymInt:
+        if sid not in self._final_counts:
+            self._final_counts[sid] = SUM(
+                [ITE(AND(change.done, cond), change.delta, 0) for change, cond in self.changes.get(sid, ())]
+            )
+        return self._final_counts[sid]
+
+    # -- what queries ask for --
+
+    def instr_nodes(self):
+        for row in self.nodes:
+            for nv in row:
+                if nv.node.kind == unrolling.INSTR:
+                    yield nv
+
+    def no_faults(self) -> SymBool:
+        return AND(*(IMPLIES(nv.fires, nv.valid) for nv in self.instr_nodes()))
+
+    def fault_conditions(self) -> dict[tuple[str, int, int], SymBool]:
+        """(kind, thread, pc) -> the condition that this fault happens in the cut."""
+        out: dict[tuple[str, int, int], list[SymBool]] = {}
+        for nv in self.instr_nodes():
+            for kind, condition in nv.faults.items():
+                happens = AND(nv.fires, condition)
+                if happens is not False:
+                    out.setdefault((kind, nv.t, nv.node.pc), []).append(happens)
+        return {key: OR(*conds) for key, conds in out.items()}
+
+    def terminal(self) -> SymBool:
+        """Nothing can move, and nothing faulted: every DMA completed, every thread finished
+        or at a wait its final count cannot pass."""
+        if self._terminal is None:
+            self._terminal = self._build_terminal()
+        return self._terminal
+
+    def _build_terminal(self) -> SymBool:
+        parts = [self.no_faults()]
+        parts += [IMPLIES(c.start.done, c.done) for c in self.completions]
+        for row, unrolled in zip(self.nodes, self.unrolled):
+            if unrolled.overflow is not None:
+                parts.append(NOT(row[unrolled.overflow.index].reach))
+            for nv in row:
+                if nv.node.kind != unrolling.INSTR:
+                    continue
+                if nv.need is None:
+                    parts.append(IMPLIES(nv.reach, nv.fires))
+                else:
+                    parts.append(IMPLIES(nv.final, self.blocked(nv)))
+        return AND(*parts)
+
+    def blocked(self, nv: NodeVars) -> SymBool:
+        """The wait at `nv` cannot pass in the final state (and would not fault)."""
+        return AND(
+            nv.valid,
+            OR(*(AND(cond, LT(self.final_count(sid), nv.need)) for sid, cond in nv.target.candidates)),
+        )
+
+    def some_thread_blocked(self) -> SymBool:
+        return OR(*(nv.final for nv in self.instr_nodes() if nv.need is not None))
+
+    def leftover_conditions(self) -> dict[tuple[str, int], SymBool]:
+        """(allocation, index) -> some instance of it is non-zero at the end of the cut."""
+        out: dict[tuple[str, int], list[SymBool]] = {}
+        for sid, inst in enumerate(self.system.instances):
+            if not must_be_zero_at_exit(self.system.backend, inst.decl):
+                continue
+            count = self.final_count(sid)
+            if is_const(count) and count == 0:
+                continue
+            out.setdefault((inst.decl.name, inst.index), []).append(NOT(EQ(count, 0)))
+        return {key: OR(*conds) for key, conds in out.items()}
+
+    def overflow(self) -> SymBool:
+        return OR(
+            *(row[u.overflow.index].reach for row, u in zip(self.nodes, self.unrolled) if u.overflow)
+        )
+
+    def configuration_of(self, state: State) -> SymBool:
+        """The condition 'every thread stops where it stops in `state`, and a blocked one
+        waits on the same semaphore': what decides a terminal state's findings."""
+        parts = []
+        for t, row in enumerate(self.nodes):
+            pc = state.pcs[t]
+            blocked = self.system.blocked_wait(state, t)
+            options = []
+            for nv in row:
+                if nv.node.pc != pc:
+                    continue
+                if nv.node.kind == unrolling.EXIT:
+                    options.append(nv.reach)
+                elif nv.node.kind == unrolling.INSTR:
+                    same = True
+                    if blocked is not None and nv.target is not None:
+                        same = OR(*(c for sid, c in nv.target.candidates if sid == blocked[0]))
+                    options.append(AND(nv.final, same))
+            parts.append(OR(*options))
+        return AND(*parts)
+
+    # -- decoding --
+
+    def decode(self, model: z3.ModelRef) -> tuple[tuple[int, ...], list[tuple[Action, int, int]]]:
+        """Input values and the executed actions, each with its thread and pc (None for a
+        DMA completion), in an order the semantics can replay."""
+        inputs = tuple(_int(model, v) for v in self.inputs)
+        keyed = []
+        for t, row in enumerate(self.nodes):
+            nv = row[0]
+            while nv.node.kind == unrolling.INSTR and _holds(model, nv.fires):
+                keyed.append(((_position(model, nv.pos), 0, t, nv.node.index), ("t", t), t, nv.node.pc))
+                if not _holds(model, nv.valid):
+                    break
+                key = next(k for k, guard in nv.taken.items() if _holds(model, guard))
+                nv = row[self.unrolled[t].by_key[key].index]
+        for c in self.completions:
+            if not _holds(model, c.done):
+                continue
+            sid = next(s for s, cond in c.change.candidates if _holds(model, cond))
+            event = Event(c.side, c.start.t, c.start.node.pc, sid, _int(model, c.change.delta))
+            keyed.append(((_position(model, c.pos), 1, c.start.t, c.start.node.index), ("e", event), None, None))
+        keyed.sort(key=lambda item: item[0])
+        return inputs, [(action, t, pc) for _, action, t, pc in keyed]
+
+
+_RULES = {
+    ir.Signal: Encoding._signal,
+    ir.Wait: Encoding._wait,
+    ir.DmaWait: Encoding._dma_wait,
+    ir.Read: Encoding._read,
+    ir.Assign: Encoding._assign,
+    ir.DmaStart: Encoding._dma_start,
+}
+
+
+def _position_var(name: str) -> z3.ArithRef:
+    """Positions only need a total order, so they are rationals: linear real arithmetic is
+    cheaper for the solver than integers, and between two positions there is always room."""
+    return z3.Real(name)
+
+
+def _position(model: z3.ModelRef, pos: z3.ArithRef):
+    value = model.eval(pos, model_completion=True)
+    return Fraction(value.numerator_as_long(), value.denominator_as_long())
+
+
+def _positive_part(x: SymInt) -> SymInt:
+    return max(x, 0) if is_const(x) else ITE(x > 0, x, 0)
+
+
+def _negative_part(x: SymInt) -> SymInt:
+    return min(x, 0) if is_const(x) else ITE(x < 0, x, 0)
+
+
+def _negate(x: SymInt) -> SymInt:
+    return -x
+
+
+def _same(a: SymInt, b: SymInt) -> bool:
+    if is_const(a) or is_const(b):
+        return is_const(a) and is_const(b) and a == b
+    return a.eq(b)
+
+
+def _holds(model: z3.ModelRef, x: SymBool) -> bool:
+    if isinstance(x, bool):
+        return x
+    return z3.is_true(model.eval(x, model_completion=True))
+
+
+def _int(model: z3.ModelRef, x: SymInt) -> int:
+    if is_const(x):
+        return int(x)
+    return model.eval(x, model_completion=True).as_long()

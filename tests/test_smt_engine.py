@@ -1,0 +1,266 @@
+"""The z3 engine on its own terms: symbolic inputs, loops and the unrolling bound, faults with
+symbolic ids, short fault traces, budgets, and Results shaped like the explicit engine's."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from semcheck import ir
+from semcheck.api import check_protocol
+from semcheck.assumptions import Assumption
+from semcheck.engines import explicit, smt
+from semcheck.engines.budget import Budget
+from semcheck.frontends import load
+from semcheck.model import ProtocolBuilder
+from semcheck.semantics import System
+from tests.agreement import assert_engines_agree
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MOE = os.path.join(ROOT, "models", "moe_dispatch_capacity.py")
+LOC = ir.Loc("t.py", 1)
+
+
+def _line_of(path: str, text: str) -> int:
+    with open(path) as f:
+        return next(n for n, line in enumerate(f, 1) if text in line)
+
+
+def at(line: int) -> ir.Loc:
+    return ir.Loc("t.py", line)
+
+
+# --- symbolic inputs ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("devices", [2, 4, 8])
+def test_moe_bug_found_for_its_one_input_value(devices):
+    """The hang exists for tokens = CAPACITY only; the counterexample says so."""
+    (protocol,) = load(MOE, devices)
+    result = check_protocol(protocol, engine="z3")
+    assert result.verdict.value == "violation"
+    assert [v.kind for v in result.errors] == ["unsatisfied_wait"]
+    assert result.errors[0].inputs == {"tokens": 64}
+    assert result.errors[0].location.line == _line_of(MOE, "t.dma_wait(recv_sem")  # the receiver's wait
+
+
+@pytest.mark.parametrize("engine", ["explicit", "z3"])
+def test_moe_is_safe_below_capacity(engine):
+    (protocol,) = load(MOE, 4)
+    result = check_protocol(protocol, engine=engine, assume=[Assumption("tokens", 0, 63)])
+    assert result.verdict.value == "safe"
+
+
+def test_one_query_covers_a_range_no_enumeration_could():
+    """Every int32 token count at once: the violation is the one at or above CAPACITY."""
+    (protocol,) = load(MOE, 8)
+    result = check_protocol(protocol, engine="z3", assume=[Assumption("tokens", -(2**31), 2**31 - 1)])
+    assert result.verdict.value == "violation"
+    (violation,) = result.errors
+    assert violation.inputs["tokens"] >= 64
+    assert result.stats.solver_queries <= 5
+
+    fixed = check_protocol(protocol, engine="z3", assume=[Assumption("tokens", -(2**31), 63)])
+    assert fixed.verdict.value == "safe"
+
+
+def _sized_by_input(devices: int, lo: int, hi: int) -> ir.Protocol:
+    """Each device signals its right neighbour `k` times... as one signal of `k`, and waits for
+    `k` from its left, except that device 0 waits for `k + (k == 5)`: broken for k = 5 only."""
+    p = ProtocolBuilder("sized", devices=devices)
+    k = p.input("k", lo, hi)
+    sem = p.semaphore("sem")
+    for d in range(devices):
+        t = p.thread(d)
+        t.signal(sem, k, device=(d + 1) % devices)
+        t.wait(sem, ir.BinOp("add", k, ir.BinOp("eq", k, 5)) if d == 0 else k)
+    return p.build()
+
+
+def test_signal_count_from_an_input_wrong_for_one_value():
+    result = check_protocol(_sized_by_input(4, 0, 1000), engine="z3")
+    assert [v.kind for v in result.errors] == ["unsatisfied_wait"]
+    assert result.errors[0].inputs == {"k": 5}
+    assert check_protocol(_sized_by_input(4, 6, 1000), engine="z3").verdict.value == "safe"
+
+
+# --- faults with symbolic ids --------------------------------------------------------------
+
+
+def test_device_id_from_an_input_faults_for_the_out_of_range_value():
+    p = ProtocolBuilder("target", devices=4)
+    dest = p.input("dest", 0, 4)
+    sem = p.semaphore("sem", size=2)
+    p.thread(0).signal(sem[ir.BinOp("mod", dest, 3)], device=dest)
+    p.thread(1)
+    protocol = p.build()
+    _, by_solver = assert_engines_agree(protocol)
+    result = check_protocol(protocol, engine="z3")
+    kinds = {v.kind: v for v in result.errors}
+    assert set(kinds) == {"invalid_device_id", "invalid_semaphore_index", "semaphore_leftover"}
+    assert kinds["invalid_device_id"].inputs == {"dest": 4}
+    assert kinds["invalid_semaphore_index"].inputs == {"dest": 2}
+
+
+def test_fault_trace_is_cut_to_its_causal_past():
+    """Device 0 faults after its own two steps; the other devices' chatter is not in its trace."""
+    p = ProtocolBuilder("noise", devices=4)
+    sem = p.semaphore("sem")
+    for d in range(1, 4):
+        t = p.thread(d)
+        for _ in range(3):
+            t.signal(sem, device=d)
+            t.wait(sem)
+    t0 = p.thread(0)
+    t0.signal(sem, device=0)
+    t0.wait(sem)
+    t0.signal(sem, device=7)
+    result = check_protocol(p.build(), engine="z3")
+    (fault,) = result.errors
+    assert fault.kind == "invalid_device_id"
+    assert [s.actor for s in fault.trace] == ["device 0"] * 3
+    assert fault.trace[-1].text.startswith("FAULT")
+
+
+# --- loops and the unrolling bound ----------------------------------------------------------
+
+
+def _polling(devices: int = 2) -> ir.Protocol:
+    """Device 0 spins on semaphore_read until device 1's signal arrives, then drains it."""
+    p = ProtocolBuilder("poll", devices=devices, backend="gpu")
+    flag = p.semaphore("flag")
+    t = p.thread(0)
+    top = t.label()
+    seen = t.read(flag)
+    t.branch(ir.BinOp("lt", seen, 1), top)
+    t.wait(flag)
+    p.thread(1).signal(flag, device=0)
+    return p.build()
+
+
+def test_spin_loop_is_inconclusive_never_safe():
+    """The spin can run any number of times before the signal lands: no unrolling covers it.
+    The explicit engine, which folds the spin's repeated states, proves it safe."""
+    system = System(_polling())
+    assert not explicit.explore(system).findings
+    for bound in (2, 8):
+        exploration = smt.explore(system, unroll=bound)
+        assert exploration.exhausted and "unrolling bound" in exploration.exhausted
+        assert not exploration.findings
+    result = check_protocol(_polling(), engine="z3")
+    assert result.verdict.value == "inconclusive"
+    assert any("--unroll" in note for note in result.notes)
+
+
+def _counted(trips: ir.Operand, inputs=()) -> ir.Protocol:
+    """Device 0 signals device 1 `trips` times in a loop; device 1 waits for 3."""
+    p = ProtocolBuilder("counted", devices=2)
+    for inp in inputs:
+        p.input(*inp)
+    sem = p.semaphore("sem")
+    t = p.thread(0)
+    i = t.assign(0)
+    top = t.label()
+    t.signal(sem, device=1)
+    t.assign(ir.BinOp("add", i, 1), into=i.name)
+    t.branch(ir.BinOp("lt", i, trips), top)
+    p.thread(1).wait(sem, 3)
+    return p.build()
+
+
+def test_counted_loop_is_unrolled_exactly():
+    """A constant trip count folds: the loop unrolls exactly, and costs none of the bound."""
+    assert check_protocol(_counted(3), engine="z3", unroll=0).verdict.value == "safe"
+    result = check_protocol(_counted(2), engine="z3", unroll=0)
+    assert [v.kind for v in result.errors] == ["unsatisfied_wait"]
+
+
+def test_input_bounded_loop_needs_enough_unrolling():
+    """n = 1, 2 leave the wait unsatisfied; n = 3 is right; n = 4 leaves one signal over, but
+    needs three input-dependent back jumps to see."""
+    protocol = _counted(ir.Reg("n"), inputs=[("n", 1, 4)])
+    short = check_protocol(protocol, engine="z3", unroll=2)
+    assert short.verdict.value == "violation"  # what it found is real; what it missed, noted
+    assert [v.kind for v in short.errors] == ["unsatisfied_wait"]
+    assert short.errors[0].inputs["n"] in (1, 2)
+    assert any("unrolling bound" in note for note in short.notes)
+    full = check_protocol(protocol, engine="z3", unroll=3)
+    assert not any("unrolling bound" in note for note in full.notes)
+    by_kind = {v.kind: v.inputs["n"] for v in full.errors}
+    assert by_kind["semaphore_leftover"] == 4 and by_kind["unsatisfied_wait"] in (1, 2)
+    assert_engines_agree(protocol)
+
+
+def test_safe_input_bounded_loop_is_inconclusive_until_unrolled():
+    protocol = _counted(ir.BinOp("add", ir.Reg("n"), 2), inputs=[("n", 1, 1)])
+    assert check_protocol(protocol, engine="z3", unroll=0).verdict.value == "safe"  # n = 1 folds
+    wide = _counted(ir.BinOp("min", ir.Reg("n"), 3), inputs=[("n", 3, 9)])
+    assert check_protocol(wide, engine="z3", unroll=1).verdict.value == "inconclusive"
+    assert check_protocol(wide, engine="z3", unroll=2).verdict.value == "safe"
+
+
+# --- competing waiters ----------------------------------------------------------------------
+
+
+def test_competing_waiters_either_can_be_stranded():
+    """Two blocks of one GPU device compete for one token; the second must first be released
+    by the third. Either block can end up holding nothing."""
+    g = ir.SemRef("g")
+    protocol = ir.Protocol(
+        name="competitors", backend=ir.Backend.GPU, devices=1, cores=3,
+        semaphores=(
+            ir.SemDecl("g", ir.SemKind.GPU_GLOBAL, scope=ir.Scope.DEVICE, origin=ir.SemOrigin.GLOBAL),
+            ir.SemDecl("own"),
+        ),
+        threads=(
+            ir.Thread(0, 0, (ir.Wait(at(1), g),)),
+            ir.Thread(0, 1, (ir.Wait(at(2), ir.SemRef("own")), ir.Wait(at(3), g))),
+            ir.Thread(0, 2, (ir.Signal(at(4), g), ir.Signal(at(5), ir.SemRef("own", core=1)))),
+        ),
+    )
+    _, by_solver = assert_engines_agree(protocol)
+    assert {key[1] for key in by_solver.findings} == {at(1), at(3)}
+
+
+def test_read_steered_branch_hangs_only_in_some_interleavings():
+    """Device 1 skips its signal when it reads the flag already set: the hang needs the read
+    to happen after device 0's signal."""
+    p = ProtocolBuilder("racy_read", devices=2)
+    flag, done = p.semaphore("flag"), p.semaphore("done")
+    t0 = p.thread(0)
+    t0.signal(flag, device=1)
+    t0.wait(done)
+    t1 = p.thread(1)
+    seen = t1.read(flag)
+    with t1.when(ir.BinOp("eq", seen, 0)):
+        t1.signal(done, device=0)
+    t1.wait(flag)
+    protocol = p.build()
+    assert_engines_agree(protocol)
+    (violation,) = check_protocol(protocol, engine="z3").errors
+    assert violation.kind == "unsatisfied_wait"
+    read_step = next(s for s in violation.trace if s.event == "read")
+    assert read_step.text.endswith("= 1 into r1")
+
+
+# --- budgets and Result shape ---------------------------------------------------------------
+
+
+def test_time_budget_gives_inconclusive_not_safe():
+    (protocol,) = load(MOE, 8)
+    result = check_protocol(protocol, engine="z3", budget=Budget(timeout=1e-6))
+    assert result.verdict.value == "inconclusive"
+    assert any("time budget" in note for note in result.notes)
+
+
+def test_result_has_the_explicit_engines_shape():
+    (protocol,) = load(os.path.join(ROOT, "models", "circular_wait.py"), 4)
+    by_search = check_protocol(protocol, engine="explicit")
+    by_solver = check_protocol(protocol, engine="z3")
+    assert by_solver.engine == "z3"
+    assert by_solver.stats.solver_queries >= 1 and by_solver.stats.encoded_events == 8
+    (a,), (b,) = by_search.errors, by_solver.errors
+    assert (a.kind, a.message, a.location, a.device) == (b.kind, b.message, b.location, b.device)
+    assert a.blocked == b.blocked and sorted(a.cycle) == sorted(b.cycle)
+    assert len(a.trace) == len(b.trace) == 0  # every device starts at its wait
