@@ -8,7 +8,8 @@ no more than "an int32"; the user knows better and says so, in the kernel or mod
     semcheck.assume("tokens", 0, 64)  # the router never sends more than 64 tokens
 
 or on the command line, `semcheck verify kernel.py --assume tokens=0..64`, which overrides
-the file. Either way the range replaces the Input's own, by name, in every protocol the file
+the file. A name also covers a family of inputs (`covers`): a scalar-prefetch element is one
+input per device (`counts_ref[0]@d3`), and `counts_ref[0]` bounds it on every device. Either way the range replaces the Input's own, by name, in every protocol the file
 produces, and every value in it is checked. A name that matches no input is an error.
 
 How frontends consume it: `frontends.load` runs each frontend inside `collecting()`, which
@@ -57,8 +58,24 @@ def assume(name: str, lo: int, hi: int) -> Assumption:
     """Check input `name` for every value in `lo..hi` (inclusive) only."""
     frame = sys._getframe(1)
     assumption = Assumption(str(name), int(lo), int(hi), ir.Loc(frame.f_code.co_filename, frame.f_lineno))
+    return record(assumption)
+
+
+def record(assumption: Assumption) -> Assumption:
+    """Count an assumption made elsewhere (a kernel script's, made in its capture process)."""
     _scopes[-1].append(assumption)
     return assumption
+
+
+def covers(assumption_name: str, input_name: str) -> bool:
+    """An assumption names an input exactly, or a family of them: `counts_ref[0]` covers
+    the per-device inputs `counts_ref[0]@d0`, `counts_ref[0]@d1`, ...; `counts_ref` covers
+    every element of that operand on every device."""
+    return (
+        input_name == assumption_name
+        or input_name.startswith(assumption_name + "@")
+        or input_name.startswith(assumption_name + "[")
+    )
 
 
 @contextlib.contextmanager
@@ -88,14 +105,15 @@ def parse(spec: str) -> Assumption:
 def apply(protocol: ir.Protocol, assumptions: Iterable[Assumption]) -> ir.Protocol:
     """`protocol` with the range of every input that an assumption names replaced by the
     assumption's (later assumptions win); names that match nothing are ignored here."""
-    ranges = {a.name: a for a in assumptions}
-    if not any(inp.name in ranges for inp in protocol.inputs):
-        return protocol
-    inputs = tuple(
-        replace(inp, lo=ranges[inp.name].lo, hi=ranges[inp.name].hi) if inp.name in ranges else inp
-        for inp in protocol.inputs
-    )
-    return replace(protocol, inputs=inputs)
+    assumptions = list(assumptions)
+    inputs = []
+    for inp in protocol.inputs:
+        for a in assumptions:  # later assumptions win
+            if covers(a.name, inp.name):
+                inp = replace(inp, lo=a.lo, hi=a.hi)
+        inputs.append(inp)
+    inputs = tuple(inputs)
+    return protocol if inputs == protocol.inputs else replace(protocol, inputs=inputs)
 
 
 def apply_all(
@@ -111,7 +129,7 @@ def apply_all(
 def check_names(protocols: list[ir.Protocol], assumptions: list[Assumption], *, source: str) -> None:
     known = {inp.name for p in protocols for inp in p.inputs}
     for a in assumptions:
-        if a.name not in known:
+        if not any(covers(a.name, name) for name in known):
             where = f"{a.loc}: " if a.loc else ""
             inputs = ", ".join(sorted(known)) or "none"
             raise AssumptionError(

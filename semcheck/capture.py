@@ -71,6 +71,7 @@ class CaptureOutcome:
     script_error_loc: ir.Loc | None = None  # the script's own line that failed, if known
     devices: int = 0  # devices the process had
     seconds: dict[str, float] = field(default_factory=dict)  # "jax import", "script", "lowering"
+    assumptions: list = field(default_factory=list)  # the script's semcheck.assume calls
 
 
 # --- the hooks ------------------------------------------------------------------------------
@@ -356,6 +357,7 @@ def _child(args) -> int:
             outcome.devices = jax.device_count()
             ran = time.perf_counter()
             outcome.protocols, outcome.errors = lower_captures(list(captures))
+            outcome.assumptions = list(script_assumptions)
             outcome.seconds = {
                 "jax import": imported - started,
                 "script": ran - imported,
@@ -372,7 +374,9 @@ def _child(args) -> int:
     watchdog = threading.Timer(args.timeout, on_timeout)
     watchdog.daemon = True
     watchdog.start()
-    with capturing(captures.append):
+    from semcheck import assumptions
+
+    with assumptions.collecting() as script_assumptions, capturing(captures.append):
         script_error, where = _run_script(os.path.abspath(args.script))
     watchdog.cancel()
     finish(script_error, where)

@@ -24,6 +24,7 @@ BUGGY = {
     "nondec_poll_leak": "semaphore_leftover",
     "remote_out_of_range": "invalid_device_id",
     "ring_allgather_shared_recv": "data_race",
+    "moe_dispatch_capacity": "unsatisfied_wait",
 }
 
 

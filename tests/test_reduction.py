@@ -21,7 +21,9 @@ def findings(protocol, reduce, silence=False):
 
 def reference_findings(protocol):
     """The unreduced search, when it finishes within REFERENCE_BUDGET."""
-    exploration = explicit.explore(System(protocol), reduce=False, budget=REFERENCE_BUDGET)
+    exploration = explicit.explore(
+        System(protocol), reduce=False, budget=REFERENCE_BUDGET, silence_reported_races=False
+    )
     assume(exploration.exhausted is None)
     return exploration
 
@@ -86,6 +88,7 @@ def test_a_negative_amount_can_disable_a_wait():
     protocol = ir.Protocol(
         name="negative_size", backend=ir.Backend.TPU, devices=1, cores=1,
         semaphores=(ir.SemDecl("d0", ir.SemKind.DMA),),
+        buffers=(ir.BufferDecl("b"),),
         inputs=(ir.Input("n", -1, -1),),
         threads=(ir.Thread(0, 0, (
             ir.DmaStart(ir.Loc("t.py", 1), ir.Region("b"), ir.Region("b"), d0, d0, ir.Reg("n")),

@@ -88,7 +88,7 @@ def test_a_script_that_fails_before_any_kernel_is_an_error(tmp_path):
 def test_an_unsupported_construct_names_the_primitive_and_line_and_other_kernels_are_still_checked(tmp_path):
     path = script(tmp_path, """
         def data_dependent_kernel(ids_ref, x_ref, o_ref, sem):
-            target = ids_ref[0]
+            target = x_ref[0, 0].astype(jnp.int32)
             pl.semaphore_signal(sem, 1, device_id=(target,))
             pl.semaphore_wait(sem, 1)
 
@@ -109,7 +109,7 @@ def test_an_unsupported_construct_names_the_primitive_and_line_and_other_kernels
     assert results["handshake_kernel"].verdict.value == "safe"
     error = results["data_dependent_kernel"]
     assert error.verdict.value == "error"
-    assert error.error.startswith("semaphore_signal: the signal device id depends on the value loaded from ids_ref")
+    assert error.error.startswith("semaphore_signal: the signal device id depends on the value loaded from x_ref")
     assert (error.file, error.line) == (path, line_of(path, "pl.semaphore_signal(sem, 1, device_id=(target,))"))
     assert cli.main(["verify", path, "--devices", "2", "-q"]) == 2
 

@@ -406,13 +406,13 @@ def _prefetch_call(kernel):
 
 def test_a_synchronizing_branch_on_buffer_contents_explores_every_outcome():
     def kernel(flags_ref, x_ref, o_ref, sem):
-        @pl.when(flags_ref[0] > 0)
+        @pl.when(x_ref[0, 0] > 0)
         def _():
             pl.semaphore_wait(sem, 1)  # nobody signals: stuck whenever the flag is set
 
     [p] = protocols(_prefetch_call(kernel), mesh((2,)))
     assert [(i.lo, i.hi) for i in p.inputs] == [(0, 1), (0, 1)]  # one per device
-    assert any("depends on the value loaded from flags_ref" in note for note in p.notes)
+    assert any("depends on the value loaded from x_ref" in note for note in p.notes)
     from semcheck import check_protocol
 
     result = check_protocol(p)
@@ -422,13 +422,55 @@ def test_a_synchronizing_branch_on_buffer_contents_explores_every_outcome():
 
 def test_a_branch_on_buffer_contents_without_synchronization_keeps_both_sides_accesses():
     def kernel(flags_ref, x_ref, o_ref, sem):
-        @pl.when(flags_ref[0] > 0)
+        @pl.when(x_ref[0, 0] > 0)
         def _():
             o_ref[...] = x_ref[...]
 
     [p] = protocols(_prefetch_call(kernel), mesh((2,)))
     assert not p.inputs
     assert len(instrs(p, ir.Store)) == 1 and not instrs(p, ir.Branch)
+
+
+def test_a_scalar_prefetch_element_is_an_input_on_each_device():
+    """A signal count read from a scalar-prefetch operand is the caller's value: one input
+    per device, over the whole int32 range until the user bounds it by the element's name."""
+    from semcheck import check_protocol
+    from semcheck.assumptions import Assumption, apply
+
+    def kernel(flags_ref, x_ref, o_ref, sem):
+        pl.semaphore_signal(sem, flags_ref[0])
+        pl.semaphore_wait(sem, 2)  # balanced only when the caller passes 2
+
+    [p] = protocols(_prefetch_call(kernel), mesh((2,)))
+    assert [(i.name, i.lo, i.hi) for i in p.inputs] == [
+        ("flags_ref[0]@d0", -2**31, 2**31 - 1), ("flags_ref[0]@d1", -2**31, 2**31 - 1)
+    ]
+    bounded = apply(p, [Assumption("flags_ref[0]", 1, 3)])
+    assert [(i.lo, i.hi) for i in bounded.inputs] == [(1, 3), (1, 3)]
+    result = check_protocol(bounded)
+    by_kind = {v.kind: v for v in result.errors}
+    assert set(by_kind) == {"unsatisfied_wait", "semaphore_leftover"}
+    assert by_kind["unsatisfied_wait"].location.line == line_of(HERE, "pl.semaphore_wait(sem, 2)  # balanced")
+    assert 1 in by_kind["unsatisfied_wait"].inputs.values()  # one device passed 1: stuck
+    assert 3 in by_kind["semaphore_leftover"].inputs.values()  # one passed 3: 1 left over
+    assert check_protocol(apply(p, [Assumption("flags_ref[0]", 2, 2)])).verdict.value == "safe"
+
+
+def test_a_scalar_prefetch_element_the_kernel_overwrote_is_not_an_input():
+    """After the kernel's own store the element holds what the kernel wrote, which semcheck
+    does not track: an amount read back from it is an error, not the caller's input."""
+    from semcheck.capture import capture_function, lower_captures
+    from tests.tpu_kernels import sharded
+
+    def kernel(flags_ref, x_ref, o_ref, sem):
+        flags_ref[0] = 2
+        pl.semaphore_signal(sem, flags_ref[0])  # reads back the kernel's own 2
+
+    found, errors = lower_captures(capture_function(*sharded(_prefetch_call(kernel), mesh((2,)))))
+    assert not found and errors
+    error = errors[0]
+    assert error.message.startswith("semaphore_signal: the signal increment depends on the value loaded from flags_ref")
+    assert error.line == line_of(HERE, "flags_ref[0])  # reads back")
 
 
 def test_jit_checkpoint_and_custom_jvp_bodies_are_lowered_in_place():

@@ -53,17 +53,22 @@ def kind_of(path: str) -> str:
     return "kernel"
 
 
-def load(path: str, devices: int, **options) -> list[Protocol]:
+def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
     """The protocols `path` describes at `devices` devices, with the file's own
-    `semcheck.assume(...)` bounds applied to their inputs (see assumptions.py)."""
+    `semcheck.assume(...)` bounds applied to their inputs (see assumptions.py). A kernel
+    script gives a LoadError in place of each kernel that cannot be lowered."""
     from semcheck import assumptions
 
     with assumptions.collecting() as assumed:
-        protocols = _load_unbounded(path, devices, **options)
+        items = _load_unbounded(path, devices, **options)
+    protocols = [p for p in items if isinstance(p, Protocol)]
+    if not protocols:
+        return items
     try:
-        return assumptions.apply_all(protocols, assumed, source=path)
+        bounded = iter(assumptions.apply_all(protocols, assumed, source=path))
     except assumptions.AssumptionError as e:
         raise LoadError(str(e), hint="semcheck.assume names an input by its Input name") from None
+    return [next(bounded) if isinstance(p, Protocol) else p for p in items]
 
 
 def _load_unbounded(path: str, devices: int, **options) -> list[Protocol]:

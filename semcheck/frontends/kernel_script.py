@@ -17,6 +17,7 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
     from semcheck.capture import capture_script
 
     outcome = capture_script(path, devices, timeout=options.get("capture_timeout"))
+    _reassume(outcome.assumptions)
     if not outcome.protocols and not outcome.errors:
         raise LoadError(
             _nothing_captured(path, devices, outcome.script_error),
@@ -41,6 +42,15 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
         items.append(dataclasses.replace(protocol, notes=protocol.notes + tuple(extra)) if extra else protocol)
     items.extend(e.to_load_error() for e in outcome.errors)
     return items
+
+
+def _reassume(made_by_the_script) -> None:
+    """The script ran in the capture subprocess; its `semcheck.assume` calls count here, in
+    the load that `frontends.load` is collecting."""
+    from semcheck import assumptions
+
+    for a in made_by_the_script:
+        assumptions.record(a)
 
 
 _HINT = (

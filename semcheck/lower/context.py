@@ -93,6 +93,9 @@ class KernelContext:
     notes: list[str] = field(default_factory=list)
     scoped: dict[tuple, RefValue] = field(default_factory=dict)  # run_scoped allocations
     fold_cache: dict = field(default_factory=dict)
+    # Scalar-prefetch operands: an integer loaded from one is a protocol input per device.
+    scalar_operands: frozenset[str] = frozenset()
+    _scalar_inputs: dict[tuple, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.locate = Locator()
@@ -139,6 +142,23 @@ class KernelContext:
         self.inputs.append(ir.Input(name, lo, hi, loc))
         return name
 
+    def scalar_input(self, buffer: str, index: tuple[int, ...], device: int, dtype, loc: ir.Loc) -> str:
+        """The input holding element `index` of scalar-prefetch operand `buffer` on `device`
+        (its value is the caller's, unknown at trace time, and may differ per device)."""
+        key = (buffer, index, device)
+        if key not in self._scalar_inputs:
+            info = np.iinfo(np.dtype(dtype)) if np.dtype(dtype) != np.bool_ else None
+            lo, hi = (0, 1) if info is None else (int(info.min), int(info.max))
+            element = f"{buffer}[{', '.join(map(str, index))}]"
+            self._scalar_inputs[key] = name = f"{element}@d{device}"
+            self._names.add(name)
+            self.inputs.append(ir.Input(name, lo, hi, loc))
+            self.note(
+                f"{element} is a scalar-prefetch operand: one input per device ({element}@d0, ...), "
+                f"every value of its type checked unless bounded with semcheck.assume({element!r}, lo, hi)"
+            )
+        return self._scalar_inputs[key]
+
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
@@ -161,6 +181,7 @@ class ThreadLowering:
         self.coords = kernel.mesh.coords(device)
         self.emitter = Emitter()
         self.program_ids: tuple[int, ...] = ()
+        self.stored: set[str] = set()  # buffers this thread has written so far
         self._next_reg = 0
         # The location of the innermost enclosing eqn that has one (see source.Locator).
         self.context_loc: ir.Loc = kernel.kernel_loc

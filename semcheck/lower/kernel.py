@@ -97,7 +97,7 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
                 f"checked as on a chip with {cores} TensorCores per device (v4/v5p megacore): the "
                 f"parallel grid dimensions are split into contiguous per-core chunks"
             )
-        protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs))
+        protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index))
     return protocols
 
 
@@ -244,8 +244,9 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
     )
 
 
-def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int) -> ir.Protocol:
-    """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs."""
+def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0) -> ir.Protocol:
+    """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs,
+    the first `n_scalar` of them scalar-prefetch operands."""
     if jaxpr.constvars:
         raise LoadError(
             f"{ctx.name}: the kernel captures constants (Pallas cannot lower that either)",
@@ -256,6 +257,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int) ->
     if len(names) != len(invars):
         names = [f"operand{k}" for k in range(len(invars))]
     refs = [ctx.declare_ref(n, v.aval, o, ctx.kernel_loc) for n, v, o in zip(names, invars, origins)]
+    ctx.scalar_operands = frozenset(r.alloc for r in refs[:n_scalar] if not r.is_semaphore)
     handed_in = [
         r.alloc for r, o in zip(refs[:n_inputs], origins) if r.is_semaphore and o is SemOrigin.ARGUMENT
     ]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from semcheck import ir
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
@@ -144,13 +146,38 @@ def _loaded(t: ThreadLowering, eqn, reg: ir.Region) -> list[Value]:
     return [Opaque(why) for _ in eqn.outvars]
 
 
+def _stored(t: ThreadLowering, eqn, reg: ir.Region) -> list[Value]:
+    t.stored.add(reg.buffer)
+    return _loaded(t, eqn, reg)
+
+
 @rule("get")
 def get(t: ThreadLowering, eqn, inputs):
     ref, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
     reg = region(t, eqn, ref, "the loaded ref", transforms)
     t.emitter.emit(ir.Load(t.loc(eqn), reg))
+    scalar = _scalar_prefetch_element(t, eqn, reg)
+    if scalar is not None:
+        return [scalar]
     return _loaded(t, eqn, reg)
+
+
+def _scalar_prefetch_element(t: ThreadLowering, eqn, reg: ir.Region) -> Sym | None:
+    """One integer element of a scalar-prefetch operand the kernel has not written: the
+    caller's value, so a protocol input (a signal count or wait value may depend on it)."""
+    [out] = eqn.outvars
+    aval = out.aval
+    if reg.buffer not in t.kernel.scalar_operands or reg.buffer in t.stored or tuple(aval.shape) != ():
+        return None
+    if not (np.issubdtype(aval.dtype, np.integer) or aval.dtype == np.bool_):
+        return None
+    if not all(isinstance(x, int) for x in reg.start) or any(size != 1 for size in reg.size):
+        return None  # an element chosen at run time: its value stays untracked
+    if not reg.start and math.prod(t.kernel.buffers[reg.buffer].shape) != 1:
+        return None
+    name = t.kernel.scalar_input(reg.buffer, tuple(reg.start), t.device, aval.dtype, t.loc(eqn))
+    return Sym(ir.Reg(name), np.dtype(aval.dtype))
 
 
 @rule("swap")
@@ -159,7 +186,7 @@ def swap(t: ThreadLowering, eqn, inputs):
     transforms = eqn.params["tree"].unflatten(flat)
     reg = region(t, eqn, ref, "the stored ref", transforms)
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
-    return _loaded(t, eqn, reg)
+    return _stored(t, eqn, reg)
 
 
 @rule("addupdate")
@@ -169,6 +196,7 @@ def addupdate(t: ThreadLowering, eqn, inputs):
     reg = region(t, eqn, ref, "the updated ref", transforms)
     t.emitter.emit(ir.Load(t.loc(eqn), reg))
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
+    t.stored.add(reg.buffer)
     return []
 
 
@@ -185,5 +213,5 @@ def masked_swap(t: ThreadLowering, eqn, inputs):
     ref, transforms, _value, _mask = eqn.params["args_tree"].unflatten(inputs)
     reg = region(t, eqn, ref, "the stored ref", transforms)
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
-    return _loaded(t, eqn, reg)
+    return _stored(t, eqn, reg)
 

@@ -85,7 +85,11 @@ def sym_op(op: str, a: ir.Operand, b: ir.Operand) -> ir.Operand:
         return a
     if op == "add" and a == 0 or op == "mul" and a == 1:
         return b
-    if op == "mul" and (a == 0 or b == 0):
+    if op == "mul" and (a == 0 or b == 0) or op == "mod" and b in (1, -1):
+        return 0
+    if op == "floordiv" and b == 1:
+        return a
+    if op == "and" and (a == 0 or b == 0):
         return 0
     return ir.BinOp(op, a, b)
 
