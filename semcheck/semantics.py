@@ -366,6 +366,11 @@ class System:
     def race_possible(self) -> bool:
         """Whether some watched access and some watched copy touch neighbouring cells of one
         memory, one of them writing: a cheap over-approximation of where a data race can be."""
+        return next(self.racing_pairs(), None) is not None
+
+    def racing_pairs(self):
+        """(t, pc, copy_t, copy_pc): each watched access (load, store or copy start) that may
+        race with the watched copy started at (copy_t, copy_pc), by `race_possible`'s test."""
         copies = [
             (t, pc, self.footprints[t][pc]) for t, body in enumerate(self.bodies)
             for pc, instr in enumerate(body) if isinstance(instr, ir.DmaStart) and self.watched(t, pc)
@@ -380,8 +385,7 @@ class System:
                     if (ct, cpc) == (t, pc) and pc not in looping:
                         continue  # a copy started once is never in flight when it starts
                     if ((fp.mwrite & copy.mnear) | (copy.mwrite & fp.mnear)) & self._buffer_cells:
-                        return True
-        return False
+                        yield t, pc, ct, cpc
 
     def watched(self, t: int, pc: int) -> bool:
         return self.bodies[t][pc].loc not in self.silenced
