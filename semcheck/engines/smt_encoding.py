@@ -183,6 +183,8 @@ class Encoding:
             tick()
             self._encode_reset(entry)
         self.hazards: dict[tuple, SymBool] = {}
+        self._dominators: dict[int, list[int]] = {}
+        self._guard_cache: dict[int, set] = {}
         self._encode_races(tick)
         self._encode_arrivals()
         self._encode_entry_leftovers()
@@ -548,6 +550,8 @@ class Encoding:
                     src, dst = copy_node.accesses
                     pending = [(RECV, [src, dst])] if local else [(RECV, [dst]), (SEND, [src])]
                     for side, copy_accesses in pending:
+                        if self._ordered_apart(access_node, copy_node, copy_node.completions[side]):
+                            continue
                         conflicts = OR(*(
                             _overlap(mine, theirs)
                             for mine in access_node.accesses for theirs in copy_accesses
@@ -559,6 +563,71 @@ class Encoding:
                             access_node.done, conflicts,
                             self._in_flight(copy_node.completions[side], access_node.pos),
                         ))
+
+    def _ordered_apart(self, access: NodeVars, copy: NodeVars, completion: "Completion") -> bool:
+        """Whether the copy's `completion` is sure to happen before `access`, or the copy to
+        start after it, in every execution (so they cannot race): the access or the copy
+        lies behind a wait that only the other's completion can satisfy, or behind the
+        other in its own thread. Proving this statically spares the race question the
+        ordered solver on collectives that give each step its own semaphore."""
+        if completion in self._guards(access):
+            return True
+        if copy.t == access.t and self._dominates(access, copy):
+            return True
+        return any(c in self._guards(copy) for c in access.completions.values())
+
+    def _dominates(self, a: NodeVars, b: NodeVars) -> bool:
+        """a lies on every path to b (same thread)."""
+        table = self._dominators.get(a.t)
+        if table is None:
+            table = []
+            for nv in self.nodes[a.t]:
+                preds = nv.node.preds
+                common = -1
+                for p in preds:
+                    common &= table[p]
+                table.append((common if preds else 0) | 1 << nv.node.index)
+            self._dominators[a.t] = table
+        return bool(table[b.node.index] >> a.node.index & 1) and a is not b
+
+    def _guards(self, nv: NodeVars) -> set:
+        """Completions that happen before `nv` in every execution that reaches it: each the
+        only thing that can raise the count of a semaphore that a wait on every path to `nv`
+        needs at least 1 of."""
+        found = self._guard_cache.get(id(nv))
+        if found is None:
+            found = set()
+            for w in self.nodes[nv.t]:
+                if w.need is None or w.read_value is not None or not self._dominates(w, nv):
+                    continue
+                if not (is_const(w.need) and w.need >= 1 and len(w.target.candidates) == 1):
+                    continue
+                sid, cond = w.target.candidates[0]
+                adder = self._sole_adder(sid) if cond is True else None
+                if adder is not None:
+                    found.add(adder)
+            self._guard_cache[id(nv)] = found
+        return found
+
+    def _sole_adder(self, sid: int) -> "Completion | None":
+        """The one copy completion that can raise `sid` above 0, if there is one: every other
+        change is a decrementing wait for a constant (which leaves the count at least 0)
+        or a kernel entry's reset (minus a count that is at least 0)."""
+        adder = None
+        for change, _cond in self.changes.get(sid, ()):
+            instr = change.node.node.instr
+            if change.completion is not None and is_const(change.delta) and change.delta > 0:
+                if adder is not None:
+                    return None
+                adder = change.completion
+            elif change.completion is None and isinstance(instr, ir.KernelEntry):
+                continue
+            elif (change.completion is None and isinstance(instr, (ir.Wait, ir.DmaWait))
+                  and is_const(change.node.need) and change.node.need >= 0):
+                continue
+            else:
+                return None
+        return adder
 
     def _entered(self, q: int, invocation: int, at: z3.ArithRef) -> SymBool:
         """Thread q executed its entry into `invocation` before position `at`."""
