@@ -90,12 +90,16 @@ def test_engines_agree_on_1000_random_protocols():
 
 def test_engines_agree_on_1000_random_protocols_with_control_flow():
     """Loops (counted, input-bounded, retry loops on semaphore_read), if/else with joins,
-    register arithmetic, and semaphore indices, devices and cores computed from inputs."""
+    register arithmetic, semaphore indices, devices and cores computed from inputs, buffer
+    rows computed the same way (races inside loops), kernel entry and exit."""
     from semcheck.engines.unroll import has_loops
+    from semcheck.ir import KernelEntry, Load, Store
 
     seen = _agreement_test(control_flow_protocols(), 1000)
     assert len(seen) >= 1000
     assert sum(any(has_loops(t.body) for t in p.threads) for p in seen) >= 200
+    assert sum(any(isinstance(i, (Load, Store)) for t in p.threads for i in t.body) for p in seen) >= 200
+    assert sum(any(isinstance(i, KernelEntry) for t in p.threads for i in t.body) for p in seen) >= 100
 
 
 def test_z3_reports_the_race_of_a_shared_receive_semaphore():
