@@ -5,13 +5,19 @@ this module asks the questions, in turn:
 
 1. faults: a cut in which some instruction faults (a device, core or semaphore index out of
    range), one query per fault not yet found;
-2. stuck states: a terminal cut in which some thread is blocked; each answer is replayed and
+2. hazards, which a transition records in the state and never blocks on: a data race (an
+   access while a conflicting copy is in flight), a remote signal or copy landing on a core
+   outside the sender's invocation (remote_before_entry), and a leftover that a later kernel
+   entry finds before it resets the core's semaphores; one query per finding not yet
+   found (each pair of racing lines is its own finding: the explicit engine watching every
+   line reports the same), each witness reported up to the step that recorded it;
+3. stuck states: a terminal cut in which some thread is blocked; each answer is replayed and
    classified (deadlock or unsatisfied wait) by `properties.terminal_findings`, then that
    configuration (where every thread stopped, and on which semaphore) is excluded, until no
    terminal stuck cut is left;
-3. leftovers: a terminal cut in which every thread finished and a semaphore that must be 0 at
+4. leftovers: a terminal cut in which every thread finished and a semaphore that must be 0 at
    exit is not, one query per (allocation, index) not yet found;
-4. the unrolling bound: whether any thread can take more backward jumps than were unrolled
+5. the unrolling bound: whether any thread can take more backward jumps than were unrolled
    (`unroll.py`: loops with a constant trip count are unrolled fully; the bound counts the
    jumps that depend on inputs or reads). If it can, what was not unrolled was not checked,
    so without a violation the verdict is inconclusive, never safe.

@@ -15,7 +15,18 @@ and the constraints make it exactly a prefix the semantics can produce:
   `e`; a wait executes only when that count reaches its value (competing waiters, being
   changes themselves, see each other in this sum); a `semaphore_read` yields that count;
 * faults: an occurrence whose device, core or semaphore index is out of range (possibly for
-  some input values only) faults instead of executing, and its thread stops.
+  some input values only) faults instead of executing, and its thread stops;
+* kernel entry: a change of minus the exact count just before it on each semaphore the
+  entry allocates afresh, so counts after it start from 0. Which invocation a core is in
+  at a position is the number of its entries positioned before it (`smt.unmodelled`
+  refuses jumps that would make that wrong);
+* hazards (`hazards`, by finding key): an access (load, store, a copy's source and
+  destination) positioned after a copy's start and before the completion that ends the
+  copy's conflicting access, over symbolic regions as `System.resolve_region` gives them;
+  a remote signal or copy completion positioned where a thread of the target core has not
+  executed the entry of the sender's invocation or has executed the next one; an entry
+  after the first whose reset is non-zero or that a copy still lands on. Pairs a wait
+  statically orders (its semaphore's only adder is the other's completion) are left out.
 
 Two events whose relative order matters (one reads a count the other changes) never share a
 position, so sorting the executed events by position is an interleaving the semantics can
