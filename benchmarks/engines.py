@@ -62,7 +62,7 @@ def child(model: str, devices: int, engine: str, assume: str, timeout: float) ->
     )
     seconds = time.monotonic() - started
     if result.stats.solver_queries is not None:
-        work = f"{result.stats.encoded_events:,} ev / {result.stats.solver_queries} q"
+        work = f"{result.stats.encoded_events or 0:,} ev / {result.stats.solver_queries} q"
     else:
         work = f"{result.stats.states:,} states"
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux

@@ -366,22 +366,38 @@ class System:
     def race_possible(self) -> bool:
         """Whether some watched access and some watched copy touch neighbouring cells of one
         memory, one of them writing: a cheap over-approximation of where a data race can be."""
-        copies = [
-            (t, pc, self.footprints[t][pc]) for t, body in enumerate(self.bodies)
-            for pc, instr in enumerate(body) if isinstance(instr, ir.DmaStart) and self.watched(t, pc)
-        ]
+        return next(self.racing_pairs(), None) is not None
+
+    def racing_pairs(self):
+        """(t, pc, copy_t, copy_pc): each watched access (load, store or copy start) that may
+        race with the watched copy started at (copy_t, copy_pc): one of the two writes a
+        cell the other touches or overlaps. Copies are indexed by cell, so a collective with
+        thousands of copies is not compared pair by pair."""
+        writing: dict[int, list[tuple[int, int]]] = {}  # cell -> copies that write it
+        near: dict[int, list[tuple[int, int]]] = {}  # cell -> copies that touch or overlap it
+        for t, body in enumerate(self.bodies):
+            for pc, instr in enumerate(body):
+                if isinstance(instr, ir.DmaStart) and self.watched(t, pc):
+                    copy = self.footprints[t][pc]
+                    for cell in _bits(copy.mwrite & self._buffer_cells):
+                        writing.setdefault(cell, []).append((t, pc))
+                    for cell in _bits(copy.mnear & self._buffer_cells):
+                        near.setdefault(cell, []).append((t, pc))
         for t, body in enumerate(self.bodies):
             looping = _looping_pcs(body)
             for pc, instr in enumerate(body):
                 if not self.watched(t, pc):
                     continue
                 fp = self.footprints[t][pc]
-                for ct, cpc, copy in copies:
+                found: set[tuple[int, int]] = set()
+                for cell in _bits(fp.mwrite & self._buffer_cells):
+                    found.update(near.get(cell, ()))
+                for cell in _bits(fp.mnear & self._buffer_cells):
+                    found.update(writing.get(cell, ()))
+                for ct, cpc in sorted(found):
                     if (ct, cpc) == (t, pc) and pc not in looping:
                         continue  # a copy started once is never in flight when it starts
-                    if ((fp.mwrite & copy.mnear) | (copy.mwrite & fp.mnear)) & self._buffer_cells:
-                        return True
-        return False
+                    yield t, pc, ct, cpc
 
     def watched(self, t: int, pc: int) -> bool:
         return self.bodies[t][pc].loc not in self.silenced

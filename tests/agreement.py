@@ -5,7 +5,7 @@ from __future__ import annotations
 from semcheck.engines import explicit, smt
 from semcheck.engines.common import Exploration
 from semcheck.ir import Protocol
-from semcheck.properties import SEVERITY
+from semcheck.properties import SEVERITY, Kind
 from semcheck.semantics import System
 from tests.listing import protocol_listing
 
@@ -21,14 +21,22 @@ def verdict(exploration: Exploration) -> str:
 
 
 def explore_both(protocol: Protocol) -> tuple[Exploration, Exploration]:
-    """Both engines on what z3 models: where a data race is possible, both check the protocol
-    with every line unwatched (`System.silence`), so neither looks for races."""
-    for_search, for_solver = System(protocol), System(protocol)
-    if for_search.race_possible():
-        lines = {instr.loc for body in for_search.bodies for instr in body}
-        for system in (for_search, for_solver):
-            system.silence(*lines)
-    return explicit.explore(for_search), smt.explore(for_solver)
+    """Both engines on the full semantics; z3 reports every racing pair of lines.
+
+    The explicit engine stops watching two lines once it reported a race between them, so
+    in general which pairs it reports depends on its search order; when it reported every
+    pair that may race at all (`System.racing_pairs`), nothing was left to miss and that
+    cheaper search is exact. Otherwise it searches again, watching every line throughout."""
+    system = System(protocol)
+    possible = {
+        frozenset((system.bodies[t][pc].loc, system.bodies[ct][cpc].loc))
+        for t, pc, ct, cpc in system.racing_pairs()
+    }
+    explicitly = explicit.explore(system)
+    reported = {key[1] for key in explicitly.findings if key[0] is Kind.DATA_RACE}
+    if explicitly.exhausted or not possible <= reported:
+        explicitly = explicit.explore(System(protocol), silence_reported_races=False)
+    return explicitly, smt.explore(System(protocol))
 
 
 def assert_engines_agree(protocol: Protocol) -> tuple[Exploration, Exploration]:

@@ -142,8 +142,9 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
     """Random protocols with what `protocols()` leaves out: a source line per instruction (so
     finding keys tell waits apart), register arithmetic, if/else with jumps that join paths
     with different register values, loops (counted, bounded by an input, and retry loops
-    steered by `semaphore_read`), and semaphore indices, devices and cores computed from
-    inputs and registers (valid for some values, faulting for others).
+    steered by `semaphore_read`), semaphore indices, devices and cores computed from
+    inputs and registers (valid for some values, faulting for others), loads, stores and
+    copies of buffer slots chosen the same way, and kernel entry and exit.
 
     Every loop is bounded (at most 3 iterations, at most 2 loops per thread), so every
     execution terminates and the z3 engine's default unrolling covers it.
@@ -218,8 +219,16 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
                 registers.append(name)
                 return name
 
+            def region() -> ir.Region:
+                """The whole buffer, or one row of `mem`, possibly computed (then it may lie
+                outside the buffer, and overlap nothing)."""
+                if draw(st.integers(0, 2)) == 0:
+                    return ir.Region("buf")
+                row = draw(st.integers(0, 2)) if draw(st.booleans()) else value()
+                return ir.Region("mem", (row,), (1,))
+
             def simple() -> None:
-                op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma", "assign"]))
+                op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma", "assign", "access"]))
                 if op == "signal":
                     decl = draw(st.sampled_from(regulars))
                     ref = ir.SemRef(decl.name, index_operand(decl), device_operand(), core_operand(decl))
@@ -233,6 +242,8 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
                     body.append(ir.Read(loc(), ir.SemRef(decl.name, index_operand(decl)), fresh_register("r")))
                 elif op == "assign":
                     body.append(ir.Assign(loc(), fresh_register("v"), value(small=False)))
+                elif op == "access":
+                    body.append(draw(st.sampled_from([ir.Load, ir.Store]))(loc(), region()))
                 else:
                     recv = draw(st.sampled_from(dmas or regulars))
                     remote = draw(st.booleans())
@@ -241,7 +252,7 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
                     send = ir.SemRef(recv.name, index) if remote else None
                     target = device_operand() if remote else None
                     body.append(ir.DmaStart(
-                        loc(), ir.Region("buf"), ir.Region("buf"), ir.SemRef(recv.name, index), send, nbytes, target,
+                        loc(), region(), region(), ir.SemRef(recv.name, index), send, nbytes, target,
                     ))
                     if recv.kind is SemKind.DMA and draw(st.booleans()):
                         side = "send" if remote and draw(st.booleans()) else "recv"
@@ -291,6 +302,9 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
                 body[exit_branch] = ir.Branch(loc(), ir.BinOp("ge", ir.Reg(seen), draw(st.integers(1, 2))), len(body))
 
             loops = 0
+            lifecycle = backend is Backend.TPU and draw(st.integers(0, 2)) == 0
+            if lifecycle:  # targets count from here: the entry is instruction 0
+                body.append(ir.KernelEntry(loc()))
             for _ in range(draw(st.integers(0, max_blocks))):
                 shape = draw(st.sampled_from(["simple", "simple", "simple", "if", "loop", "retry"]))
                 if shape in ("loop", "retry") and loops < 2:
@@ -300,9 +314,11 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
                     if_else()
                 else:
                     simple()
+            if lifecycle:
+                body.append(ir.KernelExit(loc()))
             threads.append(ir.Thread(device, core, tuple(body)))
     return ir.Protocol(
         name="random_control_flow", backend=backend, devices=devices, cores=cores,
         threads=tuple(threads), semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
-        buffers=(ir.BufferDecl("buf"),),
+        buffers=(ir.BufferDecl("buf"), ir.BufferDecl("mem", (3, 4))),
     )

@@ -20,7 +20,8 @@ def findings(protocol, reduce, silence=False):
 
 
 def reference_findings(protocol):
-    """The unreduced search, when it finishes within REFERENCE_BUDGET."""
+    """The unreduced search, when it finishes within REFERENCE_BUDGET, watching every line
+    (as `findings` does: which racing pairs a silencing search reports depends on its order)."""
     exploration = explicit.explore(
         System(protocol), reduce=False, budget=REFERENCE_BUDGET, silence_reported_races=False
     )

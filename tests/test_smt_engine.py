@@ -13,7 +13,7 @@ from semcheck.assumptions import Assumption
 from semcheck.engines import explicit, smt
 from semcheck.engines.budget import Budget
 from semcheck.frontends import load
-from semcheck.model import ProtocolBuilder
+from semcheck.model import DMA, ProtocolBuilder
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree
 
@@ -264,3 +264,113 @@ def test_result_has_the_explicit_engines_shape():
     assert (a.kind, a.message, a.location, a.device) == (b.kind, b.message, b.location, b.device)
     assert a.blocked == b.blocked and sorted(a.cycle) == sorted(b.cycle)
     assert len(a.trace) == len(b.trace) == 0  # every device starts at its wait
+
+
+# --- hazards: data races, arrivals outside the kernel, leftovers found at a later entry ---------
+
+
+def _hazard_scenarios():
+    from tests import test_hazards
+
+    return [getattr(test_hazards, name) for name in sorted(dir(test_hazards)) if name.startswith("test_")]
+
+
+@pytest.mark.parametrize("scenario", _hazard_scenarios(), ids=lambda f: f.__name__)
+def test_hazard_scenarios_by_z3(scenario, monkeypatch):
+    """Every scenario of test_hazards.py, its assertions made about the z3 engine's result,
+    whose finding keys must also be the explicit engine's (watching every line)."""
+    from semcheck.engines.common import to_result
+    from tests import test_hazards
+
+    def by_z3(protocol, **options):
+        by_solver = smt.explore(System(protocol))
+        by_search = explicit.explore(System(protocol), silence_reported_races=False)
+        assert not by_solver.exhausted and not by_search.exhausted
+        assert set(by_solver.findings) == set(by_search.findings), protocol.name
+        return to_result(by_solver, smt.NAME)
+
+    monkeypatch.setattr(test_hazards, "check", by_z3)
+    scenario()
+
+
+def _two_loads_racing_one_copy() -> ir.Protocol:
+    p = ProtocolBuilder("two_loads", devices=1)
+    sem = p.semaphore("sem", DMA)
+    src, dst = p.buffer("src", (8, 128)), p.buffer("dst", (8, 128))
+    t = p.thread(0)
+    copy = t.dma_start(src.whole, dst.whole, recv_sem=sem)
+    t.load(dst.whole)
+    t.store(src.whole)
+    copy.wait_recv()
+    return p.build()
+
+
+def test_z3_reports_every_pair_of_racing_lines():
+    """The explicit engine by default stops watching two lines once they raced, which hides
+    the second pair here; z3 reports each pair (the load of the destination, the store into
+    the source), like the explicit engine watching every line."""
+    protocol = _two_loads_racing_one_copy()
+    by_solver = smt.explore(System(protocol))
+    copy_line, load_line, store_line = (i.loc for i in protocol.threads[0].body[:3])
+    races = {key[1] for key in by_solver.findings if key[0].value == "data_race"}
+    assert {key[0].value for key in by_solver.findings} == {"data_race"}
+    assert races == {frozenset((copy_line, load_line)), frozenset((copy_line, store_line))}
+    watching = explicit.explore(System(protocol), silence_reported_races=False)
+    assert set(watching.findings) == set(by_solver.findings)
+    assert len(explicit.explore(System(protocol)).findings) == 1
+
+
+def test_race_into_a_slot_chosen_by_an_input():
+    """The copy lands in slot `n`; the store writes slot 1: a race for n = 1 only, found in
+    one query over every value of n."""
+    p = ProtocolBuilder("slot", devices=1)
+    n = p.input("n", 0, 1)
+    sem = p.semaphore("sem", DMA)
+    src, slots = p.buffer("src", (8, 128)), p.buffer("slots", (2, 8, 128))
+    t = p.thread(0)
+    copy = t.dma_start(src.whole, slots.region(n), recv_sem=sem)
+    t.store(slots.region(1))
+    copy.wait_recv()
+    result = check_protocol(p.build(), engine="z3")
+    [race] = result.errors
+    assert race.kind == "data_race" and race.inputs == {"n": 1}
+    safe = check_protocol(p.build(), engine="z3", assume=[Assumption("n", 0, 0)])
+    assert safe.verdict.value == "safe"
+
+
+@pytest.mark.parametrize("devices", [3, 4, 8])
+def test_shared_receive_semaphore_races_by_z3(devices):
+    path = os.path.join(ROOT, "models", "ring_allgather_shared_recv.py")
+    (protocol,) = load(path, devices)
+    result = check_protocol(protocol, engine="z3")
+    assert [v.kind for v in result.errors] == ["data_race"]
+    line = _line_of(path, "copy = t.dma_start(")
+    assert result.errors[0].location.line == line and result.errors[0].related[0].line == line
+
+
+def test_a_ring_run_twice_agrees_with_the_explicit_engine():
+    """Kernel entry resets the scratch semaphores of each invocation; the ring stays safe
+    when run twice (its barrier handshake orders the invocations)."""
+    from semcheck.invocations import repeat
+
+    (ring,) = load(os.path.join(ROOT, "models", "ring_allgather.py"), 3)
+    by_search, by_solver = assert_engines_agree(repeat(ring, 2))
+    assert not by_solver.findings
+
+
+def test_a_jump_over_a_kernel_entry_is_left_to_the_explicit_engine():
+    """The encoding counts executed entries to know a core's invocation, which a jump that
+    skips one would break: z3 says so instead of answering."""
+    p = ProtocolBuilder("skip", devices=1)
+    k = p.input("k", 0, 1)
+    t = p.thread(0)
+    skip = t.new_label()
+    t.branch(k, skip)
+    t.entry()
+    t.place(skip)
+    t.exit()
+    protocol = p.build()
+    assert smt.unmodelled(System(protocol)) is not None
+    result = check_protocol(protocol, engine="z3")
+    assert result.verdict.value == "inconclusive"
+    assert check_protocol(protocol, engine="auto").engine == "explicit"

@@ -11,8 +11,8 @@ loops whose length depends on timing (a polling loop). So:
   If what ran out is the user's own budget (`--max-states` below the share, or memory),
   the verdict is inconclusive, as it would be with `--engine explicit`.
 
-A protocol with something the z3 engine does not model yet (`smt.unmodelled`: kernel entry
-and exit, buffer accesses that may race) goes to the explicit engine with the whole budget.
+A protocol with something the z3 engine does not model (`smt.unmodelled`: a jump that skips
+or repeats a kernel entry) goes to the explicit engine with the whole budget.
 
 The Result names the engine that decided (`Result.engine`), and a note says why whenever
 that is not the explicit engine's plain verdict.
@@ -80,7 +80,9 @@ def run(
     if not ((out_of_states and share.max_states < budget.max_states) or out_of_time):
         return result  # the user's own budget ran out, not auto's share of it
     left = budget.timeout - (time.monotonic() - started)
-    fallback = z3(system, replace(budget, timeout=max(left, 1.0)), progress, **options)
+    # the explicit run silenced the race lines it reported; z3 reports every racing pair
+    fresh = System(system.protocol)
+    fallback = z3(fresh, replace(budget, timeout=max(left, 1.0)), progress, **options)
     fallback.notes.insert(
         0,
         f"engine auto: the explicit engine ran out of its share of the budget "

@@ -26,16 +26,23 @@ def _rank(instr: ir.Instr) -> int:
     return 1
 
 
-def schedule(system: System, initial: State, steps: list[int]) -> tuple[list[Action], list[State]]:
+def schedule(
+    system: System, initial: State, steps: list[int], lazy_completions: bool = False
+) -> tuple[list[Action], list[State]]:
     """Actions and states of a greedy run in which thread t takes at most `steps[t]` steps
-    and every DMA completion happens as soon as it can."""
+    and every DMA completion happens as soon as it can (with `lazy_completions`: only when
+    no thread can take a step, which is how a copy stays in flight across an access)."""
     ranks = [[_rank(instr) for instr in body] for body in system.bodies]
     left = list(steps)
     state, actions, states = initial, [], [initial]
     while True:
         choice, best = None, None
+        completion = None
         for action in system.enabled(state):
             if action[0] == "e":
+                completion = completion or action
+                if lazy_completions:
+                    continue
                 choice = action
                 break
             t = action[1]
@@ -44,6 +51,7 @@ def schedule(system: System, initial: State, steps: list[int]) -> tuple[list[Act
             rank = ranks[t][state.pcs[t]]
             if best is None or rank < best:
                 choice, best = action, rank
+        choice = choice or completion
         if choice is None:
             return actions, states
         if choice[0] == "t":

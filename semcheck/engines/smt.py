@@ -5,13 +5,19 @@ this module asks the questions, in turn:
 
 1. faults: a cut in which some instruction faults (a device, core or semaphore index out of
    range), one query per fault not yet found;
-2. stuck states: a terminal cut in which some thread is blocked; each answer is replayed and
+2. hazards, which a transition records in the state and never blocks on: a data race (an
+   access while a conflicting copy is in flight), a remote signal or copy landing on a core
+   outside the sender's invocation (remote_before_entry), and a leftover that a later kernel
+   entry finds before it resets the core's semaphores; one query per finding not yet
+   found (each pair of racing lines is its own finding: the explicit engine watching every
+   line reports the same), each witness reported up to the step that recorded it;
+3. stuck states: a terminal cut in which some thread is blocked; each answer is replayed and
    classified (deadlock or unsatisfied wait) by `properties.terminal_findings`, then that
    configuration (where every thread stopped, and on which semaphore) is excluded, until no
    terminal stuck cut is left;
-3. leftovers: a terminal cut in which every thread finished and a semaphore that must be 0 at
+4. leftovers: a terminal cut in which every thread finished and a semaphore that must be 0 at
    exit is not, one query per (allocation, index) not yet found;
-4. the unrolling bound: whether any thread can take more backward jumps than were unrolled
+5. the unrolling bound: whether any thread can take more backward jumps than were unrolled
    (`unroll.py`: loops with a constant trip count are unrolled fully; the bound counts the
    jumps that depend on inputs or reads). If it can, what was not unrolled was not checked,
    so without a violation the verdict is inconclusive, never safe.
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import z3
 
+from semcheck import ir
 from semcheck import trace as tracing
 from semcheck.engines import guided
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn, ProgressInfo, rss_mb
@@ -45,7 +52,7 @@ from semcheck.engines.common import Exploration
 from semcheck.engines.smt_encoding import Encoding
 from semcheck.engines.smt_terms import NOT, OR
 from semcheck.engines.unroll import CONSTANT_JUMP_CAP
-from semcheck.properties import fault_findings, terminal_findings
+from semcheck.properties import Kind, fault_findings, hazard_findings, terminal_findings
 from semcheck.semantics import Action, State, System
 
 NAME = "z3"
@@ -75,6 +82,7 @@ def explore(
         encoding = Encoding(system, unroll, tick=lambda: _within_budget(monitor))
         session = _Session(system, encoding, monitor, found)
         session.find_faults()
+        session.find_hazards()
         session.find_stuck_states()
         session.find_leftovers()
         session.check_bound(unroll)
@@ -89,11 +97,17 @@ def explore(
 
 def unmodelled(system: System) -> str | None:
     """What this protocol needs that the encoding does not decide yet, if anything. The
-    engine then answers inconclusive instead of a verdict that ignored it."""
-    if any(system.has_lifecycle):
-        return "kernel entry and exit (remote_before_entry, semaphores reset between invocations)"
-    if system.race_possible():
-        return "buffer accesses that may race (data_race)"
+    engine then answers inconclusive instead of a verdict that ignored it.
+
+    The encoding counts a thread's executed kernel entries to know which invocation it is
+    in; that is `System.invocation_at` only when no jump skips an entry or runs one again."""
+    for t, body in enumerate(system.bodies):
+        if not system.has_lifecycle[t]:
+            continue
+        invocation = system.invocation_at[t]
+        for pc, instr in enumerate(body):
+            if isinstance(instr, (ir.Branch, ir.Jump)) and invocation[instr.target] != invocation[pc]:
+                return "a jump that skips or repeats a kernel entry"
     return None
 
 
@@ -142,6 +156,29 @@ class _Session:
                     if finding.key not in self.found.findings:
                         self.found.add(finding, initial, causal_past(self.system, states, actions, j))
 
+    def find_hazards(self) -> None:
+        """Data races, arrivals outside the kernel and leftovers found at a later entry: one
+        query for every such finding not yet found; each witness is replayed and every
+        hazard the semantics records along it is reported, with the path to where it was
+        recorded."""
+        remaining = {k: c for k, c in self.encoding.hazards.items() if c is not False}
+
+        def new_hazard(states: list[State]) -> bool:
+            return any(f.key in remaining for f in hazard_findings(self.system, states[-1]))
+
+        while remaining:
+            witness = self._witness(OR(*remaining.values()), "hazards", new_hazard, lazy_first=True)
+            if witness is None:
+                return
+            initial, actions, states = witness
+            for j in range(len(actions)):
+                if states[j + 1].hazards == states[j].hazards:
+                    continue
+                for finding in hazard_findings(self.system, states[j + 1], states[j].hazards):
+                    remaining.pop(finding.key, None)
+                    if finding.key not in self.found.findings:
+                        self.found.add(finding, initial, actions[: j + 1])
+
     def find_stuck_states(self) -> None:
         seen: set[tuple] = set()
 
@@ -167,7 +204,10 @@ class _Session:
             self._pop()
 
     def find_leftovers(self) -> None:
-        remaining = {k: c for k, c in self.encoding.leftover_conditions().items() if c is not False}
+        remaining = {
+            k: c for k, c in self.encoding.leftover_conditions().items()
+            if c is not False and (Kind.SEMAPHORE_LEFTOVER, *k) not in self.found.findings
+        }
         if not remaining:
             return
 
@@ -226,15 +266,18 @@ class _Session:
 
     # -- witnesses: counting, then a guided schedule, then the ordered query --
 
-    def _witness(self, goal, what: str, wanted) -> Witness | None:
+    def _witness(self, goal, what: str, wanted, lazy_first: bool = False) -> Witness | None:
         """An execution that `wanted(states)` accepts and that the question's constraints
-        allow, or None when there is none."""
+        allow, or None when there is none. Hazards happen while a copy is still in flight
+        or a peer has not entered yet: their guided schedules try completing copies late
+        first."""
         proposal = self._satisfiable(goal, what, ordered=False)
         if proposal is None:
             return None  # not even by counting
-        witness = self._guided(proposal)
-        if wanted(witness[2]):
-            return witness
+        for lazy in ((True, False) if lazy_first else (False,)):
+            witness = self._guided(proposal, lazy)
+            if wanted(witness[2]):
+                return witness
         model = self._satisfiable(goal, what, ordered=True)
         if model is None:
             return None
@@ -243,14 +286,14 @@ class _Session:
             raise EncodingMismatch(f"the solver's answer about {what} is not one when replayed")
         return witness
 
-    def _guided(self, model: z3.ModelRef) -> Witness:
+    def _guided(self, model: z3.ModelRef, lazy: bool = False) -> Witness:
         inputs, decoded = self.encoding.decode(model)
         steps = [0] * len(self.system.threads)
         for _, t, _ in decoded:
             if t is not None:
                 steps[t] += 1
         initial = self.system.initial_state(inputs)
-        actions, states = guided.schedule(self.system, initial, steps)
+        actions, states = guided.schedule(self.system, initial, steps, lazy_completions=lazy)
         return initial, actions, states
 
     def _satisfiable(self, goal, what: str, ordered: bool) -> z3.ModelRef | None:

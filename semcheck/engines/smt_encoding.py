@@ -15,7 +15,18 @@ and the constraints make it exactly a prefix the semantics can produce:
   `e`; a wait executes only when that count reaches its value (competing waiters, being
   changes themselves, see each other in this sum); a `semaphore_read` yields that count;
 * faults: an occurrence whose device, core or semaphore index is out of range (possibly for
-  some input values only) faults instead of executing, and its thread stops.
+  some input values only) faults instead of executing, and its thread stops;
+* kernel entry: a change of minus the exact count just before it on each semaphore the
+  entry allocates afresh, so counts after it start from 0. Which invocation a core is in
+  at a position is the number of its entries positioned before it (`smt.unmodelled`
+  refuses jumps that would make that wrong);
+* hazards (`hazards`, by finding key): an access (load, store, a copy's source and
+  destination) positioned after a copy's start and before the completion that ends the
+  copy's conflicting access, over symbolic regions as `System.resolve_region` gives them;
+  a remote signal or copy completion positioned where a thread of the target core has not
+  executed the entry of the sender's invocation or has executed the next one; an entry
+  after the first whose reset is non-zero or that a copy still lands on. Pairs a wait
+  statically orders (its semaphore's only adder is the other's completion) are left out.
 
 Two events whose relative order matters (one reads a count the other changes) never share a
 position, so sorting the executed events by position is an interleaving the semantics can
@@ -43,17 +54,30 @@ from semcheck.engines import unroll as unrolling
 from semcheck.engines.smt_terms import (
     AND, EQ, GE, IMPLIES, ITE, LT, NOT, OR, SUM, SymBool, SymInt, apply, in_range, is_const, truth,
 )
+from semcheck.properties import Kind
 from semcheck.semantics import (
     INVALID_CORE, INVALID_DEVICE, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
-    dma_increment, must_be_zero_at_exit,
+    _bits, dma_increment, must_be_zero_at_exit,
 )
-from semcheck.ir import Scope
+from semcheck.ir import Backend, Scope, SemOrigin
 
 FAULT_KINDS = (INVALID_DEVICE, INVALID_CORE, INVALID_SEM_INDEX)
 
 # Instructions whose execution touches a semaphore count (directly or through the DMA
-# completions it schedules); only these need a position of their own.
-_TOUCHING = (ir.Signal, ir.Wait, ir.DmaWait, ir.Read, ir.DmaStart)
+# completions it schedules, or by resetting it at kernel entry); these, and accesses that
+# may race, need a position of their own.
+_TOUCHING = (ir.Signal, ir.Wait, ir.DmaWait, ir.Read, ir.DmaStart, ir.KernelEntry)
+
+
+@dataclass
+class SymAccess:
+    """`semantics.Access` with symbolic parts: the buffer instance is one of `candidates`
+    (each with the condition under which it is the one)."""
+
+    write: bool
+    candidates: list[tuple[int, SymBool]]
+    starts: tuple[SymInt, ...]
+    sizes: tuple[int, ...]
 
 
 @dataclass
@@ -83,6 +107,10 @@ class NodeVars:
     target: Target | None = None  # the semaphore a wait, read or signal names
     need: SymInt | None = None  # what a wait needs
     read_value: z3.ArithRef | None = None
+    regs_in: dict[str, SymInt] = field(default_factory=dict)
+    completions: dict[int, "Completion"] = field(default_factory=dict)  # side -> its completion
+    accesses: list[SymAccess] = field(default_factory=list)  # what a load, store or copy touches
+    resets: dict[int, z3.ArithRef] = field(default_factory=dict)  # entry: sid -> -(count before)
 
     _done: SymBool | None = None
     _final: SymBool | None = None
@@ -151,6 +179,10 @@ class Encoding:
         self._final_counts: dict[int, SymInt] = {}
         self._terminal: SymBool | None = None
         self._other_sums: dict[tuple[int, int], tuple[SymInt, SymInt]] = {}
+        self._racing_pairs = list(system.racing_pairs())
+        self._racing = {(t, pc) for t, pc, _, _ in self._racing_pairs}
+        self._racing |= {(t, pc) for _, _, t, pc in self._racing_pairs}
+        self.entries: list[NodeVars] = []
         for t in range(len(system.threads)):
             tick()
             self._encode_thread(t)
@@ -158,6 +190,15 @@ class Encoding:
             if i % 256 == 0:
                 tick()
             self._encode_reader(reader)
+        for entry in self.entries:
+            tick()
+            self._encode_reset(entry)
+        self.hazards: dict[tuple, SymBool] = {}
+        self._dominators: dict[int, list[int]] = {}
+        self._guard_cache: dict[int, set] = {}
+        self._encode_races(tick)
+        self._encode_arrivals()
+        self._encode_entry_leftovers()
 
     # -- sizes, for stats --
 
@@ -194,6 +235,7 @@ class Encoding:
             self.constraints.append(IMPLIES(nv.fires, nv.reach))
             self._position(row, nv)
             nv.regs_out = dict(regs_in)
+            nv.regs_in = regs_in
             self._encode_instr(nv, node.instr, regs_in)
             for target, condition in unrolling.successors(node.pc, node.instr):
                 guard, c = nv.done, True
@@ -210,7 +252,8 @@ class Encoding:
         occurrence that does neither shares its only predecessor's (ties within a thread are
         broken by program order when decoding)."""
         node = nv.node
-        if len(node.preds) == 1 and not isinstance(node.instr, _TOUCHING):
+        racing = (nv.t, node.pc) in self._racing
+        if len(node.preds) == 1 and not isinstance(node.instr, _TOUCHING) and not racing:
             nv.pos = row[node.preds[0]].pos
             return
         nv.pos = _position_var(f"pos_t{nv.t}_n{node.index}")
@@ -327,11 +370,51 @@ class Encoding:
             self.constraints.append(IMPLIES(done, nv.done))
             self.ordering.append(IMPLIES(done, nv.pos < pos))
             completion = Completion(nv, side, done, pos)
+            nv.completions[side] = completion
             decl = self.system._allocs[(recv_ref if side == RECV else instr.send_sem).alloc][0]
             delta = dma_increment(decl, nbytes)  # bytes on a DMA semaphore, else 1
             completion.change = Change(nv.t, done, target.candidates, delta, pos, nv, completion)
             self.completions.append(completion)
             self._add_change(completion.change)
+        if (nv.t, nv.node.pc) in self._racing:
+            thread = self.system.threads[nv.t]
+            landing = []
+            for sid, cond in recv.candidates:
+                inst = self.system.instances[sid]
+                core = inst.core if inst.core is not None else thread.core
+                landing.append((self.buffer_instance(instr.dst, inst.device, core), cond))
+            src = self.region(nv.t, instr.src, regs, False, [(self.buffer_instance(instr.src, thread.device, thread.core), True)])
+            dst = self.region(nv.t, instr.dst, regs, True, landing)
+            nv.accesses = [src, dst]
+
+    def _access(self, nv: NodeVars, instr: ir.Load | ir.Store, regs) -> None:
+        if (nv.t, nv.node.pc) in self._racing:
+            thread = self.system.threads[nv.t]
+            own = [(self.buffer_instance(instr.region, thread.device, thread.core), True)]
+            nv.accesses = [self.region(nv.t, instr.region, regs, isinstance(instr, ir.Store), own)]
+
+    def _entry(self, nv: NodeVars, instr: ir.KernelEntry, regs) -> None:
+        """A fresh allocation: each reset semaphore changes by minus its count just before
+        (`_encode_reset`), so every count after the entry starts from 0."""
+        for sid in _bits(self.system.reset_on_entry(nv.t)):
+            reset = z3.Int(f"reset_t{nv.t}_n{nv.node.index}_s{sid}")
+            nv.resets[sid] = reset
+            self._add_change(Change(nv.t, nv.done, [(sid, True)], reset, nv.pos, nv))
+        self.entries.append(nv)
+
+    def buffer_instance(self, region: ir.Region, device: int, core: int | None) -> int:
+        decl, base = self.system._buffers[region.buffer]
+        bid = self.system._buffer_instance_id(decl, base, device, core)
+        assert bid is not None  # the device and core were checked when the target resolved
+        return bid
+
+    def region(self, t: int, region: ir.Region, regs, write: bool, candidates) -> SymAccess:
+        """`System.resolve_region` lifted to symbolic starts."""
+        decl, _base = self.system._buffers[region.buffer]
+        rank = len(decl.shape)
+        starts = tuple(self.eval(op, t, regs) for op in region.start) + (0,) * (rank - len(region.start))
+        sizes = tuple(region.size) + tuple(decl.shape[len(region.size):])
+        return SymAccess(write, candidates, starts[:rank], sizes[:rank])
 
     def _use_target(self, nv: NodeVars, target: Target) -> Target:
         nv.target = target
@@ -422,10 +505,217 @@ class Encoding:
         return self._other_sums[key]
 
     def _separate(self, a: z3.ArithRef, b: z3.ArithRef) -> None:
+        if a.eq(b):
+            return
         key = (min(a.get_id(), b.get_id()), max(a.get_id(), b.get_id()))
         if key not in self._distinct:
             self._distinct.add(key)
             self.ordering.append(a != b)
+
+    def _encode_reset(self, entry: NodeVars) -> None:
+        """Exactly (with positions) minus the count just before the entry, and within the
+        positionless bounds of that count for the relaxation."""
+        for sid, reset in entry.resets.items():
+            exact, low, high = self._count_before(entry, sid)
+            self.ordering.append(IMPLIES(entry.done, reset == _negate(exact)))
+            self.constraints.append(IMPLIES(entry.done, AND(GE(reset, _negate(high)), GE(_negate(low), reset))))
+            self.constraints.append(IMPLIES(NOT(entry.done), reset == 0))
+
+    # -- hazards: what a transition records in the state (semantics `Hazard`) --
+
+    def _before(self, a: z3.ArithRef, b: z3.ArithRef) -> SymBool:
+        """pos a < pos b, for two events whose order decides a hazard (never tied)."""
+        self._separate(a, b)
+        return LT(a, b)
+
+    def _in_flight(self, completion: "Completion", at: z3.ArithRef) -> SymBool:
+        """The copy was started before position `at` and this side of it has not completed."""
+        return AND(
+            completion.start.done,
+            self._before(completion.start.pos, at),
+            NOT(AND(completion.done, self._before(completion.pos, at))),
+        )
+
+    def _add_hazard(self, key: tuple, condition: SymBool) -> None:
+        if condition is not False:
+            self.hazards[key] = OR(self.hazards.get(key, False), condition)
+
+    def _encode_races(self, tick: Callable[[], None]) -> None:
+        """data_race: an access executes while a pending copy access conflicts with it
+        (`semantics._races`), one condition per pair of source lines."""
+        by_pc: list[dict[int, list[NodeVars]]] = []
+        for row in self.nodes:
+            table: dict[int, list[NodeVars]] = {}
+            for nv in row:
+                if nv.node.kind == unrolling.INSTR:
+                    table.setdefault(nv.node.pc, []).append(nv)
+            by_pc.append(table)
+        for t, pc, ct, cpc in self._racing_pairs:
+            tick()
+            key = (Kind.DATA_RACE, frozenset((self.system.bodies[t][pc].loc, self.system.bodies[ct][cpc].loc)))
+            local = self.system.bodies[ct][cpc].send_sem is None
+            for access_node in by_pc[t].get(pc, ()):
+                for copy_node in by_pc[ct].get(cpc, ()):
+                    if copy_node is access_node:
+                        continue
+                    src, dst = copy_node.accesses
+                    pending = [(RECV, [src, dst])] if local else [(RECV, [dst]), (SEND, [src])]
+                    for side, copy_accesses in pending:
+                        if self._ordered_apart(access_node, copy_node, copy_node.completions[side]):
+                            continue
+                        conflicts = OR(*(
+                            _overlap(mine, theirs)
+                            for mine in access_node.accesses for theirs in copy_accesses
+                            if mine.write or theirs.write
+                        ))
+                        if conflicts is False:
+                            continue
+                        self._add_hazard(key, AND(
+                            access_node.done, conflicts,
+                            self._in_flight(copy_node.completions[side], access_node.pos),
+                        ))
+
+    def _ordered_apart(self, access: NodeVars, copy: NodeVars, completion: "Completion") -> bool:
+        """Whether the copy's `completion` is sure to happen before `access`, or the copy to
+        start after it, in every execution (so they cannot race): the access or the copy
+        lies behind a wait that only the other's completion can satisfy, or behind the
+        other in its own thread. Proving this statically spares the race question the
+        ordered solver on collectives that give each step its own semaphore."""
+        if completion in self._guards(access):
+            return True
+        if copy.t == access.t and self._dominates(access, copy):
+            return True
+        return any(c in self._guards(copy) for c in access.completions.values())
+
+    def _dominates(self, a: NodeVars, b: NodeVars) -> bool:
+        """a lies on every path to b (same thread)."""
+        table = self._dominators.get(a.t)
+        if table is None:
+            table = []
+            for nv in self.nodes[a.t]:
+                preds = nv.node.preds
+                common = -1
+                for p in preds:
+                    common &= table[p]
+                table.append((common if preds else 0) | 1 << nv.node.index)
+            self._dominators[a.t] = table
+        return bool(table[b.node.index] >> a.node.index & 1) and a is not b
+
+    def _guards(self, nv: NodeVars) -> set:
+        """Completions that happen before `nv` in every execution that reaches it: each the
+        only thing that can raise the count of a semaphore that a wait on every path to `nv`
+        needs at least 1 of."""
+        found = self._guard_cache.get(id(nv))
+        if found is None:
+            found = set()
+            for w in self.nodes[nv.t]:
+                if w.need is None or w.read_value is not None or not self._dominates(w, nv):
+                    continue
+                if not (is_const(w.need) and w.need >= 1 and len(w.target.candidates) == 1):
+                    continue
+                sid, cond = w.target.candidates[0]
+                adder = self._sole_adder(sid) if cond is True else None
+                if adder is not None:
+                    found.add(adder)
+            self._guard_cache[id(nv)] = found
+        return found
+
+    def _sole_adder(self, sid: int) -> "Completion | None":
+        """The one copy completion that can raise `sid` above 0, if there is one: every other
+        change is a decrementing wait for a constant (which leaves the count at least 0)
+        or a kernel entry's reset (minus a count that is at least 0)."""
+        adder = None
+        for change, _cond in self.changes.get(sid, ()):
+            instr = change.node.node.instr
+            if change.completion is not None and is_const(change.delta) and change.delta > 0:
+                if adder is not None:
+                    return None
+                adder = change.completion
+            elif change.completion is None and isinstance(instr, ir.KernelEntry):
+                continue
+            elif (change.completion is None and isinstance(instr, (ir.Wait, ir.DmaWait))
+                  and is_const(change.node.need) and change.node.need >= 0):
+                continue
+            else:
+                return None
+        return adder
+
+    def _entered(self, q: int, invocation: int, at: z3.ArithRef) -> SymBool:
+        """Thread q executed its entry into `invocation` before position `at`."""
+        if invocation == 0:
+            return True
+        entering = self.system.invocation_at[q]
+        return OR(*(
+            AND(e.done, self._before(e.pos, at)) for e in self.entries
+            if e.t == q and entering[e.node.pc] + 1 == invocation
+        ))
+
+    def _faulted_before(self, q: int, at: z3.ArithRef) -> SymBool:
+        return OR(*(
+            AND(nv.fires, NOT(nv.valid), self._before(nv.pos, at))
+            for nv in self.nodes[q] if nv.node.kind == unrolling.INSTR and nv.valid is not True
+        ))
+
+    def _arrival_problem(self, device: int, core: int | None, invocation: int, at: z3.ArithRef) -> SymBool:
+        """`System.arrival_problem` at position `at`: some thread of the target core is in
+        another invocation (entries are never skipped or repeated, see `smt.unmodelled`, so
+        the invocation a thread is in counts the entries it executed)."""
+        system = self.system
+        cores = range(self.protocol.cores) if core is None else (core,)
+        problems = []
+        for c in cores:
+            for q in system.core_threads.get((device, c), ()):
+                if not system.has_lifecycle[q]:
+                    continue
+                elsewhere = OR(NOT(self._entered(q, invocation, at)), self._entered(q, invocation + 1, at))
+                problems.append(AND(NOT(self._faulted_before(q, at)), elsewhere))
+        return OR(*problems)
+
+    def _encode_arrivals(self) -> None:
+        """remote_before_entry: a signal to another core's kernel-lifetime semaphore, or a
+        copy landing on another core, while that core is not in the sender's invocation."""
+        system = self.system
+        exempt = (SemOrigin.BARRIER, SemOrigin.ARGUMENT)
+        for t, row in enumerate(self.nodes):
+            if not system.has_lifecycle[t]:
+                continue
+            thread = system.threads[t]
+            for nv in row:
+                instr = nv.node.instr
+                if nv.node.kind != unrolling.INSTR:
+                    continue
+                invocation = system.invocation_at[t][nv.node.pc]
+                key = (Kind.REMOTE_BEFORE_ENTRY, instr.loc)
+                if isinstance(instr, ir.Signal) and system.backend is Backend.TPU:
+                    for sid, cond in nv.target.candidates:
+                        inst = system.instances[sid]
+                        if inst.decl.origin in exempt or (inst.device, inst.core) == (thread.device, thread.core):
+                            continue
+                        problem = self._arrival_problem(inst.device, inst.core, invocation, nv.pos)
+                        self._add_hazard(key, AND(nv.done, cond, problem))
+                elif isinstance(instr, ir.DmaStart) and invocation:
+                    landing = nv.completions[RECV]
+                    for sid, cond in landing.change.candidates:
+                        inst = system.instances[sid]
+                        if (inst.device, inst.core) == (thread.device, thread.core):
+                            continue
+                        problem = self._arrival_problem(inst.device, inst.core, invocation, landing.pos)
+                        self._add_hazard(key, AND(landing.done, cond, problem))
+
+    def _encode_entry_leftovers(self) -> None:
+        """semaphore_leftover at a later entry: a reset semaphore holds a count, or a copy
+        is still landing on it (`semantics._exec_entry`)."""
+        for entry in self.entries:
+            if self.system.invocation_at[entry.t][entry.node.pc] < 1:
+                continue
+            for sid, reset in entry.resets.items():
+                inst = self.system.instances[sid]
+                landing = [
+                    AND(cond, self._in_flight(c, entry.pos))
+                    for c in self.completions for s, cond in c.change.candidates if s == sid
+                ]
+                left = OR(NOT(EQ(reset, 0)), *landing)
+                self._add_hazard((Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index), AND(entry.done, left))
 
     def final_count(self, sid: int) -> SymInt:
         if sid not in self._final_counts:
@@ -551,6 +841,9 @@ class Encoding:
 
 
 _RULES = {
+    ir.Load: Encoding._access,
+    ir.Store: Encoding._access,
+    ir.KernelEntry: Encoding._entry,
     ir.Signal: Encoding._signal,
     ir.Wait: Encoding._wait,
     ir.DmaWait: Encoding._dma_wait,
@@ -558,6 +851,23 @@ _RULES = {
     ir.Assign: Encoding._assign,
     ir.DmaStart: Encoding._dma_start,
 }
+
+
+def _overlap(a: SymAccess, b: SymAccess) -> SymBool:
+    """`semantics.overlap` of two symbolic accesses."""
+    options = []
+    for bid_a, cond_a in a.candidates:
+        for bid_b, cond_b in b.candidates:
+            if bid_a != bid_b:
+                continue
+            if len(a.starts) != len(b.starts):
+                options.append(AND(cond_a, cond_b))
+                continue
+            options.append(AND(cond_a, cond_b, *(
+                AND(LT(sa, apply("add", sb, zb)), LT(sb, apply("add", sa, za)))
+                for sa, za, sb, zb in zip(a.starts, a.sizes, b.starts, b.sizes)
+            )))
+    return OR(*options)
 
 
 def _position_var(name: str) -> z3.ArithRef:
