@@ -108,6 +108,7 @@ class SemKind(str, enum.Enum):
     DMA = "dma"
     BARRIER = "barrier"
     GPU_GLOBAL = "gpu_global"
+    MBARRIER = "mbarrier"  # Mosaic GPU plgpu.Barrier: arrivals counted for good, waits take none
 
 
 class SemOrigin(str, enum.Enum):
