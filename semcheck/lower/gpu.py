@@ -24,7 +24,7 @@ from semcheck import ir
 from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.gpu_kernel import GpuThreadLowering, MBarrier
 from semcheck.lower.interpreter import eval_jaxpr, operand, const_value, unwrap
-from semcheck.lower.memory import nbytes_of_aval, region, semaphore_ref
+from semcheck.lower.memory import nbytes_of_aval, semaphore_ref
 from semcheck.lower.registry import rule
 from semcheck.lower.tpu import resolve_device
 from semcheck.lower.values import Known, Opaque, RefValue
@@ -259,12 +259,16 @@ def copy_gmem_to_smem(t: GpuThreadLowering, eqn, inputs):
         raise t.error(eqn, "multicast and partitioned TMA copies (collective_axes over a "
                       "cluster of more than one block) are not supported by semcheck yet")
     ref, _info = _barrier_ref(t, eqn, barrier, bar_tr, "the copy's barrier")
+    src_region = smem_region(t, eqn, src, "the copy source", src_tr)
+    dst_region = smem_region(t, eqn, dst, "the copy destination", dst_tr)
+    if src_region is None or dst_region is None:
+        raise t.error(eqn, "a TMA copy through plgpu.remote_ref is not supported by semcheck yet")
     dst_aval = _transformed_aval(eqn, 1, params["dst_transforms_treedef"], params)
     t.emitter.emit(
         ir.DmaStart(
             t.loc(eqn),
-            src=region(t, eqn, src, "the copy source", src_tr),
-            dst=region(t, eqn, dst, "the copy destination", dst_tr),
+            src=src_region,
+            dst=dst_region,
             recv_sem=ref,
             nbytes=_bytes(t, eqn, dst_aval),
         )
@@ -301,10 +305,103 @@ def copy_smem_to_gmem(t: GpuThreadLowering, eqn, inputs):
     params = eqn.params
     src, _dst, *flat = inputs
     src_tr, _dst_tr, _ = _split(flat, params["src_transforms_treedef"], params["dst_transforms_treedef"])
-    t.emitter.emit(ir.Load(t.loc(eqn), region(t, eqn, src, "the store source", src_tr)))
-    t.kernel.note("asynchronous SMEM->GMEM stores (copy_smem_to_gmem) and multimem accesses "
-                  "are not checked for data races")
+    _access(t, eqn, ir.Load, smem_region(t, eqn, src, "the store source", src_tr))
+    t.kernel.note(REMOTE_ACCESS_NOTE)
     return []
+
+
+# --- SMEM views: tiling and swizzling keep the leading dims ------------------------------------
+
+
+def smem_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> ir.Region | None:
+    """The region of a buffer a GPU view covers. `plgpu.TilingTransform` stores a logical
+    (..., m, n) buffer as (..., m/tm, n/tn, tm, tn) and swizzling permutes bytes within a
+    row, so indexing the logical view through `untile`/`unswizzle` still selects exact
+    ranges of every leading dim (e.g. a pipeline slot); the tiled dims widen to the whole
+    extent. A view through another transform (a bitcast) is the whole buffer; a view of a
+    peer's memory (`plgpu.remote_ref`) is None: remote accesses are not tracked."""
+    from jax._src.pallas.mosaic_gpu import core as gpu_core
+    from jax._src.state.indexing import NDIndexer, Slice
+
+    from semcheck.lower.memory import ref_of
+    from semcheck.lower.values import Sym, sym_op
+
+    ref, transforms = ref_of(t, eqn, value, what, extra)
+    if ref.is_semaphore:
+        raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
+    rank = len(ref.shape)
+    starts: list = [0] * rank
+    sizes = list(ref.shape)
+    groups = [[d] for d in range(rank)]  # the allocation dims behind each view dim
+
+    def widen(dims):
+        for d in dims:
+            starts[d], sizes[d] = 0, ref.shape[d]
+
+    for transform in transforms:
+        if isinstance(transform, NDIndexer):
+            kept = []
+            for dims, index in zip(groups, transform.indices):
+                is_slice = isinstance(index, Slice)
+                start = index.start if is_slice else index
+                if isinstance(start, (Known, Sym)) and (not isinstance(start, Known) or start.is_scalar):
+                    start = operand(t, eqn, start, what)
+                exact = len(dims) == 1 and isinstance(start, (int, ir.Reg, ir.BinOp))
+                if exact and (not is_slice or isinstance(index.size, int)):
+                    [d] = dims
+                    starts[d] = sym_op("add", starts[d], start)
+                    sizes[d] = ((index.size - 1) * index.stride + 1 if index.size else 0) if is_slice else 1
+                else:
+                    widen(dims)
+                if is_slice:
+                    kept.append(dims)
+            groups = kept + groups[len(transform.indices):]
+        elif isinstance(transform, gpu_core.UntilingTransform):
+            r = len(transform.tiling)
+            if len(groups) < 2 * r:
+                return ir.Region(ref.alloc, (0,) * rank, tuple(ref.shape))
+            groups = groups[:-2 * r] + [groups[-2 * r + i] + groups[-r + i] for i in range(r)]
+        elif isinstance(transform, gpu_core.UnswizzleRef):
+            continue
+        elif isinstance(transform, gpu_core.PeerMemRef):
+            return None
+        else:
+            return ir.Region(ref.alloc, (0,) * rank, tuple(ref.shape))
+    return ir.Region(ref.alloc, tuple(starts), tuple(sizes))
+
+
+REMOTE_ACCESS_NOTE = (
+    "loads and stores through plgpu.remote_ref (a peer's memory), asynchronous SMEM->GMEM "
+    "stores and multimem accesses are not checked for data races"
+)
+
+
+def _loaded(t, eqn, reg: ir.Region | None):
+    where = reg.buffer if reg is not None else "a peer's memory"
+    return [Opaque(f"the value loaded from {where} at {t.loc(eqn)}") for _ in eqn.outvars]
+
+
+@rule("get", backend=GPU)
+def get(t: GpuThreadLowering, eqn, inputs):
+    ref, *flat = inputs
+    reg = smem_region(t, eqn, ref, "the loaded ref", eqn.params["tree"].unflatten(flat))
+    _access(t, eqn, ir.Load, reg)
+    return _loaded(t, eqn, reg)
+
+
+@rule("swap", backend=GPU)
+def swap(t: GpuThreadLowering, eqn, inputs):
+    ref, _value, *flat = inputs
+    reg = smem_region(t, eqn, ref, "the stored ref", eqn.params["tree"].unflatten(flat))
+    _access(t, eqn, ir.Store, reg)
+    return _loaded(t, eqn, reg)
+
+
+def _access(t, eqn, kind, reg: ir.Region | None) -> None:
+    if reg is None:
+        t.kernel.note(REMOTE_ACCESS_NOTE)
+    else:
+        t.emitter.emit(kind(t.loc(eqn), reg))
 
 
 # --- GPU primitives without synchronization meaning ------------------------------------------------
@@ -343,7 +440,8 @@ def run_scoped(t: GpuThreadLowering, eqn, inputs):
     entry = t.scope_entries[id(eqn)] = t.scope_entries.get(id(eqn), -1) + 1
     jaxpr, consts = unwrap(params["jaxpr"])
     closed_over = [const_value(c) for c in consts] + list(inputs)
-    transforms = params.get("ref_transforms") or ()
+    # `ref_transforms` records how the allocations were wrapped for the body; the body's
+    # eqns already spell those transforms out, so they are not applied twice.
     refs = []
     names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
     for k, var in enumerate(jaxpr.invars):
@@ -354,8 +452,7 @@ def run_scoped(t: GpuThreadLowering, eqn, inputs):
         if ref is None:
             base = names[k] if k < len(names) and names[k] else f"scoped{k}"
             ref = t.kernel.scoped[key] = declare_gpu_ref(t.kernel, base, var.aval, SemOrigin.SCOPED, t.loc(eqn))
-        extra = tuple(transforms[k]) if k < len(transforms) and transforms[k] else ()
-        refs.append(RefValue(ref.alloc, ref.is_semaphore, ref.shape, ref.dtype, ref.transforms + extra))
+        refs.append(ref)
     return eval_jaxpr(t, jaxpr, closed_over[:len(jaxpr.constvars)], refs)
 
 

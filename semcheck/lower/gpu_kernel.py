@@ -154,9 +154,10 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
     for device, block, sub in itertools.product(range(ctx.mesh.size), range(ctx.cores), range(num_threads)):
         t = GpuThreadLowering(ctx, device, block, sub)
         t.program_ids = tuple(t.block_coords[n] for n in mesh.grid_names)
-        t.emitter.emit(ir.KernelEntry(kernel_loc, name))
+        # No KernelEntry/KernelExit: they stand for TPU's per-invocation allocation and
+        # entry checks, which a GPU launch does not have; as actions they would only order
+        # the Pallas threads of a block against each other for nothing.
         eval_jaxpr(t, jaxpr, [], refs)
-        t.emitter.emit(ir.KernelExit(kernel_loc, name))
         threads.append(ir.Thread(device, block, t.emitter.build(), sub))
     return [
         ir.Protocol(
