@@ -17,6 +17,7 @@ initializes its barriers afresh.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -177,7 +178,13 @@ def barrier_info(dtype) -> MBarrier | None:
 
 
 def _barrier_ref(t: GpuThreadLowering, eqn, barrier, transforms, what: str) -> tuple[ir.SemRef, MBarrier]:
-    ref = semaphore_ref(t, eqn, barrier, what, transforms)
+    from semcheck.lower.memory import ref_of
+
+    value, all_transforms = ref_of(t, eqn, barrier, what, transforms)
+    if not all_transforms and math.prod(value.shape) == 1:
+        ref = ir.SemRef(value.alloc, 0)  # a single barrier (num_barriers=1) is used unindexed
+    else:
+        ref = semaphore_ref(t, eqn, barrier, what, transforms)
     info = t.kernel.mbarriers.get(ref.alloc)
     if info is None:
         raise t.error(eqn, f"{what} is {ref.alloc!r}, not a plgpu.Barrier")
@@ -460,7 +467,12 @@ def declare_gpu_ref(ctx, base: str, aval, origin: SemOrigin, loc: ir.Loc) -> Ref
     """An allocation of a GPU kernel: an mbarrier array, a GMEM semaphore or a buffer."""
     info = barrier_info(aval.dtype)
     if info is None:
-        return ctx.declare_ref(base, aval, origin, loc)
+        ref = ctx.declare_ref(base, aval, origin, loc)
+        decl = ctx.buffers.get(ref.alloc)
+        if decl is not None and decl.space in ("gmem", "any"):
+            # Global memory is one per device, shared by every block.
+            ctx.buffers[ref.alloc] = dataclasses.replace(decl, scope=Scope.DEVICE)
+        return ref
     shape = tuple(int(d) for d in aval.shape)
     name = ctx.unique(base)
     ctx.semaphores[name] = ir.SemDecl(name, SemKind.MBARRIER, max(1, math.prod(shape)), origin, Scope.CORE, None, loc)
