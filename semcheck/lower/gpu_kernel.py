@@ -106,7 +106,21 @@ class GpuThreadLowering(ThreadLowering):
         raise KeyError(name)
 
 
+def definition_loc(loc: ir.Loc, name: str) -> ir.Loc:
+    """`plgpu.kernel` traces the body through a wrapper of its own, so the jaxpr names the
+    wrapper; the body's `def` is the nearest `def name(` at or above its first line."""
+    import linecache
+    import re
+
+    pattern = re.compile(rf"^\s*def\s+{re.escape(name)}\s*\(")
+    for line in range(loc.line, 0, -1):
+        if pattern.match(linecache.getline(loc.file, line)):
+            return ir.Loc(loc.file, line)
+    return loc
+
+
 def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol]:
+    kernel_loc = definition_loc(kernel_loc, name)
     params = capture.params
     [jaxpr] = params["jaxprs"]
     [mesh] = params["meshes"]
