@@ -139,6 +139,9 @@ class SemDecl:
     scope: Scope = Scope.CORE
     collective_id: int | None = None
     loc: Loc = UNKNOWN_LOC
+    # MBARRIER: the arrivals that complete one phase. A non-decrementing wait on it is a
+    # wait for the phase that ends at `value` arrivals.
+    arrivals_per_phase: int = 0
 
 
 @dataclass(frozen=True, slots=True)

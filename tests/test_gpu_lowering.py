@@ -322,3 +322,33 @@ def test_cli_exits_2_on_get_global_of_a_buffer(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "get_global only supports semaphores" in proc.stdout + proc.stderr
     assert "bad_global.py:6" in proc.stdout + proc.stderr
+
+
+def test_a_barrier_two_phases_ahead_of_its_waiter_is_a_phase_overrun():
+    def kernel(x_ref, o_ref, barrier):
+        plgpu.barrier_arrive(barrier)
+        plgpu.barrier_arrive(barrier)
+        plgpu.barrier_wait(barrier)  # phase 0, but phase 1 has completed too
+        plgpu.barrier_wait(barrier)
+
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=[plgpu.Barrier()]), devices=1)
+    [decl] = [d for d in p.semaphores if d.kind is ir.SemKind.MBARRIER]
+    assert decl.arrivals_per_phase == 1
+    result = check_protocol(p)
+    [violation] = result.errors
+    assert violation.kind == "barrier_phase_overrun"
+    assert violation.location.line == line_of(HERE, "plgpu.barrier_wait(barrier)  # phase 0, but")
+    assert result.stats.states == 5
+
+
+def test_cluster_barrier_phases_count_arrivals_from_every_block():
+    def kernel(x_ref, o_ref):
+        @functools.partial(
+            pl.run_scoped, barrier=plgpu.ClusterBarrier(collective_axes=("c",), num_arrivals=2)
+        )
+        def _(barrier):
+            pass
+
+    p = protocol(gpu_call(kernel, grid=(1,), cluster=(2,), cluster_names=("c",)), devices=1)
+    [decl] = [d for d in p.semaphores if d.kind is ir.SemKind.MBARRIER]
+    assert decl.arrivals_per_phase == 4

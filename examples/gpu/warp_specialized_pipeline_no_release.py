@@ -1,5 +1,5 @@
 """Warp-specialized pipeline whose producer does not wait for the consumer: it overwrites a
-slot the consumer may still be reading.
+slot the consumer may still be reading, and runs its barrier two phases ahead of it.
 
 The kernel runs two Pallas threads per block (`num_threads=2`). Thread 1 (the producer)
 copies tile `i` into slot `i % 2` and the copy arrives on `loaded[slot]`; before reusing a
@@ -7,10 +7,15 @@ slot it waits on `consumed[slot]`. Thread 0 (the consumer) waits on `loaded[slot
 the tile, and arrives on `consumed[slot]`. Each barrier's phases alternate between the two
 threads, so neither can lap the other.
 
-Expected verdict: violation (data_race)
+Here the producer skips the wait on `consumed[slot]`. Its next copy into a slot can land
+while the previous tile there is still being written or read (a data race), and both copies
+into `loaded[slot]` can complete before the consumer waits for the first: the consumer's
+parity-based wait then cannot see phase 0 (a barrier phase overrun).
+
+Expected verdict: violation (barrier_phase_overrun, data_race)
 """
 
-# semcheck: expect data_race
+# semcheck: expect barrier_phase_overrun, data_race
 
 import functools
 
@@ -50,7 +55,7 @@ def pipeline_kernel(x_ref, o_ref):
         def _consumer():
             for step in range(STEPS):
                 slot = step % SLOTS
-                plgpu.barrier_wait(loaded.at[slot])
+                plgpu.barrier_wait(loaded.at[slot])  # <- barrier_phase_overrun
                 o_ref[step] = tiles[slot] * 2.0
                 plgpu.barrier_arrive(consumed.at[slot])
 

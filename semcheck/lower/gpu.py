@@ -475,7 +475,10 @@ def declare_gpu_ref(ctx, base: str, aval, origin: SemOrigin, loc: ir.Loc) -> Ref
         return ref
     shape = tuple(int(d) for d in aval.shape)
     name = ctx.unique(base)
-    ctx.semaphores[name] = ir.SemDecl(name, SemKind.MBARRIER, max(1, math.prod(shape)), origin, Scope.CORE, None, loc)
+    per_phase = info.num_arrivals * math.prod(ctx.grid_sizes.get(a, 1) for a in info.cluster_axes)
+    ctx.semaphores[name] = ir.SemDecl(
+        name, SemKind.MBARRIER, max(1, math.prod(shape)), origin, Scope.CORE, None, loc, per_phase
+    )
     ctx.mbarriers[name] = info
     return RefValue(name, True, shape, aval.dtype)
 
