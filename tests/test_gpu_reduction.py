@@ -10,10 +10,12 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from semcheck.capture import capture_script
 from semcheck.engines import explicit
 from semcheck.semantics import System
+from tests.strategies import protocols
 from tests.test_gpu_examples import EXAMPLES
 
 _protocols: dict[str, list] = {}
@@ -35,3 +37,12 @@ def test_reduction_preserves_every_finding_on_gpu_examples(path):
         assert full.exhausted is None and reduced.exhausted is None
         assert set(reduced.findings) == set(full.findings)
         assert reduced.states <= full.states
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(protocols(with_mbarriers=True))
+def test_reduction_preserves_every_finding_with_mbarrier_phase_waits(protocol):
+    full = explicit.explore(System(protocol), reduce=False, silence_reported_races=False)
+    reduced = explicit.explore(System(protocol), reduce=True, silence_reported_races=False)
+    assert full.exhausted is None and reduced.exhausted is None
+    assert set(reduced.findings) == set(full.findings), protocol
