@@ -17,9 +17,22 @@ EXAMPLES = sorted(
 )
 
 
+# Every distinct set of hazards one device can record is a distinct state, and the devices'
+# sets multiply: with the barrier phase overrun and the race on every device, the pipeline
+# without release takes 1,449,894 states (~100 s) at 8 devices. The CLI checks it there
+# (`semcheck verify examples/gpu --devices 8`); the suite stops at 4.
+DEVICE_COUNTS_OF = {"warp_specialized_pipeline_no_release.py": (2, 4)}
+
+CHECKS = [
+    (path, devices) for path in EXAMPLES
+    for devices in DEVICE_COUNTS_OF.get(os.path.basename(path), DEVICE_COUNTS)
+]
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _all_results():
-    prefetch(EXAMPLES)
+    for path in EXAMPLES:
+        prefetch([path], DEVICE_COUNTS_OF.get(os.path.basename(path), DEVICE_COUNTS))
 
 
 def test_the_gpu_protocols_each_have_an_example():
@@ -31,8 +44,7 @@ def test_the_gpu_protocols_each_have_an_example():
     } <= names
 
 
-@pytest.mark.parametrize("devices", DEVICE_COUNTS)
-@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+@pytest.mark.parametrize("path,devices", CHECKS, ids=lambda v: os.path.basename(v) if isinstance(v, str) else str(v))
 def test_example_gives_its_documented_verdict(path, devices):
     exp = expectation(path)
     [r] = results(path, devices)
@@ -42,8 +54,7 @@ def test_example_gives_its_documented_verdict(path, devices):
     assert (r.backend, r.semantics, r.devices) == ("gpu", "gpu", devices)
 
 
-@pytest.mark.parametrize("devices", DEVICE_COUNTS)
-@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+@pytest.mark.parametrize("path,devices", CHECKS, ids=lambda v: os.path.basename(v) if isinstance(v, str) else str(v))
 def test_every_report_points_at_the_kernels_own_line(path, devices):
     exp = expectation(path)
     for r in results(path, devices):
@@ -67,6 +78,6 @@ def test_the_gate_accepts_every_example():
     it declares, each correct one is safe."""
     from semcheck import expectations
 
-    found = [r for path in EXAMPLES for devices in DEVICE_COUNTS for r in results(path, devices)]
+    found = [r for path, devices in CHECKS for r in results(path, devices)]
     for r, judgement in zip(found, expectations.judge_all(found)):
         assert judgement.matched, (r.file, r.devices, judgement)

@@ -23,7 +23,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as P
 
-STEPS = 4
+STEPS = 3
 SLOTS = 2
 
 

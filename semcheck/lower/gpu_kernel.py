@@ -24,6 +24,8 @@ from semcheck.ir import Backend, SemOrigin
 from semcheck.lower.context import KernelContext, ThreadLowering
 from semcheck.lower.interpreter import eval_jaxpr
 
+GPU = "gpu"  # the backend whose lowering rules gpu_*.py register
+
 ZERO_FILL_NOTE = (
     "Mosaic GPU: GMEM semaphores are zero-filled before each launch and may end non-zero; "
     "semcheck assumes, as JAX's GPU collectives do, that every device's zero fill happens "
@@ -146,7 +148,7 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
         mesh=capture.mesh,
         cores=math.prod(grid) * math.prod(cluster),
         kernel_loc=kernel_loc,
-        backend="gpu",
+        backend=GPU,
         grid=grid,
         grid_names=tuple(mesh.grid_names),
         grid_sizes=dict(zip(names, grid + cluster)),
@@ -161,7 +163,7 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
     if len(arg_names) != len(invars):
         arg_names = [f"operand{k}" for k in range(len(invars))]
     origins = [SemOrigin.ARGUMENT] * (n_in + n_out) + [SemOrigin.SCRATCH] * (len(invars) - n_in - n_out)
-    from semcheck.lower.gpu import declare_gpu_ref
+    from semcheck.lower.gpu_memory import declare_gpu_ref
 
     refs = [declare_gpu_ref(ctx, a, v.aval, o, kernel_loc) for a, v, o in zip(arg_names, invars, origins)]
     threads = []
