@@ -98,7 +98,7 @@ def verify_path(
 
 def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,
            engine: str = "explicit", budget: Budget | None = None, **options) -> list[Result]:
-    """Check every Pallas TPU kernel that `fn(*example_args)` calls, in this process.
+    """Check every Pallas kernel (TPU or Mosaic GPU) that `fn(*example_args)` calls, in this process.
 
     `fn` is traced with `jax.make_jaxpr`; its kernels must run inside `jax.shard_map`, whose
     mesh decides the devices. `devices`, when given, is the device count the caller expects:
@@ -123,7 +123,7 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
     captures = capture_function(fn, *example_args)
     if not captures:
         raise LoadError(
-            f"{getattr(fn, '__name__', fn)!s} calls no Pallas TPU kernel (pl.pallas_call or pl.kernel)",
+            f"{getattr(fn, '__name__', fn)!s} calls no Pallas kernel (pl.pallas_call, pl.kernel or plgpu.kernel)",
             hint="pass the function that calls the kernel inside jax.shard_map",
         )
     protocols, errors = lower_captures(captures, tpu_cores=tpu_cores)

@@ -1,11 +1,13 @@
-"""Capture the Pallas TPU kernels of a user's script or function, through JAX's own tracing.
+"""Capture the Pallas kernels (TPU, and Mosaic GPU's `plgpu.kernel` / `pl.kernel` over a
+`plgpu.Mesh`) of a user's script or function, through JAX's own tracing.
 
 Scripts (`semcheck verify kernel.py --devices N`): the script runs as `python kernel.py`
 would (its folder first on sys.path, `__name__ == "__main__"`) in a subprocess
 (`python -m semcheck.capture`), because the number of fake CPU devices
 (`XLA_FLAGS=--xla_force_host_platform_device_count=N`) must be set before JAX is imported.
 In that process semcheck registers its own CPU lowering rules for `pallas_call` and
-`mpmd_map` (`pl.kernel`, `core_map`) with `mlir.register_lowering(..., platform="cpu")`,
+`mpmd_map` (`pl.kernel`, `core_map`, and `plgpu.kernel`, whose mpmd_map sits inside a
+`custom_vmap_call` that CPU lowering inlines) with `mlir.register_lowering(..., platform="cpu")`,
 which take precedence over JAX's: when the script's jitted code is compiled, each rule
 receives the kernel's jaxpr and params, reads the device mesh of the enclosing shard_map
 from `ctx.module_context.axis_context`, records the kernel, and returns zeros of the output
@@ -230,7 +232,7 @@ def _dedupe(protocols: list[ir.Protocol]) -> list[ir.Protocol]:
 
 
 def capture_function(fn, *args, **kwargs) -> list:
-    """KernelCaptures of every Pallas TPU kernel `fn(*args, **kwargs)` calls."""
+    """KernelCaptures of every Pallas kernel `fn(*args, **kwargs)` calls."""
     import jax
 
     from semcheck.lower import KernelCapture, MeshShape

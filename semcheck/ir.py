@@ -108,6 +108,7 @@ class SemKind(str, enum.Enum):
     DMA = "dma"
     BARRIER = "barrier"
     GPU_GLOBAL = "gpu_global"
+    MBARRIER = "mbarrier"  # Mosaic GPU plgpu.Barrier: arrivals counted for good, waits take none
 
 
 class SemOrigin(str, enum.Enum):
@@ -138,6 +139,9 @@ class SemDecl:
     scope: Scope = Scope.CORE
     collective_id: int | None = None
     loc: Loc = UNKNOWN_LOC
+    # MBARRIER: the arrivals that complete one phase. A non-decrementing wait on it is a
+    # wait for the phase that ends at `value` arrivals.
+    arrivals_per_phase: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ class Kind(str, enum.Enum):
     INVALID_SEMAPHORE_INDEX = "invalid_semaphore_index"
     DATA_RACE = "data_race"
     REMOTE_BEFORE_ENTRY = "remote_before_entry"
+    BARRIER_PHASE_OVERRUN = "barrier_phase_overrun"
     NOT_LOWERABLE = "not_lowerable"
 
 
@@ -41,6 +42,7 @@ DESCRIPTIONS = {
     Kind.INVALID_SEMAPHORE_INDEX: "A semaphore array is indexed outside its bounds.",
     Kind.DATA_RACE: "Two accesses to overlapping memory, one a write, that some execution leaves unordered.",
     Kind.REMOTE_BEFORE_ENTRY: "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it moved on to a later one.",
+    Kind.BARRIER_PHASE_OVERRUN: "GPU: an mbarrier completes two phases before a thread that waits on it has waited for the first.",
     Kind.NOT_LOWERABLE: "Legal to trace, but rejected by the backend's compiler (analyzed anyway).",
 }
 
@@ -133,10 +135,25 @@ def _leftover_at_exit_finding(system: System, h) -> Finding:
     return Finding(Kind.SEMAPHORE_LEFTOVER, key, h.thread, None, message, sem=sid)
 
 
+def _phase_overrun_finding(system: System, h) -> Finding:
+    here = system.bodies[h.thread][h.pc]
+    message = (
+        f"barrier phase overrun: {system.thread_name(h.thread)} at {here.loc} {h.detail}; a "
+        f"thread waits for an mbarrier phase by its parity, so once the next phase has also "
+        f"completed the wait mistakes it for a later phase (it hangs until that one completes, "
+        f"or passes with the wrong data). Every waiting thread must observe every completion: "
+        f"make the arriving side wait until this thread is done with the phase (e.g. on a "
+        f"'consumed' barrier) before it arrives again."
+    )
+    return Finding(Kind.BARRIER_PHASE_OVERRUN, (Kind.BARRIER_PHASE_OVERRUN, here.loc), h.thread, here.loc,
+                   message, sem=h.other_pc)
+
+
 _HAZARD_RULES = {
     "data_race": _race_finding,
     "remote_before_entry": _early_arrival_finding,
     "semaphore_leftover": _leftover_at_exit_finding,
+    "barrier_phase_overrun": _phase_overrun_finding,
 }
 
 

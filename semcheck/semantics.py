@@ -94,6 +94,7 @@ class Event(NamedTuple):
 
 DATA_RACE = "data_race"
 REMOTE_BEFORE_ENTRY = "remote_before_entry"
+BARRIER_PHASE_OVERRUN = "barrier_phase_overrun"
 LEFTOVER_AT_EXIT = "semaphore_leftover"
 
 
@@ -962,8 +963,26 @@ def _early_arrival(system: System, state: State, t: int, sid: int) -> tuple[Haza
 def _exec_wait(system: System, t: int, instr: ir.Wait, state: State) -> State:
     sid = system.resolve(t, instr.sem, state)
     if not instr.decrement:
-        return _advance(state, t)
+        return _advance(state, t, hazards=_phase_overrun(system, state, t, sid, instr))
     return _advance(state, t, sems=_add(state.sems, sid, -system.eval(instr.value, t, state)))
+
+
+def _phase_overrun(system: System, state: State, t: int, sid: int, instr: ir.Wait) -> tuple[Hazard, ...]:
+    """An mbarrier wait names its phase by parity only (reference §4.8): if the barrier has
+    completed the following phase too by the time the thread waits, the parity has come
+    round again and the wait cannot see the phase it is for."""
+    per_phase = system.instances[sid].decl.arrivals_per_phase
+    if not per_phase:
+        return state.hazards
+    count, value = state.sems[sid], system.eval(instr.value, t, state)
+    if count < value + per_phase:
+        return state.hazards
+    phase = value // per_phase - 1
+    return _with(state.hazards, Hazard(
+        BARRIER_PHASE_OVERRUN, t, state.pcs[t], -1, sid,
+        f"waits for phase {phase} of {system.instances[sid].label}, which has already completed "
+        f"phase {count // per_phase - 1} ({count} arrivals of {per_phase} per phase)",
+    ))
 
 
 def _exec_dma_wait(system: System, t: int, instr: ir.DmaWait, state: State) -> State:
@@ -1113,9 +1132,11 @@ def _fp_signal(system: System, t: int, instr: ir.Signal) -> Footprint:
 
 def _fp_wait(system: System, t: int, instr: ir.Wait) -> Footprint:
     mask = system._candidates(t, instr.sem)
-    if not instr.decrement:
-        return Footprint(wait=mask)
-    return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.value) else 0)
+    if instr.decrement:
+        return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.value) else 0)
+    # An mbarrier phase wait reads the count (_phase_overrun), so arrivals do not commute with it.
+    phased = system._allocs[instr.sem.alloc][0].arrivals_per_phase
+    return Footprint(wait=mask, read=mask if phased else 0)
 
 
 def _fp_dma_wait(system: System, t: int, instr: ir.DmaWait) -> Footprint:

@@ -20,7 +20,7 @@ LOC = ir.Loc("random.py", 1)
 @st.composite
 def protocols(
     draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, with_inputs: bool = True,
-    with_lifecycle: bool = True,
+    with_lifecycle: bool = True, with_mbarriers: bool = False,
 ):
     backend = draw(st.sampled_from([Backend.TPU, Backend.GPU]))
     devices = draw(st.integers(1, max_devices))
@@ -33,6 +33,9 @@ def protocols(
         sems.append(ir.SemDecl("g0", SemKind.GPU_GLOBAL, 1, SemOrigin.GLOBAL, Scope.DEVICE))
     if draw(st.booleans()):
         sems.append(ir.SemDecl("a0", SemKind.REGULAR, 1, SemOrigin.ARGUMENT, Scope.CORE))
+    if with_mbarriers and backend is Backend.GPU:  # phase waits read the count (phase overrun)
+        per_phase = draw(st.integers(1, 2))
+        sems.append(ir.SemDecl("b0", SemKind.MBARRIER, 1, SemOrigin.SCOPED, Scope.CORE, arrivals_per_phase=per_phase))
     inputs = []
     if with_inputs and draw(st.integers(0, 4)) == 0:
         inputs.append(ir.Input("n", 0, draw(st.integers(0, 2)), LOC))

@@ -223,7 +223,7 @@ def test_cli_renders_svg_for_every_declared_bug(tmp_path, capsys, path, devices)
     for svg_file in drawn:
         svg = svg_file.read_text()
         assert svg.lstrip().startswith("<?xml") and "<svg" in svg
-        assert any(marker in svg for marker in ("BLOCKED", "FAULT", "AT EXIT", "RACE", "OUTSIDE THE KERNEL"))
+        assert any(marker in svg for marker in ("BLOCKED", "FAULT", "AT EXIT", "RACE", "OUTSIDE THE KERNEL", "PHASE OVERRUN"))
 
 
 def test_every_buggy_model_is_drawn():

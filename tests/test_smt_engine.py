@@ -374,3 +374,24 @@ def test_a_jump_over_a_kernel_entry_is_left_to_the_explicit_engine():
     result = check_protocol(protocol, engine="z3")
     assert result.verdict.value == "inconclusive"
     assert check_protocol(protocol, engine="auto").engine == "explicit"
+
+
+def test_mbarrier_phases_are_left_to_the_explicit_engine():
+    """No z3 question asks for a barrier_phase_overrun yet: a protocol with a GPU mbarrier
+    gets inconclusive from z3, and auto hands it to the explicit engine, which finds it."""
+    done = ir.SemRef("done")
+    arrive = ir.Signal(at(1), done)
+    protocol = ir.Protocol(
+        name="overrun", backend=ir.Backend.GPU, devices=1, cores=2,
+        semaphores=(ir.SemDecl("done", ir.SemKind.MBARRIER, arrivals_per_phase=1, scope=ir.Scope.DEVICE),),
+        threads=(
+            ir.Thread(0, 0, (arrive, ir.Signal(at(2), done))),  # two phases complete
+            ir.Thread(0, 1, (ir.Wait(at(3), done, 1, decrement=False),)),  # waits for the first
+        ),
+        loc=LOC,
+    )
+    assert smt.unmodelled(System(protocol)) == "mbarrier phases (barrier_phase_overrun)"
+    assert check_protocol(protocol, engine="z3").verdict.value == "inconclusive"
+    by_auto = check_protocol(protocol, engine="auto")
+    assert by_auto.engine == "explicit"
+    assert {v.kind for v in by_auto.errors} == {"barrier_phase_overrun"}

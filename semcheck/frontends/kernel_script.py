@@ -1,4 +1,4 @@
-"""Kernel scripts: run the user's file and capture its Pallas TPU kernels (see capture.py).
+"""Kernel scripts: run the user's file and capture its Pallas kernels (TPU and Mosaic GPU) (see capture.py).
 
 Returns one Protocol per captured kernel (two for a kernel with parallel grid dimensions:
 one core and two), and a LoadError in place of each kernel that cannot be lowered, so the
@@ -63,8 +63,8 @@ _HINT = (
 
 def _nothing_captured(path: str, devices: int, script_error: str | None) -> str:
     if script_error:
-        return f"{script_error} before any Pallas TPU kernel was compiled (ran with {devices} devices)"
+        return f"{script_error} before any Pallas kernel was compiled (ran with {devices} devices)"
     return (
-        f"{path} ran to completion with {devices} devices without compiling any Pallas TPU "
-        "kernel (pl.pallas_call, pl.kernel or pl.core_map)"
+        f"{path} ran to completion with {devices} devices without compiling any Pallas "
+        "kernel (pl.pallas_call, pl.kernel, pl.core_map or plgpu.kernel)"
     )

@@ -82,6 +82,7 @@ class KernelContext:
     cores: int
     kernel_loc: ir.Loc
     core_axis: str | None = None  # the TensorCoreMesh axis (core_map / pl.kernel)
+    backend: str = "tpu"  # whose lowering rules apply (registry.BACKEND_RULES)
     grid: tuple[int, ...] = ()
     grid_names: tuple = ()
     collective_id: int | None = None

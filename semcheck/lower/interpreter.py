@@ -15,7 +15,7 @@ import numpy as np
 
 from semcheck.frontends import LoadError
 from semcheck.lower.context import ThreadLowering
-from semcheck.lower.registry import RULES
+from semcheck.lower.registry import lookup
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value
 
 # Results with more elements than this are data, not protocol: they are never folded.
@@ -89,7 +89,7 @@ def eval_closed(t: ThreadLowering, closed, args: list[Value]) -> list[Value]:
 
 
 def dispatch(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
-    rule = RULES.get(eqn.primitive.name)
+    rule = lookup(eqn.primitive.name, t.kernel.backend)
     if rule is not None:
         return rule(t, eqn, inputs)
     return generic(t, eqn, inputs)

@@ -157,13 +157,17 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
         )
     from jax._src.pallas.mosaic import core as tpu_core
 
+    from semcheck.lower.gpu_kernel import is_gpu_mesh, lower_gpu_kernel
+
     mesh = meshes[0]
+    if is_gpu_mesh(mesh):
+        return lower_gpu_kernel(capture, name, kernel_loc)
     if not isinstance(mesh, tpu_core.TensorCoreMesh):
         raise LoadError(
             f"{name}: a kernel over a {type(mesh).__name__} is not a TPU TensorCore kernel; "
             "the TPU frontend checks pl.kernel / core_map over pltpu.create_tensorcore_mesh",
             kernel_loc,
-            hint="Mosaic GPU and SparseCore kernels are not supported yet",
+            hint="SparseCore kernels are not supported yet",
         )
     compiler_params = _tpu_compiler_params(params.get("compiler_params"), name, kernel_loc)
     if getattr(compiler_params, "dimension_semantics", None) is not None:

@@ -12,13 +12,23 @@ from typing import Callable
 
 RULES: dict[str, Callable] = {}
 
+# Where a backend gives a primitive other semantics (Mosaic GPU's semaphore_signal reaches
+# blocks, not cores), its rule overrides the shared one for that backend's kernels only.
+BACKEND_RULES: dict[str, dict[str, Callable]] = {}
 
-def rule(*names: str):
+
+def rule(*names: str, backend: str | None = None):
+    table = RULES if backend is None else BACKEND_RULES.setdefault(backend, {})
+
     def register(fn):
         for name in names:
-            if name in RULES:
+            if name in table:
                 raise ValueError(f"two lowering rules for primitive {name!r}")
-            RULES[name] = fn
+            table[name] = fn
         return fn
 
     return register
+
+
+def lookup(name: str, backend: str) -> Callable | None:
+    return BACKEND_RULES.get(backend, {}).get(name) or RULES.get(name)

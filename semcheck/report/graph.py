@@ -156,7 +156,8 @@ def _is_fault(step: TraceStep, violation: Violation) -> bool:
     if step.text.startswith("FAULT"):
         return True
     if step is violation.trace[-1] and (
-        violation.kind.startswith("invalid_") or violation.kind in ("data_race", "remote_before_entry")
+        violation.kind.startswith("invalid_")
+        or violation.kind in ("data_race", "remote_before_entry", "barrier_phase_overrun")
     ):
         return True
     return step.index == _racing_copy_start(violation)
@@ -172,6 +173,8 @@ def _marker(step: TraceStep, violation: Violation) -> str:
             return "\nCOPY STILL IN FLIGHT"
     if violation.kind == "remote_before_entry" and step is last:
         return "\nARRIVES OUTSIDE THE KERNEL"
+    if violation.kind == "barrier_phase_overrun" and step is last:
+        return "\nPHASE OVERRUN: the barrier is already a phase further"
     return ""
 
 
@@ -294,6 +297,10 @@ def _subtitle(violation: Violation) -> str:
     if violation.kind == "remote_before_entry" and violation.trace:
         last = violation.trace[-1]
         return f"step {last.index} reaches a core that is not inside this invocation of the kernel (red)"
+    if violation.kind == "barrier_phase_overrun" and violation.trace:
+        last = violation.trace[-1]
+        return (f"{last.actor} waits at line {_line(last.location)} for a barrier phase after the "
+                "next phase has completed too (red)")
     return ""
 
 

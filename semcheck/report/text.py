@@ -47,7 +47,7 @@ def verdict_line(r: Result) -> str:
     where = f"{display_path(r.file)}:{r.line}" if r.file else ""
     head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
     if r.cores > 1:
-        head += f" x {r.cores} cores"
+        head += f" x {r.cores} {'blocks' if r.backend == 'gpu' else 'cores'}"
     head += f", {r.semantics} rules]" if r.verdict is not Verdict.ERROR else "]"
     word = _VERDICT_WORDS[r.verdict]
     if r.verdict is Verdict.SAFE:

@@ -1,0 +1,60 @@
+"""Time the whole check of the Mosaic GPU collectives shipped in the jax wheel, tracing
+included: all_gather_mgpu, reduce_scatter_mgpu and collective_matmul_mgpu.
+
+    python benchmarks/gpu_collectives.py [--devices 2,4,8] [--sms 2]
+
+Each run is what `semcheck verify driver.py --devices N` does (a capture subprocess, then the
+explicit engine). The drivers are the ones tests/test_gpu_wheel_collectives.py uses; the
+collective matmul gets `--sms` streaming multiprocessors (blocks), which a CPU device lacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from semcheck.api import check_protocol  # noqa: E402
+from semcheck.capture import capture_script  # noqa: E402
+from tests.test_gpu_wheel_collectives import COLLECTIVE, KERNELS, MATMUL  # noqa: E402
+
+
+def drivers(folder: str, sms: int) -> dict[str, str]:
+    paths = {}
+    for module in [*sorted(KERNELS), "collective_matmul_mgpu"]:
+        line = f"from jax.experimental.pallas.ops.gpu import {module} as mod"
+        text = (MATMUL.format(import_line=line, sms=sms) if module == "collective_matmul_mgpu"
+                else COLLECTIVE.format(import_line=line, **KERNELS[module]))
+        paths[module] = os.path.join(folder, f"{module}_driver.py")
+        with open(paths[module], "w") as f:
+            f.write(text)
+    return paths
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", default="2,4,8")
+    parser.add_argument("--sms", type=int, default=2)
+    args = parser.parse_args(argv)
+    counts = [int(n) for n in args.devices.split(",")]
+    print(f"{'kernel':<24} {'devices':>7} {'verdict':>8} {'threads':>7} {'states':>8} {'capture s':>9} {'check s':>8}")
+    with tempfile.TemporaryDirectory() as folder:
+        for module, path in drivers(folder, args.sms).items():
+            for devices in counts:
+                start = time.perf_counter()
+                [protocol] = capture_script(path, devices).protocols
+                captured = time.perf_counter()
+                result = check_protocol(protocol)
+                done = time.perf_counter()
+                print(f"{module:<24} {devices:>7} {result.verdict.value:>8} {len(protocol.threads):>7} "
+                      f"{result.stats.states:>8} {captured - start:>9.2f} {done - captured:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Grid-wide barrier: every block of the launch waits until all blocks have arrived.
+
+`pl.get_global` gives one GMEM semaphore for the whole launch, shared by every block. Each
+block adds 1 to it and then waits, without decrementing, until it holds `num_blocks`: a
+wait that leaves the count alone lets every block see the same total. The semaphore ends
+the kernel holding `num_blocks`, which is fine on GPU (it is zero-filled at every launch).
+
+Expected verdict: safe
+"""
+
+# semcheck: expect safe
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+from jax.sharding import AxisType, Mesh
+from jax.sharding import PartitionSpec as P
+
+NUM_BLOCKS = 4
+
+
+def barrier_kernel(x_ref, o_ref):
+    arrived = pl.get_global(plgpu.SemaphoreType.REGULAR)
+    block = lax.axis_index("blocks")
+    o_ref[block] = x_ref[block] + 1.0
+    pl.semaphore_signal(arrived)
+    pl.semaphore_wait(arrived, NUM_BLOCKS, decrement=False)
+    # Every block's row is written by now.
+    o_ref[block] = o_ref[(block + 1) % NUM_BLOCKS]
+
+
+def grid_barrier(x, mesh):
+    def per_device(block):
+        return plgpu.kernel(
+            barrier_kernel,
+            out_type=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            grid=(NUM_BLOCKS,),
+            grid_names=("blocks",),
+        )(block)
+
+    return jax.jit(
+        jax.shard_map(per_device, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    )(x)
+
+
+if __name__ == "__main__":
+    mesh = Mesh(np.array(jax.devices()), ("x",), axis_types=(AxisType.Auto,))
+    x = jnp.zeros((mesh.size * NUM_BLOCKS, 128), jnp.float32)
+    out = grid_barrier(x, mesh)
+    jax.block_until_ready(out)
+    print("grid barrier:", out.shape)

@@ -1,0 +1,150 @@
+"""Mosaic GPU mbarriers and TMA loads (reference §4.8, §6), rules for the "gpu" backend.
+
+An mbarrier (`plgpu.Barrier`) is modelled by the number of arrivals it has ever seen: phase
+k completes when `(k+1) * arrivals_per_phase` arrivals have happened, and a thread's k-th
+`barrier_wait` on it is a non-decrementing wait for exactly that (the hardware keeps the
+phase parity per waiting thread; semantics reports a wait whose barrier is already a phase
+further as `barrier_phase_overrun`). `barrier_arrive` adds one arrival; `copy_gmem_to_smem`
+arrives once with its bytes, so it adds one arrival when the copy lands, and writes its SMEM
+destination until then. A `ClusterBarrier` arrival reaches the barrier in every block of the
+cluster along its axes, and each of those expects `num_arrivals` from every one of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from semcheck import ir
+from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering, MBarrier
+from semcheck.lower.gpu_memory import smem_region, split_flat
+from semcheck.lower.memory import nbytes_of_aval, semaphore_ref
+from semcheck.lower.registry import rule
+
+
+def _barrier_ref(t: GpuThreadLowering, eqn, barrier, transforms, what: str) -> tuple[ir.SemRef, MBarrier]:
+    from semcheck.lower.memory import ref_of
+
+    value, all_transforms = ref_of(t, eqn, barrier, what, transforms)
+    if not all_transforms and math.prod(value.shape) == 1:
+        ref = ir.SemRef(value.alloc, 0)  # a single barrier (num_barriers=1) is used unindexed
+    else:
+        ref = semaphore_ref(t, eqn, barrier, what, transforms)
+    info = t.kernel.mbarriers.get(ref.alloc)
+    if info is None:
+        raise t.error(eqn, f"{what} is {ref.alloc!r}, not a plgpu.Barrier")
+    return ref, info
+
+
+def _cluster_peers(t: GpuThreadLowering, eqn, info: MBarrier) -> list[int]:
+    """The blocks (this one included) a ClusterBarrier arrival reaches."""
+    sizes = t.kernel.grid_sizes
+    for axis in info.cluster_axes:
+        if axis not in t.kernel.cluster_names:
+            raise t.error(eqn, f"ClusterBarrier axis {axis!r} is not a cluster axis of the mesh "
+                          f"({', '.join(t.kernel.cluster_names) or 'none'})")
+    if len([a for a in info.cluster_axes if sizes[a] > 1]) > 1:
+        raise t.error(eqn, "a ClusterBarrier over several non-trivial cluster axes is not "
+                      "supported by semcheck yet", hint="use one cluster axis")
+    peers = []
+    for values in itertools.product(*(range(sizes[a]) for a in info.cluster_axes)):
+        coords = dict(t.block_coords)
+        coords.update(zip(info.cluster_axes, values))
+        peers.append(t.kernel.block_of(coords))
+    return peers
+
+
+def _arrivals_per_phase(t: GpuThreadLowering, eqn, info: MBarrier) -> int:
+    return info.num_arrivals * len(_cluster_peers(t, eqn, info))
+
+
+@rule("barrier_arrive", backend=GPU)
+def barrier_arrive(t: GpuThreadLowering, eqn, inputs):
+    barrier, *flat = inputs
+    [transforms, _] = split_flat(flat, eqn.params["transforms_treedef"])
+    ref, info = _barrier_ref(t, eqn, barrier, transforms, "the arrived-at barrier")
+    peers = _cluster_peers(t, eqn, info) if info.cluster_axes else [None]
+    for block in peers:
+        target = ref if block is None else ir.SemRef(ref.alloc, ref.index, None, block)
+        t.emitter.emit(ir.Signal(t.loc(eqn), target, 1))
+    return []
+
+
+@rule("barrier_wait", backend=GPU)
+def barrier_wait(t: GpuThreadLowering, eqn, inputs):
+    barrier, *flat = inputs
+    [transforms, _] = split_flat(flat, eqn.params["transforms_treedef"])
+    ref, info = _barrier_ref(t, eqn, barrier, transforms, "the waited barrier")
+    if not isinstance(ref.index, int):
+        raise t.error(
+            eqn,
+            "the barrier index is known only at run time, so semcheck cannot tell which phase "
+            "this wait is for",
+            hint="index barrier arrays with values derived from axis_index, program_id and "
+            "static loop counters",
+        )
+    key = (ref.alloc, ref.index)
+    phase = t.barrier_waits.get(key, 0)
+    t.barrier_waits[key] = phase + 1
+    need = (phase + 1) * _arrivals_per_phase(t, eqn, info)
+    t.emitter.emit(ir.Wait(t.loc(eqn), ref, need, False))
+    return []
+
+
+@rule("barrier_test", backend=GPU)
+def barrier_test(t: GpuThreadLowering, eqn, inputs):
+    raise t.error(eqn, "semcheck has no model of barrier_test (a non-blocking phase test) yet",
+                  hint="use plgpu.barrier_wait")
+
+
+@rule("copy_gmem_to_smem", backend=GPU)
+def copy_gmem_to_smem(t: GpuThreadLowering, eqn, inputs):
+    """A TMA load: arrives once on the barrier, the phase needing its bytes as well; in the
+    model the arrival happens when the copy lands."""
+    params = eqn.params
+    src, dst, barrier, *flat = inputs
+    src_tr, dst_tr, bar_tr, _ = split_flat(
+        flat, params["src_transforms_treedef"], params["dst_transforms_treedef"], params["barrier_transforms_treedef"]
+    )
+    axes = tuple(params.get("collective_axes") or ())
+    if any(t.kernel.grid_sizes.get(a, 1) > 1 for a in axes) or params.get("leader_tracked") is not None:
+        raise t.error(eqn, "multicast and partitioned TMA copies (collective_axes over a "
+                      "cluster of more than one block) are not supported by semcheck yet")
+    ref, _info = _barrier_ref(t, eqn, barrier, bar_tr, "the copy's barrier")
+    src_region = smem_region(t, eqn, src, "the copy source", src_tr)
+    dst_region = smem_region(t, eqn, dst, "the copy destination", dst_tr)
+    if src_region is None or dst_region is None:
+        raise t.error(eqn, "a TMA copy through plgpu.remote_ref is not supported by semcheck yet")
+    dst_aval = _transformed_aval(eqn, 1, params["dst_transforms_treedef"], params)
+    t.emitter.emit(
+        ir.DmaStart(
+            t.loc(eqn),
+            src=src_region,
+            dst=dst_region,
+            recv_sem=ref,
+            nbytes=_bytes(t, eqn, dst_aval),
+        )
+    )
+    return []
+
+
+def _transformed_aval(eqn, position, treedef, params):
+    """The aval of operand `position` after its transforms, or None when it cannot be told."""
+    from jax._src.state.types import TransformedRef
+
+    try:
+        flat_avals = [v.aval for v in eqn.invars]
+        base = 3 if "barrier_transforms_treedef" in params else 2
+        counts = [params["src_transforms_treedef"].num_leaves, params["dst_transforms_treedef"].num_leaves]
+        start = base + sum(counts[: position])
+        transforms = treedef.unflatten(flat_avals[start:start + treedef.num_leaves])
+        return TransformedRef(flat_avals[position], tuple(transforms))
+    except Exception:
+        return None
+
+
+def _bytes(t, eqn, aval) -> int:
+    try:
+        return nbytes_of_aval(t, eqn, aval)
+    except Exception:
+        return 0  # only labels use it: a barrier counts arrivals, not bytes

@@ -1,0 +1,135 @@
+"""Mosaic GPU semaphores (reference §6), rules for the "gpu" backend.
+
+GMEM semaphores: a `scratch_types` or `run_scoped` semaphore exists once per block (lowering
+slices one copy per block), a `pl.get_global` one once per launch, shared by every block. A
+remote signal reaches the same allocation on the peer (its symmetric address), so a
+per-block semaphore is signalled in the peer's block of the same index. Waits may or may not
+decrement; decrementing waits of several blocks on one semaphore compete.
+"""
+
+from __future__ import annotations
+
+import math
+
+from semcheck import ir
+from semcheck.ir import Scope, SemKind, SemOrigin
+from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering
+from semcheck.lower.interpreter import operand
+from semcheck.lower.memory import semaphore_ref
+from semcheck.lower.registry import rule
+from semcheck.lower.tpu import resolve_device
+from semcheck.lower.values import Known, RefValue
+
+
+def _signal(t: GpuThreadLowering, eqn, sem, transforms, inc, device_id, device_id_type, what="signal"):
+    device, core = resolve_device(t, eqn, device_id, device_id_type, what)
+    if core is not None:
+        raise t.error(eqn, f"{what}: a device id dict may only name mesh axes on GPU "
+                      "(Mosaic GPU lowering raises ValueError for other keys)")
+    ref = semaphore_ref(t, eqn, sem, "the signalled semaphore", transforms, device=device)
+    _require_gmem_semaphore(t, eqn, ref, "signal")
+    t.emitter.emit(ir.Signal(t.loc(eqn), ref, operand(t, eqn, inc, "the signal increment")))
+    return device
+
+
+@rule("semaphore_signal", backend=GPU)
+def semaphore_signal(t: GpuThreadLowering, eqn, inputs):
+    sem, transforms, inc, device_id, core_index = eqn.params["args_tree"].unflatten(inputs)
+    if core_index is not None:
+        raise t.error(eqn, "core_index has no meaning on GPU (Mosaic GPU lowering raises "
+                      "NotImplementedError)", hint="address blocks through the semaphore, not a core")
+    device = _signal(t, eqn, sem, transforms, inc, device_id, eqn.params["device_id_type"])
+    if device is not None and eqn.params.get("memory_scope", "sys") != "sys":
+        raise t.error(
+            eqn,
+            "a remote signal needs memory_scope='sys' (Mosaic GPU lowering rejects "
+            f"memory_scope={eqn.params['memory_scope']!r} with a device_id)",
+            hint="drop memory_scope or pass memory_scope='sys'",
+        )
+    return []
+
+
+@rule("semaphore_wait", backend=GPU)
+def semaphore_wait(t: GpuThreadLowering, eqn, inputs):
+    sem, transforms, value, decrement = eqn.params["args_tree"].unflatten(inputs)
+    if not isinstance(decrement, Known):
+        raise t.error(eqn, "the decrement flag is not a constant")
+    ref = semaphore_ref(t, eqn, sem, "the waited semaphore", transforms)
+    _require_gmem_semaphore(t, eqn, ref, "wait")
+    t.emitter.emit(
+        ir.Wait(t.loc(eqn), ref, operand(t, eqn, value, "the wait value"), bool(decrement.value))
+    )
+    return []
+
+
+@rule("semaphore_signal_multicast", backend=GPU)
+def semaphore_signal_multicast(t: GpuThreadLowering, eqn, inputs):
+    sem, transforms, value = eqn.params["args_tree"].unflatten(inputs)
+    mesh = t.kernel.mesh
+    axes = tuple(eqn.params["collective_axes"])
+    if set(axes) != set(mesh.axis_names):
+        raise t.error(
+            eqn,
+            f"collective_axes={axes} must name every mesh axis ({', '.join(mesh.axis_names)}): "
+            "a multicast signal reaches the semaphore on every device",
+        )
+    inc = operand(t, eqn, value, "the signal increment")
+    for device in range(mesh.size):
+        ref = semaphore_ref(t, eqn, sem, "the signalled semaphore", transforms, device=device)
+        _require_gmem_semaphore(t, eqn, ref, "signal")
+        t.emitter.emit(ir.Signal(t.loc(eqn), ref, inc))
+    return []
+
+
+@rule("semaphore_signal_parallel", backend=GPU)
+def semaphore_signal_parallel(t: GpuThreadLowering, eqn, inputs):
+    # Signals that may land in any order: independent signals are exactly that.
+    refs, transforms, incs, device_ids = eqn.params["args_tree"].unflatten(inputs)
+    for sem, tr, inc, device_id in zip(refs, transforms, incs, device_ids):
+        _signal(t, eqn, sem, tr, inc, device_id, "mesh", "semaphore_signal_parallel")
+    return []
+
+
+def _require_gmem_semaphore(t, eqn, ref: ir.SemRef, what: str) -> None:
+    decl = t.kernel.semaphores[ref.alloc]
+    if decl.kind is SemKind.MBARRIER:
+        raise t.error(eqn, f"cannot {what} the mbarrier {ref.alloc!r} like a semaphore",
+                      hint="use plgpu.barrier_arrive / plgpu.barrier_wait")
+
+
+@rule("get_global", backend=GPU)
+def get_global(t: GpuThreadLowering, eqn, inputs):
+    """One allocation per call site, shared by every block of the launch."""
+    what = eqn.params["what"]
+    if not _is_gmem_semaphore(what):
+        raise t.error(
+            eqn,
+            f"get_global only supports semaphores, got {what}: pl.get_global allocates a GMEM "
+            "semaphore shared by every block of the launch, and Mosaic GPU lowering rejects "
+            "anything else (a buffer, or a TPU semaphore type)",
+            hint="pass plgpu.SemaphoreType.REGULAR (or REGULAR((n,))); allocate buffers with "
+            "scratch_types or pl.run_scoped",
+        )
+    ctx = t.kernel
+    ref = ctx.global_slots.get(id(eqn))
+    if ref is None:
+        shape = tuple(int(d) for d in what.shape)
+        name = ctx.unique(f"global#{len(ctx.global_slots)}")
+        ctx.semaphores[name] = ir.SemDecl(
+            name, SemKind.GPU_GLOBAL, max(1, math.prod(shape)), SemOrigin.GLOBAL, Scope.DEVICE, None, t.loc(eqn)
+        )
+        ref = ctx.global_slots[id(eqn)] = RefValue(name, True, shape, what.dtype)
+    return [ref]
+
+
+def _is_gmem_semaphore(aval) -> bool:
+    from jax._src import dtypes
+    from jax._src.pallas import core as pl_core
+
+    space = str(getattr(getattr(aval, "memory_space", None), "value", getattr(aval, "memory_space", ""))).lower()
+    dtype = getattr(aval, "dtype", None)
+    try:
+        is_sem = dtype is not None and dtypes.issubdtype(dtype, pl_core.semaphore_dtype)
+    except TypeError:
+        is_sem = False
+    return is_sem and space == "gmem"

@@ -1,0 +1,354 @@
+"""Lowering of each Mosaic GPU primitive and construct to the IR, on small kernels traced in
+this process (the path of `semcheck.verify`): threads per (device, block, Pallas thread),
+per-block scratch and per-launch `pl.get_global` semaphores, remote, multicast and parallel
+signals, mbarrier phases, TMA copies, cluster barriers, and the errors for what Mosaic GPU
+rejects."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+from jax.experimental.pallas import tpu as pltpu
+
+from semcheck import ir
+from semcheck.api import check_protocol
+from semcheck.capture import capture_function, lower_captures
+from tests.tpu_kernels import line_of, mesh, sharded
+
+HERE = __file__
+REGULAR = plgpu.SemaphoreType.REGULAR
+
+
+def gpu_call(kernel, *, grid=(2,), scratch=(), **kw):
+    def per_device(block):
+        return plgpu.kernel(
+            kernel,
+            out_type=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            grid=grid,
+            grid_names=tuple(f"g{k}" for k in range(len(grid))) if "grid_names" not in kw else kw.pop("grid_names"),
+            scratch_types=list(scratch),
+            **kw,
+        )(block)
+
+    return per_device
+
+
+def lower(per_device, devices=2):
+    fn, x = sharded(per_device, mesh((devices,)))
+    return lower_captures(capture_function(fn, x))
+
+
+def protocol(per_device, devices=2) -> ir.Protocol:
+    found, errors = lower(per_device, devices)
+    assert not errors, [e.message for e in errors]
+    [p] = found
+    return p
+
+
+def error(per_device, devices=2):
+    found, errors = lower(per_device, devices)
+    assert not found
+    [e] = errors
+    return e
+
+
+def body(p: ir.Protocol, device=0, block=0, sub=0) -> tuple:
+    [t] = [t for t in p.threads if (t.device, t.core, t.sub) == (device, block, sub)]
+    return t.body
+
+
+# --- threads and allocations ---------------------------------------------------------------
+
+
+def test_one_thread_per_device_block_and_pallas_thread():
+    def kernel(x_ref, o_ref):
+        pass
+
+    p = protocol(gpu_call(kernel, grid=(2, 3), num_threads=2, thread_name="wg"))
+    assert (p.backend, p.frontend, p.devices, p.cores) == (ir.Backend.GPU, "gpu", 2, 6)
+    assert sorted((t.device, t.core, t.sub) for t in p.threads) == [
+        (d, b, s) for d in range(2) for b in range(6) for s in range(2)
+    ]
+
+
+def test_pl_kernel_over_a_gpu_mesh_is_captured_like_plgpu_kernel():
+    def kernel(x_ref, o_ref):
+        sem = pl.get_global(REGULAR)
+        pl.semaphore_signal(sem)
+        pl.semaphore_wait(sem, 3, decrement=False)
+
+    def per_device(block):
+        gpu_mesh = plgpu.Mesh(grid=(3,), grid_names=("blocks",))
+        return pl.kernel(kernel, out_type=jax.ShapeDtypeStruct(block.shape, block.dtype), mesh=gpu_mesh)(block)
+
+    p = protocol(per_device)
+    assert (p.frontend, p.devices, p.cores) == ("gpu", 2, 3)
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_grid_cluster_and_thread_axes_follow_the_block_and_thread():
+    def kernel(x_ref, o_ref, sem):
+        g, c, wg = lax.axis_index("g0"), lax.axis_index("c"), lax.axis_index("wg")
+        pl.semaphore_signal(sem, 100 * g + 10 * c + wg + 1)
+
+    p = protocol(gpu_call(kernel, grid=(2,), cluster=(2,), cluster_names=("c",), num_threads=2,
+                          thread_name="wg", scratch=[REGULAR]))
+    assert p.cores == 4  # the grid counts clusters; Mosaic GPU launches grid * cluster blocks
+    for t in p.threads:
+        [signal] = [i for i in t.body if isinstance(i, ir.Signal)]
+        g, c = divmod(t.core, 2)
+        assert signal.inc == 100 * g + 10 * c + t.sub + 1
+
+
+def test_scratch_semaphores_are_per_block_and_get_global_is_per_launch():
+    def kernel(x_ref, o_ref, scratch_sem):
+        shared = pl.get_global(REGULAR)
+        pl.semaphore_signal(scratch_sem)
+        pl.semaphore_signal(shared)
+
+    p = protocol(gpu_call(kernel, scratch=[REGULAR]))
+    by_kind = {d.kind: d for d in p.semaphores}
+    assert by_kind[ir.SemKind.REGULAR].scope is ir.Scope.CORE
+    glob = by_kind[ir.SemKind.GPU_GLOBAL]
+    assert (glob.scope, glob.origin, glob.name) == (ir.Scope.DEVICE, ir.SemOrigin.GLOBAL, "global#0")
+    assert glob.loc.line == line_of(HERE, "shared = pl.get_global(REGULAR)")
+
+
+def test_each_get_global_call_site_is_its_own_semaphore():
+    def kernel(x_ref, o_ref):
+        a = pl.get_global(REGULAR)
+        b = pl.get_global(REGULAR((3,)))
+        pl.semaphore_signal(a)
+        pl.semaphore_signal(b.at[2])
+
+    p = protocol(gpu_call(kernel))
+    globals_ = [d for d in p.semaphores if d.kind is ir.SemKind.GPU_GLOBAL]
+    assert [(d.name, d.size) for d in globals_] == [("global#0", 1), ("global#1", 3)]
+    signals = [i for i in body(p) if isinstance(i, ir.Signal)]
+    assert [(s.sem.alloc, s.sem.index) for s in signals] == [("global#0", 0), ("global#1", 2)]
+
+
+def test_gpu_semaphores_may_end_non_zero_and_waits_on_a_global_compete():
+    def barrier(x_ref, o_ref):
+        sem = pl.get_global(REGULAR)
+        pl.semaphore_signal(sem)
+        pl.semaphore_wait(sem, 2, decrement=False)
+
+    result = check_protocol(protocol(gpu_call(barrier), devices=1))
+    assert result.verdict.value == "safe" and result.stats.states == 5  # one path: nothing conflicts
+
+    def competing(x_ref, o_ref):
+        sem = pl.get_global(REGULAR)
+        pl.semaphore_signal(sem)
+        pl.semaphore_wait(sem, 2)
+
+    result = check_protocol(protocol(gpu_call(competing), devices=1))
+    assert {v.kind for v in result.errors} == {"unsatisfied_wait"}
+    assert result.stats.states == 5  # both signals, then either wait takes the count
+
+
+# --- signals ----------------------------------------------------------------------------------
+
+
+def test_a_remote_signal_reaches_the_same_block_of_the_peer():
+    def kernel(x_ref, o_ref, sem):
+        right = lax.rem(lax.axis_index("x") + 1, 2)
+        plgpu.semaphore_signal(sem, 1, device_id=right, memory_scope="sys")
+        plgpu.semaphore_wait(sem, 1)
+
+    p = protocol(gpu_call(kernel, scratch=[REGULAR]))
+    [signal] = [i for i in body(p, device=1, block=1) if isinstance(i, ir.Signal)]
+    assert (signal.sem.device, signal.sem.core) == (0, None)  # core None: the signaller's block
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_multicast_signals_every_device():
+    def kernel(x_ref, o_ref, sem):
+        plgpu.semaphore_signal_multicast(sem, 2, collective_axes="x")
+        pl.semaphore_wait(sem, 8, decrement=False)
+
+    p = protocol(gpu_call(kernel, scratch=[REGULAR]), devices=4)
+    signals = [i for i in body(p) if isinstance(i, ir.Signal)]
+    assert [(s.sem.device, s.inc) for s in signals] == [(d, 2) for d in range(4)]
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_parallel_signals_are_independent_signals():
+    def kernel(x_ref, o_ref, a, b):
+        me = lax.axis_index("x")
+        plgpu.semaphore_signal_parallel(
+            plgpu.SemaphoreSignal(a, device_id=1 - me),
+            plgpu.SemaphoreSignal(b, device_id=me, inc=3),
+        )
+        pl.semaphore_wait(a, 1)
+        pl.semaphore_wait(b, 3)
+
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=[REGULAR, REGULAR]))
+    signals = [i for i in body(p, device=1) if isinstance(i, ir.Signal)]
+    assert [(s.sem.device, s.inc) for s in signals] == [(0, 1), (1, 3)]
+    assert len({s.sem.alloc for s in signals}) == 2
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_semaphore_read_on_gpu_becomes_a_register():
+    def kernel(x_ref, o_ref, sem):
+        pl.semaphore_signal(sem, 2)
+        n = pl.semaphore_read(sem)
+        pl.semaphore_wait(sem, n, decrement=False)
+
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=[REGULAR]))
+    assert any(isinstance(i, ir.Read) for i in body(p))
+    assert check_protocol(p).verdict.value == "safe"
+
+
+# --- mbarriers -----------------------------------------------------------------------------------
+
+
+def test_each_barrier_wait_waits_for_the_next_phase():
+    def kernel(x_ref, o_ref, barrier):
+        for _ in range(3):
+            plgpu.barrier_arrive(barrier.at[1])
+        for _ in range(3):
+            plgpu.barrier_wait(barrier.at[1])
+
+    scratch = [plgpu.Barrier(num_arrivals=1, num_barriers=2)]
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=scratch))
+    waits = [i for i in body(p) if isinstance(i, ir.Wait)]
+    assert [(w.sem.index, w.value, w.decrement) for w in waits] == [(1, 1, False), (1, 2, False), (1, 3, False)]
+    [decl] = [d for d in p.semaphores if d.kind is ir.SemKind.MBARRIER]
+    assert decl.size == 2 and decl.scope is ir.Scope.CORE
+
+
+def test_a_tma_copy_arrives_on_its_barrier_when_it_lands():
+    def kernel(x_ref, o_ref, tile, barrier):
+        plgpu.copy_gmem_to_smem(x_ref, tile, barrier)
+        plgpu.barrier_wait(barrier)
+
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=[plgpu.SMEM((8, 128), jnp.float32), plgpu.Barrier()]))
+    [start] = [i for i in body(p) if isinstance(i, ir.DmaStart)]
+    assert start.send_sem is None and start.device is None
+    assert start.loc.line == line_of(HERE, "plgpu.copy_gmem_to_smem(x_ref, tile, barrier)")
+    result = check_protocol(p)
+    assert result.verdict.value == "safe" and result.stats.states == 7  # start, land, wait on each device
+
+
+def test_a_cluster_barrier_arrival_reaches_every_block_of_the_cluster():
+    def kernel(x_ref, o_ref):
+        @functools.partial(
+            pl.run_scoped, barrier=plgpu.ClusterBarrier(collective_axes=("c",), num_arrivals=1)
+        )
+        def _(barrier):
+            plgpu.barrier_arrive(barrier)
+            plgpu.barrier_wait(barrier)
+
+    p = protocol(gpu_call(kernel, grid=(1,), cluster=(2,), cluster_names=("c",)), devices=1)
+    arrivals = [i for i in body(p, block=1) if isinstance(i, ir.Signal)]
+    assert sorted(s.sem.core for s in arrivals) == [0, 1]
+    [wait] = [i for i in body(p, block=1) if isinstance(i, ir.Wait)]
+    assert wait.value == 2  # one arrival from each block of the cluster
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_every_run_scoped_entry_initializes_its_barriers_afresh():
+    def kernel(x_ref, o_ref):
+        @pl.loop(0, 2)
+        def _(i):
+            @functools.partial(pl.run_scoped, barrier=plgpu.Barrier())
+            def _(barrier):
+                plgpu.barrier_arrive(barrier)
+                plgpu.barrier_wait(barrier)
+
+    p = protocol(gpu_call(kernel, grid=(1,)), devices=1)
+    waits = [i for i in body(p) if isinstance(i, ir.Wait)]
+    assert len({w.sem.alloc for w in waits}) == 2 and {w.value for w in waits} == {1}
+
+
+# --- what Mosaic GPU rejects ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("what", [pltpu.SemaphoreType.REGULAR, plgpu.SMEM((8,), jnp.float32)], ids=["tpu_sem", "smem"])
+def test_get_global_of_anything_but_a_gmem_semaphore_is_an_error_at_its_line(what):
+    def kernel(x_ref, o_ref):
+        sem = pl.get_global(what)  # the offending line
+        del sem
+        o_ref[...] = x_ref[...]
+
+    e = error(gpu_call(kernel))
+    assert "get_global only supports semaphores" in e.message and "get_global" in e.message
+    assert e.line == line_of(HERE, "sem = pl.get_global(what)  # the offending line")
+
+
+def test_a_remote_gpu_scope_signal_is_an_error():
+    def kernel(x_ref, o_ref, sem):
+        plgpu.semaphore_signal(sem, 1, device_id=0, memory_scope="gpu")
+
+    assert "memory_scope='sys'" in error(gpu_call(kernel, scratch=[REGULAR])).message
+
+
+def test_a_block_collective_run_scoped_is_an_error():
+    def kernel(x_ref, o_ref):
+        @functools.partial(pl.run_scoped, sem=REGULAR, collective_axes="g0")
+        def _(sem):
+            pl.semaphore_signal(sem)
+
+    assert "pl.get_global" in error(gpu_call(kernel)).message
+
+
+def test_cli_exits_2_on_get_global_of_a_buffer(tmp_path):
+    script = tmp_path / "bad_global.py"
+    script.write_text(
+        "import jax, jax.numpy as jnp, numpy as np\n"
+        "from jax.sharding import AxisType, Mesh, PartitionSpec as P\n"
+        "from jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import mosaic_gpu as plgpu\n"
+        "def kernel(x_ref, o_ref):\n"
+        "    buf = pl.get_global(plgpu.SMEM((8,), jnp.float32))\n"
+        "    o_ref[...] = x_ref[...]\n"
+        "mesh = Mesh(np.array(jax.devices()), ('x',), axis_types=(AxisType.Auto,))\n"
+        "call = lambda b: plgpu.kernel(kernel, out_type=jax.ShapeDtypeStruct(b.shape, b.dtype), grid=(1,), grid_names=('g',))(b)\n"
+        "f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P('x'), out_specs=P('x'), check_vma=False))\n"
+        "jax.block_until_ready(f(jnp.ones((mesh.size * 8, 128), jnp.float32)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-m", "semcheck", "verify", str(script), "--devices", "2"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "get_global only supports semaphores" in proc.stdout + proc.stderr
+    assert "bad_global.py:6" in proc.stdout + proc.stderr
+
+
+def test_a_barrier_two_phases_ahead_of_its_waiter_is_a_phase_overrun():
+    def kernel(x_ref, o_ref, barrier):
+        plgpu.barrier_arrive(barrier)
+        plgpu.barrier_arrive(barrier)
+        plgpu.barrier_wait(barrier)  # phase 0, but phase 1 has completed too
+        plgpu.barrier_wait(barrier)
+
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=[plgpu.Barrier()]), devices=1)
+    [decl] = [d for d in p.semaphores if d.kind is ir.SemKind.MBARRIER]
+    assert decl.arrivals_per_phase == 1
+    result = check_protocol(p)
+    [violation] = result.errors
+    assert violation.kind == "barrier_phase_overrun"
+    assert violation.location.line == line_of(HERE, "plgpu.barrier_wait(barrier)  # phase 0, but")
+    assert result.stats.states == 5
+
+
+def test_cluster_barrier_phases_count_arrivals_from_every_block():
+    def kernel(x_ref, o_ref):
+        @functools.partial(
+            pl.run_scoped, barrier=plgpu.ClusterBarrier(collective_axes=("c",), num_arrivals=2)
+        )
+        def _(barrier):
+            pass
+
+    p = protocol(gpu_call(kernel, grid=(1,), cluster=(2,), cluster_names=("c",)), devices=1)
+    [decl] = [d for d in p.semaphores if d.kind is ir.SemKind.MBARRIER]
+    assert decl.arrivals_per_phase == 4
