@@ -26,7 +26,7 @@ from semcheck.semantics import ProtocolError
 def check_protocol(
     protocol: Protocol,
     *,
-    engine: str = "explicit",
+    engine: str = "auto",
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
     assume: Iterable[Assumption] = (),
@@ -53,7 +53,7 @@ def verify_path(
     paths: str | Iterable[str],
     devices: Iterable[int] = (2, 4, 8),
     *,
-    engine: str = "explicit",
+    engine: str = "auto",
     budget: Budget | None = None,
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
     assume: Iterable[Assumption] = (),
@@ -97,7 +97,7 @@ def verify_path(
 
 
 def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,
-           engine: str = "explicit", budget: Budget | None = None, **options) -> list[Result]:
+           engine: str = "auto", budget: Budget | None = None, **options) -> list[Result]:
     """Check every Pallas kernel (TPU or Mosaic GPU) that `fn(*example_args)` calls, in this process.
 
     `fn` is traced with `jax.make_jaxpr`; its kernels must run inside `jax.shard_map`, whose

@@ -1,13 +1,13 @@
 """Routed rows with an off-by-one clamp: `unsatisfied_wait`, for exactly one routed count.
 
-The same kernel as routed_rows.py (one local DMA per routed row, then one wait per row),
-except that the start loop clamps the count at CAPACITY - 1, as if the buffer's last row
-were reserved, while the wait loop clamps at CAPACITY. For every count below CAPACITY both
-loops agree; when the router sends exactly CAPACITY rows (the top of the assumed range
-0..CAPACITY), the last wait is for a copy that was never started and the device hangs.
+The same kernel as routed_rows.py, except that the producer clamps the credits at
+CAPACITY - 1, as if the buffer's last row were reserved, while the consumer waits for
+min(routed, CAPACITY). For every count below CAPACITY both sides agree; when the router
+sends exactly CAPACITY rows (the top of the assumed range 0..CAPACITY), the consumer waits
+for one credit more than it gets and hangs.
 
 `rows_ref[0]` is a protocol input on each device; the counterexample names the value that
-hangs (`rows_ref[0]@dK = 2`).
+hangs (`rows_ref[0]@dK = 64`).
 
 Expected verdict: violation (unsatisfied_wait)
 """
@@ -17,7 +17,6 @@ Expected verdict: violation (unsatisfied_wait)
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import AxisType, Mesh
@@ -25,25 +24,16 @@ from jax.sharding import PartitionSpec as P
 
 import semcheck
 
-CAPACITY = 2  # rows in the receive buffer
+CAPACITY = 64  # rows in the receive buffer
 semcheck.assume("rows_ref[0]", 0, CAPACITY)
 
 
-def routed_kernel(rows_ref, x_ref, o_ref, sem):
+def routed_kernel(rows_ref, x_ref, o_ref, ready):
     routed = rows_ref[0]
-    starts = jnp.minimum(routed, CAPACITY - 1)  # the bug: should be CAPACITY
-    waits = jnp.minimum(routed, CAPACITY)
-
-    def copy(i):
-        return pltpu.make_async_copy(x_ref.at[pl.ds(i, 1)], o_ref.at[pl.ds(i, 1)], sem)
-
-    @pl.loop(0, starts)
-    def _(i):
-        copy(i).start()
-
-    @pl.loop(0, waits)
-    def _(i):
-        copy(i).wait()  # <- unsatisfied_wait
+    # Producer side: one credit per routed row the buffer can take.
+    pl.semaphore_signal(ready, jnp.minimum(routed, CAPACITY - 1))  # the bug: should be CAPACITY
+    # Consumer side: one credit per row it will read.
+    pl.semaphore_wait(ready, jnp.minimum(routed, CAPACITY))  # <- unsatisfied_wait
 
 
 def routed_rows(rows, x, mesh):
@@ -55,7 +45,7 @@ def routed_rows(rows, x, mesh):
                 num_scalar_prefetch=1,
                 in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
                 out_specs=pl.BlockSpec(memory_space=pl.ANY),
-                scratch_shapes=[pltpu.SemaphoreType.DMA],
+                scratch_shapes=[pltpu.SemaphoreType.REGULAR],
             ),
         )(rows, block)
 
@@ -67,7 +57,7 @@ def routed_rows(rows, x, mesh):
 if __name__ == "__main__":
     mesh = Mesh(np.array(jax.devices()), ("x",), axis_types=(AxisType.Auto,))
     n = mesh.size
-    rows = jnp.full((n,), 3, dtype=jnp.int32)
+    rows = jnp.full((n,), CAPACITY, dtype=jnp.int32)  # a full buffer on every device
     x = jnp.arange(n * CAPACITY * 128, dtype=jnp.float32).reshape(n * CAPACITY, 128)
     out = routed_rows(rows, x, mesh)
     jax.block_until_ready(out)

@@ -59,7 +59,10 @@ def run(
     combinations = input_combinations(system.protocol)
     if combinations > MAX_EXPLICIT_INPUT_COMBINATIONS:
         result = z3(system, budget, progress, **options)
-        names = ", ".join(f"{i.name} in {i.lo}..{i.hi}" for i in system.protocol.inputs)
+        inputs = system.protocol.inputs
+        names = ", ".join(f"{i.name} in {i.lo}..{i.hi}" for i in inputs[:3])
+        if len(inputs) > 3:
+            names += f" and {len(inputs) - 3} more"
         result.notes.append(
             f"engine auto chose z3: the inputs ({names}) span {combinations:,} value "
             "combinations, which the explicit engine would enumerate one by one"
