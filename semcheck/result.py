@@ -82,6 +82,7 @@ class Result:
     stats: Stats = field(default_factory=Stats)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    invocations: int = 1  # back-to-back runs of the kernel on every device (--invocations)
 
     @property
     def errors(self) -> list[Violation]:
