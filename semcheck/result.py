@@ -57,6 +57,7 @@ class Violation:
     cycle: list[int] = field(default_factory=list)  # indices into `blocked`
     related: list[Loc] = field(default_factory=list)  # e.g. the other access of a data race
     semaphore: str | None = None  # short label of the semaphore concerned, as steps name it
+    racing_step: int | None = None  # for a data race: the trace step that started the copy in flight
 
 
 @dataclass
