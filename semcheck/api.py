@@ -90,9 +90,9 @@ def verify_path(
                 results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
                 continue
             progress = progress_for(protocol.name, n) if progress_for else None
-            results.append(
-                check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
-            )
+            result = check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
+            result.invocations = invocations
+            results.append(result)
     return results
 
 

@@ -6,6 +6,7 @@ A declaration names the outcome a file is expected to have:
     # semcheck: expect semaphore_leftover, not_lowerable
     # semcheck: expect unsatisfied_wait kernel=ring_bad devices=4,8
     # semcheck: expect unsatisfied_wait cores=2       (a kernel split over 2 TensorCores)
+    # semcheck: expect remote_before_entry invocations=2  (under --invocations 2)
     # semcheck: expect safe
 
 or, for files that cannot carry a comment, the same text in pyproject.toml:
@@ -16,7 +17,8 @@ or, for files that cannot carry a comment, the same text in pyproject.toml:
 
 Keys are paths or glob patterns relative to the pyproject.toml that holds them (the nearest
 one above the checked file). An outcome is `safe` or a violation kind; `kernel=`,
-`devices=` and `cores=` narrow a declaration to some of the file's checks.
+`devices=`, `cores=` and `invocations=` narrow a declaration to some of the file's checks
+(a declaration without `invocations=` applies whatever `--invocations` is).
 
 How a check is judged (`judge`): the error kinds it found must be exactly the declared error
 kinds (none for `safe`), and every declared warning kind must be among its warnings (a
@@ -49,7 +51,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 SAFE = "safe"
 _COMMENT = re.compile(r"#\s*semcheck:\s*expect\b(?P<spec>.*)$")
-_QUALIFIER = re.compile(r"(?P<key>kernel|devices|cores)=(?P<value>\S+)")
+_QUALIFIER = re.compile(r"(?P<key>kernel|devices|cores|invocations)=(?P<value>\S+)")
 
 
 class ExpectationError(Exception):
@@ -64,16 +66,19 @@ class Expectation:
     source: str = "comment"  # "comment" (in the file) or "pyproject"
     where: str = ""  # "file:line" of the declaration
     cores: frozenset[int] | None = None
+    invocations: frozenset[int] | None = None
 
     @property
     def specificity(self) -> int:
-        return (self.kernel is not None) + (self.devices is not None) + (self.cores is not None)
+        qualifiers = (self.kernel, self.devices, self.cores, self.invocations)
+        return sum(q is not None for q in qualifiers)
 
     def applies_to(self, result: Result) -> bool:
         return (
             (self.kernel is None or self.kernel == result.kernel)
             and (self.devices is None or result.devices in self.devices)
             and (self.cores is None or result.cores in self.cores)
+            and (self.invocations is None or result.invocations in self.invocations)
         )
 
     def describe(self) -> str:
@@ -118,14 +123,15 @@ def parse_spec(spec: str, where: str, source: str = "comment") -> Expectation:
     if SAFE in words and outcomes:
         raise ExpectationError(f"{where}: `safe` cannot be combined with violation kinds")
     counts = {}
-    for key in ("devices", "cores"):
+    for key in ("devices", "cores", "invocations"):
         if key in qualifiers:
             try:
                 counts[key] = frozenset(int(n) for n in qualifiers[key].split(",") if n)
             except ValueError:
                 raise ExpectationError(f"{where}: {key}= takes counts like 4,8, got {qualifiers[key]!r}") from None
     return Expectation(
-        frozenset(outcomes), qualifiers.get("kernel"), counts.get("devices"), source, where, counts.get("cores")
+        frozenset(outcomes), qualifiers.get("kernel"), counts.get("devices"), source, where, counts.get("cores"),
+        counts.get("invocations"),
     )
 
 

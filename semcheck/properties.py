@@ -60,6 +60,7 @@ class Finding:
     blocked: tuple[dict, ...] = ()
     cycle: tuple[int, ...] = ()
     other: ir.Loc | None = None  # the second source line of a race
+    other_start: tuple[int, int] | None = None  # (thread, pc) that started a race's copy in flight
 
 
 # --- faults --------------------------------------------------------------------------------------
@@ -108,7 +109,8 @@ def _race_finding(system: System, h) -> Finding:
         f"give each in-flight copy its own semaphore or slot)"
     )
     key = (Kind.DATA_RACE, frozenset((here.loc, there.loc)))
-    return Finding(Kind.DATA_RACE, key, h.thread, here.loc, message, other=there.loc)
+    return Finding(Kind.DATA_RACE, key, h.thread, here.loc, message, other=there.loc,
+                   other_start=(h.other_thread, h.other_pc))
 
 
 def _early_arrival_finding(system: System, h) -> Finding:

@@ -59,6 +59,7 @@ class Violation:
     inputs: dict[str, int] = field(default_factory=dict)
     related: list[Loc] = field(default_factory=list)  # e.g. the other access of a data race
     semaphore: str | None = None  # short label of the semaphore concerned, as steps name it
+    racing_step: int | None = None  # for a data race: the trace step that started the copy in flight
 
 
 @dataclass
@@ -87,6 +88,7 @@ class Result:
     stats: Stats = field(default_factory=Stats)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    invocations: int = 1  # back-to-back runs of the kernel on every device (--invocations)
 
     @property
     def errors(self) -> list[Violation]:

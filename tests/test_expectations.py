@@ -123,6 +123,18 @@ def test_most_specific_declaration_wins_and_comments_beat_pyproject():
     assert expectations.expectation_for(result(), []) is None
 
 
+def test_an_invocations_declaration_applies_only_under_that_many_invocations():
+    once = parse_spec("safe", "x")
+    twice = parse_spec("remote_before_entry invocations=2 devices=4,8", "x")
+    assert twice.invocations == frozenset({2}) and twice.devices == frozenset({4, 8})
+    repeated = result(devices=4)
+    assert expectations.expectation_for(repeated, [once, twice]) is once
+    repeated.invocations = 2
+    assert expectations.expectation_for(repeated, [once, twice]) is twice
+    repeated.devices = 2
+    assert expectations.expectation_for(repeated, [once, twice]) is once
+
+
 def test_equally_specific_disagreeing_declarations_are_an_error():
     a = Expectation(frozenset({"deadlock"}), where="f.py:1")
     b = Expectation(frozenset({"unsatisfied_wait"}), where="f.py:2")

@@ -197,7 +197,7 @@ def test_dot_text_pins_nodes_and_paints_the_cycle_red():
 
 def declared_bugs():
     """Every model and example file that declares an error-severity violation, with the
-    device counts its declarations name (4 when they name none)."""
+    device count and invocation count its declarations name (4 and 1 when they name none)."""
     from semcheck.expectations import declared_in_file
     from semcheck.frontends import discover
     from semcheck.properties import SEVERITY, Kind
@@ -208,14 +208,16 @@ def declared_bugs():
         declared = [d for d in declared_in_file(path) if any(SEVERITY[Kind(k)] == "error" for k in d.outcomes)]
         if declared:
             counts = sorted({n for d in declared for n in (d.devices or ())}) or [4]
-            out.append(pytest.param(path, counts[0], id=os.path.relpath(path, ROOT)))
+            invocations = sorted({k for d in declared for k in (d.invocations or ())}) or [1]
+            out.append(pytest.param(path, counts[0], invocations[0], id=os.path.relpath(path, ROOT)))
     return out
 
 
-@pytest.mark.parametrize("path,devices", declared_bugs())
-def test_cli_renders_svg_for_every_declared_bug(tmp_path, capsys, path, devices):
+@pytest.mark.parametrize("path,devices,invocations", declared_bugs())
+def test_cli_renders_svg_for_every_declared_bug(tmp_path, capsys, path, devices, invocations):
     out = tmp_path / "out.svg"
-    code = cli.main(["verify", path, "--devices", str(devices), "--graph", str(out), "-q"])
+    code = cli.main(["verify", path, "--devices", str(devices), "--invocations", str(invocations),
+                     "--graph", str(out), "-q"])
     _, err = capsys.readouterr()
     assert code == 1
     drawn = sorted(tmp_path.glob("*.svg"))

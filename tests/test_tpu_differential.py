@@ -13,6 +13,15 @@ deadlock. For every example it can run, semcheck's verdict must agree with what 
 Examples the interpreter rejects (non-decrementing waits, semaphore_read) must be rejected
 with the documented message, and semcheck must have analyzed them anyway.
 
+A remote signal or copy that arrives before its target entered the kernel
+(`remote_before_entry`) is lost in semcheck's model, since entering allocates the target's
+semaphores afresh, so a wait for it can hang there; the interpreter allocates every
+device's semaphores before any device runs, so it neither sees the early arrival nor hangs.
+
+Races: with `InterpretParams(detect_races=True)`, in both DMA execution modes and several
+random seeds, every race the interpreter reports (it prints the two accesses' source lines)
+must be one semcheck reports too (`test_every_race_the_interpreter_reports_...`).
+
 Kernels with parallel grid dimensions are compared on two TensorCores per device (the
 interpreter's `num_cores_or_threads=2` against semcheck's megacore result). On one core the
 interpreter shuffles parallel grid coordinates, while semcheck runs the grid in order as a
@@ -22,6 +31,7 @@ single-core chip does, so the two are not comparable there.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -68,8 +78,8 @@ def interpreter_runs():
 _outcomes: dict = {}
 
 
-def run_interpreter(path: str, devices: int, params: dict) -> tuple[str, str]:
-    """("finished" | "hung" | "failed", output tail)."""
+def run_interpreter(path: str, devices: int, params: dict, tail: int | None = 4000) -> tuple[str, str]:
+    """("finished" | "hung" | "failed", output (its last `tail` characters))."""
     import json
 
     env = dict(os.environ)
@@ -84,7 +94,7 @@ def run_interpreter(path: str, devices: int, params: dict) -> tuple[str, str]:
     except subprocess.TimeoutExpired:
         return "hung", ""
     text = (proc.stdout or "") + (proc.stderr or "")
-    return ("finished" if proc.returncode == 0 else "failed"), text[-4000:]
+    return ("finished" if proc.returncode == 0 else "failed"), text[-tail:] if tail else text
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +119,9 @@ def test_semcheck_agrees_with_the_tpu_interpreter(outcomes, path, devices):
     if name in REJECTED:
         assert outcome == "failed" and REJECTED[name] in output, (outcome, output)
         return
-    if kinds & HANG_KINDS:
+    if "remote_before_entry" in kinds:
+        assert outcome == "finished", (kinds, outcome, output)
+    elif kinds & HANG_KINDS:
         assert outcome == "hung", (kinds, outcome, output)
     elif "invalid_device_id" in kinds:
         assert outcome == "failed" and "out of bounds" in output, (outcome, output)
@@ -138,3 +150,140 @@ def test_the_discharge_interpreter_rejects_the_remote_signal_handshake_that_semc
                           text=True, timeout=120)
     assert proc.returncode != 0 and "Remote signal not implemented" in proc.stderr
     assert [r.verdict.value for r in results(path, 2)] == ["safe"]
+
+
+# --- races ------------------------------------------------------------------------------------
+
+RACE_MODES = ("on_wait", "eager")
+RACE_SEEDS = (0, 1, 2)
+KERNEL_BOUNDARY = "pallas_call"  # the interpreter's frame for the copy-in/out around a kernel
+# One access of a race the interpreter prints:
+# "  read of KEY[RANGE] from DEVICE, CORE, FILE:LINE:COL (FUNCTION)" (or "..., pallas_call")
+_RACE_ACCESS = re.compile(
+    r"^\s+(?:read|write) of .* from .*?(?:(?P<file>\S+?\.py):(?P<line>\d+):\d+ \(|(?P<boundary>pallas_call)$)"
+)
+
+
+def interpreter_races(output: str, path: str) -> set[frozenset]:
+    """What the interpreter printed, as sets of the two accesses' source lines in `path`
+    (KERNEL_BOUNDARY for the copy-out at kernel exit). Its threads print concurrently, so
+    a report can come out interleaved with another: then each access counts on its own."""
+    races = set()
+    for block in output.split("RACE DETECTED")[1:]:
+        frames = []
+        for line in block.splitlines():
+            if m := _RACE_ACCESS.match(line):
+                if m["boundary"]:
+                    frames.append(KERNEL_BOUNDARY)
+                else:
+                    where = os.path.join(os.path.dirname(path), m["file"])  # relative to the run's cwd
+                    assert os.path.samefile(where, path), line  # accesses are lines of the kernel's file
+                    frames.append(int(m["line"]))
+        if len(frames) == 2:
+            races.add(frozenset(frames))
+        else:
+            races.update(frozenset([f]) for f in frames if f != KERNEL_BOUNDARY)
+    return races
+
+
+def assert_semcheck_reports(result, races: set[frozenset]) -> None:
+    """Each interpreter race must be a semcheck race between the same lines, unless
+    semcheck already reported a race at one of them: it reports each racing line once
+    (`System.silence`), so a second race at that line is knowingly not reported again.
+
+    A race with the kernel boundary is a copy still landing when the kernel exits (nobody
+    waited for it) against the copy-out of the output: semcheck reports that copy as a
+    `semaphore_leftover` at its start line (or a race there)."""
+    reported = {
+        frozenset([v.location.line, *(loc.line for loc in v.related)])
+        for v in result.errors if v.kind == "data_race"
+    }
+    silenced = set().union(*reported) if reported else set()
+    leftovers = {v.location.line for v in result.errors if v.kind == "semaphore_leftover" and v.location}
+    for race in races:
+        if KERNEL_BOUNDARY in race:
+            assert race - {KERNEL_BOUNDARY} <= silenced | leftovers, (sorted(race, key=str), leftovers)
+        else:
+            assert race in reported or race & silenced, (sorted(race), sorted(map(sorted, reported)))
+
+
+def race_runs():
+    """(example, devices, interpreter params, semcheck config) for every run the interpreter
+    can finish: not the kernels it rejects, not those that hang."""
+    runs = []
+    for path, devices, params, config in interpreter_runs():
+        if os.path.basename(path) in REJECTED:
+            continue
+        [result] = [r for r in results(path, devices) if config_of(r) == config]
+        kinds = {v.kind for v in result.errors}
+        if "invalid_device_id" in kinds or (kinds & HANG_KINDS and "remote_before_entry" not in kinds):
+            continue  # the interpreter fails on the bad id, or hangs
+        for mode in RACE_MODES:
+            for seed in RACE_SEEDS:
+                runs.append((path, devices, dict(params, detect_races=True, dma_execution_mode=mode,
+                                                 random_seed=seed), config))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def race_outcomes():
+    prefetch(example_paths(), DEVICE_COUNTS)
+    runs = race_runs()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = pool.map(lambda r: run_interpreter(r[0], r[1], r[2], tail=None), runs)
+        return [(run, outcome) for run, outcome in zip(runs, done)]
+
+
+@pytest.mark.slow
+def test_every_race_the_interpreter_reports_is_reported_by_semcheck(race_outcomes):
+    races_seen, problems = 0, []
+    for (path, devices, params, config), (outcome, output) in race_outcomes:
+        where = (os.path.basename(path), devices, params["dma_execution_mode"], params["random_seed"])
+        if outcome != "finished":
+            problems.append((where, outcome, output[-1000:]))
+            continue
+        races = interpreter_races(output, path)
+        races_seen += len(races)
+        [result] = [r for r in results(path, devices) if config_of(r) == config]
+        try:
+            assert_semcheck_reports(result, races)
+        except AssertionError as e:
+            problems.append((where, "missed", str(e)))
+    assert not problems, problems
+    assert races_seen  # the comparison is not vacuous: the interpreter does find races
+
+
+WHEEL_DRIVER = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import AxisType, Mesh
+from jax.experimental.pallas.ops.tpu import all_gather as ag
+mesh = Mesh(np.array(jax.devices()), ("x",), axis_types=(AxisType.Auto,))
+out = ag.all_gather(jnp.ones((mesh.size * 8, 128), jnp.float32), mesh=mesh, axis_name="x")
+jax.block_until_ready(out)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", RACE_MODES)
+@pytest.mark.parametrize("devices", [4, 8])
+def test_the_wheel_all_gathers_races_are_reported_by_both(tmp_path, devices, mode):
+    """The jax wheel's ops/tpu/all_gather: the interpreter reports races at its
+    async_remote_copy calls, each between two copies from one line, in the runs whose thread
+    schedule happens to expose them (at 4 devices, about half of them); semcheck reports
+    both lines in every run."""
+    from semcheck.api import verify_path
+    from jax.experimental.pallas.ops.tpu import all_gather
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(WHEEL_DRIVER)
+    wheel = os.path.abspath(all_gather.__file__)
+    outcome, output = run_interpreter(str(driver), devices, {"detect_races": True, "dma_execution_mode": mode},
+                                      tail=None)
+    assert outcome == "finished", output[-2000:]
+    races = interpreter_races(output, wheel)
+    copy_lines = {n for n, text in enumerate(open(wheel, encoding="utf-8"), start=1)
+                  if "_dma = pltpu.async_remote_copy(" in text}
+    assert races <= {frozenset([line]) for line in copy_lines}
+    [result] = verify_path(str(driver), [devices])
+    assert_semcheck_reports(result, races)
+    assert {v.location.line for v in result.errors if v.kind == "data_race"} == copy_lines

@@ -30,9 +30,9 @@ def test_there_is_a_correct_and_a_buggy_example_for_each_protocol():
 def test_example_gives_its_documented_verdict(path, devices):
     exp = expectation(path)
     found = results(path, devices)
-    assert {config_of(r) for r in found} == set(exp.verdicts), [r.kernel for r in found]
+    assert {config_of(r) for r in found} == exp.cores_configs(), [r.kernel for r in found]
     for r in found:
-        verdict, kinds = exp.verdicts[config_of(r)]
+        verdict, kinds = exp.verdict_for(config_of(r), devices)
         assert r.verdict.value == verdict, (r.kernel, r.error, [v.message for v in r.violations])
         assert {v.kind for v in r.errors} == kinds
         assert {v.kind for v in r.warnings} == exp.warnings
@@ -40,11 +40,30 @@ def test_example_gives_its_documented_verdict(path, devices):
         assert r.backend == "tpu" and r.semantics == "tpu"
 
 
+REPEATED = [(p, k) for p in EXAMPLES for k in sorted(expectation(p).invocation_counts()) if k > 1]
+
+
+def test_some_example_documents_what_repeated_calls_do():
+    assert REPEATED
+
+
+@pytest.mark.parametrize("devices", DEVICE_COUNTS)
+@pytest.mark.parametrize("path, invocations", REPEATED, ids=lambda v: os.path.basename(v) if isinstance(v, str) else f"x{v}")
+def test_example_called_repeatedly_gives_its_documented_verdict(path, invocations, devices):
+    """`semcheck verify --invocations K`: the kernel runs K times back to back."""
+    exp = expectation(path)
+    for r in results(path, devices, invocations):
+        verdict, kinds = exp.verdict_for(config_of(r), devices, invocations)
+        assert r.verdict.value == verdict, (r.kernel, r.error, [v.message for v in r.violations])
+        assert {v.kind for v in r.errors} == kinds
+        assert r.invocations == invocations and r.kernel.endswith(f" x{invocations}")
+
+
 @pytest.mark.parametrize("devices", DEVICE_COUNTS)
 @pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
 def test_every_report_points_at_the_kernels_own_line(path, devices):
     exp = expectation(path)
-    for r in results(path, devices):
+    for r in [r for k in sorted(exp.invocation_counts()) for r in results(path, devices, k)]:
         assert os.path.samefile(r.file, path)
         for v in r.violations:
             assert v.location is not None and os.path.samefile(v.location.file, path), v.message
@@ -57,17 +76,22 @@ def test_every_report_points_at_the_kernels_own_line(path, devices):
 @pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
 def test_docstring_and_gate_declaration_agree(path):
     """The docstring tells a reader the verdict; the `# semcheck: expect` comment tells the
-    CI gate (`semcheck verify --expectations`). They must say the same thing."""
+    CI gate (`semcheck verify --expectations`). They must say the same thing, for every
+    cores config, device count and invocation count the docstring documents."""
     from semcheck import expectations
+    from semcheck.result import Result, Verdict
 
     documented = expectation(path)
     declared = expectations.declared_in_file(path)
     assert declared, f"{path} has no `# semcheck: expect` comment"
-    by_cores = {}
-    for d in sorted(declared, key=lambda d: d.specificity):
-        for cores in sorted(d.cores or {1, 2}):
-            by_cores[cores] = d.outcomes
-    for config, (verdict, kinds) in documented.verdicts.items():
-        cores = 2 if config == MEGACORE else 1
-        assert by_cores[cores] - documented.warnings == kinds
-        assert documented.warnings <= by_cores[cores]
+    for condition, _ in documented.conditions():
+        cores = 2 if condition.cores == MEGACORE else 1
+        for devices in DEVICE_COUNTS:
+            check = Result(kernel="", file=path, line=0, backend="tpu", semantics="tpu", devices=devices,
+                           cores=cores, engine="explicit", verdict=Verdict.SAFE,
+                           invocations=condition.invocations)
+            gate = expectations.expectation_for(check, declared)
+            assert gate is not None, (condition, devices)
+            _verdict, kinds = documented.verdict_for(condition.cores, devices, condition.invocations)
+            assert gate.outcomes - documented.warnings == kinds, (condition, devices, gate.where)
+            assert documented.warnings <= gate.outcomes

@@ -27,11 +27,61 @@ def example_paths() -> list[str]:
 
 @dataclass
 class Expectation:
-    """What an example's docstring promises."""
+    """What an example's docstring promises.
+
+    A verdict line may name the checks it is about in parentheses, comma-separated: the
+    cores config (MEGACORE), "N devices" and "K invocations" (`--invocations K`; without it,
+    one); a line naming the device count wins over one that does not, e.g.
+
+        Expected verdict: safe
+        Expected verdict (2 invocations): violation (remote_before_entry)
+        Expected verdict (2 invocations, 2 devices): safe
+    """
 
     verdicts: dict[str, tuple[str, frozenset]] = field(default_factory=dict)  # config -> (verdict, kinds)
     warnings: frozenset = frozenset()
     markers: dict[str, set[int]] = field(default_factory=dict)  # kind -> lines marked "# <- kind"
+
+    def conditions(self) -> list[tuple["Condition", tuple[str, frozenset]]]:
+        return [(Condition.parse(text), verdict) for text, verdict in self.verdicts.items()]
+
+    def cores_configs(self) -> set[str]:
+        """The cores configs (`config_of`) the docstring documents checks for."""
+        return {c.cores for c, _ in self.conditions()}
+
+    def invocation_counts(self) -> set[int]:
+        return {c.invocations for c, _ in self.conditions()}
+
+    def verdict_for(self, cores: str, devices: int, invocations: int = 1) -> tuple[str, frozenset]:
+        fitting = [
+            (c.devices is not None, verdict) for c, verdict in self.conditions()
+            if (c.cores, c.invocations) == (cores, invocations) and c.devices in (None, devices)
+        ]
+        assert fitting, f"no documented verdict for {cores or 'one core'}, {devices} devices, {invocations} invocation(s)"
+        return max(fitting, key=lambda f: f[0])[1]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """Which checks a verdict line is about; a line that names no invocation count is about
+    a single invocation (semcheck's default)."""
+
+    cores: str = ""  # "" or MEGACORE
+    devices: int | None = None  # None: every device count
+    invocations: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> "Condition":
+        cores, devices, invocations = "", None, 1
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            if m := re.fullmatch(r"(\d+) devices?", part):
+                devices = int(m[1])
+            elif m := re.fullmatch(r"(\d+) invocations?", part):
+                invocations = int(m[1])
+            else:
+                assert part == MEGACORE, f"unknown verdict condition {part!r}"
+                cores = part
+        return cls(cores, devices, invocations)
 
 
 _VERDICT = re.compile(r"^Expected verdict(?: \((?P<config>[^)]*)\))?: (?P<verdict>safe|violation)(?: \((?P<kinds>[^)]*)\))?$")
@@ -63,23 +113,27 @@ def config_of(result) -> str:
     return MEGACORE if MEGACORE in result.kernel else ""
 
 
-_results: dict[tuple[str, int], list] = {}
+_results: dict[tuple[str, int, int], list] = {}
 _lock = threading.Lock()
 
 
-def results(path: str, devices: int) -> list:
-    key = (path, devices)
+def results(path: str, devices: int, invocations: int = 1) -> list:
+    key = (path, devices, invocations)
     with _lock:
         if key in _results:
             return _results[key]
-    found = verify_path(path, [devices])
+    found = verify_path(path, [devices], invocations=invocations)
     with _lock:
         _results[key] = found
     return found
 
 
 def prefetch(paths, counts=DEVICE_COUNTS, workers: int = 2) -> None:
-    """Capture and check every (example, device count) pair, `workers` subprocesses at a time."""
-    todo = [(p, n) for p in paths for n in counts if (p, n) not in _results]
+    """Capture and check every (example, device count) pair, `workers` subprocesses at a time,
+    once per invocation count the example documents."""
+    todo = [
+        (p, n, k) for p in paths for n in counts for k in sorted(expectation(p).invocation_counts())
+        if (p, n, k) not in _results
+    ]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda pn: results(*pn), todo))
+        list(pool.map(lambda check: results(*check), todo))

@@ -109,4 +109,19 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         ),
         related=[finding.other] if finding.other else [],
         semaphore=system.instances[finding.sem].short if finding.sem is not None else None,
+        racing_step=_racing_start_step(system, initial, actions, finding.other_start),
     )
+
+
+def _racing_start_step(system: System, initial: State | None, actions, start) -> int | None:
+    """The trace step at which the racing copy was started: the last time its thread ran
+    the start instruction before the race (an earlier copy from the same line, of another
+    device or an earlier loop step, may be pending too, but it is not the one that races)."""
+    if start is None or initial is None:
+        return None
+    thread, pc = start
+    found = None
+    for index, (action, before) in enumerate(zip(actions, tracing.replay(system, initial, actions)), 1):
+        if action == ("t", thread) and before.pcs[thread] == pc:
+            found = index
+    return found

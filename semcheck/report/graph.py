@@ -59,12 +59,15 @@ def counterexample_graph(
         subtitle=_subtitle(violation),
     )
     focus = _focus_semaphores(violation)
+    focus_steps = {s.index for s in violation.trace if s.semaphore in focus}
+    # A copy that adds to a focus semaphore is started elsewhere: keep its start in view too.
+    focus_steps |= {s.started_by for s in violation.trace if s.index in focus_steps and s.started_by}
     lanes: dict[LaneKey, list[str]] = {}
 
     for step in violation.trace:
         node = f"s{step.index}"
         lane = (step.device or 0, step.core or 0, step.sub)
-        highlight = "fault" if _is_fault(step, violation) else ("focus" if step.semaphore in focus else None)
+        highlight = "fault" if _is_fault(step, violation) else ("focus" if step.index in focus_steps else None)
         graph.add_node(
             node, kind=STEP, lane=lane, step=step.index, event=step.event, semaphore=step.semaphore,
             line=_line(step.location), highlight=highlight,
@@ -136,6 +139,15 @@ def _focus_semaphores(violation: Violation) -> set[str]:
     focus = {b.get("short") for b in violation.blocked} - {None}
     if violation.semaphore:
         focus.add(violation.semaphore)
+    if violation.kind == "data_race" and violation.trace:
+        # The last wait before the racing access let it through: whatever added to that
+        # semaphore (often another copy than the one in flight) explains the race.
+        last = violation.trace[-1]
+        lane = (last.device, last.core, last.sub)
+        waits = [s for s in violation.trace[:-1] if (s.device, s.core, s.sub) == lane
+                 and s.event in ("wait", "dma_wait") and s.semaphore]
+        if waits:
+            focus.add(waits[-1].semaphore)
     return focus
 
 
@@ -179,10 +191,13 @@ def _marker(step: TraceStep, violation: Violation) -> str:
 
 
 def _racing_copy_start(violation: Violation) -> int | None:
-    """The step that started the copy a data race is with: the latest start at the other
-    line of the race whose completions have not all happened by the end of the trace."""
+    """The step that started the copy a data race is with: as the engine recorded it, or
+    else the latest start at the other line of the race whose completions have not all
+    happened by the end of the trace."""
     if violation.kind != "data_race" or not violation.related:
         return None
+    if violation.racing_step is not None:
+        return violation.racing_step
     other = violation.related[0]
     done: dict[int, int] = {}
     for step in violation.trace:
