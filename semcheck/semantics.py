@@ -818,6 +818,8 @@ def _complete(system: "System", state: State, event: Event) -> State:
     sems = list(state.sems)
     sems[event.sem] += event.inc
     hazards = state.hazards
+    # Unlike a signal, a landing copy is checked whatever semaphore counts it: what arrives
+    # early is its write into the peer's buffer, which does not outlive the kernel.
     if event.invocation and event.side == RECV:
         target = system.instances[event.sem]
         issuer = system.threads[event.issuer]
