@@ -32,7 +32,10 @@ def explore(
 ) -> Exploration:
     """Explore every schedule (up to the reduction). Once a data race is reported between
     two lines, those lines are no longer watched (`System.silence`): one report per pair of
-    lines, without paying for every other schedule in which the same two lines race."""
+    lines, without paying for every other schedule in which the same two lines race.
+    With that default, states also drop every hazard as soon as its finding is recorded:
+    hazards never change what happens next, and carrying them would only tell apart states
+    that differ in which devices have already been reported (2^N of them for N devices)."""
     monitor = Monitor(budget or Budget.from_env(), progress)
     found = Exploration(system)
     index: dict = {}
@@ -66,11 +69,11 @@ def explore(
             i = parent[i]
         return i, actions[::-1]
 
-    def record(findings, i: int) -> None:
+    def record(findings, i: int, then=None) -> None:
         for finding in findings:
             if finding.key not in found.findings:
                 root, actions = path_to(i)
-                found.add(finding, states[root], actions)
+                found.add(finding, states[root], actions if then is None else actions + [then])
                 if finding.kind is Kind.DATA_RACE and silence_reported_races:
                     system.silence(finding.loc, finding.other)
 
@@ -93,6 +96,9 @@ def explore(
                     continue
                 successor = system.normalize(system.step(state, action))
                 transitions += 1
+                if silence_reported_races and successor.hazards:
+                    record(hazard_findings(system, successor, state.hazards), i, action)
+                    successor = successor._replace(hazards=())
                 if reduce:
                     inherited = frozenset(
                         b for b in (*asleep, *done) if independent(system, state, action, b)
