@@ -1,11 +1,14 @@
 """Compare the explicit and z3 engines: seconds and peak memory per model and device count.
 
-    python benchmarks/engines.py                 # the default table (a few minutes)
+    python benchmarks/engines.py                 # the default table (several minutes)
     python benchmarks/engines.py --ring 2,4,8,16 --timeout 120
+    python benchmarks/engines.py --examples ""   # models only, no kernel scripts
 
 Every case runs in a fresh subprocess, so each peak memory (ru_maxrss) is that engine's own
 and one case cannot warm another's caches. The child prints one JSON line; this script
 prints the table. "work" is states for explicit, encoded events / solver queries for z3.
+Kernel scripts (the TPU examples by default) are captured in the child too; the capture is
+not counted in "seconds", and a script with several kernels is timed on its first.
 "seconds" is the check alone (importing z3 costs about 0.3 s once per process).
 """
 
@@ -54,7 +57,8 @@ def child(model: str, devices: int, engine: str, assume: str, timeout: float) ->
     from semcheck.engines.budget import Budget
     from semcheck.frontends import load
 
-    (protocol,) = load(os.path.join(MODELS, model + ".py"), devices)
+    path = os.path.join(ROOT, model) if model.endswith(".py") else os.path.join(MODELS, model + ".py")
+    protocol = next(p for p in load(path, devices) if not isinstance(p, Exception))
     bounds = [assumptions.parse(assume)] if assume else []
     started = time.monotonic()
     result = check_protocol(
@@ -78,6 +82,8 @@ def main() -> None:
     parser.add_argument("--ring", default="2,4,8,16,32", help="device counts for ring_allgather")
     parser.add_argument("--devices", type=int, default=8, help="device count for the other models")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
+    parser.add_argument("--examples", default="examples/tpu",
+                        help="a folder of kernel scripts to time at --devices too (\"\" for none)")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -88,6 +94,12 @@ def main() -> None:
     cases = [("ring_allgather", int(n), None) for n in args.ring.split(",")]
     cases += [(m, args.devices, None) for m in OTHER_MODELS]
     cases.append((WIDE[0], args.devices, WIDE[1]))
+    if args.examples:
+        folder = os.path.join(ROOT, args.examples)
+        cases += [
+            (os.path.join(args.examples, name), args.devices, None)
+            for name in sorted(os.listdir(folder)) if name.endswith(".py") and not name.startswith("_")
+        ]
     header = ("model", "N", "inputs", "engine", "verdict", "seconds", "peak MB", "work")
     rows = [header]
     print(f"{len(cases) * 2} cases, each in its own process (timeout {args.timeout:g} s)", file=sys.stderr)
