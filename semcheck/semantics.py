@@ -647,7 +647,7 @@ class System:
             if slot is not None:
                 return state.regs[t][slot]
             return state.inputs[self.input_index[op.name]]
-        return _apply(op.op, self.eval(op.a, t, state), self.eval(op.b, t, state))
+        return apply_op(op.op, self.eval(op.a, t, state), self.eval(op.b, t, state))
 
     def resolve(self, t: int, ref: ir.SemRef, state: State) -> int:
         """The instance id `ref` names for thread `t` in `state`, or a _Fault."""
@@ -922,7 +922,7 @@ _OPS: dict[str, Callable[[int, int], int]] = {
 }
 
 
-def _apply(op: str, a: int, b: int) -> int:
+def apply_op(op: str, a: int, b: int) -> int:
     return _OPS[op](a, b)
 
 

@@ -2,7 +2,7 @@
 
 Most operands in a protocol are constants; keeping them as Python ints and bools (instead of
 Z3 literals) keeps the formulas of straight-line code small. Integer operators follow
-`semantics._apply` exactly, including Python's floor division and modulo and the
+`semantics.apply_op` exactly, including Python's floor division and modulo and the
 "division by zero gives 0" rule.
 """
 
@@ -13,7 +13,7 @@ from typing import Union
 import z3
 from z3.z3types import Ast
 
-from semcheck.semantics import _apply
+from semcheck.semantics import apply_op
 
 SymInt = Union[int, z3.ArithRef]
 SymBool = Union[bool, z3.BoolRef]
@@ -159,9 +159,9 @@ def _mod(a: SymInt, b: SymInt) -> SymInt:
 
 
 def apply(op: str, a: SymInt, b: SymInt) -> SymInt:
-    """`semantics._apply` lifted to symbolic operands."""
+    """`semantics.apply_op` lifted to symbolic operands."""
     if is_const(a) and is_const(b):
-        return _apply(op, int(a), int(b))
+        return apply_op(op, int(a), int(b))
     if op == "add":
         return a + b
     if op == "sub":

@@ -24,6 +24,7 @@ from typing import Any, Union
 import numpy as np
 
 from semcheck import ir
+from semcheck.semantics import apply_op
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,7 +79,7 @@ _IS_TRUE = (("eq", 1), ("ne", 0), ("ge", 1), ("gt", 0))  # of a 0/1 value: the v
 
 def sym_op(op: str, a: ir.Operand, b: ir.Operand) -> ir.Operand:
     if isinstance(a, int) and isinstance(b, int):
-        return _FOLD[op](a, b)
+        return apply_op(op, a, b)  # the semantics' own arithmetic, so folding cannot differ
     if isinstance(a, ir.BinOp) and a.op in _BOOLEAN_OPS and (op, b) in _IS_TRUE:
         return a  # a comparison is already 0 or 1
     if op == "add" and b == 0 or op == "sub" and b == 0 or op == "mul" and b == 1:
@@ -122,22 +123,3 @@ def select(pred: ir.Operand, if_false: ir.Operand, if_true: ir.Operand) -> ir.Op
     if if_false == if_true:
         return if_true
     return sym_op("add", if_false, sym_op("mul", pred, sym_op("sub", if_true, if_false)))
-
-
-_FOLD = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b if b else 0,
-    "mod": lambda a, b: a % b if b else 0,
-    "min": min,
-    "max": max,
-    "eq": lambda a, b: int(a == b),
-    "ne": lambda a, b: int(a != b),
-    "lt": lambda a, b: int(a < b),
-    "le": lambda a, b: int(a <= b),
-    "gt": lambda a, b: int(a > b),
-    "ge": lambda a, b: int(a >= b),
-    "and": lambda a, b: int(bool(a) and bool(b)),
-    "or": lambda a, b: int(bool(a) or bool(b)),
-}
