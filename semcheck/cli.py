@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "barrier semaphores persist, so collective_id reuse hazards show up")
     verify.add_argument("--no-reduction", action="store_true",
                         help="explore every interleaving (slow; for cross-checking the reduction)")
+    verify.add_argument("--no-split", action="store_true",
+                        help="search the whole kernel at once even where its threads form independent "
+                        "parts (by default each part is checked on its own; for cross-checking)")
     verify.add_argument("--max-trace-steps", type=int, default=0, metavar="N",
                         help="print only the last N steps of each trace (default: all)")
     verify.add_argument("--graph", metavar="FILE", type=_graph_file,
@@ -142,7 +145,7 @@ def _verify(args) -> int:
     progress_for = None if args.quiet else _progress_printer
     results = verify_path(
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
-        assume=args.assume, reduce=not args.no_reduction, invocations=args.invocations,
+        assume=args.assume, reduce=not args.no_reduction, split=not args.no_split, invocations=args.invocations,
         **({} if args.unroll is None else {"unroll": args.unroll}),
     )
     _clear_progress()

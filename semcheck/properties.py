@@ -9,7 +9,7 @@ lets the explicit engine's reduction (which preserves every terminal state) stay
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
@@ -47,6 +47,10 @@ DESCRIPTIONS = {
 }
 
 
+# What a thread hits when an instruction names something that does not exist.
+FAULT_KINDS = frozenset({Kind.INVALID_DEVICE_ID, Kind.INVALID_CORE_INDEX, Kind.INVALID_SEMAPHORE_INDEX})
+
+
 @dataclass(frozen=True)
 class Finding:
     """A violation seen in one state, before the engine attaches the trace that reaches it."""
@@ -61,6 +65,7 @@ class Finding:
     cycle: tuple[int, ...] = ()
     other: ir.Loc | None = None  # the second source line of a race
     other_start: tuple[int, int] | None = None  # (thread, pc) that started a race's copy in flight
+    at_end: bool = False  # judged in a state where nothing can move (stuck, or a leftover at exit)
 
 
 # --- faults --------------------------------------------------------------------------------------
@@ -162,6 +167,19 @@ _HAZARD_RULES = {
 # --- terminal states -------------------------------------------------------------------------
 
 
+# How a state in which nothing can move ended (`end_kind`).
+CLEAN_END, STUCK_END, FAULT_END = "clean", "stuck", "fault"
+
+
+def end_kind(system: System, state: State) -> str:
+    """A state in which nothing can move: after a fault, with a wait blocked, or clean."""
+    if state.faults:
+        return FAULT_END
+    if any(system.blocked_wait(state, t) is not None for t in range(len(system.threads))):
+        return STUCK_END
+    return CLEAN_END
+
+
 def terminal_findings(system: System, state: State) -> list[Finding]:
     """Judge a state in which nothing can move."""
     if state.faults:
@@ -171,9 +189,8 @@ def terminal_findings(system: System, state: State) -> list[Finding]:
         wait = system.blocked_wait(state, t)
         if wait is not None:
             blocked.append((t, *wait))
-    if blocked:
-        return _stuck_findings(system, state, blocked)
-    return _leftover_findings(system, state)
+    found = _stuck_findings(system, state, blocked) if blocked else _leftover_findings(system, state)
+    return [replace(f, at_end=True) for f in found]
 
 
 def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:

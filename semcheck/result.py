@@ -60,6 +60,10 @@ class Violation:
     related: list[Loc] = field(default_factory=list)  # e.g. the other access of a data race
     semaphore: str | None = None  # short label of the semaphore concerned, as steps name it
     racing_step: int | None = None  # for a data race: the trace step that started the copy in flight
+    # What makes two findings one violation (the finding's key): merging the Results of
+    # independent parts keeps one per identity. Not part of any report.
+    identity: tuple | None = field(default=None, repr=False, compare=False)
+    at_end: bool = field(default=False, repr=False, compare=False)  # judged where nothing can move
 
 
 @dataclass
@@ -89,6 +93,10 @@ class Result:
     error: str | None = None
     notes: list[str] = field(default_factory=list)
     invocations: int = 1  # back-to-back runs of the kernel on every device (--invocations)
+    # How the end states the engine found ended ("clean", "stuck", "fault"): what merging
+    # independent parts needs to know which end-state findings the whole protocol has.
+    ends: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    exhausted: str | None = field(default=None, repr=False, compare=False)  # why the search stopped early
 
     @property
     def errors(self) -> list[Violation]:

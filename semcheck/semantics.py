@@ -786,6 +786,18 @@ class System:
             return EMPTY
         return self.futures[t][pc]
 
+    def touches(self, t: int) -> frozenset[tuple]:
+        """Everything thread `t` may ever act on, through its own instructions or the copies
+        it starts: ("sem", instance), ("cell", memory cell) and ("input", name). Threads that
+        share none of these can never affect each other (`engines/components.py`)."""
+        start = self.futures[t][0] if self.bodies[t] else EMPTY
+        found = {("sem", sid) for sid in _bits(start.inc | start.dec | start.wait | start.read)}
+        found |= {("cell", cell) for cell in _bits(start.mread | start.mwrite | start.mnear)}
+        for instr in self.bodies[t]:
+            for op in _operands(instr):
+                found |= {("input", name) for name in ir.registers_of(op) if name in self.input_index}
+        return frozenset(found)
+
     def thread_name(self, t: int) -> str:
         th = self.threads[t]
         return ir.thread_name(th.device, th.core, th.sub, self.protocol.cores)

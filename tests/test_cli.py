@@ -85,10 +85,10 @@ def model(devices):
     p = ProtocolBuilder("shallow_fault", devices=devices)
     s = p.semaphore("s")
     p.thread(0).signal(s, device=devices)  # out of range, found after one step
-    for d in range(1, devices):  # and a large space of independent work
+    for d in range(1, devices):  # and a large space of interleaved work
         for _ in range(6):
-            p.thread(d).signal(s)
-            p.thread(d).wait(s)
+            p.thread(d).signal(s, device=1)
+    p.thread(1).wait(s, 6 * (devices - 1))
     return p.build()
 """
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from semcheck import ir
 from semcheck.lower.values import select, sym_op, trunc_div, trunc_rem
-from semcheck.semantics import _apply
+from semcheck.semantics import apply_op
 
 A, B, P = ir.Reg("a"), ir.Reg("b"), ir.Reg("p")
 
@@ -20,7 +20,7 @@ def evaluate(op: ir.Operand, env: dict[str, int]) -> int:
         return op
     if isinstance(op, ir.Reg):
         return env[op.name]
-    return _apply(op.op, evaluate(op.a, env), evaluate(op.b, env))
+    return apply_op(op.op, evaluate(op.a, env), evaluate(op.b, env))
 
 
 ints = st.integers(-1000, 1000)

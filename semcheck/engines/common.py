@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from semcheck import trace as tracing
-from semcheck.properties import SEVERITY, Finding, Kind, static_findings
+from semcheck.properties import FAULT_KINDS, SEVERITY, Finding, Kind, static_findings
 from semcheck.result import Result, Stats, Verdict, Violation
 from semcheck.semantics import Action, State, System
 
@@ -22,6 +22,7 @@ class Exploration:
     exhausted: str | None = None  # why the search stopped early, if it did
     encoded_events: int | None = None  # z3: instruction occurrences and DMA completions
     solver_queries: int | None = None  # z3: how many satisfiability checks it took
+    ends: set[str] = field(default_factory=set)  # how the end states found ended (properties.end_kind)
 
     def add(self, finding: Finding, initial: State, actions: list[Action]) -> None:
         self.findings.setdefault(finding.key, (finding, initial, actions))
@@ -77,6 +78,8 @@ def to_result(exploration: Exploration, engine: str) -> Result:
             solver_queries=exploration.solver_queries,
         ),
         notes=notes,
+        ends=frozenset(exploration.ends),
+        exhausted=exploration.exhausted,
     )
 
 
@@ -110,7 +113,19 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         related=[finding.other] if finding.other else [],
         semaphore=system.instances[finding.sem].short if finding.sem is not None else None,
         racing_step=_racing_start_step(system, initial, actions, finding.other_start),
+        identity=_identity(system, finding),
+        at_end=finding.at_end,
     )
+
+
+def _identity(system: System, finding: Finding) -> tuple:
+    """The finding's key, with a faulting thread named by where it runs instead of by its
+    index (which differs between a protocol and its independent parts)."""
+    if finding.kind in FAULT_KINDS:
+        kind, t, pc = finding.key
+        thread = system.threads[t]
+        return (kind, thread.device, thread.core, thread.sub, pc)
+    return finding.key
 
 
 def _racing_start_step(system: System, initial: State | None, actions, start) -> int | None:

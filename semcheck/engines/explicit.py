@@ -15,7 +15,7 @@ from collections import deque
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.engines.reduction import independent, stubborn_subset
-from semcheck.properties import Kind, fault_findings, hazard_findings, terminal_findings
+from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, terminal_findings
 from semcheck.semantics import System
 
 NAME = "explicit"
@@ -84,6 +84,7 @@ def explore(
             monitor.tick(len(states), transitions, len(queue), depth[i])
             enabled = system.enabled(state)
             if not enabled:
+                found.ends.add(end_kind(system, state))
                 record(terminal_findings(system, state), i)
                 if stop_at_first and found.has_errors:
                     break

@@ -14,7 +14,7 @@ import random
 
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
-from semcheck.properties import fault_findings, hazard_findings, terminal_findings
+from semcheck.properties import end_kind, fault_findings, hazard_findings, terminal_findings
 from semcheck.semantics import System
 
 NAME = "simulate"
@@ -46,6 +46,7 @@ def explore(
                 monitor.tick(visited, transitions, 0, len(actions))
                 enabled = system.enabled(state)
                 if not enabled:
+                    found.ends.add(end_kind(system, state))
                     for finding in terminal_findings(system, state):
                         _keep_shortest(found, finding, initial, actions)
                     break

@@ -17,7 +17,9 @@ this module asks the questions, in turn:
    terminal stuck cut is left;
 4. leftovers: a terminal cut in which every thread finished and a semaphore that must be 0 at
    exit is not, one query per (allocation, index) not yet found;
-5. the unrolling bound: whether any thread can take more backward jumps than were unrolled
+5. a clean end, unless a leftover's witness showed one: whether some execution ends with
+   every thread finished (`engines/components.py` needs it to merge independent parts);
+6. the unrolling bound: whether any thread can take more backward jumps than were unrolled
    (`unroll.py`: loops with a constant trip count are unrolled fully; the bound counts the
    jumps that depend on inputs or reads). If it can, what was not unrolled was not checked,
    so without a violation the verdict is inconclusive, never safe.
@@ -52,7 +54,7 @@ from semcheck.engines.common import Exploration
 from semcheck.engines.smt_encoding import Encoding
 from semcheck.engines.smt_terms import NOT, OR
 from semcheck.engines.unroll import CONSTANT_JUMP_CAP
-from semcheck.properties import Kind, fault_findings, hazard_findings, terminal_findings
+from semcheck.properties import CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings
 from semcheck.semantics import Action, State, System
 
 NAME = "z3"
@@ -85,6 +87,7 @@ def explore(
         session.find_hazards()
         session.find_stuck_states()
         session.find_leftovers()
+        session.find_clean_end()
         session.check_bound(unroll)
     except BudgetExceeded as exceeded:
         found.exhausted = exceeded.reason
@@ -199,6 +202,7 @@ class _Session:
                     return
                 initial, actions, states = witness
                 final = states[-1]
+                self.found.ends.add(STUCK_END)
                 for finding in terminal_findings(self.system, final):
                     self.found.add(finding, initial, actions)
                 seen.add(self._configuration(final))
@@ -230,9 +234,26 @@ class _Session:
                 if witness is None:
                     return
                 initial, actions, states = witness
+                self.found.ends.add(CLEAN_END)
                 for finding in leftovers(states[-1]):
                     remaining.pop(finding.key[1:], None)
                     self.found.add(finding, initial, actions)
+        finally:
+            self._pop()
+
+    def find_clean_end(self) -> None:
+        """Whether some execution ends with every thread finished and none faulted (a
+        leftover's witness already is one). Merging independent parts needs it: a part's
+        leftovers are the whole's only when every other part can end that way too."""
+        if CLEAN_END in self.found.ends:
+            return
+        self._push()
+        try:
+            self._add(self.encoding.terminal())
+            self._add(NOT(self.encoding.some_thread_blocked()))
+            clean = lambda states: self._terminal(states[-1]) and not self._stuck(states[-1])  # noqa: E731
+            if self._witness(True, "a clean end", clean) is not None:
+                self.found.ends.add(CLEAN_END)
         finally:
             self._pop()
 
