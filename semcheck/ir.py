@@ -301,10 +301,17 @@ class KernelExit(Instr):
     kernel: str = ""
 
 
-def thread_name(device: int, core: int | None, sub: int = 0, cores: int = 2) -> str:
-    """How reports name a thread; the core is left out where every device has one."""
-    base = f"device {device}" + (f" core {core}" if cores > 1 and core is not None else "")
+def thread_name(device: int, core: int | None, sub: int = 0, cores: int = 2, unit: str = "core") -> str:
+    """How reports name a thread; the core (`unit`: a TPU core, a GPU block) is left out
+    where every device has one."""
+    base = f"device {device}" + (f" {unit} {core}" if cores > 1 and core is not None else "")
     return f"{base} thread {sub}" if sub else base
+
+
+def core_unit(semantics: str) -> str:
+    """What a thread's `core` index counts under a backend's rules ("tpu" or "gpu"): a
+    TensorCore, or a block of the launch."""
+    return "block" if semantics == "gpu" else "core"
 
 
 # --- the protocol ----------------------------------------------------------------------------------

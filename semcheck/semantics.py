@@ -800,7 +800,7 @@ class System:
 
     def thread_name(self, t: int) -> str:
         th = self.threads[t]
-        return ir.thread_name(th.device, th.core, th.sub, self.protocol.cores)
+        return ir.thread_name(th.device, th.core, th.sub, self.protocol.cores, ir.core_unit(self.backend.value))
 
 
 # --- helpers over states ---------------------------------------------------------------------

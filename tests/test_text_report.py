@@ -51,3 +51,22 @@ def test_a_folder_run_ends_with_the_table():
     report = text.render(verify_path(MODELS, [2]))
     models = len([n for n in os.listdir(MODELS) if n.endswith(".py")])
     assert report.rstrip().splitlines()[-1].startswith(f"  {models} checks of {models} kernels")
+
+
+def test_a_gpu_thread_is_named_by_its_block():
+    """Under GPU rules the second index of a thread counts blocks of the launch, not cores."""
+    from semcheck.api import check_protocol
+    from semcheck.model import ProtocolBuilder
+    from semcheck.report import graph, sarif
+
+    p = ProtocolBuilder("blocks", devices=1, cores=2, backend="gpu")
+    arrived = p.global_semaphore("arrived")
+    for block in range(2):
+        p.thread(0, block).signal(arrived)
+        p.thread(0, block).wait(arrived, 2)  # decrementing: the first through strands the other
+    r = check_protocol(p.build(), engine="explicit")
+    report = text.render([r])
+    assert "device 0 block" in report and "core" not in report
+    [violation] = r.errors
+    assert all("block" in label for _, label in graph.counterexample_graph(r, violation).graph["lanes"])
+    assert "device 0 block" in sarif.render([r]) and "device 0 core" not in sarif.render([r])

@@ -33,7 +33,7 @@ import textwrap
 
 import networkx as nx
 
-from semcheck.ir import Loc, thread_name
+from semcheck.ir import Loc, core_unit, thread_name
 from semcheck.result import Result, TraceStep, Violation
 
 LANE, STEP, BLOCKED, COLLAPSED, AT_EXIT = "lane", "step", "blocked", "collapsed", "at_exit"
@@ -97,7 +97,7 @@ def counterexample_graph(
 
     folded = _fold(graph, lanes, fold_above)
     lane_order = sorted(lanes)
-    graph.graph["lanes"] = [(key, _lane_label(key, result.cores)) for key in lane_order]
+    graph.graph["lanes"] = [(key, _lane_label(key, result.cores, core_unit(result.semantics))) for key in lane_order]
     for order, key in enumerate(lane_order):
         for position, node in enumerate(lanes[key]):
             graph.nodes[node]["order"] = position
@@ -319,9 +319,9 @@ def _subtitle(violation: Violation) -> str:
     return ""
 
 
-def _lane_label(key: LaneKey, cores: int) -> str:
+def _lane_label(key: LaneKey, cores: int, unit: str) -> str:
     device, core, sub = key
-    return thread_name(device, core, sub, max(cores, 1))
+    return thread_name(device, core, sub, max(cores, 1), unit)
 
 
 def _where(loc: Loc | None, kernel_file: str) -> str:

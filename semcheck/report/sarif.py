@@ -24,7 +24,7 @@ import urllib.parse
 from pathlib import Path
 
 from semcheck import __version__
-from semcheck.ir import Loc
+from semcheck.ir import Loc, core_unit, thread_name
 from semcheck.properties import DESCRIPTIONS, SEVERITY, Kind
 from semcheck.report import display_path
 from semcheck.result import Result, TraceStep, Verdict, Violation
@@ -189,8 +189,7 @@ def _code_flow(result: Result, violation: Violation) -> dict | None:
     thread_flows = []
     for lane in sorted(threads):
         device, core, sub = lane
-        name = names.get(lane) or f"device {device}" + (f" core {core}" if result.cores > 1 else "") + (
-            f" thread {sub}" if sub else "")
+        name = names.get(lane) or thread_name(device, core, sub, result.cores, core_unit(result.semantics))
         thread_flows.append({"id": name, "message": {"text": name}, "locations": threads[lane]})
     return {
         "message": {"text": f"schedule with {result.devices} devices ({len(violation.trace)} steps)"},

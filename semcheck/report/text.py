@@ -7,7 +7,7 @@ from __future__ import annotations
 import linecache
 import os
 
-from semcheck.ir import Loc, thread_name
+from semcheck.ir import Loc, core_unit, thread_name
 from semcheck.report import display_path
 from semcheck.report.summary import summary_table  # noqa: F401  (part of this module's API)
 from semcheck.result import Result, Verdict, Violation
@@ -47,7 +47,7 @@ def verdict_line(r: Result) -> str:
     where = f"{display_path(r.file)}:{r.line}" if r.file else ""
     head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
     if r.cores > 1:
-        head += f" x {r.cores} {'blocks' if r.backend == 'gpu' else 'cores'}"
+        head += f" x {r.cores} {core_unit(r.semantics)}s"
     head += f", {r.semantics} rules]" if r.verdict is not Verdict.ERROR else "]"
     word = _VERDICT_WORDS[r.verdict]
     if r.verdict is Verdict.SAFE:
@@ -77,16 +77,17 @@ def render_result(r: Result, *, max_trace_steps: int = 0) -> str:
     lines = [verdict_line(r)]
     for v in r.errors + r.warnings:
         lines.append("")
-        lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, max_trace_steps=max_trace_steps))
+        lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, max_trace_steps=max_trace_steps,
+                                      unit=core_unit(r.semantics)))
     for note in r.notes:
         lines.append(f"  note: {note}")
     return "\n".join(lines)
 
 
 def render_violation(
-    v: Violation, *, kernel_file: str = "", cores: int = 1, max_trace_steps: int = 0
+    v: Violation, *, kernel_file: str = "", cores: int = 1, max_trace_steps: int = 0, unit: str = "core"
 ) -> list[str]:
-    who = thread_name(v.device, v.core, 0, cores) if v.device is not None else "protocol"
+    who = thread_name(v.device, v.core, 0, cores, unit) if v.device is not None else "protocol"
     where = _loc(v.location)
     lines = [f"  {v.severity}: {v.kind} ({who}) at {where}"]
     excerpt = source_excerpt(v.location)
