@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+import threading
 from dataclasses import dataclass, replace
 from typing import Iterable, Iterator
 
@@ -50,8 +51,16 @@ class Assumption:
         return f"{self.name}={self.lo}..{self.hi}"
 
 
-# The innermost list collects; the bottom one catches calls made outside any load.
-_scopes: list[list[Assumption]] = [[]]
+class _Scopes(threading.local):
+    """Per thread (files may be loaded from several threads at once, as a test suite's
+    thread pool does), a stack of lists: the innermost collects; the bottom one catches
+    calls made outside any load."""
+
+    def __init__(self):
+        self.stack: list[list[Assumption]] = [[]]
+
+
+_scopes = _Scopes()
 
 
 def assume(name: str, lo: int, hi: int) -> Assumption:
@@ -63,7 +72,7 @@ def assume(name: str, lo: int, hi: int) -> Assumption:
 
 def record(assumption: Assumption) -> Assumption:
     """Count an assumption made elsewhere (a kernel script's, made in its capture process)."""
-    _scopes[-1].append(assumption)
+    _scopes.stack[-1].append(assumption)
     return assumption
 
 
@@ -82,11 +91,12 @@ def covers(assumption_name: str, input_name: str) -> bool:
 def collecting() -> Iterator[list[Assumption]]:
     """Gather the `assume` calls made inside the block (one file's load)."""
     scope: list[Assumption] = []
-    _scopes.append(scope)
+    stack = _scopes.stack
+    stack.append(scope)
     try:
         yield scope
     finally:  # by identity: two empty scopes are equal lists
-        del _scopes[next(i for i in range(len(_scopes) - 1, 0, -1) if _scopes[i] is scope)]
+        del stack[next(i for i in range(len(stack) - 1, 0, -1) if stack[i] is scope)]
 
 
 _SPEC = re.compile(r"^(?P<name>.+)=(?P<lo>-?\d+)(?:\.\.(?P<hi>-?\d+))?$")

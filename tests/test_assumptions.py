@@ -106,11 +106,11 @@ def test_file_assumption_naming_no_input_is_a_load_error(tmp_path):
 
 
 def test_assume_outside_a_load_changes_nothing():
-    before = len(assumptions._scopes)
+    before = len(assumptions._scopes.stack)
     with assumptions.collecting() as inner:
         semcheck.assume("x", 0, 1)
     assert [str(a) for a in inner] == ["x=0..1"]
-    assert len(assumptions._scopes) == before
+    assert len(assumptions._scopes.stack) == before
     (protocol,) = load(RING, 2)  # a later load sees none of it
     assert protocol.inputs == ()
 
@@ -204,3 +204,26 @@ def test_input_combinations():
     p = _protocol(ir.Input("a", 0, 9), ir.Input("b", -1, 1))
     assert auto.input_combinations(p) == 30
     assert auto.input_combinations(_protocol()) == 1
+
+
+def test_files_loaded_from_two_threads_keep_their_own_assumptions(tmp_path):
+    """A thread pool loading files at once (as a test suite's prefetch does): each load
+    collects only the assume calls its own file made."""
+    import threading
+
+    started = threading.Barrier(2)
+    seen = {}
+
+    def collect(name):
+        with assumptions.collecting() as mine:
+            started.wait()  # both scopes are open before either thread assumes anything
+            semcheck.assume(name, 0, 1)
+            started.wait()
+        seen[name] = [a.name for a in mine]
+
+    threads = [threading.Thread(target=collect, args=(name,)) for name in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"a": ["a"], "b": ["b"]}
