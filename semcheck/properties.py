@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from semcheck import ir
-from semcheck.semantics import System, State, _successors, must_be_zero_at_exit
+from semcheck.semantics import System, State, _Fault, _successors, must_be_zero_at_exit
 
 
 class Kind(str, enum.Enum):
@@ -66,6 +66,7 @@ class Finding:
     other: ir.Loc | None = None  # the second source line of a race
     other_start: tuple[int, int] | None = None  # (thread, pc) that started a race's copy in flight
     at_end: bool = False  # judged in a state where nothing can move (stuck, or a leftover at exit)
+    loop_steps: int = 0  # a loop that spins for ever: how many of the trace's last steps repeat
 
 
 # --- faults --------------------------------------------------------------------------------------
@@ -295,6 +296,37 @@ def _unsatisfied_finding(info: list[dict], group: list[int], graph) -> Finding:
         Kind.UNSATISFIED_WAIT, key, b["thread"], b["location"], message,
         sem=b["sem"], blocked=tuple(info),
     )
+
+
+def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Finding | None:
+    """Thread t turns on `cycle` (pairs of state and the action taken from it), a cycle of
+    states from which no schedule ends: it loops for ever. Reported as an unsatisfied wait
+    at its loop's semaphore_read (or, without one, at the backward jump): a polling loop is
+    a wait that nothing left can satisfy."""
+    body = system.bodies[t]
+    moves = [(state, state.pcs[t]) for state, action in cycle if action == ("t", t)]
+    jumps = [body[pc] for _, pc in moves if isinstance(body[pc], (ir.Branch, ir.Jump)) and body[pc].target <= pc]
+    if not jumps:
+        return None
+    reads = []
+    for state, pc in moves:
+        instr = body[pc]
+        if isinstance(instr, ir.Read):
+            try:
+                sid = system.resolve(t, instr.sem, state)
+            except _Fault:  # an index that faults: this read says nothing useful
+                continue
+            reads.append((instr, system.instances[sid], state.sems[sid]))
+    loc = reads[0][0].loc if reads else jumps[0].loc
+    message = (
+        f"unsatisfied wait: {system.thread_name(t)} loops for ever at {loc}: from the state "
+        f"this trace reaches, no schedule lets it leave the loop (its last {len(cycle)} "
+        f"step{'s' if len(cycle) != 1 else ''} repeat for ever)"
+    )
+    if reads:
+        seen = ", ".join(dict.fromkeys(f"{inst.label} = {count}" for _, inst, count in reads))
+        message += f"; each turn it reads {seen}, and nothing left in the system changes that"
+    return Finding(Kind.UNSATISFIED_WAIT, (Kind.UNSATISFIED_WAIT, loc), t, loc, message)
 
 
 def _leftover_findings(system: System, state: State) -> list[Finding]:

@@ -60,6 +60,7 @@ class Violation:
     related: list[Loc] = field(default_factory=list)  # e.g. the other access of a data race
     semaphore: str | None = None  # short label of the semaphore concerned, as steps name it
     racing_step: int | None = None  # for a data race: the trace step that started the copy in flight
+    loop_from: int | None = None  # for a loop that spins for ever: the trace repeats from this step on
     # What makes two findings one violation (the finding's key): merging the Results of
     # independent parts keeps one per identity. Not part of any report.
     identity: tuple | None = field(default=None, repr=False, compare=False)

@@ -91,6 +91,8 @@ def test_every_buggy_model_declares_its_verdict():
         "remote_out_of_range": {"invalid_device_id"},
         "double_buffer": set(),
         "nondec_poll": set(),
+        "poll_flag": set(),
+        "poll_flag_never_set": {"unsatisfied_wait"},
         "ring_allgather": set(),
         "ring_allgather_shared_recv": {"data_race"},  # and safe at 2 devices
     }

@@ -25,6 +25,7 @@ BUGGY = {
     "remote_out_of_range": "invalid_device_id",
     "ring_allgather_shared_recv": "data_race",
     "moe_dispatch_capacity": "unsatisfied_wait",
+    "poll_flag_never_set": "unsatisfied_wait",
 }
 
 
@@ -225,7 +226,8 @@ def test_cli_renders_svg_for_every_declared_bug(tmp_path, capsys, path, devices,
     for svg_file in drawn:
         svg = svg_file.read_text()
         assert svg.lstrip().startswith("<?xml") and "<svg" in svg
-        assert any(marker in svg for marker in ("BLOCKED", "FAULT", "AT EXIT", "RACE", "OUTSIDE THE KERNEL", "PHASE OVERRUN"))
+        assert any(marker in svg for marker in (
+            "BLOCKED", "FAULT", "AT EXIT", "RACE", "OUTSIDE THE KERNEL", "PHASE OVERRUN", "SPINS FOR EVER"))
 
 
 def test_every_buggy_model_is_drawn():
@@ -296,3 +298,14 @@ def test_a_race_shows_both_accesses_and_that_nothing_orders_them():
     # the copy has not landed: no completion of it is in the trace
     assert not any(d["kind"] == cex.COPY for a, _, d in graph.edges(data=True) if a == copy_start
                    and graph.nodes[_]["event"] == "dma_recv_done")
+
+
+def test_a_loop_that_spins_for_ever_is_drawn_as_a_loop():
+    graph, violation = graph_of("poll_flag_never_set")
+    assert violation.loop_from is not None and violation.blocked == []
+    [(last, first)] = edges(graph, cex.REPEATS)
+    assert graph.nodes[last]["step"] == violation.trace[-1].index
+    assert graph.nodes[first]["step"] == violation.loop_from
+    assert graph.nodes[first]["highlight"] == "fault"
+    assert "SPINS FOR EVER" in graph.nodes[first]["label"]
+    assert graph.nodes[first]["line"] == violation.location.line  # the loop's read

@@ -27,6 +27,8 @@ EXPECTED = {
     "nondec_poll_leak": ({"semaphore_leftover"}, {"not_lowerable"}),
     "dma_wait_mismatch": ({"unsatisfied_wait"}, set()),
     "remote_out_of_range": ({"invalid_device_id"}, set()),
+    "poll_flag": (set(), set()),
+    "poll_flag_never_set": ({"unsatisfied_wait"}, set()),
 }
 
 # (model, devices) -> (reduced states, reduced transitions, full states, full transitions)

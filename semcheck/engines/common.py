@@ -113,6 +113,7 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         related=[finding.other] if finding.other else [],
         semaphore=system.instances[finding.sem].short if finding.sem is not None else None,
         racing_step=_racing_start_step(system, initial, actions, finding.other_start),
+        loop_from=len(steps) - finding.loop_steps + 1 if finding.loop_steps else None,
         identity=_identity(system, finding),
         at_end=finding.at_end,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from semcheck.engines import endless
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.engines.reduction import independent, stubborn_subset
@@ -47,6 +48,10 @@ def explore(
 
     states: list = []  # position -> state
     transitions = 0
+    # With loops, the non-progress check (endless.py) needs the explored graph's edges.
+    edges: list[list] | None = [] if endless.loops(system) else None
+    skipped: list[tuple[int, object]] = []  # (state, action) pairs a sleep set skipped
+    ended: set[int] = set()
     try:
         for state in system.iter_initial_states():  # one per input value: check the budget
             monitor.tick(len(states), 0)
@@ -58,6 +63,8 @@ def explore(
                 depth.append(0)
                 sleep.append(frozenset())
                 queue.append(index[state])
+                if edges is not None:
+                    edges.append([])
     except BudgetExceeded as exceeded:
         queue.clear()
         found.exhausted = exceeded.reason
@@ -84,6 +91,7 @@ def explore(
             monitor.tick(len(states), transitions, len(queue), depth[i])
             enabled = system.enabled(state)
             if not enabled:
+                ended.add(i)
                 found.ends.add(end_kind(system, state))
                 record(terminal_findings(system, state), i)
                 if stop_at_first and found.has_errors:
@@ -94,6 +102,8 @@ def explore(
             done: list = []
             for action in chosen:
                 if action in asleep:
+                    if edges is not None:
+                        skipped.append((i, action))
                     continue
                 successor = system.normalize(system.step(state, action))
                 transitions += 1
@@ -116,6 +126,8 @@ def explore(
                     depth.append(depth[i] + 1)
                     sleep.append(inherited)
                     queue.append(j)
+                    if edges is not None:
+                        edges.append([])
                     if successor.faults != state.faults:
                         record(fault_findings(system, successor, state.faults), j)
                     if successor.hazards != state.hazards:
@@ -123,10 +135,24 @@ def explore(
                 elif not sleep[j] <= inherited:
                     sleep[j] = sleep[j] & inherited
                     queue.append(j)
+                if edges is not None:
+                    edges[i].append((j, action))
             if stop_at_first and found.has_errors:
                 break
     except BudgetExceeded as exceeded:
         found.exhausted = exceeded.reason
+    if edges is not None and not found.exhausted and not queue:
+        for i, action in skipped:  # a skipped action's successor was reached another way
+            successor = system.normalize(system.step(states[i], action))
+            if silence_reported_races:
+                successor = successor._replace(hazards=())
+            j = index.get(successor)
+            if j is None:
+                ended.add(i)  # not found under this name: count it as able to end
+            else:
+                edges[i].append((j, action))
+        for finding, initial, actions in endless.findings(system, states, edges, ended, path_to):
+            found.add(finding, initial, actions)
     found.states = len(states)
     found.transitions = transitions
     found.seconds = monitor.elapsed()

@@ -47,6 +47,7 @@ _EDGE_STYLE = {
     cex.COPY: {"color": "#7e57c2", "style": "dotted", "penwidth": "1.6", "arrowsize": "0.7"},
     cex.WAITS_FOR: {"color": RED, "penwidth": "2.8", "arrowsize": "1.1"},
     cex.UNORDERED: {"color": RED, "style": "dashed", "penwidth": "2.8", "arrowsize": "1.1", "dir": "both"},
+    cex.REPEATS: {"color": RED, "penwidth": "2.8", "arrowsize": "1.1"},
 }
 
 _LEGEND_EDGES = {
@@ -55,6 +56,7 @@ _LEGEND_EDGES = {
     cex.PARTIAL: "red dashed: added, but not enough",
     cex.WAITS_FOR: "red arrow: a blocked wait → the blocked wait it waits for",
     cex.UNORDERED: "red dashed, both ways: a copy in flight and an access to the same memory, unordered",
+    cex.REPEATS: "red arrow back: the loop's last step, then the first again, for ever",
 }
 
 

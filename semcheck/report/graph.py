@@ -14,7 +14,9 @@ the lane of the device whose semaphore it adds to. Edges:
   (`Violation.cycle`);
 * `unordered`: for a data race, the start of the copy still in flight to the access that
   overlaps it: nothing orders the two (no edge path of `program`/`feeds` runs from the
-  copy's completion to the access, because the completion has not happened).
+  copy's completion to the access, because the completion has not happened);
+* `repeats`: for a loop that spins for ever, the trace's last step back to the first step
+  of the turn that repeats (`Violation.loop_from`).
 
 Blocked waits of the final, stuck state (`Violation.blocked`) end their lanes. Nodes carry
 `kind` (lane, step, blocked, collapsed, at_exit), `lane`, `label`, `line` and `highlight`
@@ -38,7 +40,7 @@ from semcheck.result import Result, TraceStep, Violation
 
 LANE, STEP, BLOCKED, COLLAPSED, AT_EXIT = "lane", "step", "blocked", "collapsed", "at_exit"
 PROGRAM, FEEDS, PARTIAL, WAITS_FOR, COPY = "program", "feeds", "partial", "waits_for", "copy"
-UNORDERED = "unordered"
+UNORDERED, REPEATS = "unordered", "repeats"
 
 # A lane longer than this has its runs of uninteresting steps folded (at least MIN_RUN long).
 FOLD_LANES_LONGER_THAN = 24
@@ -124,6 +126,8 @@ def counterexample_graph(
     racing_copy = _racing_copy_start(violation)
     if racing_copy is not None and violation.trace:
         graph.add_edge(at(racing_copy), at(violation.trace[-1].index), kind=UNORDERED)
+    if violation.loop_from is not None and violation.trace:
+        graph.add_edge(at(violation.trace[-1].index), at(violation.loop_from), kind=REPEATS)
     return graph
 
 
@@ -165,7 +169,7 @@ def _primary_blocked(violation: Violation) -> set[int]:
 def _is_fault(step: TraceStep, violation: Violation) -> bool:
     """The steps the violation is about: a fault; the access that races and the start of
     the copy it races with; a signal or copy that arrives outside the kernel."""
-    if step.text.startswith("FAULT"):
+    if step.text.startswith("FAULT") or step.index == violation.loop_from:
         return True
     if step is violation.trace[-1] and (
         violation.kind.startswith("invalid_")
@@ -187,6 +191,8 @@ def _marker(step: TraceStep, violation: Violation) -> str:
         return "\nARRIVES OUTSIDE THE KERNEL"
     if violation.kind == "barrier_phase_overrun" and step is last:
         return "\nPHASE OVERRUN: the barrier is already a phase further"
+    if violation.loop_from is not None and step.index == violation.loop_from:
+        return "\nSPINS FOR EVER: from here the steps repeat"
     return ""
 
 
@@ -296,6 +302,10 @@ def _subtitle(violation: Violation) -> str:
     if violation.cycle:
         names = [violation.blocked[i]["name"] for i in violation.cycle]
         return "wait-for cycle (red): " + " -> ".join(names + names[:1])
+    if violation.loop_from is not None and violation.trace:
+        first = violation.trace[violation.loop_from - 1]
+        return (f"{first.actor} loops for ever from step {first.index} (red): no schedule lets it "
+                "leave, and nothing left changes what it reads")
     if violation.kind == "unsatisfied_wait":
         roots = [violation.blocked[i]["name"] for i in sorted(_primary_blocked(violation))]
         return f"blocked for good (red): {', '.join(roots)}; nothing left can add to what they wait for"

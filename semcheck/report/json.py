@@ -54,6 +54,8 @@ def violation_dict(v: Violation) -> dict:
         out["related"] = [location(loc) for loc in v.related]
     if v.semaphore:
         out["semaphore"] = v.semaphore
+    if v.loop_from is not None:
+        out["loop_from"] = v.loop_from  # the trace's steps from here on repeat for ever
     return out
 
 

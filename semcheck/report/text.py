@@ -101,8 +101,12 @@ def render_violation(
     if v.trace:
         steps = v.trace
         shown = steps if not max_trace_steps or len(steps) <= max_trace_steps else steps[-max_trace_steps:]
-        label = "the stuck state" if v.kind in ("deadlock", "unsatisfied_wait") else "it"
-        lines.append(f"    shortest trace to {label} ({len(steps)} step{'s' if len(steps) != 1 else ''}):")
+        count = f"{len(steps)} step{'s' if len(steps) != 1 else ''}"
+        if v.kind == "unsatisfied_wait" and not v.blocked:  # a loop that spins for ever
+            lines.append(f"    trace into the loop it never leaves, then one turn of it ({count}):")
+        else:
+            label = "the stuck state" if v.kind in ("deadlock", "unsatisfied_wait") else "it"
+            lines.append(f"    shortest trace to {label} ({count}):")
         if len(shown) < len(steps):
             lines.append(f"      ... {len(steps) - len(shown)} earlier steps omitted")
         width = max(len(s.actor) for s in shown)

@@ -1,0 +1,113 @@
+"""The non-progress check: a loop that polls for ever is a hang even though no wait is
+blocked (`engines/endless.py`)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from semcheck import trace as tracing
+from semcheck.api import check_protocol
+from semcheck.engines import explicit
+from semcheck.frontends import model_file
+from semcheck.ir import BinOp
+from semcheck.model import ProtocolBuilder
+from semcheck.semantics import System
+from tests.tpu_kernels import line_of
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NEVER_SET = os.path.join(ROOT, "models", "poll_flag_never_set.py")
+
+
+def load(name, devices):
+    return model_file.load(os.path.join(ROOT, "models", name + ".py"), devices)
+
+
+@pytest.mark.parametrize("devices", [2, 4, 8])
+def test_a_poll_that_can_always_leave_is_safe(devices):
+    exploration = explicit.explore(System(load("poll_flag", devices)))
+    assert exploration.findings == {} and exploration.exhausted is None
+
+
+@pytest.mark.parametrize("devices", [2, 4, 8])
+def test_a_poll_for_a_value_that_never_comes_spins_for_ever(devices):
+    protocol = load("poll_flag_never_set", devices)
+    system = System(protocol)
+    exploration = explicit.explore(system)
+    [(finding, initial, actions)] = exploration.findings.values()
+    assert finding.kind.value == "unsatisfied_wait"
+    assert finding.loc.line == line_of(NEVER_SET, "seen = t.read(flag)")
+    assert "loops for ever" in finding.message and "flag on device" in finding.message
+    # The trace is a lasso: replayed, its last steps come back to a state seen before.
+    states = [*tracing.replay(system, initial, actions), None]
+    final = initial
+    for action in actions:
+        final = system.step(final, action)
+    assert final in states[:-1]
+    assert system.enabled(final)  # nothing is stuck: the thread keeps moving
+
+
+def test_the_unreduced_search_finds_the_same_hang_in_more_states():
+    protocol = load("poll_flag_never_set", 3)
+    reduced = explicit.explore(System(protocol))
+    full = explicit.explore(System(protocol), reduce=False)
+    assert set(reduced.findings) == set(full.findings)
+    assert (reduced.states, full.states) == (16, 94)
+
+
+def test_the_report_reads_as_a_loop():
+    from semcheck.report import text
+
+    result = check_protocol(load("poll_flag_never_set", 2), engine="explicit")
+    report = text.render([result])
+    assert "trace into the loop it never leaves, then one turn of it" in report
+    assert "shortest trace to the stuck state" not in report
+
+
+def test_z3_says_it_cannot_bound_the_poll():
+    result = check_protocol(load("poll_flag", 2), engine="z3")
+    assert result.verdict.value == "inconclusive"
+    assert any("unrolling bound" in note for note in result.notes)
+
+
+def test_auto_finds_the_spin():
+    result = check_protocol(load("poll_flag_never_set", 4))
+    assert result.verdict.value == "violation" and result.engine == "explicit"
+
+
+@st.composite
+def polling_protocols(draw):
+    """Each device signals some devices, then polls its own flag until the read reaches a
+    threshold, then takes that much with a wait: a hang exactly when fewer signals arrive."""
+    devices = draw(st.integers(2, 3))
+    p = ProtocolBuilder("polling", devices=devices)
+    flag = p.semaphore("flag")
+    for d in range(devices):
+        t = p.thread(d)
+        for target in draw(st.lists(st.integers(0, devices - 1), max_size=3)):
+            t.signal(flag, device=target)
+        need = draw(st.integers(0, 2))
+        if draw(st.booleans()):
+            spin = t.label()
+            seen = t.read(flag)
+            t.branch(BinOp("lt", seen, need), spin)
+        if need:
+            t.wait(flag, need)
+    return p.build()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(polling_protocols())
+def test_reduction_and_split_keep_every_hang(protocol):
+    """The stubborn sets keep an end reachable from every explored state that has one in the
+    full graph, so the reduced search reports the same spins; so does the split search."""
+    full = explicit.explore(System(protocol), reduce=False)
+    reduced = explicit.explore(System(protocol))
+    assert set(reduced.findings) == set(full.findings), protocol
+    whole = check_protocol(protocol, engine="explicit", split=False)
+    split = check_protocol(protocol, engine="explicit")
+    assert {v.identity for v in split.violations} == {v.identity for v in whole.violations}
+    assert split.verdict == whole.verdict
