@@ -395,3 +395,14 @@ def test_mbarrier_phases_are_left_to_the_explicit_engine():
     by_auto = check_protocol(protocol, engine="auto")
     assert by_auto.engine == "explicit"
     assert {v.kind for v in by_auto.errors} == {"barrier_phase_overrun"}
+
+
+def test_checks_from_several_threads_take_turns_with_z3():
+    """A thread pool checking kernels at once (as the example tests' prefetch does) shares
+    z3's one default context, which crashed the process when two threads used it together."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    protocols = [load(MOE, devices)[0] for devices in (2, 4)] * 3
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        found = list(pool.map(lambda p: check_protocol(p, engine="z3"), protocols))
+    assert [r.errors[0].inputs["tokens"] for r in found] == [64] * len(protocols)

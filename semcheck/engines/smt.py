@@ -43,6 +43,8 @@ are solver variables, so one query covers every input value.
 
 from __future__ import annotations
 
+import threading
+
 import z3
 
 from semcheck import ir
@@ -65,6 +67,11 @@ class EncodingMismatch(AssertionError):
     """A solver model that the semantics does not replay: a bug in the encoding."""
 
 
+# z3's Python bindings share one default context, which two threads must not use at once
+# (it crashes the process): checks run from a thread pool take turns here.
+_Z3_IN_USE = threading.Lock()
+
+
 def explore(
     system: System,
     *,
@@ -72,6 +79,11 @@ def explore(
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
 ) -> Exploration:
+    with _Z3_IN_USE:
+        return _explore(system, unroll, budget, progress)
+
+
+def _explore(system: System, unroll: int, budget: Budget | None, progress: ProgressFn | None) -> Exploration:
     monitor = Monitor(budget or Budget.from_env(), progress)
     found = Exploration(system)
     session = None

@@ -279,8 +279,9 @@ def _ir_loop(t: ThreadLowering, eqn, cond_consts, body_consts, carry):
         em.jump(head, loc)
         em.place(done)
         t.kernel.note(
-            f"the loop at {loc} runs until a value known only at run time changes; a schedule "
-            "in which it spins forever is not reported as a hang (only stuck waits are)"
+            f"the loop at {loc} runs until a value known only at run time changes: the explicit "
+            "engine reports it if it can spin forever (a state no schedule lets it leave); z3 "
+            "unrolls it only to --unroll"
         )
         return values
 
