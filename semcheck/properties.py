@@ -35,7 +35,10 @@ SEVERITY = {kind: "error" for kind in Kind} | {Kind.NOT_LOWERABLE: "warning"}
 # One line per kind: SARIF rule descriptions and `semcheck --help` use these.
 DESCRIPTIONS = {
     Kind.DEADLOCK: "A reachable state where no thread can move and the blocked waits form a cycle.",
-    Kind.UNSATISFIED_WAIT: "A reachable state where a thread is blocked on a wait that nothing left can satisfy.",
+    Kind.UNSATISFIED_WAIT: (
+        "A reachable state where a thread is blocked on a wait that nothing left can satisfy, "
+        "or polls in a loop that no schedule lets it leave."
+    ),
     Kind.SEMAPHORE_LEFTOVER: "TPU: a scratch, scoped or barrier semaphore is non-zero when the kernel exits.",
     Kind.INVALID_DEVICE_ID: "A remote signal or DMA targets a device outside the mesh.",
     Kind.INVALID_CORE_INDEX: "A signal or DMA targets a core that does not exist.",

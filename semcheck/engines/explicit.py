@@ -6,6 +6,10 @@ actions, minus its sleep set (actions already covered by an independent sibling)
 reached again with a sleep set that is not a superset of the one it was expanded with is
 expanded again with the intersection (Godefroid's condition for sleep sets with state
 matching), so the reduction stays exact.
+
+When some thread can jump backwards, the explored graph's edges are kept for the
+non-progress check (`endless.py`): states from which no schedule ends are a loop that
+spins for ever.
 """
 
 from __future__ import annotations
