@@ -20,7 +20,7 @@ from semcheck.semantics import System
 # The options each engine understands.
 ENGINE_OPTIONS: dict[str, frozenset[str]] = {
     "explicit": frozenset({"reduce", "stop_at_first", "silence_reported_races"}),
-    "z3": frozenset({"unroll"}),
+    "z3": frozenset({"unroll", "report_ends"}),
     "simulate": frozenset({"runs", "seed"}),
 }
 
@@ -91,7 +91,9 @@ def check(
         return run(system, budget, progress, **options)
     return components.check_parts(
         system, groups,
-        lambda part, part_budget, part_progress: run(part, part_budget, part_progress, **options),
+        lambda part, part_budget, part_progress: run(
+            part, part_budget, part_progress, **{**options, "report_ends": True}
+        ),
         budget or Budget.from_env(), progress,
         stop_at_first=bool(options.get("stop_at_first")),
     )

@@ -17,8 +17,9 @@ this module asks the questions, in turn:
    terminal stuck cut is left;
 4. leftovers: a terminal cut in which every thread finished and a semaphore that must be 0 at
    exit is not, one query per (allocation, index) not yet found;
-5. a clean end, unless a leftover's witness showed one: whether some execution ends with
-   every thread finished (`engines/components.py` needs it to merge independent parts);
+5. when asked (`report_ends`), a clean end, unless a leftover's witness showed one: whether
+   some execution ends with every thread finished (`engines/components.py` needs it to merge
+   independent parts);
 6. the unrolling bound: whether any thread can take more backward jumps than were unrolled
    (`unroll.py`: loops with a constant trip count are unrolled fully; the bound counts the
    jumps that depend on inputs or reads). If it can, what was not unrolled was not checked,
@@ -78,12 +79,17 @@ def explore(
     unroll: int = DEFAULT_UNROLL,
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
+    report_ends: bool = False,
 ) -> Exploration:
+    """`report_ends`: also ask whether some execution ends cleanly (question 5), which only
+    merging independent parts needs."""
     with _Z3_IN_USE:
-        return _explore(system, unroll, budget, progress)
+        return _explore(system, unroll, budget, progress, report_ends)
 
 
-def _explore(system: System, unroll: int, budget: Budget | None, progress: ProgressFn | None) -> Exploration:
+def _explore(
+    system: System, unroll: int, budget: Budget | None, progress: ProgressFn | None, report_ends: bool
+) -> Exploration:
     monitor = Monitor(budget or Budget.from_env(), progress)
     found = Exploration(system)
     session = None
@@ -99,7 +105,8 @@ def _explore(system: System, unroll: int, budget: Budget | None, progress: Progr
         session.find_hazards()
         session.find_stuck_states()
         session.find_leftovers()
-        session.find_clean_end()
+        if report_ends:
+            session.find_clean_end()
         session.check_bound(unroll)
     except BudgetExceeded as exceeded:
         found.exhausted = exceeded.reason
