@@ -207,11 +207,12 @@ def _progress_printer(kernel: str, devices: int):
 
     def show(info: ProgressInfo) -> None:
         global _progress_shown
+        where = f"semcheck: {kernel} [{devices} devices{', ' + info.part if info.part else ''}]"
         if info.what:  # an engine that counts no states says what it is doing
-            line = f"semcheck: {kernel} [{devices} devices]: {info.what}, {info.seconds:.0f} s"
+            line = f"{where}: {info.what}, {info.seconds:.0f} s"
         else:
             line = (
-                f"semcheck: {kernel} [{devices} devices]: {info.states:,} states, "
+                f"{where}: {info.states:,} states, "
                 f"{info.rate:,.0f} states/s, frontier {info.frontier:,}, depth {info.depth}, "
                 f"{info.seconds:.0f} s"
             )

@@ -190,3 +190,23 @@ def _misdirected():
     p.thread(0).signal(s, device=2)
     p.thread(1).wait(s)
     return p.build()
+
+
+def test_progress_counts_the_whole_check_and_names_the_part():
+    from semcheck.engines.budget import ProgressInfo
+
+    seen = []
+    report = components._labelled(seen.append, 3, 8, states_before=1_000, seconds_before=4.0)
+    report(ProgressInfo(states=500, transitions=600, seconds=1.0, frontier=10, depth=5))
+    [info] = seen
+    assert (info.states, info.seconds, info.part) == (1_500, 5.0, "part 3 of 8")
+    assert info.rate == 300  # states per second of the whole check, not of this part alone
+
+
+def test_the_cli_progress_line_names_the_part(capsys):
+    from semcheck import cli
+    from semcheck.engines.budget import ProgressInfo
+
+    show = cli._progress_printer("barrier_kernel", 8)
+    show(ProgressInfo(states=1_500, transitions=0, seconds=5.0, frontier=1, depth=2, part="part 3 of 8"))
+    assert "barrier_kernel [8 devices, part 3 of 8]: 1,500 states" in capsys.readouterr().err

@@ -69,6 +69,7 @@ class ProgressInfo:
     frontier: int
     depth: int
     what: str = ""  # set by engines that do not count states (z3): what it is doing now
+    part: str = ""  # "part 2 of 8" while independent parts are checked one by one
 
     @property
     def rate(self) -> float:

@@ -89,7 +89,7 @@ def check_parts(
             ) + f" ran out after {number - 1} of {len(groups)} independent parts"
             break
         left = replace(budget, max_states=budget.max_states - states_before, timeout=budget.timeout - elapsed)
-        part_progress = _labelled(progress, number, len(groups), states_before)
+        part_progress = _labelled(progress, number, len(groups), states_before, elapsed)
         result = run(System(subprotocol(system, threads)), left, part_progress)
         _renumber(result, threads)
         results.append(result)
@@ -175,12 +175,17 @@ def _renumber(result: Result, threads: tuple[int, ...]) -> None:
                 b["thread"] = threads[b["thread"]]
 
 
-def _labelled(progress: ProgressFn | None, number: int, count: int, states_before: int) -> ProgressFn | None:
+def _labelled(
+    progress: ProgressFn | None, number: int, count: int, states_before: int, seconds_before: float
+) -> ProgressFn | None:
+    """A part's progress as the whole check's: states and seconds so far, and which part."""
     if progress is None:
         return None
 
     def report(info: ProgressInfo) -> None:
-        what = f"part {number} of {count}" + (f": {info.what}" if info.what else "")
-        progress(replace(info, states=info.states + states_before, what=what if info.what else ""))
+        progress(replace(
+            info, states=info.states + states_before, seconds=info.seconds + seconds_before,
+            part=f"part {number} of {count}",
+        ))
 
     return report
