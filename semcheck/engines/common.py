@@ -59,13 +59,7 @@ def to_result(exploration: Exploration, engine: str) -> Result:
             "no verdict for what was not explored"
         )
     return Result(
-        kernel=protocol.name,
-        file=protocol.loc.file,
-        line=protocol.loc.line,
-        backend=protocol.frontend,
-        semantics=protocol.backend.value,
-        devices=protocol.devices,
-        cores=protocol.cores,
+        **describing(protocol),
         engine=engine,
         verdict=verdict,
         violations=violations,
@@ -80,6 +74,19 @@ def to_result(exploration: Exploration, engine: str) -> Result:
         notes=notes,
         ends=frozenset(exploration.ends),
         exhausted=exploration.exhausted,
+    )
+
+
+def describing(protocol) -> dict:
+    """The Result fields that say which kernel was checked, and how."""
+    return dict(
+        kernel=protocol.name,
+        file=protocol.loc.file,
+        line=protocol.loc.line,
+        backend=protocol.frontend,
+        semantics=protocol.backend.value,
+        devices=protocol.devices,
+        cores=protocol.cores,
     )
 
 

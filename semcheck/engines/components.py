@@ -36,6 +36,7 @@ from networkx.utils import UnionFind
 
 from semcheck import ir
 from semcheck.engines.budget import Budget, ProgressFn, ProgressInfo
+from semcheck.engines.common import describing
 from semcheck.properties import CLEAN_END, STUCK_END, Kind
 from semcheck.result import Result, Stats, Verdict, Violation, worst
 from semcheck.semantics import System
@@ -140,13 +141,7 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
     for result in results:
         notes += [n for n in result.notes if n not in notes]
     return Result(
-        kernel=protocol.name,
-        file=protocol.loc.file,
-        line=protocol.loc.line,
-        backend=protocol.frontend,
-        semantics=protocol.backend.value,
-        devices=protocol.devices,
-        cores=protocol.cores,
+        **describing(protocol),
         engine="+".join(sorted({r.engine for r in results})) or "none",
         verdict=verdict,
         violations=violations,
