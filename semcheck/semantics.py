@@ -41,15 +41,8 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from semcheck import intervals, ir
-from semcheck.ir import Backend, Scope, SemKind, SemOrigin
-
-
-class ProtocolError(Exception):
-    """The protocol is malformed (undeclared semaphore, undefined register, bad jump)."""
-
-    def __init__(self, message: str, loc: ir.Loc | None = None):
-        super().__init__(f"{loc}: {message}" if loc else message)
-        self.loc = loc
+from semcheck.errors import ProtocolError
+from semcheck.ir import Backend, Scope, SemKind, SemOrigin, apply_op
 
 
 # --- faults: what a thread hits when an instruction names something that does not exist -------
@@ -913,29 +906,6 @@ def _set_reg(system: System, state: State, t: int, name: str, value: int):
     row[system.registers[t][name]] = value
     regs[t] = tuple(row)
     return tuple(regs)
-
-
-_OPS: dict[str, Callable[[int, int], int]] = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b if b else 0,
-    "mod": lambda a, b: a % b if b else 0,
-    "min": min,
-    "max": max,
-    "eq": lambda a, b: int(a == b),
-    "ne": lambda a, b: int(a != b),
-    "lt": lambda a, b: int(a < b),
-    "le": lambda a, b: int(a <= b),
-    "gt": lambda a, b: int(a > b),
-    "ge": lambda a, b: int(a >= b),
-    "and": lambda a, b: int(bool(a) and bool(b)),
-    "or": lambda a, b: int(bool(a) or bool(b)),
-}
-
-
-def apply_op(op: str, a: int, b: int) -> int:
-    return _OPS[op](a, b)
 
 
 def dma_increment(decl: ir.SemDecl, nbytes: int) -> int:

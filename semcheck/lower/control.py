@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from semcheck import ir
-from semcheck.frontends import LoadError
+from semcheck.errors import LoadError
 from semcheck.ir import SemOrigin
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import eval_closed, eval_jaxpr, operand, unwrap, const_value

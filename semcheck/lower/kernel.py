@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 
 from semcheck import ir
-from semcheck.frontends import LoadError
+from semcheck.errors import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
 from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
 from semcheck.lower.interpreter import eval_jaxpr
@@ -157,7 +157,8 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
         )
     from jax._src.pallas.mosaic import core as tpu_core
 
-    from semcheck.lower.gpu_kernel import is_gpu_mesh, lower_gpu_kernel
+    from semcheck.lower.gpu_kernel import is_gpu_mesh
+    from semcheck.lower.gpu_layout import lower_gpu_kernel
 
     mesh = meshes[0]
     if is_gpu_mesh(mesh):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from semcheck import __version__
-from semcheck.ir import Loc
-from semcheck.report import display_path
+from semcheck.version import __version__
+from semcheck.ir import Loc, display_path
 from semcheck.result import Result, TraceStep, Violation
 
 
