@@ -1,5 +1,5 @@
-"""The violation kinds (a fixed vocabulary shared by text, JSON and SARIF) and how each is
-detected in a state of the transition system.
+"""How each violation kind (the vocabulary is in `kinds.py`) is detected in a state of the
+transition system.
 
 Every property semcheck checks is a property of single states: faults are permanent once
 they happen, and stuck or leftover conditions are read off terminal states. That is what
