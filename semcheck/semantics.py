@@ -2,7 +2,7 @@
 
 Shaped like a stateright model: `initial_states()`, `enabled(state)`, `step(state, action)`.
 Engines explore it; `properties.py` judges its states; nothing else decides what an
-instruction does. Every rule follows ../shared/reference/pallas-semantics.md:
+instruction does. Every rule is stated, with its sources, in docs/semantics.md:
 
 * signal: atomically add `inc` to the target semaphore; never blocks. Without a core
   index the target core is the signaller's own (JAX's TPU interpreter uses core 0 instead;
@@ -952,7 +952,7 @@ def _exec_wait(system: System, t: int, instr: ir.Wait, state: State) -> State:
 
 
 def _phase_overrun(system: System, state: State, t: int, sid: int, instr: ir.Wait) -> tuple[Hazard, ...]:
-    """An mbarrier wait names its phase by parity only (reference §4.8): if the barrier has
+    """An mbarrier wait names its phase by parity only (docs/semantics.md): if the barrier has
     completed the following phase too by the time the thread waits, the parity has come
     round again and the wait cannot see the phase it is for."""
     per_phase = system.instances[sid].decl.arrivals_per_phase

@@ -8,7 +8,7 @@ threads out and runs them. What a GPU kernel is, in semcheck's terms:
   row-major over `(*grid, *cluster)`; in the IR a block is a thread's `core`. With
   `num_threads`, every block runs that many Pallas threads (warpgroups), the thread's `sub`.
 * There is no default device barrier and no zero-at-exit obligation: the GMEM semaphore
-  scratch is zero-filled before each launch (reference §6), and JAX's own collectives
+  scratch is zero-filled before each launch (docs/semantics.md), and JAX's own collectives
   signal peers with no entry handshake, relying on that fill happening before any peer's
   signal. semcheck models the kernels as they assume (say so in every report's notes).
 """

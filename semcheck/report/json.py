@@ -1,4 +1,4 @@
-"""`--format json`: one object, `{"semcheck": version, "results": [...]}` (DESIGN.md)."""
+"""`--format json`: one object, `{"semcheck": version, "results": [...]}` (the JSON contract in the README)."""
 
 from __future__ import annotations
 
