@@ -70,3 +70,13 @@ def test_a_gpu_thread_is_named_by_its_block():
     [violation] = r.errors
     assert all("block" in label for _, label in graph.counterexample_graph(r, violation).graph["lanes"])
     assert "device 0 block" in sarif.render([r]) and "device 0 core" not in sarif.render([r])
+
+
+
+def test_a_protocol_z3_declines_before_encoding_still_gets_its_verdict_line():
+    """z3 leaves mbarrier phases to the explicit engine: it answers without encoding, so the
+    result has a query count but no event count (the report used to crash on it)."""
+    [r] = verify_path(os.path.join(ROOT, "examples", "gpu", "tma_barrier.py"), [2], engine="z3")
+    assert r.stats.encoded_events is None and r.stats.solver_queries is not None
+    [line] = [line for line in text.render([r]).splitlines() if line.startswith(r.verdict.value.upper())]
+    assert "solver queries" in line and "events" not in line

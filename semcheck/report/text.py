@@ -60,10 +60,9 @@ def verdict_line(r: Result) -> str:
         detail = r.error or "error"
     stats = ""
     if r.verdict is not Verdict.ERROR and r.stats.solver_queries is not None:
-        stats = (
-            f"  ({r.stats.encoded_events:,} events, {r.stats.solver_queries:,} solver queries, "
-            f"{r.stats.seconds:.2f} s, {r.engine})"
-        )
+        # z3 may decline a protocol before encoding it (then it has no event count).
+        events = "" if r.stats.encoded_events is None else f"{r.stats.encoded_events:,} events, "
+        stats = f"  ({events}{r.stats.solver_queries:,} solver queries, {r.stats.seconds:.2f} s, {r.engine})"
     elif r.verdict is not Verdict.ERROR:
         stats = (
             f"  ({r.stats.states:,} states, {r.stats.transitions:,} transitions, "
