@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from semcheck import ir
-from semcheck.semantics import System, State, _Fault, _successors, must_be_zero_at_exit
+from semcheck.footprints import successors
+from semcheck.semantics import System, State, _Fault, must_be_zero_at_exit
 
 
 class Kind(str, enum.Enum):
@@ -230,12 +231,10 @@ def _may_add(system: System, state: State, t: int, sid: int, *, after_current: b
     """Whether thread t may still add to `sid`. A blocked wait cannot enable itself, so for
     its own thread only what follows it counts (a wait whose amount may be negative would
     otherwise count as adding to the very semaphore it waits on)."""
-    if not after_current:
-        return bool(system.future_footprint(state, t).inc >> sid & 1)
     pc, body = state.pcs[t], system.bodies[t]
-    return any(
-        system.futures[t][s].inc >> sid & 1 for s in _successors(pc, body[pc], len(body)) if s < len(body)
-    )
+    if not after_current:
+        return system.may_add(t, pc, sid)
+    return any(system.may_add(t, s, sid) for s in successors(pc, body[pc]) if s < len(body))
 
 
 def _blocked_info(system: System, state: State, t: int, sid: int, need: int, have: int) -> dict:
