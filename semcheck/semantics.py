@@ -37,6 +37,7 @@ A state is a tuple of immutable parts, so it hashes and compares by value.
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -44,6 +45,7 @@ from semcheck import intervals, ir
 from semcheck.footprints import EMPTY, Footprint, ThreadTable
 
 _NONE: frozenset[int] = frozenset()
+_NEVER_BLOCKS: tuple[()] = ()
 from semcheck.ir import Backend, Scope, SemKind, SemOrigin
 
 
@@ -116,10 +118,72 @@ class Hazard(NamedTuple):
     detail: str
 
 
+class Counts:
+    """Every semaphore instance's count, stored sparsely: the (id, count) pairs that are not
+    0, in id order. Reads like a tuple of all counts (`counts[sid]`, `len`, iteration), and
+    compares and hashes by value; a step copies only the counts that are not 0, so a state
+    of a protocol with N^2 semaphore instances (one per step per device) stays small."""
+
+    __slots__ = ("size", "items", "_hash")
+
+    def __init__(self, size: int, items: tuple[tuple[int, int], ...] = ()):
+        self.size, self.items, self._hash = size, items, None
+
+    @classmethod
+    def dense(cls, counts) -> "Counts":
+        counts = list(counts)
+        return cls(len(counts), tuple((sid, c) for sid, c in enumerate(counts) if c))
+
+    def __getitem__(self, sid: int) -> int:
+        items = self.items
+        k = bisect_left(items, (sid,))
+        return items[k][1] if k < len(items) and items[k][0] == sid else 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        dense = [0] * self.size
+        for sid, count in self.items:
+            dense[sid] = count
+        return iter(dense)
+
+    def nonzero(self) -> tuple[tuple[int, int], ...]:
+        return self.items
+
+    def add(self, sid: int, delta: int) -> "Counts":
+        items = self.items
+        k = bisect_left(items, (sid,))
+        if k < len(items) and items[k][0] == sid:
+            count = items[k][1] + delta
+            middle = ((sid, count),) if count else ()
+            return Counts(self.size, items[:k] + middle + items[k + 1:])
+        if not delta:
+            return self
+        return Counts(self.size, items[:k] + ((sid, delta),) + items[k:])
+
+    def zeroed(self, sids: frozenset[int]) -> "Counts":
+        kept = tuple(item for item in self.items if item[0] not in sids)
+        return self if len(kept) == len(self.items) else Counts(self.size, kept)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Counts):
+            return self.items == other.items and self.size == other.size
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self.items)
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Counts({self.size}, {dict(self.items)})"
+
+
 class State(NamedTuple):
     pcs: tuple[int, ...]
     regs: tuple[tuple[int, ...], ...]
-    sems: tuple[int, ...]
+    sems: Counts
     events: tuple[Event, ...]  # sorted
     faults: tuple[tuple[int, int, str, str], ...]  # (thread, pc, kind, detail), sorted
     inputs: tuple[int, ...]
@@ -221,6 +285,28 @@ class System:
             for t, body in enumerate(self.bodies)
         ]
         self.tables = [ThreadTable(body, fps, self.cell_base) for body, fps in zip(self.bodies, self.footprints)]
+        self._waits = [[self._static_wait(t, instr) for instr in body] for t, body in enumerate(self.bodies)]
+        waiters: dict[int, set[int]] = {}  # semaphore instance -> threads that may wait on it
+        for t, body in enumerate(self.bodies):
+            for instr in body:
+                if type(instr) in WAIT_RULES:
+                    for sid in self._candidates(t, instr.sem):
+                        waiters.setdefault(sid, set()).add(t)
+        self._waiters = {sid: tuple(sorted(ts)) for sid, ts in waiters.items()}
+
+    def _static_wait(self, t: int, instr: ir.Instr) -> tuple[int, int] | tuple[()] | None:
+        """(semaphore, amount) of a wait whose semaphore and amount are constants, so that
+        `enabled` need not resolve it in every state; `_NEVER_BLOCKS` for an instruction
+        that is no wait; None when only the state can tell (or executing it faults)."""
+        if type(instr) not in WAIT_RULES:
+            return _NEVER_BLOCKS
+        ref = instr.sem
+        need = instr.value if isinstance(instr, ir.Wait) else instr.nbytes
+        if not (isinstance(need, int) and isinstance(ref.index, int)
+                and ir.is_constant(ref.device) and ir.is_constant(ref.core)):
+            return None
+        sids = self._candidates(t, ref)
+        return (next(iter(sids)), need) if len(sids) == 1 else None
 
     @property
     def cell_base(self) -> int:
@@ -549,7 +635,7 @@ class System:
         """The start state for one value of every input (in `protocol.inputs` order)."""
         pcs = tuple(0 for _ in self.threads)
         regs = tuple(tuple(0 for _ in r) for r in self.registers)
-        sems = tuple(0 for _ in self.instances)
+        sems = Counts(len(self.instances))
         return State(pcs, regs, sems, (), (), tuple(inputs), ())
 
     def current(self, state: State, t: int) -> ir.Instr | None:
@@ -562,6 +648,15 @@ class System:
 
     def blocked_wait(self, state: State, t: int) -> tuple[int, int, int] | None:
         """(semaphore, needed, current count) when thread t sits at a wait it cannot pass."""
+        pc = state.pcs[t]
+        if 0 <= pc < len(self.bodies[t]):
+            known = self._waits[t][pc]
+            if known is _NEVER_BLOCKS:
+                return None
+            if known is not None:
+                sid, need = known
+                have = state.sems[sid]
+                return None if have >= need else (sid, need, have)
         instr = self.current(state, t)
         rule = WAIT_RULES.get(type(instr))
         if rule is None:
@@ -573,12 +668,42 @@ class System:
         have = state.sems[sid]
         return None if have >= need else (sid, need, have)
 
-    def enabled(self, state: State) -> list[Action]:
-        actions: list[Action] = []
-        for t, body in enumerate(self.bodies):
-            pc = state.pcs[t]
-            if 0 <= pc < len(body) and self.blocked_wait(state, t) is None:
-                actions.append(("t", t))
+    def can_move(self, state: State, t: int) -> bool:
+        """Whether thread t has an instruction to execute that is not a blocked wait."""
+        pc = state.pcs[t]
+        waits = self._waits[t]
+        if not 0 <= pc < len(waits):
+            return False
+        known = waits[pc]
+        if known is _NEVER_BLOCKS:
+            return True
+        if known is not None:
+            return state.sems[known[0]] >= known[1]
+        return self.blocked_wait(state, t) is None
+
+    def movable_threads(self, state: State) -> tuple[int, ...]:
+        return tuple(t for t in range(len(self.bodies)) if self.can_move(state, t))
+
+    def movable_after(self, before: State, movable: tuple[int, ...], action: Action, after: State) -> tuple[int, ...]:
+        """`movable_threads(after)` for a successor of `before` by `action`, from the
+        threads that could move in `before`: only the acting thread, and threads whose wait
+        may name a semaphore whose count changed, can differ. (A thread's wait resolves
+        through its own registers, which only its own steps change.)"""
+        recheck = {action[1]} if action[0] == "t" else set()
+        if before.sems is not after.sems:
+            for sid, _count in set(before.sems.items).symmetric_difference(after.sems.items):
+                recheck.update(self._waiters.get(sid, ()))
+        if not recheck:
+            return movable
+        kept = [t for t in movable if t not in recheck]
+        kept += [t for t in recheck if self.can_move(after, t)]
+        return tuple(sorted(kept))
+
+    def enabled(self, state: State, movable: tuple[int, ...] | None = None) -> list[Action]:
+        """Every enabled action: each thread that can move (`movable`, when the caller
+        already knows them), then each distinct pending completion."""
+        threads = self.movable_threads(state) if movable is None else movable
+        actions: list[Action] = [("t", t) for t in threads]
         actions.extend(("e", e) for e in _distinct(state.events))
         return actions
 
@@ -645,8 +770,7 @@ def _distinct(events: tuple[Event, ...]):
 def _complete(system: "System", state: State, event: Event) -> State:
     events = list(state.events)
     events.remove(event)
-    sems = list(state.sems)
-    sems[event.sem] += event.inc
+    sems = state.sems.add(event.sem, event.inc)
     hazards = state.hazards
     # Unlike a signal, a landing copy is checked whatever semaphore counts it: what arrives
     # early is its write into the peer's buffer, which does not outlive the kernel.
@@ -661,7 +785,7 @@ def _complete(system: "System", state: State, event: Event) -> State:
                 f"the copy lands on {ir.thread_name(target.device, target.core, 0, system.protocol.cores)} "
                 f"{problem} the kernel",
             ))
-    return state._replace(sems=tuple(sems), events=tuple(events), hazards=hazards)
+    return state._replace(sems=sems, events=tuple(events), hazards=hazards)
 
 
 def _advance(state: State, t: int, *, to: int | None = None, sems=None, regs=None, events=None,
@@ -715,10 +839,8 @@ def _extent(access: Access) -> str:
     return "[" + ", ".join(f"{s}:{s + z}" for s, z in zip(access.starts, access.sizes)) + "]"
 
 
-def _add(sems: tuple[int, ...], sid: int, delta: int) -> tuple[int, ...]:
-    lst = list(sems)
-    lst[sid] += delta
-    return tuple(lst)
+def _add(sems: Counts, sid: int, delta: int) -> Counts:
+    return sems.add(sid, delta)
 
 
 def _set_reg(system: System, state: State, t: int, name: str, value: int):
@@ -875,10 +997,7 @@ def _exec_entry(system: System, t: int, instr: ir.KernelEntry, state: State) -> 
                    f"a copy of the previous invocation is still landing on {system.instances[e.sem].label}")
             for e in _distinct(state.events) if e.sem in resetting
         ]
-    sems = list(state.sems)
-    for sid in reset:
-        sems[sid] = 0
-    return _advance(state, t, sems=tuple(sems), hazards=_with(state.hazards, *found))
+    return _advance(state, t, sems=state.sems.zeroed(resetting), hazards=_with(state.hazards, *found))
 
 
 def _exec_nothing(system: System, t: int, instr: ir.Instr, state: State) -> State:

@@ -90,17 +90,16 @@ def test_exact_state_counts(name, devices):
     assert set(reduced.findings) == set(full.findings)
 
 
-@pytest.mark.parametrize("devices,states", [(2, 17), (4, 97), (8, 473), (16, 2089)])
-def test_ring_allgather_stays_near_one_path(devices, states):
-    """Semaphore operations of different devices all commute, so without memory the reduced
-    search is one path of 1 + N * (3 + 5 * (N - 1)) states (per device: two barrier signals,
-    a barrier wait, and per step a start, two completions and two waits). A copy landing in
-    a slot does not commute with the receiver's later read of that slot, so both orders
-    are explored there; the count stays quadratic in N and no state is reached twice."""
+@pytest.mark.parametrize("devices", [2, 4, 8, 16])
+def test_ring_allgather_is_one_path(devices):
+    """Semaphore operations of different devices all commute, so the reduced search is one
+    path of 1 + N * (3 + 5 * (N - 1)) states (per device: two barrier signals, a barrier
+    wait, and per step a start, two completions and two waits). A copy landing in a slot
+    does not commute with the receiver's later read of that slot, but that read sits behind
+    the receiver's wait for the copy, which only the copy can satisfy: neither the copy's
+    start nor its completion needs the other order (`Independence.cut`, guard stops)."""
     reduced = explicit.explore(System(load("ring_allgather", devices)))
-    one_path = 1 + devices * (3 + 5 * (devices - 1))
-    assert reduced.states == states
-    assert one_path <= reduced.states < 2 * one_path
+    assert reduced.states == 1 + devices * (3 + 5 * (devices - 1))
     assert reduced.transitions == reduced.states - 1
 
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from semcheck.engines import explicit
 from semcheck.engines.budget import Budget
 from semcheck.semantics import System
-from tests.strategies import control_flow_protocols, protocols
+from tests.strategies import control_flow_protocols, protocols, ring_protocols
 
 # Now and then a random protocol (nine threads full of DMAs) has millions of unreduced
 # states. The reference search is bounded, and such an example is set aside rather than
@@ -113,6 +113,19 @@ def test_reduction_preserves_every_finding_with_control_flow(protocol):
     full = reference_findings(protocol)
     reduced = findings(protocol, reduce=True)
     assert set(reduced.findings) == set(full.findings), protocol
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ring_protocols())
+def test_reduction_preserves_every_finding_on_rings(protocol):
+    """Rings with one receive semaphore per step (or one shared), symmetric or with one
+    device mutated: where the guard rules (a wait only one copy can satisfy cuts the
+    waiter's future, for that copy's completion and for every action of its issuer) save
+    the most, and where they would go wrong first."""
+    full = reference_findings(protocol)
+    reduced = findings(protocol, reduce=True)
+    assert set(reduced.findings) == set(full.findings), protocol
+    assert reduced.states <= full.states
 
 
 @settings(max_examples=300, deadline=None)

@@ -51,6 +51,7 @@ def explore(
     via: list = []
     depth: list[int] = []
     sleep: list[frozenset] = []
+    movable: dict[int, tuple[int, ...]] = {}  # queued state -> threads that can move in it
     queue: deque[int] = deque()
 
     states: list = []  # position -> state
@@ -96,7 +97,10 @@ def explore(
             i = queue.popleft()
             state = states[i]
             monitor.tick(len(states), transitions, len(queue), depth[i])
-            enabled = system.enabled(state)
+            ready = movable.pop(i, None)
+            if ready is None:
+                ready = system.movable_threads(state)
+            enabled = system.enabled(state, ready)
             if not enabled:
                 ended.add(i)
                 found.ends.add(end_kind(system, state))
@@ -133,6 +137,7 @@ def explore(
                     depth.append(depth[i] + 1)
                     sleep.append(inherited)
                     queue.append(j)
+                    movable[j] = system.movable_after(state, ready, action, successor)
                     if edges is not None:
                         edges.append([])
                     if successor.faults != state.faults:

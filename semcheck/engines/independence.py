@@ -35,6 +35,7 @@ class Independence:
         # static: silencing only removes resources, so this stays a superset of who touches r
         self.touchers: dict[int, tuple[int, ...]] = {r: tuple(ts) for r, ts in touchers.items()}
         self._event_channels: dict[Event, Channels] = {}
+        self._copies_on = self._copy_index()
         self._stops = self._guard_stops()
         # (starter thread, waiting thread) -> sorted (wait pc, start pc) of each guarded wait
         self._cuts: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -59,6 +60,33 @@ class Independence:
             fp = event_footprint(self.system, event, self.watched(event.issuer, event.start_pc))
             found = self._event_channels[event] = channels(fp, self.system.cell_base)
         return found
+
+    def pending_on(self, events: tuple[Event, ...], r: int):
+        """(completion action, x, y) of each distinct pending completion touching resource
+        r. Events are sorted by (side, issuer, start pc, ...), and `_copies_on` knows which
+        copy starts may touch r, so they are found by bisection: a few starts one by one,
+        many (a send semaphore every step's copy adds to) by scanning that issuer's
+        pending completions, never every pending completion."""
+        for side, issuer, starts in self._copies_on.get(r, ()):
+            if len(starts) <= 4:
+                ranges = [(side, issuer, pc) for pc in sorted(starts)]
+            else:
+                ranges = [(side, issuer)]
+            for prefix in ranges:
+                width = len(prefix)
+                k = bisect_left(events, prefix)
+                previous = None
+                while k < len(events):
+                    e = events[k]
+                    if e[:width] != prefix:
+                        break
+                    k += 1
+                    if e == previous or e.start_pc not in starts:
+                        continue
+                    previous = e
+                    found = self.event_channels(e).get(r)
+                    if found is not None:
+                        yield ("e", e), found[0], found[1]
 
     def guard_stops(self, t: int, event: Event) -> tuple[int, ...] | None:
         """Sorted pcs of thread t's waits that only `event`'s completion can satisfy."""
@@ -118,6 +146,32 @@ class Independence:
             if h.kind != DATA_RACE or (self.watched(h.thread, h.pc) and self.watched(h.other_thread, h.other_pc))
         )
         return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
+
+    def _copy_index(self) -> dict[int, tuple[tuple[int, int, frozenset[int]], ...]]:
+        """resource -> (side, issuer, start pcs) of the copies whose completions may touch
+        it: what
+        each copy start may touch (its semaphores, both regions and what overlaps them, the
+        peer's lifecycle), plus the lifecycle of where it lands, which its completion
+        checks even for a local copy (`semantics.event_footprint`)."""
+        system, base = self.system, self.system.cell_base
+        found: dict[int, dict[tuple[int, int], set[int]]] = {}
+        for t, body in enumerate(system.bodies):
+            for pc, instr in enumerate(body):
+                if not isinstance(instr, ir.DmaStart):
+                    continue
+                target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
+                landing = {
+                    base + system.lifecycle_cell(system.instances[sid].device, system.instances[sid].core)
+                    for sid in system._candidates(t, target)
+                }
+                for r in set(system.tables[t].own[pc]) | landing:
+                    by_copy = found.setdefault(r, {})
+                    for side in (RECV, SEND):
+                        by_copy.setdefault((side, t), set()).add(pc)
+        return {
+            r: tuple((side, t, frozenset(pcs)) for (side, t), pcs in sorted(by_copy.items()))
+            for r, by_copy in found.items()
+        }
 
     # -- guards --
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from semcheck.engines.independence import Independence
 from semcheck.footprints import X_INC, Channels
-from semcheck.semantics import Action, State, _distinct
+from semcheck.semantics import Action, State
 
 
 def stubborn_subset(ind: Independence, state: State, enabled: list[Action]) -> list[Action]:
@@ -55,11 +55,6 @@ class _Context:
         self.ind, self.state = ind, state
         self.system = ind.system
         self.enabled = set(enabled)
-        self.events = list(_distinct(state.events))
-        self._events_on: dict[int, list[tuple[Action, int, int]]] = {}
-        for e in self.events:
-            for r, (x, y) in ind.event_channels(e).items():
-                self._events_on.setdefault(r, []).append((("e", e), x, y))
         self._blocked: dict[int, tuple | None] = {}
 
     def _active(self, t: int) -> bool:
@@ -94,7 +89,7 @@ class _Context:
                     found[("t", t)] = None
                     if first:
                         return list(found)
-            for other, xb, yb in self._events_on.get(r, ()):
+            for other, xb, yb in ind.pending_on(self.state.events, r):
                 if other != action and other not in found and (xa & yb or xb & ya):
                     found[other] = None
                     if first:
@@ -102,8 +97,10 @@ class _Context:
         return list(found)
 
     def isolated(self, action: Action) -> bool:
-        """An enabled action that conflicts with nothing any other actor may ever do."""
-        return not self._clashing(action, self.ind.own(self.state, action), first=True)
+        """An enabled action that conflicts with nothing any other actor may do before the
+        action itself (for a completion: up to the waits only it can satisfy)."""
+        guard = action[1] if action[0] == "e" else None
+        return not self._clashing(action, self.ind.own(self.state, action), guard=guard, first=True)
 
     def closure(self, seed: Action, limit: int) -> set[Action] | None:
         """The actors a stubborn set containing `seed` needs, or None as soon as it holds
