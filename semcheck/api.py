@@ -72,7 +72,8 @@ def verify_path(
         for n in devices:
             started = time.monotonic()
             try:
-                loaded.append((path, n, _load_within(path, n, budget.started(started))))
+                progress = progress_for(_stem(path), n) if progress_for else None
+                loaded.append((path, n, _load_within(path, n, budget.started(started), progress)))
             except LoadError as e:
                 loaded.append(_load_error_result(path, n, e, engine))
             except BudgetExceeded as e:
@@ -113,13 +114,13 @@ def verify_path(
 CAPTURE_GRACE = 2.0
 
 
-def _load_within(path: str, devices: int, budget: Budget) -> list:
+def _load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | None = None) -> list:
     """`load`, within what is left of `budget`: the capture subprocess is told the time left
     (it stops the script then and lowers what it captured), and the whole load runs under
     `bounded_phase`, which also stops a model file's own code and a capture that overruns."""
     left = budget.remaining()
     grace = replace(budget, deadline=budget.deadline + CAPTURE_GRACE)
-    with bounded_phase(f"loading {path} with {devices} devices", grace):
+    with bounded_phase(f"loading {path} with {devices} devices", grace, progress=progress):
         return load(path, devices, capture_timeout=max(left, 0.0))
 
 

@@ -123,3 +123,12 @@ def test_a_kernel_script_that_outlasts_the_budget_is_inconclusive(tmp_path):
     (result,) = verify_path(str(path), [2], budget=Budget(timeout=2))
     assert result.verdict.value == "inconclusive"
     assert "ran out while" in result.notes[-1] and str(path) in result.notes[-1]
+
+
+def test_a_long_phase_says_what_it_is_doing(monkeypatch):
+    monkeypatch.setattr(Monitor, "FIRST_PROGRESS", 0.0)
+    said = []
+    with bounded_phase("building the transition system", Budget(timeout=60), progress=said.append):
+        while not said:  # until the timer has spoken (the budget ends the loop otherwise)
+            pass
+    assert said[0].what == "building the transition system" and said[0].states == 0

@@ -89,7 +89,7 @@ def check(
     started = time.monotonic()
     budget = (budget or Budget.from_env()).started(started)
     try:
-        with bounded_phase("building the transition system", budget, started):
+        with bounded_phase("building the transition system", budget, started, progress=progress):
             system = System(protocol)
             groups = components.parts(system) if split else []
     except BudgetExceeded as exceeded:

@@ -229,13 +229,16 @@ class Monitor:
 
 
 @contextlib.contextmanager
-def bounded_phase(what: str, budget: Budget, started: float | None = None) -> Iterator[None]:
+def bounded_phase(
+    what: str, budget: Budget, started: float | None = None, progress: ProgressFn | None = None
+) -> Iterator[None]:
     """Run a phase that makes no budget checks of its own (building the transition
     system, loading a model file) within `budget`'s time and memory, counted from
     `started` (default: now). In the main thread a timer signal every CHECK_INTERVAL s
     raises BudgetExceeded inside the phase once either runs out; in other threads (signals
     reach only the main thread) the phase runs to its end. Either way a MemoryError becomes
-    BudgetExceeded, naming the phase."""
+    BudgetExceeded, naming the phase. With `progress`, the timer also says what is going on
+    once the phase has taken FIRST_PROGRESS seconds, and every PROGRESS_EVERY after."""
     started = time.monotonic() if started is None else started
     deadline = budget.started(started).deadline
     limit = memory_limit_mb(budget)
@@ -244,8 +247,14 @@ def bounded_phase(what: str, budget: Budget, started: float | None = None) -> It
     armed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
     previous = None
     if armed:
+        next_progress = [time.monotonic() + Monitor.FIRST_PROGRESS]
+
         def on_timer(signum, frame):
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if progress is not None and now >= next_progress[0]:
+                next_progress[0] = now + Monitor.PROGRESS_EVERY
+                progress(ProgressInfo(0, 0, now - started, 0, 0, what=what))
+            if now >= deadline:
                 raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while {what}")
             if rss_mb() > limit:
                 raise BudgetExceeded(f"memory budget of {limit:,.0f} MB ran out while {what}")
