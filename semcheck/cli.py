@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
                         help="how to decide: explicit (exhaustive search), z3 (SMT; every input value "
                         "in one query), auto (default: explicit, and z3 beside it when the search "
-                        "outlasts a 1 s head start, first conclusive answer wins; z3 alone for wide "
+                        "outlasts its head start, first conclusive answer wins; z3 alone for wide "
                         "inputs; the report names the engine that decided) or simulate (random schedules: finds bugs fast, never proves safe)")
     verify.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=LO..HI",
                         help="check input NAME only for LO..HI (repeatable; overrides the file's "

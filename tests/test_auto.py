@@ -163,3 +163,26 @@ def test_a_stop_signal_ends_z3_before_it_encodes():
     stop.stop("told to stop")
     found = smt.explore(System(_ring()), budget=Budget(stop=stop))
     assert found.exhausted == "told to stop" and found.solver_queries == 0
+
+
+def test_z3_joins_once_the_search_has_stored_enough_states(monkeypatch):
+    """The head start is counted in states, so whether z3 runs does not depend on the load."""
+    from semcheck.engines.budget import BudgetExceeded, Monitor
+
+    monkeypatch.setattr(auto, "HEAD_START", 600.0)
+    monkeypatch.setattr(auto, "HEAD_START_STATES", 100)
+
+    def explicit(system, budget, progress, **options):
+        monitor = Monitor(budget)
+        states = 0
+        try:
+            while True:  # a search that never ends (the state budget would end it at 2 M)
+                states += 1
+                monitor.tick(states, states)
+        except BudgetExceeded as e:
+            return _result(system, "explicit", Verdict.INCONCLUSIVE, states, exhausted=e.reason)
+
+    result = auto.run(System(_ring()), Budget(), None, explicit=explicit, z3=_at_once("z3", Verdict.SAFE, queries=1))
+    assert (result.verdict, result.engine) == (Verdict.SAFE, "z3")
+    assert result.runs[0].stopped == "engine auto: z3 decided first"
+    assert 100 <= result.runs[0].stats.states < Budget().max_states

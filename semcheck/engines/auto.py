@@ -10,8 +10,9 @@ a ring all-gather at 64: explicit in seconds), so:
 * inputs spanning more than `MAX_EXPLICIT_INPUT_COMBINATIONS` value combinations: z3 alone;
 * a protocol with something the z3 engine does not model (`smt.unmodelled`): explicit alone;
 * otherwise the explicit engine starts alone, with the whole budget. Most checks end within
-  its head start (`HEAD_START` seconds), and then nothing else runs. If it is still running
-  after that, z3 starts beside it, in a thread with its own copy of the System, with what is
+  its head start (`HEAD_START_STATES` states, or `HEAD_START` seconds for a search whose
+  states are slow), and then nothing else runs; counting states makes whether z3 runs at all
+  depend on the protocol, not on the machine's load. If the search goes on, z3 starts beside it, in a thread with its own copy of the System, with what is
   left of the same deadline, and the first conclusive answer (safe or violation) is the
   check's: the other engine is stopped at its next budget check (a z3 solver call is
   interrupted). If neither concludes, the explicit engine's inconclusive Result stands,
@@ -34,13 +35,16 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from semcheck.engines.budget import Budget, ProgressFn, StopSignal
+from semcheck.engines.budget import Budget, Milestone, ProgressFn, StopSignal
 from semcheck.ir import Protocol
 from semcheck.result import EngineRun, Result, Stats, Verdict
 from semcheck.semantics import System
 
 MAX_EXPLICIT_INPUT_COMBINATIONS = 256
-HEAD_START = 1.0  # seconds the explicit engine runs alone before z3 joins it
+# z3 joins an explicit search that has stored HEAD_START_STATES states, or run for
+# HEAD_START seconds (a search whose every state is slow): the first of the two.
+HEAD_START_STATES = 20_000
+HEAD_START = 10.0
 STOP_POLL = 0.25  # seconds between reminders to an engine that was told to stop
 
 EngineFn = Callable[..., Result]
@@ -103,14 +107,21 @@ def _side_by_side(
     explicit: EngineFn, z3: EngineFn, options: dict,
 ) -> Result:
     started = time.monotonic()
-    by_search = _Entrant("explicit", budget)
+    milestone = Milestone(HEAD_START_STATES)
+    by_search = _Entrant("explicit", replace(budget, milestone=milestone))
     by_solver = _Entrant("z3", budget)
     search_done = threading.Event()
     solver_started: list[float] = []
 
     def solve() -> None:
-        if search_done.wait(HEAD_START):
-            return  # the search ended within its head start: its Result stands
+        head_start_ends = time.monotonic() + HEAD_START
+        while not milestone.reached.wait(min(STOP_POLL, max(0.0, head_start_ends - time.monotonic()))):
+            if search_done.is_set():
+                return  # the search ended within its head start: its Result stands
+            if time.monotonic() >= head_start_ends:
+                break
+        if search_done.is_set():
+            return
         solver_started.append(time.monotonic() - started)
         # Its own System: the search silences the race lines it has reported in its one.
         fresh = System(system.protocol)

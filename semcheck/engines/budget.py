@@ -102,6 +102,15 @@ class StopSignal:
 
 
 @dataclass(frozen=True)
+class Milestone:
+    """Set once a search has stored `states` states: `--engine auto` starts z3 beside a
+    search that gets this far, a decision that depends on the work done, not on the load."""
+
+    states: int
+    reached: threading.Event = field(default_factory=threading.Event, compare=False)
+
+
+@dataclass(frozen=True)
 class Budget:
     max_states: int = DEFAULT_MAX_STATES
     timeout: float = DEFAULT_TIMEOUT  # seconds
@@ -110,6 +119,7 @@ class Budget:
     # When the check must end (time.monotonic()): set once, when the check starts (by
     # `started`), so that every later phase shares what is left of `timeout`.
     deadline: float | None = field(default=None, compare=False)
+    milestone: Milestone | None = field(default=None, compare=False)  # set when the search gets this far
 
     def started(self, at: float | None = None) -> "Budget":
         """This budget with its clock running from `at` (default: now), unless it already runs."""
@@ -213,6 +223,9 @@ class Monitor:
         return now
 
     def tick(self, states: int, transitions: int, frontier: int = 0, depth: int = 0) -> None:
+        milestone = self.budget.milestone
+        if milestone is not None and states >= milestone.states:
+            milestone.reached.set()
         if states > self.budget.max_states:
             raise BudgetExceeded(f"state budget of {self.budget.max_states:,} states ran out")
         now = self.check()
