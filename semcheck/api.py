@@ -130,7 +130,7 @@ def _out_of_budget_loading(path: str, devices: int, reason: str, engine: str, se
     return Result(
         kernel=_stem(path), file=path, line=0, backend="unknown", semantics="unknown", devices=devices,
         cores=0, engine=engine, verdict=Verdict.INCONCLUSIVE, stats=Stats(seconds=round(seconds, 4)),
-        notes=[f"no verdict: the {reason}" if reason.startswith(("time", "memory")) else f"no verdict: {reason}"],
+        notes=[f"no verdict: {reason}"],
         exhausted=reason,
     )
 

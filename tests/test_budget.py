@@ -29,7 +29,7 @@ def _ring(devices: int = 4):
 def test_a_timeout_of_zero_is_inconclusive_in_every_engine(engine):
     result = check_protocol(_ring(), engine=engine, budget=Budget(timeout=0))
     assert result.verdict.value == "inconclusive"
-    assert result.notes[-1] == "no verdict: the time budget of 0 s ran out before building the transition system"
+    assert result.notes[-1] == "no verdict: time budget of 0 s ran out before building the transition system"
 
 
 def test_the_explicit_search_honours_a_timeout_at_its_first_check():
@@ -80,7 +80,7 @@ def test_a_model_file_that_never_returns_is_inconclusive(tmp_path):
     """))
     (result,) = verify_path(str(path), [2], budget=Budget(timeout=0.3))
     assert result.verdict.value == "inconclusive"
-    assert result.notes == [f"no verdict: the time budget of 0.3 s ran out while loading {path} with 2 devices"]
+    assert result.notes == [f"no verdict: time budget of 0.3 s ran out while loading {path} with 2 devices"]
 
 
 def test_loading_counts_against_the_check(monkeypatch):

@@ -114,6 +114,6 @@ def out_of_budget(protocol: Protocol, engine: str, reason: str, seconds: float) 
     return Result(
         **describing(protocol), engine=engine, verdict=Verdict.INCONCLUSIVE,
         stats=Stats(seconds=round(seconds, 4)),
-        notes=list(protocol.notes) + [f"no verdict: the {reason}" if reason.startswith(("time", "memory")) else f"no verdict: {reason}"],
+        notes=list(protocol.notes) + [f"no verdict: {reason}"],
         exhausted=reason,
     )
