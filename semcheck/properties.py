@@ -11,8 +11,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-import networkx as nx
-
 from semcheck import ir
 from semcheck.footprints import successors
 from semcheck.semantics import System, State, _Fault, must_be_zero_at_exit
@@ -199,6 +197,8 @@ def terminal_findings(system: System, state: State) -> list[Finding]:
 
 
 def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
+    import networkx as nx  # only where something is stuck: not at start-up
+
     info = [_blocked_info(system, state, *b) for b in blocked]
     graph = nx.DiGraph()
     graph.add_nodes_from(range(len(blocked)))
@@ -287,6 +287,8 @@ def _deadlock_finding(system: System, info: list[dict], cycle: list[int]) -> Fin
 
 
 def _unsatisfied_finding(info: list[dict], group: list[int], graph) -> Finding:
+    import networkx as nx
+
     b = info[group[0]]
     message = "unsatisfied wait: " + ";\n  ".join(_wait_text(info[i]) for i in group)
     message += ("; nothing left in the system can add to " + ("them" if len(group) > 1 else "it"))
