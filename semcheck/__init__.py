@@ -1,11 +1,32 @@
 """semcheck: a model checker for the synchronization protocols of JAX Pallas kernels."""
 
 from semcheck.version import __version__
-from semcheck.api import check_protocol, verify, verify_model, verify_path  # noqa: E402
-from semcheck.assumptions import assume  # noqa: E402
-from semcheck.result import Result, Verdict, Violation  # noqa: E402
 
-__all__ = [
-    "assume", "check_protocol", "verify", "verify_model", "verify_path", "Result", "Verdict", "Violation",
-    "__version__",
-]
+# The public names are imported on first use (PEP 562), so that `import semcheck.capture`
+# (the capture subprocess) or `semcheck.cli` on a model file loads only what it needs.
+_EXPORTS = {
+    "assume": "semcheck.assumptions",
+    "check_protocol": "semcheck.api",
+    "verify": "semcheck.api",
+    "verify_model": "semcheck.api",
+    "verify_path": "semcheck.api",
+    "Result": "semcheck.result",
+    "Verdict": "semcheck.result",
+    "Violation": "semcheck.result",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'semcheck' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

@@ -11,11 +11,13 @@ bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from typing import Callable, Iterable
 
 from semcheck import assumptions, engines
 from semcheck.assumptions import Assumption
-from semcheck.engines.budget import Budget, ProgressFn
+from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, bounded_phase
 from semcheck.frontends import LoadError, discover, load
 from semcheck.invocations import repeat
 from semcheck.ir import Protocol
@@ -61,13 +63,22 @@ def verify_path(
     **options,
 ) -> list[Result]:
     # Load everything first, so an --assume that names no input fails before any checking.
+    # Loading (running a kernel script, or a model file's code) is part of each check's
+    # time budget: what it took is not given to the engines.
+    budget = budget or Budget.from_env()
     loaded: list[Result | tuple[str, int, list]] = []
+    load_seconds: dict[tuple[str, int], float] = {}
     for path in discover([paths] if isinstance(paths, str) else list(paths)):
         for n in devices:
+            started = time.monotonic()
             try:
-                loaded.append((path, n, load(path, n)))
+                progress = progress_for(_stem(path), n) if progress_for else None
+                loaded.append((path, n, _load_within(path, n, budget.started(started), progress)))
             except LoadError as e:
                 loaded.append(_load_error_result(path, n, e, engine))
+            except BudgetExceeded as e:
+                loaded.append(_out_of_budget_loading(path, n, e.reason, engine, time.monotonic() - started))
+            load_seconds[(path, n)] = time.monotonic() - started
     assume = list(assume)
     protocols = [
         p for item in loaded if not isinstance(item, Result) for p in item[2] if not isinstance(p, LoadError)
@@ -90,10 +101,38 @@ def verify_path(
                 results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
                 continue
             progress = progress_for(protocol.name, n) if progress_for else None
-            result = check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
+            # Its clock started when its file began loading: loading spent part of it.
+            check_budget = budget.started(time.monotonic() - load_seconds[(path, n)])
+            result = check_protocol(protocol, engine=engine, budget=check_budget, progress=progress, **options)
             result.invocations = invocations
             results.append(result)
     return results
+
+
+# A capture subprocess told to stop after the time left gets this long to report what it
+# captured before it is stopped from outside.
+CAPTURE_GRACE = 2.0
+
+
+def _load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | None = None) -> list:
+    """`load`, within what is left of `budget`: the capture subprocess is told the time left
+    (it stops the script then and lowers what it captured), and the whole load runs under
+    `bounded_phase`, which also stops a model file's own code and a capture that overruns."""
+    left = budget.remaining()
+    grace = replace(budget, deadline=budget.deadline + CAPTURE_GRACE)
+    with bounded_phase(f"loading {path} with {devices} devices", grace, progress=progress):
+        return load(path, devices, capture_timeout=max(left, 0.0))
+
+
+def _out_of_budget_loading(path: str, devices: int, reason: str, engine: str, seconds: float) -> Result:
+    from semcheck.result import Stats
+
+    return Result(
+        kernel=_stem(path), file=path, line=0, backend="unknown", semantics="unknown", devices=devices,
+        cores=0, engine=engine, verdict=Verdict.INCONCLUSIVE, stats=Stats(seconds=round(seconds, 4)),
+        notes=[f"no verdict: {reason}"],
+        exhausted=reason,
+    )
 
 
 def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,

@@ -74,6 +74,7 @@ class CaptureOutcome:
     devices: int = 0  # devices the process had
     seconds: dict[str, float] = field(default_factory=dict)  # "jax import", "script", "lowering"
     assumptions: list = field(default_factory=list)  # the script's semcheck.assume calls
+    timed_out: bool = False  # the script was stopped at the time it was given
 
 
 # --- the hooks ------------------------------------------------------------------------------
@@ -272,8 +273,10 @@ def capture_function(fn, *args, **kwargs) -> list:
 
 
 def capture_script(path: str, devices: int, *, timeout: float | None = None) -> CaptureOutcome:
-    """Run `path` with `devices` CPU devices in a subprocess and return what it captured."""
-    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    """Run `path` with `devices` CPU devices in a subprocess and return what it captured.
+    `timeout`: the time the script gets (at most DEFAULT_TIMEOUT; a check's budget passes
+    what is left of it)."""
+    timeout = DEFAULT_TIMEOUT if timeout is None else min(timeout, DEFAULT_TIMEOUT)
     path = os.path.abspath(path)
     with tempfile.TemporaryDirectory(prefix="semcheck-") as tmp:
         output = os.path.join(tmp, "capture.pickle")
@@ -370,6 +373,7 @@ def _child(args) -> int:
             done.set()
 
     def on_timeout() -> None:
+        outcome.timed_out = True
         finish(f"the script did not finish within {args.timeout:.0f} s, so semcheck stopped it")
         os._exit(0)
 

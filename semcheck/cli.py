@@ -81,9 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="device counts to check (default: 2,4,8)")
     verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
                         help="how to decide: explicit (exhaustive search), z3 (SMT; every input value "
-                        "in one query), auto (default: explicit unless the inputs are wide or it runs "
-                        "out of its share of the budget, then z3; the report names the engine that "
-                        "decided) or simulate (random schedules: finds bugs fast, never proves safe)")
+                        "in one query), auto (default: explicit, and z3 beside it when the search "
+                        "outlasts its head start, first conclusive answer wins; z3 alone for wide "
+                        "inputs; the report names the engine that decided) or simulate (random schedules: finds bugs fast, never proves safe)")
     verify.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=LO..HI",
                         help="check input NAME only for LO..HI (repeatable; overrides the file's "
                         "semcheck.assume and the input's own range; a NAME no input has is an error)")

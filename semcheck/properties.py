@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import networkx as nx
-
 from semcheck import ir
+from semcheck.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, SEVERITY, Kind  # noqa: F401 (re-exported)
-from semcheck.semantics import System, State, _Fault, _successors, must_be_zero_at_exit
+from semcheck.semantics import System, State, _Fault, must_be_zero_at_exit
 
 
 @dataclass(frozen=True)
@@ -161,6 +160,8 @@ def terminal_findings(system: System, state: State) -> list[Finding]:
 
 
 def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
+    import networkx as nx  # only where something is stuck: not at start-up
+
     info = [_blocked_info(system, state, *b) for b in blocked]
     graph = nx.DiGraph()
     graph.add_nodes_from(range(len(blocked)))
@@ -193,12 +194,10 @@ def _may_add(system: System, state: State, t: int, sid: int, *, after_current: b
     """Whether thread t may still add to `sid`. A blocked wait cannot enable itself, so for
     its own thread only what follows it counts (a wait whose amount may be negative would
     otherwise count as adding to the very semaphore it waits on)."""
-    if not after_current:
-        return bool(system.future_footprint(state, t).inc >> sid & 1)
     pc, body = state.pcs[t], system.bodies[t]
-    return any(
-        system.futures[t][s].inc >> sid & 1 for s in _successors(pc, body[pc], len(body)) if s < len(body)
-    )
+    if not after_current:
+        return system.may_add(t, pc, sid)
+    return any(system.may_add(t, s, sid) for s in successors(pc, body[pc]) if s < len(body))
 
 
 def _blocked_info(system: System, state: State, t: int, sid: int, need: int, have: int) -> dict:
@@ -251,6 +250,8 @@ def _deadlock_finding(system: System, info: list[dict], cycle: list[int]) -> Fin
 
 
 def _unsatisfied_finding(info: list[dict], group: list[int], graph) -> Finding:
+    import networkx as nx
+
     b = info[group[0]]
     message = "unsatisfied wait: " + ";\n  ".join(_wait_text(info[i]) for i in group)
     message += ("; nothing left in the system can add to " + ("them" if len(group) > 1 else "it"))

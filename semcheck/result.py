@@ -79,6 +79,18 @@ class Stats:
 
 
 @dataclass
+class EngineRun:
+    """One engine's run within a check (`--engine auto` can run two side by side): its own
+    verdict and stats, whether its verdict is the check's, and why it stopped early."""
+
+    engine: str
+    verdict: Verdict
+    stats: Stats
+    decided: bool = False
+    stopped: str | None = None
+
+
+@dataclass
 class Result:
     kernel: str
     file: str
@@ -98,6 +110,7 @@ class Result:
     # independent parts needs to know which end-state findings the whole protocol has.
     ends: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     exhausted: str | None = field(default=None, repr=False, compare=False)  # why the search stopped early
+    runs: list[EngineRun] = field(default_factory=list)  # every engine that ran, when more than one did
 
     @property
     def errors(self) -> list[Violation]:

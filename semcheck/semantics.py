@@ -37,12 +37,17 @@ A state is a tuple of immutable parts, so it hashes and compares by value.
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from semcheck import intervals, ir
 from semcheck.errors import ProtocolError
+from semcheck.footprints import EMPTY, Footprint, ThreadTable
 from semcheck.ir import Backend, Scope, SemKind, SemOrigin, apply_op
+
+_NONE: frozenset[int] = frozenset()
+_NEVER_BLOCKS: tuple[()] = ()
 
 
 # --- faults: what a thread hits when an instruction names something that does not exist -------
@@ -106,10 +111,72 @@ class Hazard(NamedTuple):
     detail: str
 
 
+class Counts:
+    """Every semaphore instance's count, stored sparsely: the (id, count) pairs that are not
+    0, in id order. Reads like a tuple of all counts (`counts[sid]`, `len`, iteration), and
+    compares and hashes by value; a step copies only the counts that are not 0, so a state
+    of a protocol with N^2 semaphore instances (one per step per device) stays small."""
+
+    __slots__ = ("size", "items", "_hash")
+
+    def __init__(self, size: int, items: tuple[tuple[int, int], ...] = ()):
+        self.size, self.items, self._hash = size, items, None
+
+    @classmethod
+    def dense(cls, counts) -> "Counts":
+        counts = list(counts)
+        return cls(len(counts), tuple((sid, c) for sid, c in enumerate(counts) if c))
+
+    def __getitem__(self, sid: int) -> int:
+        items = self.items
+        k = bisect_left(items, (sid,))
+        return items[k][1] if k < len(items) and items[k][0] == sid else 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        dense = [0] * self.size
+        for sid, count in self.items:
+            dense[sid] = count
+        return iter(dense)
+
+    def nonzero(self) -> tuple[tuple[int, int], ...]:
+        return self.items
+
+    def add(self, sid: int, delta: int) -> "Counts":
+        items = self.items
+        k = bisect_left(items, (sid,))
+        if k < len(items) and items[k][0] == sid:
+            count = items[k][1] + delta
+            middle = ((sid, count),) if count else ()
+            return Counts(self.size, items[:k] + middle + items[k + 1:])
+        if not delta:
+            return self
+        return Counts(self.size, items[:k] + ((sid, delta),) + items[k:])
+
+    def zeroed(self, sids: frozenset[int]) -> "Counts":
+        kept = tuple(item for item in self.items if item[0] not in sids)
+        return self if len(kept) == len(self.items) else Counts(self.size, kept)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Counts):
+            return self.items == other.items and self.size == other.size
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self.items)
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Counts({self.size}, {dict(self.items)})"
+
+
 class State(NamedTuple):
     pcs: tuple[int, ...]
     regs: tuple[tuple[int, ...], ...]
-    sems: tuple[int, ...]
+    sems: Counts
     events: tuple[Event, ...]  # sorted
     faults: tuple[tuple[int, int, str, str], ...]  # (thread, pc, kind, detail), sorted
     inputs: tuple[int, ...]
@@ -118,57 +185,6 @@ class State(NamedTuple):
 
 # An action is ("t", thread index) for the thread's next instruction, or ("e", Event).
 Action = tuple
-
-
-def thread_action(t: int) -> Action:
-    return ("t", t)
-
-
-def event_action(e: Event) -> Action:
-    return ("e", e)
-
-
-# --- footprints: which semaphore instances an action may touch, as bitmasks --------------------
-
-
-class Footprint(NamedTuple):
-    """Semaphore instances (inc/dec/wait/read) and memory cells (mread/mwrite) an action may
-    touch. Memory cells are buffer instances plus one "lifecycle" cell per (device, core):
-    entry and exit write it, and whatever checks whether a core is inside the kernel
-    reads it."""
-
-    inc: int = 0  # may add to
-    dec: int = 0  # decrementing wait on (or reset)
-    wait: int = 0  # non-decrementing wait on
-    read: int = 0  # reads
-    mread: int = 0  # memory cells read
-    mwrite: int = 0  # memory cells written
-    mnear: int = 0  # every cell that overlaps a cell read or written
-
-    def __or__(self, other: "Footprint") -> "Footprint":  # type: ignore[override]
-        return Footprint(*(a | b for a, b in zip(self, other)))
-
-
-EMPTY = Footprint()
-
-
-def conflict(a: Footprint, b: Footprint) -> bool:
-    """True when two actions of different actors may not commute.
-
-    Additions commute with each other and with waits (an addition never disables a wait);
-    a read does not commute with anything that changes the count; a decrementing wait does
-    not commute with another wait or a read of the same semaphore (competing waiters). On
-    memory, a write does not commute with a read or write of the same cell (the race and
-    entry checks see the difference).
-    """
-    return bool(
-        (a.inc & b.read)
-        | (a.read & (b.inc | b.dec))
-        | (a.dec & (b.dec | b.wait | b.read))
-        | (b.dec & (a.wait | a.read))
-        | (a.mwrite & b.mnear)
-        | (b.mwrite & a.mnear)
-    )
 
 
 # --- semaphore instances ----------------------------------------------------------------------
@@ -256,179 +272,73 @@ class System:
         for t, thread in enumerate(self.threads):
             self._validate(t, thread)
         self._memory_cells()
-        self.footprints = [
+        self._entry_resets = self._reset_tables()
+        self.footprints: list[list[Footprint]] = [
             [self._static_footprint(t, instr) for instr in body]
             for t, body in enumerate(self.bodies)
         ]
-        self.futures = [
-            _future_footprints(body, fps) for body, fps in zip(self.bodies, self.footprints)
-        ]
-        self._width = max(len(self.instances), self.lifecycle_base + self.protocol.devices * self.protocol.cores, 1)
-        self.silenced: set[ir.Loc] = set()  # lines no longer watched for races
-        self._buffer_cells = (1 << self.lifecycle_base) - 1
-        self._signatures()
-
-    def _signatures(self) -> None:
-        self.signatures = [[self.signature(fp) for fp in fps] for fps in self.footprints]
-        self.future_signatures = [[self.signature(fp) for fp in fps] for fps in self.futures]
-        self._event_signatures: dict[Event, tuple[int, int]] = {}
-        self._guard_tables()
-
-    # -- guards: what a pending completion is sure to precede ----------------------------------
-
-    def _guard_tables(self) -> None:
-        """For each thread, each copy completion that guards some of its waits: the
-        signatures of its futures cut at those waits (see `guarded_future_signature`).
-
-        A semaphore whose only possible adder is one side of one copy started once (not in
-        a loop) stays at 0 until that completion; a wait for at least 1 on it cannot pass
-        before the completion happens."""
-        adders: dict[int, list] = {}
+        self.tables = [ThreadTable(body, fps, self.cell_base) for body, fps in zip(self.bodies, self.footprints)]
+        self._waits = [[self._static_wait(t, instr) for instr in body] for t, body in enumerate(self.bodies)]
+        waiters: dict[int, set[int]] = {}  # semaphore instance -> threads that may wait on it
         for t, body in enumerate(self.bodies):
-            looping = _looping_pcs(body)
-            for pc, instr in enumerate(body):
-                if isinstance(instr, ir.DmaStart):
-                    target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
-                    sides = [(RECV, self._candidates(t, target))]
-                    if instr.send_sem is not None:
-                        sides.append((SEND, self._candidates(t, instr.send_sem)))
-                    for side, mask in sides:
-                        for sid in _bits(mask):
-                            adders.setdefault(sid, []).append(None if pc in looping else (t, pc, side))
-                else:
-                    for sid in _bits(self.footprints[t][pc].inc):
-                        adders.setdefault(sid, []).append(None)
-        only = {sid: found[0] for sid, found in adders.items() if len(found) == 1 and found[0] is not None}
-        self._guarded: list[dict[tuple, list[tuple[int, int]]]] = []
-        for t, body in enumerate(self.bodies):
-            stops: dict[tuple, set[int]] = {}
-            for pc, instr in enumerate(body):
-                sid = self._blocking_sem(t, instr)
-                if sid in only:
-                    stops.setdefault(only[sid], set()).add(pc)
-            self._guarded.append({
-                guard: [self.signature(fp) for fp in _future_footprints(body, self.footprints[t], stop=pcs)]
-                for guard, pcs in stops.items()
-            })
+            for instr in body:
+                if type(instr) in WAIT_RULES:
+                    for sid in self._candidates(t, instr.sem):
+                        waiters.setdefault(sid, set()).add(t)
+        self._waiters = {sid: tuple(sorted(ts)) for sid, ts in waiters.items()}
 
-    def _blocking_sem(self, t: int, instr: ir.Instr) -> int | None:
-        """The one semaphore a wait needs at least 1 of, when both are constants."""
-        if isinstance(instr, ir.Wait):
-            ref, need = instr.sem, instr.value
-        elif isinstance(instr, ir.DmaWait):
-            ref, need = instr.sem, instr.nbytes
-        else:
-            return None
-        if not (isinstance(need, int) and need >= 1 and isinstance(ref.index, int)
+    def _static_wait(self, t: int, instr: ir.Instr) -> tuple[int, int] | tuple[()] | None:
+        """(semaphore, amount) of a wait whose semaphore and amount are constants, so that
+        `enabled` need not resolve it in every state; `_NEVER_BLOCKS` for an instruction
+        that is no wait; None when only the state can tell (or executing it faults)."""
+        if type(instr) not in WAIT_RULES:
+            return _NEVER_BLOCKS
+        ref = instr.sem
+        need = instr.value if isinstance(instr, ir.Wait) else instr.nbytes
+        if not (isinstance(need, int) and isinstance(ref.index, int)
                 and ir.is_constant(ref.device) and ir.is_constant(ref.core)):
             return None
-        bits = list(_bits(self._candidates(t, ref)))
-        return bits[0] if len(bits) == 1 else None
+        sids = self._candidates(t, ref)
+        return (next(iter(sids)), need) if len(sids) == 1 else None
 
-    def guarded_future_signature(self, t: int, pc: int, event: Event) -> tuple[int, int]:
-        """What thread t may still do before `event` happens: its future up to any wait that
-        only `event`'s completion can satisfy. A pending completion need not be ordered
-        against what lies behind such a wait (the reduction's sharpest saving on collectives
-        with one semaphore per step)."""
-        table = self._guarded[t].get((event.issuer, event.start_pc, event.side))
-        return table[pc] if table is not None else self.future_signatures[t][pc]
+    @property
+    def cell_base(self) -> int:
+        """Where memory cells start in the resource numbering of `footprints.channels`."""
+        return len(self.instances)
 
-    def silence(self, *locs: ir.Loc) -> bool:
-        """Stop watching these source lines for data races (an engine calls this once it
-        has reported a race there): their accesses no longer record races and no longer
-        order the search. Everything else stays exact, since the dependencies that remain
-        are still a superset of what the other properties need."""
-        new = {loc for loc in locs if loc is not None} - self.silenced
-        if not new:
-            return False
-        self.silenced |= new
-        keep = ~self._buffer_cells
-        for t, body in enumerate(self.bodies):
-            touched = False
-            for pc, instr in enumerate(body):
-                if instr.loc in new:
-                    fp = self.footprints[t][pc]
-                    self.footprints[t][pc] = fp._replace(
-                        mread=fp.mread & keep, mwrite=fp.mwrite & keep, mnear=fp.mnear & keep
-                    )
-                    touched = True
-            if touched:
-                self.futures[t] = _future_footprints(body, self.footprints[t])
-        self._signatures()
-        return True
-
-    def race_possible(self) -> bool:
-        """Whether some watched access and some watched copy touch neighbouring cells of one
-        memory, one of them writing: a cheap over-approximation of where a data race can be."""
-        return next(self.racing_pairs(), None) is not None
+    def is_buffer_cell(self, cell: int) -> bool:
+        return cell < self.lifecycle_base
 
     def racing_pairs(self):
-        """(t, pc, copy_t, copy_pc): each watched access (load, store or copy start) that may
-        race with the watched copy started at (copy_t, copy_pc): one of the two writes a
-        cell the other touches or overlaps. Copies are indexed by cell, so a collective with
-        thousands of copies is not compared pair by pair."""
+        """(t, pc, copy_t, copy_pc): each access (load, store or copy start) that may race
+        with the copy started at (copy_t, copy_pc): one of the two writes a cell the other
+        touches or overlaps. Copies are indexed by cell, so a collective with thousands of
+        copies is not compared pair by pair."""
         writing: dict[int, list[tuple[int, int]]] = {}  # cell -> copies that write it
         near: dict[int, list[tuple[int, int]]] = {}  # cell -> copies that touch or overlap it
         for t, body in enumerate(self.bodies):
             for pc, instr in enumerate(body):
-                if isinstance(instr, ir.DmaStart) and self.watched(t, pc):
+                if isinstance(instr, ir.DmaStart):
                     copy = self.footprints[t][pc]
-                    for cell in _bits(copy.mwrite & self._buffer_cells):
-                        writing.setdefault(cell, []).append((t, pc))
-                    for cell in _bits(copy.mnear & self._buffer_cells):
-                        near.setdefault(cell, []).append((t, pc))
+                    for cell in copy.mwrite:
+                        if self.is_buffer_cell(cell):
+                            writing.setdefault(cell, []).append((t, pc))
+                    for cell in copy.mnear:
+                        if self.is_buffer_cell(cell):
+                            near.setdefault(cell, []).append((t, pc))
         for t, body in enumerate(self.bodies):
             looping = _looping_pcs(body)
             for pc, instr in enumerate(body):
-                if not self.watched(t, pc):
-                    continue
                 fp = self.footprints[t][pc]
                 found: set[tuple[int, int]] = set()
-                for cell in _bits(fp.mwrite & self._buffer_cells):
+                for cell in fp.mwrite:
                     found.update(near.get(cell, ()))
-                for cell in _bits(fp.mnear & self._buffer_cells):
+                for cell in fp.mnear:
                     found.update(writing.get(cell, ()))
                 for ct, cpc in sorted(found):
                     if (ct, cpc) == (t, pc) and pc not in looping:
                         continue  # a copy started once is never in flight when it starts
                     yield t, pc, ct, cpc
-
-    def watched(self, t: int, pc: int) -> bool:
-        return self.bodies[t][pc].loc not in self.silenced
-
-    def normalize(self, state: State) -> State:
-        """Drop races recorded at lines that are no longer watched."""
-        if not self.silenced or not state.hazards:
-            return state
-        kept = tuple(
-            h for h in state.hazards
-            if h.kind != DATA_RACE or (self.watched(h.thread, h.pc) and self.watched(h.other_thread, h.other_pc))
-        )
-        return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
-
-    def signature(self, fp: Footprint) -> tuple[int, int]:
-        """(x, y) with conflict(a, b) == bool(x_a & y_b or x_b & y_a): the same relation as
-        `conflict`, as two integer ANDs (the reduction asks it millions of times).
-
-        Channels of `width` bits each: x = inc | read | dec | mwrite and
-        y = read | inc+dec | dec+wait+read | mnear, so channel by channel x_a & y_b is
-        inc-read, read-inc/dec, dec-dec/wait/read and a written cell against any cell
-        overlapping what b touches."""
-        w = self._width
-        x = fp.inc | fp.read << w | fp.dec << 2 * w | fp.mwrite << 3 * w
-        y = (
-            fp.read
-            | (fp.inc | fp.dec) << w
-            | (fp.dec | fp.wait | fp.read) << 2 * w
-            | fp.mnear << 3 * w
-        )
-        return x, y
-
-    def event_signature(self, event: Event) -> tuple[int, int]:
-        sig = self._event_signatures.get(event)
-        if sig is None:
-            sig = self._event_signatures[event] = self.signature(event_footprint(self, event))
-        return sig
 
     # -- construction helpers --
 
@@ -472,8 +382,8 @@ class System:
             ):
                 raise ProtocolError(f"jump target {instr.target} out of range", instr.loc)
 
-    def _candidates(self, t: int, ref: ir.SemRef) -> int:
-        """Bitmask of every instance `ref` may resolve to (exact when it is constant)."""
+    def _candidates(self, t: int, ref: ir.SemRef) -> frozenset[int]:
+        """Every instance `ref` may resolve to (exact when it is constant)."""
         decl, base = self._allocs[ref.alloc]
         thread = self.threads[t]
         devices = (
@@ -488,12 +398,12 @@ class System:
         else:
             cores = list(range(self.protocol.cores))
         indices = [ref.index] if isinstance(ref.index, int) else range(decl.size)
-        mask = 0
+        found = set()
         for device, core, index in itertools.product(devices, cores, indices):
             sid = self._instance_id(decl, base, device, core, index)
             if sid is not None:
-                mask |= 1 << sid
-        return mask
+                found.add(sid)
+        return frozenset(found)
 
     def _instance_id(self, decl, base, device, core, index) -> int | None:
         p = self.protocol
@@ -539,18 +449,12 @@ class System:
             self._anywhere[bid] = count
             count += 1
         self._cell_of = {(bid, key): cell for bid, table in keys.items() for key, cell in table.items()}
-        self._near = [0] * count
+        self._near: list[frozenset[int]] = [frozenset()] * count
         for bid, table in keys.items():
-            items = list(table.items())
-            anywhere = 1 << self._anywhere[bid]
-            for key, cell in items:
-                mask = anywhere
-                for other_key, other in items:
-                    if overlap(Access(False, bid, *key), Access(False, bid, *other_key)):
-                        mask |= 1 << other
-                self._near[cell] = mask
+            for cell, overlapping in _overlapping_cells(bid, table).items():
+                self._near[cell] = overlapping | {self._anywhere[bid]}
         for bid, cell in self._anywhere.items():
-            self._near[cell] = sum(1 << c for c in keys.get(bid, {}).values()) | 1 << cell
+            self._near[cell] = frozenset(keys.get(bid, {}).values()) | {cell}
         self.lifecycle_base = count
 
     def _static_key(self, region: ir.Region) -> tuple | None:
@@ -575,56 +479,63 @@ class System:
                 found.append(bid)
         return found
 
-    def _cell_candidates(self, t: int, region: ir.Region, device=None, core=None) -> tuple[int, int]:
+    def _cell_candidates(self, t: int, region: ir.Region, device=None, core=None) -> tuple[frozenset[int], frozenset[int]]:
         """(cells, near) of the memory a region may touch: its own cell when its starts are
         constant, else its buffer instances' "anywhere" cells."""
         key = self._static_key(region)
-        own = 0
+        own = set()
         for bid in self._region_instances(t, region, device, core):
             cell = self._cell_of.get((bid, key)) if key is not None else None
-            own |= 1 << (cell if cell is not None else self._anywhere[bid])
-        return own, self.near_of(own)
+            own.add(cell if cell is not None else self._anywhere[bid])
+        return frozenset(own), self.near_of(own)
 
-    def near_of(self, cells: int) -> int:
-        near = 0
-        for cell in _bits(cells):
-            near |= self._near[cell] if cell < len(self._near) else 1 << cell
-        return near
+    def near_of(self, cells) -> frozenset[int]:
+        near: set[int] = set()
+        for cell in cells:
+            if cell < len(self._near):
+                near |= self._near[cell]
+            else:
+                near.add(cell)
+        return frozenset(near)
 
     def access_cell(self, access: Access) -> int:
         cell = self._cell_of.get((access.buffer, (access.starts, access.sizes)))
-        return 1 << (cell if cell is not None else self._anywhere[access.buffer])
+        return cell if cell is not None else self._anywhere[access.buffer]
 
     def lifecycle_cell(self, device: int, core: int | None) -> int:
         """The cell standing for "which invocation (device, core) is in" (its own near)."""
         return self.lifecycle_base + device * self.protocol.cores + (core or 0)
 
-    def _lifecycle_candidates(self, t: int, device, core) -> int:
+    def _lifecycle_candidates(self, t: int, device, core) -> frozenset[int]:
         """Lifecycle cells of the cores a signal or copy may reach."""
         thread = self.threads[t]
         devices = [thread.device if device is None else device] if ir.is_constant(device) else range(self.protocol.devices)
         cores = [thread.core if core is None else core] if ir.is_constant(core) else range(self.protocol.cores)
-        mask = 0
-        for d, c in itertools.product(devices, cores):
-            if 0 <= d < self.protocol.devices and 0 <= c < self.protocol.cores:
-                mask |= 1 << self.lifecycle_cell(d, c)
-        return mask
+        return frozenset(
+            self.lifecycle_cell(d, c) for d, c in itertools.product(devices, cores)
+            if 0 <= d < self.protocol.devices and 0 <= c < self.protocol.cores
+        )
+
+    def _reset_tables(self) -> list[tuple[int, ...]]:
+        """Per thread, the semaphores its kernel entry allocates afresh, in id order (one
+        pass over the instances, not one per thread)."""
+        by_core: dict[tuple[int, int | None], list[int]] = {}
+        for sid, inst in enumerate(self.instances):
+            if inst.decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED):
+                by_core.setdefault((inst.device, inst.core), []).append(sid)
+        return [
+            () if self.backend is not Backend.TPU or th.sub else tuple(by_core.get((th.device, th.core), ()))
+            for th in self.threads
+        ]
+
+    def entry_resets(self, t: int) -> tuple[int, ...]:
+        """The semaphores a thread's kernel entry allocates afresh (and its exit must find
+        at 0): its core's scratch and scoped semaphores, TPU only."""
+        return self._entry_resets[t]
 
     def reset_on_entry(self, t: int) -> int:
-        """Bitmask of the semaphores a thread's kernel entry allocates afresh (and its exit
-        must find at 0): its core's scratch and scoped semaphores, TPU only."""
-        thread = self.threads[t]
-        if self.backend is not Backend.TPU or thread.sub:
-            return 0
-        mask = 0
-        for sid, inst in enumerate(self.instances):
-            if (
-                inst.decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED)
-                and inst.device == thread.device
-                and inst.core == thread.core
-            ):
-                mask |= 1 << sid
-        return mask
+        """`entry_resets` as a bitmask of instance ids."""
+        return sum(1 << sid for sid in self._entry_resets[t])
 
     def _static_footprint(self, t: int, instr: ir.Instr) -> Footprint:
         rule = FOOTPRINT_RULES.get(type(instr))
@@ -717,7 +628,7 @@ class System:
         """The start state for one value of every input (in `protocol.inputs` order)."""
         pcs = tuple(0 for _ in self.threads)
         regs = tuple(tuple(0 for _ in r) for r in self.registers)
-        sems = tuple(0 for _ in self.instances)
+        sems = Counts(len(self.instances))
         return State(pcs, regs, sems, (), (), tuple(inputs), ())
 
     def current(self, state: State, t: int) -> ir.Instr | None:
@@ -730,6 +641,15 @@ class System:
 
     def blocked_wait(self, state: State, t: int) -> tuple[int, int, int] | None:
         """(semaphore, needed, current count) when thread t sits at a wait it cannot pass."""
+        pc = state.pcs[t]
+        if 0 <= pc < len(self.bodies[t]):
+            known = self._waits[t][pc]
+            if known is _NEVER_BLOCKS:
+                return None
+            if known is not None:
+                sid, need = known
+                have = state.sems[sid]
+                return None if have >= need else (sid, need, have)
         instr = self.current(state, t)
         rule = WAIT_RULES.get(type(instr))
         if rule is None:
@@ -741,12 +661,42 @@ class System:
         have = state.sems[sid]
         return None if have >= need else (sid, need, have)
 
-    def enabled(self, state: State) -> list[Action]:
-        actions: list[Action] = []
-        for t, body in enumerate(self.bodies):
-            pc = state.pcs[t]
-            if 0 <= pc < len(body) and self.blocked_wait(state, t) is None:
-                actions.append(("t", t))
+    def can_move(self, state: State, t: int) -> bool:
+        """Whether thread t has an instruction to execute that is not a blocked wait."""
+        pc = state.pcs[t]
+        waits = self._waits[t]
+        if not 0 <= pc < len(waits):
+            return False
+        known = waits[pc]
+        if known is _NEVER_BLOCKS:
+            return True
+        if known is not None:
+            return state.sems[known[0]] >= known[1]
+        return self.blocked_wait(state, t) is None
+
+    def movable_threads(self, state: State) -> tuple[int, ...]:
+        return tuple(t for t in range(len(self.bodies)) if self.can_move(state, t))
+
+    def movable_after(self, before: State, movable: tuple[int, ...], action: Action, after: State) -> tuple[int, ...]:
+        """`movable_threads(after)` for a successor of `before` by `action`, from the
+        threads that could move in `before`: only the acting thread, and threads whose wait
+        may name a semaphore whose count changed, can differ. (A thread's wait resolves
+        through its own registers, which only its own steps change.)"""
+        recheck = {action[1]} if action[0] == "t" else set()
+        if before.sems is not after.sems:
+            for sid, _count in set(before.sems.items).symmetric_difference(after.sems.items):
+                recheck.update(self._waiters.get(sid, ()))
+        if not recheck:
+            return movable
+        kept = [t for t in movable if t not in recheck]
+        kept += [t for t in recheck if self.can_move(after, t)]
+        return tuple(sorted(kept))
+
+    def enabled(self, state: State, movable: tuple[int, ...] | None = None) -> list[Action]:
+        """Every enabled action: each thread that can move (`movable`, when the caller
+        already knows them), then each distinct pending completion."""
+        threads = self.movable_threads(state) if movable is None else movable
+        actions: list[Action] = [("t", t) for t in threads]
         actions.extend(("e", e) for e in _distinct(state.events))
         return actions
 
@@ -766,26 +716,19 @@ class System:
 
     # -- what the reduction and the properties need --
 
-    def action_footprint(self, state: State, action: Action) -> Footprint:
-        kind, what = action
-        if kind == "e":
-            return event_footprint(self, what)
-        return self.footprints[what][state.pcs[what]]
+    def may_add(self, t: int, pc: int, sid: int) -> bool:
+        """Whether thread t, from pc on, may still add to semaphore instance `sid` (through
+        its own signals or the copies it starts)."""
+        from semcheck.footprints import X_INC
 
-    def future_footprint(self, state: State, t: int) -> Footprint:
-        """Everything thread t may still do, from its current instruction on."""
-        pc = state.pcs[t]
-        if not 0 <= pc < len(self.bodies[t]):
-            return EMPTY
-        return self.futures[t][pc]
+        return bool(self.tables[t].future(pc, sid)[0] & X_INC)
 
     def touches(self, t: int) -> frozenset[tuple]:
         """Everything thread `t` may ever act on, through its own instructions or the copies
         it starts: ("sem", instance), ("cell", memory cell) and ("input", name). Threads that
         share none of these can never affect each other (`engines/components.py`)."""
-        start = self.futures[t][0] if self.bodies[t] else EMPTY
-        found = {("sem", sid) for sid in _bits(start.inc | start.dec | start.wait | start.read)}
-        found |= {("cell", cell) for cell in _bits(start.mread | start.mwrite | start.mnear)}
+        base = self.cell_base
+        found = {("sem", r) if r < base else ("cell", r - base) for r in self.tables[t].reachable}
         for instr in self.bodies[t]:
             for op in _operands(instr):
                 found |= {("input", name) for name in ir.registers_of(op) if name in self.input_index}
@@ -820,8 +763,7 @@ def _distinct(events: tuple[Event, ...]):
 def _complete(system: "System", state: State, event: Event) -> State:
     events = list(state.events)
     events.remove(event)
-    sems = list(state.sems)
-    sems[event.sem] += event.inc
+    sems = state.sems.add(event.sem, event.inc)
     hazards = state.hazards
     # Unlike a signal, a landing copy is checked whatever semaphore counts it: what arrives
     # early is its write into the peer's buffer, which does not outlive the kernel.
@@ -836,7 +778,7 @@ def _complete(system: "System", state: State, event: Event) -> State:
                 f"the copy lands on {ir.thread_name(target.device, target.core, 0, system.protocol.cores)} "
                 f"{problem} the kernel",
             ))
-    return state._replace(sems=tuple(sems), events=tuple(events), hazards=hazards)
+    return state._replace(sems=sems, events=tuple(events), hazards=hazards)
 
 
 def _advance(state: State, t: int, *, to: int | None = None, sems=None, regs=None, events=None,
@@ -863,11 +805,7 @@ def _races(system: "System", state: State, t: int, accesses: list[Access]) -> li
     """Hazards for every pending copy access that conflicts with one of `accesses`."""
     found = []
     pc = state.pcs[t]
-    if not system.watched(t, pc):
-        return found
     for event in _distinct(state.events):
-        if not system.watched(event.issuer, event.start_pc):
-            continue
         for pending in event.accesses:
             for access in accesses:
                 if (pending.write or access.write) and overlap(pending, access):
@@ -894,10 +832,8 @@ def _extent(access: Access) -> str:
     return "[" + ", ".join(f"{s}:{s + z}" for s, z in zip(access.starts, access.sizes)) + "]"
 
 
-def _add(sems: tuple[int, ...], sid: int, delta: int) -> tuple[int, ...]:
-    lst = list(sems)
-    lst[sid] += delta
-    return tuple(lst)
+def _add(sems: Counts, sid: int, delta: int) -> Counts:
+    return sems.add(sid, delta)
 
 
 def _set_reg(system: System, state: State, t: int, name: str, value: int):
@@ -1015,23 +951,23 @@ def _exec_entry(system: System, t: int, instr: ir.KernelEntry, state: State) -> 
     """A fresh allocation of the core's semaphores. Entering again (a later invocation)
     first finds what the previous one left: a non-zero count, or one of its copies still
     landing, is that invocation's leftover (TPU checks every semaphore at kernel exit)."""
-    reset = system.reset_on_entry(t)
+    reset = system.entry_resets(t)
     if not reset:
         return _advance(state, t)
     pc = state.pcs[t]
+    resetting = frozenset(reset)
     found: list[Hazard] = []
     if system.invocation_at[t][pc] >= 1:  # not the first entry
         found = [
             Hazard(LEFTOVER_AT_EXIT, t, pc, -1, sid,
                    f"{system.instances[sid].label} holds {count} (left by the previous invocation)")
-            for sid, count in enumerate(state.sems) if count and reset >> sid & 1
+            for sid in reset if (count := state.sems[sid])
         ] + [
             Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.sem,
                    f"a copy of the previous invocation is still landing on {system.instances[e.sem].label}")
-            for e in _distinct(state.events) if reset >> e.sem & 1
+            for e in _distinct(state.events) if e.sem in resetting
         ]
-    sems = tuple(0 if reset >> sid & 1 else count for sid, count in enumerate(state.sems))
-    return _advance(state, t, sems=sems, hazards=_with(state.hazards, *found))
+    return _advance(state, t, sems=state.sems.zeroed(resetting), hazards=_with(state.hazards, *found))
 
 
 def _exec_nothing(system: System, t: int, instr: ir.Instr, state: State) -> State:
@@ -1108,24 +1044,24 @@ def _fp_signal(system: System, t: int, instr: ir.Signal) -> Footprint:
         and decl.origin not in (SemOrigin.BARRIER, SemOrigin.ARGUMENT)
     )
     remote = ref.device is not None or ref.core is not None
-    life = system._lifecycle_candidates(t, ref.device, ref.core) if remote and checked else 0
+    life = system._lifecycle_candidates(t, ref.device, ref.core) if remote and checked else _NONE
     mask = system._candidates(t, ref)
-    negative = mask if _may_be_negative(system, t, instr.inc) else 0
+    negative = mask if _may_be_negative(system, t, instr.inc) else _NONE
     return Footprint(inc=mask, dec=negative, mread=life, mnear=life)
 
 
 def _fp_wait(system: System, t: int, instr: ir.Wait) -> Footprint:
     mask = system._candidates(t, instr.sem)
     if instr.decrement:
-        return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.value) else 0)
+        return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.value) else _NONE)
     # An mbarrier phase wait reads the count (_phase_overrun), so arrivals do not commute with it.
     phased = system._allocs[instr.sem.alloc][0].arrivals_per_phase
-    return Footprint(wait=mask, read=mask if phased else 0)
+    return Footprint(wait=mask, read=mask if phased else _NONE)
 
 
 def _fp_dma_wait(system: System, t: int, instr: ir.DmaWait) -> Footprint:
     mask = system._candidates(t, instr.sem)
-    return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.nbytes) else 0)
+    return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.nbytes) else _NONE)
 
 
 def _fp_read(system: System, t: int, instr: ir.Read) -> Footprint:
@@ -1142,8 +1078,8 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
     remote = instr.device is not None or instr.core is not None
     src, src_near = system._cell_candidates(t, instr.src)
     dst, dst_near = system._cell_candidates(t, instr.dst, instr.device, instr.core)
-    life = system._lifecycle_candidates(t, instr.device, instr.core) if remote else 0
-    negative = mask if _may_be_negative(system, t, instr.nbytes) else 0
+    life = system._lifecycle_candidates(t, instr.device, instr.core) if remote else _NONE
+    negative = mask if _may_be_negative(system, t, instr.nbytes) else _NONE
     return Footprint(inc=mask, dec=negative, mread=src | life, mwrite=dst, mnear=src_near | dst_near | life)
 
 
@@ -1161,26 +1097,27 @@ def _fp_entry(system: System, t: int, instr: ir.KernelEntry) -> Footprint:
     """Entry resets (and, when repeated, checks) the core's semaphores, and changes which
     invocation the core is in."""
     th = system.threads[t]
-    own = system.reset_on_entry(t)
-    life = 1 << system.lifecycle_cell(th.device, th.core)
+    own = frozenset(system.entry_resets(t))
+    life = frozenset((system.lifecycle_cell(th.device, th.core),))
     return Footprint(dec=own, read=own, mwrite=life, mnear=life)
 
 
-def event_footprint(system: System, event: Event) -> Footprint:
-    mread = mwrite = 0
-    watched = system.watched(event.issuer, event.start_pc)
+def event_footprint(system: System, event: Event, watched: bool = True) -> Footprint:
+    """What a pending completion touches: its semaphore, the memory its copy still reads or
+    writes (unless its line is no longer watched for races), and, for a copy of a kernel
+    invocation landing on a peer, whether that peer is inside the invocation."""
+    mread: set[int] = set()
+    mwrite: set[int] = set()
     for access in event.accesses if watched else ():
-        if access.write:
-            mwrite |= system.access_cell(access)
-        else:
-            mread |= system.access_cell(access)
+        (mwrite if access.write else mread).add(system.access_cell(access))
     if event.invocation and event.side == RECV:
         target = system.instances[event.sem]
-        mread |= 1 << system.lifecycle_cell(target.device, target.core)
-    bit = 1 << event.sem
+        mread.add(system.lifecycle_cell(target.device, target.core))
+    sem = frozenset((event.sem,))
     # a negative size lowers the count: the completion can disable a wait
     return Footprint(
-        inc=bit, dec=bit if event.inc < 0 else 0, mread=mread, mwrite=mwrite, mnear=system.near_of(mread | mwrite)
+        inc=sem, dec=sem if event.inc < 0 else _NONE, mread=frozenset(mread), mwrite=frozenset(mwrite),
+        mnear=system.near_of(mread | mwrite),
     )
 
 
@@ -1194,30 +1131,6 @@ FOOTPRINT_RULES: dict[type, Callable[..., Footprint]] = {
     ir.Store: _fp_store,
     ir.KernelEntry: _fp_entry,
 }
-
-
-def _future_footprints(
-    body: tuple[ir.Instr, ...], fps: list[Footprint], stop: set[int] = frozenset()
-) -> list[Footprint]:
-    """future[pc] = union of the footprints of every instruction reachable from pc without
-    passing an instruction in `stop`."""
-    n = len(body)
-    future = [EMPTY if pc in stop else fp for pc, fp in enumerate(fps)]
-    succs = [_successors(pc, instr, n) for pc, instr in enumerate(body)]
-    changed = True
-    while changed:  # one backward pass suffices for straight-line code; loops need more
-        changed = False
-        for pc in range(n - 1, -1, -1):
-            if pc in stop:
-                continue
-            acc = fps[pc]
-            for s in succs[pc]:
-                if s < n:
-                    acc = acc | future[s]
-            if acc != future[pc]:
-                future[pc] = acc
-                changed = True
-    return future
 
 
 def _looping_pcs(body: tuple[ir.Instr, ...]) -> set[int]:
@@ -1236,12 +1149,23 @@ def _bits(mask: int):
         mask ^= low
 
 
-def _successors(pc: int, instr: ir.Instr, n: int) -> tuple[int, ...]:
-    if isinstance(instr, ir.Jump):
-        return (instr.target,)
-    if isinstance(instr, ir.Branch):
-        return (pc + 1, instr.target)
-    return (pc + 1,)
+def _overlapping_cells(bid: int, table: dict[tuple, int]) -> dict[int, frozenset[int]]:
+    """For each cell of one buffer instance (its static (starts, sizes) -> cell), the cells
+    whose regions overlap it, itself included. A sweep over the first dimension compares
+    only regions whose first-dimension extents meet, so the disjoint slots of a collective's
+    buffer cost n log n, not n^2."""
+    items = sorted(table.items(), key=lambda item: item[0][0][:1])
+    found: dict[int, set[int]] = {cell: {cell} for _key, cell in items}
+    for i, (key, cell) in enumerate(items):
+        starts, sizes = key
+        end = starts[0] + sizes[0] if starts else None
+        for other_key, other in items[i + 1:]:
+            if end is not None and other_key[0] and other_key[0][0] >= end:
+                break  # sorted by first start: no later region meets this one in dim 0
+            if overlap(Access(False, bid, *key), Access(False, bid, *other_key)):
+                found[cell].add(other)
+                found[other].add(cell)
+    return {cell: frozenset(cells) for cell, cells in found.items()}
 
 
 # --- static facts about instructions ------------------------------------------------------------

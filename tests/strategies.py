@@ -325,3 +325,73 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
         threads=tuple(threads), semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
         buffers=(ir.BufferDecl("buf"), ir.BufferDecl("mem", (3, 4))),
     )
+
+
+@st.composite
+def ring_protocols(draw, max_devices: int = 3, max_steps: int = 2):
+    """Ring collectives in the shape the reduction's guard rules are made for: per step, a
+    device copies a slot to its right neighbour (one receive semaphore per step, or one
+    shared by every step) and waits on both sides, with a barrier handshake first and loads
+    and stores of the slots. Most draws are symmetric under rotation of the ring; a
+    mutation (a dropped, repeated or moved instruction on one device, a wrong amount)
+    makes some almost symmetric, which is where a reduction or a symmetry argument that is
+    slightly too bold would miss a schedule."""
+    devices = draw(st.integers(2, max_devices))
+    steps = draw(st.integers(1, min(max_steps, devices)))
+    shared_recv = draw(st.booleans())
+    backend = Backend.TPU
+    sems = [
+        ir.SemDecl("barrier", SemKind.REGULAR, 1, SemOrigin.BARRIER, Scope.CORE),
+        ir.SemDecl("send", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE),
+        ir.SemDecl("recv", SemKind.DMA, 1 if shared_recv else steps, SemOrigin.SCRATCH, Scope.CORE),
+    ]
+    handshake = draw(st.booleans())
+    reads = draw(st.sampled_from(["none", "before_wait", "after_wait"]))
+    lines = iter(range(1, 10_000))
+
+    def loc() -> ir.Loc:
+        return ir.Loc("ring.py", next(lines))
+
+    def program(d: int) -> list[ir.Instr]:
+        right, left = (d + 1) % devices, (d - 1) % devices
+        body: list[ir.Instr] = []
+        if handshake:
+            body += [ir.Signal(loc(), ir.SemRef("barrier", 0, left)), ir.Signal(loc(), ir.SemRef("barrier", 0, right)),
+                     ir.Wait(loc(), ir.SemRef("barrier"), 2, True)]
+        for step in range(steps):
+            slot = (d - step) % devices
+            recv = ir.SemRef("recv", 0 if shared_recv else step)
+            body.append(ir.DmaStart(
+                loc(), ir.Region("out", (slot,), (1,)), ir.Region("out", (slot,), (1,)),
+                ir.SemRef("recv", 0 if shared_recv else step), ir.SemRef("send"), 4, right,
+            ))
+            waits = [ir.DmaWait(loc(), ir.SemRef("send"), 4, "send"), ir.DmaWait(loc(), recv, 4, "recv")]
+            if draw(st.booleans()):
+                waits.reverse()
+            body += waits
+            landed = ir.Region("out", ((d - step - 1) % devices,), (1,))
+            if reads == "before_wait":
+                body.insert(len(body) - 1, ir.Load(loc(), landed))
+            elif reads == "after_wait":
+                body.append(ir.Load(loc(), landed))
+        return body
+
+    bodies = [program(d) for d in range(devices)]
+    if draw(st.integers(0, 2)) == 0:  # one device differs from the others
+        d = draw(st.integers(0, devices - 1))
+        body = bodies[d]
+        k = draw(st.integers(0, len(body) - 1))
+        mutation = draw(st.sampled_from(["drop", "repeat", "move", "amount"]))
+        if mutation == "drop":
+            del body[k]
+        elif mutation == "repeat":
+            body.insert(k, body[k])
+        elif mutation == "move":
+            body.insert(draw(st.integers(0, len(body) - 1)), body.pop(k))
+        elif isinstance(body[k], ir.DmaWait):
+            body[k] = dataclasses.replace(body[k], nbytes=8)
+    return ir.Protocol(
+        name="random_ring", backend=backend, devices=devices, cores=1,
+        semaphores=tuple(sems), buffers=(ir.BufferDecl("out", (devices, 4)),),
+        threads=tuple(ir.Thread(d, 0, tuple(body)) for d, body in enumerate(bodies)),
+    )

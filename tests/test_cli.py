@@ -133,7 +133,6 @@ def test_worst_verdict_decides_the_exit_code(capsys):
 
 def test_progress_line_on_stderr_for_long_runs(capsys, monkeypatch):
     monkeypatch.setattr(budget_module.Monitor, "FIRST_PROGRESS", 0.0)
-    monkeypatch.setattr(budget_module.Monitor, "CHECK_EVERY", 1)
     code, _, err = run(capsys, "verify", model("ring_allgather"), "--devices", "3", "--no-reduction")
     assert code == 0
     assert "semcheck: ring_allgather [3 devices]:" in err and "states/s" in err

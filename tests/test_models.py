@@ -46,7 +46,7 @@ STATE_COUNTS = {
     ("remote_out_of_range", 2): (4, 3, 4, 3),
     ("remote_out_of_range", 3): (6, 5, 6, 5),
     ("ring_allgather", 2): (17, 16, 85, 184),
-    ("ring_allgather", 3): (48, 47, 3045, 10911),
+    ("ring_allgather", 3): (40, 39, 3045, 10911),  # a copy start need not wait for reads behind the wait it feeds
     ("ring_allgather_shared_recv", 2): (17, 16, 85, 184),
     ("ring_allgather_shared_recv", 3): (146, 153, 6174, 22056),  # races recorded in states
     ("ring_allgather_missing_signal", 2): (9, 8, 13, 16),
@@ -90,17 +90,16 @@ def test_exact_state_counts(name, devices):
     assert set(reduced.findings) == set(full.findings)
 
 
-@pytest.mark.parametrize("devices,states", [(2, 17), (4, 97), (8, 473), (16, 2089)])
-def test_ring_allgather_stays_near_one_path(devices, states):
-    """Semaphore operations of different devices all commute, so without memory the reduced
-    search is one path of 1 + N * (3 + 5 * (N - 1)) states (per device: two barrier signals,
-    a barrier wait, and per step a start, two completions and two waits). A copy landing in
-    a slot does not commute with the receiver's later read of that slot, so both orders
-    are explored there; the count stays quadratic in N and no state is reached twice."""
+@pytest.mark.parametrize("devices", [2, 4, 8, 16])
+def test_ring_allgather_is_one_path(devices):
+    """Semaphore operations of different devices all commute, so the reduced search is one
+    path of 1 + N * (3 + 5 * (N - 1)) states (per device: two barrier signals, a barrier
+    wait, and per step a start, two completions and two waits). A copy landing in a slot
+    does not commute with the receiver's later read of that slot, but that read sits behind
+    the receiver's wait for the copy, which only the copy can satisfy: neither the copy's
+    start nor its completion needs the other order (`Independence.cut`, guard stops)."""
     reduced = explicit.explore(System(load("ring_allgather", devices)))
-    one_path = 1 + devices * (3 + 5 * (devices - 1))
-    assert reduced.states == states
-    assert one_path <= reduced.states < 2 * one_path
+    assert reduced.states == 1 + devices * (3 + 5 * (devices - 1))
     assert reduced.transitions == reduced.states - 1
 
 

@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.tpu_support import HANG_KINDS, MEGACORE, ROOT, config_of, example_paths, prefetch, results
+from tests.tpu_support import HANG_KINDS, MEGACORE, ROOT, config_of, device_counts, example_paths, prefetch, results
 
 DEVICE_COUNTS = (2, 4)
 TIMEOUT = 30.0  # a run that has not finished by then hangs (the examples finish in ~3 s)
@@ -69,7 +69,7 @@ def interpreter_runs():
     """(example, devices, interpreter params, semcheck config to compare with)."""
     runs = []
     for path in example_paths():
-        for n in DEVICE_COUNTS:
+        for n in device_counts(path, DEVICE_COUNTS):
             if _has_parallel_grid(path):
                 runs.append((path, n, {"num_cores_or_threads": 2}, MEGACORE))
             else:
@@ -110,8 +110,10 @@ def outcomes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("devices", DEVICE_COUNTS)
-@pytest.mark.parametrize("path", example_paths(), ids=os.path.basename)
+@pytest.mark.parametrize(
+    "path, devices", [(p, n) for p in example_paths() for n in device_counts(p, DEVICE_COUNTS)],
+    ids=lambda v: os.path.basename(v) if isinstance(v, str) else str(v),
+)
 def test_semcheck_agrees_with_the_tpu_interpreter(outcomes, path, devices):
     config, (outcome, output) = outcomes[(path, devices)]
     [result] = [r for r in results(path, devices) if config_of(r) == config]

@@ -8,9 +8,10 @@ import os
 
 import pytest
 
-from tests.tpu_support import DEVICE_COUNTS, MEGACORE, example_paths, expectation, config_of, prefetch, results
+from tests.tpu_support import DEVICE_COUNTS, MEGACORE, device_counts, example_paths, expectation, config_of, prefetch, results
 
 EXAMPLES = example_paths()
+CHECKS = [(p, n) for p in EXAMPLES for n in device_counts(p)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -25,8 +26,7 @@ def test_there_is_a_correct_and_a_buggy_example_for_each_protocol():
     assert len(EXAMPLES) >= 16 and len(safe) >= 8 and len(buggy) >= 8
 
 
-@pytest.mark.parametrize("devices", DEVICE_COUNTS)
-@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+@pytest.mark.parametrize("path, devices", CHECKS, ids=lambda v: os.path.basename(v) if isinstance(v, str) else str(v))
 def test_example_gives_its_documented_verdict(path, devices):
     exp = expectation(path)
     found = results(path, devices)
@@ -40,15 +40,16 @@ def test_example_gives_its_documented_verdict(path, devices):
         assert r.backend == "tpu" and r.semantics == "tpu"
 
 
-REPEATED = [(p, k) for p in EXAMPLES for k in sorted(expectation(p).invocation_counts()) if k > 1]
+REPEATED = [
+    (p, k, n) for p in EXAMPLES for k in sorted(expectation(p).invocation_counts()) if k > 1 for n in device_counts(p)
+]
 
 
 def test_some_example_documents_what_repeated_calls_do():
     assert REPEATED
 
 
-@pytest.mark.parametrize("devices", DEVICE_COUNTS)
-@pytest.mark.parametrize("path, invocations", REPEATED, ids=lambda v: os.path.basename(v) if isinstance(v, str) else f"x{v}")
+@pytest.mark.parametrize("path, invocations, devices", REPEATED, ids=lambda v: os.path.basename(v) if isinstance(v, str) else str(v))
 def test_example_called_repeatedly_gives_its_documented_verdict(path, invocations, devices):
     """`semcheck verify --invocations K`: the kernel runs K times back to back."""
     exp = expectation(path)
@@ -59,8 +60,7 @@ def test_example_called_repeatedly_gives_its_documented_verdict(path, invocation
         assert r.invocations == invocations and r.kernel.endswith(f" x{invocations}")
 
 
-@pytest.mark.parametrize("devices", DEVICE_COUNTS)
-@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+@pytest.mark.parametrize("path, devices", CHECKS, ids=lambda v: os.path.basename(v) if isinstance(v, str) else str(v))
 def test_every_report_points_at_the_kernels_own_line(path, devices):
     exp = expectation(path)
     for r in [r for k in sorted(exp.invocation_counts()) for r in results(path, devices, k)]:

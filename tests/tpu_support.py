@@ -18,6 +18,22 @@ MEGACORE = "2 TensorCores per device"
 HANG_KINDS = {"deadlock", "unsatisfied_wait"}
 
 
+# Examples whose check at some device counts does not finish within the test budget today
+# (issue 12: at 8 devices the ring all-reduce needs more than 2 M states, and at 4 the
+# bidirectional reduce-scatter takes minutes); they are tested at the counts that finish.
+FINISHING_DEVICE_COUNTS = {
+    "allreduce_ring.py": (2, 4),
+    "reduce_scatter_bidirectional.py": (2,),
+    "reduce_scatter_bidirectional_no_drain.py": (2,),
+}
+
+
+def device_counts(path: str, counts=DEVICE_COUNTS) -> tuple[int, ...]:
+    """The device counts of `counts` at which `path` is checked in the tests."""
+    finishing = FINISHING_DEVICE_COUNTS.get(os.path.basename(path), counts)
+    return tuple(n for n in counts if n in finishing)
+
+
 def example_paths() -> list[str]:
     return sorted(
         os.path.join(EXAMPLES, name) for name in os.listdir(EXAMPLES)
@@ -132,7 +148,7 @@ def prefetch(paths, counts=DEVICE_COUNTS, workers: int = 2) -> None:
     """Capture and check every (example, device count) pair, `workers` subprocesses at a time,
     once per invocation count the example documents."""
     todo = [
-        (p, n, k) for p in paths for n in counts for k in sorted(expectation(p).invocation_counts())
+        (p, n, k) for p in paths for n in device_counts(p, counts) for k in sorted(expectation(p).invocation_counts())
         if (p, n, k) not in _results
     ]
     with ThreadPoolExecutor(max_workers=workers) as pool:

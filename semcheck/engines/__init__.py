@@ -9,10 +9,11 @@ command line can carry options for whichever engine `auto` picks.
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from semcheck.engines import components
-from semcheck.engines.budget import Budget, ProgressFn
+from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, bounded_phase
 from semcheck.ir import Protocol
 from semcheck.result import Result
 from semcheck.semantics import System
@@ -85,8 +86,14 @@ def check(
     if unknown:
         raise ValueError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
     run = ENGINES[engine]
-    system = System(protocol)
-    groups = components.parts(system) if split else []
+    started = time.monotonic()
+    budget = (budget or Budget.from_env()).started(started)
+    try:
+        with bounded_phase("building the transition system", budget, started, progress=progress):
+            system = System(protocol)
+            groups = components.parts(system) if split else []
+    except BudgetExceeded as exceeded:
+        return out_of_budget(protocol, engine, exceeded.reason, time.monotonic() - started)
     if len(groups) <= 1:
         return run(system, budget, progress, **options)
     return components.check_parts(
@@ -94,6 +101,19 @@ def check(
         lambda part, part_budget, part_progress: run(
             part, part_budget, part_progress, **{**options, "report_ends": True}
         ),
-        budget or Budget.from_env(), progress,
+        budget, progress,
         stop_at_first=bool(options.get("stop_at_first")),
+    )
+
+
+def out_of_budget(protocol: Protocol, engine: str, reason: str, seconds: float) -> Result:
+    """The Result of a check whose budget ran out before any engine could start."""
+    from semcheck.engines.common import describing
+    from semcheck.result import Stats, Verdict
+
+    return Result(
+        **describing(protocol), engine=engine, verdict=Verdict.INCONCLUSIVE,
+        stats=Stats(seconds=round(seconds, 4)),
+        notes=list(protocol.notes) + [f"no verdict: {reason}"],
+        exhausted=reason,
     )

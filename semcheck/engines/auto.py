@@ -1,40 +1,57 @@
-"""`--engine auto` (the CLI's default): pick an engine per protocol.
+"""`--engine auto` (the CLI's default): pick an engine per protocol, or run both.
 
 The explicit engine enumerates every combination of input values as its own start state,
 and its work grows with the interleavings the reduction cannot collapse; the z3 engine covers
 every input value in one query but pays for the encoding, and stops at its unrolling bound on
-loops whose length depends on timing (a polling loop). So:
+loops whose length depends on timing (a polling loop). Which one wins is rarely known in
+advance (a ring all-reduce at 8 devices: explicit has no verdict after millions of states;
+a ring all-gather at 64: explicit in seconds), so:
 
-* inputs spanning more than `MAX_EXPLICIT_INPUT_COMBINATIONS` value combinations: z3;
-* otherwise explicit, with a share of the budget (`EXPLICIT_SHARE_STATES` states, half the
-  time); if that share runs out before a verdict, z3 decides with the time that is left.
-  If what ran out is the user's own budget (`--max-states` below the share, or memory),
-  the verdict is inconclusive, as it would be with `--engine explicit`.
+* inputs spanning more than `MAX_EXPLICIT_INPUT_COMBINATIONS` value combinations: z3 alone;
+* a protocol with something the z3 engine does not model (`smt.unmodelled`): explicit alone;
+* otherwise the explicit engine starts alone, with the whole budget. Most checks end within
+  its head start (`HEAD_START_STATES` states, or `HEAD_START` seconds for a search whose
+  states are slow), and then nothing else runs; counting states makes whether z3 runs at all
+  depend on the protocol, not on the machine's load. If the search goes on, z3 starts beside it, in a thread with its own copy of the System, with what is
+  left of the same deadline, and the first conclusive answer (safe or violation) is the
+  check's: the other engine is stopped at its next budget check (a z3 solver call is
+  interrupted). If neither concludes, the explicit engine's inconclusive Result stands,
+  with z3's reason in a note.
 
-A protocol with something the z3 engine does not model (`smt.unmodelled`: a jump that skips
-or repeats a kernel entry) goes to the explicit engine with the whole budget.
+Threads, not processes: the z3 solver releases the GIL while it solves, so the two engines
+really run side by side on two cores for the part of z3's work that usually costs most,
+nothing is pickled, and stopping either is a flag. The price: while z3 encodes (Python) the
+two share the GIL, so the search slows down for that while; the head start is long enough
+(50,000 states) that checks the search finishes in a few seconds never pay it (the wheel's
+TPU all_gather at 8 devices stores 28,511).
 
-The Result names the engine that decided (`Result.engine`), and a note says why whenever
-that is not the explicit engine's plain verdict.
+The Result names the engine that decided (`Result.engine`), its stats count the work of
+every engine that ran (states from the explicit one, queries from z3), `Result.runs` has
+each engine's own verdict and stats, and a note says what happened whenever both ran.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import replace
 from typing import Callable
 
-from semcheck.engines.budget import Budget, ProgressFn
+from semcheck.engines.budget import Budget, Milestone, ProgressFn, StopSignal
 from semcheck.ir import Protocol
-from semcheck.result import Result, Verdict
+from semcheck.result import EngineRun, Result, Stats, Verdict
 from semcheck.semantics import System
 
 MAX_EXPLICIT_INPUT_COMBINATIONS = 256
-EXPLICIT_SHARE_STATES = 500_000
-EXPLICIT_SHARE_TIME = 0.5
+# z3 joins an explicit search that has stored HEAD_START_STATES states, or run for
+# HEAD_START seconds (a search whose every state is slow): the first of the two.
+HEAD_START_STATES = 50_000
+HEAD_START = 15.0
+STOP_POLL = 0.25  # seconds between reminders to an engine that was told to stop
 
 EngineFn = Callable[..., Result]
+CONCLUSIVE = (Verdict.SAFE, Verdict.VIOLATION)
 
 
 def input_combinations(protocol: Protocol) -> int:
@@ -50,11 +67,10 @@ def run(
     z3: EngineFn,
     **options,
 ) -> Result:
-    budget = budget or Budget.from_env()
-    from semcheck.engines.smt import unmodelled
+    budget = (budget or Budget.from_env()).started()
+    from semcheck.engines.smt_scope import unmodelled
 
-    missing = unmodelled(system)
-    if missing is not None:  # only the explicit engine can decide it: give it the whole budget
+    if unmodelled(system) is not None:  # only the explicit engine can decide it: give it the whole budget
         return explicit(system, budget, progress, **options)
     combinations = input_combinations(system.protocol)
     if combinations > MAX_EXPLICIT_INPUT_COMBINATIONS:
@@ -68,27 +84,142 @@ def run(
             "combinations, which the explicit engine would enumerate one by one"
         )
         return result
+    return _side_by_side(system, budget, progress, explicit, z3, options)
 
+
+class _Entrant:
+    """One engine's run in the race: its stop signal, its Result and when it came."""
+
+    def __init__(self, name: str, budget: Budget):
+        self.name = name
+        self.stop = StopSignal()
+        self.budget = replace(budget, stop=self.stop)
+        self.result: Result | None = None
+        self.finished_at = math.inf
+
+    def finish(self, result: Result) -> None:
+        self.result, self.finished_at = result, time.monotonic()
+
+    @property
+    def conclusive(self) -> bool:
+        return self.result is not None and self.result.verdict in CONCLUSIVE
+
+
+def _side_by_side(
+    system: System, budget: Budget, progress: ProgressFn | None,
+    explicit: EngineFn, z3: EngineFn, options: dict,
+) -> Result:
     started = time.monotonic()
-    share = replace(
-        budget,
-        max_states=min(budget.max_states, EXPLICIT_SHARE_STATES),
-        timeout=budget.timeout * EXPLICIT_SHARE_TIME,
+    milestone = Milestone(HEAD_START_STATES)
+    by_search = _Entrant("explicit", replace(budget, milestone=milestone))
+    by_solver = _Entrant("z3", budget)
+    search_done = threading.Event()
+    solver_started: list[float] = []
+
+    def solve() -> None:
+        head_start_ends = time.monotonic() + HEAD_START
+        while not milestone.reached.wait(min(STOP_POLL, max(0.0, head_start_ends - time.monotonic()))):
+            if search_done.is_set():
+                return  # the search ended within its head start: its Result stands
+            if time.monotonic() >= head_start_ends:
+                break
+        if search_done.is_set():
+            return
+        solver_started.append(time.monotonic() - started)
+        # Its own System: the search silences the race lines it has reported in its one.
+        fresh = System(system.protocol)
+        result = z3(fresh, by_solver.budget, progress, **options)
+        by_solver.finish(result)
+        if by_solver.conclusive:
+            by_search.stop.stop("engine auto: z3 decided first")
+
+    solver = threading.Thread(target=solve, name="semcheck-auto-z3", daemon=True)
+    solver.start()
+    try:
+        by_search.finish(explicit(system, by_search.budget, progress, **options))
+    finally:
+        search_done.set()
+        if by_search.conclusive or by_search.result is None:
+            by_solver.stop.stop("engine auto: the explicit engine decided first")
+        while solver.is_alive():
+            solver.join(STOP_POLL)
+            if by_solver.stop.is_set():
+                by_solver.stop.poke()  # a solver call that began just as it was stopped
+    if not solver_started:
+        return by_search.result
+    return _combined(by_search, by_solver, solver_started[0], time.monotonic() - started)
+
+
+def _combined(by_search: _Entrant, by_solver: _Entrant, solver_from: float, seconds: float) -> Result:
+    search, solver = by_search.result, by_solver.result
+    assert search is not None and solver is not None
+    if by_solver.conclusive and (not by_search.conclusive or by_solver.finished_at < by_search.finished_at):
+            winner = by_solver
+    else:
+        winner = by_search
+    chosen = winner.result
+    runs = [
+        EngineRun(e.name, e.result.verdict, e.result.stats, decided=e is winner and e.conclusive,
+                  stopped=e.result.exhausted)
+        for e in (by_search, by_solver)
+    ]
+    note = _what_happened(by_search, by_solver, winner, solver_from)
+    return replace(
+        chosen,
+        stats=combine_stats([search.stats, solver.stats], seconds),
+        runs=runs,
+        notes=[note] + [n for n in chosen.notes],
     )
-    result = explicit(system, share, progress, **options)
-    if result.verdict is not Verdict.INCONCLUSIVE:
-        return result
-    out_of_states = result.stats.states > share.max_states
-    out_of_time = result.stats.seconds >= share.timeout
-    if not ((out_of_states and share.max_states < budget.max_states) or out_of_time):
-        return result  # the user's own budget ran out, not auto's share of it
-    left = budget.timeout - (time.monotonic() - started)
-    # the explicit run silenced the race lines it reported; z3 reports every racing pair
-    fresh = System(system.protocol)
-    fallback = z3(fresh, replace(budget, timeout=max(left, 1.0)), progress, **options)
-    fallback.notes.insert(
-        0,
-        f"engine auto: the explicit engine ran out of its share of the budget "
-        f"({result.stats.states:,} states), so z3 decided",
+
+
+def _what_happened(by_search: _Entrant, by_solver: _Entrant, winner: _Entrant, solver_from: float) -> str:
+    search, solver = by_search.result, by_solver.result
+    assert search is not None and solver is not None
+    side = f"z3 ran beside the explicit engine from {solver_from:.1f} s on"
+    if winner is by_solver:
+        how = ("was stopped" if by_search.stop.is_set() and search.exhausted == by_search.stop.reason
+               else f"ended without a verdict ({search.exhausted})")
+        return f"engine auto: z3 decided; {side}, and the explicit engine {how} after {search.stats.states:,} states"
+    if by_search.conclusive:
+        return f"engine auto: the explicit engine decided; {side} and was stopped after {solver.stats.solver_queries or 0:,} solver queries"
+    return f"engine auto: no verdict from either engine; {side} and ended without one: {solver.exhausted or solver.verdict.value}"
+
+
+def combine_stats(stats: list[Stats], seconds: float) -> Stats:
+    """The work of several engine runs of one check: states and queries add up, memory is
+    the peak of any, seconds are the check's own (the runs overlap)."""
+    def known(values):
+        values = [v for v in values if v is not None]
+        return sum(values) if values else None
+
+    peaks = [s.peak_memory_mb for s in stats if s.peak_memory_mb is not None]
+    return Stats(
+        states=sum(s.states for s in stats),
+        transitions=sum(s.transitions for s in stats),
+        seconds=round(seconds, 4),
+        peak_memory_mb=max(peaks) if peaks else None,
+        encoded_events=known(s.encoded_events for s in stats),
+        solver_queries=known(s.solver_queries for s in stats),
     )
-    return fallback
+
+
+def merge_runs(results: list[Result]) -> list[EngineRun]:
+    """The engine runs of a check made of independent parts: one per engine, adding up the
+    parts' work (empty when no part ran two engines)."""
+    from semcheck.result import worst
+
+    if not any(r.runs for r in results):
+        return []
+    by_engine: dict[str, list[EngineRun]] = {}
+    for r in results:
+        for run in r.runs or [EngineRun(r.engine, r.verdict, r.stats, decided=True, stopped=r.exhausted)]:
+            by_engine.setdefault(run.engine, []).append(run)
+    return [
+        EngineRun(
+            engine, worst(run.verdict for run in runs),
+            combine_stats([run.stats for run in runs], sum(run.stats.seconds for run in runs)),
+            decided=any(run.decided for run in runs),
+            stopped=next((run.stopped for run in runs if run.stopped), None),
+        )
+        for engine, runs in by_engine.items()
+    ]

@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
-import networkx as nx
-
 from semcheck import ir
 from semcheck.properties import Finding, spin_finding
 from semcheck.semantics import Action, State, System
@@ -61,6 +59,8 @@ def findings(
                 work.append(i)
     if len(can_end) == len(edges):
         return []
+    import networkx as nx  # only when some state cannot end: not at start-up
+
     graph = nx.DiGraph()
     for i, out in enumerate(edges):
         if i not in can_end:
@@ -95,7 +95,7 @@ def findings(
     return found
 
 
-def _cycle(graph: nx.DiGraph, members: set[int], entry: int) -> list[tuple[int, Action]]:
+def _cycle(graph: "nx.DiGraph", members: set[int], entry: int) -> list[tuple[int, Action]]:
     """The shortest walk from `entry` back to itself inside its component, as (state before,
     action) pairs."""
     parent: dict[int, tuple[int, Action]] = {}

@@ -19,7 +19,8 @@ from collections import deque
 from semcheck.engines import endless
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
-from semcheck.engines.reduction import independent, stubborn_subset
+from semcheck.engines.independence import Independence
+from semcheck.engines.reduction import stubborn_subset
 from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, terminal_findings
 from semcheck.semantics import System
 
@@ -36,18 +37,21 @@ def explore(
     silence_reported_races: bool = True,
 ) -> Exploration:
     """Explore every schedule (up to the reduction). Once a data race is reported between
-    two lines, those lines are no longer watched (`System.silence`): one report per pair of
+    two lines, those lines are no longer watched (`Independence.silence`, this search's own
+    state: the System is never changed): one report per pair of
     lines, without paying for every other schedule in which the same two lines race.
     With that default, states also drop every hazard as soon as its finding is recorded:
     hazards never change what happens next, and carrying them would only tell apart states
     that differ in which devices have already been reported (2^N of them for N devices)."""
     monitor = Monitor(budget or Budget.from_env(), progress)
     found = Exploration(system)
+    ind = Independence(system)
     index: dict = {}
     parent: list[int] = []
     via: list = []
     depth: list[int] = []
     sleep: list[frozenset] = []
+    movable: dict[int, tuple[int, ...]] = {}  # queued state -> threads that can move in it
     queue: deque[int] = deque()
 
     states: list = []  # position -> state
@@ -86,14 +90,17 @@ def explore(
                 root, actions = path_to(i)
                 found.add(finding, states[root], actions if then is None else actions + [then])
                 if finding.kind is Kind.DATA_RACE and silence_reported_races:
-                    system.silence(finding.loc, finding.other)
+                    ind.silence(finding.loc, finding.other)
 
     try:
         while queue:
             i = queue.popleft()
             state = states[i]
             monitor.tick(len(states), transitions, len(queue), depth[i])
-            enabled = system.enabled(state)
+            ready = movable.pop(i, None)
+            if ready is None:
+                ready = system.movable_threads(state)
+            enabled = system.enabled(state, ready)
             if not enabled:
                 ended.add(i)
                 found.ends.add(end_kind(system, state))
@@ -101,7 +108,7 @@ def explore(
                 if stop_at_first and found.has_errors:
                     break
                 continue
-            chosen = stubborn_subset(system, state, enabled) if reduce else enabled
+            chosen = stubborn_subset(ind, state, enabled) if reduce else enabled
             asleep = sleep[i]
             done: list = []
             for action in chosen:
@@ -109,14 +116,14 @@ def explore(
                     if edges is not None:
                         skipped.append((i, action))
                     continue
-                successor = system.normalize(system.step(state, action))
+                successor = ind.normalize(system.step(state, action))
                 transitions += 1
                 if silence_reported_races and successor.hazards:
                     record(hazard_findings(system, successor, state.hazards), i, action)
                     successor = successor._replace(hazards=())
                 if reduce:
                     inherited = frozenset(
-                        b for b in (*asleep, *done) if independent(system, state, action, b)
+                        b for b in (*asleep, *done) if ind.independent(state, action, b)
                     )
                 else:
                     inherited = frozenset()
@@ -130,6 +137,7 @@ def explore(
                     depth.append(depth[i] + 1)
                     sleep.append(inherited)
                     queue.append(j)
+                    movable[j] = system.movable_after(state, ready, action, successor)
                     if edges is not None:
                         edges.append([])
                     if successor.faults != state.faults:
@@ -147,7 +155,7 @@ def explore(
         found.exhausted = exceeded.reason
     if edges is not None and not found.exhausted and not queue:
         for i, action in skipped:  # a skipped action's successor was reached another way
-            successor = system.normalize(system.step(states[i], action))
+            successor = ind.normalize(system.step(states[i], action))
             if silence_reported_races:
                 successor = successor._replace(hazards=())
             j = index.get(successor)

@@ -19,14 +19,16 @@ its own and the search follows one path through each independent stretch.
 
 from __future__ import annotations
 
-from semcheck.semantics import Action, State, System, conflict
+from semcheck.engines.independence import Independence
+from semcheck.footprints import X_INC, Channels
+from semcheck.semantics import Action, State
 
 
-def stubborn_subset(system: System, state: State, enabled: list[Action]) -> list[Action]:
+def stubborn_subset(ind: Independence, state: State, enabled: list[Action]) -> list[Action]:
     """The enabled actions of a smallest stubborn set found from any enabled seed."""
     if len(enabled) <= 1:
         return enabled
-    ctx = _Context(system, state, enabled)
+    ctx = _Context(ind, state, enabled)
     for seed in enabled:  # most actions conflict with nothing: a stubborn set of their own
         if ctx.isolated(seed):
             return [seed]
@@ -43,40 +45,62 @@ def stubborn_subset(system: System, state: State, enabled: list[Action]) -> list
     return best
 
 
-def independent(system: System, state: State, a: Action, b: Action) -> bool:
-    """Two actions of different actors, both enabled in `state`, that commute and cannot
-    disable each other."""
-    if a == b or (a[0] == "t" and b[0] == "t" and a[1] == b[1]):
-        return False
-    return not conflict(system.action_footprint(state, a), system.action_footprint(state, b))
-
-
 class _Context:
-    """What one state's closures share: each actor's future footprint as a signature (see
-    `System.signature`), and unions of them that answer most queries at once."""
+    """What one state's closures share. Every query starts from the resources an action
+    touches and asks only the threads that may touch them (`Independence.touchers`) and the
+    pending completions on them, so its cost does not grow with the threads that cannot
+    interfere."""
 
-    def __init__(self, system: System, state: State, enabled: list[Action]):
-        self.system, self.state = system, state
+    def __init__(self, ind: Independence, state: State, enabled: list[Action]):
+        self.ind, self.state = ind, state
+        self.system = ind.system
         self.enabled = set(enabled)
-        pcs = state.pcs
-        self.active = [t for t, body in enumerate(system.bodies) if 0 <= pcs[t] < len(body)]
-        self.events = sorted(set(state.events))
-        self.actor_sig: dict[Action, tuple[int, int]] = {
-            ("t", t): system.future_signatures[t][pcs[t]] for t in self.active
-        }
-        self.actor_sig.update((("e", e), system.event_signature(e)) for e in self.events)
-        self._others = _unions_without_each(self.actor_sig)
         self._blocked: dict[int, tuple | None] = {}
 
-    def own_sig(self, action: Action) -> tuple[int, int]:
-        if action[0] == "e":
-            return self.actor_sig[action]
-        t = action[1]
-        return self.system.signatures[t][self.state.pcs[t]]
+    def _active(self, t: int) -> bool:
+        return 0 <= self.state.pcs[t] < len(self.system.bodies[t])
+
+    def _clashing(self, action: Action, own: Channels, guard=None, first: bool = False) -> list[Action]:
+        """Every other actor whose footprint conflicts with `own`. A thread's footprint is
+        its future, cut at the first wait it cannot pass while the stubborn set stands
+        still: with `guard` (a completion in the set), a wait only that completion can
+        satisfy; for an action of a thread, a wait only a copy that thread has yet to start
+        can satisfy (`Independence.cut`). With `first`, stop at the first one."""
+        found: dict[Action, None] = {}
+        pcs, tables, touchers, ind = self.state.pcs, self.ind.tables, self.ind.touchers, self.ind
+        me = action[1] if action[0] == "t" else None
+        cuts: dict[int, tuple[int, ...] | None] = {}
+        for r, (xa, ya) in own.items():
+            for t in touchers.get(r, ()):
+                if t == me or ("t", t) in found or not self._active(t):
+                    continue
+                if t not in cuts:
+                    if guard is not None:
+                        cuts[t] = ind.guard_stops(t, guard)
+                    else:
+                        stop = ind.cut(me, pcs[me], t, pcs[t]) if me is not None else None
+                        cuts[t] = None if stop is None else (stop,)
+                stops = cuts[t]
+                if stops is None:
+                    xb, yb = tables[t].future(pcs[t], r)
+                else:
+                    xb, yb = tables[t].future_before(pcs[t], r, stops)
+                if xa & yb or xb & ya:
+                    found[("t", t)] = None
+                    if first:
+                        return list(found)
+            for other, xb, yb in ind.pending_on(self.state.events, r):
+                if other != action and other not in found and (xa & yb or xb & ya):
+                    found[other] = None
+                    if first:
+                        return list(found)
+        return list(found)
 
     def isolated(self, action: Action) -> bool:
-        """An enabled action that conflicts with nothing any other actor may ever do."""
-        return not _clash(self.own_sig(action), self._others[action])
+        """An enabled action that conflicts with nothing any other actor may do before the
+        action itself (for a completion: up to the waits only it can satisfy)."""
+        guard = action[1] if action[0] == "e" else None
+        return not self._clashing(action, self.ind.own(self.state, action), guard=guard, first=True)
 
     def closure(self, seed: Action, limit: int) -> set[Action] | None:
         """The actors a stubborn set containing `seed` needs, or None as soon as it holds
@@ -103,56 +127,12 @@ class _Context:
 
     def _required_by(self, action: Action) -> list[Action]:
         if action in self.enabled:
-            xa, ya = self.own_sig(action)
-            xo, yo = self._others[action]
-            if not (xa & yo or xo & ya):
-                return []
-            if action[0] == "e":
-                return self._required_by_completion(action, xa, ya)
-            # the hot loop of the whole search: kept to plain integer tests
-            return [
-                other for other, (xb, yb) in self.actor_sig.items()
-                if (xa & yb or xb & ya) and other != action
-            ]
+            own = self.ind.own(self.state, action)
+            # a completion is compared with each thread's future up to the waits it alone
+            # can satisfy (`Independence.guard_stops`)
+            return self._clashing(action, own, guard=action[1] if action[0] == "e" else None)
         blocked = self._blocked_wait(action[1])
         if blocked is None:  # not at a wait: cannot happen for an active, disabled thread
             return []
-        bit = 1 << blocked[0]  # additions are channel 0 of x
-        return [other for other, (x, _y) in self.actor_sig.items() if x & bit and other != action]
-
-
-    def _required_by_completion(self, action: Action, xa: int, ya: int) -> list[Action]:
-        """As for any action, except that a thread's future counts only up to a wait that
-        this completion alone can satisfy (`System.guarded_future_signature`)."""
-        event, pcs, guarded = action[1], self.state.pcs, self.system.guarded_future_signature
-        required = []
-        for other, (xb, yb) in self.actor_sig.items():
-            if other == action:
-                continue
-            if other[0] == "t":
-                xb, yb = guarded(other[1], pcs[other[1]], event)
-            if xa & yb or xb & ya:
-                required.append(other)
-        return required
-
-
-def _clash(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    return bool(a[0] & b[1] or b[0] & a[1])
-
-
-def _unions_without_each(sigs: dict[Action, tuple[int, int]]) -> dict[Action, tuple[int, int]]:
-    """For each actor, the union of every other actor's signature (prefix/suffix unions)."""
-    keys = list(sigs)
-    prefix = [(0, 0)]
-    for k in keys:
-        x, y = sigs[k]
-        prefix.append((prefix[-1][0] | x, prefix[-1][1] | y))
-    suffix = [(0, 0)]
-    for k in reversed(keys):
-        x, y = sigs[k]
-        suffix.append((suffix[-1][0] | x, suffix[-1][1] | y))
-    suffix.reverse()
-    return {
-        k: (prefix[i][0] | suffix[i + 1][0], prefix[i][1] | suffix[i + 1][1])
-        for i, k in enumerate(keys)
-    }
+        # a blocked wait needs every actor that may still add to its semaphore
+        return self._clashing(action, {blocked[0]: (0, X_INC)})

@@ -48,13 +48,13 @@ import threading
 
 import z3
 
-from semcheck import ir
 from semcheck import trace as tracing
 from semcheck.engines import guided
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn, ProgressInfo, rss_mb
 from semcheck.engines.causal import causal_past
 from semcheck.engines.common import Exploration
 from semcheck.engines.smt_encoding import Encoding
+from semcheck.engines.smt_scope import unmodelled
 from semcheck.engines.smt_terms import NOT, OR
 from semcheck.engines.unroll import CONSTANT_JUMP_CAP
 from semcheck.properties import CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings
@@ -83,14 +83,24 @@ def explore(
 ) -> Exploration:
     """`report_ends`: also ask whether some execution ends cleanly (question 5), which only
     merging independent parts needs."""
-    with _Z3_IN_USE:
+    stop = budget.stop if budget is not None else None
+    if stop is None:
+        with _Z3_IN_USE:
+            return _explore(system, unroll, budget, progress, report_ends)
+    while not _Z3_IN_USE.acquire(timeout=0.05):  # another check is solving: wait, unless stopped
+        if stop.is_set():
+            found = Exploration(system, exhausted=stop.reason, solver_queries=0, encoded_events=0)
+            return found
+    try:
         return _explore(system, unroll, budget, progress, report_ends)
+    finally:
+        _Z3_IN_USE.release()
 
 
 def _explore(
     system: System, unroll: int, budget: Budget | None, progress: ProgressFn | None, report_ends: bool
 ) -> Exploration:
-    monitor = Monitor(budget or Budget.from_env(), progress)
+    monitor = Monitor(budget or Budget.from_env(), progress, phase="encoding for z3")
     found = Exploration(system)
     session = None
     missing = unmodelled(system)
@@ -99,7 +109,8 @@ def _explore(
         found.solver_queries = 0
         return found
     try:
-        encoding = Encoding(system, unroll, tick=lambda: _within_budget(monitor))
+        encoding = Encoding(system, unroll, tick=lambda: _encoding_tick(monitor))
+        monitor.phase = "solving with z3"
         session = _Session(system, encoding, monitor, found)
         session.find_faults()
         session.find_hazards()
@@ -110,6 +121,8 @@ def _explore(
         session.check_bound(unroll)
     except BudgetExceeded as exceeded:
         found.exhausted = exceeded.reason
+    except MemoryError:
+        found.exhausted = f"memory ran out while {monitor.phase}"
     found.seconds = monitor.elapsed()
     found.peak_memory_mb = max(monitor.peak_mb, rss_mb())
     found.solver_queries = session.queries if session else 0
@@ -117,33 +130,9 @@ def _explore(
     return found
 
 
-def unmodelled(system: System) -> str | None:
-    """What this protocol needs that the encoding does not decide yet, if anything. The
-    engine then answers inconclusive instead of a verdict that ignored it.
-
-    The encoding counts a thread's executed kernel entries to know which invocation it is
-    in; that is `System.invocation_at` only when no jump skips an entry or runs one again.
-    GPU mbarriers: the encoding has no question for a phase overrun yet."""
-    if any(decl.arrivals_per_phase for decl in system.protocol.semaphores):
-        return "mbarrier phases (barrier_phase_overrun)"
-    for t, body in enumerate(system.bodies):
-        if not system.has_lifecycle[t]:
-            continue
-        invocation = system.invocation_at[t]
-        for pc, instr in enumerate(body):
-            if isinstance(instr, (ir.Branch, ir.Jump)) and invocation[instr.target] != invocation[pc]:
-                return "a jump that skips or repeats a kernel entry"
-    return None
-
-
-def _within_budget(monitor: Monitor) -> None:
-    budget = monitor.budget
-    if monitor.elapsed() > budget.timeout:
-        raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while encoding")
-    mem = rss_mb()
-    monitor.peak_mb = max(monitor.peak_mb, mem)
-    if mem > monitor.memory_limit:
-        raise BudgetExceeded(f"memory budget of {monitor.memory_limit:,.0f} MB ran out")
+def _encoding_tick(monitor: Monitor) -> None:
+    monitor.check()
+    monitor.say("z3: encoding")
 
 
 Witness = tuple[State, list[Action], list[State]]  # initial state, actions, states along them
@@ -342,20 +331,24 @@ class _Session:
     def _satisfiable(self, goal, what: str, ordered: bool) -> z3.ModelRef | None:
         """A model of the question (with ordering, or its counting relaxation), or None."""
         budget = self.monitor.budget
-        _within_budget(self.monitor)
-        remaining = budget.timeout - self.monitor.elapsed()
-        if remaining <= 0:
-            raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out")
+        self.monitor.check()
+        remaining = self.monitor.remaining()
         solver = self.solver if ordered else self.counting
         solver.set("timeout", max(1, int(remaining * 1000)))
         self.queries += 1
         self._progress(what)
-        answer = solver.check(*([] if goal is True else [_solver_term(goal)]))
+        term = [] if goal is True else [_solver_term(goal)]
+        if budget.stop is None:
+            answer = solver.check(*term)
+        else:  # this thread holds _Z3_IN_USE: interrupting the context stops only this call
+            with budget.stop.on_stop(solver.ctx.interrupt):
+                answer = solver.check(*term)
         if answer == z3.unsat:
             return None
         if answer == z3.unknown:
+            self.monitor.check()  # stopped from outside, or out of memory: say which
             reason = solver.reason_unknown()
-            if "timeout" in reason or "canceled" in reason:
+            if "timeout" in reason or "canceled" in reason or "interrupted" in reason:
                 raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out in the solver")
             raise BudgetExceeded(f"the solver gave up ({reason})")
         return solver.model()

@@ -161,6 +161,7 @@ class Encoding:
         self.system = system
         self.protocol = system.protocol
         self.bound = bound
+        self._tick = tick
         self.constraints: list[SymBool] = []
         self.ordering: list[SymBool] = []
         self.inputs: list[SymInt] = [
@@ -221,6 +222,7 @@ class Encoding:
         self.nodes.append(row)
         registers = self.system.registers[t]
         while (node := unroller.next_node()) is not None:
+            self._tick()  # an unrolled loop can have very many nodes (and registers to merge)
             nv = NodeVars(t, node)
             row.append(nv)
             if not node.preds:
@@ -264,6 +266,7 @@ class Encoding:
     def _merge_registers(self, t: int, nv: NodeVars, preds: list[NodeVars]) -> dict[str, SymInt]:
         merged: dict[str, SymInt] = {}
         for name in self.system.registers[t]:
+            self._tick()
             values = [p.regs_out[name] for p in preds]
             first = values[0]
             if all(_same(v, first) for v in values[1:]):

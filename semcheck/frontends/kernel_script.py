@@ -18,6 +18,14 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
 
     outcome = capture_script(path, devices, timeout=options.get("capture_timeout"))
     _reassume(outcome.assumptions)
+    if not outcome.protocols and not outcome.errors and outcome.timed_out and options.get("capture_timeout") is not None:
+        from semcheck.engines.budget import BudgetExceeded
+
+        # The check's own time budget ended the script: no verdict, rather than an error.
+        raise BudgetExceeded(
+            f"time budget ran out while running {path} with {devices} devices, before it compiled "
+            "any Pallas kernel"
+        )
     if not outcome.protocols and not outcome.errors:
         raise LoadError(
             _nothing_captured(path, devices, outcome.script_error),

@@ -75,6 +75,7 @@ def result_dict(r: Result) -> dict:
             "transitions": r.stats.transitions,
             "seconds": r.stats.seconds,
             **_solver_stats(r),
+            **_engine_runs(r),
         },
         "error": r.error,
         "notes": r.notes,
@@ -87,6 +88,27 @@ def _solver_stats(r: Result) -> dict:
     if r.stats.solver_queries is None:
         return {}
     return {"encoded_events": r.stats.encoded_events, "solver_queries": r.stats.solver_queries}
+
+
+def _engine_runs(r: Result) -> dict:
+    """With `--engine auto` running two engines side by side, each one's own verdict and
+    stats (the check's stats above add them up)."""
+    if not r.runs:
+        return {}
+    return {"engines": [
+        {
+            "engine": run.engine,
+            "verdict": run.verdict.value,
+            "decided": run.decided,
+            "states": run.stats.states,
+            "transitions": run.stats.transitions,
+            "seconds": run.stats.seconds,
+            **({} if run.stats.solver_queries is None else
+               {"encoded_events": run.stats.encoded_events, "solver_queries": run.stats.solver_queries}),
+            "stopped": run.stopped,
+        }
+        for run in r.runs
+    ]}
 
 
 def render(results: list[Result], *, judgements=None, **_options) -> str:

@@ -59,7 +59,14 @@ def verdict_line(r: Result) -> str:
     else:
         detail = r.error or "error"
     stats = ""
-    if r.verdict is not Verdict.ERROR and r.stats.solver_queries is not None:
+    if r.verdict is not Verdict.ERROR and r.runs:  # auto ran engines side by side: the work of both
+        stats = (
+            f"  ({r.stats.states:,} states, {r.stats.solver_queries or 0:,} solver queries, "
+            f"{r.stats.seconds:.2f} s, {r.engine} decided)" if any(run.decided for run in r.runs) else
+            f"  ({r.stats.states:,} states, {r.stats.solver_queries or 0:,} solver queries, "
+            f"{r.stats.seconds:.2f} s, {' and '.join(run.engine for run in r.runs)})"
+        )
+    elif r.verdict is not Verdict.ERROR and r.stats.solver_queries is not None:
         # z3 may decline a protocol before encoding it (then it has no event count).
         events = "" if r.stats.encoded_events is None else f"{r.stats.encoded_events:,} events, "
         stats = f"  ({events}{r.stats.solver_queries:,} solver queries, {r.stats.seconds:.2f} s, {r.engine})"

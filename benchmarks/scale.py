@@ -1,0 +1,157 @@
+"""Issue 12's table: CPU seconds of the whole process, states and peak memory, per check.
+
+    python benchmarks/scale.py [--timeout SECONDS] [--rows NAME,...] [--list]
+
+Each row is one `semcheck verify ... --format json -q` in a fresh process (the kernel
+scripts' capture subprocess included), run under a small wrapper that reports the CPU
+seconds (user + system) of everything it waited for, the wall time and the peak resident
+memory of the largest process. Every row gets `--timeout` (default 120 s) and `--max-memory`
+(default 2000 MB), so a row that cannot finish says `inconclusive` instead of running on; the `timeout` rows check that a
+run given `--timeout T` ends within T + 5 s whatever phase it is in. Targets are issue 12's.
+
+The machine is shared: run it sparingly, and read the numbers as of the load at the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RING = os.path.join(ROOT, "models", "ring_allgather.py")
+TPU = os.path.join(ROOT, "examples", "tpu")
+
+WHEEL_DRIVER = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.pallas.ops.tpu import all_gather as ag
+from jax.sharding import AxisType, Mesh
+
+mesh = Mesh(np.array(jax.devices()), ("x",), axis_types=(AxisType.Auto,))
+x = jnp.ones((mesh.size * 8, 128), jnp.float32)
+jax.block_until_ready(ag.all_gather(x, mesh=mesh, axis_name="x"))
+"""
+
+# A model file whose own code never returns: loading must stop.
+SLOW_MODEL = """\
+from semcheck.model import ProtocolBuilder
+
+
+def model(devices):
+    while True:  # a model whose own code never returns
+        pass
+"""
+
+# Measures one command in its own process: CPU of every process it waited for, wall, peak RSS.
+WRAPPER = """\
+import json, resource, subprocess, sys, time
+started = time.monotonic()
+proc = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"code": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-2000:],
+                  "cpu": usage.ru_utime + usage.ru_stime, "wall": time.monotonic() - started,
+                  "peak_mb": usage.ru_maxrss / 1024}))
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    target: str
+    path: str
+    devices: int
+    extra: tuple[str, ...] = ()
+    timeout: float | None = None  # overrides --timeout
+
+
+def rows(scratch: str) -> list[Row]:
+    wheel = os.path.join(scratch, "wheel_all_gather.py")
+    slow = os.path.join(scratch, "endless_model.py")
+    with open(wheel, "w") as f:
+        f.write(WHEEL_DRIVER)
+    with open(slow, "w") as f:
+        f.write(SLOW_MODEL)
+    table = [Row(f"ring_allgather model, N={n}", target, RING, n) for n, target in
+             ((64, "< 5 s"), (128, "< 20 s"), (256, "< 60 s, < 2 GB"))]
+    table += [Row(f"wheel TPU all_gather, N={n}", target, wheel, n) for n, target in
+              ((8, "< 2 s"), (16, "race, < 30 s"), (32, "race, < 120 s"))]
+    table += [Row(f"{name}, N=16", "< 60 s", os.path.join(TPU, name), 16)
+              for name in ("reduce_scatter_capacity.py", "allgather_bidirectional.py")]
+    table += [Row(f"allreduce_ring.py, N={n}{' x2' if k > 1 else ''}", target,
+                  os.path.join(TPU, "allreduce_ring.py"), n, ("--invocations", str(k)))
+              for n, target in ((8, "< 30 s"), (16, "< 120 s")) for k in (1, 2)]
+    table += [Row(f"reduce_scatter_bidirectional.py, N={n}", target,
+                  os.path.join(TPU, "reduce_scatter_bidirectional.py"), n)
+              for n, target in ((4, "< 10 s"), (8, "< 60 s"))]
+    table += [
+        Row("timeout: explicit search, T=5", "ends < 10 s", RING, 32, ("--engine", "explicit", "--no-reduction"), 5),
+        Row("timeout: z3, T=10", "ends < 15 s", os.path.join(TPU, "allgather_bidirectional.py"), 16,
+            ("--engine", "z3"), 10),
+        Row("timeout: model code, T=5", "ends < 10 s", slow, 2, (), 5),
+        Row("timeout: capture, T=1", "ends < 6 s", os.path.join(TPU, "allreduce_ring.py"), 8, (), 1),
+    ]
+    return table
+
+
+def measure(row: Row, timeout: float, max_memory: float) -> dict:
+    limit = row.timeout if row.timeout is not None else timeout
+    command = [sys.executable, "-m", "semcheck", "verify", row.path, "--devices", str(row.devices),
+               "--format", "json", "-q", "--timeout", str(limit), "--max-memory", str(max_memory), *row.extra]
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, *command], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    run = json.loads(proc.stdout)
+    try:
+        results = json.loads(run["stdout"])["results"]
+    except (json.JSONDecodeError, KeyError):
+        return {**run, "verdict": f"exit {run['code']}", "states": "-", "engine": "-", "note": run["stderr"][-200:]}
+    verdicts = sorted({r["verdict"] for r in results})
+    kinds = sorted({v["kind"] for r in results for v in r["violations"]})
+    note = next((n for r in results for n in r["notes"] if "ran out" in n or "decided" in n), "")
+    return {
+        **run,
+        "verdict": "/".join(verdicts) + (f" ({', '.join(kinds)})" if kinds else ""),
+        "states": f"{sum(r['stats']['states'] for r in results):,}",
+        "engine": "+".join(sorted({r["engine"] for r in results})),
+        "note": note,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--timeout", type=float, default=120.0, help="--timeout for every row (default 120)")
+    parser.add_argument("--max-memory", type=float, default=2000.0,
+                        help="--max-memory for every row, MB (default 2000: the target at 256 devices)")
+    parser.add_argument("--rows", default="", help="comma-separated substrings: run only matching rows")
+    parser.add_argument("--list", action="store_true", help="list the rows and exit")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="semcheck-scale-") as scratch:
+        table = rows(scratch)
+        if args.rows:
+            wanted = [w.strip() for w in args.rows.split(",") if w.strip()]
+            table = [r for r in table if any(w in r.name for w in wanted)]
+        if args.list:
+            for r in table:
+                print(r.name)
+            return
+        header = ("check", "target", "CPU s", "wall s", "peak MB", "states", "verdict", "engine")
+        lines = []
+        for row in table:
+            m = measure(row, args.timeout, args.max_memory)
+            lines.append((row.name, row.target, f"{m['cpu']:.1f}", f"{m['wall']:.1f}", f"{m['peak_mb']:.0f}",
+                          m["states"], m["verdict"], m["engine"]))
+            print("  " + " | ".join(lines[-1]) + (f"  [{m['note'][:140]}]" if m["note"] else ""), file=sys.stderr)
+        widths = [max(len(str(x[i])) for x in [header, *lines]) for i in range(len(header))]
+        print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+        print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        for line in lines:
+            print("| " + " | ".join(str(c).ljust(w) for c, w in zip(line, widths)) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""semcheck against SPIN on the same protocol families, paired in one run.
+
+    python benchmarks/spin.py [--limit SECONDS] [--families ring_allgather,double_buffer,nondec_poll]
+
+For each family this writes a Promela model of the protocol of `models/<family>.py` at N
+devices (our own translation, below), and finds the largest N that SPIN (Debian's `spin`
+6.5.2: `spin -a`, `gcc -O2`, `./pan`, with its default partial-order reduction) verifies
+within the limit (CPU seconds of the three steps, so that a loaded machine does not decide), doubling N and then bisecting. At that N it runs `semcheck verify
+models/<family>.py --devices N` in a fresh process, and prints both CPU times (whole
+process, children included: for SPIN the generator, the C compiler and the verifier), the
+states each stored, and the ratio.
+
+What the two check, and what differs:
+
+* both: every schedule of the devices' signals, waits and DMA completions (a copy's send
+  and receive sides complete separately, in any order relative to everything else), that
+  no reachable state is stuck with a thread blocked (SPIN: "invalid end state"; semcheck:
+  `deadlock` / `unsatisfied_wait`), and that every TPU semaphore is zero once every device
+  has finished (SPIN: an assertion in `init` after all processes ended; semcheck:
+  `semaphore_leftover`). Byte counts are copies in SPIN (one unit per copy).
+* only semcheck: data races between buffer accesses and copies in flight, remote arrivals
+  before the target entered the kernel, device/core/semaphore ids out of range, and the
+  shortest counterexample trace. SPIN's models have no buffers, so its search does less.
+* SPIN stores full state vectors and explores with its own partial-order reduction;
+  semcheck reduces with stubborn and sleep sets and splits independent parts (the
+  double-buffer pairs never interact, which SPIN cannot see).
+
+Needs `spin` and `gcc` on PATH (`apt-get install -y spin`). Runs take minutes; the machine
+is shared, so keep the limit modest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ITEMS = 4  # models/double_buffer.py's blocks per pair
+
+
+def _ring_allgather(n: int) -> str:
+    steps = max(n - 1, 1)
+    return f"""
+#define N {n}
+#define STEPS {steps}
+byte barrier[N];
+byte send_sem[N];
+byte recv_sem[N * STEPS];
+byte finished;
+
+proctype copy(byte from; byte step) {{
+  byte to = (from + 1) % N;
+  if
+  :: send_sem[from]++; recv_sem[to * STEPS + step]++
+  :: recv_sem[to * STEPS + step]++; send_sem[from]++
+  fi
+}}
+
+proctype device(byte d) {{
+  byte step = 0;
+  barrier[(d + N - 1) % N]++;
+  barrier[(d + 1) % N]++;
+  atomic {{ barrier[d] >= 2 -> barrier[d] = barrier[d] - 2 }}
+  do
+  :: step < N - 1 ->
+     run copy(d, step);
+     atomic {{ send_sem[d] >= 1 -> send_sem[d]-- }}
+     atomic {{ recv_sem[d * STEPS + step] >= 1 -> recv_sem[d * STEPS + step]-- }}
+     step++
+  :: else -> break
+  od;
+  finished++
+}}
+
+init {{
+  byte i = 0;
+  atomic {{ do :: i < N -> run device(i); i++ :: else -> break od }}
+  (finished == N && _nr_pr == 1);
+  i = 0;
+  do
+  :: i < N -> assert(barrier[i] == 0 && send_sem[i] == 0); i++
+  :: else -> break
+  od;
+  i = 0;
+  do
+  :: i < N * STEPS -> assert(recv_sem[i] == 0); i++
+  :: else -> break
+  od
+}}
+"""
+
+
+def _double_buffer(n: int) -> str:
+    pairs = n // 2
+    return f"""
+#define PAIRS {pairs}
+#define ITEMS {ITEMS}
+byte capacity[PAIRS];
+byte send_sem[PAIRS * 2];
+byte recv_sem[PAIRS * 2];
+byte finished;
+
+proctype copy(byte pair; byte slot) {{
+  if
+  :: send_sem[pair * 2 + slot]++; recv_sem[pair * 2 + slot]++
+  :: recv_sem[pair * 2 + slot]++; send_sem[pair * 2 + slot]++
+  fi
+}}
+
+proctype producer(byte pair) {{
+  byte i = 0;
+  do
+  :: i < ITEMS ->
+     atomic {{ capacity[pair] >= 1 -> capacity[pair]-- }}
+     run copy(pair, i % 2);
+     atomic {{ send_sem[pair * 2 + i % 2] >= 1 -> send_sem[pair * 2 + i % 2]-- }}
+     i++
+  :: else -> break
+  od;
+  finished++
+}}
+
+proctype consumer(byte pair) {{
+  byte i = 0;
+  capacity[pair] = capacity[pair] + 2;
+  do
+  :: i < ITEMS ->
+     atomic {{ recv_sem[pair * 2 + i % 2] >= 1 -> recv_sem[pair * 2 + i % 2]-- }}
+     if :: i + 2 < ITEMS -> capacity[pair]++ :: else -> skip fi;
+     i++
+  :: else -> break
+  od;
+  finished++
+}}
+
+init {{
+  byte i = 0;
+  atomic {{ do :: i < PAIRS -> run producer(i); run consumer(i); i++ :: else -> break od }}
+  (finished == 2 * PAIRS && _nr_pr == 1);
+  i = 0;
+  do
+  :: i < PAIRS -> assert(capacity[i] == 0); i++
+  :: else -> break
+  od;
+  i = 0;
+  do
+  :: i < 2 * PAIRS -> assert(send_sem[i] == 0 && recv_sem[i] == 0); i++
+  :: else -> break
+  od
+}}
+"""
+
+
+def _nondec_poll(n: int) -> str:
+    # A GPU protocol: a non-zero count at exit is allowed there, so nothing is asserted at the end.
+    return f"""
+#define N {n}
+byte counter;
+
+proctype arrive() {{ counter++ }}
+
+proctype poller() {{
+  byte k = 1;
+  do
+  :: k < N -> counter >= k; k++
+  :: else -> break
+  od;
+  atomic {{ counter >= N - 1 -> counter = counter - (N - 1) }}
+}}
+
+init {{
+  byte i = 1;
+  atomic {{ run poller(); do :: i < N -> run arrive(); i++ :: else -> break od }}
+}}
+"""
+
+
+FAMILIES = {
+    "ring_allgather": _ring_allgather,
+    "double_buffer": _double_buffer,
+    "nondec_poll": _nondec_poll,
+}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_spin(family: str, n: int, limit: float) -> dict:
+    """Generate, compile and verify; CPU seconds of the three steps, states stored, verdict."""
+    with tempfile.TemporaryDirectory(prefix="semcheck-spin-") as tmp:
+        with open(os.path.join(tmp, "model.pml"), "w") as f:
+            f.write(FAMILIES[family](n))
+        before = _children_cpu()
+        started = time.monotonic()
+        subprocess.run(["spin", "-a", "model.pml"], cwd=tmp, check=True, capture_output=True)
+        subprocess.run(["gcc", "-O2", "-DVECTORSZ=65536", "-DMEMLIM=2048", "-o", "pan", "pan.c"],
+                       cwd=tmp, check=True, capture_output=True)
+        left = limit - (_children_cpu() - before)
+
+        def cpu_limit() -> None:  # the limit is CPU seconds: the machine is shared
+            seconds = max(int(left), 1)
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+
+        try:
+            proc = subprocess.run(["./pan", "-m2000000"], cwd=tmp, capture_output=True, text=True,
+                                  preexec_fn=cpu_limit, timeout=limit * 30)
+        except subprocess.TimeoutExpired:
+            return {"n": n, "verdict": "timeout", "cpu": _children_cpu() - before, "states": None}
+        if proc.returncode < 0:  # SIGXCPU / SIGKILL: out of CPU time
+            return {"n": n, "verdict": "timeout", "cpu": _children_cpu() - before, "states": None}
+        out = proc.stdout
+        states = None
+        for line in out.splitlines():
+            if "states, stored" in line:
+                states = int(float(line.split()[0]))
+        if "reached -DMEMLIM bound" in out or "out of memory" in out:
+            verdict = "out of memory"
+        elif "Search not completed" in out or "max search depth too small" in out:
+            verdict = "incomplete"
+        elif "errors: 0" in out:
+            verdict = "safe"
+        else:
+            verdict = "violation"
+        return {"n": n, "verdict": verdict, "cpu": _children_cpu() - before, "states": states}
+
+
+def run_semcheck(family: str, n: int) -> dict:
+    import json
+
+    before = _children_cpu()
+    proc = subprocess.run(
+        [sys.executable, "-m", "semcheck", "verify", os.path.join(ROOT, "models", f"{family}.py"),
+         "--devices", str(n), "--format", "json", "-q"],
+        capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+    )
+    cpu = _children_cpu() - before
+    (result,) = json.loads(proc.stdout)["results"]
+    return {"n": n, "verdict": result["verdict"], "cpu": cpu, "states": result["stats"]["states"],
+            "engine": result["engine"]}
+
+
+def largest_n(family: str, limit: float, start: int = 2) -> tuple[dict, dict | None]:
+    """The largest N SPIN verifies within `limit` (doubling, then bisecting), and the first
+    N it did not."""
+    ok, failed = None, None
+    n = start
+    while True:
+        outcome = run_spin(family, n, limit)
+        print(f"  spin {family} N={n}: {outcome['verdict']}, {outcome['cpu']:.1f} s", file=sys.stderr)
+        if outcome["verdict"] == "safe":
+            ok, n = outcome, n * 2
+        else:
+            failed = outcome
+            break
+        if n > 4096:
+            return ok, None
+    low, high = ok["n"] if ok else start - 1, failed["n"]
+    while high - low > 1 and ok is not None:
+        mid = (low + high) // 2
+        outcome = run_spin(family, mid, limit)
+        print(f"  spin {family} N={mid}: {outcome['verdict']}, {outcome['cpu']:.1f} s", file=sys.stderr)
+        if outcome["verdict"] == "safe":
+            ok, low = outcome, mid
+        else:
+            failed, high = outcome, mid
+    return ok, failed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", type=float, default=120.0, help="seconds SPIN gets per N (default 120)")
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    args = parser.parse_args()
+    if not shutil.which("spin") or not shutil.which("gcc"):
+        raise SystemExit("needs spin and gcc on PATH (apt-get install -y spin)")
+    rows = []
+    for family in args.families.split(","):
+        start = 2 if family != "double_buffer" else 2
+        ok, failed = largest_n(family, args.limit, start)
+        if ok is None:
+            rows.append((family, "-", "SPIN finished no N", "", "", "", ""))
+            continue
+        ours = run_semcheck(family, ok["n"])
+        ratio = ok["cpu"] / ours["cpu"] if ours["cpu"] else float("inf")
+        beyond = f"N={failed['n']}: {failed['verdict']}" if failed else "-"
+        rows.append((family, str(ok["n"]), f"{ok['cpu']:.2f} s, {ok['states']:,} states",
+                     f"{ours['cpu']:.2f} s, {ours['states']:,} states, {ours['verdict']} ({ours['engine']})",
+                     f"{ratio:.0f}x", beyond, ""))
+    header = ("family", "largest N", f"SPIN (limit {args.limit:g} s)", "semcheck, same N", "SPIN / semcheck",
+              "SPIN beyond", "")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(6)]
+    for row in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
+if __name__ == "__main__":
+    main()

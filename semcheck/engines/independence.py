@@ -1,0 +1,226 @@
+"""Which actions commute: the explicit engine's independence bookkeeping over a `System`.
+
+The System is immutable; what changes during a search lives here: the source lines no
+longer watched for data races (`silence`). Everything is indexed by resource (semaphore
+instance or memory cell, `footprints.channels`), so a query costs what the few threads and
+completions touching that resource cost, however many devices the protocol has:
+
+* `touchers[r]`: the threads whose code may touch resource r;
+* per thread, a `ThreadTable` (what it may still do to r from a pc on);
+* guards: a pending completion that is the only possible adder of a semaphore cannot be
+  overtaken by the waits on it, so a thread's future counts only up to such a wait when it
+  is compared with that completion (`guarded_future`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from semcheck import ir
+from semcheck.footprints import Channels, ThreadTable, channels, clash
+from semcheck.semantics import (
+    DATA_RACE, RECV, SEND, Action, Event, State, System, _looping_pcs, event_footprint,
+)
+
+
+class Independence:
+    def __init__(self, system: System):
+        self.system = system
+        self.silenced: set[ir.Loc] = set()
+        self.tables: list[ThreadTable] = list(system.tables)
+        touchers: dict[int, list[int]] = {}
+        for t, table in enumerate(self.tables):
+            for r in table.reachable:
+                touchers.setdefault(r, []).append(t)
+        # static: silencing only removes resources, so this stays a superset of who touches r
+        self.touchers: dict[int, tuple[int, ...]] = {r: tuple(ts) for r, ts in touchers.items()}
+        self._event_channels: dict[Event, Channels] = {}
+        self._copies_on = self._copy_index()
+        self._stops = self._guard_stops()
+        # (starter thread, waiting thread) -> sorted (wait pc, start pc) of each guarded wait
+        self._cuts: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for (issuer, start_pc, _side), by_thread in self._stops.items():
+            for t, pcs in by_thread.items():
+                self._cuts.setdefault((issuer, t), []).extend((pc, start_pc) for pc in pcs)
+        for entries in self._cuts.values():
+            entries.sort()
+
+    # -- what an actor may touch --
+
+    def own(self, state: State, action: Action) -> Channels:
+        """The channels of the action itself (a thread's next instruction, or a completion)."""
+        kind, what = action
+        if kind == "e":
+            return self.event_channels(what)
+        return self.tables[what].own[state.pcs[what]]
+
+    def event_channels(self, event: Event) -> Channels:
+        found = self._event_channels.get(event)
+        if found is None:
+            fp = event_footprint(self.system, event, self.watched(event.issuer, event.start_pc))
+            found = self._event_channels[event] = channels(fp, self.system.cell_base)
+        return found
+
+    def pending_on(self, events: tuple[Event, ...], r: int):
+        """(completion action, x, y) of each distinct pending completion touching resource
+        r. Events are sorted by (side, issuer, start pc, ...), and `_copies_on` knows which
+        copy starts may touch r, so they are found by bisection: a few starts one by one,
+        many (a send semaphore every step's copy adds to) by scanning that issuer's
+        pending completions, never every pending completion."""
+        for side, issuer, starts in self._copies_on.get(r, ()):
+            if len(starts) <= 4:
+                ranges = [(side, issuer, pc) for pc in sorted(starts)]
+            else:
+                ranges = [(side, issuer)]
+            for prefix in ranges:
+                width = len(prefix)
+                k = bisect_left(events, prefix)
+                previous = None
+                while k < len(events):
+                    e = events[k]
+                    if e[:width] != prefix:
+                        break
+                    k += 1
+                    if e == previous or e.start_pc not in starts:
+                        continue
+                    previous = e
+                    found = self.event_channels(e).get(r)
+                    if found is not None:
+                        yield ("e", e), found[0], found[1]
+
+    def guard_stops(self, t: int, event: Event) -> tuple[int, ...] | None:
+        """Sorted pcs of thread t's waits that only `event`'s completion can satisfy."""
+        return self._stops.get((event.issuer, event.start_pc, event.side), {}).get(t)
+
+    def cut(self, starter: int, starter_pc: int, t: int, pc: int) -> int | None:
+        """The first wait of straight-line thread t, from pc on, that only a copy `starter`
+        has yet to start (at or after starter_pc) can satisfy. While `starter` stands
+        still, t cannot pass that wait, so t's future counts only up to it."""
+        entries = self._cuts.get((starter, t))
+        if not entries or not self.tables[t].straight:
+            return None
+        for k in range(bisect_left(entries, (pc, -1)), len(entries)):
+            stop, start = entries[k]
+            if start >= starter_pc:
+                return stop
+        return None
+
+    def independent(self, state: State, a: Action, b: Action) -> bool:
+        """Two actions of different actors, both enabled in `state`, that commute and cannot
+        disable each other."""
+        if a == b or (a[0] == "t" and b[0] == "t" and a[1] == b[1]):
+            return False
+        return not clash(self.own(state, a), self.own(state, b))
+
+    # -- silencing reported race lines --
+
+    def watched(self, t: int, pc: int) -> bool:
+        return self.system.bodies[t][pc].loc not in self.silenced
+
+    def silence(self, *locs: ir.Loc | None) -> bool:
+        """Stop watching these source lines for data races (the engine does once it has
+        reported a race there): their accesses no longer record races and no longer order
+        the search. Everything else stays exact, since the dependencies that remain are
+        still a superset of what the other properties need."""
+        new = {loc for loc in locs if loc is not None} - self.silenced
+        if not new:
+            return False
+        self.silenced |= new
+        system = self.system
+        for t, body in enumerate(system.bodies):
+            if any(instr.loc in new for instr in body):
+                fps = [
+                    fp if self.watched(t, pc) else fp.without_cells(_buffer_cells(system, fp))
+                    for pc, fp in enumerate(system.footprints[t])
+                ]
+                self.tables[t] = ThreadTable(body, fps, system.cell_base)
+        self._event_channels.clear()
+        return True
+
+    def normalize(self, state: State) -> State:
+        """Drop races recorded at lines that are no longer watched."""
+        if not self.silenced or not state.hazards:
+            return state
+        kept = tuple(
+            h for h in state.hazards
+            if h.kind != DATA_RACE or (self.watched(h.thread, h.pc) and self.watched(h.other_thread, h.other_pc))
+        )
+        return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
+
+    def _copy_index(self) -> dict[int, tuple[tuple[int, int, frozenset[int]], ...]]:
+        """resource -> (side, issuer, start pcs) of the copies whose completions may touch
+        it: what
+        each copy start may touch (its semaphores, both regions and what overlaps them, the
+        peer's lifecycle), plus the lifecycle of where it lands, which its completion
+        checks even for a local copy (`semantics.event_footprint`)."""
+        system, base = self.system, self.system.cell_base
+        found: dict[int, dict[tuple[int, int], set[int]]] = {}
+        for t, body in enumerate(system.bodies):
+            for pc, instr in enumerate(body):
+                if not isinstance(instr, ir.DmaStart):
+                    continue
+                target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
+                landing = {
+                    base + system.lifecycle_cell(system.instances[sid].device, system.instances[sid].core)
+                    for sid in system._candidates(t, target)
+                }
+                for r in set(system.tables[t].own[pc]) | landing:
+                    by_copy = found.setdefault(r, {})
+                    for side in (RECV, SEND):
+                        by_copy.setdefault((side, t), set()).add(pc)
+        return {
+            r: tuple((side, t, frozenset(pcs)) for (side, t), pcs in sorted(by_copy.items()))
+            for r, by_copy in found.items()
+        }
+
+    # -- guards --
+
+    def _guard_stops(self) -> dict[tuple[int, int, int], dict[int, tuple[int, ...]]]:
+        """(issuer, start pc, side) of a copy completion -> thread -> the waits it guards.
+
+        A semaphore whose only possible adder is one side of one copy started once (not in
+        a loop) stays at 0 until that completion; a wait for at least 1 on it cannot pass
+        before the completion happens."""
+        system = self.system
+        adders: dict[int, list] = {}
+        for t, body in enumerate(system.bodies):
+            looping = _looping_pcs(body)
+            for pc, instr in enumerate(body):
+                if isinstance(instr, ir.DmaStart):
+                    target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
+                    sides = [(RECV, system._candidates(t, target))]
+                    if instr.send_sem is not None:
+                        sides.append((SEND, system._candidates(t, instr.send_sem)))
+                    for side, sids in sides:
+                        for sid in sids:
+                            adders.setdefault(sid, []).append(None if pc in looping else (t, pc, side))
+                else:
+                    for sid in system.footprints[t][pc].inc:
+                        adders.setdefault(sid, []).append(None)
+        only = {sid: found[0] for sid, found in adders.items() if len(found) == 1 and found[0] is not None}
+        stops: dict[tuple[int, int, int], dict[int, list[int]]] = {}
+        for t, body in enumerate(system.bodies):
+            for pc, instr in enumerate(body):
+                sid = _blocking_sem(system, t, instr)
+                if sid in only:
+                    stops.setdefault(only[sid], {}).setdefault(t, []).append(pc)
+        return {guard: {t: tuple(sorted(pcs)) for t, pcs in by_thread.items()} for guard, by_thread in stops.items()}
+
+
+def _buffer_cells(system: System, fp) -> frozenset[int]:
+    return frozenset(c for c in fp.mread | fp.mwrite | fp.mnear if system.is_buffer_cell(c))
+
+
+def _blocking_sem(system: System, t: int, instr: ir.Instr) -> int | None:
+    """The one semaphore a wait needs at least 1 of, when both are constants."""
+    if isinstance(instr, ir.Wait):
+        ref, need = instr.sem, instr.value
+    elif isinstance(instr, ir.DmaWait):
+        ref, need = instr.sem, instr.nbytes
+    else:
+        return None
+    if not (isinstance(need, int) and need >= 1 and isinstance(ref.index, int)
+            and ir.is_constant(ref.device) and ir.is_constant(ref.core)):
+        return None
+    sids = system._candidates(t, ref)
+    return next(iter(sids)) if len(sids) == 1 else None

@@ -1,0 +1,64 @@
+"""Start-up: what `semcheck verify` imports before it needs it. Checking a model needs
+neither JAX nor z3 nor networkx; the capture subprocess needs JAX and the lowering, not the
+engines or the reports. Asserted on `sys.modules` of a fresh interpreter, never on time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.test_cli import ROOT, model
+
+HEAVY = ("jax", "jaxlib", "z3", "networkx", "numpy", "scipy", "graphviz")
+
+
+def _modules_after(code: str) -> set[str]:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def _top_level(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+def test_checking_a_safe_model_imports_no_heavy_dependency():
+    modules = _modules_after(
+        "import json, sys, contextlib, io\n"
+        "from semcheck import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = cli.main(['verify', {model('ring_allgather')!r}, '--devices', '2,4', '-q'])\n"
+        "assert code == 0, code\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    assert not _top_level(modules) & set(HEAVY), sorted(_top_level(modules) & set(HEAVY))
+    assert "semcheck.engines.smt" not in modules and "semcheck.capture" not in modules
+
+
+def test_z3_is_imported_when_z3_is_asked_for():
+    """The converse, so the test above cannot pass by never checking anything."""
+    modules = _modules_after(
+        "import json, sys, contextlib, io\n"
+        "from semcheck import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = cli.main(['verify', {model('ring_allgather')!r}, '--devices', '2', '-q', '--engine', 'z3'])\n"
+        "assert code == 0, code\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    assert "z3" in modules and "jax" not in modules
+
+
+def test_the_capture_side_imports_no_engine_and_no_report():
+    """What the capture subprocess loads besides JAX: the capture hooks and the lowering."""
+    modules = _modules_after(
+        "import json, sys\n"
+        "import semcheck.capture\n"
+        "from semcheck.lower import lower_kernel\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    assert not {m for m in modules if m.startswith(("semcheck.engines", "semcheck.report", "semcheck.api"))}
+    assert not _top_level(modules) & {"z3", "networkx", "graphviz"}
