@@ -19,10 +19,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from semcheck import ir
 from semcheck.properties import Finding, spin_finding
 from semcheck.semantics import Action, State, System
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def loops(system: System) -> bool:
