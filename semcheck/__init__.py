@@ -1,7 +1,6 @@
 """semcheck: a model checker for the synchronization protocols of JAX Pallas kernels."""
 
-__version__ = "0.1.0"
-
+from semcheck.version import __version__
 from semcheck.api import check_protocol, verify, verify_model, verify_path  # noqa: E402
 from semcheck.assumptions import assume  # noqa: E402
 from semcheck.result import Result, Verdict, Violation  # noqa: E402

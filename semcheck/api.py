@@ -20,7 +20,7 @@ from semcheck.frontends import LoadError, discover, load
 from semcheck.invocations import repeat
 from semcheck.ir import Protocol
 from semcheck.result import Result, Verdict
-from semcheck.semantics import ProtocolError
+from semcheck.errors import ProtocolError
 
 
 def check_protocol(

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from semcheck import ir
-from semcheck.frontends import LoadError
+from semcheck.errors import LoadError
 
 # A script that has not finished after this long is stopped; kernels captured by then are
 # still checked.

@@ -15,14 +15,14 @@ import argparse
 import os
 import sys
 
-from semcheck import __version__
+from semcheck.version import __version__
 from semcheck import expectations
 from semcheck.api import verify_path
 from semcheck.assumptions import AssumptionError, parse as parse_assumption
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import Budget, ProgressInfo
 from semcheck.frontends import discover
-from semcheck.properties import DESCRIPTIONS
+from semcheck.kinds import DESCRIPTIONS
 from semcheck.report import FORMATS
 from semcheck.result import EXIT_CODES, Verdict, worst
 

@@ -41,7 +41,7 @@ import tokenize
 from dataclasses import dataclass
 
 from semcheck.ir import Loc
-from semcheck.properties import SEVERITY, Kind
+from semcheck.kinds import SEVERITY, Kind
 from semcheck.result import Result, Verdict
 
 if sys.version_info >= (3, 11):

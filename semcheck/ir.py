@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Callable, Union
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +75,30 @@ class BinOp:
 
 Operand = Union[int, Reg, BinOp]
 
-BINARY_OPS = frozenset(
-    "add sub mul floordiv mod min max eq ne lt le gt ge and or".split()
-)
+# The operators a BinOp may name, and what each computes: the one table that the semantics,
+# the lowering's constant folding and the z3 encoding all use. Division and modulo by zero give
+# 0 so that every operator is total (a guarded division never reaches it in a real schedule).
+OPERATORS: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b if b else 0,
+    "mod": lambda a, b: a % b if b else 0,
+    "min": min,
+    "max": max,
+    "eq": lambda a, b: int(a == b),
+    "ne": lambda a, b: int(a != b),
+    "lt": lambda a, b: int(a < b),
+    "le": lambda a, b: int(a <= b),
+    "gt": lambda a, b: int(a > b),
+    "ge": lambda a, b: int(a >= b),
+    "and": lambda a, b: int(bool(a) and bool(b)),
+    "or": lambda a, b: int(bool(a) or bool(b)),
+}
+
+
+def apply_op(op: str, a: int, b: int) -> int:
+    return OPERATORS[op](a, b)
 
 
 def registers_of(op: Operand | None) -> frozenset[str]:

@@ -1,5 +1,5 @@
-"""The violation kinds (a fixed vocabulary shared by text, JSON and SARIF) and how each is
-detected in a state of the transition system.
+"""How each violation kind (the vocabulary is in `kinds.py`) is detected in a state of the
+transition system.
 
 Every property semcheck checks is a property of single states: faults are permanent once
 they happen, and stuck or leftover conditions are read off terminal states. That is what
@@ -8,51 +8,14 @@ lets the explicit engine's reduction (which preserves every terminal state) stay
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, replace
 
 import networkx as nx
 
 from semcheck import ir
 from semcheck.footprints import successors
+from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, SEVERITY, Kind  # noqa: F401 (re-exported)
 from semcheck.semantics import System, State, _Fault, must_be_zero_at_exit
-
-
-class Kind(str, enum.Enum):
-    DEADLOCK = "deadlock"
-    UNSATISFIED_WAIT = "unsatisfied_wait"
-    SEMAPHORE_LEFTOVER = "semaphore_leftover"
-    INVALID_DEVICE_ID = "invalid_device_id"
-    INVALID_CORE_INDEX = "invalid_core_index"
-    INVALID_SEMAPHORE_INDEX = "invalid_semaphore_index"
-    DATA_RACE = "data_race"
-    REMOTE_BEFORE_ENTRY = "remote_before_entry"
-    BARRIER_PHASE_OVERRUN = "barrier_phase_overrun"
-    NOT_LOWERABLE = "not_lowerable"
-
-
-SEVERITY = {kind: "error" for kind in Kind} | {Kind.NOT_LOWERABLE: "warning"}
-
-# One line per kind: SARIF rule descriptions and `semcheck --help` use these.
-DESCRIPTIONS = {
-    Kind.DEADLOCK: "A reachable state where no thread can move and the blocked waits form a cycle.",
-    Kind.UNSATISFIED_WAIT: (
-        "A reachable state where a thread is blocked on a wait that nothing left can satisfy, "
-        "or polls in a loop that no schedule lets it leave."
-    ),
-    Kind.SEMAPHORE_LEFTOVER: "TPU: a scratch, scoped or barrier semaphore is non-zero when the kernel exits.",
-    Kind.INVALID_DEVICE_ID: "A remote signal or DMA targets a device outside the mesh.",
-    Kind.INVALID_CORE_INDEX: "A signal or DMA targets a core that does not exist.",
-    Kind.INVALID_SEMAPHORE_INDEX: "A semaphore array is indexed outside its bounds.",
-    Kind.DATA_RACE: "Two accesses to overlapping memory, one a write, that some execution leaves unordered.",
-    Kind.REMOTE_BEFORE_ENTRY: "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it moved on to a later one.",
-    Kind.BARRIER_PHASE_OVERRUN: "GPU: an mbarrier completes two phases before a thread that waits on it has waited for the first.",
-    Kind.NOT_LOWERABLE: "Legal to trace, but rejected by the backend's compiler (analyzed anyway).",
-}
-
-
-# What a thread hits when an instruction names something that does not exist.
-FAULT_KINDS = frozenset({Kind.INVALID_DEVICE_ID, Kind.INVALID_CORE_INDEX, Kind.INVALID_SEMAPHORE_INDEX})
 
 
 @dataclass(frozen=True)

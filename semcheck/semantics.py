@@ -2,7 +2,7 @@
 
 Shaped like a stateright model: `initial_states()`, `enabled(state)`, `step(state, action)`.
 Engines explore it; `properties.py` judges its states; nothing else decides what an
-instruction does. Every rule follows ../shared/reference/pallas-semantics.md:
+instruction does. Every rule is stated, with its sources, in docs/semantics.md:
 
 * signal: atomically add `inc` to the target semaphore; never blocks. Without a core
   index the target core is the signaller's own (JAX's TPU interpreter uses core 0 instead;
@@ -41,18 +41,11 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from semcheck import intervals, ir
+from semcheck.errors import ProtocolError
 from semcheck.footprints import EMPTY, Footprint, ThreadTable
+from semcheck.ir import Backend, Scope, SemKind, SemOrigin, apply_op
 
 _NONE: frozenset[int] = frozenset()
-from semcheck.ir import Backend, Scope, SemKind, SemOrigin
-
-
-class ProtocolError(Exception):
-    """The protocol is malformed (undeclared semaphore, undefined register, bad jump)."""
-
-    def __init__(self, message: str, loc: ir.Loc | None = None):
-        super().__init__(f"{loc}: {message}" if loc else message)
-        self.loc = loc
 
 
 # --- faults: what a thread hits when an instruction names something that does not exist -------
@@ -729,29 +722,6 @@ def _set_reg(system: System, state: State, t: int, name: str, value: int):
     return tuple(regs)
 
 
-_OPS: dict[str, Callable[[int, int], int]] = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b if b else 0,
-    "mod": lambda a, b: a % b if b else 0,
-    "min": min,
-    "max": max,
-    "eq": lambda a, b: int(a == b),
-    "ne": lambda a, b: int(a != b),
-    "lt": lambda a, b: int(a < b),
-    "le": lambda a, b: int(a <= b),
-    "gt": lambda a, b: int(a > b),
-    "ge": lambda a, b: int(a >= b),
-    "and": lambda a, b: int(bool(a) and bool(b)),
-    "or": lambda a, b: int(bool(a) or bool(b)),
-}
-
-
-def apply_op(op: str, a: int, b: int) -> int:
-    return _OPS[op](a, b)
-
-
 def dma_increment(decl: ir.SemDecl, nbytes: int) -> int:
     """What one DMA completion adds: bytes on a DMA semaphore, 1 on a REGULAR one (v6+)."""
     return nbytes if decl.kind is SemKind.DMA else 1
@@ -796,7 +766,7 @@ def _exec_wait(system: System, t: int, instr: ir.Wait, state: State) -> State:
 
 
 def _phase_overrun(system: System, state: State, t: int, sid: int, instr: ir.Wait) -> tuple[Hazard, ...]:
-    """An mbarrier wait names its phase by parity only (reference §4.8): if the barrier has
+    """An mbarrier wait names its phase by parity only (docs/semantics.md): if the barrier has
     completed the following phase too by the time the thread waits, the parity has come
     round again and the wait cannot see the phase it is for."""
     per_phase = system.instances[sid].decl.arrivals_per_phase

@@ -355,3 +355,19 @@ def test_cluster_barrier_phases_count_arrivals_from_every_block():
     p = protocol(gpu_call(kernel, grid=(1,), cluster=(2,), cluster_names=("c",)), devices=1)
     [decl] = [d for d in p.semaphores if d.kind is ir.SemKind.MBARRIER]
     assert decl.arrivals_per_phase == 4
+
+
+def test_allocations_take_the_kernel_body_parameter_names():
+    """plgpu.kernel calls the body through a `*refs` wrapper, whose names (`refs[0]`) the
+    jaxpr keeps; reports name the body's own parameters."""
+
+    def named_kernel(x_ref, o_ref, done):
+        o_ref[...] = x_ref[...]
+        pl.semaphore_signal(done, 1)
+        pl.semaphore_wait(done, 1)
+
+    p = protocol(gpu_call(named_kernel, scratch=[REGULAR]))
+    names = {b.name for b in p.buffers} | {d.name for d in p.semaphores}
+    assert {"x_ref", "o_ref", "done"} <= names
+    assert not any("refs[" in n for n in names)
+

@@ -228,6 +228,28 @@ def test_barrier_semaphore_is_keyed_by_collective_id_and_replaces_the_default_ba
     assert any("collective_id=3 is set but the kernel never uses the barrier" in n for n in unused.notes)
 
 
+def test_newer_jax_auto_assigned_collective_ids_key_the_barrier_without_a_default_barrier(monkeypatch):
+    """JAX 0.11's jax_pallas_auto_assign_collective_ids (absent from 0.10.2, so simulated
+    here): a barrier without collective_id is legal and gets an id; "override" replaces one."""
+    from semcheck.lower import kernel as tpu_layout
+
+    def kernel(x_ref, o_ref):
+        barrier = pltpu.get_barrier_semaphore()
+        pl.semaphore_signal(barrier, 1, device_id=(lax.rem(lax.axis_index("x") + 1, 2),))
+        pl.semaphore_wait(barrier, 1)
+
+    for mode, given in (("yes", None), ("override", 5)):
+        monkeypatch.setattr(tpu_layout, "_auto_collective_ids", lambda mode=mode: mode)
+        [p] = protocols(call(kernel, collective_id=given), mesh((2,)))
+        [barrier] = [d for d in p.semaphores if d.origin is ir.SemOrigin.BARRIER]
+        assert barrier.collective_id == tpu_layout.AUTO_COLLECTIVE_BASE_ID
+        assert not {ARRIVE, RELEASE} & {d.name for d in p.semaphores}
+        assert any(f"jax_pallas_auto_assign_collective_ids={mode}" in n for n in p.notes)
+    monkeypatch.setattr(tpu_layout, "_auto_collective_ids", lambda: "yes")
+    [kept] = protocols(call(kernel, collective_id=9), mesh((2,)))
+    assert [d.collective_id for d in kept.semaphores if d.origin is ir.SemOrigin.BARRIER] == [9]
+
+
 def test_default_device_barrier_comes_before_the_body_unless_skipped():
     def kernel(x_ref, o_ref, sem):
         pl.semaphore_signal(sem, 1)

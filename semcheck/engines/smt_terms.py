@@ -13,7 +13,7 @@ from typing import Union
 import z3
 from z3.z3types import Ast
 
-from semcheck.semantics import apply_op
+from semcheck.ir import apply_op
 
 SymInt = Union[int, z3.ArithRef]
 SymBool = Union[bool, z3.BoolRef]

@@ -6,20 +6,10 @@ from __future__ import annotations
 import ast
 import os
 
+from semcheck.errors import LoadError
 from semcheck.ir import Loc, Protocol
 
-
-class LoadError(Exception):
-    """The file cannot be turned into a protocol; says why, where, and what to do."""
-
-    def __init__(self, message: str, loc: Loc | None = None, hint: str | None = None):
-        super().__init__(message)
-        self.message, self.loc, self.hint = message, loc, hint
-
-    def __str__(self) -> str:
-        where = f"{self.loc}: " if self.loc else ""
-        hint = f"\n  hint: {self.hint}" if self.hint else ""
-        return f"{where}{self.message}{hint}"
+__all__ = ["LoadError", "discover", "load"]
 
 
 def discover(paths: list[str]) -> list[str]:

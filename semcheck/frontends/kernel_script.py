@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from semcheck.frontends import LoadError
+from semcheck.errors import LoadError
 from semcheck.ir import Loc, Protocol
 
 

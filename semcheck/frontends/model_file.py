@@ -6,7 +6,7 @@ import importlib.util
 import sys
 import traceback
 
-from semcheck.frontends import LoadError
+from semcheck.errors import LoadError
 from semcheck.ir import Loc, Protocol
 
 

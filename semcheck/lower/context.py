@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from semcheck import ir
-from semcheck.frontends import LoadError
+from semcheck.errors import LoadError
 from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.emitter import Emitter
 from semcheck.lower.source import Locator

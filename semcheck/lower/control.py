@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from semcheck import ir
-from semcheck.frontends import LoadError
+from semcheck.errors import LoadError
 from semcheck.ir import SemOrigin
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import eval_closed, eval_jaxpr, operand, unwrap, const_value
@@ -27,11 +27,12 @@ MAX_LOOP_ITERATIONS = 100_000
 # --- calls --------------------------------------------------------------------------------
 
 
-@rule("jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "jaxpr_call",
+@rule("jit", "pjit", "closed_call", "eval_jaxpr", "core_call", "remat2", "checkpoint", "jaxpr_call",
       "custom_jvp_call", "custom_vjp_call")
 def call(t: ThreadLowering, eqn, inputs):
-    """Calls of a sub-jaxpr (jit, checkpoint, custom derivatives): lower the body in place.
-    The sub-jaxpr is `jaxpr` or `call_jaxpr` depending on the primitive."""
+    """Calls of a sub-jaxpr (jit, checkpoint, custom derivatives; newer JAX binds a plain call
+    as `eval_jaxpr`): lower the body in place. The sub-jaxpr is `jaxpr` or `call_jaxpr`
+    depending on the primitive."""
     body = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
     if body is None:
         raise t.error(eqn, "semcheck cannot find the called jaxpr in this primitive's params")
@@ -175,7 +176,7 @@ def scan(t: ThreadLowering, eqn, inputs):
 def _scan_counts(params, inputs) -> tuple[int, int]:
     if "num_consts" in params:
         return int(params["num_consts"]), int(params["num_carry"])
-    # Newer JAX describes the inputs with flat trees (reference §8).
+    # Newer JAX describes the inputs with flat trees (docs/semantics.md, "Newer JAX").
     consts, carry, _xs = (len(g) for g in params["ft_in"].unpack())
     return consts, carry
 
@@ -304,7 +305,7 @@ def run_scoped(t: ThreadLowering, eqn, inputs):
         )
     jaxpr, consts = unwrap(params["jaxpr"])
     # 0.10.2 binds the closed-over refs (the eqn's inputs) to the jaxpr's constvars and the
-    # new allocations to its invars; newer JAX attaches consts to the jaxpr (reference §8).
+    # new allocations to its invars; newer JAX attaches consts to the jaxpr (docs/semantics.md, "Newer JAX").
     closed_over = [const_value(c) for c in consts] + list(inputs)
     transforms = params.get("ref_transforms") or ()
     refs = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from semcheck import ir
-from semcheck.frontends import LoadError
+from semcheck.errors import LoadError
 
 # A thread longer than this is almost certainly a huge grid or loop unrolled by mistake.
 MAX_INSTRUCTIONS = 200_000

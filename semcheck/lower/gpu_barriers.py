@@ -1,4 +1,4 @@
-"""Mosaic GPU mbarriers and TMA loads (reference §4.8, §6), rules for the "gpu" backend.
+"""Mosaic GPU mbarriers and TMA loads (docs/semantics.md, "GPU specifics"), rules for the "gpu" backend.
 
 An mbarrier (`plgpu.Barrier`) is modelled by the number of arrivals it has ever seen: phase
 k completes when `(k+1) * arrivals_per_phase` arrivals have happened, and a thread's k-th

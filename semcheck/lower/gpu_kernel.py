@@ -1,5 +1,6 @@
-"""From a captured Mosaic GPU kernel (an `mpmd_map` over a `plgpu.Mesh`, which both
-`plgpu.kernel` and `pl.kernel(mesh=plgpu.Mesh(...))` produce) to a Protocol.
+"""The GPU kernel's lowering state: the kernel context and the per-thread lowering that the
+GPU rule modules (gpu_semaphores, gpu_barriers, gpu_memory) extend; `gpu_layout` lays the
+threads out and runs them. What a GPU kernel is, in semcheck's terms:
 
 * One thread per (device, block, Pallas thread). Devices are the enclosing shard_map's mesh,
   row-major. Blocks are the CUDA blocks: the mesh's `grid` counts clusters and every cluster
@@ -7,22 +8,17 @@
   row-major over `(*grid, *cluster)`; in the IR a block is a thread's `core`. With
   `num_threads`, every block runs that many Pallas threads (warpgroups), the thread's `sub`.
 * There is no default device barrier and no zero-at-exit obligation: the GMEM semaphore
-  scratch is zero-filled before each launch (reference §6), and JAX's own collectives
+  scratch is zero-filled before each launch (docs/semantics.md), and JAX's own collectives
   signal peers with no entry handshake, relying on that fill happening before any peer's
   signal. semcheck models the kernels as they assume (say so in every report's notes).
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass, field
 
-from semcheck import ir
-from semcheck.frontends import LoadError
-from semcheck.ir import Backend, SemOrigin
+from semcheck.errors import LoadError
 from semcheck.lower.context import KernelContext, ThreadLowering
-from semcheck.lower.interpreter import eval_jaxpr
 
 GPU = "gpu"  # the backend whose lowering rules gpu_*.py register
 
@@ -106,87 +102,3 @@ class GpuThreadLowering(ThreadLowering):
         if name is not None and name == self.kernel.thread_axis:
             return self.kernel.num_threads
         raise KeyError(name)
-
-
-def definition_loc(loc: ir.Loc, name: str) -> ir.Loc:
-    """`plgpu.kernel` traces the body through a wrapper of its own, so the jaxpr names the
-    wrapper; the body's `def` is the nearest `def name(` at or above its first line."""
-    import linecache
-    import re
-
-    pattern = re.compile(rf"^\s*def\s+{re.escape(name)}\s*\(")
-    for line in range(loc.line, 0, -1):
-        if pattern.match(linecache.getline(loc.file, line)):
-            return ir.Loc(loc.file, line)
-    return loc
-
-
-def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol]:
-    kernel_loc = definition_loc(kernel_loc, name)
-    params = capture.params
-    [jaxpr] = params["jaxprs"]
-    [mesh] = params["meshes"]
-    if jaxpr.constvars:
-        raise LoadError(
-            f"{name}: the kernel captures constants (Pallas cannot lower that either)",
-            kernel_loc,
-            hint="pass the constants as kernel inputs",
-        )
-    grid, cluster = tuple(mesh.grid), tuple(mesh.cluster)
-    if not all(isinstance(d, int) for d in grid + cluster):
-        raise LoadError(f"{name}: the grid {grid} has dimensions known only at run time", kernel_loc)
-    names = tuple(mesh.grid_names) + tuple(mesh.cluster_names)
-    if len(set(names)) != len(names) or set(names) & set(capture.mesh.axis_names):
-        raise LoadError(
-            f"{name}: grid and cluster axis names {names} must be distinct from each other and "
-            f"from the device mesh axes {capture.mesh.axis_names}",
-            kernel_loc,
-        )
-    num_threads = int(mesh.num_threads or 1)
-    ctx = GpuKernelContext(
-        name=name,
-        mesh=capture.mesh,
-        cores=math.prod(grid) * math.prod(cluster),
-        kernel_loc=kernel_loc,
-        backend=GPU,
-        grid=grid,
-        grid_names=tuple(mesh.grid_names),
-        grid_sizes=dict(zip(names, grid + cluster)),
-        cluster_names=tuple(mesh.cluster_names),
-        thread_axis=mesh.thread_name if mesh.num_threads else None,
-        num_threads=num_threads,
-    )
-    ctx.note(ZERO_FILL_NOTE)
-    n_in, n_out = capture.num_operands, len(params["out_avals"])
-    invars = list(jaxpr.invars)
-    arg_names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
-    if len(arg_names) != len(invars):
-        arg_names = [f"operand{k}" for k in range(len(invars))]
-    origins = [SemOrigin.ARGUMENT] * (n_in + n_out) + [SemOrigin.SCRATCH] * (len(invars) - n_in - n_out)
-    from semcheck.lower.gpu_memory import declare_gpu_ref
-
-    refs = [declare_gpu_ref(ctx, a, v.aval, o, kernel_loc) for a, v, o in zip(arg_names, invars, origins)]
-    threads = []
-    for device, block, sub in itertools.product(range(ctx.mesh.size), range(ctx.cores), range(num_threads)):
-        t = GpuThreadLowering(ctx, device, block, sub)
-        t.program_ids = tuple(t.block_coords[n] for n in mesh.grid_names)
-        # No KernelEntry/KernelExit: they stand for TPU's per-invocation allocation and
-        # entry checks, which a GPU launch does not have; as actions they would only order
-        # the Pallas threads of a block against each other for nothing.
-        eval_jaxpr(t, jaxpr, [], refs)
-        threads.append(ir.Thread(device, block, t.emitter.build(), sub))
-    return [
-        ir.Protocol(
-            name=name,
-            backend=Backend.GPU,
-            devices=ctx.mesh.size,
-            cores=ctx.cores,
-            threads=tuple(threads),
-            semaphores=tuple(ctx.semaphores.values()),
-            buffers=tuple(ctx.buffers.values()),
-            inputs=tuple(ctx.inputs),
-            loc=kernel_loc,
-            frontend="gpu",
-            notes=tuple(ctx.notes),
-        )
-    ]

@@ -1,4 +1,4 @@
-"""Mosaic GPU semaphores (reference §6), rules for the "gpu" backend.
+"""Mosaic GPU semaphores (docs/semantics.md, "GPU specifics"), rules for the "gpu" backend.
 
 GMEM semaphores: a `scratch_types` or `run_scoped` semaphore exists once per block (lowering
 slices one copy per block), a `pl.get_global` one once per launch, shared by every block. A

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from semcheck.frontends import LoadError
+from semcheck.errors import LoadError
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.registry import lookup
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value

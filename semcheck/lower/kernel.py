@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 
 from semcheck import ir
-from semcheck.frontends import LoadError
+from semcheck.errors import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
 from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
 from semcheck.lower.interpreter import eval_jaxpr
@@ -90,7 +90,7 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
     protocols = []
     for cores in configs:
         label = name if len(configs) == 1 or cores == 1 else f"{name} ({cores} TensorCores per device)"
-        ctx = _context(label, capture, cores, kernel_loc, compiler_params, grid, tuple(gm.grid_names or ()))
+        ctx = _context(label, capture, cores, kernel_loc, compiler_params, grid, tuple(gm.grid_names or ()), jaxpr)
         points = _grid_points(grid, parallel, cores)
         if cores > 1:
             ctx.note(
@@ -157,7 +157,8 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
         )
     from jax._src.pallas.mosaic import core as tpu_core
 
-    from semcheck.lower.gpu_kernel import is_gpu_mesh, lower_gpu_kernel
+    from semcheck.lower.gpu_kernel import is_gpu_mesh
+    from semcheck.lower.gpu_layout import lower_gpu_kernel
 
     mesh = meshes[0]
     if is_gpu_mesh(mesh):
@@ -181,7 +182,7 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
     n_in, n_out = capture.num_operands, len(params["out_avals"])
     invars = list(jaxpr.invars)
     origins = [SemOrigin.ARGUMENT] * (n_in + n_out) + [SemOrigin.SCRATCH] * (len(invars) - n_in - n_out)
-    ctx = _context(name, capture, cores, kernel_loc, compiler_params, (cores,), (axis,))
+    ctx = _context(name, capture, cores, kernel_loc, compiler_params, (cores,), (axis,), jaxpr)
     ctx.core_axis = axis
     points = [[(core,)] for core in range(cores)]
     return [_build(ctx, jaxpr, invars, origins, points, n_in)]
@@ -232,8 +233,34 @@ def _tpu_compiler_params(compiler_params, name, loc):
     return compiler_params
 
 
-def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names) -> KernelContext:
-    return KernelContext(
+# Newer JAX (0.11) can assign collective ids itself (`jax_pallas_auto_assign_collective_ids`
+# = "yes" or "override", jax/_src/tpu_custom_call.py): a kernel that uses the barrier
+# semaphore and has no id (or any id, with "override") gets one from 7000 up, one per distinct
+# kernel. 0.10.2 has no such option, and there a barrier without an id is an error.
+AUTO_COLLECTIVE_BASE_ID = 7000
+
+
+def _auto_collective_ids() -> str:
+    import jax
+
+    try:
+        return str(getattr(jax.config, "jax_pallas_auto_assign_collective_ids"))
+    except AttributeError:
+        return "no"
+
+
+def _uses_barrier_semaphore(jaxpr) -> bool:
+    from jax._src import core as jax_core
+
+    return any(
+        eqn.primitive.name == "get_barrier_semaphore"
+        or any(_uses_barrier_semaphore(sub) for sub in jax_core.jaxprs_in_params(eqn.params))
+        for eqn in jaxpr.eqns
+    )
+
+
+def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names, jaxpr=None) -> KernelContext:
+    ctx = KernelContext(
         name=name,
         mesh=capture.mesh,
         cores=cores,
@@ -246,6 +273,16 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
             getattr(compiler_params, "allow_collective_id_without_custom_barrier", False)
         ),
     )
+    mode = _auto_collective_ids()
+    if mode in ("yes", "override") and jaxpr is not None and _uses_barrier_semaphore(jaxpr):
+        if ctx.collective_id is None or mode == "override":
+            ctx.collective_id = AUTO_COLLECTIVE_BASE_ID
+            ctx.note(
+                f"jax_pallas_auto_assign_collective_ids={mode}: JAX assigns this kernel's "
+                f"collective_id itself (checked as {AUTO_COLLECTIVE_BASE_ID}); as with an explicit "
+                "id, XLA runs no default device barrier before the body"
+            )
+    return ctx
 
 
 def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0) -> ir.Protocol:

@@ -23,11 +23,10 @@ def _package_dir(module) -> str:
 def _internal_patterns() -> re.Pattern[str]:
     import jax
 
-    import semcheck
-
     jax_dir = _package_dir(jax)
     ops_dir = os.path.join(jax_dir, "experimental", "pallas", "ops") + os.sep
-    excluded = [sysconfig.get_path("stdlib") + os.sep, _package_dir(semcheck)]
+    semcheck_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    excluded = [sysconfig.get_path("stdlib") + os.sep, semcheck_dir]
     try:
         import jaxlib
 

@@ -1,4 +1,4 @@
-"""Rules for the TPU synchronization primitives (reference §2): semaphore_signal,
+"""Rules for the TPU synchronization primitives (docs/semantics.md): semaphore_signal,
 semaphore_wait, semaphore_read, dma_start, dma_wait, get_barrier_semaphore.
 
 Device ids follow `primitives.device_id_to_logical`: a MESH id is one coordinate per mesh
@@ -144,7 +144,7 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             dst=region(t, eqn, dst, "the DMA destination"),
             recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
             send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
-            # Mosaic counts the bytes of the destination memref (reference §1.5, §2.5).
+            # Mosaic counts the bytes of the destination memref (docs/semantics.md, "DMAs").
             nbytes=nbytes_of_aval(t, eqn, avals[1]),
             device=device,
             core=core,

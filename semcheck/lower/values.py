@@ -24,7 +24,7 @@ from typing import Any, Union
 import numpy as np
 
 from semcheck import ir
-from semcheck.semantics import apply_op
+from semcheck.ir import apply_op
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,7 +79,7 @@ _IS_TRUE = (("eq", 1), ("ne", 0), ("ge", 1), ("gt", 0))  # of a 0/1 value: the v
 
 def sym_op(op: str, a: ir.Operand, b: ir.Operand) -> ir.Operand:
     if isinstance(a, int) and isinstance(b, int):
-        return apply_op(op, a, b)  # the semantics' own arithmetic, so folding cannot differ
+        return apply_op(op, a, b)  # the one operator table (ir.OPERATORS), so folding cannot differ
     if isinstance(a, ir.BinOp) and a.op in _BOOLEAN_OPS and (op, b) in _IS_TRUE:
         return a  # a comparison is already 0 or 1
     if op == "add" and b == 0 or op == "sub" and b == 0 or op == "mul" and b == 1:

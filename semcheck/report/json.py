@@ -1,12 +1,11 @@
-"""`--format json`: one object, `{"semcheck": version, "results": [...]}` (DESIGN.md)."""
+"""`--format json`: one object, `{"semcheck": version, "results": [...]}` (the JSON contract in the README)."""
 
 from __future__ import annotations
 
 import json
 
-from semcheck import __version__
-from semcheck.ir import Loc
-from semcheck.report import display_path
+from semcheck.version import __version__
+from semcheck.ir import Loc, display_path
 from semcheck.result import Result, TraceStep, Violation
 
 

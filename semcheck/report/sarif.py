@@ -23,10 +23,9 @@ import os
 import urllib.parse
 from pathlib import Path
 
-from semcheck import __version__
-from semcheck.ir import Loc, core_unit, thread_name
-from semcheck.properties import DESCRIPTIONS, SEVERITY, Kind
-from semcheck.report import display_path
+from semcheck.version import __version__
+from semcheck.ir import Loc, core_unit, display_path, thread_name
+from semcheck.kinds import DESCRIPTIONS, SEVERITY, Kind
 from semcheck.result import Result, TraceStep, Verdict, Violation
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"

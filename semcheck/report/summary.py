@@ -4,7 +4,7 @@ what was declared and whether the check matched it."""
 
 from __future__ import annotations
 
-from semcheck.report import display_path
+from semcheck.ir import display_path
 from semcheck.result import Result, Verdict
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import linecache
 import os
 
-from semcheck.ir import Loc, core_unit, thread_name
-from semcheck.report import display_path
+from semcheck.ir import Loc, core_unit, display_path, thread_name
 from semcheck.report.summary import summary_table  # noqa: F401  (part of this module's API)
 from semcheck.result import Result, Verdict, Violation
 

@@ -1,0 +1,30 @@
+"""The errors every layer may raise: the bottom of the import order (it imports only `ir`).
+
+`LoadError`: a user's file cannot be turned into a protocol (frontends and lowering).
+`ProtocolError`: a protocol is malformed (the semantics finds it while building a System).
+"""
+
+from __future__ import annotations
+
+from semcheck.ir import Loc
+
+
+class LoadError(Exception):
+    """The file cannot be turned into a protocol; says why, where, and what to do."""
+
+    def __init__(self, message: str, loc: Loc | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message, self.loc, self.hint = message, loc, hint
+
+    def __str__(self) -> str:
+        where = f"{self.loc}: " if self.loc else ""
+        hint = f"\n  hint: {self.hint}" if self.hint else ""
+        return f"{where}{self.message}{hint}"
+
+
+class ProtocolError(Exception):
+    """The protocol is malformed (undeclared semaphore, undefined register, bad jump)."""
+
+    def __init__(self, message: str, loc: Loc | None = None):
+        super().__init__(f"{loc}: {message}" if loc else message)
+        self.loc = loc

@@ -1,0 +1,127 @@
+"""From a captured Mosaic GPU kernel (an `mpmd_map` over a `plgpu.Mesh`, which both
+`plgpu.kernel` and `pl.kernel(mesh=plgpu.Mesh(...))` produce) to a Protocol: one thread per
+(device, block, Pallas thread), each lowered by the GPU rules (see `gpu_kernel`)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+from semcheck import ir
+from semcheck.errors import LoadError
+from semcheck.ir import Backend, SemOrigin
+from semcheck.lower.gpu_kernel import GPU, ZERO_FILL_NOTE, GpuKernelContext, GpuThreadLowering
+from semcheck.lower.gpu_memory import declare_gpu_ref
+from semcheck.lower.interpreter import eval_jaxpr
+
+
+def definition_loc(loc: ir.Loc, name: str) -> ir.Loc:
+    """`plgpu.kernel` traces the body through a wrapper of its own, so the jaxpr names the
+    wrapper; the body's `def` is the nearest `def name(` at or above its first line."""
+    import linecache
+    import re
+
+    pattern = re.compile(rf"^\s*def\s+{re.escape(name)}\s*\(")
+    for line in range(loc.line, 0, -1):
+        if pattern.match(linecache.getline(loc.file, line)):
+            return ir.Loc(loc.file, line)
+    return loc
+
+
+# How the jaxpr names the operands `plgpu.kernel`'s wrapper passes on as `*refs`.
+_FLATTENED = re.compile(r"^\w+\[\d+\]$")
+
+
+def parameter_names(loc: ir.Loc, count: int) -> list[str] | None:
+    """The names of the first `count` parameters of the kernel body defined at `loc` (its
+    operands; scratch parameters follow them). `plgpu.kernel` calls the body through a wrapper
+    that takes `*refs`, so the jaxpr's own names are the wrapper's (`refs[0]`, `refs[1]`):
+    reports should use the names the kernel's author wrote."""
+    import ast
+    import linecache
+
+    source = "".join(linecache.getlines(loc.file))
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.lineno == loc.line:
+            args = node.args
+            names = [a.arg for a in args.posonlyargs + args.args]
+            if args.vararg is None and len(names) >= count:
+                return names[:count]
+            return None
+    return None
+
+
+def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol]:
+    kernel_loc = definition_loc(kernel_loc, name)
+    params = capture.params
+    [jaxpr] = params["jaxprs"]
+    [mesh] = params["meshes"]
+    if jaxpr.constvars:
+        raise LoadError(
+            f"{name}: the kernel captures constants (Pallas cannot lower that either)",
+            kernel_loc,
+            hint="pass the constants as kernel inputs",
+        )
+    grid, cluster = tuple(mesh.grid), tuple(mesh.cluster)
+    if not all(isinstance(d, int) for d in grid + cluster):
+        raise LoadError(f"{name}: the grid {grid} has dimensions known only at run time", kernel_loc)
+    names = tuple(mesh.grid_names) + tuple(mesh.cluster_names)
+    if len(set(names)) != len(names) or set(names) & set(capture.mesh.axis_names):
+        raise LoadError(
+            f"{name}: grid and cluster axis names {names} must be distinct from each other and "
+            f"from the device mesh axes {capture.mesh.axis_names}",
+            kernel_loc,
+        )
+    num_threads = int(mesh.num_threads or 1)
+    ctx = GpuKernelContext(
+        name=name,
+        mesh=capture.mesh,
+        cores=math.prod(grid) * math.prod(cluster),
+        kernel_loc=kernel_loc,
+        backend=GPU,
+        grid=grid,
+        grid_names=tuple(mesh.grid_names),
+        grid_sizes=dict(zip(names, grid + cluster)),
+        cluster_names=tuple(mesh.cluster_names),
+        thread_axis=mesh.thread_name if mesh.num_threads else None,
+        num_threads=num_threads,
+    )
+    ctx.note(ZERO_FILL_NOTE)
+    n_in, n_out = capture.num_operands, len(params["out_avals"])
+    invars = list(jaxpr.invars)
+    arg_names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
+    if all(_FLATTENED.match(a) for a in arg_names):
+        arg_names = parameter_names(kernel_loc, len(invars)) or arg_names
+    if len(arg_names) != len(invars):
+        arg_names = [f"operand{k}" for k in range(len(invars))]
+    origins = [SemOrigin.ARGUMENT] * (n_in + n_out) + [SemOrigin.SCRATCH] * (len(invars) - n_in - n_out)
+    refs = [declare_gpu_ref(ctx, a, v.aval, o, kernel_loc) for a, v, o in zip(arg_names, invars, origins)]
+    threads = []
+    for device, block, sub in itertools.product(range(ctx.mesh.size), range(ctx.cores), range(num_threads)):
+        t = GpuThreadLowering(ctx, device, block, sub)
+        t.program_ids = tuple(t.block_coords[n] for n in mesh.grid_names)
+        # No KernelEntry/KernelExit: they stand for TPU's per-invocation allocation and
+        # entry checks, which a GPU launch does not have; as actions they would only order
+        # the Pallas threads of a block against each other for nothing.
+        eval_jaxpr(t, jaxpr, [], refs)
+        threads.append(ir.Thread(device, block, t.emitter.build(), sub))
+    return [
+        ir.Protocol(
+            name=name,
+            backend=Backend.GPU,
+            devices=ctx.mesh.size,
+            cores=ctx.cores,
+            threads=tuple(threads),
+            semaphores=tuple(ctx.semaphores.values()),
+            buffers=tuple(ctx.buffers.values()),
+            inputs=tuple(ctx.inputs),
+            loc=kernel_loc,
+            frontend="gpu",
+            notes=tuple(ctx.notes),
+        )
+    ]

@@ -1,0 +1,4 @@
+"""The version, in a module of its own so that any layer can name it without importing the
+package (whose __init__ re-exports the whole API)."""
+
+__version__ = "0.1.0"
