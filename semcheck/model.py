@@ -263,8 +263,11 @@ class ProtocolBuilder:
         )
         return Sem(name, size)
 
-    def buffer(self, name: str, shape: tuple[int, ...], itemsize: int = 4, space: str = "any") -> Buffer:
-        self._buffers[name] = ir.BufferDecl(name, tuple(shape), itemsize, space, Scope.CORE, caller_loc())
+    def buffer(self, name: str, shape: tuple[int, ...], itemsize: int = 4, space: str = "any",
+               scope: Scope = Scope.CORE) -> Buffer:
+        """A buffer; `scope=Scope.DEVICE` makes one instance per device, shared by its cores
+        or blocks (HBM of a TPU chip, GMEM of a GPU)."""
+        self._buffers[name] = ir.BufferDecl(name, tuple(shape), itemsize, space, scope, caller_loc())
         return Buffer(name, tuple(shape), itemsize)
 
     def nbytes(self, region: ir.Region) -> int:

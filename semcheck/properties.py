@@ -84,6 +84,20 @@ def _race_finding(system: System, h) -> Finding:
                    other_start=(h.other_thread, h.other_pc))
 
 
+def _plain_race_finding(system: System, h) -> Finding:
+    here = system.bodies[h.thread][h.pc]
+    there = system.bodies[h.other_thread][h.other_pc]
+    message = (
+        f"data race: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
+        f"{h.detail}: {system.thread_name(h.other_thread)} at {there.loc} "
+        f"({_describe_instr(there)}), and nothing orders the two (a signal and wait, or a "
+        f"barrier arrive and wait, between the store and the other thread's access)"
+    )
+    key = (Kind.DATA_RACE, frozenset((here.loc, there.loc)))
+    return Finding(Kind.DATA_RACE, key, h.thread, here.loc, message, other=there.loc,
+                   other_start=(h.other_thread, h.other_pc))
+
+
 def _early_arrival_finding(system: System, h) -> Finding:
     here = system.bodies[h.thread][h.pc]
     message = (
@@ -124,6 +138,7 @@ def _phase_overrun_finding(system: System, h) -> Finding:
 
 _HAZARD_RULES = {
     "data_race": _race_finding,
+    "plain_race": _plain_race_finding,
     "remote_before_entry": _early_arrival_finding,
     "semaphore_leftover": _leftover_at_exit_finding,
     "barrier_phase_overrun": _phase_overrun_finding,

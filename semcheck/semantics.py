@@ -91,6 +91,10 @@ class Event(NamedTuple):
 
 
 DATA_RACE = "data_race"
+# Two plain accesses of different threads (a load or store each) that are enabled at once:
+# nothing orders them, so some schedule runs them in either order (the same `data_race`
+# finding as an access against a copy in flight; only the message differs).
+PLAIN_RACE = "plain_race"
 REMOTE_BEFORE_ENTRY = "remote_before_entry"
 BARRIER_PHASE_OVERRUN = "barrier_phase_overrun"
 LEFTOVER_AT_EXIT = "semaphore_leftover"
@@ -272,6 +276,7 @@ class System:
         for t, thread in enumerate(self.threads):
             self._validate(t, thread)
         self._memory_cells()
+        self.plain_sharers = self._plain_sharers()
         self._entry_resets = self._reset_tables()
         self.footprints: list[list[Footprint]] = [
             [self._static_footprint(t, instr) for instr in body]
@@ -339,6 +344,24 @@ class System:
                     if (ct, cpc) == (t, pc) and pc not in looping:
                         continue  # a copy started once is never in flight when it starts
                     yield t, pc, ct, cpc
+
+    def plain_racing_pairs(self):
+        """(t, pc, u, upc) with t < u: a load or store of thread t and one of thread u that
+        may touch overlapping memory, one of them a write (`_plain_races` checks them)."""
+        seen = set()
+        for bid, sharers in self.plain_sharers.items():
+            sites = [
+                (t, pc) for t in sharers for pc, instr in enumerate(self.bodies[t])
+                if isinstance(instr, (ir.Load, ir.Store)) and bid in self._region_instances(t, instr.region)
+            ]
+            for (t, pc), (u, upc) in itertools.combinations(sites, 2):
+                if t == u or (t, pc, u, upc) in seen:
+                    continue
+                a, b = self.footprints[t][pc], self.footprints[u][upc]
+                if not (a.mwrite & b.mnear or b.mwrite & a.mnear):
+                    continue
+                seen.add((t, pc, u, upc))
+                yield t, pc, u, upc
 
     # -- construction helpers --
 
@@ -456,6 +479,18 @@ class System:
         for bid, cell in self._anywhere.items():
             self._near[cell] = frozenset(keys.get(bid, {}).values()) | {cell}
         self.lifecycle_base = count
+
+    def _plain_sharers(self) -> dict[int, tuple[int, ...]]:
+        """Buffer instance -> the threads whose plain loads and stores may touch it, for the
+        instances more than one thread accesses that way (GPU shared and global memory; a
+        TPU core's VMEM is its own)."""
+        users: dict[int, set[int]] = {}
+        for t, body in enumerate(self.bodies):
+            for instr in body:
+                if isinstance(instr, (ir.Load, ir.Store)):
+                    for bid in self._region_instances(t, instr.region):
+                        users.setdefault(bid, set()).add(t)
+        return {bid: tuple(sorted(ts)) for bid, ts in users.items() if len(ts) > 1}
 
     def _static_key(self, region: ir.Region) -> tuple | None:
         """(starts, sizes) of a region with constant starts, as `resolve_region` gives them."""
@@ -944,7 +979,30 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
 
 def _exec_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> State:
     access = system.resolve_region(t, instr.region, state, write=isinstance(instr, ir.Store))
-    return _advance(state, t, hazards=_with(state.hazards, *_races(system, state, t, [access])))
+    found = _races(system, state, t, [access]) + _plain_races(system, state, t, access)
+    return _advance(state, t, hazards=_with(state.hazards, *found))
+
+
+def _plain_races(system: System, state: State, t: int, access: Access) -> list[Hazard]:
+    """Another thread sits at a load or store that conflicts with `access`: both are enabled
+    in this state, so nothing orders them. Checked by whichever of the two runs first, so
+    every schedule in which they are enabled together finds it."""
+    found = []
+    for u in system.plain_sharers.get(access.buffer, ()):
+        other = system.current(state, u) if u != t else None
+        if not isinstance(other, (ir.Load, ir.Store)):
+            continue
+        theirs = system.resolve_region(u, other.region, state, write=isinstance(other, ir.Store))
+        if (theirs.write or access.write) and overlap(access, theirs):
+            found.append(Hazard(PLAIN_RACE, t, state.pcs[t], u, state.pcs[u], _plain_race_detail(system, access, theirs)))
+    return found
+
+
+def _plain_race_detail(system: System, access: Access, other: Access) -> str:
+    where = system.buffer_instances[access.buffer].label
+    verb = "writes" if access.write else "reads"
+    theirs = "write" if other.write else "read"
+    return f"{verb} {where} {_extent(access)} while another thread may {theirs} {_extent(other)} of it at the same time"
 
 
 def _exec_entry(system: System, t: int, instr: ir.KernelEntry, state: State) -> State:

@@ -62,8 +62,13 @@ def protocols(
         return ir.SemRef(decl.name, index, device_operand(), core_operand(decl))
 
     def region():
-        """Whole buffers, slots, halves of slots, and a slot chosen at run time."""
-        choice = draw(st.integers(0, 5))
+        """Whole buffers, slots, halves of slots, and a slot chosen at run time; `shared` is
+        one buffer per device that every core (block) of it loads and stores directly."""
+        choice = draw(st.integers(0, 7))
+        if choice == 6:
+            return ir.Region("shared", (draw(st.integers(0, 1)),), (1,))
+        if choice == 7:
+            return ir.Region("shared")
         if choice == 0:
             return ir.Region("buf")
         if choice == 1:
@@ -136,7 +141,7 @@ def protocols(
     return ir.Protocol(
         name="random", backend=backend, devices=devices, cores=cores, threads=tuple(threads),
         semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
-        buffers=(ir.BufferDecl("buf"), ir.BufferDecl("mem", (2, 4))),
+        buffers=(ir.BufferDecl("buf"), ir.BufferDecl("mem", (2, 4)), ir.BufferDecl("shared", (2, 4), scope=Scope.DEVICE)),
     )
 
 

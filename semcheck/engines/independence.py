@@ -19,7 +19,7 @@ from bisect import bisect_left
 from semcheck import ir
 from semcheck.footprints import Channels, ThreadTable, channels, clash
 from semcheck.semantics import (
-    DATA_RACE, RECV, SEND, Action, Event, State, System, _looping_pcs, event_footprint,
+    DATA_RACE, PLAIN_RACE, RECV, SEND, Action, Event, State, System, _looping_pcs, event_footprint,
 )
 
 
@@ -143,7 +143,7 @@ class Independence:
             return state
         kept = tuple(
             h for h in state.hazards
-            if h.kind != DATA_RACE or (self.watched(h.thread, h.pc) and self.watched(h.other_thread, h.other_pc))
+            if h.kind not in (DATA_RACE, PLAIN_RACE) or (self.watched(h.thread, h.pc) and self.watched(h.other_thread, h.other_pc))
         )
         return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
 

@@ -181,8 +181,9 @@ class Encoding:
         self._terminal: SymBool | None = None
         self._other_sums: dict[tuple[int, int], tuple[SymInt, SymInt]] = {}
         self._racing_pairs = list(system.racing_pairs())
-        self._racing = {(t, pc) for t, pc, _, _ in self._racing_pairs}
-        self._racing |= {(t, pc) for _, _, t, pc in self._racing_pairs}
+        self._plain_pairs = list(system.plain_racing_pairs())
+        self._racing = {(t, pc) for t, pc, _, _ in self._racing_pairs + self._plain_pairs}
+        self._racing |= {(t, pc) for _, _, t, pc in self._racing_pairs + self._plain_pairs}
         self.entries: list[NodeVars] = []
         for t in range(len(system.threads)):
             tick()
@@ -577,6 +578,31 @@ class Encoding:
                             access_node.done, conflicts,
                             self._in_flight(copy_node.completions[side], access_node.pos),
                         ))
+
+        for t, pc, u, upc in self._plain_pairs:
+            tick()
+            key = (Kind.DATA_RACE, frozenset((self.system.bodies[t][pc].loc, self.system.bodies[u][upc].loc)))
+            for mine in by_pc[t].get(pc, ()):
+                for theirs in by_pc[u].get(upc, ()):
+                    conflicts = OR(*(
+                        _overlap(x, y) for x in mine.accesses for y in theirs.accesses if x.write or y.write
+                    ))
+                    if conflicts is False:
+                        continue
+                    both = AND(mine.done, theirs.done, conflicts)
+                    self._add_hazard(key, AND(both, OR(
+                        self._waiting_at(theirs, mine), self._waiting_at(mine, theirs)
+                    )))
+
+    def _waiting_at(self, nv: NodeVars, other: NodeVars) -> SymBool:
+        """`nv`'s thread sits at `nv` when `other` executes: `other` runs first, and the
+        step of `nv`'s thread that led to `nv` ran before `other` (`semantics._plain_races`
+        checks exactly that two accesses are enabled together)."""
+        row = self.nodes[nv.t]
+        arrived = OR(*(
+            AND(row[p].taken[nv.node.key], self._before(row[p].pos, other.pos)) for p in nv.node.preds
+        )) if nv.node.preds else True
+        return AND(self._before(other.pos, nv.pos), arrived)
 
     def _ordered_apart(self, access: NodeVars, copy: NodeVars, completion: "Completion") -> bool:
         """Whether the copy's `completion` is sure to happen before `access`, or the copy to
