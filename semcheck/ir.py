@@ -329,6 +329,25 @@ class Thread:
         return thread_name(self.device, self.core, self.sub)
 
 
+@dataclass(frozen=True, slots=True)
+class DataUse:
+    """A value that decides the protocol (a device id, a semaphore index, an amount, a
+    branch) and was computed from buffer contents while the kernel was lowered.
+
+    `script_inputs` are the operands whose values, as the script passed them, it depends
+    on (empty: only on what the kernel itself stored, which is the same for every input);
+    `buffers` every buffer it was read back from.
+    """
+
+    what: str
+    loc: Loc
+    device: int
+    core: int
+    value: int
+    script_inputs: tuple[str, ...]
+    buffers: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Protocol:
     """A closed system of threads, semaphores and buffers, ready to be checked."""
@@ -344,6 +363,7 @@ class Protocol:
     loc: Loc = UNKNOWN_LOC
     frontend: str = "model"  # "model", "tpu" or "gpu": who produced it
     notes: tuple[str, ...] = field(default=())
+    data_uses: tuple[DataUse, ...] = field(default=())  # values taken from data (lower/data.py)
 
     def semaphore(self, name: str) -> SemDecl:
         for decl in self.semaphores:

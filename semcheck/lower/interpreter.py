@@ -159,6 +159,9 @@ def fold(t: ThreadLowering, eqn, inputs: list[Known]) -> list[Value] | None:
     except Exception:
         result = None
     cache[key] = result
+    sources = frozenset().union(*(x.sources for x in inputs))
+    if result is not None and sources:  # the cache holds values; provenance is per use
+        result = [Known(r.value, sources) for r in result]
     return result
 
 
@@ -192,6 +195,7 @@ def operand(t: ThreadLowering, eqn, value: Value, what: str):
     if isinstance(value, Known):
         if value.value.size != 1:
             raise t.error(eqn, f"{what} must be a scalar, got shape {value.value.shape}")
+        t.used(eqn, value, what)
         return int(value.value.reshape(()))
     if isinstance(value, Sym):
         return value.op

@@ -29,6 +29,7 @@ from semcheck import ir
 from semcheck.frontends import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
 from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
+from semcheck.lower.data import data_notes
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 
@@ -304,7 +305,8 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         inputs=tuple(ctx.inputs),
         loc=ctx.kernel_loc,
         frontend="tpu",
-        notes=tuple(ctx.notes),
+        notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
+        data_uses=tuple(ctx.data_uses),
     )
 
 

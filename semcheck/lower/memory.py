@@ -141,34 +141,38 @@ def nbytes_of_aval(t: ThreadLowering, eqn, aval) -> int:
 # --- loads and stores ------------------------------------------------------------------------
 
 
-def _loaded(t: ThreadLowering, eqn, reg: ir.Region) -> list[Value]:
-    why = f"the value loaded from {reg.buffer} at {t.loc(eqn)}"
-    return [Opaque(why) for _ in eqn.outvars]
+def _why(t: ThreadLowering, eqn, reg: ir.Region) -> str:
+    return f"the value loaded from {reg.buffer} at {t.loc(eqn)}"
 
 
-def _stored(t: ThreadLowering, eqn, reg: ir.Region) -> list[Value]:
-    t.stored.add(reg.buffer)
-    return _loaded(t, eqn, reg)
+def _load(t: ThreadLowering, eqn, value, what: str, transforms) -> tuple[ir.Region, Value]:
+    """Emit the load; the value it sees (data.py follows the thread's buffers)."""
+    from semcheck.lower.interpreter import FOLD_LIMIT
+
+    reg = region(t, eqn, value, what, transforms)
+    t.emitter.emit(ir.Load(t.loc(eqn), reg))
+    ref, all_transforms = ref_of(t, eqn, value, what, transforms)
+    [out] = eqn.outvars[:1]
+    scalar = _scalar_prefetch_element(t, eqn, ref, reg)
+    if scalar is not None:
+        return reg, scalar
+    return reg, t.memory.read(ref, all_transforms, reg, out.aval, _why(t, eqn, reg), FOLD_LIMIT)
 
 
 @rule("get")
 def get(t: ThreadLowering, eqn, inputs):
     ref, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
-    reg = region(t, eqn, ref, "the loaded ref", transforms)
-    t.emitter.emit(ir.Load(t.loc(eqn), reg))
-    scalar = _scalar_prefetch_element(t, eqn, reg)
-    if scalar is not None:
-        return [scalar]
-    return _loaded(t, eqn, reg)
+    _reg, loaded = _load(t, eqn, ref, "the loaded ref", transforms)
+    return [loaded]
 
 
-def _scalar_prefetch_element(t: ThreadLowering, eqn, reg: ir.Region) -> Sym | None:
+def _scalar_prefetch_element(t: ThreadLowering, eqn, ref: RefValue, reg: ir.Region) -> Sym | None:
     """One integer element of a scalar-prefetch operand the kernel has not written: the
     caller's value, so a protocol input (a signal count or wait value may depend on it)."""
-    [out] = eqn.outvars
+    [out] = eqn.outvars[:1]
     aval = out.aval
-    if reg.buffer not in t.kernel.scalar_operands or reg.buffer in t.stored or tuple(aval.shape) != ():
+    if reg.buffer not in t.kernel.scalar_operands or tuple(aval.shape) != ():
         return None
     if not (np.issubdtype(aval.dtype, np.integer) or aval.dtype == np.bool_):
         return None
@@ -176,27 +180,35 @@ def _scalar_prefetch_element(t: ThreadLowering, eqn, reg: ir.Region) -> Sym | No
         return None  # an element chosen at run time: its value stays untracked
     if not reg.start and math.prod(t.kernel.buffers[reg.buffer].shape) != 1:
         return None
+    if t.memory.written_element(ref, reg):
+        return None  # the kernel's own store defines it (data.py)
     name = t.kernel.scalar_input(reg.buffer, tuple(reg.start), t.device, aval.dtype, t.loc(eqn))
     return Sym(ir.Reg(name), np.dtype(aval.dtype))
 
 
 @rule("swap")
 def swap(t: ThreadLowering, eqn, inputs):
-    ref, _value, *flat = inputs
+    ref, value, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
     reg = region(t, eqn, ref, "the stored ref", transforms)
+    target, all_transforms = ref_of(t, eqn, ref, "the stored ref", transforms)
+    from semcheck.lower.interpreter import FOLD_LIMIT
+
+    old = t.memory.read(target, all_transforms, reg, eqn.outvars[0].aval, _why(t, eqn, reg), FOLD_LIMIT)
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
-    return _stored(t, eqn, reg)
+    t.memory.write(target, all_transforms, reg, value)
+    return [old]
 
 
 @rule("addupdate")
 def addupdate(t: ThreadLowering, eqn, inputs):
-    ref, _value, *flat = inputs
+    ref, value, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
     reg = region(t, eqn, ref, "the updated ref", transforms)
     t.emitter.emit(ir.Load(t.loc(eqn), reg))
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
-    t.stored.add(reg.buffer)
+    target, all_transforms = ref_of(t, eqn, ref, "the updated ref", transforms)
+    t.memory.add(target, all_transforms, reg, value, _why(t, eqn, reg), eqn.invars[1].aval)
     return []
 
 
@@ -205,7 +217,7 @@ def masked_load(t: ThreadLowering, eqn, inputs):
     ref, transforms, _mask, _other = eqn.params["args_tree"].unflatten(inputs)
     reg = region(t, eqn, ref, "the loaded ref", transforms)
     t.emitter.emit(ir.Load(t.loc(eqn), reg))
-    return _loaded(t, eqn, reg)
+    return [Opaque(_why(t, eqn, reg)) for _ in eqn.outvars]
 
 
 @rule("masked_swap")
@@ -213,5 +225,7 @@ def masked_swap(t: ThreadLowering, eqn, inputs):
     ref, transforms, _value, _mask = eqn.params["args_tree"].unflatten(inputs)
     reg = region(t, eqn, ref, "the stored ref", transforms)
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
-    return _stored(t, eqn, reg)
-
+    # A masked store is not followed: the region may now hold anything.
+    target, _all = ref_of(t, eqn, ref, "the stored ref", transforms)
+    t.memory.forget(target, reg)
+    return [Opaque(_why(t, eqn, reg)) for _ in eqn.outvars]
