@@ -187,3 +187,71 @@ def test_routing_past_the_last_device_is_an_invalid_device_id():
     [p] = protocols(_routing_kernel(2 * LOCAL_EXPERTS), mesh((n,)))  # every expert shifted off the mesh
     result = check_protocol(p)
     assert "invalid_device_id" in {v.kind for v in result.errors}
+
+
+# --- the script's operand values: routing from the gating logits it passes --------------------
+
+import os  # noqa: E402
+
+KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data_kernels")
+
+
+def _script(name: str) -> str:
+    return os.path.join(KERNELS, name)
+
+
+def _load(name: str, devices: int) -> list:
+    from semcheck.frontends import load
+
+    return load(_script(name), devices)
+
+
+def test_routing_from_the_scripts_logits_is_evaluated_on_every_device():
+    from semcheck.frontends import LoadError
+
+    for devices in (2, 4):
+        [p] = _load("routed_signal.py", devices)
+        assert not isinstance(p, LoadError), p
+        experts = devices * 2
+        for me in range(devices):
+            [signal] = [s for s in instrs(p, ir.Signal, device=me) if s.sem.alloc == "sems"]
+            expert = (2 * me + 3) % experts  # what the script's logits route device `me` to
+            assert (signal.sem.device, signal.sem.index) == (expert // 2, expert % 2)
+        line = line_of(_script("routed_signal.py"), "pl.semaphore_signal(sems.at[expert")
+        assert {(u.what, u.loc.line, u.script_inputs, u.buffers) for u in p.data_uses} == {
+            ("the signal device id", line, ("logits_ref",), ("logits_ref", "route_ref")),
+            ("the signalled semaphore index", line, ("logits_ref",), ("logits_ref", "route_ref")),
+        }
+        assert sorted(u.device for u in p.data_uses if u.what == "the signal device id") == list(range(devices))
+        assert any(n.startswith("the verdict holds for the operand values the script passed") for n in p.notes)
+        result = check_protocol(p)
+        assert result.verdict.value == "safe", result.violations
+
+
+def test_a_wait_on_the_semaphore_the_routing_does_not_signal_is_found():
+    from semcheck.api import verify_path
+
+    for result in verify_path(_script("routed_signal_wrong_wait.py"), [2, 4]):
+        assert result.verdict.value == "violation"
+        assert {v.kind for v in result.errors} == {"unsatisfied_wait"}
+        assert any("taken from data" in n for n in result.notes)
+
+
+def test_a_kernel_the_script_never_runs_has_no_data_and_says_so():
+    from semcheck.frontends import LoadError
+
+    [error] = _load("routed_not_run.py", 2)
+    assert isinstance(error, LoadError)
+    assert error.message.startswith("semaphore_signal: the signal device id depends on the value loaded from route_ref")
+    assert "the capture saw no operand values (the kernel was traced but not run" in error.message
+    assert error.loc.line == line_of(_script("routed_signal.py"), "pl.semaphore_signal(sems.at[expert")
+
+
+def test_a_primitive_jax_cannot_evaluate_on_cpu_is_an_error_naming_it_and_its_line():
+    from semcheck.frontends import LoadError
+
+    [error] = _load("routed_by_roll.py", 2)
+    assert isinstance(error, LoadError)
+    roll_line = line_of(_script("routed_by_roll.py"), "rolled = pltpu.roll(")
+    assert f"the result of `roll` at " in error.message and f"routed_by_roll.py:{roll_line}" in error.message
+    assert "which JAX could not evaluate on CPU (NotImplementedError" in error.message

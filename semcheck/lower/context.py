@@ -101,6 +101,7 @@ class KernelContext:
     # The operand values the script passed: device -> buffer -> array (empty when the
     # capture saw none, e.g. the kernel was traced but never run).
     initial_data: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    data_seen: bool = False  # the script ran the kernel, so its operand values were captured
     data_uses: list[ir.DataUse] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -188,6 +189,11 @@ class ThreadLowering:
         self.emitter = Emitter()
         self.program_ids: tuple[int, ...] = ()
         self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})))
+        if not kernel.data_seen:
+            self.memory.undefined = (
+                "which this thread has not stored, and the capture saw no operand values (the "
+                "kernel was traced but not run: check the script that runs it)"
+            )
         self._next_reg = 0
         # The location of the innermost enclosing eqn that has one (see source.Locator).
         self.context_loc: ir.Loc = kernel.kernel_loc

@@ -46,6 +46,7 @@ class Contents:
     written: np.ndarray  # bool: elements this thread has stored (scalar prefetch only reads it)
     sources: frozenset = frozenset()  # DataSources of every value stored here
     from_script: bool = False  # the initial contents are the script's operand values
+    lost: str | None = None  # why the last element that became unknown did
 
 
 def _initial(shape, dtype, data: np.ndarray | None) -> Contents:
@@ -71,6 +72,8 @@ class ThreadMemory:
 
     initial: dict[str, np.ndarray] = field(default_factory=dict)  # buffer -> the script's values
     contents: dict[str, Contents | None] = field(default_factory=dict)
+    # Why an element nobody defined is unknown (said in errors when it decides the protocol).
+    undefined: str = "which neither the script's operand values nor this thread's stores define"
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -168,7 +171,9 @@ class ThreadMemory:
             return Opaque(f"{why} (at an index semcheck does not know)")
         known = _transform_read(c.known, concrete)
         if not bool(np.all(known)):
-            return Opaque(f"{why}, which neither the script's operands nor this thread's stores define")
+            if c.lost is not None:
+                return Opaque(f"{why}, where the kernel stored {c.lost}")
+            return Opaque(f"{why}, {self.undefined}")
         value = _transform_read(c.value, concrete)
         return Known(value, sources=c.sources | {DataSource(ref.alloc, c.from_script)})
 
@@ -197,9 +202,10 @@ class ThreadMemory:
             symbolic[exact] = value
             self.contents[ref.alloc] = replace(c, known=known, written=written, symbolic=symbolic)
             return
-        self.forget(ref, region)
+        lost = value.why if isinstance(value, Opaque) else "a value at an index semcheck does not know"
+        self.forget(ref, region, lost)
 
-    def forget(self, ref: RefValue, region: ir.Region) -> None:
+    def forget(self, ref: RefValue, region: ir.Region, why: str | None = None) -> None:
         """The region now holds something semcheck does not know (or may have been written
         at an index it does not know)."""
         c = self.of(ref)
@@ -209,7 +215,8 @@ class ThreadMemory:
         index = tuple(slice(lo, hi) for lo, hi in box) if box is not None else ...
         known, written = c.known.copy(), c.written.copy()
         known[index], written[index] = False, True
-        self.contents[ref.alloc] = replace(c, known=known, written=written, symbolic=_drop(c.symbolic, box))
+        self.contents[ref.alloc] = replace(c, known=known, written=written, symbolic=_drop(c.symbolic, box),
+                                           lost=why or c.lost)
 
     def add(self, ref: RefValue, transforms: tuple, region: ir.Region, value: Value, why: str, aval) -> None:
         """`addupdate`: read, add with JAX, write back."""
@@ -221,7 +228,8 @@ class ThreadMemory:
                           sources=old.sources | value.sources)
             self.write(ref, transforms, region, total)
         else:
-            self.forget(ref, region)
+            self.forget(ref, region, (value if isinstance(value, Opaque) else old).why
+                        if isinstance(value, Opaque) or isinstance(old, Opaque) else None)
 
     def written_element(self, ref: RefValue, region: ir.Region) -> bool:
         """Whether this thread may have stored into the element `region` names."""
@@ -359,6 +367,25 @@ def sources_of(values: Iterable[Any]) -> frozenset:
         if isinstance(v, Known):
             out |= v.sources
     return out
+
+
+def initial_contents(refs: list[RefValue], data: dict[int, dict[int, Any]]) -> dict[int, dict[str, np.ndarray]]:
+    """device -> buffer -> the script's values, for operands whose kernel ref is the whole
+    operand (memory_space=ANY, SMEM scalar prefetch, a block as large as the array). A
+    blocked operand is a different block at each grid step: not followed (its loads stay
+    opaque data)."""
+    initial: dict[int, dict[str, np.ndarray]] = {}
+    for device, values in data.items():
+        per_device = initial.setdefault(device, {})
+        for k, array in values.items():
+            ref = refs[k]
+            if ref.is_semaphore or tuple(np.shape(array)) != tuple(ref.shape):
+                continue
+            dtype = _numpy_dtype(ref.dtype)
+            if dtype is None or np.asarray(array).dtype != dtype:
+                continue
+            per_device[ref.alloc] = np.asarray(array)
+    return initial
 
 
 # --- what the result says ------------------------------------------------------------------

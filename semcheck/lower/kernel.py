@@ -29,7 +29,7 @@ from semcheck import ir
 from semcheck.frontends import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
 from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
-from semcheck.lower.data import data_notes
+from semcheck.lower.data import data_notes, initial_contents
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 
@@ -45,6 +45,9 @@ class KernelCapture:
     num_operands: int  # operands of the eqn (pallas_call: dynamic grid bounds, index, inputs)
     mesh: MeshShape = field(default_factory=MeshShape)
     call_loc: ir.Loc | None = None
+    # What the script passed when it ran the kernel: device -> operand index -> array
+    # (semcheck/operands.py); empty when the kernel was compiled but never run.
+    operand_values: dict = field(default_factory=dict)
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
@@ -98,7 +101,11 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
                 f"checked as on a chip with {cores} TensorCores per device (v4/v5p megacore): the "
                 f"parallel grid dimensions are split into contiguous per-core chunks"
             )
-        protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index))
+        # The eqn's operands are the dynamic grid bounds, then the kernel's index and inputs.
+        n_dynamic = capture.num_operands - n_index - gm.num_inputs
+        data = _operand_data(capture, {k: n_dynamic + k for k in range(n_index + gm.num_inputs)})
+        protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index,
+                                data=data, data_seen=bool(capture.operand_values)))
     return protocols
 
 
@@ -185,7 +192,16 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
     ctx = _context(name, capture, cores, kernel_loc, compiler_params, (cores,), (axis,))
     ctx.core_axis = axis
     points = [[(core,)] for core in range(cores)]
-    return [_build(ctx, jaxpr, invars, origins, points, n_in)]
+    data = _operand_data(capture, {k: k for k in range(n_in)})
+    return [_build(ctx, jaxpr, invars, origins, points, n_in, data=data, data_seen=bool(capture.operand_values))]
+
+
+def _operand_data(capture: KernelCapture, operand_of: dict[int, int]) -> dict[int, dict[int, object]]:
+    """device -> kernel invar index -> the script's array for it."""
+    return {
+        device: {k: values[op] for k, op in operand_of.items() if op in values}
+        for device, values in capture.operand_values.items()
+    }
 
 
 # --- shared -------------------------------------------------------------------------------------
@@ -249,9 +265,11 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
     )
 
 
-def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0) -> ir.Protocol:
+def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0,
+           data: dict | None = None, data_seen: bool = False) -> ir.Protocol:
     """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs,
-    the first `n_scalar` of them scalar-prefetch operands."""
+    the first `n_scalar` of them scalar-prefetch operands. `data` holds the script's values
+    of those operands per device (see lower/data.py)."""
     if jaxpr.constvars:
         raise LoadError(
             f"{ctx.name}: the kernel captures constants (Pallas cannot lower that either)",
@@ -263,6 +281,8 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         names = [f"operand{k}" for k in range(len(invars))]
     refs = [ctx.declare_ref(n, v.aval, o, ctx.kernel_loc) for n, v, o in zip(names, invars, origins)]
     ctx.scalar_operands = frozenset(r.alloc for r in refs[:n_scalar] if not r.is_semaphore)
+    ctx.data_seen = data_seen
+    ctx.initial_data = initial_contents(refs, data or {})
     handed_in = [
         r.alloc for r, o in zip(refs[:n_inputs], origins) if r.is_semaphore and o is SemOrigin.ARGUMENT
     ]

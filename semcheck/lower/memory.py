@@ -227,5 +227,5 @@ def masked_swap(t: ThreadLowering, eqn, inputs):
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
     # A masked store is not followed: the region may now hold anything.
     target, _all = ref_of(t, eqn, ref, "the stored ref", transforms)
-    t.memory.forget(target, reg)
+    t.memory.forget(target, reg, f"a masked store at {t.loc(eqn)}")
     return [Opaque(_why(t, eqn, reg)) for _ in eqn.outvars]
