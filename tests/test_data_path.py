@@ -255,3 +255,35 @@ def test_a_primitive_jax_cannot_evaluate_on_cpu_is_an_error_naming_it_and_its_li
     roll_line = line_of(_script("routed_by_roll.py"), "rolled = pltpu.roll(")
     assert f"the result of `roll` at " in error.message and f"routed_by_roll.py:{roll_line}" in error.message
     assert "which JAX could not evaluate on CPU (NotImplementedError" in error.message
+
+
+# --- counts all-gathered by remote DMA, then summed into a wait amount ------------------------
+
+
+def test_counts_gathered_by_remote_dma_decide_the_wait_amount():
+    from semcheck.frontends import LoadError
+
+    for devices in (2, 4):
+        [p] = _load("gathered_counts.py", devices)
+        assert not isinstance(p, LoadError), p
+        [wait] = [w for w in instrs(p, ir.Wait, device=0) if w.sem.alloc == "done_sem"]
+        assert wait.value == sum(range(1, devices + 1))  # every peer's count arrived by DMA
+        line = line_of(_script("gathered_counts.py"), "pl.semaphore_wait(done_sem")
+        [use] = [u for u in p.data_uses if u.what == "the wait value"]
+        assert (use.loc.line, use.device, use.value) == (line, 0, sum(range(1, devices + 1)))
+        assert use.script_inputs == ("mine_ref",) and use.buffers == ("counts_ref", "mine_ref")
+        assert any("data that remote copies carry was followed" in n for n in p.notes)
+        result = check_protocol(p)
+        assert result.verdict.value == "safe", result.violations
+
+
+def test_summing_counts_before_their_copies_land_is_a_race_and_says_the_values_may_differ():
+    from semcheck.frontends import LoadError
+
+    [p] = _load("gathered_counts_read_early.py", 2)
+    assert not isinstance(p, LoadError), p
+    [wait] = [w for w in instrs(p, ir.Wait, device=0) if w.sem.alloc == "done_sem"]
+    assert wait.value == 1  # the canonical schedule read only its own count
+    result = check_protocol(p)
+    assert {v.kind for v in result.errors} == {"data_race", "semaphore_leftover"}
+    assert any(n.startswith("a data race touches counts_ref, which fed values taken from data") for n in result.notes)

@@ -102,6 +102,12 @@ class KernelContext:
     # capture saw none, e.g. the kernel was traced but never run).
     initial_data: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     data_seen: bool = False  # the script ran the kernel, so its operand values were captured
+    # Data moved by remote copies (schedule.py): where each thread reads data, what each
+    # remote copy carries, and which payloads the canonical run landed before which read.
+    read_points: dict[int, tuple] = field(default_factory=dict)  # id(instr) -> ((device, core), seq)
+    payloads: dict[int, object] = field(default_factory=dict)  # id(DmaStart) -> data.Payload
+    arrivals: dict[tuple, tuple] = field(default_factory=dict)
+    volatile: set[str] = field(default_factory=set)  # buffers a copy to a run-time device may write
     data_uses: list[ir.DataUse] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -188,7 +194,8 @@ class ThreadLowering:
         self.coords = kernel.mesh.coords(device)
         self.emitter = Emitter()
         self.program_ids: tuple[int, ...] = ()
-        self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})))
+        self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile)
+        self._reads = 0
         if not kernel.data_seen:
             self.memory.undefined = (
                 "which this thread has not stored, and the capture saw no operand values (the "
@@ -227,6 +234,17 @@ class ThreadLowering:
         if self.kernel.core_axis is not None and name == self.kernel.core_axis:
             return self.kernel.cores
         raise KeyError(name)
+
+    def read_point(self, instr: ir.Instr) -> None:
+        """`instr` reads data: first, the remote copies the canonical run landed on this
+        thread since its previous read point arrive (schedule.py)."""
+        from semcheck.lower.data import receive
+
+        point = ((self.device, self.core), self._reads)
+        self._reads += 1
+        self.kernel.read_points[id(instr)] = point
+        for payload in self.kernel.arrivals.get(point, ()):
+            receive(self.memory, payload)
 
     def used(self, eqn, value, what: str) -> None:
         """Record that `value`, which decides `what`, was computed from buffer contents."""

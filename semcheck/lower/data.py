@@ -72,6 +72,8 @@ class ThreadMemory:
 
     initial: dict[str, np.ndarray] = field(default_factory=dict)  # buffer -> the script's values
     contents: dict[str, Contents | None] = field(default_factory=dict)
+    # Buffers a remote copy to a device known only at run time may write: never followed.
+    volatile: set = field(default_factory=set)
     # Why an element nobody defined is unknown (said in errors when it decides the protocol).
     undefined: str = "which neither the script's operand values nor this thread's stores define"
 
@@ -156,6 +158,8 @@ class ThreadMemory:
         c = self.of(ref)
         if c is None:
             return Opaque(why)
+        if ref.alloc in self.volatile:
+            return Opaque(f"{why}, which a copy to a device known only at run time may write")
         box = _box(region, ref.shape)
         if c.symbolic:
             hits = [k for k in c.symbolic if box is None or _inside(k, box)]
@@ -415,3 +419,33 @@ def data_notes(uses: Iterable[ir.DataUse]) -> list[str]:
             f"on {len(threads)} thread(s): {shown}"
         )
     return notes
+
+
+# --- copies: data that moves by DMA --------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Payload:
+    """What one copy writes on its destination thread: the source's values at the copy's
+    start (None: not known), to `region` of `ref` through concrete `transforms`."""
+
+    device: int
+    core: int
+    ref: RefValue
+    transforms: tuple
+    region: ir.Region
+    value: Known | None
+    why: str  # why the value is unknown, when it is
+
+    def key(self) -> tuple:
+        value = None if self.value is None else (self.value.value.dtype.str, self.value.value.shape,
+                                                 self.value.value.tobytes())
+        return (self.device, self.core, self.ref.alloc, self.region, value)
+
+
+def receive(memory: ThreadMemory, payload: Payload) -> None:
+    """A copy that has landed (in the canonical run of the protocol: see schedule.py)."""
+    if payload.value is None:
+        memory.forget(payload.ref, payload.region, payload.why)
+    else:
+        memory.write(payload.ref, payload.transforms, payload.region, payload.value)

@@ -95,8 +95,13 @@ class Emitter:
             else:
                 yield item
 
-    def build(self) -> tuple[ir.Instr, ...]:
+    def build(self, prefix: bool = False) -> tuple[ir.Instr, ...]:
+        """The thread's instructions. With `prefix` (a lowering cut short), jumps to labels
+        never placed are dropped: the result is only a prefix to run, not a program."""
         flat = list(self._flat(self.items))
+        if prefix:
+            placed = {id(item.label) for item in flat if isinstance(item, _Mark)}
+            flat = [i for i in flat if not (isinstance(i, _PendingJump) and id(i.label) not in placed)]
         positions: dict[int, int] = {}
         pc = 0
         for item in flat:

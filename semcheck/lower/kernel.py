@@ -294,18 +294,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         )
     devices = ctx.mesh.size
     barrier = _declare_default_barrier(ctx, devices)
-    threads = []
-    for device in range(devices):
-        for core in range(ctx.cores):
-            t = ThreadLowering(ctx, device, core)
-            t.emitter.emit(ir.KernelEntry(ctx.kernel_loc, ctx.name))
-            if barrier:
-                _emit_device_barrier(t, devices)
-            for point in points[core]:
-                t.program_ids = point
-                eval_jaxpr(t, jaxpr, [], refs)
-            t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
-            threads.append(ir.Thread(device, core, t.emitter.build()))
+    threads = _lower_with_copied_data(ctx, jaxpr, refs, points, barrier)
     unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
     if unused_id and not ctx.allow_unused_collective_id:
         ctx.note(
@@ -328,6 +317,109 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
         data_uses=tuple(ctx.data_uses),
     )
+
+
+# Lowerings of a kernel whose remote copies carry data, before its payloads must settle.
+MAX_DATA_PASSES = 8
+
+
+def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bool) -> list[ir.Thread]:
+    """Every thread's lowering. When remote copies carry data some thread may read, the
+    protocol is run once in a canonical schedule (schedule.py: semantics.py decides when
+    each copy lands) and lowered again with those arrivals, until lowering and arrivals
+    agree (a fixpoint), so a value that came by remote DMA is the one the copy wrote."""
+    from semcheck.lower.schedule import canonical_arrivals, same_arrivals
+    from semcheck.semantics import ProtocolError
+
+    fresh = _PassState.of(ctx)
+    for _ in range(MAX_DATA_PASSES):
+        fresh.restore(ctx)
+        volatile = set(ctx.volatile)
+        threads, failure = _lower_threads(ctx, jaxpr, refs, points, barrier)
+        if not ctx.payloads and ctx.volatile == volatile:
+            if failure is not None:
+                raise failure
+            return threads
+        if failure is None and not ctx.payloads:
+            continue  # only the volatile buffers grew: lower again with them unknown
+        protocol = ir.Protocol(ctx.name, Backend.TPU, ctx.mesh.size, ctx.cores, tuple(threads),
+                               tuple(ctx.semaphores.values()), tuple(ctx.buffers.values()),
+                               tuple(ctx.inputs), ctx.kernel_loc, "tpu")
+        try:
+            arrivals = canonical_arrivals(protocol, ctx.read_points, ctx.payloads)
+        except ProtocolError:
+            if failure is not None:
+                raise failure
+            raise
+        if arrivals and ctx.inputs:
+            raise LoadError(
+                f"{ctx.name}: data that remote copies carry decides values of the protocol, and the "
+                f"protocol also has inputs ({', '.join(i.name for i in ctx.inputs)}): semcheck follows "
+                "copied data for concrete values only",
+                ctx.kernel_loc,
+                hint="bound the inputs to one value with semcheck.assume, or let the script's data decide them",
+            )
+        if failure is None and ctx.volatile == volatile and same_arrivals(arrivals, ctx.arrivals):
+            if ctx.arrivals:
+                ctx.note(
+                    "data that remote copies carry was followed: each copy's payload lands where "
+                    "one canonical run of the protocol completes it (lower/schedule.py), and the "
+                    "kernel was lowered again until the values agreed with that run"
+                )
+            return threads
+        ctx.arrivals = arrivals
+    if failure is not None:
+        raise failure
+    raise LoadError(
+        f"{ctx.name}: the data that remote copies carry did not settle after {MAX_DATA_PASSES} "
+        "lowerings (each changed what the next copies carry)",
+        ctx.kernel_loc,
+        hint="semcheck follows data moved by remote DMA for one canonical schedule; please report this kernel",
+    )
+
+
+def _lower_threads(ctx, jaxpr, refs, points, barrier):
+    """(threads, the first LoadError). A thread that fails is kept up to the failure, for
+    the canonical run only: a later lowering with copied data may pass it."""
+    devices = ctx.mesh.size
+    threads, failure = [], None
+    for device in range(devices):
+        for core in range(ctx.cores):
+            t = ThreadLowering(ctx, device, core)
+            t.emitter.emit(ir.KernelEntry(ctx.kernel_loc, ctx.name))
+            if barrier:
+                _emit_device_barrier(t, devices)
+            try:
+                for point in points[core]:
+                    t.program_ids = point
+                    eval_jaxpr(t, jaxpr, [], refs)
+            except LoadError as error:
+                failure = failure or error
+                threads.append(ir.Thread(device, core, t.emitter.build(prefix=True)))
+                continue
+            t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
+            threads.append(ir.Thread(device, core, t.emitter.build()))
+    return threads, failure
+
+
+@dataclass
+class _PassState:
+    """What one lowering of the threads adds to the kernel context, as it was before."""
+
+    inputs: list
+    scalar_inputs: dict
+    notes: list
+    data_uses: list
+    names: set
+
+    @classmethod
+    def of(cls, ctx: KernelContext) -> "_PassState":
+        return cls(list(ctx.inputs), dict(ctx._scalar_inputs), list(ctx.notes), list(ctx.data_uses), set(ctx._names))
+
+    def restore(self, ctx: KernelContext) -> None:
+        ctx.inputs, ctx._scalar_inputs = list(self.inputs), dict(self.scalar_inputs)
+        ctx.notes, ctx.data_uses, ctx._names = list(self.notes), list(self.data_uses), set(self.names)
+        ctx.read_points, ctx.payloads = {}, {}
 
 
 def _declare_default_barrier(ctx: KernelContext, devices: int) -> bool:

@@ -150,13 +150,45 @@ def _load(t: ThreadLowering, eqn, value, what: str, transforms) -> tuple[ir.Regi
     from semcheck.lower.interpreter import FOLD_LIMIT
 
     reg = region(t, eqn, value, what, transforms)
-    t.emitter.emit(ir.Load(t.loc(eqn), reg))
+    _emit_read(t, ir.Load(t.loc(eqn), reg))
     ref, all_transforms = ref_of(t, eqn, value, what, transforms)
     [out] = eqn.outvars[:1]
     scalar = _scalar_prefetch_element(t, eqn, ref, reg)
     if scalar is not None:
         return reg, scalar
     return reg, t.memory.read(ref, all_transforms, reg, out.aval, _why(t, eqn, reg), FOLD_LIMIT)
+
+
+def _emit_read(t: ThreadLowering, instr: ir.Instr) -> None:
+    t.emitter.emit(instr)
+    t.read_point(instr)
+
+
+def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
+    """What a copy moves (data.py): a local copy writes its destination in program order
+    (for a race-free kernel nothing reads it before the wait, nor writes the source); a
+    remote copy's payload lands where the canonical run of the protocol says (schedule.py)."""
+    from semcheck.lower.data import DATA_LIMIT, Payload, _concrete_transforms
+
+    t.read_point(start)
+    src_ref, src_transforms = ref_of(t, eqn, src, "the DMA source")
+    dst_ref, dst_transforms = ref_of(t, eqn, dst, "the DMA destination")
+    dst_aval = eqn.params["tree"].unflatten([v.aval for v in eqn.invars])[1]
+    value = t.memory.read(src_ref, src_transforms, start.src, dst_aval, _why(t, eqn, start.src), DATA_LIMIT)
+    local = start.device is None or (start.device == t.device and start.core in (None, t.core))
+    if local:
+        t.memory.write(dst_ref, dst_transforms, start.dst, value)
+        return
+    if not isinstance(start.device, int) or not isinstance(start.core, (int, type(None))):
+        t.kernel.volatile.add(dst_ref.alloc)  # lands on a device known only at run time
+        return
+    concrete = _concrete_transforms(tuple(dst_transforms))
+    known = value if isinstance(value, Known) and concrete is not None else None
+    why = value.why if isinstance(value, Opaque) else f"data copied at {t.loc(eqn)}"
+    t.kernel.payloads[id(start)] = Payload(
+        start.device, t.core if start.core is None else start.core, dst_ref,
+        concrete or (), start.dst, known, why,
+    )
 
 
 @rule("get")
@@ -194,8 +226,9 @@ def swap(t: ThreadLowering, eqn, inputs):
     target, all_transforms = ref_of(t, eqn, ref, "the stored ref", transforms)
     from semcheck.lower.interpreter import FOLD_LIMIT
 
+    store = ir.Store(t.loc(eqn), reg)
+    _emit_read(t, store)
     old = t.memory.read(target, all_transforms, reg, eqn.outvars[0].aval, _why(t, eqn, reg), FOLD_LIMIT)
-    t.emitter.emit(ir.Store(t.loc(eqn), reg))
     t.memory.write(target, all_transforms, reg, value)
     return [old]
 
@@ -205,7 +238,7 @@ def addupdate(t: ThreadLowering, eqn, inputs):
     ref, value, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
     reg = region(t, eqn, ref, "the updated ref", transforms)
-    t.emitter.emit(ir.Load(t.loc(eqn), reg))
+    _emit_read(t, ir.Load(t.loc(eqn), reg))
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
     target, all_transforms = ref_of(t, eqn, ref, "the updated ref", transforms)
     t.memory.add(target, all_transforms, reg, value, _why(t, eqn, reg), eqn.invars[1].aval)

@@ -16,7 +16,7 @@ import numpy as np
 from semcheck import ir
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
-from semcheck.lower.memory import nbytes_of_aval, region, semaphore_ref
+from semcheck.lower.memory import copy_data, nbytes_of_aval, region, semaphore_ref
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Sym, sym_op
 
@@ -137,19 +137,19 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             hint="copy, then add in the kernel",
         )
     device, core = resolve_device(t, eqn, device_id, eqn.params["device_id_type"], "DMA")
-    t.emitter.emit(
-        ir.DmaStart(
-            t.loc(eqn),
-            src=region(t, eqn, src, "the DMA source"),
-            dst=region(t, eqn, dst, "the DMA destination"),
-            recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
-            send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
-            # Mosaic counts the bytes of the destination memref (reference §1.5, §2.5).
-            nbytes=nbytes_of_aval(t, eqn, avals[1]),
-            device=device,
-            core=core,
-        )
+    start = ir.DmaStart(
+        t.loc(eqn),
+        src=region(t, eqn, src, "the DMA source"),
+        dst=region(t, eqn, dst, "the DMA destination"),
+        recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
+        send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
+        # Mosaic counts the bytes of the destination memref (reference §1.5, §2.5).
+        nbytes=nbytes_of_aval(t, eqn, avals[1]),
+        device=device,
+        core=core,
     )
+    t.emitter.emit(start)
+    copy_data(t, eqn, start, src, dst)  # the data it moves (lower/data.py)
     return []
 
 
