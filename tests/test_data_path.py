@@ -287,3 +287,16 @@ def test_summing_counts_before_their_copies_land_is_a_race_and_says_the_values_m
     result = check_protocol(p)
     assert {v.kind for v in result.errors} == {"data_race", "semaphore_leftover"}
     assert any(n.startswith("a data race touches counts_ref, which fed values taken from data") for n in result.notes)
+
+
+# --- semcheck.assume on a value loaded from a buffer ------------------------------------------
+
+
+def test_an_assumed_buffer_element_is_an_input_over_its_range_not_its_data():
+    from semcheck.frontends import LoadError
+
+    [p] = _load("assumed_count.py", 2)
+    assert not isinstance(p, LoadError), p
+    assert sorted((i.name, i.lo, i.hi) for i in p.inputs) == [("count_ref[0]@d0", 0, 8), ("count_ref[0]@d1", 0, 8)]
+    assert not p.data_uses  # nothing was taken from the script's 3
+    assert check_protocol(p).verdict.value == "safe"

@@ -108,6 +108,7 @@ class KernelContext:
     payloads: dict[int, object] = field(default_factory=dict)  # id(DmaStart) -> data.Payload
     arrivals: dict[tuple, tuple] = field(default_factory=dict)
     volatile: set[str] = field(default_factory=set)  # buffers a copy to a run-time device may write
+    assumed: frozenset[str] = frozenset()  # semcheck.assume names (see KernelCapture.assumed)
     data_uses: list[ir.DataUse] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -155,9 +156,11 @@ class KernelContext:
         self.inputs.append(ir.Input(name, lo, hi, loc))
         return name
 
-    def scalar_input(self, buffer: str, index: tuple[int, ...], device: int, dtype, loc: ir.Loc) -> str:
+    def scalar_input(self, buffer: str, index: tuple[int, ...], device: int, dtype, loc: ir.Loc,
+                     prefetch: bool = True) -> str:
         """The input holding element `index` of scalar-prefetch operand `buffer` on `device`
-        (its value is the caller's, unknown at trace time, and may differ per device)."""
+        (its value is the caller's, unknown at trace time, and may differ per device); with
+        `prefetch` False, an element of another buffer that semcheck.assume names."""
         key = (buffer, index, device)
         if key not in self._scalar_inputs:
             info = np.iinfo(np.dtype(dtype)) if np.dtype(dtype) != np.bool_ else None
@@ -166,11 +169,23 @@ class KernelContext:
             self._scalar_inputs[key] = name = f"{element}@d{device}"
             self._names.add(name)
             self.inputs.append(ir.Input(name, lo, hi, loc))
-            self.note(
-                f"{element} is a scalar-prefetch operand: one input per device ({element}@d0, ...), "
-                f"every value of its type checked unless bounded with semcheck.assume({element!r}, lo, hi)"
-            )
+            if prefetch:
+                self.note(
+                    f"{element} is a scalar-prefetch operand: one input per device ({element}@d0, ...), "
+                    f"every value of its type checked unless bounded with semcheck.assume({element!r}, lo, hi)"
+                )
+            else:
+                self.note(
+                    f"{element} is named by semcheck.assume: its initial value is one input per device "
+                    f"({element}@d0, ...), checked over the assumed range instead of the script's data"
+                )
         return self._scalar_inputs[key]
+
+    def is_assumed(self, buffer: str, index: tuple[int, ...], device: int) -> bool:
+        from semcheck.assumptions import covers
+
+        name = f"{buffer}[{', '.join(map(str, index))}]@d{device}"
+        return any(covers(a, name) for a in self.assumed)
 
     def note(self, text: str) -> None:
         if text not in self.notes:

@@ -48,6 +48,9 @@ class KernelCapture:
     # What the script passed when it ran the kernel: device -> operand index -> array
     # (semcheck/operands.py); empty when the kernel was compiled but never run.
     operand_values: dict = field(default_factory=dict)
+    # Names the script's semcheck.assume calls bound: a buffer element they name stays a
+    # protocol input (checked over the range) instead of its value in the data.
+    assumed: frozenset[str] = frozenset()
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
@@ -262,6 +265,7 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
         allow_unused_collective_id=bool(
             getattr(compiler_params, "allow_collective_id_without_custom_barrier", False)
         ),
+        assumed=capture.assumed,
     )
 
 

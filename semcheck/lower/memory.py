@@ -204,7 +204,8 @@ def _scalar_prefetch_element(t: ThreadLowering, eqn, ref: RefValue, reg: ir.Regi
     caller's value, so a protocol input (a signal count or wait value may depend on it)."""
     [out] = eqn.outvars[:1]
     aval = out.aval
-    if reg.buffer not in t.kernel.scalar_operands or tuple(aval.shape) != ():
+    prefetch = reg.buffer in t.kernel.scalar_operands
+    if tuple(aval.shape) != () or not (prefetch or t.kernel.assumed):
         return None
     if not (np.issubdtype(aval.dtype, np.integer) or aval.dtype == np.bool_):
         return None
@@ -214,7 +215,9 @@ def _scalar_prefetch_element(t: ThreadLowering, eqn, ref: RefValue, reg: ir.Regi
         return None
     if t.memory.written_element(ref, reg):
         return None  # the kernel's own store defines it (data.py)
-    name = t.kernel.scalar_input(reg.buffer, tuple(reg.start), t.device, aval.dtype, t.loc(eqn))
+    if not prefetch and not t.kernel.is_assumed(reg.buffer, tuple(reg.start), t.device):
+        return None  # its value comes from the data (data.py)
+    name = t.kernel.scalar_input(reg.buffer, tuple(reg.start), t.device, aval.dtype, t.loc(eqn), prefetch)
     return Sym(ir.Reg(name), np.dtype(aval.dtype))
 
 
