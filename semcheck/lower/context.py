@@ -102,6 +102,7 @@ class KernelContext:
     # capture saw none, e.g. the kernel was traced but never run).
     initial_data: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     data_seen: bool = False  # the script ran the kernel, so its operand values were captured
+    data_withheld: frozenset[int] = frozenset()  # devices whose values may be an earlier kernel's zeros
     # Data moved by remote copies (schedule.py): where each thread reads data, what each
     # remote copy carries, and which payloads the canonical run landed before which read.
     read_points: dict[int, tuple] = field(default_factory=dict)  # id(instr) -> ((device, core), seq)
@@ -211,7 +212,13 @@ class ThreadLowering:
         self.program_ids: tuple[int, ...] = ()
         self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile)
         self._reads = 0
-        if not kernel.data_seen:
+        if device in kernel.data_withheld:
+            self.memory.undefined = (
+                "which this thread has not stored; the operand values seen on this device are not "
+                "used, because another kernel ran there first and semcheck's capture replaces kernel "
+                "outputs with zeros (the operand may be one)"
+            )
+        elif not kernel.data_seen:
             self.memory.undefined = (
                 "which this thread has not stored, and the capture saw no operand values (the "
                 "kernel was traced but not run: check the script that runs it)"

@@ -51,6 +51,9 @@ class KernelCapture:
     # Names the script's semcheck.assume calls bound: a buffer element they name stays a
     # protocol input (checked over the range) instead of its value in the data.
     assumed: frozenset[str] = frozenset()
+    # Devices where another kernel ran before this one's first call: its operands there may
+    # be that kernel's outputs, which the capture replaced with zeros (not used).
+    after_other_kernel: set = field(default_factory=set)
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
@@ -204,6 +207,7 @@ def _operand_data(capture: KernelCapture, operand_of: dict[int, int]) -> dict[in
     return {
         device: {k: values[op] for k, op in operand_of.items() if op in values}
         for device, values in capture.operand_values.items()
+        if device not in capture.after_other_kernel
     }
 
 
@@ -286,6 +290,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
     refs = [ctx.declare_ref(n, v.aval, o, ctx.kernel_loc) for n, v, o in zip(names, invars, origins)]
     ctx.scalar_operands = frozenset(r.alloc for r in refs[:n_scalar] if not r.is_semaphore)
     ctx.data_seen = data_seen
+    ctx.data_withheld = frozenset(set(range(ctx.mesh.size)) - set((data or {}).keys())) if data_seen else frozenset()
     ctx.initial_data = initial_contents(refs, data or {})
     handed_in = [
         r.alloc for r, o in zip(refs[:n_inputs], origins) if r.is_semaphore and o is SemOrigin.ARGUMENT
