@@ -300,3 +300,54 @@ def test_an_assumed_buffer_element_is_an_input_over_its_range_not_its_data():
     assert sorted((i.name, i.lo, i.hi) for i in p.inputs) == [("count_ref[0]@d0", 0, 8), ("count_ref[0]@d1", 0, 8)]
     assert not p.data_uses  # nothing was taken from the script's 3
     assert check_protocol(p).verdict.value == "safe"
+
+
+# --- against JAX's TPU interpreter ----------------------------------------------------------
+
+import pytest  # noqa: E402
+
+# kernel script -> what the interpreter must do with it, from semcheck's verdict
+DIFFERENTIAL = {
+    "routed_signal.py": "finished",  # safe
+    "routed_signal_wrong_wait.py": "hung",  # unsatisfied_wait
+    "gathered_counts.py": "finished",  # safe
+    "gathered_counts_read_early.py": "finished",  # a race and a leftover: neither hangs
+}
+
+
+# The interpreter hangs for ever on a hang; a run not done by then counts as hung. Longer
+# than the examples' differential timeout: these scripts import a second module and the
+# interpreter runs each remote copy on its own threads.
+INTERPRETER_TIMEOUT = 150.0
+
+
+@pytest.fixture
+def run_interpreter(monkeypatch):
+    import tests.test_tpu_differential as differential
+
+    monkeypatch.setattr(differential, "TIMEOUT", INTERPRETER_TIMEOUT)
+    return differential.run_interpreter
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(DIFFERENTIAL))
+def test_the_tpu_interpreter_does_what_the_evaluated_verdict_says(name, run_interpreter):
+    from semcheck.api import verify_path
+
+    [result] = verify_path(_script(name), [2])
+    kinds = {v.kind for v in result.errors}
+    expected = "hung" if kinds & {"deadlock", "unsatisfied_wait"} else "finished"
+    assert expected == DIFFERENTIAL[name], (name, kinds)
+    outcome, output = run_interpreter(_script(name), 2, {})
+    assert outcome == expected, (outcome, output)
+
+
+@pytest.mark.slow
+def test_the_tpu_interpreter_sees_the_race_of_counts_read_before_they_land(run_interpreter):
+    path = _script("gathered_counts_read_early.py")
+    for mode in ("on_wait", "eager"):
+        outcome, output = run_interpreter(path, 2, {"detect_races": True, "dma_execution_mode": mode}, tail=None)
+        assert outcome == "finished", output
+        assert "RACE DETECTED" in output, (mode, output[-2000:])
+    [safe] = [run_interpreter(_script("gathered_counts.py"), 2, {"detect_races": True}, tail=None)]
+    assert safe[0] == "finished" and "RACE DETECTED" not in safe[1]
