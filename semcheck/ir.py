@@ -187,13 +187,14 @@ class SemRef:
 class Region:
     """A rectangular region of a buffer: `start[i] : start[i] + size[i]` per dim.
 
-    An empty `start` means the whole buffer. `device`/`core` of None mean the accessing
+    Starts and sizes are operands: a size may be known only at run time (a DMA window
+    sized from a scalar-prefetch element). An empty `start` means the whole buffer. `device`/`core` of None mean the accessing
     thread's own (for a DMA destination: the DMA's target).
     """
 
     buffer: str
     start: tuple[Operand, ...] = ()
-    size: tuple[int, ...] = ()
+    size: tuple[Operand, ...] = ()
 
 
 # --- instructions --------------------------------------------------------------------------------

@@ -214,7 +214,9 @@ class BufferInstance:
 
 
 def overlap(a: Access, b: Access) -> bool:
-    if a.buffer != b.buffer:
+    """Whether two accesses share an element. An empty access (a size of 0 in some dim)
+    shares none, even when it starts inside the other (a 0-row copy at row 2 of rows 0:4)."""
+    if a.buffer != b.buffer or 0 in a.sizes or 0 in b.sizes:
         return False
     if len(a.starts) != len(b.starts):
         return True  # shapes disagree: cannot tell, assume the worst
@@ -561,8 +563,9 @@ class System:
         self.lifecycle_base = count
 
     def _static_key(self, region: ir.Region) -> tuple | None:
-        """(starts, sizes) of a region with constant starts, as `resolve_region` gives them."""
-        if not all(isinstance(op, int) for op in region.start):
+        """(starts, sizes) of a region with constant starts and sizes, as `resolve_region`
+        gives them."""
+        if not all(isinstance(op, int) for op in region.start + region.size):
             return None
         decl, _base = self._buffers[region.buffer]
         rank = len(decl.shape)
@@ -689,7 +692,7 @@ class System:
         assert bid is not None  # the target was resolved (and checked) first
         rank = len(decl.shape)
         starts = tuple(self.eval(op, t, state) for op in region.start) + (0,) * (rank - len(region.start))
-        sizes = tuple(region.size) + tuple(decl.shape[len(region.size):])
+        sizes = tuple(self.eval(op, t, state) for op in region.size) + tuple(decl.shape[len(region.size):])
         return Access(write, bid, starts[:rank], sizes[:rank])
 
     def arrival_problem(self, state: State, device: int, core: int | None, invocation: int) -> str | None:
@@ -1033,7 +1036,20 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
             Event(RECV, t, pc, recv, dma_increment(landing.decl, nbytes), (dst,), invocation),
             Event(SEND, t, pc, send, dma_increment(system.instances[send].decl, nbytes), (src,), invocation),
         ]
+    if nbytes == 0:
+        return _complete_at_start(system, state, t, new, hazards)
     return _advance(state, t, events=tuple(sorted(state.events + tuple(new))), hazards=hazards)
+
+
+def _complete_at_start(system: System, state: State, t: int, new: list[Event], hazards) -> State:
+    """A copy of 0 bytes moves no data: both its sides complete as it starts (so a 0-byte
+    wait finds it done, and one nobody waits for is never left in flight), touching no
+    memory; what each completion adds to its semaphore and the landing's entry check are
+    those of any completion."""
+    state = _advance(state, t, hazards=hazards)
+    for event in new:
+        state = _complete(system, state._replace(events=state.events + (event,)), event)
+    return state
 
 
 def _exec_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> State:
@@ -1294,7 +1310,7 @@ def _operands(instr: ir.Instr) -> list[ir.Operand | None]:
     for name in ("region", "src", "dst"):
         region = getattr(instr, name, None)
         if isinstance(region, ir.Region):
-            ops.extend(region.start)
+            ops.extend(region.start + region.size)
     return ops
 
 

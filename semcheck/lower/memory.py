@@ -11,6 +11,7 @@ whole dimension (it over-approximates what is touched), and transforms other tha
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from semcheck import ir
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.registry import rule
-from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, sym_op
+from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, known, sym_op
 
 
 def split_ref(value) -> tuple[object, tuple]:
@@ -45,14 +46,41 @@ def ref_of(t: ThreadLowering, eqn, value, what: str, extra=()) -> tuple[RefValue
     return ref, ref.transforms + transforms
 
 
-def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, what: str):
-    """Per allocation dim: (start operand or None when unknown, size); plus the dims the
-    view still has. None when a transform is not indexing (only allowed when not exact)."""
+@dataclass
+class _Dim:
+    """One dim of the allocation under a view: where the view starts (None when unknown),
+    the distance between its consecutive elements, and how many elements it has (an
+    operand, or None when unknown)."""
+
+    start: ir.Operand | None
+    stride: int
+    count: ir.Operand | None
+
+    def extent(self) -> ir.Operand | None:
+        """Elements of the allocation from the first to the last the view touches."""
+        if self.count is None or self.stride == 1:
+            return self.count
+        if isinstance(self.count, int):
+            return (self.count - 1) * self.stride + 1 if self.count else 0
+        return sym_op("max", sym_op("sub", sym_op("mul", self.count, self.stride), self.stride - 1), 0)
+
+
+@dataclass
+class _View:
+    dims: list[_Dim]  # per allocation dim
+    kept: list[int]  # allocation dims the view still has, in order
+    sizes: list[Value]  # the view's size along each kept dim, as lowered (for byte counts)
+
+
+def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, what: str) -> _View | None:
+    """Compose the ref's `.at[...]` indexers into one view of the allocation. Each indexer
+    indexes the view before it, so its starts count in that view's elements (scaled by its
+    strides, offset by its starts). None when a transform is not indexing (only allowed
+    when not exact)."""
     from jax._src.state.indexing import NDIndexer, Slice
 
-    starts: list = [0] * len(ref.shape)
-    sizes = list(ref.shape)
-    view_dims = list(range(len(ref.shape)))
+    view = _View([_Dim(0, 1, extent) for extent in ref.shape], list(range(len(ref.shape))),
+                 [known(extent) for extent in ref.shape])
     for transform in transforms:
         if not isinstance(transform, NDIndexer):
             if exact:
@@ -61,28 +89,36 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
                     f"{what}: semcheck cannot follow the ref transform {type(transform).__name__}",
                     hint="index semaphore arrays with .at[i] only",
                 )
-            return None, []
-        kept = []
-        for dim, index in zip(view_dims, transform.indices):
+            return None
+        kept, sizes = [], []
+        for dim, index, size in zip(view.kept, transform.indices, view.sizes):
+            d = view.dims[dim]
             if isinstance(index, Slice):
                 start = _index(t, eqn, index.start, exact, what)
-                size = index.size if isinstance(index.size, int) else None
-                if start is None or size is None:
-                    starts[dim], sizes[dim] = None, ref.shape[dim]
-                else:
-                    if starts[dim] is not None:
-                        starts[dim] = sym_op("add", starts[dim], start)
-                    sizes[dim] = (size - 1) * index.stride + 1 if size else 0
+                count = _size(index.size)
+                d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
+                d.stride *= index.stride
+                d.count = count
                 kept.append(dim)
+                sizes.append(index.size if not isinstance(index.size, int) else known(index.size))
             else:
                 start = _index(t, eqn, index, exact, what)
-                if start is None or starts[dim] is None:
-                    starts[dim], sizes[dim] = None, ref.shape[dim]
-                else:
-                    starts[dim] = sym_op("add", starts[dim], start)
-                    sizes[dim] = 1
-        view_dims = kept
-    return list(zip(starts, sizes)), view_dims
+                d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
+                d.count = 1
+        view = _View(view.dims, kept, sizes)
+    return view
+
+
+def _size(size) -> ir.Operand | None:
+    """A slice size as an operand: a Python int, a value known per thread, a symbolic one;
+    None when semcheck does not know it."""
+    if isinstance(size, int):
+        return size
+    if isinstance(size, Known) and size.value.size == 1:
+        return size.as_int()
+    if isinstance(size, Sym):
+        return size.op
+    return None
 
 
 def _index(t: ThreadLowering, eqn, index, exact: bool, what: str):
@@ -105,26 +141,38 @@ def semaphore_ref(
     ref, transforms = ref_of(t, eqn, value, what, extra)
     if not ref.is_semaphore:
         raise t.error(eqn, f"{what} is the buffer {ref.alloc!r}, not a semaphore")
-    dims, view_dims = _view(t, eqn, ref, transforms, exact=True, what=f"{what} index")
-    if view_dims:
+    view = _view(t, eqn, ref, transforms, exact=True, what=f"{what} index")
+    if view.kept:
         raise t.error(eqn, f"{what}: {ref.alloc} is indexed to a shape, not a single semaphore")
     index: ir.Operand = 0
     stride = 1
-    for (start, _size), extent in reversed(list(zip(dims, ref.shape))):
-        index = sym_op("add", index, sym_op("mul", start, stride))
+    for d, extent in reversed(list(zip(view.dims, ref.shape))):
+        index = sym_op("add", index, sym_op("mul", d.start, stride))
         stride *= extent
     return ir.SemRef(ref.alloc, index, device, core)
 
 
 def region(t: ThreadLowering, eqn, value, what: str, extra=()) -> ir.Region:
+    """The part of the allocation a buffer view may touch: exact where its starts and sizes
+    are known (per thread, or as operands over inputs and registers); a dim whose start or
+    size is unknown widens to the whole dim (it covers whatever one run touches), and a
+    view through a transform other than indexing to the whole buffer."""
     ref, transforms = ref_of(t, eqn, value, what, extra)
     if ref.is_semaphore:
         raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
-    dims, _ = _view(t, eqn, ref, transforms, exact=False, what=what)
-    if dims is None:
+    view = _view(t, eqn, ref, transforms, exact=False, what=what)
+    if view is None:
         return ir.Region(ref.alloc, (0,) * len(ref.shape), tuple(ref.shape))
-    starts = tuple(0 if s is None else s for s, _ in dims)
-    return ir.Region(ref.alloc, starts, tuple(size for _, size in dims))
+    starts, sizes = [], []
+    for d, extent in zip(view.dims, ref.shape):
+        known_extent = d.extent()
+        if d.start is None or known_extent is None:
+            starts.append(0)
+            sizes.append(extent)
+        else:
+            starts.append(d.start)
+            sizes.append(known_extent)
+    return ir.Region(ref.alloc, tuple(starts), tuple(sizes))
 
 
 def nbytes_of_aval(t: ThreadLowering, eqn, aval) -> int:
@@ -136,6 +184,27 @@ def nbytes_of_aval(t: ThreadLowering, eqn, aval) -> int:
         raise t.error(eqn, f"the DMA's shape {aval.shape} is known only at run time",
                       hint="use static slice sizes (pl.ds(start, size) with a Python int size)")
     return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+
+
+def nbytes_of_window(t: ThreadLowering, eqn, value, aval, what: str) -> ir.Operand:
+    """Bytes a DMA moves through the window `value` (Mosaic counts the destination's, see
+    tpu.py): the static shape of its aval, or, when a `pl.ds` size is traced (JAX then
+    gives the window a dynamic-shape aval, `state/indexing.py` `DShapedArray`), the product
+    of the window's sizes as lowered: exact when each is known per thread, an operand over
+    the protocol's inputs when one comes from scalar prefetch, and an error naming the
+    size when semcheck cannot know it."""
+    if all(isinstance(d, int) for d in aval.shape):
+        return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+    ref, transforms = ref_of(t, eqn, value, what)
+    view = _view(t, eqn, ref, transforms, exact=False, what=what)
+    if view is None:
+        raise t.error(eqn, f"{what} has a size known only at run time behind a reshape or bitcast, "
+                      "which semcheck cannot follow")
+    nbytes: ir.Operand = np.dtype(ref.dtype).itemsize
+    for position, size in enumerate(view.sizes):
+        count = operand(t, eqn, size, f"the size of {what} along its dim {position} (a traced pl.ds size)")
+        nbytes = sym_op("mul", nbytes, count)
+    return nbytes
 
 
 # --- loads and stores ------------------------------------------------------------------------

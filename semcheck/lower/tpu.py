@@ -16,7 +16,7 @@ import numpy as np
 from semcheck import ir
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
-from semcheck.lower.memory import nbytes_of_aval, region, semaphore_ref
+from semcheck.lower.memory import nbytes_of_window, region, semaphore_ref
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Sym, sym_op
 
@@ -145,7 +145,7 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
             send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
             # Mosaic counts the bytes of the destination memref (reference §1.5, §2.5).
-            nbytes=nbytes_of_aval(t, eqn, avals[1]),
+            nbytes=nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination"),
             device=device,
             core=core,
         )
@@ -156,7 +156,7 @@ def dma_start(t: ThreadLowering, eqn, inputs):
 @rule("dma_wait")
 def dma_wait(t: ThreadLowering, eqn, inputs):
     tree = eqn.params["tree"]
-    _src, _dst, sem, _other_sem, _device_id = tree.unflatten(inputs)
+    _src, dst, sem, _other_sem, _device_id = tree.unflatten(inputs)
     avals = tree.unflatten([v.aval for v in eqn.invars])
     # wait_send binds the descriptor with src/dst and the two semaphores swapped, so slot 2
     # is always the local semaphore to wait on. Newer JAX marks a send-wait with
@@ -168,7 +168,7 @@ def dma_wait(t: ThreadLowering, eqn, inputs):
         ir.DmaWait(
             t.loc(eqn),
             semaphore_ref(t, eqn, sem, f"the DMA {side} semaphore waited on"),
-            nbytes_of_aval(t, eqn, avals[1]),
+            nbytes_of_window(t, eqn, dst, avals[1], "the waited DMA's destination"),
             side,
         )
     )
