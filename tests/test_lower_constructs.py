@@ -222,3 +222,64 @@ def test_chained_strided_views_compose_starts_and_strides():
     [start] = instrs(p, ir.DmaStart, 0)
     assert (start.src.start, start.src.size) == ((3, 0), (3, 128))  # rows 3 to 5
     assert start.nbytes == 2 * ROW
+
+
+# --- pl.select_ref ---------------------------------------------------------------------------------
+
+
+def test_a_select_ref_with_a_known_index_picks_its_ref():
+    def kernel(x_ref, o_ref, sems):
+        def step(i, carry):
+            sem = pl.select_ref(i % 2, sems.at[0], sems.at[1])
+            copy = pltpu.make_async_copy(x_ref.at[pl.ds(i, 1)], o_ref.at[pl.ds(i, 1)], sem)
+            copy.start()
+            copy.wait()
+            return carry
+
+        lax.fori_loop(0, 3, step, 0)
+
+    [p] = protocols(_call(kernel, [DMA_SEM((2,))]), mesh((2,)))
+    assert [s.recv_sem.index for s in instrs(p, ir.DmaStart)] == [0, 1, 0]
+    assert [w.sem.index for w in instrs(p, ir.DmaWait)] == [0, 1, 0]
+    assert not instrs(p, ir.Branch)
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_a_select_ref_with_a_run_time_index_branches_over_its_refs():
+    """Mosaic's `_select_to_ifop`: option k for index k < n - 1, the last for any other."""
+
+    def kernel(slot_ref, x_ref, o_ref, a_ref, b_ref, c_ref, sem):
+        slot = slot_ref[0]
+        source = pl.select_ref(slot, a_ref, b_ref, c_ref)
+        pltpu.make_async_copy(source, o_ref, sem).start()
+        pltpu.make_async_copy(x_ref, o_ref, sem).wait()
+
+    scratch = [pltpu.VMEM((8, 128), jnp.float32)] * 3 + [DMA_SEM]
+    [p] = protocols(_call(kernel, scratch, prefetch=[1]), mesh((2,)))
+    from semcheck.semantics import System
+
+    system = System(p)
+    chosen = {}
+    for value in (-1, 0, 1, 2, 7):
+        state = system.initial_state(tuple(value for _ in p.inputs))
+        while not isinstance(system.current(state, 0), ir.DmaStart):
+            state = system.step(state, ("t", 0))
+        chosen[value] = system.current(state, 0).src.buffer
+    assert chosen == {-1: "c_ref", 0: "a_ref", 1: "b_ref", 2: "c_ref", 7: "c_ref"}
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_a_select_ref_on_buffer_contents_checks_every_option():
+    """The slot comes from a buffer semcheck does not track: each device may pick either
+    semaphore, and one pick leaves the wait on the other one hanging."""
+
+    def kernel(x_ref, o_ref, slot_ref, sems):
+        sem = pl.select_ref(slot_ref[0], sems.at[0], sems.at[1])  # <- picked from data
+        pltpu.make_async_copy(x_ref, o_ref, sem).start()
+        pltpu.make_async_copy(x_ref, o_ref, sems.at[0]).wait()
+
+    [p] = protocols(_call(kernel, [pltpu.SMEM((1,), jnp.int32), DMA_SEM((2,))]), mesh((2,)))
+    assert [(i.lo, i.hi) for i in p.inputs] == [(0, 1), (0, 1)]
+    assert any("pl.select_ref" in note and "slot_ref" in note for note in p.notes)
+    [stuck] = check_protocol(p).errors
+    assert stuck.kind == "unsatisfied_wait" and 1 in stuck.inputs.values()

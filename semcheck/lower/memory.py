@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -35,6 +36,14 @@ def split_ref(value) -> tuple[object, tuple]:
 def ref_of(t: ThreadLowering, eqn, value, what: str, extra=()) -> tuple[RefValue, tuple]:
     ref, transforms = split_ref(value)
     transforms = transforms + tuple(extra or ())
+    if _is_multiref(ref):
+        raise t.error(
+            eqn,
+            f"{what} is a pl.select_ref, which Mosaic lowers only as a DMA operand "
+            "(jax/_src/pallas/mosaic/lowering.py, lower_with_transformed_refs; elsewhere "
+            "_transform_ref raises NotImplementedError)",
+            hint="select the semaphore with lax.cond, or index a semaphore array with .at[i]",
+        )
     if not isinstance(ref, RefValue):
         reason = ref.why if isinstance(ref, Opaque) else "a value semcheck does not track"
         raise t.error(
@@ -70,6 +79,90 @@ class _View:
     dims: list[_Dim]  # per allocation dim
     kept: list[int]  # allocation dims the view still has, in order
     sizes: list[Value]  # the view's size along each kept dim, as lowered (for byte counts)
+
+
+# --- pl.select_ref ------------------------------------------------------------------------------
+
+
+def _is_multiref(ref) -> bool:
+    return isinstance(ref, (tuple, list)) and not all(isinstance(x, int) for x in ref)
+
+
+def _find_select(value):
+    """(index, options, rebuild) of the first `pl.select_ref` inside a ref operand, where
+    rebuild(option) is the operand with that option in the selection's place; None when it
+    has none. A selection is a TransformedRef over a tuple of refs with one SelectTransform
+    (jax/_src/state/types.py); `.at[...]` on it wraps it in another TransformedRef."""
+    from jax._src.state.types import TransformedRef
+
+    if not isinstance(value, TransformedRef):
+        return None
+    if _is_multiref(value.ref):
+        [select] = value.transforms
+        return select.idx, list(value.ref), lambda option: option
+    found = _find_select(value.ref)
+    if found is None:
+        return None
+    index, options, rebuild = found
+    return index, options, lambda option: TransformedRef(rebuild(option), value.transforms)
+
+
+def for_each_selection(t: ThreadLowering, eqn, operands: list, lower: Callable[[list], None]) -> None:
+    """Lower `lower(operands)` once per choice of every `pl.select_ref` among the ref
+    operands of a DMA. Mosaic lowers a selection to nested `scf.if`s on `index == 0`, each
+    else branch going on with `index - 1` and the last option taking whatever is left
+    (`_select_to_ifop` in jax/_src/pallas/mosaic/lowering.py, 0.10.2): option k for
+    0 <= k < n - 1, the last option for any other index. A known index picks its option; one
+    known only at run time becomes IR branches over the options; one semcheck does not know
+    (buffer contents) becomes a protocol input over the options, checked in every case."""
+    for position, value in enumerate(operands):
+        found = _find_select(value)
+        if found is None:
+            continue
+        index, options, rebuild = found
+
+        def chosen(k: int, position=position, rebuild=rebuild) -> None:
+            rest = list(operands)
+            rest[position] = rebuild(options[k])
+            for_each_selection(t, eqn, rest, lower)
+
+        last = len(options) - 1
+        if isinstance(index, int) or isinstance(index, Known) and index.is_scalar:
+            k = int(index) if isinstance(index, int) else index.as_int()
+            chosen(k if 0 <= k < last else last)
+            return
+        if isinstance(index, Opaque):
+            loc = t.loc(eqn)
+            name = t.kernel.add_input(f"select@{loc.line}.d{t.device}c{t.core}", 0, last, loc)
+            t.kernel.note(
+                f"the pl.select_ref at {loc} chooses by {index.why}; semcheck checks every one of "
+                f"its {len(options)} refs on every device and core"
+            )
+            index_op: ir.Operand = ir.Reg(name)
+        else:
+            index_op = operand(t, eqn, index, "the pl.select_ref index")
+        branch_cases(t, eqn, index_op, len(options), chosen)
+        return
+    lower(operands)
+
+
+def branch_cases(t: ThreadLowering, eqn, index: ir.Operand, cases: int, lower: Callable[[int], None]) -> None:
+    """IR branches on `index`: case k for index == k (k < cases - 1), the last case for
+    every other value; `lower(k)` emits each case's code."""
+    em, loc = t.emitter, t.loc(eqn)
+    labels = [em.label() for _ in range(cases - 1)]
+    end = em.label()
+    for k, label in enumerate(labels):
+        em.branch(sym_op("eq", index, k), label, loc)
+    lower(cases - 1)
+    for k, label in enumerate(labels):
+        em.jump(end, loc)
+        em.place(label)
+        lower(k)
+    em.place(end)
+
+
+# --- views ---------------------------------------------------------------------------------------
 
 
 def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, what: str) -> _View | None:
