@@ -283,3 +283,36 @@ def test_a_select_ref_on_buffer_contents_checks_every_option():
     assert any("pl.select_ref" in note and "slot_ref" in note for note in p.notes)
     [stuck] = check_protocol(p).errors
     assert stuck.kind == "unsatisfied_wait" and 1 in stuck.inputs.values()
+
+
+# --- semaphore indices semcheck cannot know -----------------------------------------------------
+
+
+def test_a_semaphore_index_from_buffer_contents_branches_over_the_array():
+    """`sems.at[slot_ref[0]]` with the slot kept in SMEM: every index of the array is
+    checked on every device, so a signal to one slot with a wait on another is caught."""
+
+    def kernel(x_ref, o_ref, slot_ref, sems):
+        pl.semaphore_signal(sems.at[slot_ref[0]], 1)  # <- slot from SMEM
+        pl.semaphore_wait(sems.at[0], 1)
+
+    [p] = protocols(_call(kernel, [pltpu.SMEM((1,), jnp.int32), REGULAR_SEM((3,))]), mesh((2,)))
+    assert [(i.lo, i.hi) for i in p.inputs] == [(0, 2), (0, 2)]
+    [signal] = [s for s in instrs(p, ir.Signal) if s.sem.alloc == "sems"]
+    assert isinstance(signal.sem.index, ir.Reg) and signal.sem.index.name == p.inputs[0].name
+    assert any("slot_ref" in note and "every index 0..2" in note for note in p.notes)
+    [stuck] = check_protocol(p).errors
+    assert stuck.kind == "unsatisfied_wait" and set(stuck.inputs.values()) & {1, 2}
+
+
+def test_a_run_time_semaphore_index_outside_the_array_is_invalid_semaphore_index():
+    def kernel(slot_ref, x_ref, o_ref, sems):
+        pl.semaphore_signal(sems.at[slot_ref[0]], 1)  # <- slot from scalar prefetch
+        pl.semaphore_wait(sems.at[slot_ref[0]], 1)
+
+    from semcheck.assumptions import Assumption, apply
+
+    [p] = protocols(_call(kernel, [REGULAR_SEM((2,))], prefetch=[1]), mesh((2,)))
+    assert check_protocol(apply(p, [Assumption("slot_ref[0]", 0, 1)])).verdict.value == "safe"
+    kinds_found = {v.kind for v in check_protocol(apply(p, [Assumption("slot_ref[0]", 0, 2)])).errors}
+    assert kinds_found == {"invalid_semaphore_index"}

@@ -186,8 +186,9 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
         kept, sizes = [], []
         for dim, index, size in zip(view.kept, transform.indices, view.sizes):
             d = view.dims[dim]
+            extent = d.count if isinstance(d.count, int) else ref.shape[dim]
             if isinstance(index, Slice):
-                start = _index(t, eqn, index.start, exact, what)
+                start = _index(t, eqn, index.start, exact, what, extent)
                 count = _size(index.size)
                 d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
                 d.stride *= index.stride
@@ -195,7 +196,7 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
                 kept.append(dim)
                 sizes.append(index.size if not isinstance(index.size, int) else known(index.size))
             else:
-                start = _index(t, eqn, index, exact, what)
+                start = _index(t, eqn, index, exact, what, extent)
                 d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
                 d.count = 1
         view = _View(view.dims, kept, sizes)
@@ -214,7 +215,9 @@ def _size(size) -> ir.Operand | None:
     return None
 
 
-def _index(t: ThreadLowering, eqn, index, exact: bool, what: str):
+def _index(t: ThreadLowering, eqn, index, exact: bool, what: str, extent: int):
+    """An index into a view dim of `extent` elements, as an operand; None when a buffer
+    view's index is unknown (the region then widens)."""
     if isinstance(index, int):
         return index
     if isinstance(index, Known) and index.value.size != 1:
@@ -223,9 +226,25 @@ def _index(t: ThreadLowering, eqn, index, exact: bool, what: str):
         return None
     if isinstance(index, (Known, Sym)):
         return operand(t, eqn, index, what)
-    if isinstance(index, Opaque) and not exact:
-        return None
+    if isinstance(index, Opaque):
+        return _unknown_semaphore_index(t, eqn, index, what, extent) if exact else None
     return operand(t, eqn, index, what)
+
+
+def _unknown_semaphore_index(t: ThreadLowering, eqn, index: Opaque, what: str, extent: int) -> ir.Operand:
+    """A semaphore index semcheck cannot know (it comes from buffer contents): a protocol
+    input over the array's static extent, so every semaphore the index may name is
+    checked, on every device and core. An index outside the shape cannot be seen here; one
+    known only at run time (a register) is still checked and faults with
+    invalid_semaphore_index."""
+    loc = t.loc(eqn)
+    name = t.kernel.add_input(f"index@{loc.line}.d{t.device}c{t.core}", 0, max(extent, 1) - 1, loc)
+    t.kernel.note(
+        f"{what} at {loc} depends on {index.why}; semcheck checks every index 0..{extent - 1} "
+        "of the semaphore array on every device and core (it assumes the index lies inside "
+        "the array, which it cannot see)"
+    )
+    return ir.Reg(name)
 
 
 def semaphore_ref(
