@@ -57,6 +57,7 @@ class ProtocolError(Exception):
 INVALID_DEVICE = "invalid_device_id"
 INVALID_CORE = "invalid_core_index"
 INVALID_SEM_INDEX = "invalid_semaphore_index"
+INVALID_REGION = "invalid_region"
 
 
 class _Fault(Exception):
@@ -1026,6 +1027,8 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
     src = system.resolve_region(t, instr.src, state, write=False)
     dst = system.resolve_region(t, instr.dst, state, write=True, device=landing.device,
                                 core=landing.core if landing.core is not None else system.threads[t].core)
+    for side, access in (("source", src), ("destination", dst)):
+        _check_window(system, side, access)
     invocation = system.invocation_at[t][pc] if system.has_lifecycle[t] else 0
     hazards = _with(state.hazards, *_races(system, state, t, [src, dst]))
     if instr.send_sem is None:  # local: the source is read until the copy lands
@@ -1050,6 +1053,20 @@ def _complete_at_start(system: System, state: State, t: int, new: list[Event], h
     for event in new:
         state = _complete(system, state._replace(events=state.events + (event,)), event)
     return state
+
+
+def _check_window(system: System, side: str, access: Access) -> None:
+    """A copy window must lie inside its buffer: 0 <= start and start + size <= extent in
+    every dim (JAX's TPU interpreter fails the copy otherwise:
+    jax/_src/pallas/mosaic/interpret/utils.py, is_range_out_of_bounds_for_shape, 0.10.2)."""
+    shape = system.buffer_instances[access.buffer].decl.shape
+    if all(0 <= s and s + z <= n for s, z, n in zip(access.starts, access.sizes, shape)):
+        return
+    raise _Fault(
+        INVALID_REGION,
+        f"the copy's {side} window {_extent(access)} lies outside "
+        f"{system.buffer_instances[access.buffer].label} of shape {tuple(shape)}",
+    )
 
 
 def _exec_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> State:

@@ -316,3 +316,47 @@ def test_a_run_time_semaphore_index_outside_the_array_is_invalid_semaphore_index
     assert check_protocol(apply(p, [Assumption("slot_ref[0]", 0, 1)])).verdict.value == "safe"
     kinds_found = {v.kind for v in check_protocol(apply(p, [Assumption("slot_ref[0]", 0, 2)])).errors}
     assert kinds_found == {"invalid_semaphore_index"}
+
+
+# --- copy windows outside their buffer --------------------------------------------------------------
+
+
+def test_a_copy_window_outside_its_buffer_is_invalid_region_in_both_engines():
+    """Rows 4 + d .. 8 + d of an 8-row block: inside on device 0, one row past the end on
+    device 1 (JAX's TPU interpreter fails that copy with an out-of-bounds read)."""
+
+    def kernel(x_ref, o_ref, sem):
+        start = 4 + lax.axis_index("x")
+        copy = pltpu.make_async_copy(x_ref.at[pl.ds(start, 4)], o_ref.at[pl.ds(0, 4)], sem)
+        copy.start()  # <- window
+        copy.wait()
+
+    [p] = protocols(_call(kernel, [DMA_SEM]), mesh((2,)))
+    for engine in ("explicit", "z3"):
+        [fault] = check_protocol(p, engine=engine).errors
+        assert fault.kind == "invalid_region" and fault.device == 1, engine
+        assert fault.location.line == line_of(HERE, "# <- window")
+        assert "[5:9, 0:128]" in fault.message and "shape (8, 128)" in fault.message
+
+
+def test_window_bounds_follow_the_inputs_in_both_engines():
+    p = _builder()
+    sem = p.semaphore("sem", DMA)
+    buf = p.buffer("buf", (4, 8))
+    row = p.input("row", -1, 4)
+    t = p.thread(0)
+    copy = t.dma_start(buf.region(row, size=(1, 8)), buf.region(0, size=(1, 8)), recv_sem=sem)
+    copy.wait_recv()
+    empty = t.dma_start(buf.region(row, size=(0, 8)), buf.region(4, size=(0, 8)), recv_sem=sem, nbytes=0)
+    del empty
+    protocol = p.build()
+    by_search, by_solver = assert_engines_agree(protocol)
+    assert kinds(by_search) == {"invalid_region"}
+    # every row outside 0..3 faults at the first copy; an empty window at row 4 is inside
+    system = System(protocol)
+    faulting = set()
+    for state in system.initial_states():
+        after = system.step(state, ("t", 0))
+        if after.faults:
+            faulting.add(state.inputs[0])
+    assert faulting == {-1, 4}

@@ -56,7 +56,7 @@ from semcheck.engines.smt_terms import (
 )
 from semcheck.properties import Kind
 from semcheck.semantics import (
-    INVALID_CORE, INVALID_DEVICE, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
+    INVALID_CORE, INVALID_DEVICE, INVALID_REGION, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
     _bits, dma_increment, must_be_zero_at_exit,
 )
 from semcheck.ir import Backend, Scope, SemOrigin
@@ -362,6 +362,9 @@ class Encoding:
             send = self.resolve(nv.t, instr.send_sem, regs)
             sides.append((SEND, send))
             faults = {k: OR(faults[k], AND(recv.valid, send.faults[k])) for k in FAULT_KINDS}
+        # Then the windows (`semantics._check_window`), once both semaphores resolved.
+        outside = OR(self._outside(nv.t, instr.src, regs), self._outside(nv.t, instr.dst, regs))
+        faults[INVALID_REGION] = AND(*(NOT(f) for f in faults.values()), outside)
         nv.faults = faults
         nv.valid = AND(*(NOT(f) for f in faults.values()))
         nbytes = self.eval(instr.nbytes, nv.t, regs)
@@ -420,6 +423,15 @@ class Encoding:
         starts = tuple(self.eval(op, t, regs) for op in region.start) + (0,) * (rank - len(region.start))
         sizes = tuple(self.eval(op, t, regs) for op in region.size) + tuple(decl.shape[len(region.size):])
         return SymAccess(write, candidates, starts[:rank], sizes[:rank])
+
+    def _outside(self, t: int, region: ir.Region, regs) -> SymBool:
+        """The window reaches outside its buffer in some dim."""
+        decl, _base = self.system._buffers[region.buffer]
+        access = self.region(t, region, regs, False, [])
+        return OR(*(
+            OR(LT(start, 0), LT(extent, apply("add", start, size)))
+            for start, size, extent in zip(access.starts, access.sizes, decl.shape)
+        ))
 
     def _use_target(self, nv: NodeVars, target: Target) -> Target:
         nv.target = target
