@@ -302,6 +302,22 @@ class KernelExit(Instr):
     kernel: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Cut(Instr):
+    """Where lowering stopped: the frontend could not follow the kernel past this point
+    (`message`, `hint`: the error it raised). The thread never moves past it, and what it
+    would have done afterwards is unknown, so only what the prefix before it decides is
+    judged (races, faults, early arrivals), never a hang or a leftover at the end."""
+
+    message: str = ""
+    hint: str | None = None
+
+
+def cuts(protocol: "Protocol") -> list[tuple["Thread", Cut]]:
+    """Every thread's cut, if it has one."""
+    return [(t, i) for t in protocol.threads for i in t.body if isinstance(i, Cut)]
+
+
 def thread_name(device: int, core: int | None, sub: int = 0, cores: int = 2, unit: str = "core") -> str:
     """How reports name a thread; the core (`unit`: a TPU core, a GPU block) is left out
     where every device has one."""

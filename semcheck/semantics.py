@@ -26,6 +26,10 @@ instruction does. Every rule follows ../shared/reference/pallas-semantics.md:
   outlive kernels and are exempt. Something that arrives after the target exited adds to a
   count nobody will wait for again: the end state (or the next entry) reports it as a
   leftover, which is why exit itself needs no check and commutes with everything.
+* cut (`ir.Cut`, where lowering stopped): never enabled; the thread stays there for good.
+  A state with a thread at its cut is not an end of the program (the rest of that thread is
+  unknown), so properties judge no hang or leftover in it; hazards and faults recorded
+  before are real, since the thread may simply be slow to go on.
 
 Transitions that detect a hazard (race, early arrival, leftover at exit) record it in the
 state, permanently, and never block. Every such check reads only state that the footprints
@@ -752,11 +756,17 @@ class System:
         have = state.sems[sid]
         return None if have >= need else (sid, need, have)
 
+    def at_cut(self, state: State) -> bool:
+        """Whether some thread stands at the point where its lowering stopped."""
+        return any(
+            0 <= pc < len(body) and type(body[pc]) is ir.Cut for pc, body in zip(state.pcs, self.bodies)
+        )
+
     def enabled(self, state: State) -> list[Action]:
         actions: list[Action] = []
         for t, body in enumerate(self.bodies):
             pc = state.pcs[t]
-            if 0 <= pc < len(body) and self.blocked_wait(state, t) is None:
+            if 0 <= pc < len(body) and type(body[pc]) is not ir.Cut and self.blocked_wait(state, t) is None:
                 actions.append(("t", t))
         actions.extend(("e", e) for e in _distinct(state.events))
         return actions
@@ -1300,6 +1310,8 @@ def _bits(mask: int):
 
 
 def _successors(pc: int, instr: ir.Instr, n: int) -> tuple[int, ...]:
+    if isinstance(instr, ir.Cut):
+        return ()
     if isinstance(instr, ir.Jump):
         return (instr.target,)
     if isinstance(instr, ir.Branch):

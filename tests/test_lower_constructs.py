@@ -360,3 +360,54 @@ def test_window_bounds_follow_the_inputs_in_both_engines():
         if after.faults:
             faulting.add(state.inputs[0])
     assert faulting == {-1, 4}
+
+
+# --- prefix results ------------------------------------------------------------------------------
+
+
+def _verify(per_device, devices=2, engine="explicit"):
+    from semcheck import verify
+
+    fn, x = sharded(per_device, mesh((devices,)))
+    return verify(fn, x, engine=engine)
+
+
+def test_a_race_before_an_unsupported_construct_is_reported_with_the_error():
+    def kernel(x_ref, o_ref, sem):
+        copy = pltpu.make_async_copy(x_ref, o_ref, sem)
+        copy.start()
+        o_ref[0, :] = jnp.zeros((128,), jnp.float32)  # <- races with the copy in flight
+        copy.wait()
+        pltpu.async_copy(x_ref, o_ref, sem, add=True).wait()  # <- not lowerable
+
+    for engine in ("explicit", "z3"):
+        [result] = _verify(_call(kernel, [DMA_SEM]), engine=engine)
+        assert result.verdict.value == "error", engine
+        assert result.error.startswith("dma_start: async_copy(add=True) is not lowerable")
+        assert result.line == line_of(HERE, "# <- not lowerable")
+        assert [v.kind for v in result.errors] == ["data_race"]
+        assert result.errors[0].location.line == line_of(HERE, "# <- races with the copy")
+        assert any("lowering stopped at" in note and "2 of 2 thread(s)" in note for note in result.notes)
+
+
+def test_a_hang_at_the_cut_is_never_reported():
+    """Device 1 waits for a signal device 0 would send after the construct semcheck cannot
+    lower: the prefix has no verdict on it (and nothing else wrong)."""
+
+    def kernel(x_ref, o_ref, sem, dma):
+        me = lax.axis_index("x")
+
+        @pl.when(me == 1)
+        def _():
+            pl.semaphore_wait(sem, 1)
+
+        @pl.when(me == 0)
+        def _():
+            pltpu.async_copy(x_ref, o_ref, dma, add=True).wait()  # <- stops device 0
+            pl.semaphore_signal(sem, 1, device_id=(1,))
+
+    for engine in ("explicit", "z3"):
+        [result] = _verify(_call(kernel, [REGULAR_SEM, DMA_SEM]), engine=engine)
+        assert result.verdict.value == "error" and result.violations == [], engine
+        assert result.line == line_of(HERE, "# <- stops device 0")
+        assert any("1 of 2 thread(s)" in note and "no data race" in note for note in result.notes)

@@ -232,6 +232,8 @@ class Encoding:
                 regs_in = self._merge_registers(t, nv, [row[p] for p in node.preds])
             if node.kind != unrolling.INSTR:
                 continue
+            if isinstance(node.instr, ir.Cut):
+                continue  # never fires (`fires` stays False): the thread stops there for good
             nv.fires = z3.Bool(f"fires_t{t}_n{node.index}")
             self.constraints.append(IMPLIES(nv.fires, nv.reach))
             self._position(row, nv)

@@ -47,10 +47,18 @@ class KernelCapture:
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
+    """The kernel's protocols. When lowering stops part-way on some thread (an unsupported
+    construct), a LoadError for the first stop, carrying the protocols up to there."""
     lower = {"pallas_call": _pallas_call, "mpmd_map": _mpmd_map}.get(capture.primitive)
     if lower is None:
         raise LoadError(f"semcheck cannot lower a captured {capture.primitive!r}")
-    return lower(capture, tpu_cores)
+    protocols = lower(capture, tpu_cores)
+    stops = [cut for p in protocols for _thread, cut in ir.cuts(p)]
+    if stops:
+        error = LoadError(stops[0].message, stops[0].loc, stops[0].hint)
+        error.prefixes = protocols
+        raise error
+    return protocols
 
 
 # --- pallas_call -----------------------------------------------------------------------------
@@ -280,10 +288,13 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
             t.emitter.emit(ir.KernelEntry(ctx.kernel_loc, ctx.name))
             if barrier:
                 _emit_device_barrier(t, devices)
-            for point in points[core]:
-                t.program_ids = point
-                eval_jaxpr(t, jaxpr, [], refs)
-            t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
+            try:
+                for point in points[core]:
+                    t.program_ids = point
+                    eval_jaxpr(t, jaxpr, [], refs)
+                t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
+            except LoadError as e:  # the prefix before it is still checked (prefix.py)
+                t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
             threads.append(ir.Thread(device, core, t.emitter.build()))
     unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
     if unused_id and not ctx.allow_unused_collective_id:
