@@ -56,11 +56,13 @@ class KernelError:
     file: str = ""
     line: int = 0
     hint: str | None = None
+    prefixes: list[ir.Protocol] = field(default_factory=list)  # lowered up to the error (LoadError.prefixes)
 
     def to_load_error(self) -> LoadError:
         loc = ir.Loc(self.file, self.line) if self.file else None
         error = LoadError(self.message, loc, self.hint)
         error.kernel = self.kernel
+        error.prefixes = list(self.prefixes)
         return error
 
 
@@ -192,7 +194,9 @@ def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tup
         try:
             protocols.extend(lower_kernel(capture, tpu_cores=tpu_cores))
         except LoadError as e:
-            errors.append(_kernel_error(capture, e.message, e.loc, e.hint))
+            error = _kernel_error(capture, e.message, e.loc, e.hint)
+            error.prefixes = list(e.prefixes)
+            errors.append(error)
         except Exception as e:  # a bug in semcheck: report it as an error, not a crash
             if os.environ.get("SEMCHECK_DEBUG"):
                 raise

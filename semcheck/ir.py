@@ -187,13 +187,14 @@ class SemRef:
 class Region:
     """A rectangular region of a buffer: `start[i] : start[i] + size[i]` per dim.
 
-    An empty `start` means the whole buffer. `device`/`core` of None mean the accessing
+    Starts and sizes are operands: a size may be known only at run time (a DMA window
+    sized from a scalar-prefetch element). An empty `start` means the whole buffer. `device`/`core` of None mean the accessing
     thread's own (for a DMA destination: the DMA's target).
     """
 
     buffer: str
     start: tuple[Operand, ...] = ()
-    size: tuple[int, ...] = ()
+    size: tuple[Operand, ...] = ()
 
 
 # --- instructions --------------------------------------------------------------------------------
@@ -299,6 +300,22 @@ class KernelExit(Instr):
     """The thread leaves the kernel."""
 
     kernel: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Cut(Instr):
+    """Where lowering stopped: the frontend could not follow the kernel past this point
+    (`message`, `hint`: the error it raised). The thread never moves past it, and what it
+    would have done afterwards is unknown, so only what the prefix before it decides is
+    judged (races, faults, early arrivals), never a hang or a leftover at the end."""
+
+    message: str = ""
+    hint: str | None = None
+
+
+def cuts(protocol: "Protocol") -> list[tuple["Thread", Cut]]:
+    """Every thread's cut, if it has one."""
+    return [(t, i) for t in protocol.threads for i in t.body if isinstance(i, Cut)]
 
 
 def thread_name(device: int, core: int | None, sub: int = 0, cores: int = 2, unit: str = "core") -> str:

@@ -297,16 +297,17 @@ def _box(region: ir.Region, shape) -> list[tuple[int, int]] | None:
         return None
     box = []
     for start, size, extent in zip(region.start, region.size, shape):
-        if isinstance(start, (int, np.integer)):
+        if isinstance(start, (int, np.integer)) and isinstance(size, (int, np.integer)):
             box.append((max(0, int(start)), min(extent, int(start) + int(size))))
-        else:
+        else:  # a start or (dynamic) size known only at run time: anywhere in the dim
             box.append((0, extent))
     return box
 
 
 def _element(region: ir.Region) -> tuple[int, ...] | None:
     """The one element an exact scalar region names, or None."""
-    if not all(isinstance(s, (int, np.integer)) for s in region.start) or any(n != 1 for n in region.size):
+    if not all(isinstance(s, (int, np.integer)) for s in region.start) or any(
+            not isinstance(n, (int, np.integer)) or n != 1 for n in region.size):
         return None
     return tuple(int(s) for s in region.start)
 

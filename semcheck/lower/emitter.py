@@ -95,13 +95,18 @@ class Emitter:
             else:
                 yield item
 
-    def build(self, prefix: bool = False) -> tuple[ir.Instr, ...]:
-        """The thread's instructions. With `prefix` (a lowering cut short), jumps to labels
-        never placed are dropped: the result is only a prefix to run, not a program."""
+    def stop(self, cut: ir.Cut) -> None:
+        """End the thread at `cut` (lowering could not go on): every jump to code that was
+        never emitted (a label not placed yet) lands on the cut."""
+        placed = {id(item.label) for item in self._flat(self.items) if isinstance(item, _Mark)}
+        for item in list(self._flat(self.items)):
+            if isinstance(item, _PendingJump) and id(item.label) not in placed:
+                self.place(item.label)
+                placed.add(id(item.label))
+        self.items.append(cut)
+
+    def build(self) -> tuple[ir.Instr, ...]:
         flat = list(self._flat(self.items))
-        if prefix:
-            placed = {id(item.label) for item in flat if isinstance(item, _Mark)}
-            flat = [i for i in flat if not (isinstance(i, _PendingJump) and id(i.label) not in placed)]
         positions: dict[int, int] = {}
         pc = 0
         for item in flat:

@@ -57,10 +57,18 @@ class KernelCapture:
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
+    """The kernel's protocols. When lowering stops part-way on some thread (an unsupported
+    construct), a LoadError for the first stop, carrying the protocols up to there."""
     lower = {"pallas_call": _pallas_call, "mpmd_map": _mpmd_map}.get(capture.primitive)
     if lower is None:
         raise LoadError(f"semcheck cannot lower a captured {capture.primitive!r}")
-    return lower(capture, tpu_cores)
+    protocols = lower(capture, tpu_cores)
+    stops = [cut for p in protocols for _thread, cut in ir.cuts(p)]
+    if stops:
+        error = LoadError(stops[0].message, stops[0].loc, stops[0].hint)
+        error.prefixes = protocols
+        raise error
+    return protocols
 
 
 # --- pallas_call -----------------------------------------------------------------------------
@@ -338,28 +346,20 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
     each copy lands) and lowered again with those arrivals, until lowering and arrivals
     agree (a fixpoint), so a value that came by remote DMA is the one the copy wrote."""
     from semcheck.lower.schedule import canonical_arrivals, same_arrivals
-    from semcheck.semantics import ProtocolError
 
     fresh = _PassState.of(ctx)
     for _ in range(MAX_DATA_PASSES):
         fresh.restore(ctx)
         volatile = set(ctx.volatile)
-        threads, failure = _lower_threads(ctx, jaxpr, refs, points, barrier)
+        threads = _lower_threads(ctx, jaxpr, refs, points, barrier)
         if not ctx.payloads and ctx.volatile == volatile:
-            if failure is not None:
-                raise failure
             return threads
-        if failure is None and not ctx.payloads:
+        if not ctx.payloads:
             continue  # only the volatile buffers grew: lower again with them unknown
         protocol = ir.Protocol(ctx.name, Backend.TPU, ctx.mesh.size, ctx.cores, tuple(threads),
                                tuple(ctx.semaphores.values()), tuple(ctx.buffers.values()),
                                tuple(ctx.inputs), ctx.kernel_loc, "tpu")
-        try:
-            arrivals = canonical_arrivals(protocol, ctx.read_points, ctx.payloads)
-        except ProtocolError:
-            if failure is not None:
-                raise failure
-            raise
+        arrivals = canonical_arrivals(protocol, ctx.read_points, ctx.payloads)
         if arrivals and ctx.inputs:
             raise LoadError(
                 f"{ctx.name}: data that remote copies carry decides values of the protocol, and the "
@@ -368,7 +368,7 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
                 ctx.kernel_loc,
                 hint="bound the inputs to one value with semcheck.assume, or let the script's data decide them",
             )
-        if failure is None and ctx.volatile == volatile and same_arrivals(arrivals, ctx.arrivals):
+        if ctx.volatile == volatile and same_arrivals(arrivals, ctx.arrivals):
             if ctx.arrivals:
                 ctx.note(
                     "data that remote copies carry was followed: each copy's payload lands where "
@@ -377,8 +377,6 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
                 )
             return threads
         ctx.arrivals = arrivals
-    if failure is not None:
-        raise failure
     raise LoadError(
         f"{ctx.name}: the data that remote copies carry did not settle after {MAX_DATA_PASSES} "
         "lowerings (each changed what the next copies carry)",
@@ -387,11 +385,11 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
     )
 
 
-def _lower_threads(ctx, jaxpr, refs, points, barrier):
-    """(threads, the first LoadError). A thread that fails is kept up to the failure, for
-    the canonical run only: a later lowering with copied data may pass it."""
+def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
+    """Every thread; one that stops at an unsupported construct ends in an ir.Cut, and the
+    prefix before it is still checked (prefix.py)."""
     devices = ctx.mesh.size
-    threads, failure = [], None
+    threads = []
     for device in range(devices):
         for core in range(ctx.cores):
             t = ThreadLowering(ctx, device, core)
@@ -402,13 +400,11 @@ def _lower_threads(ctx, jaxpr, refs, points, barrier):
                 for point in points[core]:
                     t.program_ids = point
                     eval_jaxpr(t, jaxpr, [], refs)
-            except LoadError as error:
-                failure = failure or error
-                threads.append(ir.Thread(device, core, t.emitter.build(prefix=True)))
-                continue
-            t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
+                t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
+            except LoadError as e:  # the prefix before it is still checked (prefix.py)
+                t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
             threads.append(ir.Thread(device, core, t.emitter.build()))
-    return threads, failure
+    return threads
 
 
 @dataclass
