@@ -312,6 +312,7 @@ DIFFERENTIAL = {
     "routed_signal_wrong_wait.py": "hung",  # unsatisfied_wait
     "gathered_counts.py": "finished",  # safe
     "gathered_counts_read_early.py": "finished",  # a race and a leftover: neither hangs
+    "gathered_sizes.py": "finished",  # safe
 }
 
 
@@ -351,3 +352,32 @@ def test_the_tpu_interpreter_sees_the_race_of_counts_read_before_they_land(run_i
         assert "RACE DETECTED" in output, (mode, output[-2000:])
     [safe] = [run_interpreter(_script("gathered_counts.py"), 2, {"detect_races": True}, tail=None)]
     assert safe[0] == "finished" and "RACE DETECTED" not in safe[1]
+
+
+# --- gathered counts as DMA sizes and offsets (moe-lower's dynamic sizes) ---------------------
+
+
+def test_gathered_counts_size_and_place_each_senders_rows_in_the_inbox():
+    from semcheck.frontends import LoadError
+
+    [p] = _load("gathered_sizes.py", 4)
+    assert not isinstance(p, LoadError), p
+    rows = {d: d + 1 for d in range(4)}
+    for d in (1, 2, 3):
+        [copy] = [c for c in instrs(p, ir.DmaStart, device=d) if c.dst.buffer == "inbox"]
+        offset = sum(rows[j] for j in range(1, d))
+        assert (copy.device, copy.dst.start[0], copy.dst.size[0]) == (0, offset, rows[d])
+        assert copy.nbytes == rows[d] * 128 * 4
+    [aggregate] = [w for w in instrs(p, ir.DmaWait, device=0) if w.sem.alloc == "recv_sem"]
+    assert aggregate.nbytes == 9 * 128 * 4  # one wait for every sender's bytes
+    sized = [u for u in p.data_uses if "pl.ds size" in u.what]
+    assert sized and all(u.script_inputs == ("mine_ref",) for u in sized)
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_senders_landing_at_the_same_offset_race_in_the_inbox():
+    from semcheck.api import verify_path
+
+    two, four = verify_path(_script("gathered_sizes_same_offset.py"), [2, 4])
+    assert two.verdict.value == "safe"  # one sender: nothing to overlap with
+    assert {v.kind for v in four.errors} == {"data_race"}
