@@ -109,6 +109,7 @@ class KernelContext:
     payloads: dict[int, object] = field(default_factory=dict)  # id(DmaStart) -> data.Payload
     arrivals: dict[tuple, tuple] = field(default_factory=dict)
     volatile: set[str] = field(default_factory=set)  # buffers a copy to a run-time device may write
+    read_buffers: set[str] = field(default_factory=set)  # buffers some thread's data reads touched
     assumed: frozenset[str] = frozenset()  # semcheck.assume names (see KernelCapture.assumed)
     data_uses: list[ir.DataUse] = field(default_factory=list)
 
@@ -210,7 +211,8 @@ class ThreadLowering:
         self.coords = kernel.mesh.coords(device)
         self.emitter = Emitter()
         self.program_ids: tuple[int, ...] = ()
-        self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile)
+        self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile,
+                                   read_buffers=kernel.read_buffers)
         self._reads = 0
         if device in kernel.data_withheld:
             self.memory.undefined = (

@@ -352,24 +352,32 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
         fresh.restore(ctx)
         volatile = set(ctx.volatile)
         threads = _lower_threads(ctx, jaxpr, refs, points, barrier)
-        if not ctx.payloads and ctx.volatile == volatile:
+        # Buffers found volatile only now matter if this lowering read them before it knew.
+        settled = not (ctx.volatile - volatile) & ctx.read_buffers
+        if not ctx.payloads and settled:
             return threads
         if not ctx.payloads:
-            continue  # only the volatile buffers grew: lower again with them unknown
+            continue  # lower again with the volatile buffers unknown
         protocol = ir.Protocol(ctx.name, Backend.TPU, ctx.mesh.size, ctx.cores, tuple(threads),
                                tuple(ctx.semaphores.values()), tuple(ctx.buffers.values()),
                                tuple(ctx.inputs), ctx.kernel_loc, "tpu")
         arrivals = canonical_arrivals(protocol, ctx.read_points, ctx.payloads)
-        if arrivals and ctx.inputs:
-            raise LoadError(
-                f"{ctx.name}: data that remote copies carry decides values of the protocol, and the "
-                f"protocol also has inputs ({', '.join(i.name for i in ctx.inputs)}): semcheck follows "
-                "copied data for concrete values only",
-                ctx.kernel_loc,
-                hint="bound the inputs to one value with semcheck.assume, or let the script's data decide them",
-            )
-        if ctx.volatile == volatile and same_arrivals(arrivals, ctx.arrivals):
-            if ctx.arrivals:
+        arrived = {p.ref.alloc for landed in arrivals.values() for p in landed}
+        cut = any(th.body and isinstance(th.body[-1], ir.Cut) for th in threads)
+        if not ctx.arrivals and not cut and not arrived & ctx.read_buffers and settled:
+            return threads  # no thread reads what the copies carry: nothing to lower again
+        if settled and same_arrivals(arrivals, ctx.arrivals):
+            fed = {b for use in ctx.data_uses for b in use.buffers}
+            if arrived & fed and ctx.inputs:
+                raise LoadError(
+                    f"{ctx.name}: data that remote copies carry into {', '.join(sorted(arrived & fed))} "
+                    f"decides values of the protocol, which also has inputs "
+                    f"({', '.join(i.name for i in ctx.inputs)}): semcheck follows copied data for "
+                    "concrete values only",
+                    ctx.kernel_loc,
+                    hint="bound the inputs to one value with semcheck.assume, or let the script's data decide them",
+                )
+            if arrived & fed:
                 ctx.note(
                     "data that remote copies carry was followed: each copy's payload lands where "
                     "one canonical run of the protocol completes it (lower/schedule.py), and the "
@@ -425,6 +433,7 @@ class _PassState:
         ctx.inputs, ctx._scalar_inputs = list(self.inputs), dict(self.scalar_inputs)
         ctx.notes, ctx.data_uses, ctx._names = list(self.notes), list(self.data_uses), set(self.names)
         ctx.read_points, ctx.payloads = {}, {}
+        ctx.read_buffers.clear()
 
 
 def _declare_default_barrier(ctx: KernelContext, devices: int) -> bool:

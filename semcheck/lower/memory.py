@@ -370,11 +370,12 @@ def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
         t.kernel.volatile.add(dst_ref.alloc)  # lands on a device known only at run time
         return
     concrete = _concrete_transforms(tuple(dst_transforms))
-    known = value if isinstance(value, Known) and concrete is not None else None
-    why = value.why if isinstance(value, Opaque) else f"data copied at {t.loc(eqn)}"
+    if not isinstance(value, Known) or concrete is None:
+        t.kernel.volatile.add(dst_ref.alloc)  # it lands with data semcheck does not know
+        return
     t.kernel.payloads[id(start)] = Payload(
         start.device, t.core if start.core is None else start.core, dst_ref,
-        concrete or (), start.dst, known, why,
+        concrete, start.dst, value, "",
     )
 
 
