@@ -395,6 +395,10 @@ def initial_contents(refs: list[RefValue], data: dict[int, dict[int, Any]]) -> d
     return initial
 
 
+# Per-use notes shown; the rest are counted (every one is in Protocol.data_uses).
+MAX_USE_NOTES = 12
+
+
 # --- what the result says ------------------------------------------------------------------
 
 
@@ -412,15 +416,18 @@ def data_notes(uses: Iterable[ir.DataUse]) -> list[str]:
             f"protocol were computed from {', '.join(from_script)} with JAX's own primitives "
             "(a race on a buffer that feeds them is reported: then values may differ between schedules)"
         )
-    for (what, loc, script_inputs, buffers), group in grouped.items():
+    shown_uses = list(grouped.items())[:MAX_USE_NOTES]
+    for (what, loc, script_inputs, buffers), group in shown_uses:
         threads = sorted({(u.device, u.core) for u in group})
         values = sorted({u.value for u in group})
         shown = ", ".join(map(str, values[:8])) + (", ..." if len(values) > 8 else "")
         origin = "the script's values of " + ", ".join(script_inputs) if script_inputs else "what the kernel stored"
         notes.append(
             f"{what} at {loc} is taken from data (read back from {', '.join(buffers)}; {origin}) "
-            f"on {len(threads)} thread(s): {shown}"
+            f"on {len(threads)} thread(s), values {shown}"
         )
+    if len(grouped) > MAX_USE_NOTES:
+        notes.append(f"... and {len(grouped) - MAX_USE_NOTES} more values taken from data (Protocol.data_uses lists them all)")
     return notes
 
 
