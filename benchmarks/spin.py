@@ -38,7 +38,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ITEMS = 4  # models/double_buffer.py's blocks per pair
@@ -199,7 +198,6 @@ def run_spin(family: str, n: int, limit: float) -> dict:
         with open(os.path.join(tmp, "model.pml"), "w") as f:
             f.write(FAMILIES[family](n))
         before = _children_cpu()
-        started = time.monotonic()
         subprocess.run(["spin", "-a", "model.pml"], cwd=tmp, check=True, capture_output=True)
         subprocess.run(["gcc", "-O2", "-DVECTORSZ=65536", "-DMEMLIM=2048", "-o", "pan", "pan.c"],
                        cwd=tmp, check=True, capture_output=True)

@@ -117,6 +117,8 @@ def union(into: dict[int, tuple[int, int]], more: Channels) -> None:
 
 
 def successors(pc: int, instr: ir.Instr) -> tuple[int, ...]:
+    if isinstance(instr, ir.Cut):  # where lowering stopped: the thread goes no further
+        return ()
     if isinstance(instr, ir.Jump):
         return (instr.target,)
     if isinstance(instr, ir.Branch):

@@ -14,6 +14,7 @@ class Kind(str, enum.Enum):
     INVALID_DEVICE_ID = "invalid_device_id"
     INVALID_CORE_INDEX = "invalid_core_index"
     INVALID_SEMAPHORE_INDEX = "invalid_semaphore_index"
+    INVALID_REGION = "invalid_region"
     DATA_RACE = "data_race"
     REMOTE_BEFORE_ENTRY = "remote_before_entry"
     BARRIER_PHASE_OVERRUN = "barrier_phase_overrun"
@@ -33,6 +34,7 @@ DESCRIPTIONS = {
     Kind.INVALID_DEVICE_ID: "A remote signal or DMA targets a device outside the mesh.",
     Kind.INVALID_CORE_INDEX: "A signal or DMA targets a core that does not exist.",
     Kind.INVALID_SEMAPHORE_INDEX: "A semaphore array is indexed outside its bounds.",
+    Kind.INVALID_REGION: "A DMA's source or destination window reaches outside its buffer.",
     Kind.DATA_RACE: "Two accesses to overlapping memory, one a write, that some execution leaves unordered.",
     Kind.REMOTE_BEFORE_ENTRY: "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it moved on to a later one.",
     Kind.BARRIER_PHASE_OVERRUN: "GPU: an mbarrier completes two phases before a thread that waits on it has waited for the first.",
@@ -41,4 +43,6 @@ DESCRIPTIONS = {
 
 
 # What a thread hits when an instruction names something that does not exist.
-FAULT_KINDS = frozenset({Kind.INVALID_DEVICE_ID, Kind.INVALID_CORE_INDEX, Kind.INVALID_SEMAPHORE_INDEX})
+FAULT_KINDS = frozenset({
+    Kind.INVALID_DEVICE_ID, Kind.INVALID_CORE_INDEX, Kind.INVALID_SEMAPHORE_INDEX, Kind.INVALID_REGION,
+})

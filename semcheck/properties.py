@@ -149,13 +149,16 @@ _HAZARD_RULES = {
 
 
 # How a state in which nothing can move ended (`end_kind`).
-CLEAN_END, STUCK_END, FAULT_END = "clean", "stuck", "fault"
+CLEAN_END, STUCK_END, FAULT_END, CUT_END = "clean", "stuck", "fault", "cut"
 
 
 def end_kind(system: System, state: State) -> str:
-    """A state in which nothing can move: after a fault, with a wait blocked, or clean."""
+    """A state in which nothing can move: after a fault, at a thread's cut (where lowering
+    stopped: not an end of the program), with a wait blocked, or clean."""
     if state.faults:
         return FAULT_END
+    if system.at_cut(state):
+        return CUT_END
     if any(system.blocked_wait(state, t) is not None for t in range(len(system.threads))):
         return STUCK_END
     return CLEAN_END
@@ -165,6 +168,8 @@ def terminal_findings(system: System, state: State) -> list[Finding]:
     """Judge a state in which nothing can move."""
     if state.faults:
         return []  # what follows a fault is its consequence; the fault is the report
+    if system.at_cut(state):
+        return []  # a thread would go on past its cut, doing what semcheck could not lower
     blocked = []
     for t in range(len(system.threads)):
         wait = system.blocked_wait(state, t)
@@ -285,6 +290,8 @@ def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Fi
     states from which no schedule ends: it loops for ever. Reported as an unsatisfied wait
     at its loop's semaphore_read (or, without one, at the backward jump): a polling loop is
     a wait that nothing left can satisfy."""
+    if cycle and system.at_cut(cycle[0][0]):
+        return None  # the thread it waits for may be the one stopped at its cut
     body = system.bodies[t]
     moves = [(state, state.pcs[t]) for state, action in cycle if action == ("t", t)]
     jumps = [body[pc] for _, pc in moves if isinstance(body[pc], (ir.Branch, ir.Jump)) and body[pc].target <= pc]

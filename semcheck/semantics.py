@@ -26,6 +26,10 @@ instruction does. Every rule is stated, with its sources, in docs/semantics.md:
   outlive kernels and are exempt. Something that arrives after the target exited adds to a
   count nobody will wait for again: the end state (or the next entry) reports it as a
   leftover, which is why exit itself needs no check and commutes with everything.
+* cut (`ir.Cut`, where lowering stopped): never enabled; the thread stays there for good.
+  A state with a thread at its cut is not an end of the program (the rest of that thread is
+  unknown), so properties judge no hang or leftover in it; hazards and faults recorded
+  before are real, since the thread may simply be slow to go on.
 
 Transitions that detect a hazard (race, early arrival, leftover at exit) record it in the
 state, permanently, and never block. Every such check reads only state that the footprints
@@ -48,6 +52,7 @@ from semcheck.ir import Backend, Scope, SemKind, SemOrigin, apply_op
 
 _NONE: frozenset[int] = frozenset()
 _NEVER_BLOCKS: tuple[()] = ()
+_STOPS = ("cut",)  # where a thread's lowering stopped (`ir.Cut`): it never moves on
 
 
 # --- faults: what a thread hits when an instruction names something that does not exist -------
@@ -55,6 +60,7 @@ _NEVER_BLOCKS: tuple[()] = ()
 INVALID_DEVICE = "invalid_device_id"
 INVALID_CORE = "invalid_core_index"
 INVALID_SEM_INDEX = "invalid_semaphore_index"
+INVALID_REGION = "invalid_region"
 
 
 class _Fault(Exception):
@@ -227,7 +233,9 @@ class BufferInstance:
 
 
 def overlap(a: Access, b: Access) -> bool:
-    if a.buffer != b.buffer:
+    """Whether two accesses share an element. An empty access (a size of 0 in some dim)
+    shares none, even when it starts inside the other (a 0-row copy at row 2 of rows 0:4)."""
+    if a.buffer != b.buffer or 0 in a.sizes or 0 in b.sizes:
         return False
     if len(a.starts) != len(b.starts):
         return True  # shapes disagree: cannot tell, assume the worst
@@ -292,10 +300,13 @@ class System:
                         waiters.setdefault(sid, set()).add(t)
         self._waiters = {sid: tuple(sorted(ts)) for sid, ts in waiters.items()}
 
-    def _static_wait(self, t: int, instr: ir.Instr) -> tuple[int, int] | tuple[()] | None:
+    def _static_wait(self, t: int, instr: ir.Instr) -> tuple | None:
         """(semaphore, amount) of a wait whose semaphore and amount are constants, so that
         `enabled` need not resolve it in every state; `_NEVER_BLOCKS` for an instruction
-        that is no wait; None when only the state can tell (or executing it faults)."""
+        that is no wait, `_STOPS` for the point where the thread's lowering stopped; None
+        when only the state can tell (or executing it faults)."""
+        if type(instr) is ir.Cut:
+            return _STOPS
         if type(instr) not in WAIT_RULES:
             return _NEVER_BLOCKS
         ref = instr.sem
@@ -493,8 +504,9 @@ class System:
         return {bid: tuple(sorted(ts)) for bid, ts in users.items() if len(ts) > 1}
 
     def _static_key(self, region: ir.Region) -> tuple | None:
-        """(starts, sizes) of a region with constant starts, as `resolve_region` gives them."""
-        if not all(isinstance(op, int) for op in region.start):
+        """(starts, sizes) of a region with constant starts and sizes, as `resolve_region`
+        gives them."""
+        if not all(isinstance(op, int) for op in region.start + region.size):
             return None
         decl, _base = self._buffers[region.buffer]
         rank = len(decl.shape)
@@ -628,7 +640,7 @@ class System:
         assert bid is not None  # the target was resolved (and checked) first
         rank = len(decl.shape)
         starts = tuple(self.eval(op, t, state) for op in region.start) + (0,) * (rank - len(region.start))
-        sizes = tuple(region.size) + tuple(decl.shape[len(region.size):])
+        sizes = tuple(self.eval(op, t, state) for op in region.size) + tuple(decl.shape[len(region.size):])
         return Access(write, bid, starts[:rank], sizes[:rank])
 
     def arrival_problem(self, state: State, device: int, core: int | None, invocation: int) -> str | None:
@@ -679,7 +691,7 @@ class System:
         pc = state.pcs[t]
         if 0 <= pc < len(self.bodies[t]):
             known = self._waits[t][pc]
-            if known is _NEVER_BLOCKS:
+            if known is _NEVER_BLOCKS or known is _STOPS:
                 return None
             if known is not None:
                 sid, need = known
@@ -696,6 +708,12 @@ class System:
         have = state.sems[sid]
         return None if have >= need else (sid, need, have)
 
+    def at_cut(self, state: State) -> bool:
+        """Whether some thread stands at the point where its lowering stopped."""
+        return any(
+            0 <= pc < len(body) and type(body[pc]) is ir.Cut for pc, body in zip(state.pcs, self.bodies)
+        )
+
     def can_move(self, state: State, t: int) -> bool:
         """Whether thread t has an instruction to execute that is not a blocked wait."""
         pc = state.pcs[t]
@@ -705,6 +723,8 @@ class System:
         known = waits[pc]
         if known is _NEVER_BLOCKS:
             return True
+        if known is _STOPS:
+            return False
         if known is not None:
             return state.sems[known[0]] >= known[1]
         return self.blocked_wait(state, t) is None
@@ -964,6 +984,8 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
     src = system.resolve_region(t, instr.src, state, write=False)
     dst = system.resolve_region(t, instr.dst, state, write=True, device=landing.device,
                                 core=landing.core if landing.core is not None else system.threads[t].core)
+    for side, access in (("source", src), ("destination", dst)):
+        _check_window(system, side, access)
     invocation = system.invocation_at[t][pc] if system.has_lifecycle[t] else 0
     hazards = _with(state.hazards, *_races(system, state, t, [src, dst]))
     if instr.send_sem is None:  # local: the source is read until the copy lands
@@ -974,7 +996,34 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
             Event(RECV, t, pc, recv, dma_increment(landing.decl, nbytes), (dst,), invocation),
             Event(SEND, t, pc, send, dma_increment(system.instances[send].decl, nbytes), (src,), invocation),
         ]
+    if nbytes == 0:
+        return _complete_at_start(system, state, t, new, hazards)
     return _advance(state, t, events=tuple(sorted(state.events + tuple(new))), hazards=hazards)
+
+
+def _complete_at_start(system: System, state: State, t: int, new: list[Event], hazards) -> State:
+    """A copy of 0 bytes moves no data: both its sides complete as it starts (so a 0-byte
+    wait finds it done, and one nobody waits for is never left in flight), touching no
+    memory; what each completion adds to its semaphore and the landing's entry check are
+    those of any completion."""
+    state = _advance(state, t, hazards=hazards)
+    for event in new:
+        state = _complete(system, state._replace(events=state.events + (event,)), event)
+    return state
+
+
+def _check_window(system: System, side: str, access: Access) -> None:
+    """A copy window must lie inside its buffer: 0 <= start and start + size <= extent in
+    every dim (JAX's TPU interpreter fails the copy otherwise:
+    jax/_src/pallas/mosaic/interpret/utils.py, is_range_out_of_bounds_for_shape, 0.10.2)."""
+    shape = system.buffer_instances[access.buffer].decl.shape
+    if all(0 <= s and s + z <= n for s, z, n in zip(access.starts, access.sizes, shape)):
+        return
+    raise _Fault(
+        INVALID_REGION,
+        f"the copy's {side} window {_extent(access)} lies outside "
+        f"{system.buffer_instances[access.buffer].label} of shape {tuple(shape)}",
+    )
 
 
 def _exec_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> State:
@@ -1246,7 +1295,7 @@ def _operands(instr: ir.Instr) -> list[ir.Operand | None]:
     for name in ("region", "src", "dst"):
         region = getattr(instr, name, None)
         if isinstance(region, ir.Region):
-            ops.extend(region.start)
+            ops.extend(region.start + region.size)
     return ops
 
 
