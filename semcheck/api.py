@@ -18,6 +18,7 @@ from semcheck.assumptions import Assumption
 from semcheck.engines.budget import Budget, ProgressFn
 from semcheck.frontends import LoadError, discover, load
 from semcheck.invocations import repeat
+from semcheck.prefix import prefix_result
 from semcheck.ir import Protocol
 from semcheck.result import Result, Verdict
 from semcheck.semantics import ProtocolError
@@ -70,7 +71,8 @@ def verify_path(
                 loaded.append(_load_error_result(path, n, e, engine))
     assume = list(assume)
     protocols = [
-        p for item in loaded if not isinstance(item, Result) for p in item[2] if not isinstance(p, LoadError)
+        q for item in loaded if not isinstance(item, Result) for p in item[2]
+        for q in (p.prefixes if isinstance(p, LoadError) else [p])
     ]
     if assume and protocols:
         assumptions.check_names(protocols, assume, source="the checked kernels and models")
@@ -81,18 +83,22 @@ def verify_path(
             continue
         path, n, protocols = item
         for protocol in protocols:
-            if isinstance(protocol, LoadError):  # one kernel of the file cannot be lowered
-                results.append(_load_error_result(path, n, protocol, engine))
+            stopped = protocol if isinstance(protocol, LoadError) else None
+            if stopped is not None and not stopped.prefixes:  # one kernel of the file cannot be lowered
+                results.append(_load_error_result(path, n, stopped, engine))
                 continue
-            try:
-                protocol = repeat(assumptions.apply(protocol, assume), invocations)
-            except ValueError as e:
-                results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
-                continue
-            progress = progress_for(protocol.name, n) if progress_for else None
-            result = check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
-            result.invocations = invocations
-            results.append(result)
+            for protocol in stopped.prefixes if stopped is not None else [protocol]:
+                try:
+                    protocol = repeat(assumptions.apply(protocol, assume), invocations)
+                except ValueError as e:
+                    results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
+                    continue
+                progress = progress_for(protocol.name, n) if progress_for else None
+                result = check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
+                result.invocations = invocations
+                if stopped is not None:  # lowering stopped part-way: what its prefix decides
+                    result = prefix_result(result, protocol, _error_text(stopped), stopped.loc)
+                results.append(result)
     return results
 
 
@@ -138,16 +144,24 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
             )
         results.append(check_protocol(protocol, engine=engine, budget=budget, **options))
     for e in errors:
-        results.append(_load_error_result(e.file, 0, e.to_load_error(), engine, kernel=e.kernel))
+        error = e.to_load_error()
+        if not error.prefixes:
+            results.append(_load_error_result(e.file, 0, error, engine, kernel=e.kernel))
+        for protocol in error.prefixes:  # lowering stopped part-way: what its prefix decides
+            checked = check_protocol(protocol, engine=engine, budget=budget, **options)
+            results.append(prefix_result(checked, protocol, _error_text(error), error.loc))
     return results
 
 
 def _load_error_result(path: str, devices: int, e: LoadError, engine: str, kernel: str | None = None) -> Result:
     """An error Result located where the LoadError points (or at the file)."""
     file = e.loc.file if e.loc else path
-    text = e.message + (f"\n  hint: {e.hint}" if e.hint else "")
     kernel = kernel or getattr(e, "kernel", None) or _stem(path)
-    return error_result(kernel, file, e.loc.line if e.loc else 0, devices, text, engine)
+    return error_result(kernel, file, e.loc.line if e.loc else 0, devices, _error_text(e), engine)
+
+
+def _error_text(e: LoadError) -> str:
+    return e.message + (f"\n  hint: {e.hint}" if e.hint else "")
 
 
 def error_result(kernel: str, file: str, line: int, devices: int, message: str, engine: str) -> Result:

@@ -56,11 +56,13 @@ class KernelError:
     file: str = ""
     line: int = 0
     hint: str | None = None
+    prefixes: list[ir.Protocol] = field(default_factory=list)  # lowered up to the error (LoadError.prefixes)
 
     def to_load_error(self) -> LoadError:
         loc = ir.Loc(self.file, self.line) if self.file else None
         error = LoadError(self.message, loc, self.hint)
         error.kernel = self.kernel
+        error.prefixes = list(self.prefixes)
         return error
 
 
@@ -91,15 +93,17 @@ def capturing(record: Callable):
 
     def hook(primitive_name):
         def lowering_rule(ctx, *in_nodes, **params):
-            record(
-                KernelCapture(
-                    primitive=primitive_name,
-                    params=params,
-                    num_operands=len(in_nodes),
-                    mesh=_mesh_of_axis_context(ctx.module_context.axis_context),
-                    call_loc=loc_of_traceback(getattr(ctx, "traceback", None)),
-                )
+            capture = KernelCapture(
+                primitive=primitive_name,
+                params=params,
+                num_operands=len(in_nodes),
+                mesh=_mesh_of_axis_context(ctx.module_context.axis_context),
+                call_loc=loc_of_traceback(getattr(ctx, "traceback", None)),
             )
+            record(capture)
+            from semcheck.operands import record_operands
+
+            record_operands(ctx, in_nodes, capture)
             return _zeros(ctx, in_nodes)
 
         return lowering_rule
@@ -187,7 +191,9 @@ def lower_captures(captures, *, tpu_cores: int | None = None) -> tuple[list[ir.P
         try:
             protocols.extend(lower_kernel(capture, tpu_cores=tpu_cores))
         except LoadError as e:
-            errors.append(_kernel_error(capture, e.message, e.loc, e.hint))
+            error = _kernel_error(capture, e.message, e.loc, e.hint)
+            error.prefixes = list(e.prefixes)
+            errors.append(error)
         except Exception as e:  # a bug in semcheck: report it as an error, not a crash
             if os.environ.get("SEMCHECK_DEBUG"):
                 raise
@@ -358,6 +364,7 @@ def _child(args) -> int:
             outcome.script_error, outcome.script_error_loc = script_error, where
             outcome.devices = jax.device_count()
             ran = time.perf_counter()
+            _settle_callbacks()
             outcome.protocols, outcome.errors = lower_captures(list(captures))
             outcome.assumptions = list(script_assumptions)
             outcome.seconds = {
@@ -383,6 +390,16 @@ def _child(args) -> int:
     watchdog.cancel()
     finish(script_error, where)
     return 0
+
+
+def _settle_callbacks() -> None:
+    """Wait for the operand callbacks of kernels the script ran (semcheck/operands.py)."""
+    import jax
+
+    try:
+        jax.effects_barrier()
+    except Exception:  # a script that broke JAX's runtime: its kernels are lowered without data
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -187,13 +187,14 @@ class SemRef:
 class Region:
     """A rectangular region of a buffer: `start[i] : start[i] + size[i]` per dim.
 
-    An empty `start` means the whole buffer. `device`/`core` of None mean the accessing
+    Starts and sizes are operands: a size may be known only at run time (a DMA window
+    sized from a scalar-prefetch element). An empty `start` means the whole buffer. `device`/`core` of None mean the accessing
     thread's own (for a DMA destination: the DMA's target).
     """
 
     buffer: str
     start: tuple[Operand, ...] = ()
-    size: tuple[int, ...] = ()
+    size: tuple[Operand, ...] = ()
 
 
 # --- instructions --------------------------------------------------------------------------------
@@ -301,6 +302,22 @@ class KernelExit(Instr):
     kernel: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Cut(Instr):
+    """Where lowering stopped: the frontend could not follow the kernel past this point
+    (`message`, `hint`: the error it raised). The thread never moves past it, and what it
+    would have done afterwards is unknown, so only what the prefix before it decides is
+    judged (races, faults, early arrivals), never a hang or a leftover at the end."""
+
+    message: str = ""
+    hint: str | None = None
+
+
+def cuts(protocol: "Protocol") -> list[tuple["Thread", Cut]]:
+    """Every thread's cut, if it has one."""
+    return [(t, i) for t in protocol.threads for i in t.body if isinstance(i, Cut)]
+
+
 def thread_name(device: int, core: int | None, sub: int = 0, cores: int = 2, unit: str = "core") -> str:
     """How reports name a thread; the core (`unit`: a TPU core, a GPU block) is left out
     where every device has one."""
@@ -329,6 +346,25 @@ class Thread:
         return thread_name(self.device, self.core, self.sub)
 
 
+@dataclass(frozen=True, slots=True)
+class DataUse:
+    """A value that decides the protocol (a device id, a semaphore index, an amount, a
+    branch) and was computed from buffer contents while the kernel was lowered.
+
+    `script_inputs` are the operands whose values, as the script passed them, it depends
+    on (empty: only on what the kernel itself stored, which is the same for every input);
+    `buffers` every buffer it was read back from.
+    """
+
+    what: str
+    loc: Loc
+    device: int
+    core: int
+    value: int
+    script_inputs: tuple[str, ...]
+    buffers: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Protocol:
     """A closed system of threads, semaphores and buffers, ready to be checked."""
@@ -344,6 +380,7 @@ class Protocol:
     loc: Loc = UNKNOWN_LOC
     frontend: str = "model"  # "model", "tpu" or "gpu": who produced it
     notes: tuple[str, ...] = field(default=())
+    data_uses: tuple[DataUse, ...] = field(default=())  # values taken from data (lower/data.py)
 
     def semaphore(self, name: str) -> SemDecl:
         for decl in self.semaphores:

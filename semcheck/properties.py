@@ -24,6 +24,7 @@ class Kind(str, enum.Enum):
     INVALID_DEVICE_ID = "invalid_device_id"
     INVALID_CORE_INDEX = "invalid_core_index"
     INVALID_SEMAPHORE_INDEX = "invalid_semaphore_index"
+    INVALID_REGION = "invalid_region"
     DATA_RACE = "data_race"
     REMOTE_BEFORE_ENTRY = "remote_before_entry"
     BARRIER_PHASE_OVERRUN = "barrier_phase_overrun"
@@ -43,6 +44,7 @@ DESCRIPTIONS = {
     Kind.INVALID_DEVICE_ID: "A remote signal or DMA targets a device outside the mesh.",
     Kind.INVALID_CORE_INDEX: "A signal or DMA targets a core that does not exist.",
     Kind.INVALID_SEMAPHORE_INDEX: "A semaphore array is indexed outside its bounds.",
+    Kind.INVALID_REGION: "A DMA's source or destination window reaches outside its buffer.",
     Kind.DATA_RACE: "Two accesses to overlapping memory, one a write, that some execution leaves unordered.",
     Kind.REMOTE_BEFORE_ENTRY: "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it moved on to a later one.",
     Kind.BARRIER_PHASE_OVERRUN: "GPU: an mbarrier completes two phases before a thread that waits on it has waited for the first.",
@@ -51,7 +53,9 @@ DESCRIPTIONS = {
 
 
 # What a thread hits when an instruction names something that does not exist.
-FAULT_KINDS = frozenset({Kind.INVALID_DEVICE_ID, Kind.INVALID_CORE_INDEX, Kind.INVALID_SEMAPHORE_INDEX})
+FAULT_KINDS = frozenset({
+    Kind.INVALID_DEVICE_ID, Kind.INVALID_CORE_INDEX, Kind.INVALID_SEMAPHORE_INDEX, Kind.INVALID_REGION,
+})
 
 
 @dataclass(frozen=True)
@@ -172,13 +176,16 @@ _HAZARD_RULES = {
 
 
 # How a state in which nothing can move ended (`end_kind`).
-CLEAN_END, STUCK_END, FAULT_END = "clean", "stuck", "fault"
+CLEAN_END, STUCK_END, FAULT_END, CUT_END = "clean", "stuck", "fault", "cut"
 
 
 def end_kind(system: System, state: State) -> str:
-    """A state in which nothing can move: after a fault, with a wait blocked, or clean."""
+    """A state in which nothing can move: after a fault, at a thread's cut (where lowering
+    stopped: not an end of the program), with a wait blocked, or clean."""
     if state.faults:
         return FAULT_END
+    if system.at_cut(state):
+        return CUT_END
     if any(system.blocked_wait(state, t) is not None for t in range(len(system.threads))):
         return STUCK_END
     return CLEAN_END
@@ -188,6 +195,8 @@ def terminal_findings(system: System, state: State) -> list[Finding]:
     """Judge a state in which nothing can move."""
     if state.faults:
         return []  # what follows a fault is its consequence; the fault is the report
+    if system.at_cut(state):
+        return []  # a thread would go on past its cut, doing what semcheck could not lower
     blocked = []
     for t in range(len(system.threads)):
         wait = system.blocked_wait(state, t)
@@ -306,6 +315,8 @@ def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Fi
     states from which no schedule ends: it loops for ever. Reported as an unsatisfied wait
     at its loop's semaphore_read (or, without one, at the backward jump): a polling loop is
     a wait that nothing left can satisfy."""
+    if cycle and system.at_cut(cycle[0][0]):
+        return None  # the thread it waits for may be the one stopped at its cut
     body = system.bodies[t]
     moves = [(state, state.pcs[t]) for state, action in cycle if action == ("t", t)]
     jumps = [body[pc] for _, pc in moves if isinstance(body[pc], (ir.Branch, ir.Jump)) and body[pc].target <= pc]

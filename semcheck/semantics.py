@@ -26,6 +26,10 @@ instruction does. Every rule follows ../shared/reference/pallas-semantics.md:
   outlive kernels and are exempt. Something that arrives after the target exited adds to a
   count nobody will wait for again: the end state (or the next entry) reports it as a
   leftover, which is why exit itself needs no check and commutes with everything.
+* cut (`ir.Cut`, where lowering stopped): never enabled; the thread stays there for good.
+  A state with a thread at its cut is not an end of the program (the rest of that thread is
+  unknown), so properties judge no hang or leftover in it; hazards and faults recorded
+  before are real, since the thread may simply be slow to go on.
 
 Transitions that detect a hazard (race, early arrival, leftover at exit) record it in the
 state, permanently, and never block. Every such check reads only state that the footprints
@@ -57,6 +61,7 @@ class ProtocolError(Exception):
 INVALID_DEVICE = "invalid_device_id"
 INVALID_CORE = "invalid_core_index"
 INVALID_SEM_INDEX = "invalid_semaphore_index"
+INVALID_REGION = "invalid_region"
 
 
 class _Fault(Exception):
@@ -214,7 +219,9 @@ class BufferInstance:
 
 
 def overlap(a: Access, b: Access) -> bool:
-    if a.buffer != b.buffer:
+    """Whether two accesses share an element. An empty access (a size of 0 in some dim)
+    shares none, even when it starts inside the other (a 0-row copy at row 2 of rows 0:4)."""
+    if a.buffer != b.buffer or 0 in a.sizes or 0 in b.sizes:
         return False
     if len(a.starts) != len(b.starts):
         return True  # shapes disagree: cannot tell, assume the worst
@@ -561,8 +568,9 @@ class System:
         self.lifecycle_base = count
 
     def _static_key(self, region: ir.Region) -> tuple | None:
-        """(starts, sizes) of a region with constant starts, as `resolve_region` gives them."""
-        if not all(isinstance(op, int) for op in region.start):
+        """(starts, sizes) of a region with constant starts and sizes, as `resolve_region`
+        gives them."""
+        if not all(isinstance(op, int) for op in region.start + region.size):
             return None
         decl, _base = self._buffers[region.buffer]
         rank = len(decl.shape)
@@ -689,7 +697,7 @@ class System:
         assert bid is not None  # the target was resolved (and checked) first
         rank = len(decl.shape)
         starts = tuple(self.eval(op, t, state) for op in region.start) + (0,) * (rank - len(region.start))
-        sizes = tuple(region.size) + tuple(decl.shape[len(region.size):])
+        sizes = tuple(self.eval(op, t, state) for op in region.size) + tuple(decl.shape[len(region.size):])
         return Access(write, bid, starts[:rank], sizes[:rank])
 
     def arrival_problem(self, state: State, device: int, core: int | None, invocation: int) -> str | None:
@@ -748,11 +756,17 @@ class System:
         have = state.sems[sid]
         return None if have >= need else (sid, need, have)
 
+    def at_cut(self, state: State) -> bool:
+        """Whether some thread stands at the point where its lowering stopped."""
+        return any(
+            0 <= pc < len(body) and type(body[pc]) is ir.Cut for pc, body in zip(state.pcs, self.bodies)
+        )
+
     def enabled(self, state: State) -> list[Action]:
         actions: list[Action] = []
         for t, body in enumerate(self.bodies):
             pc = state.pcs[t]
-            if 0 <= pc < len(body) and self.blocked_wait(state, t) is None:
+            if 0 <= pc < len(body) and type(body[pc]) is not ir.Cut and self.blocked_wait(state, t) is None:
                 actions.append(("t", t))
         actions.extend(("e", e) for e in _distinct(state.events))
         return actions
@@ -1023,6 +1037,8 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
     src = system.resolve_region(t, instr.src, state, write=False)
     dst = system.resolve_region(t, instr.dst, state, write=True, device=landing.device,
                                 core=landing.core if landing.core is not None else system.threads[t].core)
+    for side, access in (("source", src), ("destination", dst)):
+        _check_window(system, side, access)
     invocation = system.invocation_at[t][pc] if system.has_lifecycle[t] else 0
     hazards = _with(state.hazards, *_races(system, state, t, [src, dst]))
     if instr.send_sem is None:  # local: the source is read until the copy lands
@@ -1033,7 +1049,34 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
             Event(RECV, t, pc, recv, dma_increment(landing.decl, nbytes), (dst,), invocation),
             Event(SEND, t, pc, send, dma_increment(system.instances[send].decl, nbytes), (src,), invocation),
         ]
+    if nbytes == 0:
+        return _complete_at_start(system, state, t, new, hazards)
     return _advance(state, t, events=tuple(sorted(state.events + tuple(new))), hazards=hazards)
+
+
+def _complete_at_start(system: System, state: State, t: int, new: list[Event], hazards) -> State:
+    """A copy of 0 bytes moves no data: both its sides complete as it starts (so a 0-byte
+    wait finds it done, and one nobody waits for is never left in flight), touching no
+    memory; what each completion adds to its semaphore and the landing's entry check are
+    those of any completion."""
+    state = _advance(state, t, hazards=hazards)
+    for event in new:
+        state = _complete(system, state._replace(events=state.events + (event,)), event)
+    return state
+
+
+def _check_window(system: System, side: str, access: Access) -> None:
+    """A copy window must lie inside its buffer: 0 <= start and start + size <= extent in
+    every dim (JAX's TPU interpreter fails the copy otherwise:
+    jax/_src/pallas/mosaic/interpret/utils.py, is_range_out_of_bounds_for_shape, 0.10.2)."""
+    shape = system.buffer_instances[access.buffer].decl.shape
+    if all(0 <= s and s + z <= n for s, z, n in zip(access.starts, access.sizes, shape)):
+        return
+    raise _Fault(
+        INVALID_REGION,
+        f"the copy's {side} window {_extent(access)} lies outside "
+        f"{system.buffer_instances[access.buffer].label} of shape {tuple(shape)}",
+    )
 
 
 def _exec_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> State:
@@ -1267,6 +1310,8 @@ def _bits(mask: int):
 
 
 def _successors(pc: int, instr: ir.Instr, n: int) -> tuple[int, ...]:
+    if isinstance(instr, ir.Cut):
+        return ()
     if isinstance(instr, ir.Jump):
         return (instr.target,)
     if isinstance(instr, ir.Branch):
@@ -1294,7 +1339,7 @@ def _operands(instr: ir.Instr) -> list[ir.Operand | None]:
     for name in ("region", "src", "dst"):
         region = getattr(instr, name, None)
         if isinstance(region, ir.Region):
-            ops.extend(region.start)
+            ops.extend(region.start + region.size)
     return ops
 
 

@@ -62,8 +62,9 @@ def protocols(
         return ir.SemRef(decl.name, index, device_operand(), core_operand(decl))
 
     def region():
-        """Whole buffers, slots, halves of slots, and a slot chosen at run time."""
-        choice = draw(st.integers(0, 5))
+        """Whole buffers, slots, halves of slots, empty windows of a slot, and a slot
+        chosen at run time."""
+        choice = draw(st.integers(0, 6))
         if choice == 0:
             return ir.Region("buf")
         if choice == 1:
@@ -74,7 +75,7 @@ def protocols(
         if choice <= 3:
             return ir.Region("mem", (slot,), (1,))
         half = draw(st.integers(0, 1))
-        return ir.Region("mem", (slot, 2 * half), (1, 2))
+        return ir.Region("mem", (slot, 2 * half), (1, 2 if choice < 6 else 0))
 
     def amount():
         if inputs and draw(st.integers(0, 3)) == 0:
@@ -109,7 +110,7 @@ def protocols(
                     recv = draw(st.sampled_from(dmas or regulars))
                     index = draw(st.integers(0, recv.size - 1))
                     remote = draw(st.booleans())
-                    nbytes = draw(st.sampled_from([4, 8]))
+                    nbytes = draw(st.sampled_from([0, 4, 8]))
                     send = ir.SemRef(recv.name, index) if remote else None
                     target = device_operand() if remote else None
                     body.append(ir.DmaStart(
@@ -117,7 +118,7 @@ def protocols(
                     ))
                     if recv.kind is SemKind.DMA and draw(st.booleans()):
                         side = "send" if remote and draw(st.booleans()) else "recv"
-                        body.append(ir.DmaWait(LOC, ir.SemRef(recv.name, index), draw(st.sampled_from([4, 8])), side))
+                        body.append(ir.DmaWait(LOC, ir.SemRef(recv.name, index), draw(st.sampled_from([0, 4, 8])), side))
             # a branch may point one past the end of the body: that is the thread's exit
             body = [
                 ir.Branch(i.loc, i.cond, min(i.target, len(body))) if isinstance(i, ir.Branch) else i

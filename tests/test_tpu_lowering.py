@@ -457,20 +457,23 @@ def test_a_scalar_prefetch_element_is_an_input_on_each_device():
 
 
 def test_a_scalar_prefetch_element_the_kernel_overwrote_is_not_an_input():
-    """After the kernel's own store the element holds what the kernel wrote, which semcheck
-    does not track: an amount read back from it is an error, not the caller's input."""
+    """After the kernel's own store the element holds what the kernel wrote (followed in
+    program order, lower/data.py): the amount read back is that 2, not the caller's input,
+    and the protocol says it was read back from flags_ref."""
     from semcheck.capture import capture_function, lower_captures
-    from tests.tpu_kernels import sharded
+    from tests.tpu_kernels import instrs, sharded
 
     def kernel(flags_ref, x_ref, o_ref, sem):
         flags_ref[0] = 2
         pl.semaphore_signal(sem, flags_ref[0])  # reads back the kernel's own 2
 
-    found, errors = lower_captures(capture_function(*sharded(_prefetch_call(kernel), mesh((2,)))))
-    assert not found and errors
-    error = errors[0]
-    assert error.message.startswith("semaphore_signal: the signal increment depends on the value loaded from flags_ref")
-    assert error.line == line_of(HERE, "flags_ref[0])  # reads back")
+    [p], errors = lower_captures(capture_function(*sharded(_prefetch_call(kernel), mesh((2,)))))
+    assert not errors and not p.inputs
+    assert [s.inc for s in instrs(p, ir.Signal, device=1) if s.sem.alloc == "sem"] == [2]
+    line = line_of(HERE, "flags_ref[0])  # reads back")
+    assert {(u.what, u.loc.line, u.device, u.value, u.script_inputs, u.buffers) for u in p.data_uses} == {
+        ("the signal increment", line, d, 2, (), ("flags_ref",)) for d in (0, 1)
+    }
 
 
 def test_jit_checkpoint_and_custom_jvp_bodies_are_lowered_in_place():

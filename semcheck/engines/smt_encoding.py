@@ -56,7 +56,7 @@ from semcheck.engines.smt_terms import (
 )
 from semcheck.properties import Kind
 from semcheck.semantics import (
-    INVALID_CORE, INVALID_DEVICE, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
+    INVALID_CORE, INVALID_DEVICE, INVALID_REGION, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
     _bits, dma_increment, must_be_zero_at_exit,
 )
 from semcheck.ir import Backend, Scope, SemOrigin
@@ -77,7 +77,7 @@ class SymAccess:
     write: bool
     candidates: list[tuple[int, SymBool]]
     starts: tuple[SymInt, ...]
-    sizes: tuple[int, ...]
+    sizes: tuple[SymInt, ...]
 
 
 @dataclass
@@ -150,6 +150,7 @@ class Completion:
     done: z3.BoolRef
     pos: z3.ArithRef
     change: Change | None = None
+    empty: SymBool = False  # the copy moves 0 bytes: this side completes as it starts
 
 
 class Encoding:
@@ -231,6 +232,8 @@ class Encoding:
                 regs_in = self._merge_registers(t, nv, [row[p] for p in node.preds])
             if node.kind != unrolling.INSTR:
                 continue
+            if isinstance(node.instr, ir.Cut):
+                continue  # never fires (`fires` stays False): the thread stops there for good
             nv.fires = z3.Bool(f"fires_t{t}_n{node.index}")
             self.constraints.append(IMPLIES(nv.fires, nv.reach))
             self._position(row, nv)
@@ -361,15 +364,22 @@ class Encoding:
             send = self.resolve(nv.t, instr.send_sem, regs)
             sides.append((SEND, send))
             faults = {k: OR(faults[k], AND(recv.valid, send.faults[k])) for k in FAULT_KINDS}
+        # Then the windows (`semantics._check_window`), once both semaphores resolved.
+        outside = OR(self._outside(nv.t, instr.src, regs), self._outside(nv.t, instr.dst, regs))
+        faults[INVALID_REGION] = AND(*(NOT(f) for f in faults.values()), outside)
         nv.faults = faults
         nv.valid = AND(*(NOT(f) for f in faults.values()))
         nbytes = self.eval(instr.nbytes, nv.t, regs)
+        # A copy of 0 bytes completes as it starts (`semantics._complete_at_start`).
+        empty = EQ(nbytes, 0)
         for side, target in sides:
             done = z3.Bool(f"dma_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
             pos = _position_var(f"pos_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
             self.constraints.append(IMPLIES(done, nv.done))
-            self.ordering.append(IMPLIES(done, nv.pos < pos))
-            completion = Completion(nv, side, done, pos)
+            self.constraints.append(IMPLIES(AND(empty, nv.done), done))
+            self.ordering.append(IMPLIES(AND(done, NOT(empty)), nv.pos < pos))
+            self.ordering.append(IMPLIES(AND(done, empty), pos == nv.pos))
+            completion = Completion(nv, side, done, pos, empty=empty)
             nv.completions[side] = completion
             decl = self.system._allocs[(recv_ref if side == RECV else instr.send_sem).alloc][0]
             delta = dma_increment(decl, nbytes)  # bytes on a DMA semaphore, else 1
@@ -413,8 +423,17 @@ class Encoding:
         decl, _base = self.system._buffers[region.buffer]
         rank = len(decl.shape)
         starts = tuple(self.eval(op, t, regs) for op in region.start) + (0,) * (rank - len(region.start))
-        sizes = tuple(region.size) + tuple(decl.shape[len(region.size):])
+        sizes = tuple(self.eval(op, t, regs) for op in region.size) + tuple(decl.shape[len(region.size):])
         return SymAccess(write, candidates, starts[:rank], sizes[:rank])
+
+    def _outside(self, t: int, region: ir.Region, regs) -> SymBool:
+        """The window reaches outside its buffer in some dim."""
+        decl, _base = self.system._buffers[region.buffer]
+        access = self.region(t, region, regs, False, [])
+        return OR(*(
+            OR(LT(start, 0), LT(extent, apply("add", start, size)))
+            for start, size, extent in zip(access.starts, access.sizes, decl.shape)
+        ))
 
     def _use_target(self, nv: NodeVars, target: Target) -> Target:
         nv.target = target
@@ -831,8 +850,8 @@ class Encoding:
                 key = next(k for k, guard in nv.taken.items() if _holds(model, guard))
                 nv = row[self.unrolled[t].by_key[key].index]
         for c in self.completions:
-            if not _holds(model, c.done):
-                continue
+            if not _holds(model, c.done) or _holds(model, c.empty):
+                continue  # not yet, or part of its start's step (semantics._complete_at_start)
             sid = next(s for s, cond in c.change.candidates if _holds(model, cond))
             event = Event(c.side, c.start.t, c.start.node.pc, sid, _int(model, c.change.delta))
             keyed.append(((_position(model, c.pos), 1, c.start.t, c.start.node.index), ("e", event), None, None))
@@ -860,10 +879,11 @@ def _overlap(a: SymAccess, b: SymAccess) -> SymBool:
         for bid_b, cond_b in b.candidates:
             if bid_a != bid_b:
                 continue
+            nonempty = [GE(size, 1) for size in a.sizes + b.sizes]
             if len(a.starts) != len(b.starts):
-                options.append(AND(cond_a, cond_b))
+                options.append(AND(cond_a, cond_b, *nonempty))
                 continue
-            options.append(AND(cond_a, cond_b, *(
+            options.append(AND(cond_a, cond_b, *nonempty, *(
                 AND(LT(sa, apply("add", sb, zb)), LT(sb, apply("add", sa, za)))
                 for sa, za, sb, zb in zip(a.starts, a.sizes, b.starts, b.sizes)
             )))

@@ -15,6 +15,9 @@ class LoadError(Exception):
     def __init__(self, message: str, loc: Loc | None = None, hint: str | None = None):
         super().__init__(message)
         self.message, self.loc, self.hint = message, loc, hint
+        # A kernel whose lowering stopped part-way: its protocols up to the stop (threads
+        # end in an `ir.Cut`), whose prefix is still checked (semcheck/prefix.py).
+        self.prefixes: list[Protocol] = []
 
     def __str__(self) -> str:
         where = f"{self.loc}: " if self.loc else ""

@@ -18,7 +18,8 @@ from semcheck.frontends import LoadError
 from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.emitter import Emitter
 from semcheck.lower.source import Locator
-from semcheck.lower.values import RefValue
+from semcheck.lower.data import ThreadMemory
+from semcheck.lower.values import Known, RefValue
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,11 @@ class KernelContext:
     # Scalar-prefetch operands: an integer loaded from one is a protocol input per device.
     scalar_operands: frozenset[str] = frozenset()
     _scalar_inputs: dict[tuple, str] = field(default_factory=dict)
+    # The operand values the script passed: device -> buffer -> array (empty when the
+    # capture saw none, e.g. the kernel was traced but never run).
+    initial_data: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    data_seen: bool = False  # the script ran the kernel, so its operand values were captured
+    data_uses: list[ir.DataUse] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.locate = Locator()
@@ -182,7 +188,12 @@ class ThreadLowering:
         self.coords = kernel.mesh.coords(device)
         self.emitter = Emitter()
         self.program_ids: tuple[int, ...] = ()
-        self.stored: set[str] = set()  # buffers this thread has written so far
+        self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})))
+        if not kernel.data_seen:
+            self.memory.undefined = (
+                "which this thread has not stored, and the capture saw no operand values (the "
+                "kernel was traced but not run: check the script that runs it)"
+            )
         self._next_reg = 0
         # The location of the innermost enclosing eqn that has one (see source.Locator).
         self.context_loc: ir.Loc = kernel.kernel_loc
@@ -216,6 +227,22 @@ class ThreadLowering:
         if self.kernel.core_axis is not None and name == self.kernel.core_axis:
             return self.kernel.cores
         raise KeyError(name)
+
+    def used(self, eqn, value, what: str) -> None:
+        """Record that `value`, which decides `what`, was computed from buffer contents."""
+        if not isinstance(value, Known) or not value.sources:
+            return
+        self.kernel.data_uses.append(
+            ir.DataUse(
+                what,
+                self.loc(eqn),
+                self.device,
+                self.core,
+                int(value.value.reshape(())),
+                tuple(sorted({s.buffer for s in value.sources if s.from_script})),
+                tuple(sorted({s.buffer for s in value.sources})),
+            )
+        )
 
     def error(self, eqn, message: str, hint: str | None = None) -> LoadError:
         return LoadError(f"{eqn.primitive.name}: {message}", self.loc(eqn), hint)

@@ -16,6 +16,7 @@ from semcheck import ir
 from semcheck.frontends import LoadError
 from semcheck.ir import SemOrigin
 from semcheck.lower.context import ThreadLowering
+from semcheck.lower.data import ScalarMerge, element_operand
 from semcheck.lower.interpreter import eval_closed, eval_jaxpr, operand, unwrap, const_value
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, sym_op
@@ -48,6 +49,7 @@ def cond(t: ThreadLowering, eqn, inputs):
     if isinstance(index, Known):
         # lax.cond clamps the index into range.
         chosen = min(max(int(index.value.reshape(())), 0), len(branches) - 1)
+        t.used(eqn, index, "the branch taken")
         return eval_closed(t, branches[chosen], operands)
     if isinstance(index, Sym):
         return branch_on(t, eqn, index.op, branches, operands)
@@ -66,15 +68,40 @@ def branch_on(t: ThreadLowering, eqn, index: ir.Operand, branches, operands) -> 
         # lax.switch clamps the index: below 0 runs branch 0, above the last runs the last.
         em.branch(sym_op("ge" if k == last else "eq", index, k), label, loc)
     results, slots = [], []
+    before, after = t.memory.snapshot(), []
     for k, branch in enumerate(branches):
         if k:
             em.place(labels[k - 1])
+        t.memory.restore(before)  # each branch starts from the buffers as they were
         results.append(eval_closed(t, branch, operands))
+        after.append(t.memory.snapshot())
         slots.append(em.slot())
         if k < len(branches) - 1:
             em.jump(end, loc)
     em.place(end)
+    t.memory.join(after, _BranchMerge(t, eqn, slots))
     return _merge(t, eqn, results, slots)
+
+
+class _BranchMerge(ScalarMerge):
+    """Buffer elements that differ between IR branches become registers, like outputs."""
+
+    def __init__(self, t: ThreadLowering, eqn, slots):
+        self.t, self.eqn, self.slots = t, eqn, slots
+
+    def element(self, buffer, index, version):
+        op = element_operand(version, index)
+        if op is None and buffer in self.t.kernel.scalar_operands and version is not None \
+                and not version.written[index]:
+            aval_dtype = version.value.dtype  # the caller's value, never overwritten here
+            op = ir.Reg(self.t.kernel.scalar_input(buffer, index, self.t.device, aval_dtype, self.t.loc(self.eqn)))
+        return op
+
+    def assign(self, ops, dtype):
+        register = self.t.fresh_reg("m")
+        for op, slot in zip(ops, self.slots):
+            slot.instrs.append(ir.Assign(self.t.loc(self.eqn), register, op))
+        return Sym(ir.Reg(register), np.dtype(dtype))
 
 
 def _merge(t: ThreadLowering, eqn, results: list[list[Value]], slots) -> list[Value]:
@@ -115,7 +142,12 @@ def _data_dependent_cond(t: ThreadLowering, eqn, index: Opaque, branches, operan
     each thread explores every branch through a protocol input."""
     em = t.emitter
     start = em.mark()
-    results = [eval_closed(t, branch, operands) for branch in branches]
+    before, after, results = t.memory.snapshot(), [], []
+    for branch in branches:
+        t.memory.restore(before)
+        results.append(eval_closed(t, branch, operands))
+        after.append(t.memory.snapshot())
+    t.memory.join(after)
     if not em.has_sync_since(start):
         t.kernel.note(
             f"the branch at {t.loc(eqn)} depends on {index.why}; it does not synchronize, so "
@@ -123,6 +155,7 @@ def _data_dependent_cond(t: ThreadLowering, eqn, index: Opaque, branches, operan
         )
         return _merge_opaque(t, eqn, results)
     em.rollback(start)
+    t.memory.restore(before)
     loc = t.loc(eqn)
     name = t.kernel.add_input(f"data@{loc.line}.d{t.device}c{t.core}", 0, len(branches) - 1, loc)
     t.kernel.note(
@@ -182,13 +215,13 @@ def _scan_counts(params, inputs) -> tuple[int, int]:
 
 def _slice(x: Value, i: int) -> Value:
     if isinstance(x, Known):
-        return Known(x.value[i])
+        return Known(x.value[i], x.sources)
     return x if isinstance(x, Opaque) else Opaque("a scanned-over value")
 
 
 def _stack(values: list[Value]) -> Value:
     if values and all(isinstance(v, Known) for v in values):
-        return Known(np.stack([v.value for v in values]))
+        return Known(np.stack([v.value for v in values]), frozenset().union(*(v.sources for v in values)))
     return next((v for v in values if isinstance(v, Opaque)), Opaque("a value stacked by a loop"))
 
 
@@ -218,6 +251,7 @@ def while_loop(t: ThreadLowering, eqn, inputs):
     for _ in range(MAX_LOOP_ITERATIONS):
         [c] = eval_closed(t, params["cond_jaxpr"], list(cond_consts) + carry)
         if isinstance(c, Known):
+            t.used(eqn, c, "the loop condition")
             if not bool(c.value.reshape(())):
                 return carry
             outs = eval_closed(t, params["body_jaxpr"], list(body_consts) + carry)
@@ -244,6 +278,7 @@ def _ir_loop(t: ThreadLowering, eqn, cond_consts, body_consts, carry):
     opaque = {i for i, v in enumerate(carry) if not _register_candidate(eqn.outvars[i].aval, v)}
     while True:
         start = em.mark()
+        entry = t.memory.snapshot()
         registers: dict[int, str] = {}
         values: list[Value] = []
         for i, v in enumerate(carry):
@@ -266,7 +301,11 @@ def _ir_loop(t: ThreadLowering, eqn, cond_consts, body_consts, carry):
         em.branch(sym_op("eq", operand(t, eqn, c, "the loop condition"), 0), done, loc)
         outs = eval_closed(t, params["body_jaxpr"], list(body_consts) + values)
         lost = {i for i in registers if not _register_candidate(eqn.outvars[i].aval, outs[i])}
-        if lost:
+        # The body runs any number of times: what it stores is known at the head only where
+        # every iteration leaves it unchanged (data.py joins the two; it only shrinks).
+        t.memory.join([entry, t.memory.snapshot()])
+        changed = not t.memory.knows_as_much(entry)
+        if lost or changed:
             em.rollback(start)
             opaque |= lost
             continue

@@ -95,6 +95,16 @@ class Emitter:
             else:
                 yield item
 
+    def stop(self, cut: ir.Cut) -> None:
+        """End the thread at `cut` (lowering could not go on): every jump to code that was
+        never emitted (a label not placed yet) lands on the cut."""
+        placed = {id(item.label) for item in self._flat(self.items) if isinstance(item, _Mark)}
+        for item in list(self._flat(self.items)):
+            if isinstance(item, _PendingJump) and id(item.label) not in placed:
+                self.place(item.label)
+                placed.add(id(item.label))
+        self.items.append(cut)
+
     def build(self) -> tuple[ir.Instr, ...]:
         flat = list(self._flat(self.items))
         positions: dict[int, int] = {}

@@ -120,8 +120,11 @@ def generic(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
         )
     if all(isinstance(x, Known) for x in inputs) and name not in HARMLESS_EFFECTFUL:
         folded = fold(t, eqn, inputs)
-        if folded is not None:
+        if isinstance(folded, list):
             return folded
+        if isinstance(folded, str):
+            why = f"the result of `{name}` at {t.loc(eqn)}, which JAX could not evaluate on CPU ({folded})"
+            return [Opaque(why) for _ in eqn.outvars]
     why = opaque_reason(t, eqn, inputs)
     return [Opaque(why) for _ in eqn.outvars]
 
@@ -138,28 +141,34 @@ def opaque_reason(t: ThreadLowering, eqn, inputs: list[Value]) -> str:
     return f"the result of `{eqn.primitive.name}` at {t.loc(eqn)}"
 
 
-def fold(t: ThreadLowering, eqn, inputs: list[Known]) -> list[Value] | None:
+def fold(t: ThreadLowering, eqn, inputs: list[Known]) -> list[Value] | str | None:
+    """The eqn's results computed by JAX; why JAX could not (a str); None when they are
+    too large to be protocol values."""
     if any(_size(v.aval) > FOLD_LIMIT for v in eqn.outvars):
         return None
     key = (id(eqn), tuple((x.value.dtype.str, x.value.shape, x.value.tobytes()) for x in inputs))
     cache = t.kernel.fold_cache
-    if key in cache:
-        return cache[key]
+    if key not in cache:
+        cache[key] = _bind(eqn, inputs)
+    result = cache[key]
+    sources = frozenset().union(*(x.sources for x in inputs))
+    if isinstance(result, list) and sources:  # the cache holds values; provenance is per use
+        result = [Known(r.value, sources) for r in result]
+    return result
+
+
+def _bind(eqn, inputs: list[Known]) -> list[Known] | str:
+    """The eqn's primitive bound on concrete inputs: JAX computes it (or says why not)."""
     import jax
 
     try:
         with jax.ensure_compile_time_eval():
             out = eqn.primitive.bind(*[x.value for x in inputs], **eqn.params)
-    except Exception:
-        cache[key] = None
-        return None
-    outs = out if eqn.primitive.multiple_results else [out]
-    try:
-        result = [Known(np.asarray(o)) for o in outs]
-    except Exception:
-        result = None
-    cache[key] = result
-    return result
+        outs = out if eqn.primitive.multiple_results else [out]
+        return [Known(np.asarray(o)) for o in outs]
+    except Exception as e:  # JAX's own refusal, reported where the value is needed
+        text = str(e).strip().splitlines()
+        return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
 def _size(aval) -> int:
@@ -192,6 +201,7 @@ def operand(t: ThreadLowering, eqn, value: Value, what: str):
     if isinstance(value, Known):
         if value.value.size != 1:
             raise t.error(eqn, f"{what} must be a scalar, got shape {value.value.shape}")
+        t.used(eqn, value, what)
         return int(value.value.reshape(()))
     if isinstance(value, Sym):
         return value.op
@@ -201,7 +211,8 @@ def operand(t: ThreadLowering, eqn, value: Value, what: str):
             "when it builds the protocol",
             t.loc(eqn),
             hint="semcheck needs semaphore indices, device ids, signal and wait amounts and "
-            "DMA sizes to follow from axis_index, program_id, loop counters and semaphore_read "
-            "values; compute them from those",
+            "DMA sizes to follow from axis_index, program_id, loop counters, semaphore_read "
+            "values, or buffer contents it can evaluate (the operands of a kernel the script "
+            "runs, and what the kernel stores; see docs/data-evaluation.md)",
         )
     raise t.error(eqn, f"{what} is a ref, not a value")

@@ -29,6 +29,7 @@ from semcheck import ir
 from semcheck.frontends import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
 from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
+from semcheck.lower.data import data_notes, initial_contents
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 
@@ -44,13 +45,24 @@ class KernelCapture:
     num_operands: int  # operands of the eqn (pallas_call: dynamic grid bounds, index, inputs)
     mesh: MeshShape = field(default_factory=MeshShape)
     call_loc: ir.Loc | None = None
+    # What the script passed when it ran the kernel: device -> operand index -> array
+    # (semcheck/operands.py); empty when the kernel was compiled but never run.
+    operand_values: dict = field(default_factory=dict)
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
+    """The kernel's protocols. When lowering stops part-way on some thread (an unsupported
+    construct), a LoadError for the first stop, carrying the protocols up to there."""
     lower = {"pallas_call": _pallas_call, "mpmd_map": _mpmd_map}.get(capture.primitive)
     if lower is None:
         raise LoadError(f"semcheck cannot lower a captured {capture.primitive!r}")
-    return lower(capture, tpu_cores)
+    protocols = lower(capture, tpu_cores)
+    stops = [cut for p in protocols for _thread, cut in ir.cuts(p)]
+    if stops:
+        error = LoadError(stops[0].message, stops[0].loc, stops[0].hint)
+        error.prefixes = protocols
+        raise error
+    return protocols
 
 
 # --- pallas_call -----------------------------------------------------------------------------
@@ -97,7 +109,11 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
                 f"checked as on a chip with {cores} TensorCores per device (v4/v5p megacore): the "
                 f"parallel grid dimensions are split into contiguous per-core chunks"
             )
-        protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index))
+        # The eqn's operands are the dynamic grid bounds, then the kernel's index and inputs.
+        n_dynamic = capture.num_operands - n_index - gm.num_inputs
+        data = _operand_data(capture, {k: n_dynamic + k for k in range(n_index + gm.num_inputs)})
+        protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index,
+                                data=data, data_seen=bool(capture.operand_values)))
     return protocols
 
 
@@ -184,7 +200,16 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
     ctx = _context(name, capture, cores, kernel_loc, compiler_params, (cores,), (axis,))
     ctx.core_axis = axis
     points = [[(core,)] for core in range(cores)]
-    return [_build(ctx, jaxpr, invars, origins, points, n_in)]
+    data = _operand_data(capture, {k: k for k in range(n_in)})
+    return [_build(ctx, jaxpr, invars, origins, points, n_in, data=data, data_seen=bool(capture.operand_values))]
+
+
+def _operand_data(capture: KernelCapture, operand_of: dict[int, int]) -> dict[int, dict[int, object]]:
+    """device -> kernel invar index -> the script's array for it."""
+    return {
+        device: {k: values[op] for k, op in operand_of.items() if op in values}
+        for device, values in capture.operand_values.items()
+    }
 
 
 # --- shared -------------------------------------------------------------------------------------
@@ -248,9 +273,11 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
     )
 
 
-def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0) -> ir.Protocol:
+def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0,
+           data: dict | None = None, data_seen: bool = False) -> ir.Protocol:
     """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs,
-    the first `n_scalar` of them scalar-prefetch operands."""
+    the first `n_scalar` of them scalar-prefetch operands. `data` holds the script's values
+    of those operands per device (see lower/data.py)."""
     if jaxpr.constvars:
         raise LoadError(
             f"{ctx.name}: the kernel captures constants (Pallas cannot lower that either)",
@@ -262,6 +289,8 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         names = [f"operand{k}" for k in range(len(invars))]
     refs = [ctx.declare_ref(n, v.aval, o, ctx.kernel_loc) for n, v, o in zip(names, invars, origins)]
     ctx.scalar_operands = frozenset(r.alloc for r in refs[:n_scalar] if not r.is_semaphore)
+    ctx.data_seen = data_seen
+    ctx.initial_data = initial_contents(refs, data or {})
     handed_in = [
         r.alloc for r, o in zip(refs[:n_inputs], origins) if r.is_semaphore and o is SemOrigin.ARGUMENT
     ]
@@ -280,10 +309,13 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
             t.emitter.emit(ir.KernelEntry(ctx.kernel_loc, ctx.name))
             if barrier:
                 _emit_device_barrier(t, devices)
-            for point in points[core]:
-                t.program_ids = point
-                eval_jaxpr(t, jaxpr, [], refs)
-            t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
+            try:
+                for point in points[core]:
+                    t.program_ids = point
+                    eval_jaxpr(t, jaxpr, [], refs)
+                t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
+            except LoadError as e:  # the prefix before it is still checked (prefix.py)
+                t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
             threads.append(ir.Thread(device, core, t.emitter.build()))
     unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
     if unused_id and not ctx.allow_unused_collective_id:
@@ -304,7 +336,8 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         inputs=tuple(ctx.inputs),
         loc=ctx.kernel_loc,
         frontend="tpu",
-        notes=tuple(ctx.notes),
+        notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
+        data_uses=tuple(ctx.data_uses),
     )
 
 

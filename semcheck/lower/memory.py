@@ -11,6 +11,8 @@ whole dimension (it over-approximates what is touched), and transforms other tha
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -18,7 +20,7 @@ from semcheck import ir
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.registry import rule
-from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, sym_op
+from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, known, sym_op
 
 
 def split_ref(value) -> tuple[object, tuple]:
@@ -34,6 +36,14 @@ def split_ref(value) -> tuple[object, tuple]:
 def ref_of(t: ThreadLowering, eqn, value, what: str, extra=()) -> tuple[RefValue, tuple]:
     ref, transforms = split_ref(value)
     transforms = transforms + tuple(extra or ())
+    if _is_multiref(ref):
+        raise t.error(
+            eqn,
+            f"{what} is a pl.select_ref, which Mosaic lowers only as a DMA operand "
+            "(jax/_src/pallas/mosaic/lowering.py, lower_with_transformed_refs; elsewhere "
+            "_transform_ref raises NotImplementedError)",
+            hint="select the semaphore with lax.cond, or index a semaphore array with .at[i]",
+        )
     if not isinstance(ref, RefValue):
         reason = ref.why if isinstance(ref, Opaque) else "a value semcheck does not track"
         raise t.error(
@@ -45,14 +55,125 @@ def ref_of(t: ThreadLowering, eqn, value, what: str, extra=()) -> tuple[RefValue
     return ref, ref.transforms + transforms
 
 
-def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, what: str):
-    """Per allocation dim: (start operand or None when unknown, size); plus the dims the
-    view still has. None when a transform is not indexing (only allowed when not exact)."""
+@dataclass
+class _Dim:
+    """One dim of the allocation under a view: where the view starts (None when unknown),
+    the distance between its consecutive elements, and how many elements it has (an
+    operand, or None when unknown)."""
+
+    start: ir.Operand | None
+    stride: int
+    count: ir.Operand | None
+
+    def extent(self) -> ir.Operand | None:
+        """Elements of the allocation from the first to the last the view touches."""
+        if self.count is None or self.stride == 1:
+            return self.count
+        if isinstance(self.count, int):
+            return (self.count - 1) * self.stride + 1 if self.count else 0
+        return sym_op("max", sym_op("sub", sym_op("mul", self.count, self.stride), self.stride - 1), 0)
+
+
+@dataclass
+class _View:
+    dims: list[_Dim]  # per allocation dim
+    kept: list[int]  # allocation dims the view still has, in order
+    sizes: list[Value]  # the view's size along each kept dim, as lowered (for byte counts)
+
+
+# --- pl.select_ref ------------------------------------------------------------------------------
+
+
+def _is_multiref(ref) -> bool:
+    return isinstance(ref, (tuple, list)) and not all(isinstance(x, int) for x in ref)
+
+
+def _find_select(value):
+    """(index, options, rebuild) of the first `pl.select_ref` inside a ref operand, where
+    rebuild(option) is the operand with that option in the selection's place; None when it
+    has none. A selection is a TransformedRef over a tuple of refs with one SelectTransform
+    (jax/_src/state/types.py); `.at[...]` on it wraps it in another TransformedRef."""
+    from jax._src.state.types import TransformedRef
+
+    if not isinstance(value, TransformedRef):
+        return None
+    if _is_multiref(value.ref):
+        [select] = value.transforms
+        return select.idx, list(value.ref), lambda option: option
+    found = _find_select(value.ref)
+    if found is None:
+        return None
+    index, options, rebuild = found
+    return index, options, lambda option: TransformedRef(rebuild(option), value.transforms)
+
+
+def for_each_selection(t: ThreadLowering, eqn, operands: list, lower: Callable[[list], None]) -> None:
+    """Lower `lower(operands)` once per choice of every `pl.select_ref` among the ref
+    operands of a DMA. Mosaic lowers a selection to nested `scf.if`s on `index == 0`, each
+    else branch going on with `index - 1` and the last option taking whatever is left
+    (`_select_to_ifop` in jax/_src/pallas/mosaic/lowering.py, 0.10.2): option k for
+    0 <= k < n - 1, the last option for any other index. A known index picks its option; one
+    known only at run time becomes IR branches over the options; one semcheck does not know
+    (buffer contents) becomes a protocol input over the options, checked in every case."""
+    for position, value in enumerate(operands):
+        found = _find_select(value)
+        if found is None:
+            continue
+        index, options, rebuild = found
+
+        def chosen(k: int, position=position, rebuild=rebuild) -> None:
+            rest = list(operands)
+            rest[position] = rebuild(options[k])
+            for_each_selection(t, eqn, rest, lower)
+
+        last = len(options) - 1
+        if isinstance(index, int) or isinstance(index, Known) and index.is_scalar:
+            k = int(index) if isinstance(index, int) else index.as_int()
+            chosen(k if 0 <= k < last else last)
+            return
+        if isinstance(index, Opaque):
+            loc = t.loc(eqn)
+            name = t.kernel.add_input(f"select@{loc.line}.d{t.device}c{t.core}", 0, last, loc)
+            t.kernel.note(
+                f"the pl.select_ref at {loc} chooses by {index.why}; semcheck checks every one of "
+                f"its {len(options)} refs on every device and core"
+            )
+            index_op: ir.Operand = ir.Reg(name)
+        else:
+            index_op = operand(t, eqn, index, "the pl.select_ref index")
+        branch_cases(t, eqn, index_op, len(options), chosen)
+        return
+    lower(operands)
+
+
+def branch_cases(t: ThreadLowering, eqn, index: ir.Operand, cases: int, lower: Callable[[int], None]) -> None:
+    """IR branches on `index`: case k for index == k (k < cases - 1), the last case for
+    every other value; `lower(k)` emits each case's code."""
+    em, loc = t.emitter, t.loc(eqn)
+    labels = [em.label() for _ in range(cases - 1)]
+    end = em.label()
+    for k, label in enumerate(labels):
+        em.branch(sym_op("eq", index, k), label, loc)
+    lower(cases - 1)
+    for k, label in enumerate(labels):
+        em.jump(end, loc)
+        em.place(label)
+        lower(k)
+    em.place(end)
+
+
+# --- views ---------------------------------------------------------------------------------------
+
+
+def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, what: str) -> _View | None:
+    """Compose the ref's `.at[...]` indexers into one view of the allocation. Each indexer
+    indexes the view before it, so its starts count in that view's elements (scaled by its
+    strides, offset by its starts). None when a transform is not indexing (only allowed
+    when not exact)."""
     from jax._src.state.indexing import NDIndexer, Slice
 
-    starts: list = [0] * len(ref.shape)
-    sizes = list(ref.shape)
-    view_dims = list(range(len(ref.shape)))
+    view = _View([_Dim(0, 1, extent) for extent in ref.shape], list(range(len(ref.shape))),
+                 [known(extent) for extent in ref.shape])
     for transform in transforms:
         if not isinstance(transform, NDIndexer):
             if exact:
@@ -61,31 +182,42 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
                     f"{what}: semcheck cannot follow the ref transform {type(transform).__name__}",
                     hint="index semaphore arrays with .at[i] only",
                 )
-            return None, []
-        kept = []
-        for dim, index in zip(view_dims, transform.indices):
+            return None
+        kept, sizes = [], []
+        for dim, index, size in zip(view.kept, transform.indices, view.sizes):
+            d = view.dims[dim]
+            extent = d.count if isinstance(d.count, int) else ref.shape[dim]
             if isinstance(index, Slice):
-                start = _index(t, eqn, index.start, exact, what)
-                size = index.size if isinstance(index.size, int) else None
-                if start is None or size is None:
-                    starts[dim], sizes[dim] = None, ref.shape[dim]
-                else:
-                    if starts[dim] is not None:
-                        starts[dim] = sym_op("add", starts[dim], start)
-                    sizes[dim] = (size - 1) * index.stride + 1 if size else 0
+                start = _index(t, eqn, index.start, exact, what, extent)
+                count = _size(index.size)
+                d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
+                d.stride *= index.stride
+                d.count = count
                 kept.append(dim)
+                sizes.append(index.size if not isinstance(index.size, int) else known(index.size))
             else:
-                start = _index(t, eqn, index, exact, what)
-                if start is None or starts[dim] is None:
-                    starts[dim], sizes[dim] = None, ref.shape[dim]
-                else:
-                    starts[dim] = sym_op("add", starts[dim], start)
-                    sizes[dim] = 1
-        view_dims = kept
-    return list(zip(starts, sizes)), view_dims
+                start = _index(t, eqn, index, exact, what, extent)
+                d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
+                d.count = 1
+        view = _View(view.dims, kept, sizes)
+    return view
 
 
-def _index(t: ThreadLowering, eqn, index, exact: bool, what: str):
+def _size(size) -> ir.Operand | None:
+    """A slice size as an operand: a Python int, a value known per thread, a symbolic one;
+    None when semcheck does not know it."""
+    if isinstance(size, int):
+        return size
+    if isinstance(size, Known) and size.value.size == 1:
+        return size.as_int()
+    if isinstance(size, Sym):
+        return size.op
+    return None
+
+
+def _index(t: ThreadLowering, eqn, index, exact: bool, what: str, extent: int):
+    """An index into a view dim of `extent` elements, as an operand; None when a buffer
+    view's index is unknown (the region then widens)."""
     if isinstance(index, int):
         return index
     if isinstance(index, Known) and index.value.size != 1:
@@ -94,9 +226,25 @@ def _index(t: ThreadLowering, eqn, index, exact: bool, what: str):
         return None
     if isinstance(index, (Known, Sym)):
         return operand(t, eqn, index, what)
-    if isinstance(index, Opaque) and not exact:
-        return None
+    if isinstance(index, Opaque):
+        return _unknown_semaphore_index(t, eqn, index, what, extent) if exact else None
     return operand(t, eqn, index, what)
+
+
+def _unknown_semaphore_index(t: ThreadLowering, eqn, index: Opaque, what: str, extent: int) -> ir.Operand:
+    """A semaphore index semcheck cannot know (it comes from buffer contents): a protocol
+    input over the array's static extent, so every semaphore the index may name is
+    checked, on every device and core. An index outside the shape cannot be seen here; one
+    known only at run time (a register) is still checked and faults with
+    invalid_semaphore_index."""
+    loc = t.loc(eqn)
+    name = t.kernel.add_input(f"index@{loc.line}.d{t.device}c{t.core}", 0, max(extent, 1) - 1, loc)
+    t.kernel.note(
+        f"{what} at {loc} depends on {index.why}; semcheck checks every index 0..{extent - 1} "
+        "of the semaphore array on every device and core (it assumes the index lies inside "
+        "the array, which it cannot see)"
+    )
+    return ir.Reg(name)
 
 
 def semaphore_ref(
@@ -105,26 +253,38 @@ def semaphore_ref(
     ref, transforms = ref_of(t, eqn, value, what, extra)
     if not ref.is_semaphore:
         raise t.error(eqn, f"{what} is the buffer {ref.alloc!r}, not a semaphore")
-    dims, view_dims = _view(t, eqn, ref, transforms, exact=True, what=f"{what} index")
-    if view_dims:
+    view = _view(t, eqn, ref, transforms, exact=True, what=f"{what} index")
+    if view.kept:
         raise t.error(eqn, f"{what}: {ref.alloc} is indexed to a shape, not a single semaphore")
     index: ir.Operand = 0
     stride = 1
-    for (start, _size), extent in reversed(list(zip(dims, ref.shape))):
-        index = sym_op("add", index, sym_op("mul", start, stride))
+    for d, extent in reversed(list(zip(view.dims, ref.shape))):
+        index = sym_op("add", index, sym_op("mul", d.start, stride))
         stride *= extent
     return ir.SemRef(ref.alloc, index, device, core)
 
 
 def region(t: ThreadLowering, eqn, value, what: str, extra=()) -> ir.Region:
+    """The part of the allocation a buffer view may touch: exact where its starts and sizes
+    are known (per thread, or as operands over inputs and registers); a dim whose start or
+    size is unknown widens to the whole dim (it covers whatever one run touches), and a
+    view through a transform other than indexing to the whole buffer."""
     ref, transforms = ref_of(t, eqn, value, what, extra)
     if ref.is_semaphore:
         raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
-    dims, _ = _view(t, eqn, ref, transforms, exact=False, what=what)
-    if dims is None:
+    view = _view(t, eqn, ref, transforms, exact=False, what=what)
+    if view is None:
         return ir.Region(ref.alloc, (0,) * len(ref.shape), tuple(ref.shape))
-    starts = tuple(0 if s is None else s for s, _ in dims)
-    return ir.Region(ref.alloc, starts, tuple(size for _, size in dims))
+    starts, sizes = [], []
+    for d, extent in zip(view.dims, ref.shape):
+        known_extent = d.extent()
+        if d.start is None or known_extent is None:
+            starts.append(0)
+            sizes.append(extent)
+        else:
+            starts.append(d.start)
+            sizes.append(known_extent)
+    return ir.Region(ref.alloc, tuple(starts), tuple(sizes))
 
 
 def nbytes_of_aval(t: ThreadLowering, eqn, aval) -> int:
@@ -138,37 +298,62 @@ def nbytes_of_aval(t: ThreadLowering, eqn, aval) -> int:
     return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
 
 
+def nbytes_of_window(t: ThreadLowering, eqn, value, aval, what: str) -> ir.Operand:
+    """Bytes a DMA moves through the window `value` (Mosaic counts the destination's, see
+    tpu.py): the static shape of its aval, or, when a `pl.ds` size is traced (JAX then
+    gives the window a dynamic-shape aval, `state/indexing.py` `DShapedArray`), the product
+    of the window's sizes as lowered: exact when each is known per thread, an operand over
+    the protocol's inputs when one comes from scalar prefetch, and an error naming the
+    size when semcheck cannot know it."""
+    if all(isinstance(d, int) for d in aval.shape):
+        return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+    ref, transforms = ref_of(t, eqn, value, what)
+    view = _view(t, eqn, ref, transforms, exact=False, what=what)
+    if view is None:
+        raise t.error(eqn, f"{what} has a size known only at run time behind a reshape or bitcast, "
+                      "which semcheck cannot follow")
+    nbytes: ir.Operand = np.dtype(ref.dtype).itemsize
+    for position, size in enumerate(view.sizes):
+        count = operand(t, eqn, size, f"the size of {what} along its dim {position} (a traced pl.ds size)")
+        nbytes = sym_op("mul", nbytes, count)
+    return nbytes
+
+
 # --- loads and stores ------------------------------------------------------------------------
 
 
-def _loaded(t: ThreadLowering, eqn, reg: ir.Region) -> list[Value]:
-    why = f"the value loaded from {reg.buffer} at {t.loc(eqn)}"
-    return [Opaque(why) for _ in eqn.outvars]
+def _why(t: ThreadLowering, eqn, reg: ir.Region) -> str:
+    return f"the value loaded from {reg.buffer} at {t.loc(eqn)}"
 
 
-def _stored(t: ThreadLowering, eqn, reg: ir.Region) -> list[Value]:
-    t.stored.add(reg.buffer)
-    return _loaded(t, eqn, reg)
+def _load(t: ThreadLowering, eqn, value, what: str, transforms) -> tuple[ir.Region, Value]:
+    """Emit the load; the value it sees (data.py follows the thread's buffers)."""
+    from semcheck.lower.interpreter import FOLD_LIMIT
+
+    reg = region(t, eqn, value, what, transforms)
+    t.emitter.emit(ir.Load(t.loc(eqn), reg))
+    ref, all_transforms = ref_of(t, eqn, value, what, transforms)
+    [out] = eqn.outvars[:1]
+    scalar = _scalar_prefetch_element(t, eqn, ref, reg)
+    if scalar is not None:
+        return reg, scalar
+    return reg, t.memory.read(ref, all_transforms, reg, out.aval, _why(t, eqn, reg), FOLD_LIMIT)
 
 
 @rule("get")
 def get(t: ThreadLowering, eqn, inputs):
     ref, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
-    reg = region(t, eqn, ref, "the loaded ref", transforms)
-    t.emitter.emit(ir.Load(t.loc(eqn), reg))
-    scalar = _scalar_prefetch_element(t, eqn, reg)
-    if scalar is not None:
-        return [scalar]
-    return _loaded(t, eqn, reg)
+    _reg, loaded = _load(t, eqn, ref, "the loaded ref", transforms)
+    return [loaded]
 
 
-def _scalar_prefetch_element(t: ThreadLowering, eqn, reg: ir.Region) -> Sym | None:
+def _scalar_prefetch_element(t: ThreadLowering, eqn, ref: RefValue, reg: ir.Region) -> Sym | None:
     """One integer element of a scalar-prefetch operand the kernel has not written: the
     caller's value, so a protocol input (a signal count or wait value may depend on it)."""
-    [out] = eqn.outvars
+    [out] = eqn.outvars[:1]
     aval = out.aval
-    if reg.buffer not in t.kernel.scalar_operands or reg.buffer in t.stored or tuple(aval.shape) != ():
+    if reg.buffer not in t.kernel.scalar_operands or tuple(aval.shape) != ():
         return None
     if not (np.issubdtype(aval.dtype, np.integer) or aval.dtype == np.bool_):
         return None
@@ -176,27 +361,35 @@ def _scalar_prefetch_element(t: ThreadLowering, eqn, reg: ir.Region) -> Sym | No
         return None  # an element chosen at run time: its value stays untracked
     if not reg.start and math.prod(t.kernel.buffers[reg.buffer].shape) != 1:
         return None
+    if t.memory.written_element(ref, reg):
+        return None  # the kernel's own store defines it (data.py)
     name = t.kernel.scalar_input(reg.buffer, tuple(reg.start), t.device, aval.dtype, t.loc(eqn))
     return Sym(ir.Reg(name), np.dtype(aval.dtype))
 
 
 @rule("swap")
 def swap(t: ThreadLowering, eqn, inputs):
-    ref, _value, *flat = inputs
+    ref, value, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
     reg = region(t, eqn, ref, "the stored ref", transforms)
+    target, all_transforms = ref_of(t, eqn, ref, "the stored ref", transforms)
+    from semcheck.lower.interpreter import FOLD_LIMIT
+
+    old = t.memory.read(target, all_transforms, reg, eqn.outvars[0].aval, _why(t, eqn, reg), FOLD_LIMIT)
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
-    return _stored(t, eqn, reg)
+    t.memory.write(target, all_transforms, reg, value)
+    return [old]
 
 
 @rule("addupdate")
 def addupdate(t: ThreadLowering, eqn, inputs):
-    ref, _value, *flat = inputs
+    ref, value, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
     reg = region(t, eqn, ref, "the updated ref", transforms)
     t.emitter.emit(ir.Load(t.loc(eqn), reg))
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
-    t.stored.add(reg.buffer)
+    target, all_transforms = ref_of(t, eqn, ref, "the updated ref", transforms)
+    t.memory.add(target, all_transforms, reg, value, _why(t, eqn, reg), eqn.invars[1].aval)
     return []
 
 
@@ -205,7 +398,7 @@ def masked_load(t: ThreadLowering, eqn, inputs):
     ref, transforms, _mask, _other = eqn.params["args_tree"].unflatten(inputs)
     reg = region(t, eqn, ref, "the loaded ref", transforms)
     t.emitter.emit(ir.Load(t.loc(eqn), reg))
-    return _loaded(t, eqn, reg)
+    return [Opaque(_why(t, eqn, reg)) for _ in eqn.outvars]
 
 
 @rule("masked_swap")
@@ -213,5 +406,7 @@ def masked_swap(t: ThreadLowering, eqn, inputs):
     ref, transforms, _value, _mask = eqn.params["args_tree"].unflatten(inputs)
     reg = region(t, eqn, ref, "the stored ref", transforms)
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
-    return _stored(t, eqn, reg)
-
+    # A masked store is not followed: the region may now hold anything.
+    target, _all = ref_of(t, eqn, ref, "the stored ref", transforms)
+    t.memory.forget(target, reg, f"a masked store at {t.loc(eqn)}")
+    return [Opaque(_why(t, eqn, reg)) for _ in eqn.outvars]

@@ -16,7 +16,7 @@ import numpy as np
 from semcheck import ir
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
-from semcheck.lower.memory import nbytes_of_aval, region, semaphore_ref
+from semcheck.lower.memory import for_each_selection, nbytes_of_window, region, semaphore_ref
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Sym, sym_op
 
@@ -137,26 +137,31 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             hint="copy, then add in the kernel",
         )
     device, core = resolve_device(t, eqn, device_id, eqn.params["device_id_type"], "DMA")
-    t.emitter.emit(
-        ir.DmaStart(
-            t.loc(eqn),
-            src=region(t, eqn, src, "the DMA source"),
-            dst=region(t, eqn, dst, "the DMA destination"),
-            recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
-            send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
-            # Mosaic counts the bytes of the destination memref (reference §1.5, §2.5).
-            nbytes=nbytes_of_aval(t, eqn, avals[1]),
-            device=device,
-            core=core,
+
+    def start(operands) -> None:
+        src, dst, recv_sem, send_sem = operands
+        t.emitter.emit(
+            ir.DmaStart(
+                t.loc(eqn),
+                src=region(t, eqn, src, "the DMA source"),
+                dst=region(t, eqn, dst, "the DMA destination"),
+                recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
+                send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
+                # Mosaic counts the bytes of the destination memref (reference §1.5, §2.5).
+                nbytes=nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination"),
+                device=device,
+                core=core,
+            )
         )
-    )
+
+    for_each_selection(t, eqn, [src, dst, recv_sem, send_sem], start)
     return []
 
 
 @rule("dma_wait")
 def dma_wait(t: ThreadLowering, eqn, inputs):
     tree = eqn.params["tree"]
-    _src, _dst, sem, _other_sem, _device_id = tree.unflatten(inputs)
+    _src, dst, sem, _other_sem, _device_id = tree.unflatten(inputs)
     avals = tree.unflatten([v.aval for v in eqn.invars])
     # wait_send binds the descriptor with src/dst and the two semaphores swapped, so slot 2
     # is always the local semaphore to wait on. Newer JAX marks a send-wait with
@@ -164,14 +169,19 @@ def dma_wait(t: ThreadLowering, eqn, inputs):
     params = eqn.params
     send_side = params["is_wait_send"] if "is_wait_send" in params else params.get("insert_dummy_device", False)
     side = "send" if send_side else "recv"
-    t.emitter.emit(
-        ir.DmaWait(
-            t.loc(eqn),
-            semaphore_ref(t, eqn, sem, f"the DMA {side} semaphore waited on"),
-            nbytes_of_aval(t, eqn, avals[1]),
-            side,
+
+    def wait(operands) -> None:
+        dst, sem = operands
+        t.emitter.emit(
+            ir.DmaWait(
+                t.loc(eqn),
+                semaphore_ref(t, eqn, sem, f"the DMA {side} semaphore waited on"),
+                nbytes_of_window(t, eqn, dst, avals[1], "the waited DMA's destination"),
+                side,
+            )
         )
-    )
+
+    for_each_selection(t, eqn, [dst, sem], wait)
     return []
 
 

@@ -4,7 +4,8 @@ Lowering evaluates the kernel jaxpr once per thread (device, core) and grid step
 values are simply known:
 
 * `Known`: a concrete numpy value (axis_index, program_id, loop counters, arithmetic on
-  them, literals).
+  them, literals, and buffer contents the lowering follows: see data.py), with the buffers
+  it was computed from.
 * `Sym`: an integer scalar known only when the protocol runs (a `semaphore_read`, a loop
   carry in a data-dependent loop); it holds an IR operand over registers.
 * `Opaque`: anything semcheck does not track (buffer contents, floats); it remembers why,
@@ -27,9 +28,21 @@ from semcheck import ir
 from semcheck.semantics import apply_op
 
 
+@dataclass(frozen=True)
+class DataSource:
+    """A buffer a value was read from: `from_script` when its contents there were the
+    operand values the script passed (not only what the kernel itself stored)."""
+
+    buffer: str
+    from_script: bool
+
+
 @dataclass(frozen=True, eq=False)
 class Known:
     value: np.ndarray
+    # The buffers the value was computed from (empty: it follows from axis_index,
+    # program_id, loop counters and constants alone, the same for every input).
+    sources: frozenset = frozenset()
 
     @property
     def is_scalar(self) -> bool:

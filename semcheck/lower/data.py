@@ -1,0 +1,417 @@
+"""The kernel's data, evaluated: what each thread's buffers hold, in program order.
+
+A thread's lowering walks its kernel body once, in program order, so it can also follow
+what the body stores and later loads: a slot index kept in SMEM across grid steps, a flag
+the kernel overwrites, a routing table computed from gating logits and copied VMEM -> SMEM.
+`ThreadMemory` holds, per buffer, the concrete contents where they are known (from the
+operands the script passed, or from the thread's own stores), a mask of which elements are
+known, and the scalar elements that hold a run-time value (a `Sym`: a register of the IR).
+
+Every read and write is JAX's own: `jax._src.state.discharge.transform_array` and
+`transform_swap_array` (the functions the state discharge of `get`/`swap`/`addupdate` runs,
+JAX 0.10.2) applied to the concrete arrays, so indexing, strides, gathers and dtype rules
+are never reimplemented here. Nothing here decides synchronization: which copy lands when
+is the semantics' business (see docs/data-evaluation.md); this module only decides values.
+
+A value read from memory carries the buffers it came from (`Known.sources`), so that a
+value deciding the protocol can be reported as taken from data (`ir.DataUse`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable
+
+import numpy as np
+
+from semcheck import ir
+from semcheck.lower.values import DataSource, Known, Opaque, RefValue, Sym, Value
+
+# Buffers with more elements than this are not followed (their loads are opaque data):
+# copying them on every store would cost more than the protocol is worth.
+DATA_LIMIT = 1 << 20
+# Branches are merged into registers element by element only for buffers this small (SMEM
+# scalars: slot indices, flags, counters).
+MERGE_LIMIT = 64
+
+
+@dataclass(frozen=True, eq=False)
+class Contents:
+    """One buffer of one thread. Replaced, never mutated, so a snapshot is a dict copy."""
+
+    value: np.ndarray  # concrete contents; meaningless where `known` is False
+    known: np.ndarray  # bool, same shape
+    symbolic: dict  # element index -> Sym: scalars holding a run-time value
+    written: np.ndarray  # bool: elements this thread has stored (scalar prefetch only reads it)
+    sources: frozenset = frozenset()  # DataSources of every value stored here
+    from_script: bool = False  # the initial contents are the script's operand values
+    lost: str | None = None  # why the last element that became unknown did
+
+
+def _initial(shape, dtype, data: np.ndarray | None) -> Contents:
+    if data is not None:
+        value = np.asarray(data).reshape(shape)
+        known = np.ones(shape, bool)
+    else:
+        value = np.zeros(shape, dtype)
+        known = np.zeros(shape, bool)
+    return Contents(value, known, {}, np.zeros(shape, bool), frozenset(), data is not None)
+
+
+def _numpy_dtype(dtype):
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return None
+
+
+@dataclass
+class ThreadMemory:
+    """The buffers of one (device, core) as its lowering has seen them so far."""
+
+    initial: dict[str, np.ndarray] = field(default_factory=dict)  # buffer -> the script's values
+    contents: dict[str, Contents | None] = field(default_factory=dict)
+    # Why an element nobody defined is unknown (said in errors when it decides the protocol).
+    undefined: str = "which neither the script's operand values nor this thread's stores define"
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def of(self, ref: RefValue) -> Contents | None:
+        if ref.alloc not in self.contents:
+            dtype = _numpy_dtype(ref.dtype)
+            size = math.prod(ref.shape)
+            if ref.is_semaphore or dtype is None or size > DATA_LIMIT:
+                self.contents[ref.alloc] = None
+            else:
+                self.contents[ref.alloc] = _initial(ref.shape, dtype, self.initial.get(ref.alloc))
+        return self.contents[ref.alloc]
+
+    def snapshot(self) -> dict:
+        return dict(self.contents)
+
+    def restore(self, snapshot: dict) -> None:
+        self.contents = dict(snapshot)
+
+    def join(self, snapshots: list[dict], merge: "ScalarMerge | None" = None) -> None:
+        """After a branch the program cannot decide at lowering time: an element stays known
+        only where every branch leaves the same value. With `merge` (IR branches), a small
+        integer element that differs but is an integer or a run-time value on every branch
+        becomes a register each branch assigns (as `cond` outputs do)."""
+        self._join(snapshots)
+        if merge is None:
+            return
+        for name, joined in list(self.contents.items()):
+            versions = [s.get(name) for s in snapshots]
+            if joined is None or all(v is joined for v in versions) or joined.value.size > MERGE_LIMIT:
+                continue
+            if not (np.issubdtype(joined.value.dtype, np.integer) or joined.value.dtype == np.bool_):
+                continue
+            symbolic = dict(joined.symbolic)
+            for index in zip(*np.nonzero(~joined.known)):
+                index = tuple(int(i) for i in index)
+                if index in symbolic:
+                    continue
+                ops = [merge.element(name, index, v) for v in versions]
+                if any(op is None for op in ops):
+                    continue
+                symbolic[index] = merge.assign(ops, joined.value.dtype)
+            self.contents[name] = replace(joined, symbolic=symbolic)
+
+    def _join(self, snapshots: list[dict]) -> None:
+        names = set().union(*snapshots)
+        joined = {}
+        for name in names:
+            versions = [s.get(name) for s in snapshots]
+            first = versions[0]
+            if all(v is first for v in versions):
+                joined[name] = first
+            elif any(v is None for v in versions):
+                missing = [v for v in versions if v is not None]
+                # A buffer first touched inside one branch: its other side is the initial.
+                joined[name] = _join_all(missing + [_initial_like(missing[0], self, name)]) if missing else None
+            else:
+                joined[name] = _join_all(versions)
+        self.contents = joined
+
+    def knows_as_much(self, snapshot: dict) -> bool:
+        """Whether the memory knows every element `snapshot` knew, alike (a loop's head
+        is stable once the join with the body's end no longer loses anything)."""
+        for name in set(snapshot) | set(self.contents):
+            b = self.contents.get(name)
+            a = snapshot[name] if name in snapshot else (None if b is None else _initial_like(b, self, name))
+            if a is b or a is None or b is None:
+                continue  # None: not followed at all
+            if not (np.array_equal(a.known, b.known) and np.array_equal(a.written, b.written)
+                    and a.symbolic.keys() == b.symbolic.keys()):
+                return False
+        return True
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def read(self, ref: RefValue, transforms: tuple, region: ir.Region, out_aval, why: str,
+             limit: int) -> Value:
+        """The value a load of `ref` through `transforms` (all of them, the ref's own
+        first) sees, or Opaque(why...)."""
+        c = self.of(ref)
+        if c is None:
+            return Opaque(why)
+        box = _box(region, ref.shape)
+        if c.symbolic:
+            hits = [k for k in c.symbolic if box is None or _inside(k, box)]
+            if hits:
+                exact = _element(region)
+                if exact is not None and exact in c.symbolic and tuple(out_aval.shape) == ():
+                    return c.symbolic[exact]
+                return Opaque(f"{why}, which holds a value known only at run time")
+        if _size(out_aval) > limit:
+            return Opaque(why)
+        concrete = _concrete_transforms(tuple(transforms))
+        if concrete is None:
+            return Opaque(f"{why} (at an index semcheck does not know)")
+        known = _transform_read(c.known, concrete)
+        if not bool(np.all(known)):
+            if c.lost is not None:
+                return Opaque(f"{why}, where the kernel stored {c.lost}")
+            return Opaque(f"{why}, {self.undefined}")
+        value = _transform_read(c.value, concrete)
+        return Known(value, sources=c.sources | {DataSource(ref.alloc, c.from_script)})
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def write(self, ref: RefValue, transforms: tuple, region: ir.Region, value: Value) -> None:
+        c = self.of(ref)
+        if c is None:
+            return
+        concrete = _concrete_transforms(tuple(transforms))
+        exact = _element(region)
+        if isinstance(value, Known) and concrete is not None:
+            new_value = _transform_write(c.value, concrete, value.value)
+            known = _transform_write(c.known, concrete, np.ones(value.value.shape, bool))
+            written = _transform_write(c.written, concrete, np.ones(value.value.shape, bool))
+            symbolic = _drop(c.symbolic, _box(region, ref.shape))
+            self.contents[ref.alloc] = replace(
+                c, value=new_value, known=known, written=written, symbolic=symbolic,
+                sources=c.sources | value.sources,
+            )
+            return
+        if isinstance(value, Sym) and exact is not None:
+            known, written = c.known.copy(), c.written.copy()
+            known[exact], written[exact] = False, True
+            symbolic = dict(c.symbolic)
+            symbolic[exact] = value
+            self.contents[ref.alloc] = replace(c, known=known, written=written, symbolic=symbolic)
+            return
+        lost = value.why if isinstance(value, Opaque) else "a value at an index semcheck does not know"
+        self.forget(ref, region, lost)
+
+    def forget(self, ref: RefValue, region: ir.Region, why: str | None = None) -> None:
+        """The region now holds something semcheck does not know (or may have been written
+        at an index it does not know)."""
+        c = self.of(ref)
+        if c is None:
+            return
+        box = _box(region, ref.shape)
+        index = tuple(slice(lo, hi) for lo, hi in box) if box is not None else ...
+        known, written = c.known.copy(), c.written.copy()
+        known[index], written[index] = False, True
+        self.contents[ref.alloc] = replace(c, known=known, written=written, symbolic=_drop(c.symbolic, box),
+                                           lost=why or c.lost)
+
+    def add(self, ref: RefValue, transforms: tuple, region: ir.Region, value: Value, why: str, aval) -> None:
+        """`addupdate`: read, add with JAX, write back."""
+        old = self.read(ref, transforms, region, aval, why, DATA_LIMIT)
+        if isinstance(old, Known) and isinstance(value, Known):
+            from jax import lax
+
+            total = Known(np.asarray(lax.add(old.value, value.value.astype(old.value.dtype))),
+                          sources=old.sources | value.sources)
+            self.write(ref, transforms, region, total)
+        else:
+            self.forget(ref, region, (value if isinstance(value, Opaque) else old).why
+                        if isinstance(value, Opaque) or isinstance(old, Opaque) else None)
+
+    def written_element(self, ref: RefValue, region: ir.Region) -> bool:
+        """Whether this thread may have stored into the element `region` names."""
+        c = self.of(ref)
+        if c is None:
+            return True
+        box = _box(region, ref.shape)
+        index = tuple(slice(lo, hi) for lo, hi in box) if box is not None else ...
+        return bool(np.any(c.written[index]))
+
+
+class ScalarMerge:
+    """How a branch's end is turned into registers: `element` is the IR operand an element
+    holds at the end of one branch (None: unknown), `assign` a fresh register every branch
+    assigns its operand to."""
+
+    def element(self, buffer: str, index: tuple[int, ...], version: "Contents | None"):
+        raise NotImplementedError
+
+    def assign(self, ops: list, dtype) -> Sym:
+        raise NotImplementedError
+
+
+def element_operand(c: "Contents | None", index: tuple[int, ...]):
+    """An integer element as an IR operand: its known value or its register; None when it
+    holds neither (unknown, or a prefetch element never written: the caller's input)."""
+    if c is None:
+        return None
+    if index in c.symbolic:
+        return c.symbolic[index].op
+    if c.known[index]:
+        return int(c.value[index])
+    return None
+
+
+def _initial_like(c: Contents, memory: ThreadMemory, name: str) -> Contents:
+    return _initial(c.value.shape, c.value.dtype, memory.initial.get(name))
+
+
+def _join_all(versions: list[Contents]) -> Contents:
+    first = versions[0]
+    known = first.known.copy()
+    written = first.written.copy()
+    for v in versions[1:]:
+        same = np.equal(v.value, first.value)
+        known &= v.known & same
+        written |= v.written
+    symbolic = {
+        k: s for k, s in first.symbolic.items() if all(v.symbolic.get(k) == s for v in versions[1:])
+    }
+    sources = frozenset().union(*(v.sources for v in versions))
+    return Contents(first.value, known, symbolic, written, sources, all(v.from_script for v in versions))
+
+
+# --- regions and transforms ------------------------------------------------------------------
+
+
+def _box(region: ir.Region, shape) -> list[tuple[int, int]] | None:
+    """Per dim (lo, hi) that certainly contains the region; None for the whole buffer."""
+    if not region.start:
+        return None
+    box = []
+    for start, size, extent in zip(region.start, region.size, shape):
+        if isinstance(start, (int, np.integer)):
+            box.append((max(0, int(start)), min(extent, int(start) + int(size))))
+        else:
+            box.append((0, extent))
+    return box
+
+
+def _element(region: ir.Region) -> tuple[int, ...] | None:
+    """The one element an exact scalar region names, or None."""
+    if not all(isinstance(s, (int, np.integer)) for s in region.start) or any(n != 1 for n in region.size):
+        return None
+    return tuple(int(s) for s in region.start)
+
+
+def _inside(index: tuple[int, ...], box) -> bool:
+    return all(lo <= i < hi for i, (lo, hi) in zip(index, box))
+
+
+def _drop(symbolic: dict, box) -> dict:
+    if not symbolic:
+        return symbolic
+    return {k: s for k, s in symbolic.items() if box is not None and not _inside(k, box)}
+
+
+def _concrete_transforms(transforms: tuple) -> tuple | None:
+    """The transforms with every index a concrete array, or None when one is not known."""
+    from jax import tree_util
+
+    leaves, tree = tree_util.tree_flatten(transforms, is_leaf=_is_value)
+    concrete = []
+    for leaf in leaves:
+        if isinstance(leaf, Known):
+            concrete.append(leaf.value)
+        elif isinstance(leaf, (Sym, Opaque, RefValue)):
+            return None
+        else:
+            concrete.append(leaf)
+    return tree_util.tree_unflatten(tree, concrete)
+
+
+def _is_value(x) -> bool:
+    return isinstance(x, (Known, Sym, Opaque, RefValue))
+
+
+def _transform_read(array: np.ndarray, transforms) -> np.ndarray:
+    import jax
+    from jax._src.state import discharge
+
+    with jax.ensure_compile_time_eval():
+        return np.asarray(discharge.transform_array(array, list(transforms)))
+
+
+def _transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.ndarray:
+    import jax
+    from jax._src.state import discharge
+
+    with jax.ensure_compile_time_eval():
+        _old, new = discharge.transform_swap_array(array, list(transforms), np.asarray(value, array.dtype))
+    return np.asarray(new)
+
+
+def _size(aval) -> int:
+    try:
+        return math.prod(int(d) for d in aval.shape)
+    except TypeError:
+        return DATA_LIMIT + 1
+
+
+def sources_of(values: Iterable[Any]) -> frozenset:
+    out: frozenset = frozenset()
+    for v in values:
+        if isinstance(v, Known):
+            out |= v.sources
+    return out
+
+
+def initial_contents(refs: list[RefValue], data: dict[int, dict[int, Any]]) -> dict[int, dict[str, np.ndarray]]:
+    """device -> buffer -> the script's values, for operands whose kernel ref is the whole
+    operand (memory_space=ANY, SMEM scalar prefetch, a block as large as the array). A
+    blocked operand is a different block at each grid step: not followed (its loads stay
+    opaque data)."""
+    initial: dict[int, dict[str, np.ndarray]] = {}
+    for device, values in data.items():
+        per_device = initial.setdefault(device, {})
+        for k, array in values.items():
+            ref = refs[k]
+            if ref.is_semaphore or tuple(np.shape(array)) != tuple(ref.shape):
+                continue
+            dtype = _numpy_dtype(ref.dtype)
+            if dtype is None or np.asarray(array).dtype != dtype:
+                continue
+            per_device[ref.alloc] = np.asarray(array)
+    return initial
+
+
+# --- what the result says ------------------------------------------------------------------
+
+
+def data_notes(uses: Iterable[ir.DataUse]) -> list[str]:
+    """The notes that say which values deciding the protocol were taken from data, one per
+    kind of use and line (threads alike are one note)."""
+    grouped: dict[tuple, list[ir.DataUse]] = {}
+    for use in uses:
+        grouped.setdefault((use.what, use.loc, use.script_inputs, use.buffers), []).append(use)
+    notes = []
+    from_script = sorted({b for u in grouped for b in u[2]})
+    if from_script:
+        notes.append(
+            "the verdict holds for the operand values the script passed: values that decide the "
+            f"protocol were computed from {', '.join(from_script)} with JAX's own primitives "
+            "(a race on a buffer that feeds them is reported: then values may differ between schedules)"
+        )
+    for (what, loc, script_inputs, buffers), group in grouped.items():
+        threads = sorted({(u.device, u.core) for u in group})
+        values = sorted({u.value for u in group})
+        shown = ", ".join(map(str, values[:8])) + (", ..." if len(values) > 8 else "")
+        origin = "the script's values of " + ", ".join(script_inputs) if script_inputs else "what the kernel stored"
+        notes.append(
+            f"{what} at {loc} is taken from data (read back from {', '.join(buffers)}; {origin}) "
+            f"on {len(threads)} thread(s): {shown}"
+        )
+    return notes

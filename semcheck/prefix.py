@@ -1,0 +1,44 @@
+"""Prefix results: what semcheck can still say about a kernel whose lowering stopped.
+
+When a thread's lowering reaches a construct semcheck cannot follow, the thread ends in an
+`ir.Cut` (lower/kernel.py) and the kernel is an error, as before. Its protocol up to the cut
+is checked anyway: a thread at its cut stays there for good, which is a legal (if slow)
+prefix of every real schedule, so every data race, fault and early arrival found on the way
+is real; hangs and leftovers are judged only in states no thread's cut is part of
+(`semantics`, `properties.terminal_findings`), since the thread would go on.
+
+The verdict stays `error` (exit 2): what lies behind the cut is unchecked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from semcheck import ir
+from semcheck.result import Result, Verdict
+
+
+def prefix_result(checked: Result, protocol: ir.Protocol, message: str, loc: ir.Loc | None) -> Result:
+    """The error Result of a kernel whose lowering stopped, carrying what the check of its
+    prefix (`checked`) found."""
+    stops = ir.cuts(protocol)
+    where = sorted({str(cut.loc) for _thread, cut in stops})
+    threads = len({(t.device, t.core, t.sub) for t, _cut in stops})
+    found = (
+        f"the violations listed happen before it, so they are real whatever the rest of the kernel does"
+        if checked.errors
+        else "no data race, bad id or early arrival happens before it"
+    )
+    note = (
+        f"lowering stopped at {', '.join(where)} on {threads} of {len(protocol.threads)} thread(s); "
+        f"semcheck checked the kernel up to there: {found}; hangs and leftovers are not judged, "
+        "and nothing after the stop is checked"
+    )
+    return dataclasses.replace(
+        checked,
+        file=loc.file if loc else checked.file,
+        line=loc.line if loc else checked.line,
+        verdict=Verdict.ERROR,
+        error=message,
+        notes=list(checked.notes) + [note],
+    )

@@ -1,0 +1,257 @@
+"""The kernel's data path, evaluated (lower/data.py, docs/data-evaluation.md).
+
+Values a thread stores and reads back are followed in program order, with JAX's own
+primitives; the result says which values deciding the protocol were taken from data.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from semcheck import check_protocol, ir
+from semcheck.assumptions import Assumption, apply
+from tests.tpu_kernels import instrs, line_of, mesh, protocols
+
+HERE = __file__
+DMA = pltpu.SemaphoreType.DMA
+REGULAR = pltpu.SemaphoreType.REGULAR
+STEPS = 3
+
+
+def _uses(p: ir.Protocol) -> set[tuple]:
+    return {(u.what, u.loc.line, u.script_inputs, u.buffers) for u in p.data_uses}
+
+
+# --- a double-buffer slot index kept in SMEM across grid steps ------------------------------
+
+
+def _double_buffer(flip: bool):
+    def kernel(x_ref, o_ref, slot_ref, buf, sems):
+        i, n = pl.program_id(0), pl.num_programs(0)
+
+        def copy(step, slot):
+            return pltpu.make_async_copy(x_ref.at[step], buf.at[slot], sems.at[slot])
+
+        @pl.when(i == 0)
+        def _():
+            slot_ref[0] = 0
+            copy(0, 0).start()
+
+        slot = slot_ref[0]
+
+        @pl.when(i + 1 < n)
+        def _():
+            copy(i + 1, 1 - slot).start()  # prefetch the next block into the other slot
+
+        copy(i, slot).wait()
+        o_ref[...] = buf[slot]
+        slot_ref[0] = (1 - slot) if flip else slot  # <- the buggy side forgets to flip
+
+    def per_device(block):
+        x = block.reshape(STEPS, 8, 128)
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), block.dtype),
+            grid=(STEPS,),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
+            scratch_shapes=[pltpu.SMEM((1,), jnp.int32), pltpu.VMEM((2, 8, 128), jnp.float32), DMA((2,))],
+        )(x)
+
+    return per_device
+
+
+def test_a_slot_index_written_back_each_grid_step_picks_the_semaphore():
+    [p] = protocols(_double_buffer(flip=True), mesh((2,)), rows=8 * STEPS)
+    waits = [w.sem.index for w in instrs(p, ir.DmaWait)]
+    assert waits == [0, 1, 0]  # the slot flips every step, as the kernel wrote it back
+    result = check_protocol(p)
+    assert result.verdict.value == "safe", result.violations
+    line = line_of(HERE, "slot = slot_ref[0]") + 0
+    assert any(u.what.startswith("the DMA's receive semaphore") for u in p.data_uses)
+    assert all(u.buffers == ("slot_ref",) and u.script_inputs == () for u in p.data_uses)
+    assert any("read back from slot_ref" in n for n in p.notes)
+    del line
+
+
+def test_a_slot_index_not_flipped_races_with_the_copy_still_in_flight():
+    [p] = protocols(_double_buffer(flip=False), mesh((2,)), rows=8 * STEPS)
+    assert [w.sem.index for w in instrs(p, ir.DmaWait)] == [0, 0, 0]
+    result = check_protocol(p)
+    assert result.verdict.value == "violation"
+    assert "data_race" in {v.kind for v in result.errors}
+
+
+# --- a scalar-prefetch element the kernel overwrites -----------------------------------------
+
+
+def _init_flag_call(kernel):
+    def per_device(block):
+        flags = jnp.ones((1,), jnp.int32)
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, grid=(STEPS,),
+                in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[REGULAR]),
+        )(flags, block)
+
+    return per_device
+
+
+def test_a_prefetch_element_the_kernel_overwrites_is_read_back_not_a_fresh_input():
+    def kernel(init_ref, x_ref, o_ref, sem):
+        @pl.when(init_ref[0] == 1)  # the caller's value: a protocol input on each device
+        def _():
+            pl.semaphore_signal(sem, 1)
+            init_ref[0] = 0  # later steps read back the kernel's 0: they signal no more
+
+        @pl.when(pl.program_id(0) == STEPS - 1)
+        def _():
+            pl.semaphore_wait(sem, 1)
+
+    [p] = protocols(_init_flag_call(kernel), mesh((2,)))
+    assert sorted(i.name for i in p.inputs) == ["init_ref[0]@d0", "init_ref[0]@d1"]  # only the initial value
+    one = check_protocol(apply(p, [Assumption("init_ref[0]", 1, 1)]))
+    assert one.verdict.value == "safe", one.violations
+    # Every other initial value leaves the wait without its signal: a real hang, reported.
+    other = check_protocol(apply(p, [Assumption("init_ref[0]", 0, 0)]))
+    assert {v.kind for v in other.errors} <= {"unsatisfied_wait", "deadlock"} and other.errors
+
+
+# --- routing computed in the kernel: device id and semaphore index ----------------------------
+
+
+LOCAL_EXPERTS = 2
+
+
+def _routing_kernel(shift: int):
+    """Top-2 experts of gating scores computed in the kernel, stored to SMEM and read back:
+    the first expert picks the target device (e // LOCAL_EXPERTS) and the semaphore
+    (e % LOCAL_EXPERTS) of a remote signal; every device waits for what it is sent."""
+
+    def kernel(x_ref, o_ref, route_ref, sems):
+        me = lax.axis_index("x")
+        n = lax.axis_size("x")
+        experts = n * LOCAL_EXPERTS
+        scores = (lax.iota(jnp.int32, 8) * 5 + me * 3) % 8
+        scores = jnp.where(lax.iota(jnp.int32, 8) < experts, scores, -1)
+        _top, index = lax.top_k(scores.astype(jnp.float32), 2)
+        route_ref[0] = index[0]
+        expert = route_ref[0] + shift
+        pl.semaphore_signal(
+            sems.at[expert % LOCAL_EXPERTS], 1,
+            device_id=(expert // LOCAL_EXPERTS,), device_id_type=pl.DeviceIdType.MESH,
+        )
+
+    def per_device(block):
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[pltpu.SMEM((1,), jnp.int32), REGULAR((LOCAL_EXPERTS,))],
+        )(block)
+
+    return per_device
+
+
+def _expected_expert(me: int, n: int) -> int:
+    scores = [(k * 5 + me * 3) % 8 if k < n * LOCAL_EXPERTS else -1 for k in range(8)]
+    return int(np.argmax(scores))  # top_k breaks ties by the lower index, as argmax does
+
+
+def test_routing_from_top_k_decides_the_target_device_and_semaphore():
+    n = 2
+    [p] = protocols(_routing_kernel(0), mesh((n,)))
+    for me in range(n):
+        [signal] = [s for s in instrs(p, ir.Signal, device=me) if s.sem.alloc == "sems"]
+        expert = _expected_expert(me, n)
+        assert (signal.sem.device, signal.sem.index) == (expert // LOCAL_EXPERTS, expert % LOCAL_EXPERTS)
+    whats = {u.what for u in p.data_uses}
+    assert any("device id" in w for w in whats) and any("index" in w for w in whats)
+    assert all(u.buffers == ("route_ref",) for u in p.data_uses)
+    # Nobody waits: each routed signal is left over, on the semaphore the routing chose.
+    result = check_protocol(p)
+    assert {v.kind for v in result.errors} == {"semaphore_leftover"}
+
+
+def test_routing_past_the_last_device_is_an_invalid_device_id():
+    n = 2
+    [p] = protocols(_routing_kernel(2 * LOCAL_EXPERTS), mesh((n,)))  # every expert shifted off the mesh
+    result = check_protocol(p)
+    assert "invalid_device_id" in {v.kind for v in result.errors}
+
+
+# --- the script's operand values: routing from the gating logits it passes --------------------
+
+import os  # noqa: E402
+
+KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data_kernels")
+
+
+def _script(name: str) -> str:
+    return os.path.join(KERNELS, name)
+
+
+def _load(name: str, devices: int) -> list:
+    from semcheck.frontends import load
+
+    return load(_script(name), devices)
+
+
+def test_routing_from_the_scripts_logits_is_evaluated_on_every_device():
+    from semcheck.frontends import LoadError
+
+    for devices in (2, 4):
+        [p] = _load("routed_signal.py", devices)
+        assert not isinstance(p, LoadError), p
+        experts = devices * 2
+        for me in range(devices):
+            [signal] = [s for s in instrs(p, ir.Signal, device=me) if s.sem.alloc == "sems"]
+            expert = (2 * me + 3) % experts  # what the script's logits route device `me` to
+            assert (signal.sem.device, signal.sem.index) == (expert // 2, expert % 2)
+        line = line_of(_script("routed_signal.py"), "pl.semaphore_signal(sems.at[expert")
+        assert {(u.what, u.loc.line, u.script_inputs, u.buffers) for u in p.data_uses} == {
+            ("the signal device id", line, ("logits_ref",), ("logits_ref", "route_ref")),
+            ("the signalled semaphore index", line, ("logits_ref",), ("logits_ref", "route_ref")),
+        }
+        assert sorted(u.device for u in p.data_uses if u.what == "the signal device id") == list(range(devices))
+        assert any(n.startswith("the verdict holds for the operand values the script passed") for n in p.notes)
+        result = check_protocol(p)
+        assert result.verdict.value == "safe", result.violations
+
+
+def test_a_wait_on_the_semaphore_the_routing_does_not_signal_is_found():
+    from semcheck.api import verify_path
+
+    for result in verify_path(_script("routed_signal_wrong_wait.py"), [2, 4]):
+        assert result.verdict.value == "violation"
+        assert {v.kind for v in result.errors} == {"unsatisfied_wait"}
+        assert any("taken from data" in n for n in result.notes)
+
+
+def test_a_kernel_the_script_never_runs_has_no_data_and_says_so():
+    from semcheck.frontends import LoadError
+
+    [error] = _load("routed_not_run.py", 2)
+    assert isinstance(error, LoadError)
+    assert error.message.startswith("semaphore_signal: the signal device id depends on the value loaded from route_ref")
+    assert "the capture saw no operand values (the kernel was traced but not run" in error.message
+    assert error.loc.line == line_of(_script("routed_signal.py"), "pl.semaphore_signal(sems.at[expert")
+
+
+def test_a_primitive_jax_cannot_evaluate_on_cpu_is_an_error_naming_it_and_its_line():
+    from semcheck.frontends import LoadError
+
+    [error] = _load("routed_by_roll.py", 2)
+    assert isinstance(error, LoadError)
+    roll_line = line_of(_script("routed_by_roll.py"), "rolled = pltpu.roll(")
+    assert f"the result of `roll` at " in error.message and f"routed_by_roll.py:{roll_line}" in error.message
+    assert "which JAX could not evaluate on CPU (NotImplementedError" in error.message

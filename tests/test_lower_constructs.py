@@ -1,0 +1,413 @@
+"""Constructs of expert-parallel kernels (issue 11) and the memory-soundness items of issue 17:
+zero-size copies and accesses, dynamic-size DMAs, `pl.select_ref`, semaphore indices known
+only at run time, prefix results of a kernel whose lowering stops, chained views after a
+data-dependent start, and out-of-bounds copy windows.
+
+Protocol-level rules are checked with both engines (`tests.agreement`); kernel-level ones on
+small kernels traced in this process."""
+
+from __future__ import annotations
+
+from semcheck.engines import check
+from semcheck.invocations import repeat
+from semcheck.model import DMA, ProtocolBuilder
+from semcheck.semantics import System
+from tests.agreement import assert_engines_agree, kinds
+
+
+def _builder(devices=1):
+    return ProtocolBuilder("t", devices=devices, backend="tpu")
+
+
+def _kinds_both(protocol) -> set[str]:
+    by_search, _by_solver = assert_engines_agree(protocol)
+    return kinds(by_search)
+
+
+# --- zero sizes -------------------------------------------------------------------------------
+
+
+def _copy_into_rows_then_store(rows: int):
+    """A copy of `rows` rows landing at row 2 while the thread stores rows 0:4."""
+    p = _builder()
+    sem = p.semaphore("sem", DMA)
+    src, dst = p.buffer("src", (8, 128)), p.buffer("dst", (8, 128))
+    t = p.thread(0)
+    copy = t.dma_start(src.region(0, size=(rows, 128)), dst.region(2, size=(rows, 128)), recv_sem=sem)
+    t.store(dst.region(0, size=(4, 128)))
+    copy.wait_recv()
+    return p.build()
+
+
+def test_a_zero_row_copy_races_with_nothing_it_starts_inside():
+    assert _kinds_both(_copy_into_rows_then_store(0)) == set()
+    assert _kinds_both(_copy_into_rows_then_store(1)) == {"data_race"}  # the control
+
+
+def test_a_zero_byte_copy_completes_as_it_starts():
+    """Nobody waits for it, yet nothing is left in flight for the next invocation; a 0-byte
+    wait on its semaphore passes at once. Exact states: entry, start (both sides done),
+    wait, exit, per invocation, plus the start state."""
+    p = _builder(2)
+    send, recv = p.semaphore("send", DMA), p.semaphore("recv", DMA)
+    buf = p.buffer("buf", (8, 128))
+    t = p.thread(0)
+    t.entry()
+    t.dma_start(buf.region(0, size=(0, 128)), buf.region(0, size=(0, 128)), recv_sem=recv,
+                send_sem=send, device=1, nbytes=0)
+    t.dma_wait(send, 0, side="send")
+    t.exit()
+    protocol = repeat(p.build(), 2)
+    assert _kinds_both(protocol) == set()
+    result = check(protocol, split=False, reduce=False)
+    assert result.verdict.value == "safe"
+    assert result.stats.states == 9
+
+
+def test_a_zero_byte_copy_on_a_regular_semaphore_adds_its_one_at_the_start():
+    """A REGULAR semaphore given to a DMA gains 1 per completion (v6+), 0 bytes or not; the
+    completion happens at the start, so a wait for it right after passes and nothing hangs."""
+    p = _builder()
+    flag = p.semaphore("flag")
+    buf = p.buffer("buf", (8, 128))
+    t = p.thread(0)
+    t.dma_start(buf.region(0, size=(0, 128)), buf.region(4, size=(0, 128)), recv_sem=flag, nbytes=0)
+    t.wait(flag, 1)
+    assert _kinds_both(p.build()) == set()
+    system = System(p.build())
+    [start] = system.initial_states()
+    after = system.step(start, ("t", 0))
+    assert after.events == () and after.sems == (1,)
+
+
+# --- kernels ------------------------------------------------------------------------------------
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.experimental import pallas as pl  # noqa: E402
+from jax.experimental.pallas import tpu as pltpu  # noqa: E402
+
+from semcheck import check_protocol, ir  # noqa: E402
+from tests.tpu_kernels import instrs, line_of, mesh, protocols, sharded  # noqa: E402
+
+DMA_SEM, REGULAR_SEM = pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.REGULAR
+HERE = __file__
+ROW = 128 * 4  # bytes of one f32 row of the test blocks (8, 128)
+
+
+def _call(kernel, scratch=(), prefetch=None):
+    """per_device(block) running `kernel([flags_ref,] x_ref, o_ref, *scratch)`, with x and o
+    in HBM; `prefetch` is the scalar-prefetch operand (an int32 array), if any."""
+
+    def per_device(block):
+        out_shape = jax.ShapeDtypeStruct(block.shape, block.dtype)
+        any_spec = pl.BlockSpec(memory_space=pl.ANY)
+        if prefetch is None:
+            return pl.pallas_call(kernel, out_shape=out_shape, in_specs=[any_spec], out_specs=any_spec,
+                                  scratch_shapes=list(scratch))(block)
+        spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, in_specs=[any_spec], out_specs=any_spec,
+                                            scratch_shapes=list(scratch))
+        return pl.pallas_call(kernel, out_shape=out_shape, grid_spec=spec)(jnp.asarray(prefetch, jnp.int32), block)
+
+    return per_device
+
+
+def _evaluate(op: ir.Operand, registers: dict[str, int]) -> int:
+    from semcheck.semantics import apply_op
+
+    if isinstance(op, int):
+        return op
+    if isinstance(op, ir.Reg):
+        return registers[op.name]
+    return apply_op(op.op, _evaluate(op.a, registers), _evaluate(op.b, registers))
+
+
+def _errors(per_device, devices=2):
+    from semcheck.capture import capture_function, lower_captures
+
+    return lower_captures(capture_function(*sharded(per_device, mesh((devices,)))))
+
+
+# --- dynamic-size DMAs ----------------------------------------------------------------------------
+
+
+def test_a_dma_sized_per_thread_has_exact_bytes_and_regions():
+    def kernel(x_ref, o_ref, sem):
+        rows = 2 + lax.axis_index("x")  # 2 rows on device 0, 3 on device 1
+        copy = pltpu.make_async_copy(x_ref.at[pl.ds(1, rows)], o_ref.at[pl.ds(0, rows)], sem)
+        copy.start()
+        copy.wait()
+
+    [p] = protocols(_call(kernel, [DMA_SEM]), mesh((2,)))
+    for device, rows in ((0, 2), (1, 3)):
+        [start] = instrs(p, ir.DmaStart, device)
+        [wait] = instrs(p, ir.DmaWait, device)
+        assert (start.nbytes, wait.nbytes) == (rows * ROW, rows * ROW)
+        assert start.src.start == (1, 0) and start.src.size == (rows, 128)
+        assert start.dst.start == (0, 0) and start.dst.size == (rows, 128)
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_a_dma_sized_from_scalar_prefetch_is_symbolic():
+    """The byte count and the window follow the caller's value: a wait for a fixed 4 rows
+    matches only a count of 4 (else it hangs, or leaves bytes over)."""
+    from semcheck.assumptions import Assumption, apply
+
+    def kernel(counts_ref, x_ref, o_ref, sem):
+        rows = counts_ref[0]
+        pltpu.make_async_copy(x_ref.at[pl.ds(0, rows)], o_ref.at[pl.ds(0, rows)], sem).start()
+        pltpu.make_async_copy(x_ref.at[pl.ds(0, 4)], o_ref.at[pl.ds(0, 4)], sem).wait()  # 4 rows
+
+    [p] = protocols(_call(kernel, [DMA_SEM], prefetch=[4]), mesh((2,)))
+    [start] = instrs(p, ir.DmaStart, 0)[:1]
+    rows = ir.Reg("counts_ref[0]@d0")
+    assert ir.registers_of(start.nbytes) == {rows.name}
+    assert [_evaluate(start.nbytes, {rows.name: n}) for n in (0, 3)] == [0, 3 * ROW]
+    assert start.src.size == (rows, 128) and start.dst.size == (rows, 128)
+    bounded = apply(p, [Assumption("counts_ref[0]", 3, 5)])
+    result = check_protocol(bounded)
+    by_kind = {v.kind: v for v in result.errors}
+    assert set(by_kind) == {"unsatisfied_wait", "semaphore_leftover"}
+    assert 3 in by_kind["unsatisfied_wait"].inputs.values()
+    assert 5 in by_kind["semaphore_leftover"].inputs.values()
+    assert check_protocol(apply(p, [Assumption("counts_ref[0]", 4, 4)])).verdict.value == "safe"
+    assert check_protocol(apply(p, [Assumption("counts_ref[0]", 3, 5)]), engine="z3").verdict.value == "violation"
+
+
+def test_a_dma_size_semcheck_cannot_know_names_the_size_and_where_it_came_from():
+    def kernel(x_ref, o_ref, rows_ref, sem):
+        rows = rows_ref[0]  # <- loaded from a VMEM buffer
+        pltpu.make_async_copy(x_ref.at[pl.ds(0, rows)], o_ref.at[pl.ds(0, rows)], sem).start()  # <- sized
+
+    found, errors = _errors(_call(kernel, [pltpu.SMEM((1,), jnp.int32), DMA_SEM]))
+    assert not found
+    [error] = errors
+    assert error.message.startswith("dma_start: the size of the DMA destination along its dim 0")
+    where = ir.Loc(HERE, line_of(HERE, "# <- loaded from a VMEM"))
+    assert f"depends on the value loaded from rows_ref at {where}" in error.message
+    assert error.line == line_of(HERE, "# <- sized")
+    assert "ShapedArray" not in error.message
+
+
+# --- views ---------------------------------------------------------------------------------------
+
+
+def test_a_chained_view_after_a_data_dependent_start_keeps_its_offset():
+    """`o.at[pl.ds(idx, 4)].at[pl.ds(0, 2)]` lies somewhere in o, not at rows 0:2: a store to
+    rows 4:6 while the copy is in flight may race with it (issue 17)."""
+
+    def kernel(x_ref, o_ref, idx_ref, sem):
+        window = o_ref.at[pl.ds(idx_ref[0], 4)].at[pl.ds(0, 2)]
+        copy = pltpu.make_async_copy(x_ref.at[pl.ds(0, 2)], window, sem)
+        copy.start()
+        o_ref[pl.ds(4, 2), :] = jnp.zeros((2, 128), jnp.float32)  # <- races if idx is 3, 4 or 5
+        copy.wait()
+
+    [p] = protocols(_call(kernel, [pltpu.SMEM((1,), jnp.int32), DMA_SEM]), mesh((2,)))
+    [start] = instrs(p, ir.DmaStart, 0)
+    assert (start.dst.start, start.dst.size) == ((0, 0), (8, 128))
+    [race] = [v for v in check_protocol(p).errors if v.kind == "data_race"]
+    assert race.location.line == line_of(HERE, "# <- races if idx")
+
+
+def test_chained_strided_views_compose_starts_and_strides():
+    def kernel(x_ref, o_ref, sem):
+        every_other = x_ref.at[pl.ds(1, 3, stride=2)]  # rows 1, 3, 5
+        copy = pltpu.make_async_copy(every_other.at[pl.ds(1, 2)], o_ref.at[pl.ds(0, 2)], sem)  # rows 3, 5
+        copy.start()
+        copy.wait()
+
+    [p] = protocols(_call(kernel, [DMA_SEM]), mesh((2,)))
+    [start] = instrs(p, ir.DmaStart, 0)
+    assert (start.src.start, start.src.size) == ((3, 0), (3, 128))  # rows 3 to 5
+    assert start.nbytes == 2 * ROW
+
+
+# --- pl.select_ref ---------------------------------------------------------------------------------
+
+
+def test_a_select_ref_with_a_known_index_picks_its_ref():
+    def kernel(x_ref, o_ref, sems):
+        def step(i, carry):
+            sem = pl.select_ref(i % 2, sems.at[0], sems.at[1])
+            copy = pltpu.make_async_copy(x_ref.at[pl.ds(i, 1)], o_ref.at[pl.ds(i, 1)], sem)
+            copy.start()
+            copy.wait()
+            return carry
+
+        lax.fori_loop(0, 3, step, 0)
+
+    [p] = protocols(_call(kernel, [DMA_SEM((2,))]), mesh((2,)))
+    assert [s.recv_sem.index for s in instrs(p, ir.DmaStart)] == [0, 1, 0]
+    assert [w.sem.index for w in instrs(p, ir.DmaWait)] == [0, 1, 0]
+    assert not instrs(p, ir.Branch)
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_a_select_ref_with_a_run_time_index_branches_over_its_refs():
+    """Mosaic's `_select_to_ifop`: option k for index k < n - 1, the last for any other."""
+
+    def kernel(slot_ref, x_ref, o_ref, a_ref, b_ref, c_ref, sem):
+        slot = slot_ref[0]
+        source = pl.select_ref(slot, a_ref, b_ref, c_ref)
+        pltpu.make_async_copy(source, o_ref, sem).start()
+        pltpu.make_async_copy(x_ref, o_ref, sem).wait()
+
+    scratch = [pltpu.VMEM((8, 128), jnp.float32)] * 3 + [DMA_SEM]
+    [p] = protocols(_call(kernel, scratch, prefetch=[1]), mesh((2,)))
+    from semcheck.semantics import System
+
+    system = System(p)
+    chosen = {}
+    for value in (-1, 0, 1, 2, 7):
+        state = system.initial_state(tuple(value for _ in p.inputs))
+        while not isinstance(system.current(state, 0), ir.DmaStart):
+            state = system.step(state, ("t", 0))
+        chosen[value] = system.current(state, 0).src.buffer
+    assert chosen == {-1: "c_ref", 0: "a_ref", 1: "b_ref", 2: "c_ref", 7: "c_ref"}
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_a_select_ref_on_buffer_contents_checks_every_option():
+    """The slot comes from a buffer semcheck does not track: each device may pick either
+    semaphore, and one pick leaves the wait on the other one hanging."""
+
+    def kernel(x_ref, o_ref, slot_ref, sems):
+        sem = pl.select_ref(slot_ref[0], sems.at[0], sems.at[1])  # <- picked from data
+        pltpu.make_async_copy(x_ref, o_ref, sem).start()
+        pltpu.make_async_copy(x_ref, o_ref, sems.at[0]).wait()
+
+    [p] = protocols(_call(kernel, [pltpu.SMEM((1,), jnp.int32), DMA_SEM((2,))]), mesh((2,)))
+    assert [(i.lo, i.hi) for i in p.inputs] == [(0, 1), (0, 1)]
+    assert any("pl.select_ref" in note and "slot_ref" in note for note in p.notes)
+    [stuck] = check_protocol(p).errors
+    assert stuck.kind == "unsatisfied_wait" and 1 in stuck.inputs.values()
+
+
+# --- semaphore indices semcheck cannot know -----------------------------------------------------
+
+
+def test_a_semaphore_index_from_buffer_contents_branches_over_the_array():
+    """`sems.at[slot_ref[0]]` with the slot kept in SMEM: every index of the array is
+    checked on every device, so a signal to one slot with a wait on another is caught."""
+
+    def kernel(x_ref, o_ref, slot_ref, sems):
+        pl.semaphore_signal(sems.at[slot_ref[0]], 1)  # <- slot from SMEM
+        pl.semaphore_wait(sems.at[0], 1)
+
+    [p] = protocols(_call(kernel, [pltpu.SMEM((1,), jnp.int32), REGULAR_SEM((3,))]), mesh((2,)))
+    assert [(i.lo, i.hi) for i in p.inputs] == [(0, 2), (0, 2)]
+    [signal] = [s for s in instrs(p, ir.Signal) if s.sem.alloc == "sems"]
+    assert isinstance(signal.sem.index, ir.Reg) and signal.sem.index.name == p.inputs[0].name
+    assert any("slot_ref" in note and "every index 0..2" in note for note in p.notes)
+    [stuck] = check_protocol(p).errors
+    assert stuck.kind == "unsatisfied_wait" and set(stuck.inputs.values()) & {1, 2}
+
+
+def test_a_run_time_semaphore_index_outside_the_array_is_invalid_semaphore_index():
+    def kernel(slot_ref, x_ref, o_ref, sems):
+        pl.semaphore_signal(sems.at[slot_ref[0]], 1)  # <- slot from scalar prefetch
+        pl.semaphore_wait(sems.at[slot_ref[0]], 1)
+
+    from semcheck.assumptions import Assumption, apply
+
+    [p] = protocols(_call(kernel, [REGULAR_SEM((2,))], prefetch=[1]), mesh((2,)))
+    assert check_protocol(apply(p, [Assumption("slot_ref[0]", 0, 1)])).verdict.value == "safe"
+    kinds_found = {v.kind for v in check_protocol(apply(p, [Assumption("slot_ref[0]", 0, 2)])).errors}
+    assert kinds_found == {"invalid_semaphore_index"}
+
+
+# --- copy windows outside their buffer --------------------------------------------------------------
+
+
+def test_a_copy_window_outside_its_buffer_is_invalid_region_in_both_engines():
+    """Rows 4 + d .. 8 + d of an 8-row block: inside on device 0, one row past the end on
+    device 1 (JAX's TPU interpreter fails that copy with an out-of-bounds read)."""
+
+    def kernel(x_ref, o_ref, sem):
+        start = 4 + lax.axis_index("x")
+        copy = pltpu.make_async_copy(x_ref.at[pl.ds(start, 4)], o_ref.at[pl.ds(0, 4)], sem)
+        copy.start()  # <- window
+        copy.wait()
+
+    [p] = protocols(_call(kernel, [DMA_SEM]), mesh((2,)))
+    for engine in ("explicit", "z3"):
+        [fault] = check_protocol(p, engine=engine).errors
+        assert fault.kind == "invalid_region" and fault.device == 1, engine
+        assert fault.location.line == line_of(HERE, "# <- window")
+        assert "[5:9, 0:128]" in fault.message and "shape (8, 128)" in fault.message
+
+
+def test_window_bounds_follow_the_inputs_in_both_engines():
+    p = _builder()
+    sem = p.semaphore("sem", DMA)
+    buf = p.buffer("buf", (4, 8))
+    row = p.input("row", -1, 4)
+    t = p.thread(0)
+    copy = t.dma_start(buf.region(row, size=(1, 8)), buf.region(0, size=(1, 8)), recv_sem=sem)
+    copy.wait_recv()
+    empty = t.dma_start(buf.region(row, size=(0, 8)), buf.region(4, size=(0, 8)), recv_sem=sem, nbytes=0)
+    del empty
+    protocol = p.build()
+    by_search, by_solver = assert_engines_agree(protocol)
+    assert kinds(by_search) == {"invalid_region"}
+    # every row outside 0..3 faults at the first copy; an empty window at row 4 is inside
+    system = System(protocol)
+    faulting = set()
+    for state in system.initial_states():
+        after = system.step(state, ("t", 0))
+        if after.faults:
+            faulting.add(state.inputs[0])
+    assert faulting == {-1, 4}
+
+
+# --- prefix results ------------------------------------------------------------------------------
+
+
+def _verify(per_device, devices=2, engine="explicit"):
+    from semcheck import verify
+
+    fn, x = sharded(per_device, mesh((devices,)))
+    return verify(fn, x, engine=engine)
+
+
+def test_a_race_before_an_unsupported_construct_is_reported_with_the_error():
+    def kernel(x_ref, o_ref, sem):
+        copy = pltpu.make_async_copy(x_ref, o_ref, sem)
+        copy.start()
+        o_ref[0, :] = jnp.zeros((128,), jnp.float32)  # <- races with the copy in flight
+        copy.wait()
+        pltpu.async_copy(x_ref, o_ref, sem, add=True).wait()  # <- not lowerable
+
+    for engine in ("explicit", "z3"):
+        [result] = _verify(_call(kernel, [DMA_SEM]), engine=engine)
+        assert result.verdict.value == "error", engine
+        assert result.error.startswith("dma_start: async_copy(add=True) is not lowerable")
+        assert result.line == line_of(HERE, "# <- not lowerable")
+        assert [v.kind for v in result.errors] == ["data_race"]
+        assert result.errors[0].location.line == line_of(HERE, "# <- races with the copy")
+        assert any("lowering stopped at" in note and "2 of 2 thread(s)" in note for note in result.notes)
+
+
+def test_a_hang_at_the_cut_is_never_reported():
+    """Device 1 waits for a signal device 0 would send after the construct semcheck cannot
+    lower: the prefix has no verdict on it (and nothing else wrong)."""
+
+    def kernel(x_ref, o_ref, sem, dma):
+        me = lax.axis_index("x")
+
+        @pl.when(me == 1)
+        def _():
+            pl.semaphore_wait(sem, 1)
+
+        @pl.when(me == 0)
+        def _():
+            pltpu.async_copy(x_ref, o_ref, dma, add=True).wait()  # <- stops device 0
+            pl.semaphore_signal(sem, 1, device_id=(1,))
+
+    for engine in ("explicit", "z3"):
+        [result] = _verify(_call(kernel, [REGULAR_SEM, DMA_SEM]), engine=engine)
+        assert result.verdict.value == "error" and result.violations == [], engine
+        assert result.line == line_of(HERE, "# <- stops device 0")
+        assert any("1 of 2 thread(s)" in note and "no data race" in note for note in result.notes)
