@@ -23,7 +23,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as P
 
-TOKENS = 8  # per device
+TOKENS = 4  # per device
 TOP_K = 2
 LOCAL_EXPERTS = 2
 HIDDEN = 128
