@@ -1,0 +1,82 @@
+"""Double buffering whose slot index lives in an SMEM scalar across grid steps.
+
+The same pipeline as double_buffer.py, but the kernel does not derive the slot from the
+step number: it keeps the slot it is working on in `slot_ref`, an SMEM scratch scalar that
+survives from one grid step to the next, as paged-attention kernels do with their buffer
+index. The first step sets it to 0 and starts the copy of block 0; every step reads it,
+starts the copy of the next block into the other slot (on that slot's semaphore, indexed
+by the loaded value), waits for its own block, works on it, and only then writes the
+other slot back for the next step. The slot a step reads is therefore never the one a
+copy is landing in.
+
+smem_slot_advanced_early.py is the buggy twin, which writes the slot back too soon.
+
+Expected verdict: safe
+"""
+
+# semcheck: expect safe
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import AxisType, Mesh
+from jax.sharding import PartitionSpec as P
+
+BLOCK = (8, 128)
+NUM_BLOCKS = 4
+
+
+def slot_kernel(x_hbm, o_ref, buf, sems, slot_ref):
+    i = pl.program_id(0)
+    n = pl.num_programs(0)
+
+    def copy(block, into):
+        return pltpu.make_async_copy(x_hbm.at[pl.ds(block * BLOCK[0], BLOCK[0])], buf.at[into], sems.at[into])
+
+    @pl.when(i == 0)
+    def _():
+        slot_ref[0] = 0
+        copy(0, 0).start()
+
+    current = slot_ref[0]
+    spare = 1 - current
+
+    @pl.when(i + 1 < n)
+    def _():
+        copy(i + 1, spare).start()
+
+    copy(i, current).wait()
+    o_ref[...] = buf[current] * 2.0
+    slot_ref[0] = spare  # the next step works on the block that is landing in the spare slot
+
+
+def scale(x, mesh):
+    def per_device(block):
+        return pl.pallas_call(
+            slot_kernel,
+            grid=(NUM_BLOCKS,),
+            out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(BLOCK, lambda i: (i, 0)),
+            scratch_shapes=[
+                pltpu.VMEM((2, *BLOCK), jnp.float32),
+                pltpu.SemaphoreType.DMA((2,)),
+                pltpu.SMEM((1,), jnp.int32),  # slot_ref: the slot of the block this step works on
+            ],
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+        )(block)
+
+    return jax.jit(
+        jax.shard_map(per_device, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    )(x)
+
+
+if __name__ == "__main__":
+    mesh = Mesh(np.array(jax.devices()), ("x",), axis_types=(AxisType.Auto,))
+    n = mesh.size
+    x = jnp.arange(n * NUM_BLOCKS * BLOCK[0] * BLOCK[1], dtype=jnp.float32).reshape(n * NUM_BLOCKS * BLOCK[0], BLOCK[1])
+    out = scale(x, mesh)
+    jax.block_until_ready(out)
+    print("SMEM slot double buffer:", out.shape, bool(jnp.array_equal(out, x * 2.0)))
