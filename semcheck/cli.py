@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "parts (by default each part is checked on its own; for cross-checking)")
     verify.add_argument("--max-trace-steps", type=int, default=0, metavar="N",
                         help="print only the last N steps of each trace (default: all)")
+    verify.add_argument("--all-traces", action="store_true",
+                        help="report every check's violations in full (by default one problem found "
+                        "at several device counts is shown once, at the smallest)")
     verify.add_argument("--graph", metavar="FILE", type=_graph_file,
                         help="draw each counterexample to FILE (.dot, .svg or .png); with several, "
                         "FILE's stem gets -KERNEL-Nd-KIND appended per counterexample")
@@ -160,7 +163,7 @@ def _verify(args) -> int:
         except expectations.ExpectationError as e:
             print(f"semcheck: error: {e}", file=sys.stderr)
             return EXIT_USAGE
-    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements}
+    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements, "all_traces": args.all_traces}
     rendered = FORMATS[args.format](results, **options)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

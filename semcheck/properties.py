@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from semcheck import ir
+from semcheck.result import BlockedWait
 from semcheck.semantics import System, State, _Fault, _successors, must_be_zero_at_exit
 
 
@@ -64,7 +65,7 @@ class Finding:
     loc: ir.Loc | None
     message: str
     sem: int | None = None  # the semaphore instance concerned, if any
-    blocked: tuple[dict, ...] = ()
+    blocked: tuple[BlockedWait, ...] = ()
     cycle: tuple[int, ...] = ()
     other: ir.Loc | None = None  # the second source line of a race
     other_start: tuple[int, int] | None = None  # (thread, pc) that started a race's copy in flight
@@ -220,7 +221,7 @@ def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
         findings.append(_deadlock_finding(system, info, cycle))
     by_line: dict[ir.Loc, list[int]] = {}
     for i in roots:  # one wait stuck on many devices is one violation
-        by_line.setdefault(info[i]["location"], []).append(i)
+        by_line.setdefault(info[i].location, []).append(i)
     for group in by_line.values():
         findings.append(_unsatisfied_finding(info, group, graph))
     return findings
@@ -238,66 +239,62 @@ def _may_add(system: System, state: State, t: int, sid: int, *, after_current: b
     )
 
 
-def _blocked_info(system: System, state: State, t: int, sid: int, need: int, have: int) -> dict:
+def _blocked_info(system: System, state: State, t: int, sid: int, need: int, have: int) -> BlockedWait:
     thread = system.threads[t]
     instr = system.current(state, t)
-    return {
-        "thread": t,
-        "device": thread.device,
-        "core": thread.core,
-        "sub": thread.sub,
-        "name": system.thread_name(t),
-        "semaphore": system.instances[sid].label,
-        "short": system.instances[sid].short,  # as trace steps name it, e.g. "barrier@d3"
-        "sem": sid,
-        "needs": need,
-        "has": have,
-        "location": instr.loc,
-        "what": _describe_instr(instr),
-    }
-
-
-def _wait_text(b: dict) -> str:
-    return (
-        f"{system_name(b)} waits at {b['location']} ({b['what']}) for {b['semaphore']} "
-        f"to reach {b['needs']}; it holds {b['has']}"
+    return BlockedWait(
+        thread=t,
+        device=thread.device,
+        core=thread.core,
+        sub=thread.sub,
+        name=system.thread_name(t),
+        semaphore=system.instances[sid].label,
+        short=system.instances[sid].short,
+        sem=sid,
+        needs=need,
+        has=have,
+        location=instr.loc,
+        what=_describe_instr(instr),
     )
 
 
-def system_name(b: dict) -> str:
-    return b["name"]
+def _wait_text(b: BlockedWait) -> str:
+    return (
+        f"{b.name} waits at {b.location} ({b.what}) for {b.semaphore} "
+        f"to reach {b.needs}; it holds {b.has}"
+    )
 
 
-def _deadlock_finding(system: System, info: list[dict], cycle: list[int]) -> Finding:
-    first = min(cycle, key=lambda i: info[i]["thread"])
+def _deadlock_finding(system: System, info: list[BlockedWait], cycle: list[int]) -> Finding:
+    first = min(cycle, key=lambda i: info[i].thread)
     start = cycle.index(first)
     cycle = cycle[start:] + cycle[:start]
     lines = [f"  {_wait_text(info[i])}," for i in cycle]
-    names = [system_name(info[i]) for i in cycle] + [system_name(info[cycle[0]])]
+    names = [info[i].name for i in cycle] + [info[cycle[0]].name]
     message = (
         f"deadlock: {' -> '.join(names)} wait for each other in a cycle; each wait can only "
         f"be satisfied by the next thread in the cycle, which is itself blocked:\n"
         + "\n".join(lines)
     )
     head = info[cycle[0]]
-    key = (Kind.DEADLOCK, frozenset((info[i]["location"], info[i]["semaphore"]) for i in cycle))
+    key = (Kind.DEADLOCK, frozenset((info[i].location, info[i].semaphore) for i in cycle))
     return Finding(
-        Kind.DEADLOCK, key, head["thread"], head["location"], message,
-        sem=head["sem"], blocked=tuple(info), cycle=tuple(cycle),
+        Kind.DEADLOCK, key, head.thread, head.location, message,
+        sem=head.sem, blocked=tuple(info), cycle=tuple(cycle),
     )
 
 
-def _unsatisfied_finding(info: list[dict], group: list[int], graph) -> Finding:
+def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph) -> Finding:
     b = info[group[0]]
     message = "unsatisfied wait: " + ";\n  ".join(_wait_text(info[i]) for i in group)
     message += ("; nothing left in the system can add to " + ("them" if len(group) > 1 else "it"))
     behind = sorted(set().union(*(nx.ancestors(graph, i) for i in group)) - set(group))
     if behind:
         message += ". Blocked behind:\n" + "\n".join(f"  {_wait_text(info[i])}" for i in behind)
-    key = (Kind.UNSATISFIED_WAIT, b["location"])
+    key = (Kind.UNSATISFIED_WAIT, b.location)
     return Finding(
-        Kind.UNSATISFIED_WAIT, key, b["thread"], b["location"], message,
-        sem=b["sem"], blocked=tuple(info),
+        Kind.UNSATISFIED_WAIT, key, b.thread, b.location, message,
+        sem=b.sem, blocked=tuple(info),
     )
 
 

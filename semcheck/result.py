@@ -43,6 +43,24 @@ class TraceStep:
     started_by: int | None = None  # for a DMA completion: the step that started the copy
 
 
+@dataclass(frozen=True)
+class BlockedWait:
+    """A thread of a stuck state, at a wait it cannot pass."""
+
+    thread: int  # the thread's index in the checked protocol
+    device: int
+    core: int
+    sub: int
+    name: str  # the thread as reports name it, e.g. "device 3" or "device 0 block 1"
+    semaphore: str  # the semaphore it waits on, e.g. "barrier on device 3"
+    short: str  # the same, as trace steps name it, e.g. "barrier@d3"
+    sem: int  # the semaphore's instance id (the engine's; not part of any report)
+    needs: int
+    has: int
+    location: Loc | None
+    what: str  # the instruction, e.g. "semaphore_wait" or "dma_wait (recv side)"
+
+
 @dataclass
 class Violation:
     kind: str
@@ -53,12 +71,15 @@ class Violation:
     location: Loc | None
     trace: list[TraceStep] = field(default_factory=list)
     # For stuck states: every blocked wait, and the wait-for cycle when there is one.
-    blocked: list[dict] = field(default_factory=list)
+    blocked: list[BlockedWait] = field(default_factory=list)
     cycle: list[int] = field(default_factory=list)  # indices into `blocked`
     # The value of every protocol input in the counterexample (its initial state).
     inputs: dict[str, int] = field(default_factory=dict)
     related: list[Loc] = field(default_factory=list)  # e.g. the other access of a data race
     semaphore: str | None = None  # short label of the semaphore concerned, as steps name it
+    # The semaphore's declared name (no index, no device): the same at every device count,
+    # so one problem found at 2, 4 and 8 devices groups into one report.
+    semaphore_name: str | None = None
     racing_step: int | None = None  # for a data race: the trace step that started the copy in flight
     loop_from: int | None = None  # for a loop that spins for ever: the trace repeats from this step on
     # What makes two findings one violation (the finding's key): merging the Results of

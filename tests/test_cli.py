@@ -40,7 +40,7 @@ def test_json_verdicts_and_exit_codes(capsys, name):
 def test_json_document_has_the_contract_fields(capsys):
     code, out, _ = run(capsys, "verify", model("ring_allgather_missing_signal"), "--devices", "4", "--format", "json")
     doc = json.loads(out)
-    assert set(doc) == {"semcheck", "results"}
+    assert set(doc) == {"semcheck", "results", "groups"}  # groups: the problems across checks
     [r] = doc["results"]
     assert {"kernel", "file", "line", "backend", "devices", "cores", "engine", "verdict", "violations", "stats"} <= set(r)
     assert (r["kernel"], r["backend"], r["devices"], r["cores"], r["engine"]) == (

@@ -67,7 +67,7 @@ def test_every_shipped_buggy_model_is_covered():
 def test_lanes_program_order_and_source_lines(name):
     graph, violation = graph_of(name)
     assert graph.graph["kind"] == BUGGY[name]
-    involved = {s.device for s in violation.trace} | {b["device"] for b in violation.blocked}
+    involved = {s.device for s in violation.trace} | {b.device for b in violation.blocked}
     assert lane_devices(graph) == sorted(involved)
     assert [label for _key, label in graph.graph["lanes"]] == [f"device {d}" for d in sorted(involved)]
     for step in violation.trace:  # nothing is folded at 4 devices: every step is a node
@@ -88,10 +88,10 @@ def test_blocked_waits_end_their_lanes(name):
     assert len(blocked) == len(violation.blocked)
     for i, b in enumerate(violation.blocked):
         data = graph.nodes[f"b{i}"]
-        assert data["lane"][0] == b["device"]
+        assert data["lane"][0] == b.device
         assert data["highlight"] in ("blocked", "behind")
-        assert f"needs {b['needs']}, has {b['has']}" in data["label"]
-        assert f"line {b['location'].line}" in data["label"]
+        assert f"needs {b.needs}, has {b.has}" in data["label"]
+        assert f"line {b.location.line}" in data["label"]
         lane_orders = [graph.nodes[n]["order"] for n in graph if graph.nodes[n].get("lane") == data["lane"]]
         assert data["order"] == max(lane_orders)  # the last thing in its lane
         assert not [n for n in graph.successors(f"b{i}") if graph.edges[f"b{i}", n]["kind"] == cex.PROGRAM]
@@ -157,7 +157,7 @@ def test_long_lanes_fold_only_steps_that_do_not_matter():
     folded_steps = {s for n in folds for s in graph.nodes[n]["steps"]}
     shown_steps = {graph.nodes[n]["step"] for n in nodes(graph, cex.STEP)}
     assert folded_steps | shown_steps == {s.index for s in violation.trace}  # nothing dropped
-    focus = {b["short"] for b in violation.blocked}
+    focus = {b.short for b in violation.blocked}
     for step in violation.trace:
         if step.semaphore in focus:
             assert step.index in shown_steps

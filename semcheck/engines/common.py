@@ -110,7 +110,7 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         core=thread.core if thread else None,
         location=loc,
         trace=steps,
-        blocked=[dict(b) for b in finding.blocked],
+        blocked=list(finding.blocked),
         cycle=list(finding.cycle),
         inputs=(
             {inp.name: value for inp, value in zip(system.protocol.inputs, initial.inputs)}
@@ -119,6 +119,7 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         ),
         related=[finding.other] if finding.other else [],
         semaphore=system.instances[finding.sem].short if finding.sem is not None else None,
+        semaphore_name=system.instances[finding.sem].decl.name if finding.sem is not None else None,
         racing_step=_racing_start_step(system, initial, actions, finding.other_start),
         loop_from=len(steps) - finding.loop_steps + 1 if finding.loop_steps else None,
         identity=_identity(system, finding),

@@ -36,7 +36,7 @@ import textwrap
 import networkx as nx
 
 from semcheck.ir import Loc, core_unit, thread_name
-from semcheck.result import Result, TraceStep, Violation
+from semcheck.result import BlockedWait, Result, TraceStep, Violation
 
 LANE, STEP, BLOCKED, COLLAPSED, AT_EXIT = "lane", "step", "blocked", "collapsed", "at_exit"
 PROGRAM, FEEDS, PARTIAL, WAITS_FOR, COPY = "program", "feeds", "partial", "waits_for", "copy"
@@ -80,10 +80,10 @@ def counterexample_graph(
     primary = _primary_blocked(violation)
     for i, b in enumerate(violation.blocked):
         node = f"b{i}"
-        lane = (b["device"], b["core"] or 0, b.get("sub", 0))
+        lane = (b.device, b.core or 0, b.sub)
         graph.add_node(
-            node, kind=BLOCKED, lane=lane, semaphore=b.get("short") or b["semaphore"],
-            line=_line(b["location"]), highlight="blocked" if i in primary else "behind",
+            node, kind=BLOCKED, lane=lane, semaphore=b.short,
+            line=_line(b.location), highlight="blocked" if i in primary else "behind",
             label=_blocked_label(b, result.file),
         )
         lanes.setdefault(lane, []).append(node)
@@ -115,7 +115,7 @@ def counterexample_graph(
         if step.started_by is not None:
             _add_cross_edge(graph, at(step.started_by), at(step.index), COPY)
     for i, b in enumerate(violation.blocked):
-        for source in _pending_additions(violation.trace, b.get("short")):
+        for source in _pending_additions(violation.trace, b.short):
             _add_cross_edge(graph, at(source), f"b{i}", PARTIAL)
     if "x0" in graph:
         for source in _pending_additions(violation.trace, violation.semaphore):
@@ -140,7 +140,7 @@ def graphs_for(results: list[Result]) -> list[tuple[Result, Violation]]:
 
 
 def _focus_semaphores(violation: Violation) -> set[str]:
-    focus = {b.get("short") for b in violation.blocked} - {None}
+    focus = {b.short for b in violation.blocked}
     if violation.semaphore:
         focus.add(violation.semaphore)
     if violation.kind == "data_race" and violation.trace:
@@ -162,7 +162,7 @@ def _primary_blocked(violation: Violation) -> set[int]:
         return set(violation.cycle)
     return {
         i for i, b in enumerate(violation.blocked)
-        if violation.location is None or b["location"] == violation.location
+        if violation.location is None or b.location == violation.location
     }
 
 
@@ -300,14 +300,14 @@ def _title(result: Result, violation: Violation) -> str:
 
 def _subtitle(violation: Violation) -> str:
     if violation.cycle:
-        names = [violation.blocked[i]["name"] for i in violation.cycle]
+        names = [violation.blocked[i].name for i in violation.cycle]
         return "wait-for cycle (red): " + " -> ".join(names + names[:1])
     if violation.loop_from is not None and violation.trace:
         first = violation.trace[violation.loop_from - 1]
         return (f"{first.actor} loops for ever from step {first.index} (red): no schedule lets it "
                 "leave, and nothing left changes what it reads")
     if violation.kind == "unsatisfied_wait":
-        roots = [violation.blocked[i]["name"] for i in sorted(_primary_blocked(violation))]
+        roots = [violation.blocked[i].name for i in sorted(_primary_blocked(violation))]
         return f"blocked for good (red): {', '.join(roots)}; nothing left can add to what they wait for"
     if violation.kind == "semaphore_leftover":
         return f"{violation.semaphore} is not back to 0 when the kernel exits (red)"
@@ -390,11 +390,10 @@ def _dma_start_text(step: TraceStep) -> str:
     return f"start DMA {match.group(1)} → {match.group(2)}{target}"
 
 
-def _blocked_label(b: dict, kernel_file: str) -> str:
-    what = "wait" if b["what"].startswith("semaphore_wait") else b["what"].replace(" side)", ")")
-    sem = b.get("short") or b["semaphore"]
-    lines = textwrap.wrap(f"BLOCKED: {what} {sem}", LABEL_WIDTH)
-    lines.append(f"needs {b['needs']}, has {b['has']}  ·  {_where(b['location'], kernel_file)}")
+def _blocked_label(b: BlockedWait, kernel_file: str) -> str:
+    what = "wait" if b.what.startswith("semaphore_wait") else b.what.replace(" side)", ")")
+    lines = textwrap.wrap(f"BLOCKED: {what} {b.short}", LABEL_WIDTH)
+    lines.append(f"needs {b.needs}, has {b.has}  ·  {_where(b.location, kernel_file)}")
     return "\n".join(lines)
 
 

@@ -6,8 +6,8 @@ import json
 
 from semcheck import __version__
 from semcheck.ir import Loc
-from semcheck.report import display_path
-from semcheck.result import Result, TraceStep, Violation
+from semcheck.report import display_path, groups
+from semcheck.result import BlockedWait, Result, TraceStep, Violation
 
 
 def location(loc: Loc | None) -> dict | None:
@@ -31,6 +31,23 @@ def step_dict(step: TraceStep) -> dict:
     }
 
 
+def blocked_dict(b: BlockedWait) -> dict:
+    """A blocked wait, with the keys the JSON contract has always had (no instance id)."""
+    return {
+        "thread": b.thread,
+        "device": b.device,
+        "core": b.core,
+        "sub": b.sub,
+        "name": b.name,
+        "semaphore": b.semaphore,
+        "short": b.short,
+        "needs": b.needs,
+        "has": b.has,
+        "location": location(b.location),
+        "what": b.what,
+    }
+
+
 def violation_dict(v: Violation) -> dict:
     out = {
         "kind": v.kind,
@@ -42,10 +59,7 @@ def violation_dict(v: Violation) -> dict:
         "trace": [step_dict(s) for s in v.trace],
     }
     if v.blocked:
-        out["blocked"] = [
-            {k: (location(val) if isinstance(val, Loc) else val) for k, val in b.items() if k != "sem"}
-            for b in v.blocked
-        ]
+        out["blocked"] = [blocked_dict(b) for b in v.blocked]
     if v.cycle:
         out["cycle"] = v.cycle
     if v.inputs:
@@ -101,4 +115,31 @@ def render(results: list[Result], *, judgements=None, **_options) -> str:
             "reason": j.reason,
             "declared_at": j.expected.where if j.expected else None,
         }
-    return json.dumps({"semcheck": __version__, "results": dicts}, indent=2)
+    return json.dumps({"semcheck": __version__, "results": dicts, "groups": groups_list(results)}, indent=2)
+
+
+def groups_list(results: list[Result]) -> list[dict]:
+    """The `groups` view beside `results`: each distinct problem once, with every check it
+    was found in (indices into `results` and its `violations`) and the one the text report
+    shows in full (the smallest counterexample)."""
+    out = []
+    for g in groups.group(results):
+        shown = results[g.shown.result].violations[g.shown.violation]
+        out.append({
+            "kernel": g.key.kernel,
+            "file": display_path(g.key.file),
+            "kind": g.key.kind,
+            "severity": shown.severity,
+            "location": location(g.key.location),
+            "semaphore": g.key.semaphore,
+            "related": sorted((location(loc) for loc in g.key.related), key=lambda d: (d["file"], d["line"])),
+            "shown": _ref_dict(results, g.shown),
+            "checks": [_ref_dict(results, ref) for ref in g.refs],
+        })
+    return out
+
+
+def _ref_dict(results: list[Result], ref) -> dict:
+    r = results[ref.result]
+    return {"result": ref.result, "violation": ref.violation, "devices": r.devices, "cores": r.cores,
+            "invocations": r.invocations}

@@ -152,12 +152,12 @@ def _artifact(path: str) -> dict:
 def _related_locations(violation: Violation, primary: Loc) -> list[dict]:
     out, seen = [], {primary}
     for b in violation.blocked:
-        loc = b.get("location")
-        if not isinstance(loc, Loc) or loc in seen:
+        loc = b.location
+        if loc is None or loc in seen:
             continue
         seen.add(loc)
-        out.append(_location(loc, f"{b['name']} is blocked here: {b['what']} on {b['semaphore']} "
-                                  f"needs {b['needs']}, has {b['has']}", len(out) + 1))
+        out.append(_location(loc, f"{b.name} is blocked here: {b.what} on {b.semaphore} "
+                                  f"needs {b.needs}, has {b.has}", len(out) + 1))
     return out
 
 
@@ -172,14 +172,14 @@ def _code_flow(result: Result, violation: Violation) -> dict | None:
     order = len(violation.trace)
     primary = set(violation.cycle) if violation.cycle else None
     for i, b in enumerate(violation.blocked):
-        if not isinstance(b.get("location"), Loc):
+        if b.location is None:
             continue
         order += 1
-        lane = (b["device"], b["core"] or 0, b.get("sub", 0))
-        names[lane] = b["name"]
+        lane = (b.device, b.core or 0, b.sub)
+        names[lane] = b.name
         threads.setdefault(lane, []).append({
-            "location": _location(b["location"], f"blocked: {b['what']} on {b['semaphore']} needs "
-                                                 f"{b['needs']}, has {b['has']}"),
+            "location": _location(b.location, f"blocked: {b.what} on {b.semaphore} needs "
+                                              f"{b.needs}, has {b.has}"),
             "executionOrder": order,
             "importance": "essential" if primary is None or i in primary else "important",
             "kinds": ["danger"],
@@ -198,7 +198,7 @@ def _code_flow(result: Result, violation: Violation) -> dict | None:
 
 
 def _flow_step(step: TraceStep, violation: Violation) -> dict:
-    focus = {b.get("short") for b in violation.blocked} | {violation.semaphore}
+    focus = {b.short for b in violation.blocked} | {violation.semaphore}
     fault = step.text.startswith("FAULT")
     entry = {
         "location": _location(step.location, f"{step.index}. {step.actor}: {step.text}"),

@@ -8,7 +8,7 @@ import linecache
 import os
 
 from semcheck.ir import Loc, core_unit, thread_name
-from semcheck.report import display_path
+from semcheck.report import display_path, groups
 from semcheck.report.summary import summary_table  # noqa: F401  (part of this module's API)
 from semcheck.result import Result, Verdict, Violation
 
@@ -20,9 +20,70 @@ _VERDICT_WORDS = {
 }
 
 
-def render(results: list[Result], *, max_trace_steps: int = 0, judgements=None, **_options) -> str:
-    """With `judgements` (expectations judged), a check that got its declared verdict is one
+def render(
+    results: list[Result], *, max_trace_steps: int = 0, judgements=None, all_traces: bool = False, **_options
+) -> str:
+    """One verdict line per check; then, per kernel, each distinct problem once, by its
+    smallest counterexample, with the other checks it was also found in (`report/groups.py`).
+    `all_traces` shows every check's violations in full instead.
+
+    With `judgements` (expectations judged), a check that got its declared verdict is one
     line; an unexpected one is reported in full, with what was declared."""
+    if all_traces:
+        return _render_every_check(results, max_trace_steps=max_trace_steps, judgements=judgements)
+    blocks = []
+    for indices in _by_kernel(results):
+        blocks.append(_render_kernel(results, indices, max_trace_steps, judgements))
+    if len(results) > 1 or judgements is not None:
+        blocks.append(summary_table(results, judgements, problems=True))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _by_kernel(results: list[Result]) -> list[list[int]]:
+    """The indices of each kernel's checks, kernels in the order they first appear."""
+    kernels: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(results):
+        kernels.setdefault((r.file, r.kernel), []).append(i)
+    return list(kernels.values())
+
+
+def _render_kernel(results: list[Result], indices: list[int], max_trace_steps: int, judgements) -> str:
+    lines = []
+    in_full = []
+    for i in indices:
+        r = results[i]
+        judgement = judgements[i] if judgements is not None else None
+        lines.append(verdict_line(r))
+        if judgement is not None and judgement.matched and r.verdict is Verdict.VIOLATION:
+            lines.append(f"  expected: {_declared(judgement)}")
+            continue
+        in_full.append(i)
+        if judgement is not None and not judgement.matched:
+            lines.append(f"  UNEXPECTED: {judgement.reason}" + (
+                f" (declared at {judgement.expected.where})" if judgement.expected else ""))
+    shown = [results[i] for i in in_full]
+    problems = groups.group(shown)
+    problems.sort(key=lambda g: shown[g.shown.result].violations[g.shown.violation].severity != "error")
+    for problem in problems:
+        r = shown[problem.shown.result]
+        v = r.violations[problem.shown.violation]
+        lines.append("")
+        lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, max_trace_steps=max_trace_steps,
+                                      unit=core_unit(r.semantics), seen_at=_seen_at(shown, problem)))
+    notes = dict.fromkeys(note for i in in_full for note in results[i].notes)
+    lines.extend(f"  note: {note}" for note in notes)
+    return "\n".join(lines)
+
+
+def _seen_at(results: list[Result], problem: groups.ProblemGroup) -> str:
+    """ "at 2 devices; also at 4, 8 devices" (empty for a kernel checked once)."""
+    if not problem.also:
+        return ""
+    here = groups.checks_text(results, [problem.shown])
+    return f"at {here}; also at {groups.checks_text(results, problem.also)}"
+
+
+def _render_every_check(results: list[Result], *, max_trace_steps: int, judgements) -> str:
     blocks = []
     for i, r in enumerate(results):
         judgement = judgements[i] if judgements is not None else None
@@ -85,11 +146,12 @@ def render_result(r: Result, *, max_trace_steps: int = 0) -> str:
 
 
 def render_violation(
-    v: Violation, *, kernel_file: str = "", cores: int = 1, max_trace_steps: int = 0, unit: str = "core"
+    v: Violation, *, kernel_file: str = "", cores: int = 1, max_trace_steps: int = 0, unit: str = "core",
+    seen_at: str = "",
 ) -> list[str]:
     who = thread_name(v.device, v.core, 0, cores, unit) if v.device is not None else "protocol"
     where = _loc(v.location)
-    lines = [f"  {v.severity}: {v.kind} ({who}) at {where}"]
+    lines = [f"  {v.severity}: {v.kind} ({who}) at {where}" + (f"  [{seen_at}]" if seen_at else "")]
     excerpt = source_excerpt(v.location)
     if excerpt:
         lines.append(f"    {v.location.line:>5} | {excerpt}")
@@ -123,8 +185,8 @@ def _other_blocked_lines(v: Violation) -> list[str]:
     """The source of every other line a thread is stuck at, so the reader sees each wait."""
     out, seen = [], {v.location}
     for b in v.blocked:
-        loc = b.get("location")
-        if not isinstance(loc, Loc) or loc in seen:
+        loc = b.location
+        if loc is None or loc in seen:
             continue
         seen.add(loc)
         excerpt = source_excerpt(loc)
