@@ -41,6 +41,11 @@ class TraceStep:
     after: int | None = None
     fed_by: tuple[int, ...] = ()  # steps whose additions this wait consumed
     started_by: int | None = None  # for a DMA completion: the step that started the copy
+    # How far the step is from the violation in its happens-before past (0: the violating
+    # step; 1: the last step of a stuck thread, a change of the semaphore concerned; one
+    # more per dependency), or None for a step the violation does not depend on. A trace
+    # built without a slice has every step at 0.
+    relevance: int | None = 0
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,43 @@ class BlockedWait:
     has: int
     location: Loc | None
     what: str  # the instruction, e.g. "semaphore_wait" or "dma_wait (recv side)"
+
+
+@dataclass(frozen=True)
+class Site:
+    """A static site of the kernel that can change the semaphore a violation is about."""
+
+    thread: str  # the thread whose instruction it is, e.g. "device 6"
+    location: Loc | None
+    what: str  # the instruction: "semaphore_signal", "dma_start", "semaphore_wait", "kernel entry"
+    adds: bool  # adds to the semaphore (else takes from it)
+    ran: int  # how often the trace runs it
+    step: int | None  # the last trace step that ran it
+    # Why a site that never ran did not: the thread is stuck before it, finished without
+    # reaching it (a branch skipped it), or faulted. None when it ran.
+    not_run: str | None = None
+
+
+@dataclass(frozen=True)
+class AbsentSite:
+    """A source line that adds to the same semaphore array on other devices, but that some
+    threads do not have at all: the usual shape of a forgotten or mis-guarded signal."""
+
+    location: Loc
+    what: str
+    missing_on: tuple[str, ...]  # threads with no such instruction, e.g. ("device 0",)
+    reaches: tuple[str, ...]  # the semaphores the line adds to on the threads that have it
+
+
+@dataclass(frozen=True)
+class MissingAction:
+    """For a stuck wait or a leftover: what could change its semaphore, what ran, what did not."""
+
+    semaphore: str  # as trace steps name it, e.g. "barrier@d7"
+    needs: int | None  # what the wait needs (None for a leftover)
+    has: int  # what it holds in the final state
+    sites: tuple[Site, ...]
+    absent: tuple[AbsentSite, ...] = ()
 
 
 @dataclass
@@ -82,6 +124,9 @@ class Violation:
     semaphore_name: str | None = None
     racing_step: int | None = None  # for a data race: the trace step that started the copy in flight
     loop_from: int | None = None  # for a loop that spins for ever: the trace repeats from this step on
+    # For a stuck wait (each root wait) or a leftover: the sites that could change its semaphore.
+    missing: list[MissingAction] = field(default_factory=list)
+    hint: str | None = None  # how such a bug is usually fixed
     # What makes two findings one violation (the finding's key): merging the Results of
     # independent parts keeps one per identity. Not part of any report.
     identity: tuple | None = field(default=None, repr=False, compare=False)

@@ -7,7 +7,7 @@ import json
 from semcheck import __version__
 from semcheck.ir import Loc
 from semcheck.report import display_path, groups
-from semcheck.result import BlockedWait, Result, TraceStep, Violation
+from semcheck.result import BlockedWait, MissingAction, Result, TraceStep, Violation
 
 
 def location(loc: Loc | None) -> dict | None:
@@ -28,6 +28,7 @@ def step_dict(step: TraceStep) -> dict:
         "after": step.after,
         "fed_by": list(step.fed_by),
         "started_by": step.started_by,
+        "relevance": step.relevance,  # distance from the violation in its causal past; null: not in it
     }
 
 
@@ -45,6 +46,24 @@ def blocked_dict(b: BlockedWait) -> dict:
         "has": b.has,
         "location": location(b.location),
         "what": b.what,
+    }
+
+
+def missing_dict(m: MissingAction) -> dict:
+    return {
+        "semaphore": m.semaphore,
+        "needs": m.needs,
+        "has": m.has,
+        "sites": [
+            {"thread": s.thread, "location": location(s.location), "what": s.what, "adds": s.adds,
+             "ran": s.ran, "step": s.step, "not_run": s.not_run}
+            for s in m.sites
+        ],
+        "absent": [
+            {"location": location(a.location), "what": a.what, "missing_on": list(a.missing_on),
+             "reaches": list(a.reaches)}
+            for a in m.absent
+        ],
     }
 
 
@@ -68,6 +87,10 @@ def violation_dict(v: Violation) -> dict:
         out["related"] = [location(loc) for loc in v.related]
     if v.semaphore:
         out["semaphore"] = v.semaphore
+    if v.missing:
+        out["missing"] = [missing_dict(m) for m in v.missing]
+    if v.hint:
+        out["hint"] = v.hint
     if v.loop_from is not None:
         out["loop_from"] = v.loop_from  # the trace's steps from here on repeat for ever
     return out

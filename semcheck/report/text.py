@@ -160,17 +160,21 @@ def render_violation(
         values = ", ".join(f"{name} = {value}" for name, value in v.inputs.items())
         lines.append(f"    with inputs: {values}")
     lines.extend(_other_blocked_lines(v))
+    for m in v.missing:
+        lines.extend(missing_lines(m, kernel_file))
     if v.trace:
         steps = v.trace
-        shown = steps if not max_trace_steps or len(steps) <= max_trace_steps else steps[-max_trace_steps:]
+        shown = relevant_steps(v, max_trace_steps)
         count = f"{len(steps)} step{'s' if len(steps) != 1 else ''}"
         if v.kind == "unsatisfied_wait" and not v.blocked:  # a loop that spins for ever
-            lines.append(f"    trace into the loop it never leaves, then one turn of it ({count}):")
+            head = "trace into the loop it never leaves, then one turn of it"
         else:
-            label = "the stuck state" if v.kind in ("deadlock", "unsatisfied_wait") else "it"
-            lines.append(f"    shortest trace to {label} ({count}):")
+            head = "trace to " + ("the stuck state" if v.kind in ("deadlock", "unsatisfied_wait") else "it")
         if len(shown) < len(steps):
-            lines.append(f"      ... {len(steps) - len(shown)} earlier steps omitted")
+            lines.append(f"    {head}: the {len(shown)} of its {count} that it depends on "
+                         f"({len(steps) - len(shown)} elided):")
+        else:
+            lines.append(f"    {head} ({count}):")
         width = max(len(s.actor) for s in shown)
         for s in shown:
             at = _short_loc(s.location, kernel_file)
@@ -178,7 +182,52 @@ def render_violation(
             lines.append(f"      {s.index:>4}. {s.actor:<{width}}  {s.text}{fed}  [{at}]")
     elif v.kind in ("deadlock", "unsatisfied_wait"):
         lines.append("    the initial state is already stuck: every thread starts at a wait")
+    if v.hint:
+        lines.append(f"    fix: {v.hint}")
     return lines
+
+
+def missing_lines(m, kernel_file: str = "") -> list[str]:
+    """What could have changed the semaphore of a stuck wait or a leftover, and what did."""
+    takes = m.needs is None
+    state = f"holds {m.has}" if takes else f"needs {m.needs}, has {m.has}"
+    verb = "take from" if takes else "add to"
+    out = [f"    what could {verb} {m.semaphore} ({state}):"]
+    wanted = [s for s in m.sites if s.adds != takes]
+    if not wanted:
+        out.append(f"      nothing in the kernel can {verb} it")
+    ran: dict[tuple, list] = {}  # sites that ran, one line per source line and instruction
+    for site in m.sites:
+        where = _short_loc(site.location, kernel_file)
+        if site.ran:
+            ran.setdefault((where, site.what, site.adds), []).append(site)
+        else:
+            out.append(f"      {site.what} at {where} on {site.thread} never runs: {site.not_run}")
+    for (where, what, adds), sites in ran.items():
+        steps = ", ".join(str(site.step) for site in sites)
+        role = "added to it" if adds else "took from it"
+        out.append(f"      {what} at {where} on {_names(tuple(site.thread for site in sites))} ran and "
+                   f"{role} (step{'s' if len(sites) > 1 else ''} {steps})")
+    for a in m.absent:
+        reaches = ", ".join(a.reaches[:3]) + (f" and {len(a.reaches) - 3} more" if len(a.reaches) > 3 else "")
+        out.append(f"      {_short_loc(a.location, kernel_file)}'s {a.what} adds to {reaches}, but "
+                   f"{_names(a.missing_on)} {'has' if len(a.missing_on) == 1 else 'have'} no such "
+                   f"{a.what}: none reaches {m.semaphore}")
+    return out
+
+
+def _names(threads: tuple[str, ...]) -> str:
+    return ", ".join(threads[:4]) + (f" and {len(threads) - 4} more" if len(threads) > 4 else "")
+
+
+def relevant_steps(v: Violation, limit: int = 0) -> list:
+    """The steps of `v`'s trace in its happens-before past, in trace order; with `limit`,
+    only the `limit` closest to the violation (ties: the later step)."""
+    relevant = [s for s in v.trace if s.relevance is not None]
+    if limit and len(relevant) > limit:
+        closest = sorted(relevant, key=lambda s: (s.relevance, -s.index))[:limit]
+        relevant = sorted(closest, key=lambda s: s.index)
+    return relevant
 
 
 def _other_blocked_lines(v: Violation) -> list[str]:
