@@ -103,7 +103,7 @@ class MissingAction:
     absent: tuple[AbsentSite, ...] = ()
 
 
-@dataclass
+@dataclass(repr=False)
 class Violation:
     kind: str
     severity: str  # "error" or "warning"
@@ -132,6 +132,11 @@ class Violation:
     identity: tuple | None = field(default=None, repr=False, compare=False)
     at_end: bool = field(default=False, repr=False, compare=False)  # judged where nothing can move
 
+    def __repr__(self) -> str:
+        where = f" at {self.location}" if self.location else ""
+        who = f" (device {self.device})" if self.device is not None else ""
+        return f"<Violation {self.kind}{who}{where}: {len(self.trace)} trace steps>"
+
 
 @dataclass
 class Stats:
@@ -144,7 +149,7 @@ class Stats:
     solver_queries: int | None = None
 
 
-@dataclass
+@dataclass(repr=False)
 class Result:
     kernel: str
     file: str
@@ -164,6 +169,23 @@ class Result:
     # independent parts needs to know which end-state findings the whole protocol has.
     ends: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     exhausted: str | None = field(default=None, repr=False, compare=False)  # why the search stopped early
+
+    def __repr__(self) -> str:
+        """One line: what was checked, the verdict, what was found and where."""
+        cores = f" x {self.cores} cores" if self.cores > 1 else ""
+        found = ", ".join(dict.fromkeys(
+            f"{v.kind} at {v.location}" if v.location else v.kind for v in self.errors))
+        detail = found or (self.error or "") if self.verdict is not Verdict.SAFE else ""
+        work = f"{self.stats.states:,} states" if self.stats.solver_queries is None else (
+            f"{self.stats.solver_queries:,} solver queries")
+        return (f"<Result {self.kernel} [{self.devices} devices{cores}, {self.semantics}]: "
+                f"{self.verdict.value.upper()}{': ' + detail if detail else ''} ({work}, {self.engine})>")
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the text report with each counterexample drawn inline (SVG)."""
+        from semcheck.report import html as html_report
+
+        return html_report.render(self)
 
     @property
     def errors(self) -> list[Violation]:

@@ -121,3 +121,27 @@ def test_cli_max_trace_steps(capsys):
     cli.main(["verify", model("ring_allgather_missing_signal"), "--devices", "8", "--max-trace-steps", "2", "-q"])
     out = capsys.readouterr().out
     assert "the 2 of its 155 steps that it depends on (153 elided)" in out
+
+
+# --- notebooks --------------------------------------------------------------------------------
+
+
+def test_result_repr_is_one_line():
+    [r] = verify_path(model("ring_allgather_missing_signal"), [4])
+    line = repr(r)
+    assert "\n" not in line and len(line) < 200
+    assert line == (f"<Result ring_allgather_missing_signal [4 devices, tpu]: VIOLATION: unsatisfied_wait at "
+                    f"{os.path.relpath(model('ring_allgather_missing_signal'))}:30 (38 states, explicit)>")
+    [v] = r.errors
+    assert "\n" not in repr(v) and repr(v).startswith("<Violation unsatisfied_wait (device 3) at ")
+    [safe] = verify_path(model("ring_allgather"), [2])
+    assert repr(safe) == "<Result ring_allgather [2 devices, tpu]: SAFE (17 states, explicit)>"
+
+
+def test_result_html_repr_has_the_report_and_the_picture():
+    [r] = verify_path(model("ring_allgather_missing_signal"), [2])
+    page = r._repr_html_()
+    assert page.startswith('<div class="semcheck-result">')
+    assert "<pre" in page and "unsatisfied_wait (device 1) at" in page
+    assert "t.wait(barrier, 2)" in page  # the quoted source, escaped into the <pre>
+    assert page.count("<svg") == 1 and "<?xml" not in page
