@@ -24,6 +24,48 @@ def worst(verdicts) -> Verdict:
     return max(verdicts, key=_SEVERITY_ORDER.index, default=Verdict.SAFE)
 
 
+class StepEvent(str, enum.Enum):
+    """What a trace step did (its JSON `event`)."""
+
+    SIGNAL = "signal"
+    WAIT = "wait"
+    DMA_WAIT = "dma_wait"
+    READ = "read"
+    DMA_START = "dma_start"
+    DMA_SEND_DONE = "dma_send_done"
+    DMA_RECV_DONE = "dma_recv_done"
+    LOAD = "load"
+    STORE = "store"
+    BRANCH = "branch"
+    JUMP = "jump"
+    ASSIGN = "assign"
+    ENTRY = "entry"
+    EXIT = "exit"
+
+
+@dataclass(frozen=True)
+class RegionRef:
+    """A rectangle of one buffer, as a step touched it: `out[2:3, 0:8, 0:128]@d1`."""
+
+    buffer: str
+    device: int | None  # whose memory (None: the step's own device)
+    starts: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    def __str__(self) -> str:
+        dims = ", ".join(f"{a}:{a + n}" for a, n in zip(self.starts, self.sizes))
+        return f"{self.buffer}[{dims}]" + (f"@d{self.device}" if self.device is not None else "")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a DMA start schedules: on `side`, `amount` is added to `semaphore`."""
+
+    side: str  # "send" or "recv"
+    semaphore: str  # short label, e.g. "recv_sem@d1"
+    amount: int
+
+
 @dataclass
 class TraceStep:
     """One step of a counterexample: who moved, what it did, where in the user's source."""
@@ -46,6 +88,20 @@ class TraceStep:
     # more per dependency), or None for a step the violation does not depend on. A trace
     # built without a slice has every step at 0.
     relevance: int | None = 0
+    # What the step did, in fields (text, JSON, SARIF and graphs read these, never `text`):
+    need: int | None = None  # a wait: the count (or bytes) it needs
+    amount: int | None = None  # a signal or a completion: what it adds
+    side: str | None = None  # a dma_wait or a completion: "send" or "recv"
+    target_device: int | None = None  # a remote signal or copy: the device it goes to
+    src: RegionRef | None = None  # a copy's source; a load's or store's region
+    dst: RegionRef | None = None  # a copy's destination
+    completions: tuple[Completion, ...] = ()  # a copy start: what its completions will add
+    decrement: bool = True  # a wait: whether it takes what it waited for
+    fault: str | None = None  # the step faulted: why
+    # A kernel entry that reset semaphores holding a count: which, and the steps whose
+    # additions it wiped (they never reach a wait).
+    wiped: tuple[str, ...] = ()
+    wiped_additions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
