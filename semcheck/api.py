@@ -11,6 +11,8 @@ bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from semcheck import assumptions, engines
@@ -49,6 +51,18 @@ def verify_model(
     return check_protocol(protocol, **options)
 
 
+@dataclass(frozen=True)
+class LoadReport:
+    """How loading one file at one device count went: what a capture line shows."""
+
+    path: str
+    devices: int
+    seconds: float  # the whole load
+    kernels: int  # kernels captured (a model file: 1)
+    phases: dict[str, float] = field(default_factory=dict)  # a kernel script's: jax import, script, lowering
+    failed: bool = False
+
+
 def verify_path(
     paths: str | Iterable[str],
     devices: Iterable[int] = (2, 4, 8),
@@ -58,16 +72,30 @@ def verify_path(
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
     assume: Iterable[Assumption] = (),
     invocations: int = 1,
+    on_load: Callable[[LoadReport], None] | None = None,
     **options,
 ) -> list[Result]:
+    """`on_load`, when given, hears how each (file, device count) loaded (`LoadReport`)."""
     # Load everything first, so an --assume that names no input fails before any checking.
     loaded: list[Result | tuple[str, int, list]] = []
     for path in discover([paths] if isinstance(paths, str) else list(paths)):
         for n in devices:
+            phases: dict[str, float] = {}
+            captured = [1]
+
+            def heard(seconds: dict[str, float], kernels: int) -> None:
+                phases.update(seconds)
+                captured[0] = kernels
+
+            started = time.perf_counter()
+            failed = False
             try:
-                loaded.append((path, n, load(path, n)))
+                loaded.append((path, n, load(path, n, **({"on_phases": heard} if on_load else {}))))
             except LoadError as e:
+                failed = True
                 loaded.append(_load_error_result(path, n, e, engine))
+            if on_load is not None:
+                on_load(LoadReport(path, n, time.perf_counter() - started, captured[0], phases, failed))
     assume = list(assume)
     protocols = [
         p for item in loaded if not isinstance(item, Result) for p in item[2] if not isinstance(p, LoadError)

@@ -15,7 +15,7 @@ import networkx as nx
 
 from semcheck import ir
 from semcheck.result import BlockedWait
-from semcheck.semantics import System, State, _Fault, _successors, must_be_zero_at_exit
+from semcheck.semantics import Hazard, System, State, _Fault, _successors, must_be_zero_at_exit
 
 
 class Kind(str, enum.Enum):
@@ -136,7 +136,7 @@ def hazard_findings(system: System, state: State, already: tuple = ()) -> list[F
     """A finding for each hazard in `state` that is not in `already` (the parent's)."""
     out = []
     for hazard in state.hazards:
-        if hazard in already:
+        if hazard in already or hazard == WENT_WRONG:
             continue
         out.append(_HAZARD_RULES[hazard.kind](system, hazard))
     return out
@@ -202,6 +202,29 @@ _HAZARD_RULES = {
 }
 
 
+# --- no cascades: a schedule that went wrong is not judged at its end -------------------------
+
+# Hazards that change what happens next: an early signal is wiped by the peer's entry, an
+# entry resets what the previous invocation left, a wait mistakes an overrun phase. A stuck
+# state or leftover after one of them is its consequence, not another bug (as SPIN and TLC
+# stop a schedule at its first error). Data races change no count, so they do not count.
+CASCADING_KINDS = frozenset({"remote_before_entry", "semaphore_leftover", "barrier_phase_overrun"})
+
+# What the explicit engine keeps of a state's hazards once it has reported them: this one
+# mark, when one of them cascades (so states do not differ by which thread erred).
+WENT_WRONG = Hazard("went_wrong", -1, -1, -1, -1, "a hazard that changes what happens next happened")
+
+
+def went_wrong(state: State) -> bool:
+    """Whether the schedule to `state` passed a hazard whose consequences are not reported."""
+    return any(h.kind in CASCADING_KINDS or h is WENT_WRONG or h == WENT_WRONG for h in state.hazards)
+
+
+def hazards_to_keep(state: State) -> tuple:
+    """A state's hazards once their findings are recorded (`explicit.explore`)."""
+    return (WENT_WRONG,) if went_wrong(state) else ()
+
+
 # --- terminal states -------------------------------------------------------------------------
 
 
@@ -220,8 +243,8 @@ def end_kind(system: System, state: State) -> str:
 
 def terminal_findings(system: System, state: State) -> list[Finding]:
     """Judge a state in which nothing can move."""
-    if state.faults:
-        return []  # what follows a fault is its consequence; the fault is the report
+    if state.faults or went_wrong(state):
+        return []  # what follows a fault (or a cascading hazard) is its consequence; that is the report
     blocked = []
     for t in range(len(system.threads)):
         wait = system.blocked_wait(state, t)
@@ -323,12 +346,27 @@ def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph) -> Fi
     message += ("; nothing left in the system can add to " + ("them" if len(group) > 1 else "it"))
     behind = sorted(set().union(*(nx.ancestors(graph, i) for i in group)) - set(group))
     if behind:
-        message += ". Blocked behind:\n" + "\n".join(f"  {_wait_text(info[i])}" for i in behind)
+        message += ". Blocked behind:\n" + "\n".join(_behind_lines([info[i] for i in behind]))
     key = (Kind.UNSATISFIED_WAIT, b.location)
     return Finding(
         Kind.UNSATISFIED_WAIT, key, b.thread, b.location, message,
         sem=b.sem, blocked=tuple(info),
     )
+
+
+def _behind_lines(waits: list[BlockedWait]) -> list[str]:
+    """One line per stuck line of source: the first wait in full, then how many more threads
+    wait there (a ring of 8 devices stuck at one line is one line, not 7)."""
+    by_line: dict = {}
+    for b in waits:
+        by_line.setdefault((b.location, b.what), []).append(b)
+    out = []
+    for same in by_line.values():
+        out.append(f"  {_wait_text(same[0])}")
+        if len(same) > 1:
+            names = ", ".join(b.name for b in same[1:4]) + (f" and {len(same) - 4} more" if len(same) > 4 else "")
+            out.append(f"  and {len(same) - 1} more at the same line: {names}")
+    return out
 
 
 def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Finding | None:

@@ -80,19 +80,23 @@ def group(results: list[Result]) -> list[ProblemGroup]:
 
 
 def check_label(r: Result) -> str:
-    """How a check is told apart from the kernel's other checks: "4", "4 x 2 cores", "4, 2 invocations"."""
+    """How a check is told apart from the kernel's other checks by its size: "4", "4 x 2 cores"."""
     label = str(r.devices)
     if r.cores > 1:
         from semcheck.ir import core_unit
 
         label += f" x {r.cores} {core_unit(r.semantics)}s"
-    if r.invocations > 1:
-        label += f", {r.invocations} invocations"
     return label
 
 
 def checks_text(results: list[Result], refs) -> str:
-    """ "2, 4, 8 devices" for the checks `refs` point at."""
-    labels = list(dict.fromkeys(check_label(results[ref.result]) for ref in refs))
+    """ "2, 4, 8 devices" for the checks `refs` point at ("4, 8 devices (2 invocations)")."""
+    checks = [results[ref.result] for ref in refs]
+    invocations = sorted({r.invocations for r in checks})
+    labels = list(dict.fromkeys(
+        check_label(r) + (f" ({r.invocations} invocations)" if len(invocations) > 1 else "") for r in checks))
     unit = "device" if labels == ["1"] else "devices"
-    return f"{', '.join(labels)} {unit}"
+    text = f"{', '.join(labels)} {unit}"
+    if len(invocations) == 1 and invocations[0] > 1:
+        text += f" ({invocations[0]} invocations)"
+    return text

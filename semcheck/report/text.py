@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import textwrap
 
 from semcheck.ir import Loc, core_unit, thread_name
 from semcheck.report import display_path, groups
@@ -21,7 +22,8 @@ _VERDICT_WORDS = {
 
 
 def render(
-    results: list[Result], *, max_trace_steps: int = 0, judgements=None, all_traces: bool = False, **_options
+    results: list[Result], *, max_trace_steps: int = 0, judgements=None, all_traces: bool = False,
+    width: int = 0, **_options
 ) -> str:
     """One verdict line per check; then, per kernel, each distinct problem once, by its
     smallest counterexample, with the other checks it was also found in (`report/groups.py`).
@@ -30,13 +32,26 @@ def render(
     With `judgements` (expectations judged), a check that got its declared verdict is one
     line; an unexpected one is reported in full, with what was declared."""
     if all_traces:
-        return _render_every_check(results, max_trace_steps=max_trace_steps, judgements=judgements)
-    blocks = []
-    for indices in _by_kernel(results):
-        blocks.append(_render_kernel(results, indices, max_trace_steps, judgements))
-    if len(results) > 1 or judgements is not None:
-        blocks.append(summary_table(results, judgements, problems=True))
-    return "\n\n".join(blocks) + "\n"
+        report = _render_every_check(results, max_trace_steps=max_trace_steps, judgements=judgements)
+    else:
+        blocks = []
+        for indices in _by_kernel(results):
+            blocks.append(_render_kernel(results, indices, max_trace_steps, judgements))
+        if len(results) > 1 or judgements is not None:
+            blocks.append(summary_table(results, judgements, problems=True))
+        report = "\n\n".join(blocks) + "\n"
+    return _wrap_verdict_lines(report, width) if width else report
+
+
+def _wrap_verdict_lines(report: str, width: int) -> str:
+    """Verdict lines (the only unindented long ones) wrapped to `width`, continued indented."""
+    out = []
+    for line in report.split("\n"):
+        if len(line) > width and line.startswith(tuple(f"{w}:" for w in _VERDICT_WORDS.values())):
+            out.extend(textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False))
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 def _by_kernel(results: list[Result]) -> list[list[int]]:
