@@ -217,7 +217,7 @@ WENT_WRONG = Hazard("went_wrong", -1, -1, -1, -1, "a hazard that changes what ha
 
 def went_wrong(state: State) -> bool:
     """Whether the schedule to `state` passed a hazard whose consequences are not reported."""
-    return any(h.kind in CASCADING_KINDS or h is WENT_WRONG or h == WENT_WRONG for h in state.hazards)
+    return any(h.kind in CASCADING_KINDS or h == WENT_WRONG for h in state.hazards)
 
 
 def hazards_to_keep(state: State) -> tuple:

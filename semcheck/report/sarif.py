@@ -199,11 +199,13 @@ def _code_flow(result: Result, violation: Violation) -> dict | None:
 
 def _flow_step(step: TraceStep, violation: Violation) -> dict:
     focus = {b.short for b in violation.blocked} | {violation.semaphore}
-    fault = step.text.startswith("FAULT")
+    fault = step.fault is not None
+    essential = fault or step.relevance == 0 or (step.semaphore and step.semaphore in focus)
     entry = {
         "location": _location(step.location, f"{step.index}. {step.actor}: {step.text}"),
         "executionOrder": step.index,
-        "importance": "essential" if fault or (step.semaphore and step.semaphore in focus) else "unimportant",
+        # the violation's causal past is what a reader needs; other steps are context
+        "importance": "essential" if essential else ("important" if step.relevance is not None else "unimportant"),
     }
     if fault:
         entry["kinds"] = ["danger"]
