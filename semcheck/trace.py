@@ -164,8 +164,11 @@ def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
     core = None if instr.core is None else system.eval(instr.core, t, before)
     step.src = _region(system, t, instr.src, before, write=False)
     step.dst = _region(system, t, instr.dst, before, write=True, device=step.target_device, core=core)
-    target = "" if step.target_device is None else f" to device {step.target_device}"
-    return f"start DMA {instr.src.buffer} -> {instr.dst.buffer}{target} (on completion: {', '.join(parts)})"
+    # A resolved destination names its device (out[0:8]@d1); a bare buffer name needs it said.
+    target = "" if step.target_device is None or step.dst is not None else f" to device {step.target_device}"
+    src = step.src if step.src is not None else instr.src.buffer
+    dst = step.dst if step.dst is not None else instr.dst.buffer
+    return f"start DMA {src} -> {dst}{target} (on completion: {', '.join(parts)})"
 
 
 def _region(system: System, t: int, region: ir.Region, state: State, *, write: bool,

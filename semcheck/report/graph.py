@@ -524,10 +524,10 @@ def _short_send_done(step: TraceStep, change: str) -> tuple[str, str]:
 
 
 def _short_dma_start(step: TraceStep, change: str) -> tuple[str, str]:
-    target = f" to device {step.target_device}" if step.target_device is not None else ""
     if step.src is None or step.dst is None:
+        target = f" to device {step.target_device}" if step.target_device is not None else ""
         return f"start DMA{target}", ""
-    return f"start DMA{target}\n{step.src}\n→ {step.dst}", ""
+    return f"start DMA {step.src}\n→ {step.dst}", ""  # a remote destination names its device
 
 
 _SHORT_TEXT = {
