@@ -103,3 +103,17 @@ def test_file_names_carry_the_source_files_stem(tmp_path, capsys):
     assert code == 1
     assert sorted(p.name for p in tmp_path.glob("cex-*")) == [
         "cex-one-circular_wait-2d-deadlock.svg", "cex-two-circular_wait-2d-deadlock.svg"]
+
+
+def test_json_steps_carry_the_structured_fields(capsys):
+    import json
+
+    cli.main(["verify", os.path.join(MODELS, "dma_wait_mismatch.py"), "--devices", "2", "--format", "json", "-q"])
+    [violation] = json.loads(capsys.readouterr().out)["results"][0]["violations"]
+    start = violation["trace"][0]
+    assert start["event"] == "dma_start" and start["target_device"] == 1
+    assert start["src"] == {"buffer": "src", "device": None, "starts": [0, 0], "sizes": [8, 128]}
+    assert start["dst"]["device"] == 1
+    assert {c["side"] for c in start["completions"]} == {"send", "recv"}
+    waits = [s for s in violation["trace"] if s["event"] == "dma_wait"]
+    assert waits and all(s["side"] == "send" and s["need"] == 4096 for s in waits)

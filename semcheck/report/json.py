@@ -29,7 +29,38 @@ def step_dict(step: TraceStep) -> dict:
         "fed_by": list(step.fed_by),
         "started_by": step.started_by,
         "relevance": step.relevance,  # distance from the violation in its causal past; null: not in it
+        **_step_details(step),
     }
+
+
+def _region_dict(region) -> dict | None:
+    if region is None:
+        return None
+    return {"buffer": region.buffer, "device": region.device, "starts": list(region.starts),
+            "sizes": list(region.sizes)}
+
+
+def _step_details(step: TraceStep) -> dict:
+    """The step's structured fields that apply to it (a wait's need, a copy's regions, ...)."""
+    details = {
+        "need": step.need,
+        "amount": step.amount,
+        "side": step.side,
+        "target_device": step.target_device,
+        "src": _region_dict(step.src),
+        "dst": _region_dict(step.dst),
+        "fault": step.fault,
+    }
+    out = {key: value for key, value in details.items() if value is not None}
+    if step.event in ("wait",) and not step.decrement:
+        out["decrement"] = False
+    if step.completions:
+        out["completions"] = [{"side": c.side, "semaphore": c.semaphore, "amount": c.amount}
+                              for c in step.completions]
+    if step.wiped:
+        out["wiped"] = list(step.wiped)
+        out["wiped_additions"] = list(step.wiped_additions)
+    return out
 
 
 def blocked_dict(b: BlockedWait) -> dict:
