@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="search the whole kernel at once even where its threads form independent "
                         "parts (by default each part is checked on its own; for cross-checking)")
     verify.add_argument("--max-trace-steps", type=int, default=0, metavar="N",
-                        help="print only the last N steps of each trace (default: all)")
+                        help="print only the N steps of each trace closest to the violation in its "
+                        "causal past (default: every step it depends on)")
     verify.add_argument("--all-traces", action="store_true",
                         help="report every check's violations in full (by default one problem found "
                         "at several device counts is shown once, at the smallest)")
