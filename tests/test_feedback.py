@@ -2,7 +2,6 @@
 its phase times, progress in a CI log at most every 15 s, verdict lines wrapped to the
 terminal."""
 
-import io
 import os
 
 from semcheck import cli

@@ -7,7 +7,7 @@ import os
 from semcheck import cli, trace
 from semcheck.api import verify_path
 from semcheck.engines.common import describing
-from semcheck.model import DMA, ProtocolBuilder
+from semcheck.model import ProtocolBuilder
 from semcheck.report import draw
 from semcheck.report import graph as cex
 from semcheck.result import Result, Verdict, Violation

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from semcheck.ir import Loc
+from semcheck.ir import Loc, core_unit
 from semcheck.result import Result, Violation
 
 
@@ -83,8 +83,6 @@ def check_label(r: Result) -> str:
     """How a check is told apart from the kernel's other checks by its size: "4", "4 x 2 cores"."""
     label = str(r.devices)
     if r.cores > 1:
-        from semcheck.ir import core_unit
-
         label += f" x {r.cores} {core_unit(r.semantics)}s"
     return label
 
