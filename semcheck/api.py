@@ -12,7 +12,7 @@ bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from semcheck import assumptions, engines
@@ -55,6 +55,18 @@ def verify_model(
     return check_protocol(protocol, **options)
 
 
+@dataclass(frozen=True)
+class LoadReport:
+    """How loading one file at one device count went: what a capture line shows."""
+
+    path: str
+    devices: int
+    seconds: float  # the whole load
+    kernels: int  # kernels captured (a model file: 1)
+    phases: dict[str, float] = field(default_factory=dict)  # a kernel script's: jax import, script, lowering
+    failed: bool = False
+
+
 def verify_path(
     paths: str | Iterable[str],
     devices: Iterable[int] = (2, 4, 8),
@@ -64,8 +76,10 @@ def verify_path(
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
     assume: Iterable[Assumption] = (),
     invocations: int = 1,
+    on_load: Callable[[LoadReport], None] | None = None,
     **options,
 ) -> list[Result]:
+    """`on_load`, when given, hears how each (file, device count) loaded (`LoadReport`)."""
     # Load everything first, so an --assume that names no input fails before any checking.
     # Loading (running a kernel script, or a model file's code) is part of each check's
     # time budget: what it took is not given to the engines.
@@ -74,15 +88,28 @@ def verify_path(
     load_seconds: dict[tuple[str, int], float] = {}
     for path in discover([paths] if isinstance(paths, str) else list(paths)):
         for n in devices:
+            phases: dict[str, float] = {}
+            captured = [1]
+
+            def heard(seconds: dict[str, float], kernels: int) -> None:
+                phases.update(seconds)
+                captured[0] = kernels
+
             started = time.monotonic()
+            failed = False
             try:
                 progress = progress_for(_stem(path), n) if progress_for else None
-                loaded.append((path, n, _load_within(path, n, budget.started(started), progress)))
+                extra = {"on_phases": heard} if on_load else {}
+                loaded.append((path, n, _load_within(path, n, budget.started(started), progress, **extra)))
             except LoadError as e:
+                failed = True
                 loaded.append(_load_error_result(path, n, e, engine))
             except BudgetExceeded as e:
+                failed = True
                 loaded.append(_out_of_budget_loading(path, n, e.reason, engine, time.monotonic() - started))
             load_seconds[(path, n)] = time.monotonic() - started
+            if on_load is not None:
+                on_load(LoadReport(path, n, load_seconds[(path, n)], captured[0], phases, failed))
     assume = list(assume)
     protocols = [
         q for item in loaded if not isinstance(item, Result) for p in item[2]
@@ -123,14 +150,14 @@ def verify_path(
 CAPTURE_GRACE = 2.0
 
 
-def _load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | None = None) -> list:
+def _load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | None = None, **options) -> list:
     """`load`, within what is left of `budget`: the capture subprocess is told the time left
     (it stops the script then and lowers what it captured), and the whole load runs under
     `bounded_phase`, which also stops a model file's own code and a capture that overruns."""
     left = budget.remaining()
     grace = replace(budget, deadline=budget.deadline + CAPTURE_GRACE)
     with bounded_phase(f"loading {path} with {devices} devices", grace, progress=progress):
-        return load(path, devices, capture_timeout=max(left, 0.0))
+        return load(path, devices, capture_timeout=max(left, 0.0), **options)
 
 
 def _out_of_budget_loading(path: str, devices: int, reason: str, engine: str, seconds: float) -> Result:

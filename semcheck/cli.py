@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import time
 
 from semcheck.version import __version__
 from semcheck import expectations
@@ -109,7 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="search the whole kernel at once even where its threads form independent "
                         "parts (by default each part is checked on its own; for cross-checking)")
     verify.add_argument("--max-trace-steps", type=int, default=0, metavar="N",
-                        help="print only the last N steps of each trace (default: all)")
+                        help="print only the N steps of each trace closest to the violation in its "
+                        "causal past (default: every step it depends on)")
+    verify.add_argument("--all-traces", action="store_true",
+                        help="report every check's violations in full (by default one problem found "
+                        "at several device counts is shown once, at the smallest)")
     verify.add_argument("--graph", metavar="FILE", type=_graph_file,
                         help="draw each counterexample to FILE (.dot, .svg or .png); with several, "
                         "FILE's stem gets -KERNEL-Nd-KIND appended per counterexample")
@@ -143,8 +149,11 @@ def _verify(args) -> int:
     _warn_about_empty_folders(args.paths)
     budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
     progress_for = None if args.quiet else _progress_printer
+    from semcheck.report.feedback import capture_line_printer
+
     results = verify_path(
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
+        on_load=None if args.quiet else capture_line_printer(sys.stderr, before=_clear_progress),
         assume=args.assume, reduce=not args.no_reduction, split=not args.no_split, invocations=args.invocations,
         **({} if args.unroll is None else {"unroll": args.unroll}),
     )
@@ -160,7 +169,9 @@ def _verify(args) -> int:
         except expectations.ExpectationError as e:
             print(f"semcheck: error: {e}", file=sys.stderr)
             return EXIT_USAGE
-    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements}
+    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements, "all_traces": args.all_traces}
+    if args.format == "text" and not args.output and sys.stdout.isatty():
+        options["width"] = shutil.get_terminal_size().columns  # verdict lines wrap to the terminal
     rendered = FORMATS[args.format](results, **options)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
@@ -202,11 +213,21 @@ def _draw(results, path: str) -> int:
 _progress_shown = False
 
 
+# Off a terminal (a CI log) a progress line is a line for good: at most one this often.
+LOG_PROGRESS_EVERY = 15.0
+
+
 def _progress_printer(kernel: str, devices: int):
     tty = sys.stderr.isatty()
+    last_logged = [-LOG_PROGRESS_EVERY]
 
     def show(info: ProgressInfo) -> None:
         global _progress_shown
+        if not tty:
+            now = time.monotonic()
+            if now - last_logged[0] < LOG_PROGRESS_EVERY:
+                return
+            last_logged[0] = now
         where = f"semcheck: {kernel} [{devices} devices{', ' + info.part if info.part else ''}]"
         if info.what:  # an engine that counts no states says what it is doing
             line = f"{where}: {info.what}, {info.seconds:.0f} s"

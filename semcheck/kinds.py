@@ -42,6 +42,40 @@ DESCRIPTIONS = {
 }
 
 
+# How each kind is usually fixed: the last line of every report of it.
+FIX_HINTS = {
+    Kind.DEADLOCK: (
+        "break the cycle: let one thread of it signal (or start its copy) before it waits, "
+        "or make every device take its waits in the same order"
+    ),
+    Kind.UNSATISFIED_WAIT: (
+        "add the signal or copy that never comes (the sites above say which could), or wait "
+        "only for what does arrive"
+    ),
+    Kind.SEMAPHORE_LEFTOVER: (
+        "consume every addition before the kernel exits: wait for it (e.g. after the last "
+        "step), or do not signal it; a barrier semaphore needs as many waits as signals"
+    ),
+    Kind.INVALID_DEVICE_ID: "wrap the peer's id into the mesh (e.g. (d + 1) % n), or guard the signal or copy with pl.when",
+    Kind.INVALID_CORE_INDEX: "use a core index below the number of cores (or blocks) the mesh has",
+    Kind.INVALID_SEMAPHORE_INDEX: "index the semaphore array within its size (allocate one per slot or step)",
+    Kind.INVALID_REGION: "keep the copy's window inside its buffer: clamp the start, or shrink the size near the end",
+    Kind.DATA_RACE: (
+        "wait for the copy's semaphore before touching its memory, or give each copy in flight "
+        "its own slot and semaphore"
+    ),
+    Kind.REMOTE_BEFORE_ENTRY: (
+        "handshake first: signal the barrier semaphore of each peer and wait for theirs before "
+        "any remote signal or copy"
+    ),
+    Kind.BARRIER_PHASE_OVERRUN: (
+        "make the arriving side wait until every waiter is done with the phase (e.g. on a "
+        "'consumed' barrier) before it arrives again"
+    ),
+    Kind.NOT_LOWERABLE: "use a form the backend compiles (e.g. a decrementing wait on TPU)",
+}
+
+
 # What a thread hits when an instruction names something that does not exist.
 FAULT_KINDS = frozenset({
     Kind.INVALID_DEVICE_ID, Kind.INVALID_CORE_INDEX, Kind.INVALID_SEMAPHORE_INDEX, Kind.INVALID_REGION,

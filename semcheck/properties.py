@@ -12,8 +12,9 @@ from dataclasses import dataclass, replace
 
 from semcheck import ir
 from semcheck.footprints import successors
-from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, SEVERITY, Kind  # noqa: F401 (re-exported)
-from semcheck.semantics import System, State, _Fault, must_be_zero_at_exit
+from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
+from semcheck.result import BlockedWait
+from semcheck.semantics import Hazard, System, State, _Fault, must_be_zero_at_exit
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Finding:
     loc: ir.Loc | None
     message: str
     sem: int | None = None  # the semaphore instance concerned, if any
-    blocked: tuple[dict, ...] = ()
+    blocked: tuple[BlockedWait, ...] = ()
     cycle: tuple[int, ...] = ()
     other: ir.Loc | None = None  # the second source line of a race
     other_start: tuple[int, int] | None = None  # (thread, pc) that started a race's copy in flight
@@ -64,7 +65,7 @@ def hazard_findings(system: System, state: State, already: tuple = ()) -> list[F
     """A finding for each hazard in `state` that is not in `already` (the parent's)."""
     out = []
     for hazard in state.hazards:
-        if hazard in already:
+        if hazard in already or hazard == WENT_WRONG:
             continue
         out.append(_HAZARD_RULES[hazard.kind](system, hazard))
     return out
@@ -145,6 +146,29 @@ _HAZARD_RULES = {
 }
 
 
+# --- no cascades: a schedule that went wrong is not judged at its end -------------------------
+
+# Hazards that change what happens next: an early signal is wiped by the peer's entry, an
+# entry resets what the previous invocation left, a wait mistakes an overrun phase. A stuck
+# state or leftover after one of them is its consequence, not another bug (as SPIN and TLC
+# stop a schedule at its first error). Data races change no count, so they do not count.
+CASCADING_KINDS = frozenset({"remote_before_entry", "semaphore_leftover", "barrier_phase_overrun"})
+
+# What the explicit engine keeps of a state's hazards once it has reported them: this one
+# mark, when one of them cascades (so states do not differ by which thread erred).
+WENT_WRONG = Hazard("went_wrong", -1, -1, -1, -1, "a hazard that changes what happens next happened")
+
+
+def went_wrong(state: State) -> bool:
+    """Whether the schedule to `state` passed a hazard whose consequences are not reported."""
+    return any(h.kind in CASCADING_KINDS or h == WENT_WRONG for h in state.hazards)
+
+
+def hazards_to_keep(state: State) -> tuple:
+    """A state's hazards once their findings are recorded (`explicit.explore`)."""
+    return (WENT_WRONG,) if went_wrong(state) else ()
+
+
 # --- terminal states -------------------------------------------------------------------------
 
 
@@ -166,8 +190,8 @@ def end_kind(system: System, state: State) -> str:
 
 def terminal_findings(system: System, state: State) -> list[Finding]:
     """Judge a state in which nothing can move."""
-    if state.faults:
-        return []  # what follows a fault is its consequence; the fault is the report
+    if state.faults or went_wrong(state):
+        return []  # what follows a fault (or a cascading hazard) is its consequence; that is the report
     if system.at_cut(state):
         return []  # a thread would go on past its cut, doing what semcheck could not lower
     blocked = []
@@ -204,7 +228,7 @@ def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
         findings.append(_deadlock_finding(system, info, cycle))
     by_line: dict[ir.Loc, list[int]] = {}
     for i in roots:  # one wait stuck on many devices is one violation
-        by_line.setdefault(info[i]["location"], []).append(i)
+        by_line.setdefault(info[i].location, []).append(i)
     for group in by_line.values():
         findings.append(_unsatisfied_finding(info, group, graph))
     return findings
@@ -220,56 +244,52 @@ def _may_add(system: System, state: State, t: int, sid: int, *, after_current: b
     return any(system.may_add(t, s, sid) for s in successors(pc, body[pc]) if s < len(body))
 
 
-def _blocked_info(system: System, state: State, t: int, sid: int, need: int, have: int) -> dict:
+def _blocked_info(system: System, state: State, t: int, sid: int, need: int, have: int) -> BlockedWait:
     thread = system.threads[t]
     instr = system.current(state, t)
-    return {
-        "thread": t,
-        "device": thread.device,
-        "core": thread.core,
-        "sub": thread.sub,
-        "name": system.thread_name(t),
-        "semaphore": system.instances[sid].label,
-        "short": system.instances[sid].short,  # as trace steps name it, e.g. "barrier@d3"
-        "sem": sid,
-        "needs": need,
-        "has": have,
-        "location": instr.loc,
-        "what": _describe_instr(instr),
-    }
-
-
-def _wait_text(b: dict) -> str:
-    return (
-        f"{system_name(b)} waits at {b['location']} ({b['what']}) for {b['semaphore']} "
-        f"to reach {b['needs']}; it holds {b['has']}"
+    return BlockedWait(
+        thread=t,
+        device=thread.device,
+        core=thread.core,
+        sub=thread.sub,
+        name=system.thread_name(t),
+        semaphore=system.instances[sid].label,
+        short=system.instances[sid].short,
+        sem=sid,
+        needs=need,
+        has=have,
+        location=instr.loc,
+        what=_describe_instr(instr),
     )
 
 
-def system_name(b: dict) -> str:
-    return b["name"]
+def _wait_text(b: BlockedWait) -> str:
+    return (
+        f"{b.name} waits at {b.location} ({b.what}) for {b.semaphore} "
+        f"to reach {b.needs}; it holds {b.has}"
+    )
 
 
-def _deadlock_finding(system: System, info: list[dict], cycle: list[int]) -> Finding:
-    first = min(cycle, key=lambda i: info[i]["thread"])
+def _deadlock_finding(system: System, info: list[BlockedWait], cycle: list[int]) -> Finding:
+    first = min(cycle, key=lambda i: info[i].thread)
     start = cycle.index(first)
     cycle = cycle[start:] + cycle[:start]
     lines = [f"  {_wait_text(info[i])}," for i in cycle]
-    names = [system_name(info[i]) for i in cycle] + [system_name(info[cycle[0]])]
+    names = [info[i].name for i in cycle] + [info[cycle[0]].name]
     message = (
         f"deadlock: {' -> '.join(names)} wait for each other in a cycle; each wait can only "
         f"be satisfied by the next thread in the cycle, which is itself blocked:\n"
         + "\n".join(lines)
     )
     head = info[cycle[0]]
-    key = (Kind.DEADLOCK, frozenset((info[i]["location"], info[i]["semaphore"]) for i in cycle))
+    key = (Kind.DEADLOCK, frozenset((info[i].location, info[i].semaphore) for i in cycle))
     return Finding(
-        Kind.DEADLOCK, key, head["thread"], head["location"], message,
-        sem=head["sem"], blocked=tuple(info), cycle=tuple(cycle),
+        Kind.DEADLOCK, key, head.thread, head.location, message,
+        sem=head.sem, blocked=tuple(info), cycle=tuple(cycle),
     )
 
 
-def _unsatisfied_finding(info: list[dict], group: list[int], graph) -> Finding:
+def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph) -> Finding:
     import networkx as nx
 
     b = info[group[0]]
@@ -277,12 +297,27 @@ def _unsatisfied_finding(info: list[dict], group: list[int], graph) -> Finding:
     message += ("; nothing left in the system can add to " + ("them" if len(group) > 1 else "it"))
     behind = sorted(set().union(*(nx.ancestors(graph, i) for i in group)) - set(group))
     if behind:
-        message += ". Blocked behind:\n" + "\n".join(f"  {_wait_text(info[i])}" for i in behind)
-    key = (Kind.UNSATISFIED_WAIT, b["location"])
+        message += ". Blocked behind:\n" + "\n".join(_behind_lines([info[i] for i in behind]))
+    key = (Kind.UNSATISFIED_WAIT, b.location)
     return Finding(
-        Kind.UNSATISFIED_WAIT, key, b["thread"], b["location"], message,
-        sem=b["sem"], blocked=tuple(info),
+        Kind.UNSATISFIED_WAIT, key, b.thread, b.location, message,
+        sem=b.sem, blocked=tuple(info),
     )
+
+
+def _behind_lines(waits: list[BlockedWait]) -> list[str]:
+    """One line per stuck line of source: the first wait in full, then how many more threads
+    wait there (a ring of 8 devices stuck at one line is one line, not 7)."""
+    by_line: dict = {}
+    for b in waits:
+        by_line.setdefault((b.location, b.what), []).append(b)
+    out = []
+    for same in by_line.values():
+        out.append(f"  {_wait_text(same[0])}")
+        if len(same) > 1:
+            names = ", ".join(b.name for b in same[1:4]) + (f" and {len(same) - 4} more" if len(same) > 4 else "")
+            out.append(f"  and {len(same) - 1} more at the same line: {names}")
+    return out
 
 
 def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Finding | None:

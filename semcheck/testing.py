@@ -45,13 +45,14 @@ def assert_protocol_safe(
 ) -> list[Result]:
     """Every check is verified safe (warnings such as `not_lowerable` are allowed unless
     `allow_warnings=False`)."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this frame
     results = check(target, devices, **options)
     failed = [
         r for r in results
         if r.verdict is not Verdict.SAFE or (not allow_warnings and r.warnings)
     ]
     if failed:
-        raise AssertionError("semcheck: protocol not verified safe\n\n" + text.render(failed))
+        raise AssertionError(f"semcheck: not verified safe: {_headline(failed)}\n\n" + text.render(failed))
     return results
 
 
@@ -60,10 +61,14 @@ def assert_violation(
 ) -> list[Result]:
     """Every check finds a violation of `kind` (e.g. a regression test that a known bug is
     still caught)."""
+    __tracebackhide__ = True
     results = check(target, devices, **options)
     failed = [r for r in results if kind not in {v.kind for v in r.violations}]
     if failed:
-        raise AssertionError(f"semcheck: expected a {kind} violation in every check\n\n" + text.render(failed))
+        got = _headline(failed) if any(r.violations or r.verdict is not Verdict.SAFE for r in failed) else (
+            f"safe at {_counts(failed)}")
+        raise AssertionError(f"semcheck: expected {kind} at every device count, got {got}\n\n"
+                             + text.render(failed))
     return results
 
 
@@ -71,6 +76,7 @@ def assert_as_declared(paths: str | Iterable[str], devices: Iterable[int] = (2, 
     """Every check of the files under `paths` gets the verdict declared for it (`# semcheck:
     expect ...` or pyproject.toml; no declaration means safe), as `semcheck verify
     --expectations` judges it."""
+    __tracebackhide__ = True
     results = verify_path([paths] if isinstance(paths, str) else list(paths), devices, **options)
     if not results:
         raise AssertionError(f"semcheck: nothing to check in {paths}")
@@ -78,5 +84,24 @@ def assert_as_declared(paths: str | Iterable[str], devices: Iterable[int] = (2, 
     if not all(j.matched for j in judgements):
         unexpected = [(r, j) for r, j in zip(results, judgements) if not j.matched]
         report = text.render([r for r, _ in unexpected], judgements=[j for _, j in unexpected])
-        raise AssertionError("semcheck: checks that do not match their declared verdict\n\n" + report)
+        raise AssertionError(f"semcheck: not as declared: {_headline([r for r, _ in unexpected])}\n\n" + report)
     return results
+
+
+def _headline(results: list[Result]) -> str:
+    """The first line of a failure: each problem by kind, file:line and the device counts it
+    was found at, e.g. `unsatisfied_wait at ring.py:30 (2, 4, 8 devices)`."""
+    from semcheck.report import groups
+
+    parts = []
+    for g in groups.group(results):
+        where = f" at {g.key.location}" if g.key.location else ""
+        parts.append(f"{g.key.kind}{where} ({groups.checks_text(results, g.refs)})")
+    for r in results:
+        if r.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE):
+            parts.append(f"{r.verdict.value} for {r.kernel} at {r.devices} devices")
+    return "; ".join(parts) or f"safe at {_counts(results)}"
+
+
+def _counts(results: list[Result]) -> str:
+    return ", ".join(dict.fromkeys(str(r.devices) for r in results)) + " devices"

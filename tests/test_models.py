@@ -140,5 +140,5 @@ def test_missing_signal_names_the_root_and_who_is_stuck_behind_it():
 def test_circular_wait_cycle_covers_every_device():
     result = to_result(explicit.explore(System(load("circular_wait", 4))), "explicit")
     [v] = result.errors
-    assert sorted(v.blocked[i]["device"] for i in v.cycle) == [0, 1, 2, 3]
+    assert sorted(v.blocked[i].device for i in v.cycle) == [0, 1, 2, 3]
     assert "device 0 -> device 1 -> device 2 -> device 3 -> device 0" in v.message

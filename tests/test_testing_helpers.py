@@ -32,7 +32,23 @@ def test_failure_message_is_the_text_report():
     message = str(exc.value)
     assert "VIOLATION: ring_allgather_missing_signal [4 devices, tpu rules]" in message
     assert "|         t.wait(barrier, 2)" in message
-    assert "shortest trace to the stuck state" in message
+    assert "trace to the stuck state" in message
+
+
+def test_failure_first_line_names_kind_line_and_device_counts():
+    with pytest.raises(AssertionError) as exc:
+        testing.assert_protocol_safe(model("ring_allgather_missing_signal"), devices=(2, 4))
+    first = str(exc.value).splitlines()[0]
+    assert first == ("semcheck: not verified safe: unsatisfied_wait at "
+                     f"{os.path.relpath(model('ring_allgather_missing_signal'))}:30 (2, 4 devices)")
+
+
+def test_pytest_hides_semchecks_own_frames():
+    import inspect
+
+    for helper in (testing.assert_protocol_safe, testing.assert_violation, testing.assert_as_declared):
+        assert "__tracebackhide__" in inspect.getsource(helper)
+        assert helper.__code__.co_varnames.index("__tracebackhide__") >= 0
 
 
 def test_warnings_fail_only_when_asked():
@@ -44,7 +60,7 @@ def test_warnings_fail_only_when_asked():
 
 def test_assert_violation():
     testing.assert_violation(model("circular_wait"), "deadlock", devices=(2, 3))
-    with pytest.raises(AssertionError, match="expected a deadlock violation") as exc:
+    with pytest.raises(AssertionError, match="expected deadlock at every device count, got safe at 2 devices") as exc:
         testing.assert_violation(model("ring_allgather"), "deadlock", devices=2)
     assert "SAFE: ring_allgather [2 devices" in str(exc.value)
 

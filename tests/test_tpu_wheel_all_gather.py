@@ -148,7 +148,7 @@ def test_wrong_barrier_wait_value_is_an_unsatisfied_wait(tmp_path, devices):
     [violation] = result.errors
     assert os.path.samefile(violation.location.file, module)
     assert violation.location.line == line_of(module, "pl.semaphore_wait(sem, 3)")
-    assert all(b["needs"] == 3 and b["has"] == 2 for b in violation.blocked)
+    assert all(b.needs == 3 and b.has == 2 for b in violation.blocked)
 
 
 @pytest.mark.parametrize("devices", [2, 8])

@@ -10,6 +10,9 @@ shorter path replays to the same action with the same outcome.
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass
+
 from semcheck import ir
 from semcheck.semantics import FAULTED, Action, State, System
 
@@ -62,3 +65,88 @@ def causal_past(system: System, states: list[State], actions: list[Action], last
         if reads[j] is not None:
             semaphores.add(reads[j])
     return [actions[j] for j in reversed(keep)]
+
+
+# --- relevance: how far each step of a trace is from the violation it shows ------------------
+
+
+@dataclass(frozen=True)
+class Focus:
+    """What a violation is about, as the seeds of its happens-before past.
+
+    `steps` are the violating actions themselves (a fault, a racing access and the start of
+    the copy it races with); `threads` are threads whose own history matters (a stuck
+    wait's thread); `semaphores` are semaphores whose every change matters (the one a stuck
+    wait waits on, the one left non-zero at exit)."""
+
+    steps: tuple[int, ...] = ()  # indices into the path's actions
+    threads: frozenset[int] = frozenset()
+    semaphores: frozenset[int] = frozenset()
+
+
+def relevance(system: System, states: list[State], actions: list[Action], focus: Focus) -> dict[int, int]:
+    """For each action of the path in the happens-before past of `focus`, its distance
+    from it (0 for a violating action, 1 for the last step of a focus thread and for each
+    change of a focus semaphore, one more per dependency edge). An action depends on its
+    thread's previous action (program order), a wait or read on every earlier change of the
+    semaphore it looks at (what fed it), and a DMA completion on the start of its copy.
+    Actions not in the dict are in nobody's past: other threads' chatter."""
+    depends = _dependencies(system, states, actions)
+    distance: dict[int, int] = {}
+    queue: deque[int] = deque()
+
+    def reach(j: int, d: int) -> None:
+        if j not in distance:
+            distance[j] = d
+            queue.append(j)
+
+    for j in focus.steps:
+        reach(j, 0)
+    last_of: dict[int, int] = {}
+    for j, (kind, what) in enumerate(actions):
+        if kind == "t":
+            last_of[what] = j
+    for t in sorted(focus.threads):
+        if t in last_of:
+            reach(last_of[t], 1)
+    for j, (before, after) in enumerate(zip(states, states[1:])):
+        if any(before.sems[s] != after.sems[s] for s in focus.semaphores):
+            reach(j, 1)
+    while queue:
+        j = queue.popleft()
+        for k in depends[j]:
+            reach(k, distance[j] + 1)
+    return distance
+
+
+def _dependencies(system: System, states: list[State], actions: list[Action]) -> list[list[int]]:
+    """For each action, the earlier actions it depends on (see `relevance`)."""
+    depends: list[list[int]] = []
+    previous: dict[int, int] = {}  # thread -> its last action so far
+    changed_by: dict[int, list[int]] = {}  # semaphore -> actions that changed it so far
+    pending: dict = {}  # event -> actions whose copy of it is still in flight
+    for j, action in enumerate(actions):
+        before, after = states[j], states[j + 1]
+        kind, what = action
+        deps: list[int] = []
+        if kind == "e":
+            starts = pending.get(what)
+            if starts:
+                deps.append(starts.pop(0))
+        else:
+            if what in previous:
+                deps.append(previous[what])
+            previous[what] = j
+            instr = system.current(before, what)
+            if after.pcs[what] != FAULTED and isinstance(instr, _READERS):
+                deps.extend(changed_by.get(system.resolve(what, instr.sem, before), ()))
+            added = list(after.events)
+            for e in before.events:
+                added.remove(e)
+            for e in added:
+                pending.setdefault(e, []).append(j)
+        for s, (a, b) in enumerate(zip(before.sems, after.sems)):
+            if a != b:
+                changed_by.setdefault(s, []).append(j)
+        depends.append(deps)
+    return depends

@@ -3,10 +3,11 @@ reach them, counts, and whether a budget ran out."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from semcheck import trace as tracing
-from semcheck.properties import FAULT_KINDS, SEVERITY, Finding, Kind, static_findings
+from semcheck.engines import causal, missing
+from semcheck.properties import FAULT_KINDS, FIX_HINTS, SEVERITY, Finding, Kind, static_findings
 from semcheck.result import Result, Stats, Verdict, Violation
 from semcheck.semantics import Action, State, System
 
@@ -92,6 +93,13 @@ def describing(protocol) -> dict:
 
 def to_violation(system: System, finding: Finding, initial: State | None, actions) -> Violation:
     steps = tracing.build(system, initial, actions) if initial is not None else []
+    racing_step = _racing_start_step(system, initial, actions, finding.other_start)
+    states = tracing.replay(system, initial, actions) if initial is not None else []
+    if steps:
+        focus = _focus(system, finding, len(actions), racing_step)
+        distance = causal.relevance(system, states, actions, focus)
+        for j, step in enumerate(steps):
+            step.relevance = distance.get(j)
     loc = finding.loc
     if loc is None and finding.sem is not None:
         # A leftover is best shown where the last unbalanced addition happened.
@@ -110,7 +118,7 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         core=thread.core if thread else None,
         location=loc,
         trace=steps,
-        blocked=[dict(b) for b in finding.blocked],
+        blocked=list(finding.blocked),
         cycle=list(finding.cycle),
         inputs=(
             {inp.name: value for inp, value in zip(system.protocol.inputs, initial.inputs)}
@@ -119,11 +127,57 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         ),
         related=[finding.other] if finding.other else [],
         semaphore=system.instances[finding.sem].short if finding.sem is not None else None,
-        racing_step=_racing_start_step(system, initial, actions, finding.other_start),
+        semaphore_name=system.instances[finding.sem].decl.name if finding.sem is not None else None,
+        racing_step=racing_step,
+        missing=_missing_actions(system, finding, states, actions),
+        hint=FIX_HINTS.get(finding.kind),
         loop_from=len(steps) - finding.loop_steps + 1 if finding.loop_steps else None,
         identity=_identity(system, finding),
         at_end=finding.at_end,
     )
+
+
+def _focus(system: System, finding: Finding, length: int, racing_step: int | None) -> causal.Focus:
+    """What the trace of `finding` is about: a stuck state's root waits (the cycle of a
+    deadlock, the waits nothing can satisfy), with their threads and semaphores; a loop's
+    thread; a leftover's semaphore; otherwise the path's last action (where the fault or
+    hazard happened) and, for a race, the start of the copy in flight."""
+    if finding.blocked:
+        if finding.cycle:
+            roots = [finding.blocked[i] for i in finding.cycle]
+        else:
+            roots = [b for b in finding.blocked if b.location == finding.loc] or list(finding.blocked)
+        return causal.Focus(threads=frozenset(b.thread for b in roots), semaphores=frozenset(b.sem for b in roots))
+    if finding.loop_steps:
+        turn = tuple(range(length - finding.loop_steps, length))
+        return causal.Focus(steps=turn, threads=frozenset({finding.thread}))
+    sems = frozenset({finding.sem}) if finding.sem is not None else frozenset()
+    if finding.at_end:
+        return causal.Focus(semaphores=sems)
+    steps = (length - 1,) + ((racing_step - 1,) if racing_step is not None else ())
+    return causal.Focus(steps=steps, semaphores=sems)
+
+
+def _missing_actions(system: System, finding: Finding, states, actions) -> list:
+    """What could have changed the semaphore of each root wait (one per distinct line and
+    semaphore declaration: the same wait on every device of a ring is one), or of a leftover."""
+    if not states:
+        return []
+    if finding.blocked:
+        roots = [finding.blocked[i] for i in finding.cycle] if finding.cycle else [
+            b for b in finding.blocked if b.location == finding.loc]
+        seen, out = set(), []
+        for b in roots:
+            key = (b.location, system.instances[b.sem].decl.name)
+            if key not in seen:
+                seen.add(key)
+                out.append(missing.missing_action(system, states, actions, b.sem, b.needs, adds=True))
+        return out
+    if finding.kind is Kind.SEMAPHORE_LEFTOVER and finding.sem is not None:
+        takes = missing.missing_action(system, states, actions, finding.sem, None, adds=False)
+        adds = missing.missing_action(system, states, actions, finding.sem, None, adds=True)
+        return [replace(takes, sites=takes.sites + tuple(s for s in adds.sites if s.ran))]
+    return []
 
 
 def _identity(system: System, finding: Finding) -> tuple:

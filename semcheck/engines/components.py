@@ -178,9 +178,7 @@ def _sum_known(values) -> int | None:
 def _renumber(result: Result, threads: tuple[int, ...]) -> None:
     """A part's blocked waits name threads by their index in the part; give them the whole's."""
     for v in result.violations:
-        for b in v.blocked:
-            if "thread" in b:
-                b["thread"] = threads[b["thread"]]
+        v.blocked = [replace(b, thread=threads[b.thread]) for b in v.blocked]
 
 
 def _labelled(

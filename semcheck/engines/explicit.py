@@ -21,7 +21,7 @@ from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.engines.independence import Independence
 from semcheck.engines.reduction import stubborn_subset
-from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, terminal_findings
+from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
 from semcheck.semantics import System
 
 NAME = "explicit"
@@ -120,7 +120,7 @@ def explore(
                 transitions += 1
                 if silence_reported_races and successor.hazards:
                     record(hazard_findings(system, successor, state.hazards), i, action)
-                    successor = successor._replace(hazards=())
+                    successor = successor._replace(hazards=hazards_to_keep(successor))
                 if reduce:
                     inherited = frozenset(
                         b for b in (*asleep, *done) if ind.independent(state, action, b)
@@ -157,7 +157,7 @@ def explore(
         for i, action in skipped:  # a skipped action's successor was reached another way
             successor = ind.normalize(system.step(states[i], action))
             if silence_reported_races:
-                successor = successor._replace(hazards=())
+                successor = successor._replace(hazards=hazards_to_keep(successor))
             j = index.get(successor)
             if j is None:
                 ended.add(i)  # not found under this name: count it as able to end

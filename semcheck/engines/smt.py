@@ -57,7 +57,9 @@ from semcheck.engines.smt_encoding import Encoding
 from semcheck.engines.smt_scope import unmodelled
 from semcheck.engines.smt_terms import NOT, OR
 from semcheck.engines.unroll import CONSTANT_JUMP_CAP
-from semcheck.properties import CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings
+from semcheck.properties import (
+    CASCADING_KINDS, CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings, went_wrong,
+)
 from semcheck.semantics import Action, State, System
 
 NAME = "z3"
@@ -198,11 +200,12 @@ class _Session:
 
         def new_stuck_state(states: list[State]) -> bool:
             final = states[-1]
-            return self._stuck(final) and self._configuration(final) not in seen
+            return self._stuck(final) and not went_wrong(final) and self._configuration(final) not in seen
 
         self._push()
         try:
             self._add(self.encoding.terminal())
+            self._add(self._no_cascade())
             self._add(self.encoding.some_thread_blocked())
             while True:
                 witness = self._witness(True, "stuck states", new_stuck_state)
@@ -227,13 +230,16 @@ class _Session:
             return
 
         def leftovers(state: State) -> list:
-            if not self._terminal(state) or any(self.system.blocked_wait(state, t) for t in range(len(state.pcs))):
+            if not self._terminal(state) or went_wrong(state) or any(
+                self.system.blocked_wait(state, t) for t in range(len(state.pcs))
+            ):
                 return []
             return [f for f in terminal_findings(self.system, state) if f.key[1:] in remaining]
 
         self._push()
         try:
             self._add(self.encoding.terminal())
+            self._add(self._no_cascade())
             self._add(NOT(self.encoding.some_thread_blocked()))
             while remaining:
                 witness = self._witness(
@@ -279,6 +285,12 @@ class _Session:
             )
 
     # -- the states the questions are about --
+
+    def _no_cascade(self):
+        """No hazard that changes what happens next happens on the way (`properties.went_wrong`):
+        what follows one is its consequence, reported as that hazard."""
+        return NOT(OR(*(c for key, c in self.encoding.hazards.items()
+                        if key[0].value in CASCADING_KINDS and c is not False)))
 
     def _terminal(self, state: State) -> bool:
         return not state.faults and not self.system.enabled(state)

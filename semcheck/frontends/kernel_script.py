@@ -17,6 +17,8 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
     from semcheck.capture import capture_script
 
     outcome = capture_script(path, devices, timeout=options.get("capture_timeout"))
+    if options.get("on_phases") is not None:  # the CLI's capture line (api.LoadReport)
+        options["on_phases"](dict(outcome.seconds), outcome.captured)
     _reassume(outcome.assumptions)
     if not outcome.protocols and not outcome.errors and outcome.timed_out and options.get("capture_timeout") is not None:
         from semcheck.engines.budget import BudgetExceeded

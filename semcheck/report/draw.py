@@ -48,6 +48,7 @@ _EDGE_STYLE = {
     cex.WAITS_FOR: {"color": RED, "penwidth": "2.8", "arrowsize": "1.1"},
     cex.UNORDERED: {"color": RED, "style": "dashed", "penwidth": "2.8", "arrowsize": "1.1", "dir": "both"},
     cex.REPEATS: {"color": RED, "penwidth": "2.8", "arrowsize": "1.1"},
+    cex.WIPED: {"color": "#ef6c00", "style": "dashed", "penwidth": "2.0", "arrowhead": "tee", "arrowsize": "0.9"},
 }
 
 _LEGEND_EDGES = {
@@ -57,16 +58,30 @@ _LEGEND_EDGES = {
     cex.WAITS_FOR: "red arrow: a blocked wait → the blocked wait it waits for",
     cex.UNORDERED: "red dashed, both ways: a copy in flight and an access to the same memory, unordered",
     cex.REPEATS: "red arrow back: the loop's last step, then the first again, for ever",
+    cex.WIPED: "orange dashed, flat end: an addition a kernel entry reset before any wait took it (lost)",
+}
+
+# What red means, per kind: the first line of the legend.
+_KIND_LEGENDS = {
+    "deadlock": "red: the blocked waits of the cycle",
+    "unsatisfied_wait": "red: the wait nothing can satisfy; dashed red: waits stuck behind it",
+    "semaphore_leftover": "red: the semaphore not back to 0 at exit",
+    "invalid_device_id": "red: the step that names a device outside the mesh",
+    "invalid_core_index": "red: the step that names a core that does not exist",
+    "invalid_semaphore_index": "red: the step that indexes outside its semaphore array",
+    "data_race": "red: the access and the copy in flight it overlaps",
+    "remote_before_entry": "red: the signal or copy that arrives outside the kernel",
+    "barrier_phase_overrun": "red: the wait whose phase has already been overrun",
 }
 
 
 def legend(graph: nx.DiGraph) -> str:
     """One line naming only what this picture shows."""
-    parts = ["time runs down"]
+    parts = [part for part in (_KIND_LEGENDS.get(graph.graph.get("kind", "")), "time runs down") if part]
     kinds = {data["kind"] for _, _, data in graph.edges(data=True)}
     parts += [text for kind, text in _LEGEND_EDGES.items() if kind in kinds]
     if any(d["kind"] == cex.COLLAPSED for _, d in graph.nodes(data=True)):
-        parts.append("dashed grey: steps that do not touch the semaphores at issue, folded")
+        parts.append("dashed grey: steps the violation does not depend on, folded")
     return "  ·  ".join(parts)
 
 
@@ -78,7 +93,7 @@ def to_dot(graph: nx.DiGraph, *, dpi: int | None = None) -> str:
     """DOT text with every node pinned where `layout.py` puts it (Graphviz only routes the
     edges), so `dot -Tsvg file.dot` draws the same picture semcheck does."""
     title_lines = [graph.graph.get("title", ""), graph.graph.get("subtitle", ""), legend(graph)]
-    title_lines = [line for line in title_lines if line]
+    title_lines = [line for part in title_lines for line in part.split("\n") if line]
     geometry = layout.layout(graph, len(title_lines))
     attrs = {
         # nop2: take every node's position as given (in points) and only route the edges.
@@ -105,8 +120,9 @@ def to_dot(graph: nx.DiGraph, *, dpi: int | None = None) -> str:
                          ("corner_bottom", (geometry.width, bottom))):
         dot.node(name, label="", shape="point", style="invis", width="0", pos=_pos(corner))
     for node, data in graph.nodes(data=True):
+        tooltip = {"tooltip": data["tooltip"]} if data.get("tooltip") else {}
         dot.node(node, label=data["label"], pos=_pos(geometry.positions[node]),
-                 width=f"{geometry.widths[node] / 72:.3f}", **_node_style(data))
+                 width=f"{geometry.widths[node] / 72:.3f}", **tooltip, **_node_style(data))
     for a, b, data in graph.edges(data=True):
         dot.edge(a, b, **_EDGE_STYLE[data["kind"]])
     return dot.source
@@ -164,14 +180,19 @@ def write(graph: nx.DiGraph, path: str) -> None:
 
 def graph_paths(requested: str, items: list[tuple[Result, Violation]]) -> list[str]:
     """Where each counterexample goes. One counterexample: exactly `requested`. Several:
-    `<stem>-<kernel>-<N>d-<kind><suffix>` next to it (and `-2`, `-3`, ... should a check have
-    two violations of one kind), so a run over many files and device counts keeps them all."""
+    `<stem>-<file stem>-<kernel>-<N>d-<kind><suffix>` next to it (and `-2`, `-3`, ... should
+    a check have two violations of one kind), so a run over many files and device counts
+    keeps them all, and two files that define a kernel of one name stay apart."""
     if len(items) == 1:
         return [requested]
     stem, suffix = os.path.splitext(requested)
     paths, seen = [], set()
     for result, violation in items:
-        base = f"{stem}-{_identifier(result.kernel)}-{result.devices}d-{violation.kind}"
+        source = _identifier(os.path.splitext(os.path.basename(result.file))[0]) if result.file else ""
+        kernel = _identifier(result.kernel)
+        names = [name for name in dict.fromkeys((source, kernel)) if name]  # a model names its kernel after its file
+        cores = f"x{result.cores}" if result.cores > 1 else ""
+        base = f"{stem}-{'-'.join(names)}-{result.devices}d{cores}-{violation.kind}"
         path, n = base + suffix, 1
         while path in seen:
             n += 1

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from semcheck.version import __version__
 from semcheck.ir import Loc, display_path
-from semcheck.result import Result, TraceStep, Violation
+from semcheck.report import groups
+from semcheck.result import BlockedWait, MissingAction, Result, TraceStep, Violation
+from semcheck.version import __version__
 
 
 def location(loc: Loc | None) -> dict | None:
@@ -27,6 +28,73 @@ def step_dict(step: TraceStep) -> dict:
         "after": step.after,
         "fed_by": list(step.fed_by),
         "started_by": step.started_by,
+        "relevance": step.relevance,  # distance from the violation in its causal past; null: not in it
+        **_step_details(step),
+    }
+
+
+def _region_dict(region) -> dict | None:
+    if region is None:
+        return None
+    return {"buffer": region.buffer, "device": region.device, "starts": list(region.starts),
+            "sizes": list(region.sizes)}
+
+
+def _step_details(step: TraceStep) -> dict:
+    """The step's structured fields that apply to it (a wait's need, a copy's regions, ...)."""
+    details = {
+        "need": step.need,
+        "amount": step.amount,
+        "side": step.side,
+        "target_device": step.target_device,
+        "src": _region_dict(step.src),
+        "dst": _region_dict(step.dst),
+        "fault": step.fault,
+    }
+    out = {key: value for key, value in details.items() if value is not None}
+    if step.event in ("wait",) and not step.decrement:
+        out["decrement"] = False
+    if step.completions:
+        out["completions"] = [{"side": c.side, "semaphore": c.semaphore, "amount": c.amount}
+                              for c in step.completions]
+    if step.wiped:
+        out["wiped"] = list(step.wiped)
+        out["wiped_additions"] = list(step.wiped_additions)
+    return out
+
+
+def blocked_dict(b: BlockedWait) -> dict:
+    """A blocked wait, with the keys the JSON contract has always had (no instance id)."""
+    return {
+        "thread": b.thread,
+        "device": b.device,
+        "core": b.core,
+        "sub": b.sub,
+        "name": b.name,
+        "semaphore": b.semaphore,
+        "short": b.short,
+        "needs": b.needs,
+        "has": b.has,
+        "location": location(b.location),
+        "what": b.what,
+    }
+
+
+def missing_dict(m: MissingAction) -> dict:
+    return {
+        "semaphore": m.semaphore,
+        "needs": m.needs,
+        "has": m.has,
+        "sites": [
+            {"thread": s.thread, "location": location(s.location), "what": s.what, "adds": s.adds,
+             "ran": s.ran, "step": s.step, "not_run": s.not_run}
+            for s in m.sites
+        ],
+        "absent": [
+            {"location": location(a.location), "what": a.what, "missing_on": list(a.missing_on),
+             "reaches": list(a.reaches)}
+            for a in m.absent
+        ],
     }
 
 
@@ -41,10 +109,7 @@ def violation_dict(v: Violation) -> dict:
         "trace": [step_dict(s) for s in v.trace],
     }
     if v.blocked:
-        out["blocked"] = [
-            {k: (location(val) if isinstance(val, Loc) else val) for k, val in b.items() if k != "sem"}
-            for b in v.blocked
-        ]
+        out["blocked"] = [blocked_dict(b) for b in v.blocked]
     if v.cycle:
         out["cycle"] = v.cycle
     if v.inputs:
@@ -53,6 +118,10 @@ def violation_dict(v: Violation) -> dict:
         out["related"] = [location(loc) for loc in v.related]
     if v.semaphore:
         out["semaphore"] = v.semaphore
+    if v.missing:
+        out["missing"] = [missing_dict(m) for m in v.missing]
+    if v.hint:
+        out["hint"] = v.hint
     if v.loop_from is not None:
         out["loop_from"] = v.loop_from  # the trace's steps from here on repeat for ever
     return out
@@ -122,4 +191,31 @@ def render(results: list[Result], *, judgements=None, **_options) -> str:
             "reason": j.reason,
             "declared_at": j.expected.where if j.expected else None,
         }
-    return json.dumps({"semcheck": __version__, "results": dicts}, indent=2)
+    return json.dumps({"semcheck": __version__, "results": dicts, "groups": groups_list(results)}, indent=2)
+
+
+def groups_list(results: list[Result]) -> list[dict]:
+    """The `groups` view beside `results`: each distinct problem once, with every check it
+    was found in (indices into `results` and its `violations`) and the one the text report
+    shows in full (the smallest counterexample)."""
+    out = []
+    for g in groups.group(results):
+        shown = results[g.shown.result].violations[g.shown.violation]
+        out.append({
+            "kernel": g.key.kernel,
+            "file": display_path(g.key.file),
+            "kind": g.key.kind,
+            "severity": shown.severity,
+            "location": location(g.key.location),
+            "semaphore": g.key.semaphore,
+            "related": sorted((location(loc) for loc in g.key.related), key=lambda d: (d["file"], d["line"])),
+            "shown": _ref_dict(results, g.shown),
+            "checks": [_ref_dict(results, ref) for ref in g.refs],
+        })
+    return out
+
+
+def _ref_dict(results: list[Result], ref) -> dict:
+    r = results[ref.result]
+    return {"result": ref.result, "violation": ref.violation, "devices": r.devices, "cores": r.cores,
+            "invocations": r.invocations}

@@ -151,12 +151,12 @@ def _artifact(path: str) -> dict:
 def _related_locations(violation: Violation, primary: Loc) -> list[dict]:
     out, seen = [], {primary}
     for b in violation.blocked:
-        loc = b.get("location")
-        if not isinstance(loc, Loc) or loc in seen:
+        loc = b.location
+        if loc is None or loc in seen:
             continue
         seen.add(loc)
-        out.append(_location(loc, f"{b['name']} is blocked here: {b['what']} on {b['semaphore']} "
-                                  f"needs {b['needs']}, has {b['has']}", len(out) + 1))
+        out.append(_location(loc, f"{b.name} is blocked here: {b.what} on {b.semaphore} "
+                                  f"needs {b.needs}, has {b.has}", len(out) + 1))
     return out
 
 
@@ -171,14 +171,14 @@ def _code_flow(result: Result, violation: Violation) -> dict | None:
     order = len(violation.trace)
     primary = set(violation.cycle) if violation.cycle else None
     for i, b in enumerate(violation.blocked):
-        if not isinstance(b.get("location"), Loc):
+        if b.location is None:
             continue
         order += 1
-        lane = (b["device"], b["core"] or 0, b.get("sub", 0))
-        names[lane] = b["name"]
+        lane = (b.device, b.core or 0, b.sub)
+        names[lane] = b.name
         threads.setdefault(lane, []).append({
-            "location": _location(b["location"], f"blocked: {b['what']} on {b['semaphore']} needs "
-                                                 f"{b['needs']}, has {b['has']}"),
+            "location": _location(b.location, f"blocked: {b.what} on {b.semaphore} needs "
+                                              f"{b.needs}, has {b.has}"),
             "executionOrder": order,
             "importance": "essential" if primary is None or i in primary else "important",
             "kinds": ["danger"],
@@ -197,12 +197,14 @@ def _code_flow(result: Result, violation: Violation) -> dict | None:
 
 
 def _flow_step(step: TraceStep, violation: Violation) -> dict:
-    focus = {b.get("short") for b in violation.blocked} | {violation.semaphore}
-    fault = step.text.startswith("FAULT")
+    focus = {b.short for b in violation.blocked} | {violation.semaphore}
+    fault = step.fault is not None
+    essential = fault or step.relevance == 0 or (step.semaphore and step.semaphore in focus)
     entry = {
         "location": _location(step.location, f"{step.index}. {step.actor}: {step.text}"),
         "executionOrder": step.index,
-        "importance": "essential" if fault or (step.semaphore and step.semaphore in focus) else "unimportant",
+        # the violation's causal past is what a reader needs; other steps are context
+        "importance": "essential" if essential else ("important" if step.relevance is not None else "unimportant"),
     }
     if fault:
         entry["kinds"] = ["danger"]

@@ -5,6 +5,7 @@ what was declared and whether the check matched it."""
 from __future__ import annotations
 
 from semcheck.ir import display_path
+from semcheck.report import groups
 from semcheck.result import Result, Verdict
 
 
@@ -20,7 +21,9 @@ def verdict_cell(r: Result) -> str:
     return cell
 
 
-def summary_table(results: list[Result], judgements=None) -> str:
+def summary_table(results: list[Result], judgements=None, *, problems: bool = False) -> str:
+    """With `problems`, the table is followed by one line per distinct problem (kind, line,
+    semaphore) and the checks it was found in (`report/groups.py`)."""
     header = ["kernel", "devices", "verdict", "states", "time"]
     if judgements is not None:
         header += ["expected", "status"]
@@ -50,8 +53,26 @@ def summary_table(results: list[Result], judgements=None) -> str:
         out.append("  " + "  ".join(cells).rstrip())
         if n == 0:
             out.append("  " + "  ".join("-" * w for w in widths))
+    if problems:
+        out.extend(problem_lines(results))
     out.append("  " + totals_line(results, judgements))
     return "\n".join(out)
+
+
+def problem_lines(results: list[Result]) -> list[str]:
+    found = [g for g in groups.group(results)
+             if results[g.shown.result].violations[g.shown.violation].severity == "error"]
+    if not found:
+        return []
+    rows = []
+    for g in found:
+        where = f"{display_path(g.key.location.file)}:{g.key.location.line}" if g.key.location else g.key.kernel
+        sem = f" ({g.key.semaphore})" if g.key.semaphore else ""
+        rows.append((g.key.kind, where + sem, groups.checks_text(results, g.refs)))
+    widths = [max(len(row[c]) for row in rows) for c in range(2)]
+    out = [f"  {len(found)} distinct problem{'s' if len(found) != 1 else ''}:"]
+    out += [f"    {kind:<{widths[0]}}  {where:<{widths[1]}}  at {checks}" for kind, where, checks in rows]
+    return out
 
 
 def totals_line(results: list[Result], judgements=None) -> str:

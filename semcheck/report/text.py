@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import linecache
 import os
+import textwrap
 
 from semcheck.ir import Loc, core_unit, display_path, thread_name
+from semcheck.report import groups
 from semcheck.report.summary import summary_table  # noqa: F401  (part of this module's API)
 from semcheck.result import Result, Verdict, Violation
 
@@ -19,9 +21,84 @@ _VERDICT_WORDS = {
 }
 
 
-def render(results: list[Result], *, max_trace_steps: int = 0, judgements=None, **_options) -> str:
-    """With `judgements` (expectations judged), a check that got its declared verdict is one
+def render(
+    results: list[Result], *, max_trace_steps: int = 0, judgements=None, all_traces: bool = False,
+    width: int = 0, **_options
+) -> str:
+    """One verdict line per check; then, per kernel, each distinct problem once, by its
+    smallest counterexample, with the other checks it was also found in (`report/groups.py`).
+    `all_traces` shows every check's violations in full instead.
+
+    With `judgements` (expectations judged), a check that got its declared verdict is one
     line; an unexpected one is reported in full, with what was declared."""
+    if all_traces:
+        report = _render_every_check(results, max_trace_steps=max_trace_steps, judgements=judgements)
+    else:
+        blocks = []
+        for indices in _by_kernel(results):
+            blocks.append(_render_kernel(results, indices, max_trace_steps, judgements))
+        if len(results) > 1 or judgements is not None:
+            blocks.append(summary_table(results, judgements, problems=True))
+        report = "\n\n".join(blocks) + "\n"
+    return _wrap_verdict_lines(report, width) if width else report
+
+
+def _wrap_verdict_lines(report: str, width: int) -> str:
+    """Verdict lines (the only unindented long ones) wrapped to `width`, continued indented."""
+    out = []
+    for line in report.split("\n"):
+        if len(line) > width and line.startswith(tuple(f"{w}:" for w in _VERDICT_WORDS.values())):
+            out.extend(textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False))
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _by_kernel(results: list[Result]) -> list[list[int]]:
+    """The indices of each kernel's checks, kernels in the order they first appear."""
+    kernels: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(results):
+        kernels.setdefault((r.file, r.kernel), []).append(i)
+    return list(kernels.values())
+
+
+def _render_kernel(results: list[Result], indices: list[int], max_trace_steps: int, judgements) -> str:
+    lines = []
+    in_full = []
+    for i in indices:
+        r = results[i]
+        judgement = judgements[i] if judgements is not None else None
+        lines.append(verdict_line(r))
+        if judgement is not None and judgement.matched and r.verdict is Verdict.VIOLATION:
+            lines.append(f"  expected: {_declared(judgement)}")
+            continue
+        in_full.append(i)
+        if judgement is not None and not judgement.matched:
+            lines.append(f"  UNEXPECTED: {judgement.reason}" + (
+                f" (declared at {judgement.expected.where})" if judgement.expected else ""))
+    shown = [results[i] for i in in_full]
+    problems = groups.group(shown)
+    problems.sort(key=lambda g: shown[g.shown.result].violations[g.shown.violation].severity != "error")
+    for problem in problems:
+        r = shown[problem.shown.result]
+        v = r.violations[problem.shown.violation]
+        lines.append("")
+        lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, max_trace_steps=max_trace_steps,
+                                      unit=core_unit(r.semantics), seen_at=_seen_at(shown, problem)))
+    notes = dict.fromkeys(note for i in in_full for note in results[i].notes)
+    lines.extend(f"  note: {note}" for note in notes)
+    return "\n".join(lines)
+
+
+def _seen_at(results: list[Result], problem: groups.ProblemGroup) -> str:
+    """ "at 2 devices; also at 4, 8 devices" (empty for a kernel checked once)."""
+    if not problem.also:
+        return ""
+    here = groups.checks_text(results, [problem.shown])
+    return f"at {here}; also at {groups.checks_text(results, problem.also)}"
+
+
+def _render_every_check(results: list[Result], *, max_trace_steps: int, judgements) -> str:
     blocks = []
     for i, r in enumerate(results):
         judgement = judgements[i] if judgements is not None else None
@@ -90,11 +167,12 @@ def render_result(r: Result, *, max_trace_steps: int = 0) -> str:
 
 
 def render_violation(
-    v: Violation, *, kernel_file: str = "", cores: int = 1, max_trace_steps: int = 0, unit: str = "core"
+    v: Violation, *, kernel_file: str = "", cores: int = 1, max_trace_steps: int = 0, unit: str = "core",
+    seen_at: str = "",
 ) -> list[str]:
     who = thread_name(v.device, v.core, 0, cores, unit) if v.device is not None else "protocol"
     where = _loc(v.location)
-    lines = [f"  {v.severity}: {v.kind} ({who}) at {where}"]
+    lines = [f"  {v.severity}: {v.kind} ({who}) at {where}" + (f"  [{seen_at}]" if seen_at else "")]
     excerpt = source_excerpt(v.location)
     if excerpt:
         lines.append(f"    {v.location.line:>5} | {excerpt}")
@@ -103,17 +181,21 @@ def render_violation(
         values = ", ".join(f"{name} = {value}" for name, value in v.inputs.items())
         lines.append(f"    with inputs: {values}")
     lines.extend(_other_blocked_lines(v))
+    for m in v.missing:
+        lines.extend(missing_lines(m, kernel_file))
     if v.trace:
         steps = v.trace
-        shown = steps if not max_trace_steps or len(steps) <= max_trace_steps else steps[-max_trace_steps:]
+        shown = relevant_steps(v, max_trace_steps)
         count = f"{len(steps)} step{'s' if len(steps) != 1 else ''}"
         if v.kind == "unsatisfied_wait" and not v.blocked:  # a loop that spins for ever
-            lines.append(f"    trace into the loop it never leaves, then one turn of it ({count}):")
+            head = "trace into the loop it never leaves, then one turn of it"
         else:
-            label = "the stuck state" if v.kind in ("deadlock", "unsatisfied_wait") else "it"
-            lines.append(f"    shortest trace to {label} ({count}):")
+            head = "trace to " + ("the stuck state" if v.kind in ("deadlock", "unsatisfied_wait") else "it")
         if len(shown) < len(steps):
-            lines.append(f"      ... {len(steps) - len(shown)} earlier steps omitted")
+            lines.append(f"    {head}: the {len(shown)} of its {count} that it depends on "
+                         f"({len(steps) - len(shown)} elided):")
+        else:
+            lines.append(f"    {head} ({count}):")
         width = max(len(s.actor) for s in shown)
         for s in shown:
             at = _short_loc(s.location, kernel_file)
@@ -121,15 +203,60 @@ def render_violation(
             lines.append(f"      {s.index:>4}. {s.actor:<{width}}  {s.text}{fed}  [{at}]")
     elif v.kind in ("deadlock", "unsatisfied_wait"):
         lines.append("    the initial state is already stuck: every thread starts at a wait")
+    if v.hint:
+        lines.append(f"    fix: {v.hint}")
     return lines
+
+
+def missing_lines(m, kernel_file: str = "") -> list[str]:
+    """What could have changed the semaphore of a stuck wait or a leftover, and what did."""
+    takes = m.needs is None
+    state = f"holds {m.has}" if takes else f"needs {m.needs}, has {m.has}"
+    verb = "take from" if takes else "add to"
+    out = [f"    what could {verb} {m.semaphore} ({state}):"]
+    wanted = [s for s in m.sites if s.adds != takes]
+    if not wanted:
+        out.append(f"      nothing in the kernel can {verb} it")
+    ran: dict[tuple, list] = {}  # sites that ran, one line per source line and instruction
+    for site in m.sites:
+        where = _short_loc(site.location, kernel_file)
+        if site.ran:
+            ran.setdefault((where, site.what, site.adds), []).append(site)
+        else:
+            out.append(f"      {site.what} at {where} on {site.thread} never runs: {site.not_run}")
+    for (where, what, adds), sites in ran.items():
+        steps = ", ".join(str(site.step) for site in sites)
+        role = "added to it" if adds else "took from it"
+        out.append(f"      {what} at {where} on {_names(tuple(site.thread for site in sites))} ran and "
+                   f"{role} (step{'s' if len(sites) > 1 else ''} {steps})")
+    for a in m.absent:
+        reaches = ", ".join(a.reaches[:3]) + (f" and {len(a.reaches) - 3} more" if len(a.reaches) > 3 else "")
+        out.append(f"      {_short_loc(a.location, kernel_file)}'s {a.what} adds to {reaches}, but "
+                   f"{_names(a.missing_on)} {'has' if len(a.missing_on) == 1 else 'have'} no such "
+                   f"{a.what}: none reaches {m.semaphore}")
+    return out
+
+
+def _names(threads: tuple[str, ...]) -> str:
+    return ", ".join(threads[:4]) + (f" and {len(threads) - 4} more" if len(threads) > 4 else "")
+
+
+def relevant_steps(v: Violation, limit: int = 0) -> list:
+    """The steps of `v`'s trace in its happens-before past, in trace order; with `limit`,
+    only the `limit` closest to the violation (ties: the later step)."""
+    relevant = [s for s in v.trace if s.relevance is not None]
+    if limit and len(relevant) > limit:
+        closest = sorted(relevant, key=lambda s: (s.relevance, -s.index))[:limit]
+        relevant = sorted(closest, key=lambda s: s.index)
+    return relevant
 
 
 def _other_blocked_lines(v: Violation) -> list[str]:
     """The source of every other line a thread is stuck at, so the reader sees each wait."""
     out, seen = [], {v.location}
     for b in v.blocked:
-        loc = b.get("location")
-        if not isinstance(loc, Loc) or loc in seen:
+        loc = b.location
+        if loc is None or loc in seen:
             continue
         seen.add(loc)
         excerpt = source_excerpt(loc)

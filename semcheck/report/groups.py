@@ -1,0 +1,100 @@
+"""One problem, one report: the violations of a kernel's checks (at several device counts,
+core splits or invocation counts) grouped by what makes them the same bug.
+
+Two violations are one problem when they have the same kind, source line, semaphore
+declaration and related lines (the other access of a race, the waits of a deadlock's
+cycle). Device ids, semaphore instances and traces differ between device counts; the
+problem does not. Each group is shown once, by its smallest counterexample (fewest
+devices, then fewest trace steps), with the other checks it was also found in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from semcheck.ir import Loc, core_unit
+from semcheck.result import Result, Violation
+
+
+@dataclass(frozen=True)
+class ProblemKey:
+    """What stays the same when one bug is found at several device counts."""
+
+    file: str
+    kernel: str
+    kind: str
+    location: Loc | None
+    semaphore: str | None  # the declaration's name
+    related: frozenset[Loc]  # the other line of a race; the lines of a deadlock's cycle
+
+
+@dataclass(frozen=True)
+class CheckRef:
+    """One violation of one check: `results[result].violations[violation]`."""
+
+    result: int
+    violation: int
+
+
+@dataclass(frozen=True)
+class ProblemGroup:
+    key: ProblemKey
+    shown: CheckRef  # the smallest counterexample, rendered in full
+    also: tuple[CheckRef, ...]  # the same problem in the other checks, smallest first
+
+    @property
+    def refs(self) -> tuple[CheckRef, ...]:
+        return (self.shown, *self.also)
+
+
+def problem_key(result: Result, violation: Violation) -> ProblemKey:
+    related = set(violation.related)
+    related |= {violation.blocked[i].location for i in violation.cycle}
+    return ProblemKey(
+        file=result.file,
+        kernel=result.kernel,
+        kind=violation.kind,
+        location=violation.location,
+        semaphore=violation.semaphore_name,
+        related=frozenset(loc for loc in related if loc is not None),
+    )
+
+
+def _size(results: list[Result], ref: CheckRef) -> tuple:
+    r = results[ref.result]
+    return (r.devices * max(r.cores, 1), r.invocations, len(r.violations[ref.violation].trace), ref.result)
+
+
+def group(results: list[Result]) -> list[ProblemGroup]:
+    """Every violation (errors and warnings) of `results`, grouped; groups in the order
+    their first check appears."""
+    found: dict[ProblemKey, list[CheckRef]] = {}
+    for i, r in enumerate(results):
+        for j, v in enumerate(r.violations):
+            found.setdefault(problem_key(r, v), []).append(CheckRef(i, j))
+    groups = []
+    for key, refs in found.items():
+        refs = sorted(refs, key=lambda ref: _size(results, ref))
+        groups.append(ProblemGroup(key, refs[0], tuple(refs[1:])))
+    return groups
+
+
+def check_label(r: Result) -> str:
+    """How a check is told apart from the kernel's other checks by its size: "4", "4 x 2 cores"."""
+    label = str(r.devices)
+    if r.cores > 1:
+        label += f" x {r.cores} {core_unit(r.semantics)}s"
+    return label
+
+
+def checks_text(results: list[Result], refs) -> str:
+    """ "2, 4, 8 devices" for the checks `refs` point at ("4, 8 devices (2 invocations)")."""
+    checks = [results[ref.result] for ref in refs]
+    invocations = sorted({r.invocations for r in checks})
+    labels = list(dict.fromkeys(
+        check_label(r) + (f" ({r.invocations} invocations)" if len(invocations) > 1 else "") for r in checks))
+    unit = "device" if labels == ["1"] else "devices"
+    text = f"{', '.join(labels)} {unit}"
+    if len(invocations) == 1 and invocations[0] > 1:
+        text += f" ({invocations[0]} invocations)"
+    return text

@@ -1,0 +1,54 @@
+"""What a run says while it works: a capture line per kernel script and device count with
+its phase times, progress in a CI log at most every 15 s, verdict lines wrapped to the
+terminal."""
+
+import os
+
+from semcheck import cli
+from semcheck.api import LoadReport, verify_path
+from semcheck.engines.budget import ProgressInfo
+from semcheck.report import feedback, text
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def model(name):
+    return os.path.join(ROOT, "models", name + ".py")
+
+
+def test_capture_line_names_the_file_the_devices_and_each_phase():
+    report = LoadReport("examples/tpu/ring_permute.py", 4, 3.14, 2,
+                        {"jax import": 1.0, "script": 1.9, "lowering": 0.24})
+    assert feedback.capture_line(report) == (
+        "semcheck: captured examples/tpu/ring_permute.py at 4 devices: 2 kernels in 3.1 s "
+        "(jax import 1.0 s, script 1.9 s, lowering 0.2 s)")
+    assert feedback.capture_line(LoadReport("models/ring.py", 4, 0.01, 1)) is None  # nothing captured
+
+
+def test_verify_path_reports_every_load():
+    heard = []
+    verify_path([model("ring_allgather"), model("circular_wait")], [2, 4], on_load=heard.append)
+    assert [(os.path.basename(r.path), r.devices, r.kernels, r.failed) for r in heard] == [
+        ("ring_allgather.py", 2, 1, False), ("ring_allgather.py", 4, 1, False),
+        ("circular_wait.py", 2, 1, False), ("circular_wait.py", 4, 1, False)]
+
+
+def test_off_a_terminal_progress_is_logged_at_most_every_15_seconds(monkeypatch, capsys):
+    clock = [1000.0]
+    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    show = cli._progress_printer("ring", 4)
+    for second in range(40):  # a progress report every second for 40 s
+        clock[0] = 1000.0 + second
+        show(ProgressInfo(states=second * 100, transitions=0, seconds=second, frontier=1, depth=1))
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.rsplit(", ", 1)[1] for line in lines] == ["0 s", "15 s", "30 s"]
+
+
+def test_verdict_lines_wrap_to_the_width_asked_for():
+    results = verify_path(model("ring_allgather"), [2])
+    wide = text.render(results)
+    narrow = text.render(results, width=60)
+    assert len(wide.splitlines()[0]) > 60
+    assert all(len(line) <= 60 for line in narrow.splitlines())
+    assert narrow.splitlines()[1].startswith("    ")  # the continuation is indented
+    assert " ".join(narrow.split()) == " ".join(wide.split())  # nothing lost

@@ -1,0 +1,60 @@
+"""One problem, one report: a bug found at several device counts is shown once, by its
+smallest counterexample, in the text report, the summary and the JSON `groups` view."""
+
+import json
+import os
+
+from semcheck import cli
+from semcheck.api import verify_path
+from semcheck.report import groups, text
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.path.join(ROOT, "models")
+
+
+def model(name):
+    return os.path.join(MODELS, name + ".py")
+
+
+def test_one_missing_signal_at_three_device_counts_is_one_group():
+    results = verify_path(model("ring_allgather_missing_signal"), [8, 2, 4])
+    [group] = groups.group(results)
+    assert group.key.kind == "unsatisfied_wait" and group.key.semaphore == "barrier"
+    assert results[group.shown.result].devices == 2  # the smallest counterexample
+    assert [results[ref.result].devices for ref in group.also] == [4, 8]
+
+
+def test_text_shows_the_smallest_trace_once_and_names_the_other_counts():
+    results = verify_path(model("ring_allgather_missing_signal"), [2, 4, 8])
+    report = text.render(results)
+    assert report.count("error: unsatisfied_wait") == 1
+    assert "error: unsatisfied_wait (device 1) at " in report  # device N-1 of the 2-device check
+    assert "[at 2 devices; also at 4, 8 devices]" in report
+    assert len([line for line in report.splitlines() if line.startswith("VIOLATION: ")]) == 3
+    assert "1 distinct problem:" in report and "at 2, 4, 8 devices" in report
+    every = text.render(results, all_traces=True)
+    assert every.count("error: unsatisfied_wait") == 3 and "also at" not in every
+
+
+def test_different_problems_stay_apart():
+    results = verify_path(model("ring_allgather_missing_signal"), [2]) + verify_path(model("circular_wait"), [2])
+    assert len(groups.group(results)) == 2
+
+
+def test_the_readmes_first_command_fits_a_screen(capsys):
+    code = cli.main(["verify", model("ring_allgather"), model("ring_allgather_missing_signal"),
+                     "--devices", "2,4,8", "-q"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert len(out.splitlines()) <= 60
+
+
+def test_json_groups_point_at_every_check_and_keep_results(capsys):
+    cli.main(["verify", model("ring_allgather_missing_signal"), "--devices", "2,4", "--format", "json", "-q"])
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["devices"] for r in doc["results"]] == [2, 4]
+    assert all(len(r["violations"]) == 1 for r in doc["results"])  # results unchanged: one per check
+    [group] = doc["groups"]
+    assert group["kind"] == "unsatisfied_wait" and group["location"]["line"] == 30
+    assert group["shown"] == group["checks"][0] and group["shown"]["devices"] == 2
+    assert [(c["result"], c["violation"], c["devices"]) for c in group["checks"]] == [(0, 0, 2), (1, 0, 4)]
