@@ -16,8 +16,7 @@ from typing import Callable, Iterable
 from semcheck import assumptions, engines
 from semcheck.assumptions import Assumption
 from semcheck.engines.budget import Budget, ProgressFn
-from semcheck.frontends import LoadError, discover, load
-from semcheck.invocations import repeat
+from semcheck.frontends import LoadError
 from semcheck.ir import Protocol
 from semcheck.result import Result, Verdict
 from semcheck.semantics import ProtocolError
@@ -58,42 +57,26 @@ def verify_path(
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
     assume: Iterable[Assumption] = (),
     invocations: int = 1,
+    jobs: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    on_done: Callable | None = None,
     **options,
 ) -> list[Result]:
-    # Load everything first, so an --assume that names no input fails before any checking.
-    loaded: list[Result | tuple[str, int, list]] = []
-    for path in discover([paths] if isinstance(paths, str) else list(paths)):
-        for n in devices:
-            try:
-                loaded.append((path, n, load(path, n)))
-            except LoadError as e:
-                loaded.append(_load_error_result(path, n, e, engine))
-    assume = list(assume)
-    protocols = [
-        p for item in loaded if not isinstance(item, Result) for p in item[2] if not isinstance(p, LoadError)
-    ]
-    if assume and protocols:
-        assumptions.check_names(protocols, assume, source="the checked kernels and models")
-    results = []
-    for item in loaded:
-        if isinstance(item, Result):
-            results.append(item)
-            continue
-        path, n, protocols = item
-        for protocol in protocols:
-            if isinstance(protocol, LoadError):  # one kernel of the file cannot be lowered
-                results.append(_load_error_result(path, n, protocol, engine))
-                continue
-            try:
-                protocol = repeat(assumptions.apply(protocol, assume), invocations)
-            except ValueError as e:
-                results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
-                continue
-            progress = progress_for(protocol.name, n) if progress_for else None
-            result = check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
-            result.invocations = invocations
-            results.append(result)
-    return results
+    """Every Result of checking `paths` at each device count, file by file. The same tasks
+    `semcheck verify -j N` or `--executor ray` runs elsewhere (`semcheck.sweep`)."""
+    from semcheck import sweep
+
+    unroll = options.pop("unroll", None)
+    sweep_options = sweep.SweepOptions(
+        engine=engine, budget=budget, assume=tuple(assume), invocations=invocations,
+        reduce=options.pop("reduce", True), split=options.pop("split", True), unroll=unroll,
+    )
+    if options:
+        raise TypeError(f"verify_path() got unexpected options: {', '.join(sorted(options))}")
+    tasks = sweep.plan([paths] if isinstance(paths, str) else list(paths), devices, sweep_options)
+    return sweep.run(tasks, jobs=jobs, executor=sweep.Executor(executor), ray_address=ray_address,
+                     progress_for=progress_for, on_done=on_done)
 
 
 def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,

@@ -16,7 +16,7 @@ import os
 import sys
 
 from semcheck import __version__
-from semcheck import expectations
+from semcheck import config, expectations, gate
 from semcheck.api import verify_path
 from semcheck.assumptions import AssumptionError, parse as parse_assumption
 from semcheck.engines import ENGINES
@@ -24,6 +24,7 @@ from semcheck.engines.budget import Budget, ProgressInfo
 from semcheck.frontends import discover
 from semcheck.properties import DESCRIPTIONS
 from semcheck.report import FORMATS
+from semcheck.report.baseline import BaselineError
 from semcheck.result import EXIT_CODES, Verdict, worst
 
 EXIT_USAGE = 2
@@ -60,7 +61,7 @@ def _graph_file(text: str) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentParser:
     kinds = "\n".join(f"  {k.value:<24}{d}" for k, d in DESCRIPTIONS.items())
     parser = _Parser(
         prog="semcheck",
@@ -76,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check every schedule of each kernel or model for deadlocks, unsatisfied waits, "
         "leftover semaphores and bad device or core ids.",
     )
-    verify.add_argument("paths", nargs="+", metavar="PATH", help="a kernel script, a model file, or a folder")
+    verify.add_argument("paths", nargs="*", metavar="PATH",
+                        help="a kernel script, a model file, or a folder (default: [tool.semcheck] paths)")
     verify.add_argument("--devices", type=_device_counts, default=[2, 4, 8], metavar="N[,N...]",
                         help="device counts to check (default: 2,4,8)")
     verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
@@ -118,14 +120,27 @@ def build_parser() -> argparse.ArgumentParser:
                         "(# semcheck: expect KIND, or [tool.semcheck.expect] in pyproject.toml): "
                         "exit 0 when every check matches, 1 when one does not")
     verify.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    gate.add_arguments(verify)
+    if defaults is not None:
+        gate.apply_project_defaults(verify, defaults)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        defaults = config.load()
+    except config.ConfigError as e:
+        print(f"semcheck: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    for warning in defaults.warnings():
+        print(warning, file=sys.stderr)
+    args = build_parser(defaults).parse_args(argv)
+    if not args.paths:
+        print("semcheck: error: no PATH given, and no [tool.semcheck] paths in pyproject.toml", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return _verify(args)
-    except AssumptionError as e:
+    except (AssumptionError, BaselineError) as e:
         print(f"semcheck: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -146,13 +161,14 @@ def _verify(args) -> int:
     results = verify_path(
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
         assume=args.assume, reduce=not args.no_reduction, split=not args.no_split, invocations=args.invocations,
-        **({} if args.unroll is None else {"unroll": args.unroll}),
+        **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args),
     )
     _clear_progress()
     if not results:
         print("semcheck: error: nothing to check: no kernel scripts or models in "
               + ", ".join(args.paths), file=sys.stderr)
         return EXIT_USAGE
+    results, hidden = gate.apply_baseline(args, results)
     judgements = None
     if args.expectations:
         try:
@@ -160,7 +176,8 @@ def _verify(args) -> int:
         except expectations.ExpectationError as e:
             print(f"semcheck: error: {e}", file=sys.stderr)
             return EXIT_USAGE
-    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements}
+    gate.write_summary(args, results, judgements, hidden)
+    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements, "category": args.category}
     rendered = FORMATS[args.format](results, **options)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

@@ -1,0 +1,228 @@
+"""A sweep: every (file, device count) of a `semcheck verify` run is one task (capture or
+load the file at that count, then check each of its kernels), run one after the other, on
+a pool of local worker processes (`-j N`), or on a Ray cluster (`--executor ray`).
+
+Whatever runs the tasks, the Results come back in the order a serial run makes them (task
+by task, in the order of the files and device counts given), so every report is the same;
+only the time fields differ. A task that fails where it runs (a crashed worker, a lost
+node, a bug) is an error Result for that file and device count, never a lost one.
+
+Workers run each task in the working directory the sweep started in, so relative paths
+and the paths in messages read as in a serial run; a Ray worker therefore needs the files
+at the same paths (one machine, a shared filesystem, or the same checkout everywhere).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from semcheck.assumptions import Assumption, covers
+from semcheck.engines.budget import Budget, ProgressFn
+from semcheck.result import Result
+
+ProgressFor = Callable[[str, int], "ProgressFn | None"]
+
+
+class Executor(str, enum.Enum):
+    LOCAL = "local"  # this machine: serial with -j 1, else a pool of worker processes
+    RAY = "ray"
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How every check of the sweep runs: what `semcheck verify`'s flags say."""
+
+    engine: str = "auto"
+    budget: Budget | None = None
+    assume: tuple[Assumption, ...] = ()
+    invocations: int = 1
+    reduce: bool = True
+    split: bool = True
+    unroll: int | None = None
+
+    def check_options(self) -> dict:
+        options = {"reduce": self.reduce, "split": self.split}
+        if self.unroll is not None:
+            options["unroll"] = self.unroll
+        return options
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int  # position in the serial order
+    path: str  # as the user gave it (relative to `cwd`)
+    devices: int
+    options: SweepOptions
+    cwd: str
+
+
+@dataclass
+class TaskOutcome:
+    index: int
+    results: list[Result]
+    # For --assume's name check: how many kernels the file gave, and the names of their inputs.
+    loaded: int = 0
+    input_names: frozenset[str] = field(default_factory=frozenset)
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def plan(paths: Iterable[str], devices: Iterable[int], options: SweepOptions) -> list[Task]:
+    from semcheck.frontends import discover
+
+    cwd = os.getcwd()
+    files = discover(list(paths))
+    counts = list(devices)
+    return [Task(i, path, n, options, cwd)
+            for i, (path, n) in enumerate((path, n) for path in files for n in counts)]
+
+
+def run(tasks: list[Task], *, jobs: int = 1, executor: Executor = Executor.LOCAL,
+        ray_address: str | None = None, progress_for: ProgressFor | None = None,
+        on_done: Callable[[Task, TaskOutcome], None] | None = None) -> list[Result]:
+    """Every task's Results, in task order. `progress_for` (live progress of each check)
+    applies only to tasks run in this process; `on_done` is told of each finished task as
+    it finishes, in whatever order that is."""
+    if executor is Executor.RAY:
+        from semcheck import sweep_ray
+
+        outcomes = sweep_ray.run(tasks, address=ray_address, on_done=on_done)
+    elif jobs <= 1 or len(tasks) <= 1:
+        outcomes = []
+        for task in tasks:
+            outcome = run_task_safely(task, progress_for)
+            outcomes.append(outcome)
+            if on_done:
+                on_done(task, outcome)
+    else:
+        outcomes = _run_in_processes(tasks, jobs, on_done)
+    outcomes.sort(key=lambda o: o.index)
+    check_assumed_names(tasks, outcomes)
+    return [r for outcome in outcomes for r in outcome.results]
+
+
+def _run_in_processes(tasks: list[Task], jobs: int, on_done) -> list[TaskOutcome]:
+    context = _process_context()
+    outcomes: dict[int, TaskOutcome] = {}
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
+        futures = {pool.submit(run_task_safely, task): task for task in tasks}
+        from concurrent.futures import as_completed
+
+        for future in as_completed(futures):
+            task = futures[future]
+            try:
+                outcome = future.result()
+            except BaseException as e:  # the worker died (killed, out of memory): say so
+                outcome = failed(task, f"the worker process running it failed: {type(e).__name__}: {e}")
+            outcomes[task.index] = outcome
+            if on_done:
+                on_done(task, outcome)
+    return [outcomes[task.index] for task in tasks]
+
+
+def _process_context():
+    """fork where it is safe (no other threads, JAX not loaded: workers start at once, with
+    every module already imported); else a fresh interpreter per worker."""
+    import multiprocessing
+    import sys
+    import threading
+
+    if ("fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+            and "jax" not in sys.modules):
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+def run_task_safely(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome:
+    """`run_task`, with anything it raises turned into an error Result (a worker must
+    always send an answer back)."""
+    from semcheck.assumptions import AssumptionError
+
+    try:
+        return run_task(task, progress_for)
+    except AssumptionError:
+        raise
+    except Exception as e:
+        detail = traceback.format_exception_only(type(e), e)[-1].strip()
+        return failed(task, f"internal error while checking it: {detail}")
+
+
+def failed(task: Task, message: str) -> TaskOutcome:
+    from semcheck.api import error_result
+
+    kernel = os.path.splitext(os.path.basename(task.path))[0]
+    return TaskOutcome(task.index, [error_result(kernel, task.path, 0, task.devices, message, task.options.engine)])
+
+
+def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome:
+    """Load `task.path` at `task.devices` devices and check each of its kernels."""
+    from semcheck import assumptions
+    from semcheck.api import _load_error_result, check_protocol, error_result
+    from semcheck.frontends import LoadError, load
+    from semcheck.invocations import repeat
+
+    options = task.options
+    with _working_directory(task.cwd):
+        try:
+            loaded = load(task.path, task.devices)
+        except LoadError as e:
+            return TaskOutcome(task.index, [_load_error_result(task.path, task.devices, e, options.engine)])
+        names = frozenset(inp.name for p in loaded if not isinstance(p, LoadError) for inp in p.inputs)
+        results = []
+        for protocol in loaded:
+            if isinstance(protocol, LoadError):  # one kernel of the file cannot be lowered
+                results.append(_load_error_result(task.path, task.devices, protocol, options.engine))
+                continue
+            try:
+                protocol = repeat(assumptions.apply(protocol, options.assume), options.invocations)
+            except ValueError as e:
+                results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line,
+                                            task.devices, str(e), options.engine))
+                continue
+            progress = progress_for(protocol.name, task.devices) if progress_for else None
+            result = check_protocol(protocol, engine=options.engine, budget=options.budget,
+                                    progress=progress, **options.check_options())
+            result.invocations = options.invocations
+            results.append(result)
+    return TaskOutcome(task.index, results, sum(not isinstance(p, LoadError) for p in loaded), names)
+
+
+def check_assumed_names(tasks: list[Task], outcomes: list[TaskOutcome]) -> None:
+    """An `--assume` that names no input of any checked kernel is an error (a typo must not
+    leave the full range in place). Nothing loaded at all: the load errors say why."""
+    from semcheck.assumptions import AssumptionError
+
+    if not tasks or not tasks[0].options.assume or not any(o.loaded for o in outcomes):
+        return
+    known = frozenset().union(*(o.input_names for o in outcomes))
+    for a in tasks[0].options.assume:
+        if not any(covers(a.name, name) for name in known):
+            where = f"{a.loc}: " if a.loc else ""
+            inputs = ", ".join(sorted(known)) or "none"
+            raise AssumptionError(f"{where}assume {a}: there is no input named {a.name!r} in the "
+                                  f"checked kernels and models (inputs: {inputs})")
+
+
+class _working_directory:
+    def __init__(self, path: str):
+        self.path, self.previous = path, None
+
+    def __enter__(self):
+        if os.path.realpath(os.getcwd()) != os.path.realpath(self.path):
+            self.previous = os.getcwd()
+            os.chdir(self.path)
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            os.chdir(self.previous)
