@@ -25,6 +25,7 @@ from semcheck.frontends import discover
 from semcheck.properties import DESCRIPTIONS
 from semcheck.report import FORMATS
 from semcheck.report.baseline import BaselineError
+from semcheck.sweep_ray import RayUnavailable
 from semcheck.result import EXIT_CODES, Verdict, worst
 
 EXIT_USAGE = 2
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return _verify(args)
-    except (AssumptionError, BaselineError) as e:
+    except (AssumptionError, BaselineError, RayUnavailable) as e:
         print(f"semcheck: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

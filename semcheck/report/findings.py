@@ -138,7 +138,10 @@ def _occurrence(loc: Loc, text: str) -> int:
 
 
 def _line_text(loc: Loc) -> str:
-    return linecache.getline(loc.file, loc.line).strip() if loc.file and loc.line > 0 else ""
+    if not loc.file or loc.line <= 0:
+        return ""
+    linecache.checkcache(loc.file)  # the file may have changed since this process last read it
+    return linecache.getline(loc.file, loc.line).strip()
 
 
 def repository_root(cwd: str | None = None) -> str:
