@@ -113,21 +113,37 @@ def run(tasks: list[Task], *, jobs: int = 1, executor: Executor = Executor.LOCAL
 
 
 def _run_in_processes(tasks: list[Task], jobs: int, on_done) -> list[TaskOutcome]:
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     context = _process_context()
     outcomes: dict[int, TaskOutcome] = {}
+    orphans: list[Task] = []  # tasks of a pool that broke when some worker of it died
+
+    def finish(task: Task, outcome: TaskOutcome) -> None:
+        outcomes[task.index] = outcome
+        if on_done:
+            on_done(task, outcome)
+
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
         futures = {pool.submit(run_task_safely, task): task for task in tasks}
-        from concurrent.futures import as_completed
-
         for future in as_completed(futures):
-            task = futures[future]
             try:
-                outcome = future.result()
-            except BaseException as e:  # the worker died (killed, out of memory): say so
-                outcome = failed(task, f"the worker process running it failed: {type(e).__name__}: {e}")
-            outcomes[task.index] = outcome
-            if on_done:
-                on_done(task, outcome)
+                finish(futures[future], future.result())
+            except BrokenProcessPool:
+                orphans.append(futures[future])
+            except BaseException as e:
+                finish(futures[future], failed(futures[future], f"the worker process running it failed: "
+                                                                 f"{type(e).__name__}: {e}"))
+    # Run each orphan again in a worker of its own: only a task that kills its worker fails.
+    for task in sorted(orphans, key=lambda t: t.index):
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as alone:
+            try:
+                outcome = alone.submit(run_task_safely, task).result()
+            except BaseException as e:
+                outcome = failed(task, "the worker process running it failed (it died: killed, out of "
+                                       f"memory, or a crash in native code): {type(e).__name__}")
+        finish(task, outcome)
     return [outcomes[task.index] for task in tasks]
 
 
