@@ -179,6 +179,7 @@ def _verify(args) -> int:
             return EXIT_USAGE
     gate.write_summary(args, results, judgements, hidden)
     options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements, "category": args.category}
+    gate.write_sarif(args, results, options)
     rendered = FORMATS[args.format](results, **options)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

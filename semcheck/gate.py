@@ -40,6 +40,9 @@ def add_arguments(verify: argparse.ArgumentParser) -> None:
     verify.add_argument("--summary", metavar="FILE.md", default=None,
                         help=f"write a Markdown summary to FILE (appended to ${SUMMARY_VARIABLE} "
                         "by itself when that is set)")
+    verify.add_argument("--sarif", metavar="FILE", default=None,
+                        help="also write the SARIF report to FILE, whatever --format prints "
+                        "(e.g. --format github for annotations and --sarif for code scanning)")
     verify.add_argument("--category", metavar="NAME", default=None,
                         help="SARIF: the analysis category (runAutomationDetails.id), to keep several "
                         "analyses of one commit apart in code scanning")
@@ -111,3 +114,11 @@ def write_summary(args, results, judgements, hidden: int) -> list[str]:
         with open(path, mode, encoding="utf-8") as f:
             f.write(text)
     return targets
+
+
+def write_sarif(args, results, options: dict) -> None:
+    if args.sarif:
+        from semcheck.report import FORMATS
+
+        with open(args.sarif, "w", encoding="utf-8") as f:
+            f.write(FORMATS["sarif"](results, **options))
