@@ -11,7 +11,9 @@
 * A code flow holds the threads involved in the finding (the violating thread, the threads
   in its wait-for cycle, and those that touched the semaphores it is about, or the copy it
   races with), one thread flow each, steps in the global order of the trace
-  (`executionOrder`); the blocked waits end their threads.
+  (`executionOrder`); the blocked waits end their threads. The fewest-devices schedule shows
+  every step of those threads; larger ones only the essential steps (on the finding's
+  semaphores, faults, blocked waits), which keeps the SARIF of a whole sweep small.
 * Paths are relative to the repository root (`$GITHUB_WORKSPACE`, else the git work tree
   of the working directory) under `uriBaseId` %SRCROOT%, from whatever directory semcheck runs.
 * Checks that could not run (error) or did not finish (inconclusive) are tool execution
@@ -125,7 +127,8 @@ def _result(finding: Finding, rule_index: dict, expectation, root: str) -> dict:
     related = _related_locations(violation, finding.location, root)
     if related:
         out["relatedLocations"] = related
-    flows = [flow for r, v in finding.members if (flow := _code_flow(r, v, root)) is not None]
+    flows = [flow for i, (r, v) in enumerate(finding.members)
+             if (flow := _code_flow(r, v, root, whole_threads=i == 0)) is not None]
     if flows:
         out["codeFlows"] = flows
     if expectation is not None:
@@ -207,15 +210,21 @@ def involved_lanes(violation: Violation) -> set[Lane]:
     return lanes
 
 
-def _code_flow(result: Result, violation: Violation, root: str) -> dict | None:
+def _code_flow(result: Result, violation: Violation, root: str, *, whole_threads: bool) -> dict | None:
+    """The schedule, on the threads involved: every step of theirs for the first (fewest
+    devices) schedule of a finding, only the essential ones (on the finding's semaphores,
+    faults, blocked waits) for the larger ones, which repeat the pattern on more devices."""
     involved = involved_lanes(violation)
     threads: dict[tuple, list[dict]] = {}
     names: dict[tuple, str] = {}
     for step in violation.trace:
         if step.location is None or (involved and _lane(step.device, step.core) not in involved):
             continue
+        entry = _flow_step(step, violation, root)
+        if not whole_threads and entry["importance"] != "essential":
+            continue
         lane = (step.device or 0, step.core or 0, step.sub)
-        threads.setdefault(lane, []).append(_flow_step(step, violation, root))
+        threads.setdefault(lane, []).append(entry)
     order = len(violation.trace)
     primary = set(violation.cycle) if violation.cycle else None
     for i, b in enumerate(violation.blocked):
@@ -241,9 +250,10 @@ def _code_flow(result: Result, violation: Violation, root: str) -> dict | None:
         name = names.get(lane) or thread_name(device, core, sub, result.cores, core_unit(result.semantics))
         thread_flows.append({"id": name, "message": {"text": name}, "locations": threads[lane]})
     shown = sum(len(t["locations"]) for t in thread_flows)
+    which = "" if whole_threads else "essential "
     return {
         "message": {"text": f"schedule with {result.devices} devices ({len(violation.trace)} steps; "
-                            f"{shown} shown, of the {len(thread_flows)} threads involved)"},
+                            f"{shown} {which}shown, of the {len(thread_flows)} threads involved)"},
         "threadFlows": thread_flows,
     }
 
