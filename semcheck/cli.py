@@ -169,11 +169,11 @@ def _verify(args) -> int:
         print("semcheck: error: nothing to check: no kernel scripts or models in "
               + ", ".join(args.paths), file=sys.stderr)
         return EXIT_USAGE
-    results, hidden = gate.apply_baseline(args, results)
+    full, (results, hidden) = results, gate.apply_baseline(args, results)
     judgements = None
     if args.expectations:
         try:
-            judgements = expectations.judge_all(results)
+            judgements = expectations.judge_all(full)
         except expectations.ExpectationError as e:
             print(f"semcheck: error: {e}", file=sys.stderr)
             return EXIT_USAGE
@@ -193,7 +193,7 @@ def _verify(args) -> int:
         if code:
             return code
     if judgements is not None:
-        return EXIT_CODES[worst(expectations.effective_verdict(r, j) for r, j in zip(results, judgements))]
+        return EXIT_CODES[worst(gate.judged_verdict(f, r, j) for f, r, j in zip(full, results, judgements))]
     return EXIT_CODES[worst(r.verdict for r in results)]
 
 

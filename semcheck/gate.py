@@ -9,6 +9,7 @@ import os
 import sys
 
 from semcheck import config
+from semcheck.result import Result, Verdict
 from semcheck.sweep import Executor, Task, TaskOutcome, default_jobs
 
 SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
@@ -95,6 +96,18 @@ def apply_baseline(args, results):
     from semcheck.report import baseline
 
     return baseline.without_known(results, baseline.known_fingerprints(args.baseline), args.baseline)
+
+
+def judged_verdict(full: Result, shown: Result, judgement) -> Verdict:
+    """What a check counts as under --expectations (judged on its full findings), when a
+    baseline may have hidden some: a mismatch made only of findings the baseline knows
+    passes, like any known finding."""
+    from semcheck.expectations import effective_verdict
+
+    verdict = effective_verdict(full, judgement)
+    if verdict is Verdict.VIOLATION and shown is not full and not shown.errors:
+        return Verdict.SAFE
+    return verdict
 
 
 def write_summary(args, results, judgements, hidden: int) -> list[str]:

@@ -149,14 +149,20 @@ def _run_in_processes(tasks: list[Task], jobs: int, on_done) -> list[TaskOutcome
 
 def _process_context():
     """fork where it is safe (no other threads, JAX not loaded: workers start at once, with
-    every module already imported); else a fresh interpreter per worker."""
+    every module already imported); else forks of a clean server process that imported
+    semcheck once (forkserver, reused by every pool of this process); else a fresh
+    interpreter per worker."""
     import multiprocessing
     import sys
     import threading
 
-    if ("fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
-            and "jax" not in sys.modules):
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1 and "jax" not in sys.modules:
         return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["semcheck.sweep", "semcheck.api", "semcheck.engines"])
+        return context
     return multiprocessing.get_context("spawn")
 
 

@@ -304,3 +304,15 @@ def test_bad_pyproject_values_are_errors(capsys, repo, line, message):
 def test_no_path_and_no_configured_paths_is_a_usage_error(capsys, repo):
     code, _, err = run(capsys)
     assert code == 2 and "no PATH given" in err
+
+
+def test_with_expectations_a_baseline_lets_known_unexpected_findings_pass(capsys, repo):
+    baseline = repo / "baseline.json"
+    run(capsys, "kernels/twins.py", "--devices", "2", "--format", "json", "-o", str(baseline))
+    code, _, _ = run(capsys, "kernels/twins.py", "--devices", "2", "--expectations")
+    assert code == 1  # twins declares nothing, so it is expected safe
+    code, out, _ = run(capsys, "kernels/twins.py", "--devices", "2", "--expectations", "--baseline",
+                       str(baseline), "--format", "json")
+    assert code == 0
+    [result] = json.loads(out)["results"]
+    assert result["violations"] == [] and result["expectation"]["matched"] is False  # judged on all findings

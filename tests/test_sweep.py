@@ -5,6 +5,8 @@ that dies where it runs is an error Result for its check, never a lost one."""
 import json
 import os
 import re
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -92,6 +94,28 @@ def test_a_worker_process_that_dies_is_an_error_result_and_loses_no_other(capsys
         assert r["verdict"] == "error" and "worker process running it failed" in r["error"]
     # The checks that shared the broken pool are run again, each in a worker of its own.
     assert [(r["verdict"], r["stats"]["states"]) for r in results[2:]] == [("safe", 17), ("safe", 48)]
+
+
+def test_with_jax_loaded_workers_come_from_a_clean_forkserver(serial, tmp_path):
+    """A process that imported JAX (a test suite, a notebook) must not fork itself: its
+    workers are forks of a server that never loaded JAX. Same report."""
+    out = tmp_path / "forkserver.json"
+    script = textwrap.dedent(f'''
+        import sys
+        import jax  # noqa: F401
+        from semcheck import cli, sweep
+
+        if __name__ == "__main__":
+            assert sweep._process_context().get_start_method() == "forkserver"
+            sys.exit(cli.main(["verify", "models/", "--devices", "2,4", "-j", "2", "--format", "json",
+                               "-o", {str(out)!r}, "-q"]))
+    ''')
+    (tmp_path / "run.py").write_text(script)
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, str(tmp_path / "run.py")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == serial["models"][0], proc.stderr[-2000:]
+    assert without_times(out.read_text()) == without_times(serial["models"][1])
 
 
 @pytest.fixture(scope="module")
