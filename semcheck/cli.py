@@ -136,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     for warning in defaults.warnings():
         print(warning, file=sys.stderr)
     args = build_parser(defaults).parse_args(argv)
-    if not args.paths:
-        print("semcheck: error: no PATH given, and no [tool.semcheck] paths in pyproject.toml", file=sys.stderr)
+    problem = gate.usage_problem(args)
+    if problem:
+        print(f"semcheck: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return _verify(args)

@@ -49,6 +49,15 @@ def add_arguments(verify: argparse.ArgumentParser) -> None:
                         "analyses of one commit apart in code scanning")
 
 
+def usage_problem(args) -> str | None:
+    """What is wrong with the gate flags as given together, if anything."""
+    if not args.paths:
+        return "no PATH given, and no [tool.semcheck] paths in pyproject.toml"
+    if args.ray_address and args.executor != Executor.RAY.value:
+        return "--ray-address needs --executor ray"
+    return None
+
+
 def apply_project_defaults(verify: argparse.ArgumentParser, defaults: config.Defaults) -> None:
     """`[tool.semcheck]` values become the parser's defaults, so flags override them."""
     values = {}

@@ -316,3 +316,8 @@ def test_with_expectations_a_baseline_lets_known_unexpected_findings_pass(capsys
     assert code == 0
     [result] = json.loads(out)["results"]
     assert result["violations"] == [] and result["expectation"]["matched"] is False  # judged on all findings
+
+
+def test_a_ray_address_without_the_ray_executor_is_a_usage_error(capsys):
+    code, _, err = run(capsys, os.path.join(MODELS, "circular_wait.py"), "--ray-address", "auto")
+    assert code == 2 and "--ray-address needs --executor ray" in err
