@@ -55,7 +55,7 @@ from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn,
 from semcheck.engines.causal import causal_past
 from semcheck.engines.common import Exploration
 from semcheck.engines.smt_encoding import Encoding
-from semcheck.engines.smt_terms import NOT, OR
+from semcheck.engines.smt_terms import NOT, OR, fresh_context
 from semcheck.engines.unroll import CONSTANT_JUMP_CAP
 from semcheck.properties import CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings
 from semcheck.semantics import Action, State, System
@@ -84,6 +84,7 @@ def explore(
     """`report_ends`: also ask whether some execution ends cleanly (question 5), which only
     merging independent parts needs."""
     with _Z3_IN_USE:
+        fresh_context()  # the answer must not depend on what this process checked before
         return _explore(system, unroll, budget, progress, report_ends)
 
 
