@@ -1,6 +1,7 @@
 """semcheck: a model checker for the synchronization protocols of JAX Pallas kernels."""
 
-from semcheck.version import __version__
+from semcheck.version import REPOSITORY_URL, __version__  # noqa: F401 (REPOSITORY_URL: re-exported)
+
 
 # The public names are imported on first use (PEP 562), so that `import semcheck.capture`
 # (the capture subprocess) or `semcheck.cli` on a model file loads only what it needs.

@@ -17,8 +17,8 @@ import shutil
 import sys
 import time
 
+from semcheck import config, expectations, gate
 from semcheck.version import __version__
-from semcheck import expectations
 from semcheck.api import verify_path
 from semcheck.assumptions import AssumptionError, parse as parse_assumption
 from semcheck.engines import ENGINES
@@ -26,6 +26,8 @@ from semcheck.engines.budget import Budget, ProgressInfo
 from semcheck.frontends import discover
 from semcheck.kinds import DESCRIPTIONS
 from semcheck.report import FORMATS
+from semcheck.report.baseline import BaselineError
+from semcheck.sweep_ray import RayUnavailable
 from semcheck.result import EXIT_CODES, Verdict, worst
 
 EXIT_USAGE = 2
@@ -62,7 +64,7 @@ def _graph_file(text: str) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentParser:
     kinds = "\n".join(f"  {k.value:<24}{d}" for k, d in DESCRIPTIONS.items())
     parser = _Parser(
         prog="semcheck",
@@ -78,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check every schedule of each kernel or model for deadlocks, unsatisfied waits, "
         "leftover semaphores and bad device or core ids.",
     )
-    verify.add_argument("paths", nargs="+", metavar="PATH", help="a kernel script, a model file, or a folder")
+    verify.add_argument("paths", nargs="*", metavar="PATH",
+                        help="a kernel script, a model file, or a folder (default: [tool.semcheck] paths)")
     verify.add_argument("--devices", type=_device_counts, default=[2, 4, 8], metavar="N[,N...]",
                         help="device counts to check (default: 2,4,8)")
     verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
@@ -124,14 +127,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "(# semcheck: expect KIND, or [tool.semcheck.expect] in pyproject.toml): "
                         "exit 0 when every check matches, 1 when one does not")
     verify.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    gate.add_arguments(verify)
+    if defaults is not None:
+        gate.apply_project_defaults(verify, defaults)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        defaults = config.load()
+    except config.ConfigError as e:
+        print(f"semcheck: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    for warning in defaults.warnings():
+        print(warning, file=sys.stderr)
+    args = build_parser(defaults).parse_args(argv)
+    problem = gate.usage_problem(args)
+    if problem:
+        print(f"semcheck: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return _verify(args)
-    except AssumptionError as e:
+    except (AssumptionError, BaselineError, RayUnavailable) as e:
         print(f"semcheck: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -155,21 +172,25 @@ def _verify(args) -> int:
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
         on_load=None if args.quiet else capture_line_printer(sys.stderr, before=_clear_progress),
         assume=args.assume, reduce=not args.no_reduction, split=not args.no_split, invocations=args.invocations,
-        **({} if args.unroll is None else {"unroll": args.unroll}),
+        **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args),
     )
     _clear_progress()
     if not results:
         print("semcheck: error: nothing to check: no kernel scripts or models in "
               + ", ".join(args.paths), file=sys.stderr)
         return EXIT_USAGE
+    full, (results, hidden) = results, gate.apply_baseline(args, results)
     judgements = None
     if args.expectations:
         try:
-            judgements = expectations.judge_all(results)
+            judgements = expectations.judge_all(full)
         except expectations.ExpectationError as e:
             print(f"semcheck: error: {e}", file=sys.stderr)
             return EXIT_USAGE
-    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements, "all_traces": args.all_traces}
+    gate.write_summary(args, results, judgements, hidden)
+    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements, "all_traces": args.all_traces,
+               "category": args.category}
+    gate.write_sarif(args, results, options)
     if args.format == "text" and not args.output and sys.stdout.isatty():
         options["width"] = shutil.get_terminal_size().columns  # verdict lines wrap to the terminal
     rendered = FORMATS[args.format](results, **options)
@@ -185,7 +206,7 @@ def _verify(args) -> int:
         if code:
             return code
     if judgements is not None:
-        return EXIT_CODES[worst(expectations.effective_verdict(r, j) for r, j in zip(results, judgements))]
+        return EXIT_CODES[worst(gate.judged_verdict(f, r, j) for f, r, j in zip(full, results, judgements))]
     return EXIT_CODES[worst(r.verdict for r in results)]
 
 

@@ -31,7 +31,8 @@ LAYERS = [
     ("semantics", ("semcheck.semantics", "semcheck.footprints", "semcheck.properties", "semcheck.trace")),
     ("engines", ("semcheck.engines",)),
     ("reports", ("semcheck.report", "semcheck.expectations")),
-    ("entry", ("semcheck.api", "semcheck.testing", "semcheck.cli", "semcheck.__main__", "semcheck")),
+    ("entry", ("semcheck.checks", "semcheck.sweep", "semcheck.sweep_ray", "semcheck.config", "semcheck.gate",
+               "semcheck.api", "semcheck.testing", "semcheck.cli", "semcheck.__main__", "semcheck")),
 ]
 
 # The one place a frontend consults the semantics: evaluating the kernel's data needs to know
@@ -40,7 +41,12 @@ LAYERS = [
 # (docs/data-evaluation.md).
 # And a notebook displays a Result through `Result._repr_html_`, which renders it with the
 # report layer (imported when a notebook first displays one, never at start-up).
-ALLOWED = {("semcheck.lower.schedule", "semcheck.semantics"), ("semcheck.result", "semcheck.report.html")}
+# The Ray executor is an optional extra: the sweep imports it only when asked to run there.
+ALLOWED = {
+    ("semcheck.lower.schedule", "semcheck.semantics"),
+    ("semcheck.result", "semcheck.report.html"),
+    ("semcheck.sweep", "semcheck.sweep_ray"),
+}
 
 # Layers that may not see each other although neither is above the other.
 APART = {("frontends", "semantics"), ("semantics", "frontends"), ("frontends", "engines"),

@@ -95,10 +95,12 @@ def test_results_point_at_kernel_lines_with_relative_uris(capsys, monkeypatch):
     assert result["properties"]["devices"] == [2, 4, 8]
     assert [f["message"]["text"].split(" (")[0] for f in result["codeFlows"]] == [
         "schedule with 2 devices", "schedule with 4 devices", "schedule with 8 devices"]
-    flow = result["codeFlows"][1]  # 4 devices: one thread flow per device, steps in trace order
-    assert [t["id"] for t in flow["threadFlows"]] == [f"device {d}" for d in range(4)]
+    # 4 devices: one thread flow per thread involved (device 3 waits for a second barrier
+    # signal; device 2 is the neighbour that gave it the first), steps in trace order
+    flow = result["codeFlows"][1]
+    assert [t["id"] for t in flow["threadFlows"]] == ["device 2", "device 3"]
     orders = sorted(loc["executionOrder"] for t in flow["threadFlows"] for loc in t["locations"])
-    assert orders == list(range(1, len(orders) + 1))
+    assert orders == sorted(set(orders)) and orders[0] >= 1
     related = {loc["physicalLocation"]["region"]["startLine"] for loc in result["relatedLocations"]}
     assert related and location["region"]["startLine"] not in related  # the waits stuck behind
 

@@ -55,7 +55,7 @@ from semcheck.engines.causal import causal_past
 from semcheck.engines.common import Exploration
 from semcheck.engines.smt_encoding import Encoding
 from semcheck.engines.smt_scope import unmodelled
-from semcheck.engines.smt_terms import NOT, OR
+from semcheck.engines.smt_terms import NOT, OR, fresh_context
 from semcheck.engines.unroll import CONSTANT_JUMP_CAP
 from semcheck.properties import (
     CASCADING_KINDS, CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings, went_wrong,
@@ -88,12 +88,14 @@ def explore(
     stop = budget.stop if budget is not None else None
     if stop is None:
         with _Z3_IN_USE:
+            fresh_context()  # the answer must not depend on what this process checked before
             return _explore(system, unroll, budget, progress, report_ends)
     while not _Z3_IN_USE.acquire(timeout=0.05):  # another check is solving: wait, unless stopped
         if stop.is_set():
             found = Exploration(system, exhausted=stop.reason, solver_queries=0, encoded_events=0)
             return found
     try:
+        fresh_context()
         return _explore(system, unroll, budget, progress, report_ends)
     finally:
         _Z3_IN_USE.release()

@@ -24,6 +24,17 @@ SymBool = Union[bool, z3.BoolRef]
 _CTX = z3.main_ctx()
 
 
+def fresh_context() -> None:
+    """Start the next check in a new Z3 context, as in a fresh process. Z3's answers (which
+    model, so which counterexample) depend on every term the context has seen before: without
+    this, a check's counterexample depended on what the same process had checked earlier,
+    so a serial sweep, `-j` workers and Ray workers reported different ones."""
+    global _CTX
+    z3.z3._main_ctx = None  # z3.main_ctx() makes a new one on its next call
+    _CTX = z3.main_ctx()
+    _LITERALS.clear()
+
+
 def _ref():
     return _CTX.ref()
 

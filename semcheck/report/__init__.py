@@ -26,4 +26,18 @@ def _sarif(results: list[Result], **options) -> str:
     return sarif.render(results, **options)
 
 
-FORMATS: dict[str, Callable[..., str]] = {"text": _text, "json": _json, "sarif": _sarif}
+def _concise(results: list[Result], **options) -> str:
+    from semcheck.report import concise
+
+    return concise.render(results, **options)
+
+
+def _github(results: list[Result], **options) -> str:
+    from semcheck.report import github
+
+    return github.render(results, **options)
+
+
+FORMATS: dict[str, Callable[..., str]] = {
+    "text": _text, "json": _json, "sarif": _sarif, "concise": _concise, "github": _github,
+}

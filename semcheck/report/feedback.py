@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, TextIO
 
-from semcheck.report import display_path
+from semcheck.ir import display_path
 
 
 def capture_line(report) -> str | None:

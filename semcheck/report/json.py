@@ -183,7 +183,13 @@ def _engine_runs(r: Result) -> dict:
 def render(results: list[Result], *, judgements=None, **_options) -> str:
     """With `judgements` (--expectations), each result also says what was declared for it
     and whether it matched: `"expectation": {"expected", "matched", "reason", "declared_at"}`."""
+    from semcheck.report.findings import fingerprints_by_violation
+
     dicts = [result_dict(r) for r in results]
+    fingerprints = fingerprints_by_violation(results)  # what --baseline matches findings by
+    for d, r in zip(dicts, results):
+        for vd, v in zip(d["violations"], r.violations):
+            vd["fingerprint"] = fingerprints[id(v)]
     for d, j in zip(dicts, judgements or []):
         d["expectation"] = {
             "expected": j.expected_text,

@@ -1,31 +1,42 @@
 """`--format sarif`: SARIF 2.1.0 for GitHub code scanning and other SARIF viewers.
 
 * One rule per violation kind (all of them, so a viewer can tell "checked, nothing found"
-  from "not checked"), described by `properties.DESCRIPTIONS`.
-* One result per violation and place: the same violation found at 2, 4 and 8 devices is one
-  result (at the kernel source line), with one code flow per device count. A code flow has
-  one thread flow per device and core, its steps in the global order of the trace
-  (`executionOrder`); the blocked waits end their threads.
-* Paths are relative to the working directory (`uriBaseId` %SRCROOT%), as code scanning
-  expects when semcheck runs at the repository root.
+  from "not checked"), with a full description, `help` (the kind's page in `docs/kinds/`,
+  in Markdown) and a `helpUri` to that page.
+* One result per finding (`report/findings.py`): the same violation at the same place found
+  at 2, 4 and 8 devices is one result, with one code flow per device count. Its message
+  starts with the headline (what an alert list shows), and its `partialFingerprints` carry
+  the finding's identity, so code scanning tells two findings on identical lines apart and
+  keeps one alert per finding across runs.
+* A code flow holds the threads involved in the finding (the violating thread, the threads
+  in its wait-for cycle, and those that touched the semaphores it is about, or the copy it
+  races with), one thread flow each, steps in the global order of the trace
+  (`executionOrder`); the blocked waits end their threads. The fewest-devices schedule shows
+  every step of those threads; larger ones only the essential steps (on the finding's
+  semaphores, faults, blocked waits), which keeps the SARIF of a whole sweep small.
+* Paths are relative to the repository root (`$GITHUB_WORKSPACE`, else the git work tree
+  of the working directory) under `uriBaseId` %SRCROOT%, from whatever directory semcheck runs.
 * Checks that could not run (error) or did not finish (inconclusive) are tool execution
   notifications, and `executionSuccessful` is false when any check errored.
+* `--category NAME` sets `runAutomationDetails.id` (`NAME/`), so several analyses of one
+  commit (per device count or configuration) stay apart in code scanning.
 * With `--expectations`, a violation declared expected carries a SARIF suppression
   (`inSource` for a `# semcheck: expect` comment, `external` for pyproject.toml).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import linecache
 import os
 import urllib.parse
 from pathlib import Path
 
-from semcheck.version import __version__
-from semcheck.ir import Loc, core_unit, display_path, thread_name
+from semcheck.ir import Loc, core_unit, thread_name
 from semcheck.kinds import DESCRIPTIONS, SEVERITY, Kind
+from semcheck.report import findings as findings_module
+from semcheck.report.findings import FINGERPRINT_KEY, Finding
+from semcheck.report.kinds import FULL_DESCRIPTIONS, help_markdown, page_path
+from semcheck.version import REPOSITORY_URL, __version__
 from semcheck.result import Result, TraceStep, Verdict, Violation
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -34,22 +45,21 @@ SRCROOT = "%SRCROOT%"
 RULE_NAMES = {kind: "".join(word.capitalize() for word in kind.value.split("_")) for kind in Kind}
 
 
-def render(results: list[Result], *, judgements=None, **_options) -> str:
-    return json.dumps(sarif_log(results, judgements), indent=2)
+def render(results: list[Result], *, judgements=None, category: str | None = None, **_options) -> str:
+    return json.dumps(sarif_log(results, judgements, category=category), separators=(",", ":"))
 
 
-def sarif_log(results: list[Result], judgements=None) -> dict:
+def sarif_log(results: list[Result], judgements=None, *, category: str | None = None,
+              root: str | None = None) -> dict:
+    root = findings_module.repository_root() if root is None else root
     rules = [_rule(kind) for kind in Kind]
     rule_index = {kind.value: i for i, kind in enumerate(Kind)}
     judged = dict(zip(map(id, results), judgements)) if judgements is not None else None
-    groups: dict[tuple, list[tuple[Result, Violation]]] = {}
-    for result in results:
-        for violation in result.violations:
-            groups.setdefault(_group_key(result, violation), []).append((result, violation))
     sarif_results = [
-        _result(members, rule_index, _expected_by(members, judged)) for members in groups.values()
+        _result(finding, rule_index, _expected_by(finding.members, judged), root)
+        for finding in findings_module.collect(results, root)
     ]
-    notifications = [n for r in results for n in _notifications(r)]
+    notifications = [n for r in results for n in _notifications(r, root)]
     invocation = {"executionSuccessful": all(r.verdict is not Verdict.ERROR for r in results)}
     if notifications:
         invocation["toolExecutionNotifications"] = notifications
@@ -59,14 +69,17 @@ def sarif_log(results: list[Result], judgements=None) -> dict:
                 "name": "semcheck",
                 "version": __version__,
                 "semanticVersion": __version__,
+                "informationUri": REPOSITORY_URL,
                 "rules": rules,
             }
         },
         "invocations": [invocation],
-        "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().as_uri() + "/"}},
+        "originalUriBaseIds": {SRCROOT: {"uri": Path(root).as_uri().rstrip("/") + "/"}},
         "results": sarif_results,
         "columnKind": "unicodeCodePoints",
     }
+    if category:
+        run["automationDetails"] = {"id": category.rstrip("/") + "/"}
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 
 
@@ -86,38 +99,36 @@ def _rule(kind: Kind) -> dict:
         "id": kind.value,
         "name": RULE_NAMES[kind],
         "shortDescription": {"text": DESCRIPTIONS[kind]},
-        "fullDescription": {"text": DESCRIPTIONS[kind]},
+        "fullDescription": {"text": FULL_DESCRIPTIONS[kind]},
+        "help": {"text": FULL_DESCRIPTIONS[kind], "markdown": help_markdown(kind)},
+        "helpUri": f"{REPOSITORY_URL}/blob/v{__version__}/{page_path(kind)}",
         "defaultConfiguration": {"level": level},
         "properties": {"tags": ["concurrency", "pallas", "semaphore"], "problem.severity": level},
     }
 
 
-def _group_key(result: Result, violation: Violation) -> tuple:
-    loc = violation.location or Loc(result.file, result.line)
-    return (result.kernel, os.path.abspath(result.file) if result.file else "", violation.kind,
-            os.path.abspath(loc.file), loc.line)
-
-
-def _result(members: list[tuple[Result, Violation]], rule_index: dict, expectation) -> dict:
-    result, violation = members[0]
-    loc = violation.location or Loc(result.file, result.line)
-    devices = [r.devices for r, _ in members]
+def _result(finding: Finding, rule_index: dict, expectation, root: str) -> dict:
+    result, violation = finding.result, finding.violation
+    devices = finding.devices
     counts = ", ".join(map(str, devices))
-    message = f"{result.kernel}: {violation.message}\n(found with {counts} device{'s' if devices != [1] else ''})"
+    rest = violation.message.strip()
+    message = (f"{finding.headline}.\n\n{rest}\n\n(kernel {result.kernel}; found with {counts} "
+               f"device{'s' if devices != [1] else ''})")
     out = {
         "ruleId": violation.kind,
         "ruleIndex": rule_index[violation.kind],
         "level": violation.severity,
         "message": {"text": message},
-        "locations": [_location(loc)],
-        "partialFingerprints": {"semcheckViolation/v1": _fingerprint(result, violation, loc)},
+        "locations": [_location(finding.location, root)],
+        "partialFingerprints": {FINGERPRINT_KEY: finding.fingerprint},
         "properties": {"kernel": result.kernel, "devices": devices, "backend": result.backend,
                        "semantics": result.semantics, "engine": result.engine},
     }
-    related = _related_locations(violation, loc)
+    related = _related_locations(violation, finding.location, root)
     if related:
         out["relatedLocations"] = related
-    flows = [flow for r, v in members if (flow := _code_flow(r, v)) is not None]
+    flows = [flow for i, (r, v) in enumerate(finding.members)
+             if (flow := _code_flow(r, v, root, whole_threads=i == 0)) is not None]
     if flows:
         out["codeFlows"] = flows
     if expectation is not None:
@@ -129,9 +140,9 @@ def _result(members: list[tuple[Result, Violation]], rule_index: dict, expectati
     return out
 
 
-def _location(loc: Loc, message: str | None = None, id_: int | None = None) -> dict:
+def _location(loc: Loc, root: str, message: str | None = None, id_: int | None = None) -> dict:
     location: dict = {"physicalLocation": {
-        "artifactLocation": _artifact(loc.file),
+        "artifactLocation": _artifact(loc.file, root),
         "region": {"startLine": max(loc.line, 1)},
     }}
     if message:
@@ -141,44 +152,92 @@ def _location(loc: Loc, message: str | None = None, id_: int | None = None) -> d
     return location
 
 
-def _artifact(path: str) -> dict:
-    shown = display_path(path)
+def _artifact(path: str, root: str) -> dict:
+    shown = findings_module.relative_to_root(path, root)
     if os.path.isabs(shown):
         return {"uri": Path(shown).as_uri()}
-    return {"uri": urllib.parse.quote(shown.replace(os.sep, "/")), "uriBaseId": SRCROOT}
+    return {"uri": urllib.parse.quote(shown), "uriBaseId": SRCROOT}
 
 
-def _related_locations(violation: Violation, primary: Loc) -> list[dict]:
+def _related_locations(violation: Violation, primary: Loc, root: str) -> list[dict]:
     out, seen = [], {primary}
     for b in violation.blocked:
         loc = b.location
         if loc is None or loc in seen:
             continue
         seen.add(loc)
-        out.append(_location(loc, f"{b.name} is blocked here: {b.what} on {b.semaphore} "
-                                  f"needs {b.needs}, has {b.has}", len(out) + 1))
+        out.append(_location(loc, root, f"{b.name} is blocked here: {b.what} on {b.semaphore} "
+                                        f"needs {b.needs}, has {b.has}", len(out) + 1))
+    for loc in violation.related:
+        if isinstance(loc, Loc) and loc not in seen:
+            seen.add(loc)
+            out.append(_location(loc, root, "the other access", len(out) + 1))
     return out
 
 
-def _code_flow(result: Result, violation: Violation) -> dict | None:
+Lane = tuple[int, int]  # (device, core): the thread a step or a blocked wait belongs to
+
+
+def _lane(device, core) -> Lane:
+    return (device or 0, core or 0)
+
+
+def involved_lanes(violation: Violation) -> set[Lane]:
+    """The threads a finding is about: the violating thread, the threads of its wait-for
+    cycle, every thread that touched a semaphore those threads are blocked on (or the
+    violation is about), and the thread that started a racing copy. Empty when the
+    violation names no thread (then every thread is shown)."""
+    lanes: set[Lane] = set()
+    if violation.device is not None:
+        lanes.add(_lane(violation.device, violation.core))
+    if violation.cycle:
+        blocked = [violation.blocked[i] for i in violation.cycle if i < len(violation.blocked)]
+    else:  # the violating thread's own wait; the waits stuck behind it are related locations
+        blocked = [b for b in violation.blocked if _lane(b.device, b.core) in lanes]
+    lanes |= {_lane(b.device, b.core) for b in blocked}
+    focus = {b.short for b in blocked} | {violation.semaphore}
+    focus.discard(None)
+    steps = {step.index: step for step in violation.trace}
+    for step in violation.trace:
+        if step.semaphore and step.semaphore in focus:
+            lanes.add(_lane(step.device, step.core))
+            starter = steps.get(step.started_by) if step.started_by else None
+            if starter is not None:
+                lanes.add(_lane(starter.device, starter.core))
+    racing = steps.get(violation.racing_step) if violation.racing_step else None
+    if racing is not None:
+        lanes.add(_lane(racing.device, racing.core))
+    return lanes
+
+
+def _code_flow(result: Result, violation: Violation, root: str, *, whole_threads: bool) -> dict | None:
+    """The schedule, on the threads involved: every step of theirs for the first (fewest
+    devices) schedule of a finding, only the essential ones (on the finding's semaphores,
+    faults, blocked waits) for the larger ones, which repeat the pattern on more devices."""
+    involved = involved_lanes(violation)
     threads: dict[tuple, list[dict]] = {}
     names: dict[tuple, str] = {}
     for step in violation.trace:
-        if step.location is None:
+        if step.location is None or (involved and _lane(step.device, step.core) not in involved):
+            continue
+        entry = _flow_step(step, violation, root)
+        if not whole_threads and entry["importance"] != "essential":
             continue
         lane = (step.device or 0, step.core or 0, step.sub)
-        threads.setdefault(lane, []).append(_flow_step(step, violation))
+        threads.setdefault(lane, []).append(entry)
     order = len(violation.trace)
     primary = set(violation.cycle) if violation.cycle else None
     for i, b in enumerate(violation.blocked):
         if b.location is None:
             continue
         order += 1
+        if involved and _lane(b.device, b.core) not in involved:
+            continue
         lane = (b.device, b.core or 0, b.sub)
         names[lane] = b.name
         threads.setdefault(lane, []).append({
-            "location": _location(b.location, f"blocked: {b.what} on {b.semaphore} needs "
-                                              f"{b.needs}, has {b.has}"),
+            "location": _location(b.location, root, f"blocked: {b.what} on {b.semaphore} needs "
+                                                    f"{b.needs}, has {b.has}"),
             "executionOrder": order,
             "importance": "essential" if primary is None or i in primary else "important",
             "kinds": ["danger"],
@@ -190,18 +249,21 @@ def _code_flow(result: Result, violation: Violation) -> dict | None:
         device, core, sub = lane
         name = names.get(lane) or thread_name(device, core, sub, result.cores, core_unit(result.semantics))
         thread_flows.append({"id": name, "message": {"text": name}, "locations": threads[lane]})
+    shown = sum(len(t["locations"]) for t in thread_flows)
+    which = "" if whole_threads else "essential "
     return {
-        "message": {"text": f"schedule with {result.devices} devices ({len(violation.trace)} steps)"},
+        "message": {"text": f"schedule with {result.devices} devices ({len(violation.trace)} steps; "
+                            f"{shown} {which}shown, of the {len(thread_flows)} threads involved)"},
         "threadFlows": thread_flows,
     }
 
 
-def _flow_step(step: TraceStep, violation: Violation) -> dict:
+def _flow_step(step: TraceStep, violation: Violation, root: str) -> dict:
     focus = {b.short for b in violation.blocked} | {violation.semaphore}
     fault = step.fault is not None
     essential = fault or step.relevance == 0 or (step.semaphore and step.semaphore in focus)
     entry = {
-        "location": _location(step.location, f"{step.index}. {step.actor}: {step.text}"),
+        "location": _location(step.location, root, f"{step.index}. {step.actor}: {step.text}"),
         "executionOrder": step.index,
         # the violation's causal past is what a reader needs; other steps are context
         "importance": "essential" if essential else ("important" if step.relevance is not None else "unimportant"),
@@ -211,7 +273,7 @@ def _flow_step(step: TraceStep, violation: Violation) -> dict:
     return entry
 
 
-def _notifications(result: Result) -> list[dict]:
+def _notifications(result: Result, root: str) -> list[dict]:
     if result.verdict is Verdict.ERROR:
         level, text = "error", f"{result.kernel} ({result.devices} devices) could not be checked: {result.error}"
     elif result.verdict is Verdict.INCONCLUSIVE:
@@ -221,13 +283,5 @@ def _notifications(result: Result) -> list[dict]:
         return []
     notification = {"level": level, "message": {"text": text}}
     if result.file and not result.file.startswith("<"):
-        notification["locations"] = [_location(Loc(result.file, max(result.line, 1)))]
+        notification["locations"] = [_location(Loc(result.file, max(result.line, 1)), root)]
     return [notification]
-
-
-def _fingerprint(result: Result, violation: Violation, loc: Loc) -> str:
-    """Stable across runs and line shifts: the kind, the file, the kernel and the text of
-    the source line (not its number)."""
-    text = linecache.getline(loc.file, loc.line).strip()  # "" when the source is gone
-    key = "\0".join([violation.kind, display_path(loc.file), result.kernel, text])
-    return hashlib.sha256(key.encode()).hexdigest()[:32]

@@ -1,0 +1,146 @@
+"""The CI-gate side of `semcheck verify`: project defaults (`[tool.semcheck]`), parallel and
+distributed sweeps (`-j`, `--executor ray`), `--baseline`, `--summary` and `--category`.
+Kept apart from cli.py so that the run loop there stays one call per step."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from semcheck import config
+from semcheck.result import Result, Verdict
+from semcheck.sweep import Executor, Task, TaskOutcome, default_jobs
+
+SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of parallel jobs, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"-j needs at least 1 job, got {n}")
+    return n
+
+
+def add_arguments(verify: argparse.ArgumentParser) -> None:
+    verify.add_argument("-j", "--jobs", type=_jobs, default=None, metavar="N",
+                        help="run the captures and checks of N (file, device count) pairs at once, "
+                        "in worker processes (default: the number of cores); the report is the "
+                        "same as with -j 1, in the same order")
+    verify.add_argument("--executor", choices=[e.value for e in Executor], default=Executor.LOCAL.value,
+                        help="where the checks run: local (this machine, -j workers) or ray (a Ray "
+                        "cluster: --ray-address, or RAY_ADDRESS, or a local one started for the run)")
+    verify.add_argument("--ray-address", metavar="ADDR", default=None,
+                        help="the Ray cluster to send checks to (e.g. ray://head:10001 or auto)")
+    verify.add_argument("--baseline", metavar="FILE", default=None,
+                        help="a previous --format json or sarif result: report and gate only on "
+                        "findings it does not have")
+    verify.add_argument("--summary", metavar="FILE.md", default=None,
+                        help=f"write a Markdown summary to FILE (appended to ${SUMMARY_VARIABLE} "
+                        "by itself when that is set)")
+    verify.add_argument("--sarif", metavar="FILE", default=None,
+                        help="also write the SARIF report to FILE, whatever --format prints "
+                        "(e.g. --format github for annotations and --sarif for code scanning)")
+    verify.add_argument("--category", metavar="NAME", default=None,
+                        help="SARIF: the analysis category (runAutomationDetails.id), to keep several "
+                        "analyses of one commit apart in code scanning")
+
+
+def usage_problem(args) -> str | None:
+    """What is wrong with the gate flags as given together, if anything."""
+    if not args.paths:
+        return "no PATH given, and no [tool.semcheck] paths in pyproject.toml"
+    if args.ray_address and args.executor != Executor.RAY.value:
+        return "--ray-address needs --executor ray"
+    return None
+
+
+def apply_project_defaults(verify: argparse.ArgumentParser, defaults: config.Defaults) -> None:
+    """`[tool.semcheck]` values become the parser's defaults, so flags override them."""
+    values = {}
+    if defaults.paths is not None:
+        values["paths"] = list(defaults.paths)
+    if defaults.devices is not None:
+        values["devices"] = list(defaults.devices)
+    if defaults.engine is not None:
+        values["engine"] = defaults.engine
+    if defaults.timeout is not None and "SEMCHECK_TIMEOUT" not in os.environ:
+        values["timeout"] = defaults.timeout
+    if defaults.invocations is not None:
+        values["invocations"] = defaults.invocations
+    verify.set_defaults(**values)
+
+
+def sweep_arguments(args) -> dict:
+    """verify_path's keyword arguments for where and how wide the sweep runs."""
+    jobs = args.jobs if args.jobs is not None else default_jobs()
+    shown = not args.quiet and (jobs > 1 or args.executor == Executor.RAY.value)
+    return {"jobs": jobs, "executor": args.executor, "ray_address": args.ray_address,
+            "on_done": _done_printer() if shown else None}
+
+
+def _done_printer():
+    """With checks running out of order, one line per (file, device count) as it finishes."""
+    finished = 0
+
+    def done(task: Task, outcome: TaskOutcome) -> None:
+        nonlocal finished
+        finished += 1
+        verdicts = ", ".join(f"{r.kernel} {r.verdict.value}" for r in outcome.results) or "nothing"
+        seconds = sum(r.stats.seconds for r in outcome.results)
+        sys.stderr.write(f"semcheck: [{finished}] {task.path} [{task.devices} devices]: {verdicts} "
+                         f"({seconds:.1f} s checking)\n")
+        sys.stderr.flush()
+
+    return done
+
+
+def apply_baseline(args, results):
+    """The results without the findings the baseline has, and how many were hidden."""
+    if not args.baseline:
+        return results, 0
+    from semcheck.report import baseline
+
+    return baseline.without_known(results, baseline.known_fingerprints(args.baseline), args.baseline)
+
+
+def judged_verdict(full: Result, shown: Result, judgement) -> Verdict:
+    """What a check counts as under --expectations (judged on its full findings), when a
+    baseline may have hidden some: a mismatch made only of findings the baseline knows
+    passes, like any known finding."""
+    from semcheck.expectations import effective_verdict
+
+    verdict = effective_verdict(full, judgement)
+    if verdict is Verdict.VIOLATION and shown is not full and not shown.errors:
+        return Verdict.SAFE
+    return verdict
+
+
+def write_summary(args, results, judgements, hidden: int) -> list[str]:
+    """Write the Markdown summary where asked; returns the files written."""
+    targets = [args.summary] if args.summary else []
+    step_summary = os.environ.get(SUMMARY_VARIABLE)
+    if step_summary and step_summary not in targets:
+        targets.append(step_summary)
+    if not targets:
+        return []
+    from semcheck.report import job_summary
+
+    text = job_summary.render(results, judgements=judgements, hidden=hidden,
+                              title=f"semcheck ({args.category})" if args.category else "semcheck")
+    for path in targets:
+        mode = "a" if path == step_summary else "w"  # the job summary file collects every step's
+        with open(path, mode, encoding="utf-8") as f:
+            f.write(text)
+    return targets
+
+
+def write_sarif(args, results, options: dict) -> None:
+    if args.sarif:
+        from semcheck.report import FORMATS
+
+        with open(args.sarif, "w", encoding="utf-8") as f:
+            f.write(FORMATS["sarif"](results, **options))

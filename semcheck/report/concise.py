@@ -1,0 +1,39 @@
+"""`--format concise`: one line per finding, `path:line:col: kind: headline`, the form
+editors, `grep` and compilers' error parsers read. A finding found at several device
+counts is one line; a check that errored or ran out of budget is one line too."""
+
+from __future__ import annotations
+
+from semcheck.ir import display_path
+from semcheck.report.findings import collect
+from semcheck.result import Result, Verdict
+
+
+def render(results: list[Result], *, judgements=None, **_options) -> str:
+    expected = expected_violations(results, judgements)
+    lines = []
+    for finding in collect(results):
+        loc = finding.location
+        devices = ", ".join(map(str, finding.devices))
+        tail = " (expected)" if all(id(v) in expected for _, v in finding.members) else ""
+        lines.append(f"{display_path(loc.file)}:{max(loc.line, 1)}:1: {finding.kind}: {finding.headline} "
+                     f"[{finding.result.kernel}, {devices} device{'s' if finding.devices != [1] else ''}]{tail}")
+    for r in results:
+        if r.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE):
+            lines.append(f"{display_path(r.file)}:{max(r.line, 1)}:1: {r.verdict.value}: {check_problem(r)} "
+                         f"[{r.kernel}, {r.devices} device{'s' if r.devices != 1 else ''}]")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def check_problem(r: Result) -> str:
+    """Why a check has no verdict, in one line."""
+    if r.verdict is Verdict.ERROR:
+        return (r.error or "could not be checked").strip().splitlines()[0]
+    return "; ".join(r.notes[:1]) or "a budget ran out before every schedule was explored"
+
+
+def expected_violations(results: list[Result], judgements) -> set[int]:
+    """ids of the violations of checks that got exactly what was declared for them."""
+    if judgements is None:
+        return set()
+    return {id(v) for r, j in zip(results, judgements) if j.matched and j.expected is not None for v in r.violations}

@@ -1,0 +1,52 @@
+"""`--format github`: GitHub Actions workflow commands (`::error file=...,line=...::...`),
+which the Actions log turns into annotations on the pull request's diff.
+
+Paths are relative to the repository root (`$GITHUB_WORKSPACE`), as annotations need.
+GitHub shows at most 10 annotations of each level per step; the job summary
+(`--summary`) has every finding. A violation declared expected (`--expectations`) is a
+`notice`, not an error.
+"""
+
+from __future__ import annotations
+
+from semcheck.report.concise import expected_violations, check_problem
+from semcheck.report.findings import collect, relative_to_root, repository_root
+from semcheck.result import Result, Verdict
+
+
+def escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(level: str, message: str, *, file: str | None, line: int, title: str) -> str:
+    props = []
+    if file and not file.startswith("<"):
+        props += [f"file={escape_property(file)}", f"line={max(line, 1)}"]
+    props.append(f"title={escape_property(title)}")
+    return f"::{level} {','.join(props)}::{escape_data(message)}"
+
+
+def render(results: list[Result], *, judgements=None, **_options) -> str:
+    root = repository_root()
+    expected = expected_violations(results, judgements)
+    lines = []
+    for finding in collect(results, root):
+        devices = ", ".join(map(str, finding.devices))
+        declared = all(id(v) in expected for _, v in finding.members)
+        level = "notice" if declared else ("warning" if finding.severity == "warning" else "error")
+        message = f"{finding.headline} (kernel {finding.result.kernel}; {devices} devices)"
+        if declared:
+            message += "; declared expected"
+        lines.append(command(level, message, file=relative_to_root(finding.location.file, root),
+                             line=finding.location.line, title=f"semcheck: {finding.kind}"))
+    for r in results:
+        if r.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE):
+            level = "error" if r.verdict is Verdict.ERROR else "warning"
+            lines.append(command(level, f"{r.kernel} ({r.devices} devices): {check_problem(r)}",
+                                 file=relative_to_root(r.file, root) if r.file else None, line=r.line,
+                                 title=f"semcheck: {r.verdict.value}"))
+    return "\n".join(lines) + ("\n" if lines else "")

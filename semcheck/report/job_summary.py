@@ -1,0 +1,66 @@
+"""`--summary FILE.md`: the run as Markdown, for a GitHub job summary
+(`$GITHUB_STEP_SUMMARY`, which semcheck appends to by itself when the variable is set).
+
+A verdict line, a table with one row per kernel (its verdict at each device count), then
+every finding (workflow annotations stop at 10 per step; this has them all).
+"""
+
+from __future__ import annotations
+
+from semcheck.ir import display_path
+from semcheck.report.concise import check_problem, expected_violations
+from semcheck.report.findings import collect
+from semcheck.report.summary import verdict_cell
+from semcheck.result import Result, Verdict, worst
+
+_ICONS = {Verdict.SAFE: "✅", Verdict.VIOLATION: "❌", Verdict.ERROR: "⚠️", Verdict.INCONCLUSIVE: "❔"}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(results: list[Result], *, judgements=None, hidden: int = 0, title: str = "semcheck") -> str:
+    counts = {v: sum(r.verdict is v for r in results) for v in Verdict}
+    kernels: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(results):
+        kernels.setdefault((r.file, r.kernel), []).append(i)
+    overall = worst(r.verdict for r in results)
+    parts = ", ".join(f"{counts[v]} {v.value}" for v in Verdict if counts[v]) or "nothing checked"
+    out = [f"## {title}: {_ICONS[overall]} {overall.value}", "",
+           f"{len(results)} checks of {len(kernels)} kernels: {parts}."]
+    if judgements is not None:
+        unexpected = sum(not j.matched for j in judgements)
+        out[-1] += f" {unexpected} unexpected." if unexpected else " Every check as expected."
+    if hidden:
+        out[-1] += f" {hidden} known finding{'s' if hidden != 1 else ''} hidden by the baseline."
+    devices = sorted({r.devices for r in results})
+    out += ["", "| kernel | file | " + " | ".join(f"{n} devices" for n in devices) + " |",
+            "|---|---|" + "---|" * len(devices)]
+    for (file, kernel), indices in kernels.items():
+        cells = {}
+        for i in indices:
+            r = results[i]
+            cell = f"{_ICONS[r.verdict]} {verdict_cell(r)}"
+            if judgements is not None:
+                cell += " (as expected)" if judgements[i].matched else " (**unexpected**)"
+            cells[r.devices] = cells[r.devices] + "; " + cell if r.devices in cells else cell
+        first = results[indices[0]]
+        where = f"`{display_path(file)}:{first.line}`" if file else ""
+        out.append(f"| {_cell(kernel)} | {where} | " + " | ".join(_cell(cells.get(n, "")) for n in devices) + " |")
+    expected = expected_violations(results, judgements)
+    findings = collect(results)
+    if findings:
+        out += ["", "### Findings", ""]
+        for f in findings:
+            loc = f.location
+            tag = " (expected)" if all(id(v) in expected for _, v in f.members) else ""
+            devices_text = ", ".join(map(str, f.devices))
+            out.append(f"- **{f.kind}**{tag} `{display_path(loc.file)}:{loc.line}` ({f.result.kernel}, "
+                       f"{devices_text} devices): {_cell(f.headline)}")
+    problems = [r for r in results if r.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE)]
+    if problems:
+        out += ["", "### Not decided", ""]
+        out += [f"- **{r.verdict.value}** `{display_path(r.file)}:{r.line}` ({r.kernel}, {r.devices} devices): "
+                f"{_cell(check_problem(r))}" for r in problems]
+    return "\n".join(out) + "\n"

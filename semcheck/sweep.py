@@ -1,0 +1,294 @@
+"""A sweep: every (file, device count) of a `semcheck verify` run is one task (capture or
+load the file at that count, then check each of its kernels), run one after the other, on
+a pool of local worker processes (`-j N`), or on a Ray cluster (`--executor ray`).
+
+Whatever runs the tasks, the Results come back in the order a serial run makes them (task
+by task, in the order of the files and device counts given), so every report is the same;
+only the time fields differ. A task that fails where it runs (a crashed worker, a lost
+node, a bug) is an error Result for that file and device count, never a lost one.
+
+Workers run each task in the working directory the sweep started in, so relative paths
+and the paths in messages read as in a serial run; a Ray worker therefore needs the files
+at the same paths (one machine, a shared filesystem, or the same checkout everywhere).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from semcheck.assumptions import Assumption, covers
+from semcheck.engines.budget import Budget, ProgressFn
+from semcheck.result import Result
+
+if TYPE_CHECKING:
+    from semcheck.checks import LoadReport
+
+ProgressFor = Callable[[str, int], "ProgressFn | None"]
+
+
+class Executor(str, enum.Enum):
+    LOCAL = "local"  # this machine: serial with -j 1, else a pool of worker processes
+    RAY = "ray"
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How every check of the sweep runs: what `semcheck verify`'s flags say."""
+
+    engine: str = "auto"
+    budget: Budget | None = None
+    assume: tuple[Assumption, ...] = ()
+    invocations: int = 1
+    reduce: bool = True
+    split: bool = True
+    unroll: int | None = None
+
+    def check_options(self) -> dict:
+        options = {"reduce": self.reduce, "split": self.split}
+        if self.unroll is not None:
+            options["unroll"] = self.unroll
+        return options
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int  # position in the serial order
+    path: str  # as the user gave it (relative to `cwd`)
+    devices: int
+    options: SweepOptions
+    cwd: str
+
+
+@dataclass
+class TaskOutcome:
+    index: int
+    results: list[Result]
+    # For --assume's name check: how many kernels the file gave, and the names of their inputs.
+    loaded: int = 0
+    input_names: frozenset[str] = field(default_factory=frozenset)
+    load: "LoadReport | None" = None  # how loading went (a capture line)
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def plan(paths: Iterable[str], devices: Iterable[int], options: SweepOptions) -> list[Task]:
+    from semcheck.frontends import discover
+
+    cwd = os.getcwd()
+    files = discover(list(paths))
+    counts = list(devices)
+    return [Task(i, path, n, options, cwd)
+            for i, (path, n) in enumerate((path, n) for path in files for n in counts)]
+
+
+def run(tasks: list[Task], *, jobs: int = 1, executor: Executor = Executor.LOCAL,
+        ray_address: str | None = None, progress_for: ProgressFor | None = None,
+        on_done: Callable[[Task, TaskOutcome], None] | None = None,
+        on_load: Callable[["LoadReport"], None] | None = None) -> list[Result]:
+    """Every task's Results, in task order. `progress_for` (live progress of each check)
+    applies only to tasks run in this process; `on_done` is told of each finished task as
+    it finishes, in whatever order that is, and `on_load` of how its file loaded."""
+    if on_load is not None:
+        told = on_done
+
+        def on_done(task: Task, outcome: TaskOutcome) -> None:
+            if outcome.load is not None:
+                on_load(outcome.load)
+            if told is not None:
+                told(task, outcome)
+
+    if executor is Executor.RAY:
+        from semcheck import sweep_ray
+
+        outcomes = sweep_ray.run(tasks, address=ray_address, on_done=on_done)
+    elif jobs <= 1 or len(tasks) <= 1:
+        outcomes = []
+        for task in tasks:
+            outcome = run_task_safely(task, progress_for)
+            outcomes.append(outcome)
+            if on_done:
+                on_done(task, outcome)
+    else:
+        outcomes = _run_in_processes(tasks, jobs, on_done)
+    outcomes.sort(key=lambda o: o.index)
+    check_assumed_names(tasks, outcomes)
+    return [r for outcome in outcomes for r in outcome.results]
+
+
+def _run_in_processes(tasks: list[Task], jobs: int, on_done) -> list[TaskOutcome]:
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    context = _process_context()
+    outcomes: dict[int, TaskOutcome] = {}
+    orphans: list[Task] = []  # tasks of a pool that broke when some worker of it died
+
+    def finish(task: Task, outcome: TaskOutcome) -> None:
+        outcomes[task.index] = outcome
+        if on_done:
+            on_done(task, outcome)
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
+        futures = {pool.submit(run_task_safely, task): task for task in tasks}
+        for future in as_completed(futures):
+            try:
+                finish(futures[future], future.result())
+            except BrokenProcessPool:
+                orphans.append(futures[future])
+            except BaseException as e:
+                finish(futures[future], failed(futures[future], f"the worker process running it failed: "
+                                                                 f"{type(e).__name__}: {e}"))
+    # Run each orphan again in a worker of its own: only a task that kills its worker fails.
+    for task in sorted(orphans, key=lambda t: t.index):
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as alone:
+            try:
+                outcome = alone.submit(run_task_safely, task).result()
+            except BaseException as e:
+                outcome = failed(task, "the worker process running it failed (it died: killed, out of "
+                                       f"memory, or a crash in native code): {type(e).__name__}")
+        finish(task, outcome)
+    return [outcomes[task.index] for task in tasks]
+
+
+def _process_context():
+    """fork where it is safe (no other threads, JAX not loaded: workers start at once, with
+    every module already imported); else forks of a clean server process that imported
+    semcheck once (forkserver, reused by every pool of this process); else a fresh
+    interpreter per worker."""
+    import multiprocessing
+    import sys
+    import threading
+
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1 and "jax" not in sys.modules:
+        return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["semcheck.sweep", "semcheck.api", "semcheck.engines"])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+def run_task_safely(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome:
+    """`run_task`, with anything it raises turned into an error Result (a worker must
+    always send an answer back)."""
+    from semcheck.assumptions import AssumptionError
+
+    try:
+        return run_task(task, progress_for)
+    except AssumptionError:
+        raise
+    except Exception as e:
+        detail = traceback.format_exception_only(type(e), e)[-1].strip()
+        return failed(task, f"internal error while checking it: {detail}")
+
+
+def failed(task: Task, message: str) -> TaskOutcome:
+    from semcheck.checks import error_result
+
+    kernel = os.path.splitext(os.path.basename(task.path))[0]
+    return TaskOutcome(task.index, [error_result(kernel, task.path, 0, task.devices, message, task.options.engine)])
+
+
+def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome:
+    """Load `task.path` at `task.devices` devices and check each of its kernels (of a kernel
+    whose lowering stopped part-way, what its prefix decides). Loading is part of each
+    check's time budget: the check's clock starts when its file begins to load."""
+    import time
+
+    from semcheck import assumptions
+    from semcheck.checks import (
+        LoadReport, _error_text, _load_error_result, _load_within, _out_of_budget_loading, _stem,
+        check_protocol, error_result,
+    )
+    from semcheck.engines.budget import Budget, BudgetExceeded
+    from semcheck.frontends import LoadError
+    from semcheck.invocations import repeat
+    from semcheck.prefix import prefix_result
+
+    options = task.options
+    budget = options.budget or Budget.from_env()
+    path, n = task.path, task.devices
+    phases: dict[str, float] = {}
+    captured = [1]
+
+    def heard(seconds: dict[str, float], kernels: int) -> None:
+        phases.update(seconds)
+        captured[0] = kernels
+
+    with _working_directory(task.cwd):
+        started = time.monotonic()
+        progress = progress_for(_stem(path), n) if progress_for else None
+        try:
+            loaded = _load_within(path, n, budget.started(started), progress, on_phases=heard)
+        except (LoadError, BudgetExceeded) as e:
+            seconds = time.monotonic() - started
+            result = (_load_error_result(path, n, e, options.engine) if isinstance(e, LoadError)
+                      else _out_of_budget_loading(path, n, e.reason, options.engine, seconds))
+            return TaskOutcome(task.index, [result], load=LoadReport(path, n, seconds, captured[0], phases, True))
+        report = LoadReport(path, n, time.monotonic() - started, captured[0], phases, False)
+        protocols = [q for p in loaded for q in (p.prefixes if isinstance(p, LoadError) else [p])]
+        names = frozenset(inp.name for p in protocols for inp in p.inputs)
+        check_budget = budget.started(started)
+        results = []
+        for item in loaded:
+            stopped = item if isinstance(item, LoadError) else None
+            if stopped is not None and not stopped.prefixes:  # one kernel of the file cannot be lowered
+                results.append(_load_error_result(path, n, stopped, options.engine))
+                continue
+            for protocol in stopped.prefixes if stopped is not None else [item]:
+                try:
+                    protocol = repeat(assumptions.apply(protocol, options.assume), options.invocations)
+                except ValueError as e:
+                    results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line,
+                                                n, str(e), options.engine))
+                    continue
+                progress = progress_for(protocol.name, n) if progress_for else None
+                result = check_protocol(protocol, engine=options.engine, budget=check_budget,
+                                        progress=progress, **options.check_options())
+                result.invocations = options.invocations
+                if stopped is not None:  # lowering stopped part-way: what its prefix decides
+                    result = prefix_result(result, protocol, _error_text(stopped), stopped.loc)
+                results.append(result)
+    return TaskOutcome(task.index, results, len(protocols), names, report)
+
+
+def check_assumed_names(tasks: list[Task], outcomes: list[TaskOutcome]) -> None:
+    """An `--assume` that names no input of any checked kernel is an error (a typo must not
+    leave the full range in place). Nothing loaded at all: the load errors say why."""
+    from semcheck.assumptions import AssumptionError
+
+    if not tasks or not tasks[0].options.assume or not any(o.loaded for o in outcomes):
+        return
+    known = frozenset().union(*(o.input_names for o in outcomes))
+    for a in tasks[0].options.assume:
+        if not any(covers(a.name, name) for name in known):
+            where = f"{a.loc}: " if a.loc else ""
+            inputs = ", ".join(sorted(known)) or "none"
+            raise AssumptionError(f"{where}assume {a}: there is no input named {a.name!r} in the "
+                                  f"checked kernels and models (inputs: {inputs})")
+
+
+class _working_directory:
+    def __init__(self, path: str):
+        self.path, self.previous = path, None
+
+    def __enter__(self):
+        if os.path.realpath(os.getcwd()) != os.path.realpath(self.path):
+            self.previous = os.getcwd()
+            os.chdir(self.path)
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            os.chdir(self.previous)
