@@ -11,15 +11,17 @@ bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from semcheck import assumptions, engines
 from semcheck.assumptions import Assumption
 from semcheck.engines.budget import Budget, ProgressFn
-from semcheck.frontends import LoadError, discover, load
+from semcheck.frontends import LoadError, NothingToCheck, Skipped, classify, load, walk
+from semcheck.frontends.discovery import Why
 from semcheck.invocations import repeat
 from semcheck.ir import Protocol
-from semcheck.result import Result, Verdict
+from semcheck.properties import SEVERITY, Kind
+from semcheck.result import Result, Verdict, Violation
 from semcheck.semantics import ProtocolError
 
 
@@ -58,42 +60,115 @@ def verify_path(
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
     assume: Iterable[Assumption] = (),
     invocations: int = 1,
+    skipped: list[Skipped] | None = None,
     **options,
 ) -> list[Result]:
+    """Every Result for the files at `paths` (see `check_paths`)."""
+    return list(check_paths(
+        paths, devices, engine=engine, budget=budget, progress_for=progress_for, assume=assume,
+        invocations=invocations, skipped=skipped, **options,
+    ))
+
+
+def check_paths(
+    paths: str | Iterable[str],
+    devices: Iterable[int] = (2, 4, 8),
+    *,
+    engine: str = "auto",
+    budget: Budget | None = None,
+    progress_for: Callable[[str, int], ProgressFn | None] | None = None,
+    assume: Iterable[Assumption] = (),
+    invocations: int = 1,
+    skipped: list[Skipped] | None = None,
+    **options,
+) -> Iterator[Result]:
+    """What `semcheck verify PATH...` runs, one Result at a time as each check finishes (so
+    an interrupted run keeps what it has). Files a folder walk left out, and files that
+    compiled no kernel, are appended to `skipped` when it is given.
+
+    A file that cannot be read as Python gives one error Result (at the first device
+    count), not one per count."""
+    devices = list(devices)
+    walked = walk([paths] if isinstance(paths, str) else list(paths))
+    if skipped is not None:
+        skipped.extend(walked.skipped)
     # Load everything first, so an --assume that names no input fails before any checking.
     loaded: list[Result | tuple[str, int, list]] = []
-    for path in discover([paths] if isinstance(paths, str) else list(paths)):
+    for path in walked.files:
+        try:
+            classification = classify(path)
+        except LoadError as e:
+            loaded.append(_load_error_result(path, devices[0] if devices else 0, e, engine))
+            continue
+        empty: dict[int, NothingToCheck] = {}
         for n in devices:
             try:
-                loaded.append((path, n, load(path, n)))
+                loaded.append((path, n, load(path, n, classification=classification, **_load_options(options))))
+            except NothingToCheck as e:
+                empty[n] = e
             except LoadError as e:
                 loaded.append(_load_error_result(path, n, e, engine))
+        if empty and len(empty) == len(devices) and skipped is not None and not _declares_expectations(path):
+            skipped.append(Skipped(path, Why.NO_KERNEL))
+        else:  # declared to hold a kernel, compiled one at some counts only, or a caller that wants errors
+            loaded.extend(_load_error_result(path, n, e, engine) for n, e in empty.items())
     assume = list(assume)
     protocols = [
         p for item in loaded if not isinstance(item, Result) for p in item[2] if not isinstance(p, LoadError)
     ]
     if assume and protocols:
         assumptions.check_names(protocols, assume, source="the checked kernels and models")
-    results = []
     for item in loaded:
         if isinstance(item, Result):
-            results.append(item)
+            yield item
             continue
         path, n, protocols = item
         for protocol in protocols:
             if isinstance(protocol, LoadError):  # one kernel of the file cannot be lowered
-                results.append(_load_error_result(path, n, protocol, engine))
+                yield _load_error_result(path, n, protocol, engine)
                 continue
             try:
                 protocol = repeat(assumptions.apply(protocol, assume), invocations)
             except ValueError as e:
-                results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
+                yield error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine)
                 continue
             progress = progress_for(protocol.name, n) if progress_for else None
             result = check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
             result.invocations = invocations
-            results.append(result)
-    return results
+            if protocol.devices < n:
+                result.violations.append(mesh_smaller_warning(protocol, n))
+            yield result
+
+
+_LOAD_OPTIONS = ("capture_timeout",)
+
+
+def _load_options(options: dict) -> dict:
+    return {k: options[k] for k in _LOAD_OPTIONS if k in options}
+
+
+def _declares_expectations(path: str) -> bool:
+    from semcheck import expectations
+
+    try:
+        return bool(expectations.declarations_for(path))
+    except expectations.ExpectationError:
+        return True  # a malformed declaration still says the file is meant to be checked
+
+
+def mesh_smaller_warning(protocol: Protocol, requested: int) -> Violation:
+    """The script ran with `requested` devices but the kernel's mesh used fewer: the larger
+    count was never checked, so a gate must not count it as covered."""
+    return Violation(
+        kind=Kind.MESH_SMALLER_THAN_DEVICES.value,
+        severity=SEVERITY[Kind.MESH_SMALLER_THAN_DEVICES],
+        message=(
+            f"the kernel's mesh has {protocol.devices} device(s) but the check ran with {requested}: "
+            f"{requested} devices were not checked (build the mesh from all of jax.devices() to check "
+            f"them, or leave {requested} out of --devices)"
+        ),
+        device=None, core=None, location=protocol.loc,
+    )
 
 
 def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,

@@ -16,12 +16,14 @@ import os
 import sys
 
 from semcheck import __version__
-from semcheck import expectations
-from semcheck.api import verify_path
+from semcheck import cli_options, expectations, interrupts
+from semcheck.api import check_paths
 from semcheck.assumptions import AssumptionError, parse as parse_assumption
+from semcheck.cli_options import for_argparse
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import Budget, ProgressInfo
 from semcheck.frontends import discover
+from semcheck.frontends.discovery import summarize
 from semcheck.properties import DESCRIPTIONS
 from semcheck.report import FORMATS
 from semcheck.result import EXIT_CODES, Verdict, worst
@@ -87,20 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=LO..HI",
                         help="check input NAME only for LO..HI (repeatable; overrides the file's "
                         "semcheck.assume and the input's own range; a NAME no input has is an error)")
-    verify.add_argument("--unroll", type=int, default=None, metavar="N",
+    verify.add_argument("--unroll", type=for_argparse(cli_options.non_negative_int), default=None, metavar="N",
                         help="z3: unroll loops to N backward jumps per thread that depend on inputs or "
                         "semaphore reads (default: 8; constant trip counts unroll fully); a loop that "
                         "can run longer makes the verdict inconclusive, never safe")
     verify.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default: text)")
     verify.add_argument("-o", "--output", metavar="FILE",
                         help="write the report to FILE (the text report still goes to stdout)")
-    verify.add_argument("--max-states", type=int, default=None, metavar="N",
+    verify.add_argument("--max-states", type=for_argparse(cli_options.positive_int), default=None, metavar="N",
                         help="stop with verdict inconclusive after N states (env SEMCHECK_MAX_STATES)")
-    verify.add_argument("--timeout", type=float, default=None, metavar="S",
+    verify.add_argument("--timeout", type=for_argparse(cli_options.positive_seconds), default=None, metavar="S",
                         help="stop with verdict inconclusive after S seconds per check (env SEMCHECK_TIMEOUT)")
-    verify.add_argument("--max-memory", type=float, default=None, metavar="MB",
+    verify.add_argument("--max-memory", type=for_argparse(cli_options.positive_megabytes), default=None, metavar="MB",
                         help="stop with verdict inconclusive above MB of memory (default: half of what is free)")
-    verify.add_argument("--invocations", type=int, default=1, metavar="K",
+    verify.add_argument("--invocations", type=for_argparse(cli_options.positive_int), default=1, metavar="K",
                         help="run each kernel K times back to back on every device (default 1): "
                              "barrier semaphores persist, so collective_id reuse hazards show up")
     verify.add_argument("--no-reduction", action="store_true",
@@ -108,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--no-split", action="store_true",
                         help="search the whole kernel at once even where its threads form independent "
                         "parts (by default each part is checked on its own; for cross-checking)")
-    verify.add_argument("--max-trace-steps", type=int, default=0, metavar="N",
+    verify.add_argument("--max-trace-steps", type=for_argparse(cli_options.non_negative_int), default=0, metavar="N",
                         help="print only the last N steps of each trace (default: all)")
     verify.add_argument("--graph", metavar="FILE", type=_graph_file,
                         help="draw each counterexample to FILE (.dot, .svg or .png); with several, "
@@ -124,13 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return _verify(args)
-    except AssumptionError as e:
+        with interrupts.terminating_raises():
+            cli_options.check_all(args)
+            return _verify(args)
+    except (AssumptionError, cli_options.UsageError) as e:
         print(f"semcheck: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("semcheck: interrupted", file=sys.stderr)
-        return EXIT_CODES[Verdict.INCONCLUSIVE]
+    except KeyboardInterrupt as e:  # before any check finished
+        print(f"semcheck: interrupted ({interrupts.signal_name(e)}) before any check finished", file=sys.stderr)
+        return interrupts.exit_code(e)
     except Exception as e:  # a bug in semcheck itself: say so plainly, no traceback dump
         if os.environ.get("SEMCHECK_DEBUG"):
             raise
@@ -143,12 +147,27 @@ def _verify(args) -> int:
     _warn_about_empty_folders(args.paths)
     budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
     progress_for = None if args.quiet else _progress_printer
-    results = verify_path(
-        args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
-        assume=args.assume, reduce=not args.no_reduction, split=not args.no_split, invocations=args.invocations,
-        **({} if args.unroll is None else {"unroll": args.unroll}),
-    )
+    skipped: list = []
+    results, interrupted = [], None
+    try:
+        for result in check_paths(
+            args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
+            assume=args.assume, reduce=not args.no_reduction, split=not args.no_split,
+            invocations=args.invocations, skipped=skipped,
+            **({} if args.unroll is None else {"unroll": args.unroll}),
+        ):
+            results.append(result)
+    except KeyboardInterrupt as e:  # keep what finished: print and write it, marked partial
+        if not results:
+            raise
+        interrupted = e
+        for result in results:
+            result.notes.append(interrupts.partial_note(e, len(results)))
     _clear_progress()
+    if summarize(skipped):
+        print(f"semcheck: {summarize(skipped)}", file=sys.stderr)
+    for near_miss in expectations.near_misses_in(sorted({r.file for r in results if r.file})):
+        print(f"semcheck: warning: {near_miss}", file=sys.stderr)
     if not results:
         print("semcheck: error: nothing to check: no kernel scripts or models in "
               + ", ".join(args.paths), file=sys.stderr)
@@ -162,17 +181,28 @@ def _verify(args) -> int:
             return EXIT_USAGE
     options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements}
     rendered = FORMATS[args.format](results, **options)
+    written = True
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(rendered)
-        if not args.quiet and args.format != "text":
-            sys.stdout.write(FORMATS["text"](results, **options))
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(rendered)
+        except OSError as e:  # checked before the run; the disk can still refuse
+            print(f"semcheck: error: cannot write -o {args.output}: {e.strerror or e}", file=sys.stderr)
+            written = False
+        if not written or (not args.quiet and args.format != "text"):
+            sys.stdout.write(rendered if not written else FORMATS["text"](results, **options))
     else:
         sys.stdout.write(rendered if rendered.endswith("\n") else rendered + "\n")
     if args.graph:
         code = _draw(results, args.graph)
-        if code:
+        if code and not interrupted:
             return code
+    if interrupted is not None:
+        print(f"semcheck: interrupted ({interrupts.signal_name(interrupted)}): the report holds the "
+              f"{len(results)} check(s) that finished", file=sys.stderr)
+        return interrupts.exit_code(interrupted)
+    if not written:
+        return EXIT_USAGE
     if judgements is not None:
         return EXIT_CODES[worst(expectations.effective_verdict(r, j) for r, j in zip(results, judgements))]
     return EXIT_CODES[worst(r.verdict for r in results)]
