@@ -283,3 +283,202 @@ def test_comments_that_are_not_directives_are_left_alone(tmp_path):
         x = "# semcheck: expected deadlock"  # in a string, not a comment
     """)
     assert expectations.near_misses(path) == []
+
+
+# --- kernel scripts: the capture subprocess ---------------------------------------------------
+
+KERNEL_SCRIPT = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import AxisType, Mesh
+from jax.sharding import PartitionSpec as P
+
+DEVICES = jax.devices(){devices}
+mesh = Mesh(np.array(DEVICES), ("x",), axis_types=(AxisType.Auto,))
+x = jnp.ones((mesh.size * 8, 128), jnp.float32)
+
+
+def handshake_kernel(x_ref, o_ref, ready):
+    right = lax.rem(lax.axis_index("x") + 1, lax.axis_size("x"))
+    pl.semaphore_signal(ready, 1, device_id=(right,))
+    pl.semaphore_wait(ready, 1)
+    o_ref[...] = x_ref[...]
+
+
+def per_device(block):
+    return pl.pallas_call(handshake_kernel, out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+                          scratch_shapes=[pltpu.SemaphoreType.REGULAR])(block)
+
+
+def main():
+    f = jax.shard_map(per_device, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    return jax.jit(f)(x)
+"""
+
+
+def kernel_script(tmp_path, before_main: str = "", *, name="kernel.py", devices="", prefix="") -> str:
+    body = prefix + KERNEL_SCRIPT.format(devices=devices) + textwrap.dedent(before_main)
+    body += '\n\nif __name__ == "__main__":\n    main()\n'
+    return write(tmp_path / name, body)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper is gone for our purpose
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_the_capture_child_does_not_import_a_jax_py_from_the_working_directory(tmp_path):
+    script = kernel_script(tmp_path / "kernels")
+    shadow = tmp_path / "cwd"
+    write(shadow / "jax.py", "raise SystemExit('imported the jax.py of the working directory')\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q", cwd=shadow)
+    [result] = json.loads(proc.stdout)["results"]
+    assert (proc.returncode, result["kernel"], result["verdict"]) == (0, "handshake_kernel", "safe"), proc.stderr
+
+
+def test_a_crashing_script_is_named_without_a_raw_traceback(tmp_path):
+    script = kernel_script(tmp_path, prefix=(
+        "import os, sys, traceback\n"
+        "print(''.join(traceback.format_stack()), file=sys.stderr)\n"
+        "os._exit(3)\n"))
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    [result] = json.loads(proc.stdout)["results"]
+    assert result["verdict"] == "error"
+    assert f"the script called os._exit(3) at {script}:3" in result["error"] or \
+        "called os._exit(3) at" in result["error"] and result["line"] == 3
+    assert "Traceback" not in result["error"] and 'File "' not in result["error"]
+
+
+def test_a_script_killed_by_a_signal_says_so_without_a_traceback(tmp_path):
+    script = kernel_script(tmp_path, prefix=(
+        "import os, signal, sys\n"
+        "print('Traceback (most recent call last):\\n  File \"x.py\", line 1', file=sys.stderr)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"))
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    [result] = json.loads(proc.stdout)["results"]
+    assert result["verdict"] == "error" and "killed by SIGKILL" in result["error"]
+    assert "Traceback" not in result["error"]
+
+
+def test_a_background_child_of_the_script_does_not_hang_semcheck_and_is_killed(tmp_path):
+    marker = tmp_path / "sleeper.pid"
+    script = kernel_script(tmp_path, prefix=(
+        "import subprocess\n"
+        f"sleeper = subprocess.Popen(['sleep', '300'])\n"
+        f"open({str(marker)!r}, 'w').write(str(sleeper.pid))\n"))
+    proc = semcheck_process("verify", script, "--devices", "2", "-q", timeout=200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not pid_alive(int(marker.read_text()))
+
+
+def test_the_script_gets_no_stdin(tmp_path):
+    script = kernel_script(tmp_path, prefix="import sys\nassert sys.stdin.read() == ''\n")
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "semcheck", "verify", script, "--devices", "2", "-q"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            text=True)
+    out, err = proc.communicate(timeout=200)  # stdin stays open until semcheck has finished
+    assert proc.returncode == 0, out + err
+
+
+def test_sigterm_kills_the_capture_child_and_what_the_script_started(tmp_path):
+    import signal
+    import time
+
+    marker = tmp_path / "script.pid"
+    script = kernel_script(tmp_path, prefix=(
+        "import os, time\n"
+        f"open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(300)\n"))
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "semcheck", "verify", script, "--devices", "2", "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    deadline = time.monotonic() + 120
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    script_pid = int(marker.read_text())
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted (SIGTERM)" in err
+    time.sleep(0.2)
+    assert not pid_alive(script_pid)
+
+
+def test_a_kernel_script_with_a_model_function_is_checked_as_a_kernel_script(tmp_path):
+    script = kernel_script(tmp_path, "\n\ndef model(devices):\n    return None\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    [result] = json.loads(proc.stdout)["results"]
+    assert (result["kernel"], result["verdict"]) == ("handshake_kernel", "safe"), proc.stderr
+    assert any("checked as a kernel script" in note for note in result["notes"])
+
+
+def test_a_mesh_smaller_than_devices_fails_the_gate(tmp_path):
+    script = kernel_script(tmp_path, devices="[:2]")
+    proc = semcheck_process("verify", script, "--devices", "2,4", "--format", "json", "--expectations", "-q")
+    results = json.loads(proc.stdout)["results"]
+    assert proc.returncode == 1, proc.stderr
+    at_2, at_4 = results  # both checked 2 devices: a result says what was checked
+    assert (at_2["devices"], at_4["devices"]) == (2, 2)
+    assert at_2["violations"] == [] and at_2["expectation"]["matched"] is True
+    [warning] = at_4["violations"]
+    assert (warning["kind"], warning["severity"]) == ("mesh_smaller_than_devices", "warning")
+    assert "the check ran with 4" in warning["message"]
+    assert at_4["verdict"] == "safe"  # the warning is not a bug in the kernel...
+    assert at_4["expectation"]["matched"] is False  # ...but the gate did not get what it asked for
+    declared = tmp_path / "declared.py"
+    declared.write_text("# semcheck: expect mesh_smaller_than_devices\n" + open(script).read())
+    proc = semcheck_process("verify", str(declared), "--devices", "4", "--expectations", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # declared, so the gate accepts it
+
+
+def test_a_named_file_that_compiles_no_kernel_is_skipped_with_a_note(tmp_path):
+    helper = write(tmp_path / "helpers.py", "import jax\n\n\ndef double(x):\n    return 2 * x\n")
+    model = os.path.join(MODELS, "ring_allgather.py")
+    proc = semcheck_process("verify", helper, model, "--devices", "2", "--format", "json", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["kernel"] for r in json.loads(proc.stdout)["results"]] == ["ring_allgather"]
+    assert "1 file that compiles no Pallas kernel (helpers.py)" in proc.stderr
+    alone = semcheck_process("verify", helper, "--devices", "2", "-q")
+    assert alone.returncode == 2 and "nothing to check" in alone.stderr
+    # A file that declares a verdict is meant to hold a kernel: compiling none is an error.
+    declared = write(tmp_path / "declared.py", "# semcheck: expect deadlock\nimport jax\n")
+    proc = semcheck_process("verify", declared, "--devices", "2", "--format", "json", "-q")
+    [result] = json.loads(proc.stdout)["results"]
+    assert (proc.returncode, result["verdict"]) == (2, "error")
+
+
+# --- interrupts ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_keeps_the_finished_results_marked_partial(tmp_path, signame):
+    import signal
+    import time
+
+    report = tmp_path / "report.json"
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
+    # ring_allgather at 2 devices takes milliseconds; unreduced at 8 it takes far longer than the test.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "semcheck", "verify", os.path.join(MODELS, "ring_allgather.py"),
+         "--devices", "2,8", "--no-reduction", "--no-split", "--format", "json", "-o", str(report)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    deadline = time.monotonic() + 120
+    seen = ""
+    while "[8 devices" not in seen and time.monotonic() < deadline:  # the progress line of the second check
+        seen += proc.stderr.read(1)
+    proc.send_signal(getattr(signal, signame))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + getattr(signal, signame), err
+    [result] = json.loads(report.read_text())["results"]
+    assert (result["devices"], result["verdict"]) == (2, "safe")
+    assert any(note.startswith("partial run: semcheck was interrupted") for note in result["notes"])
+    assert "SAFE: ring_allgather [2 devices" in out  # the text report of what finished
