@@ -305,7 +305,7 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None) -> 
                 f"running {path} with {devices} devices ended ({_how_it_ended(returncode)}) before "
                 "semcheck could report what it captured" + _last_words(stderr_path),
                 ir.Loc(path, 0),
-                hint=f"run `python {os.path.relpath(path)}` with "
+                hint=f"run `python {ir.display_path(path)}` with "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} to see why",
             )
         with open(output, "rb") as f:

@@ -69,12 +69,21 @@ def summarize(skipped: list[Skipped]) -> str | None:
         items = [s for s in shown if s.why is why]
         if not items:
             continue
-        counts = Counter(os.path.basename(s.path) + ("/" if s.folder else "") for s in items)
+        counts = Counter(_short_name(s) for s in items)
         listed = ", ".join(n if c == 1 else f"{n} x{c}" for n, c in sorted(counts.items())[:4])
         more = ", ..." if len(counts) > 4 else ""
         one, several = _PHRASES[why]
         parts.append(f"{len(items)} {one if len(items) == 1 else several} ({listed}{more})")
     return "skipped " + "; ".join(parts)
+
+
+def _short_name(skipped: Skipped) -> str:
+    name = os.path.basename(skipped.path)
+    if skipped.folder:
+        return name + "/"
+    if name == "conf.py":  # docs/conf.py says more than conf.py
+        return os.path.join(os.path.basename(os.path.dirname(skipped.path)), name)
+    return name
 
 
 def _folder_skip(name: str, full_path: str) -> Why | None:
