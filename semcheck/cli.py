@@ -148,21 +148,12 @@ def _verify(args) -> int:
     budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
     progress_for = None if args.quiet else _progress_printer
     skipped: list = []
-    results, interrupted = [], None
-    try:
-        for result in check_paths(
-            args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
-            assume=args.assume, reduce=not args.no_reduction, split=not args.no_split,
-            invocations=args.invocations, skipped=skipped,
-            **({} if args.unroll is None else {"unroll": args.unroll}),
-        ):
-            results.append(result)
-    except KeyboardInterrupt as e:  # keep what finished: print and write it, marked partial
-        if not results:
-            raise
-        interrupted = e
-        for result in results:
-            result.notes.append(interrupts.partial_note(e, len(results)))
+    results, interrupted = interrupts.collect(check_paths(  # keeps what finished on Ctrl-C, marked partial
+        args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
+        assume=args.assume, reduce=not args.no_reduction, split=not args.no_split,
+        invocations=args.invocations, skipped=skipped,
+        **({} if args.unroll is None else {"unroll": args.unroll}),
+    ))
     _clear_progress()
     if summarize(skipped):
         print(f"semcheck: {summarize(skipped)}", file=sys.stderr)

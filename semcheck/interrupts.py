@@ -51,3 +51,20 @@ def partial_note(interrupt: KeyboardInterrupt, finished: int) -> str:
         f"partial run: semcheck was interrupted ({signal_name(interrupt)}) after {finished} check(s) "
         "had finished; this check's verdict is complete, but the checks after it were not run"
     )
+
+
+def collect(results):
+    """Every Result of the iterable, and the interrupt that stopped it early (or None). An
+    interrupt before the first Result propagates; after it, each finished Result gets the
+    partial-run note and the caller reports them."""
+    finished = []
+    try:
+        for result in results:
+            finished.append(result)
+    except KeyboardInterrupt as e:
+        if not finished:
+            raise
+        for result in finished:
+            result.notes.append(partial_note(e, len(finished)))
+        return finished, e
+    return finished, None
