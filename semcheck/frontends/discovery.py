@@ -74,7 +74,10 @@ def summarize(skipped: list[Skipped]) -> str | None:
         more = ", ..." if len(counts) > 4 else ""
         one, several = _PHRASES[why]
         parts.append(f"{len(items)} {one if len(items) == 1 else several} ({listed}{more})")
-    return "skipped " + "; ".join(parts)
+    line = "skipped " + "; ".join(parts)
+    if any(s.why is Why.NO_KERNEL for s in shown):
+        line += " (a file that declares `# semcheck: expect ...` must compile a kernel)"
+    return line
 
 
 def _short_name(skipped: Skipped) -> str:
