@@ -331,8 +331,11 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper is gone for our purpose
-        return f.read().split(")")[-1].split()[0] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper is gone for our purpose
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_the_capture_child_does_not_import_a_jax_py_from_the_working_directory(tmp_path):
@@ -486,3 +489,27 @@ def test_an_interrupt_keeps_the_finished_results_marked_partial(tmp_path, signam
     assert (result["devices"], result["verdict"]) == (2, "safe")
     assert any(note.startswith("partial run: semcheck was interrupted") for note in result["notes"])
     assert "SAFE: ring_allgather [2 devices" in out  # the text report of what finished
+
+
+def test_a_model_child_ends_when_semcheck_is_killed(tmp_path):
+    import signal
+    import time
+
+    marker = tmp_path / "child.pid"
+    path = write(tmp_path / "sleeper.py", (
+        "import os, time\n"
+        f"open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(300)\n\n\ndef model(devices):\n    pass\n"))
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "semcheck", "verify", path, "--devices", "2", "-q"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(marker.read_text())
+    proc.send_signal(signal.SIGKILL)  # no handler runs: the child must notice on its own
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while pid_alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(child)

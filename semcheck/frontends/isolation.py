@@ -97,6 +97,7 @@ def _child(fn, args, user_file, what, answer_path) -> None:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         me = os.getpid()
+        _end_with(os.getppid(), real_exit)
 
         def refuse_exit(status=0):
             raise _HardExit(status)
@@ -117,6 +118,22 @@ def _child(fn, args, user_file, what, answer_path) -> None:
             except BaseException:  # noqa: BLE001
                 pass
         real_exit(code)
+
+
+def _end_with(parent: int, real_exit) -> None:
+    """If semcheck dies without killing this child (SIGKILL, or SIGTERM outside the CLI),
+    the child's session ends too: a daemon thread watches the parent."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        try:
+            os.killpg(0, signal.SIGKILL)
+        finally:
+            real_exit(1)
+
+    threading.Thread(target=watch, name="semcheck-parent-watch", daemon=True).start()
 
 
 def _answer(fn, args, user_file, what):
