@@ -1,7 +1,8 @@
 """`semcheck verify PATH...`: argument parsing, progress and exit codes; nothing else.
 
 Exit codes: 0 every check verified safe; 1 at least one violation; 2 error (cannot load or
-trace, unsupported construct, bad usage); 3 inconclusive (a budget ran out).
+trace, unsupported construct, bad usage); 3 inconclusive (a budget ran out); 130 / 143
+interrupted by Ctrl-C / SIGTERM (the checks that finished are still reported, marked partial).
 
 With --expectations, each check is judged against the verdict declared for its file
 (`semcheck/expectations.py`): 0 every check matched its declaration; 1 some check did not;
@@ -67,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="semcheck",
         description="Model-check the synchronization protocol of Pallas kernels and semcheck models.",
-        epilog=f"violation kinds:\n{kinds}\n\nexit codes: 0 safe, 1 violation, 2 error, 3 inconclusive",
+        epilog=f"violation kinds:\n{kinds}\n\nexit codes: 0 safe, 1 violation, 2 error, 3 inconclusive, "
+        "130/143 interrupted (Ctrl-C/SIGTERM; what finished is reported, marked partial)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"semcheck {__version__}")
