@@ -89,6 +89,7 @@ def check_paths(
     A file that cannot be read as Python gives one error Result (at the first device
     count), not one per count."""
     devices = list(devices)
+    load_options = {k: options.pop(k) for k in _LOAD_OPTIONS if k in options}  # the rest go to the engine
     walked = walk([paths] if isinstance(paths, str) else list(paths))
     if skipped is not None:
         skipped.extend(walked.skipped)
@@ -103,7 +104,7 @@ def check_paths(
         empty: dict[int, NothingToCheck] = {}
         for n in devices:
             try:
-                loaded.append((path, n, load(path, n, classification=classification, **_load_options(options))))
+                loaded.append((path, n, load(path, n, classification=classification, **load_options)))
             except NothingToCheck as e:
                 empty[n] = e
             except LoadError as e:
@@ -140,11 +141,7 @@ def check_paths(
             yield result
 
 
-_LOAD_OPTIONS = ("capture_timeout",)
-
-
-def _load_options(options: dict) -> dict:
-    return {k: options[k] for k in _LOAD_OPTIONS if k in options}
+_LOAD_OPTIONS = ("capture_timeout",)  # seconds a file may take to load (capture, model())
 
 
 def _declares_expectations(path: str) -> bool:
