@@ -11,14 +11,15 @@ bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from semcheck.assumptions import Assumption
 from semcheck.checks import (  # noqa: F401 (LoadReport, error_result: part of the API)
-    LoadReport, _error_text, _load_error_result, check_protocol, error_result,
+    LoadReport, _error_text, _load_error_result, _stem, check_protocol, error_result,
 )
 from semcheck.engines.budget import Budget, ProgressFn
-from semcheck.frontends import LoadError
+from semcheck.frontends import LoadError, Skipped
+from semcheck.frontends.discovery import Why
 from semcheck.ir import Protocol
 from semcheck.prefix import prefix_result
 from semcheck.result import Result
@@ -41,33 +42,84 @@ def verify_path(
     assume: Iterable[Assumption] = (),
     invocations: int = 1,
     on_load: Callable[[LoadReport], None] | None = None,
+    skipped: list[Skipped] | None = None,
     jobs: int = 1,
     executor: str = "local",
     ray_address: str | None = None,
     on_done: Callable | None = None,
     **options,
 ) -> list[Result]:
-    """Every Result of checking `paths` at each device count, file by file. The same tasks
-    `semcheck verify -j N` or `--executor ray` runs elsewhere (`semcheck.sweep`); each
-    task loads its file within the check's budget (loading is part of each check's time)
-    and checks each of its kernels. `on_load`, when given, hears how each (file, device
-    count) loaded (`LoadReport`), as its task finishes."""
+    """Every Result for the files at `paths` (see `check_paths`)."""
+    return list(check_paths(
+        paths, devices, engine=engine, budget=budget, progress_for=progress_for, assume=assume,
+        invocations=invocations, on_load=on_load, skipped=skipped, jobs=jobs, executor=executor,
+        ray_address=ray_address, on_done=on_done, **options,
+    ))
+
+
+def check_paths(
+    paths: str | Iterable[str],
+    devices: Iterable[int] = (2, 4, 8),
+    *,
+    engine: str = "auto",
+    budget: Budget | None = None,
+    progress_for: Callable[[str, int], ProgressFn | None] | None = None,
+    assume: Iterable[Assumption] = (),
+    invocations: int = 1,
+    on_load: Callable[[LoadReport], None] | None = None,
+    skipped: list[Skipped] | None = None,
+    jobs: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    on_done: Callable | None = None,
+    **options,
+) -> Iterator[Result]:
+    """What `semcheck verify PATH...` runs, file by file, one file's Results as soon as its
+    checks are done (so an interrupted run keeps what it has). Every (file, device count) is
+    one task of a sweep (`semcheck.sweep`), run here, on `jobs` local processes or on Ray;
+    each task loads its file within the check's budget and checks each of its kernels.
+
+    Files a folder walk left out, and files that compiled no kernel at any device count
+    (unless they declare expectations), are appended to `skipped` when it is given; a file
+    that cannot be read as Python gives one error Result, not one per count. `on_load`
+    hears how each (file, device count) loaded (`LoadReport`), as its task finishes."""
     from semcheck import sweep
 
     unroll = options.pop("unroll", None)
+    capture_timeout = options.pop("capture_timeout", None)
     sweep_options = sweep.SweepOptions(
         engine=engine, budget=budget, assume=tuple(assume), invocations=invocations,
         reduce=options.pop("reduce", True), split=options.pop("split", True), unroll=unroll,
+        capture_timeout=capture_timeout,
     )
     if options:
-        raise TypeError(f"verify_path() got unexpected options: {', '.join(sorted(options))}")
-    tasks = sweep.plan([paths] if isinstance(paths, str) else list(paths), devices, sweep_options)
-    return sweep.run(tasks, jobs=jobs, executor=sweep.Executor(executor), ray_address=ray_address,
-                     progress_for=progress_for, on_done=on_done, on_load=on_load)
+        raise TypeError(f"check_paths() got unexpected options: {', '.join(sorted(options))}")
+    plan = sweep.plan([paths] if isinstance(paths, str) else list(paths), list(devices), sweep_options)
+    if skipped is not None:
+        skipped.extend(plan.skipped)
+    for path, outcomes in sweep.by_file(plan.tasks, sweep.iterate(
+        plan.tasks, jobs=jobs, executor=sweep.Executor(executor), ray_address=ray_address,
+        progress_for=progress_for, on_done=on_done, on_load=on_load,
+    )):
+        empty = [o for o in outcomes if o.nothing_to_check is not None]
+        if empty and len(empty) == len(outcomes) and skipped is not None and not _declares_expectations(path):
+            skipped.append(Skipped(path, Why.NO_KERNEL))
+            continue
+        for outcome in outcomes:
+            if outcome.nothing_to_check is not None:  # declared to hold a kernel, or compiled one at other counts
+                yield error_result(_stem(path), path, 0, outcome.devices, outcome.nothing_to_check, engine)
+            yield from outcome.results
 
 
-# A capture subprocess told to stop after the time left gets this long to report what it
-# captured before it is stopped from outside.
+def _declares_expectations(path: str) -> bool:
+    from semcheck import expectations
+
+    try:
+        return bool(expectations.declarations_for(path))
+    except expectations.ExpectationError:
+        return True  # a malformed declaration still says the file is meant to be checked
+
+
 def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,
            engine: str = "auto", budget: Budget | None = None, **options) -> list[Result]:
     """Check every Pallas kernel (TPU or Mosaic GPU) that `fn(*example_args)` calls, in this process.

@@ -31,6 +31,7 @@ import os
 import pickle
 import re
 import runpy
+import signal
 import subprocess
 import sys
 import tempfile
@@ -281,10 +282,22 @@ def capture_function(fn, *args, **kwargs) -> list:
 # --- scripts, in a subprocess ---------------------------------------------------------------
 
 
+# The child is started with `-c` rather than `-m`: `python -m` puts the working directory
+# first on sys.path, so a `jax.py` there would be imported instead of JAX (`python FILE`
+# puts the script's folder first, not the cwd); `-c` puts "" there, which the child removes
+# before importing anything.
+_CHILD = "import sys; del sys.path[0]; from semcheck.capture import child_main; child_main()"
+
+
 def capture_script(path: str, devices: int, *, timeout: float | None = None) -> CaptureOutcome:
     """Run `path` with `devices` CPU devices in a subprocess and return what it captured.
     `timeout`: the time the script gets (at most DEFAULT_TIMEOUT; a check's budget passes
-    what is left of it)."""
+    what is left of it).
+
+    The child runs in a session of its own with stdin closed and its output in files (not
+    pipes a background process of the script could hold open); its whole session is
+    killed on every way out (done, timeout, Ctrl-C, SIGTERM), so nothing the script
+    started outlives the capture."""
     timeout = DEFAULT_TIMEOUT if timeout is None else min(timeout, DEFAULT_TIMEOUT)
     path = os.path.abspath(path)
     with tempfile.TemporaryDirectory(prefix="semcheck-") as tmp:
@@ -294,20 +307,62 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None) -> 
         env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
         env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
         env.setdefault("JAX_PLATFORMS", "cpu")
-        command = [sys.executable, "-m", "semcheck.capture", "--devices", str(devices),
+        command = [sys.executable, "-c", _CHILD, "--devices", str(devices),
                    "--output", output, "--timeout", str(timeout), path]
-        try:
-            proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout + 120)
-        except subprocess.TimeoutExpired:
-            raise LoadError(f"running {path} with {devices} devices did not finish within {timeout + 120:.0f} s")
+        stderr_path = os.path.join(tmp, "stderr.txt")
+        with open(os.path.join(tmp, "stdout.txt"), "wb") as out, open(stderr_path, "wb") as err:
+            returncode = _run_child(command, env, out, err, timeout + 120, path, devices)
         if not os.path.exists(output):
-            tail = "\n".join((proc.stderr or "").strip().splitlines()[-15:])
             raise LoadError(
-                f"running {path} with {devices} devices crashed (exit code {proc.returncode}) "
-                f"before semcheck could report what it captured:\n{tail}"
+                f"running {path} with {devices} devices ended ({_how_it_ended(returncode)}) before "
+                "semcheck could report what it captured" + _last_words(stderr_path),
+                ir.Loc(path, 0),
+                hint=f"run `python {ir.display_path(path)}` with "
+                f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} to see why",
             )
         with open(output, "rb") as f:
             return pickle.load(f)
+
+
+def _run_child(command, env, out, err, limit: float, path: str, devices: int) -> int:
+    """Start the capture child, wait up to `limit` seconds, and kill its session whatever happens."""
+    from semcheck.frontends.isolation import kill_group
+
+    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                            start_new_session=True)
+    try:
+        return proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise LoadError(f"running {path} with {devices} devices did not finish within {limit:.0f} s") from None
+    finally:
+        kill_group(proc.pid)  # the script's own children too, even when it ended normally
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _how_it_ended(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def _last_words(stderr_path: str) -> str:
+    """The last line the child printed, unless it is part of a traceback (which says nothing
+    without the rest); the whole stderr with SEMCHECK_DEBUG."""
+    try:
+        with open(stderr_path, encoding="utf-8", errors="replace") as f:
+            lines = [line.rstrip() for line in f if line.strip()]
+    except OSError:
+        return ""
+    if os.environ.get("SEMCHECK_DEBUG"):
+        return ":\n" + "\n".join(lines[-40:])
+    if not lines or lines[-1].startswith((" ", "Traceback")):
+        return ""
+    return f"; its last words: {lines[-1][:200]}"
 
 
 def with_device_count(flags: str, devices: int) -> str:
@@ -315,12 +370,31 @@ def with_device_count(flags: str, devices: int) -> str:
     return f"{flags} --xla_force_host_platform_device_count={devices}".strip()
 
 
+class _ScriptExit(BaseException):
+    """The script called os._exit: ended like sys.exit, so its kernels are still checked."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+_real_exit = os._exit  # the child's own exits; the script's os._exit is turned into _ScriptExit
+
+
+def _refuse_exit(code=0):
+    raise _ScriptExit(code)
+
+
 def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
     """Run the script as `python path` would; why it failed and where, or (None, None)."""
     sys.argv = [path]
     sys.path.insert(0, os.path.dirname(path))
+    os._exit = _refuse_exit
     try:
         runpy.run_path(path, run_name="__main__")
+    except _ScriptExit as e:
+        loc = _where(e)
+        return f"the script called os._exit({e.code!r})" + (f" at {loc}" if loc else ""), loc
     except SystemExit as e:
         if e.code not in (None, 0):
             return f"the script exited with status {e.code}", None
@@ -328,6 +402,8 @@ def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
         loc = _where(e)
         where = f" at {loc}" if loc else ""
         return f"the script raised {type(e).__name__}: {_first_line(e)}{where}", loc
+    finally:
+        os._exit = _real_exit
     return None, None
 
 
@@ -362,7 +438,11 @@ def _child(args) -> int:
     done = threading.Event()
     lock = threading.Lock()
 
+    me = os.getpid()
+
     def finish(script_error: str | None, where: ir.Loc | None = None) -> None:
+        if os.getpid() != me:  # a process the script forked: only the capture child answers
+            _real_exit(0)
         with lock:
             if done.is_set():
                 return
@@ -386,7 +466,7 @@ def _child(args) -> int:
     def on_timeout() -> None:
         outcome.timed_out = True
         finish(f"the script did not finish within {args.timeout:.0f} s, so semcheck stopped it")
-        os._exit(0)
+        _real_exit(0)
 
     watchdog = threading.Timer(args.timeout, on_timeout)
     watchdog.daemon = True
@@ -417,16 +497,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
     parser.add_argument("script")
-    return _child(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    _end_with_the_parent()
+    try:
+        return _child(args)
+    except BaseException as e:  # noqa: BLE001 - say what failed in words, never a traceback
+        if os.environ.get("SEMCHECK_DEBUG"):
+            traceback.print_exc()
+        loc = _where(e)
+        outcome = CaptureOutcome(
+            script_error=f"semcheck's capture process failed: {type(e).__name__}: {_first_line(e)}"
+            + (f" at {loc}" if loc else ""),
+            script_error_loc=loc,
+        )
+        with open(args.output, "wb") as f:
+            pickle.dump(outcome, f)
+        return 0
+
+
+def _end_with_the_parent() -> None:
+    """If semcheck itself dies (SIGKILL, or SIGTERM outside the CLI), this child and
+    everything the script started end too: a daemon thread watches the parent."""
+    parent = os.getppid()
+
+    def watch():
+        import time
+
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        try:
+            os.killpg(0, signal.SIGKILL)
+        finally:
+            _real_exit(1)
+
+    threading.Thread(target=watch, name="semcheck-parent-watch", daemon=True).start()
+
+
+def child_main() -> None:
+    """The capture child's entry point (see `_CHILD`). Flush and leave without running the
+    user's atexit handlers twice or waiting on their threads: everything semcheck needs is in
+    the output file by now."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _real_exit(code)
 
 
 if __name__ == "__main__":
-    # Flush and leave without running the user's atexit handlers twice or waiting on their
-    # threads: everything semcheck needs is in the output file by now. The outcome is pickled
-    # from the importable module, not from __main__, so that the parent can load it.
+    # The outcome is pickled from the importable module, not from __main__, so that the
+    # parent can load it.
     from semcheck import capture as _module
 
-    code = _module.main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    _module.child_main()

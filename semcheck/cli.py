@@ -1,7 +1,8 @@
 """`semcheck verify PATH...`: argument parsing, progress and exit codes; nothing else.
 
 Exit codes: 0 every check verified safe; 1 at least one violation; 2 error (cannot load or
-trace, unsupported construct, bad usage); 3 inconclusive (a budget ran out).
+trace, unsupported construct, bad usage); 3 inconclusive (a budget ran out); 130 / 143
+interrupted by Ctrl-C / SIGTERM (the checks that finished are still reported, marked partial).
 
 With --expectations, each check is judged against the verdict declared for its file
 (`semcheck/expectations.py`): 0 every check matched its declaration; 1 some check did not;
@@ -17,18 +18,20 @@ import shutil
 import sys
 import time
 
-from semcheck import config, expectations, gate
+from semcheck import cli_options, config, expectations, gate, interrupts
+from semcheck.api import check_paths
 from semcheck.version import __version__
-from semcheck.api import verify_path
 from semcheck.assumptions import AssumptionError, parse as parse_assumption
+from semcheck.cli_options import for_argparse
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import Budget, ProgressInfo
 from semcheck.frontends import discover
+from semcheck.frontends.discovery import summarize
 from semcheck.kinds import DESCRIPTIONS
 from semcheck.report import FORMATS
 from semcheck.report.baseline import BaselineError
 from semcheck.sweep_ray import RayUnavailable
-from semcheck.result import EXIT_CODES, Verdict, worst
+from semcheck.result import EXIT_CODES, worst
 
 EXIT_USAGE = 2
 
@@ -69,7 +72,8 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     parser = _Parser(
         prog="semcheck",
         description="Model-check the synchronization protocol of Pallas kernels and semcheck models.",
-        epilog=f"violation kinds:\n{kinds}\n\nexit codes: 0 safe, 1 violation, 2 error, 3 inconclusive",
+        epilog=f"violation kinds:\n{kinds}\n\nexit codes: 0 safe, 1 violation, 2 error, 3 inconclusive, "
+        "130/143 interrupted (Ctrl-C/SIGTERM; what finished is reported, marked partial)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"semcheck {__version__}")
@@ -92,20 +96,20 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     verify.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=LO..HI",
                         help="check input NAME only for LO..HI (repeatable; overrides the file's "
                         "semcheck.assume and the input's own range; a NAME no input has is an error)")
-    verify.add_argument("--unroll", type=int, default=None, metavar="N",
+    verify.add_argument("--unroll", type=for_argparse(cli_options.non_negative_int), default=None, metavar="N",
                         help="z3: unroll loops to N backward jumps per thread that depend on inputs or "
                         "semaphore reads (default: 8; constant trip counts unroll fully); a loop that "
                         "can run longer makes the verdict inconclusive, never safe")
     verify.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default: text)")
     verify.add_argument("-o", "--output", metavar="FILE",
                         help="write the report to FILE (the text report still goes to stdout)")
-    verify.add_argument("--max-states", type=int, default=None, metavar="N",
+    verify.add_argument("--max-states", type=for_argparse(cli_options.positive_int), default=None, metavar="N",
                         help="stop with verdict inconclusive after N states (env SEMCHECK_MAX_STATES)")
-    verify.add_argument("--timeout", type=float, default=None, metavar="S",
+    verify.add_argument("--timeout", type=for_argparse(cli_options.positive_seconds), default=None, metavar="S",
                         help="stop with verdict inconclusive after S seconds per check (env SEMCHECK_TIMEOUT)")
-    verify.add_argument("--max-memory", type=float, default=None, metavar="MB",
+    verify.add_argument("--max-memory", type=for_argparse(cli_options.positive_megabytes), default=None, metavar="MB",
                         help="stop with verdict inconclusive above MB of memory (default: half of what is free)")
-    verify.add_argument("--invocations", type=int, default=1, metavar="K",
+    verify.add_argument("--invocations", type=for_argparse(cli_options.positive_int), default=1, metavar="K",
                         help="run each kernel K times back to back on every device (default 1): "
                              "barrier semaphores persist, so collective_id reuse hazards show up")
     verify.add_argument("--no-reduction", action="store_true",
@@ -113,7 +117,7 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     verify.add_argument("--no-split", action="store_true",
                         help="search the whole kernel at once even where its threads form independent "
                         "parts (by default each part is checked on its own; for cross-checking)")
-    verify.add_argument("--max-trace-steps", type=int, default=0, metavar="N",
+    verify.add_argument("--max-trace-steps", type=for_argparse(cli_options.non_negative_int), default=0, metavar="N",
                         help="print only the N steps of each trace closest to the violation in its "
                         "causal past (default: every step it depends on)")
     verify.add_argument("--all-traces", action="store_true",
@@ -147,13 +151,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"semcheck: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return _verify(args)
-    except (AssumptionError, BaselineError, RayUnavailable) as e:
+        with interrupts.terminating_raises():
+            cli_options.check_all(args)
+            return _verify(args)
+    except (AssumptionError, BaselineError, RayUnavailable, cli_options.UsageError) as e:
         print(f"semcheck: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("semcheck: interrupted", file=sys.stderr)
-        return EXIT_CODES[Verdict.INCONCLUSIVE]
+    except KeyboardInterrupt as e:  # before any check finished
+        print(f"semcheck: interrupted ({interrupts.signal_name(e)}) before any check finished", file=sys.stderr)
+        return interrupts.exit_code(e)
     except Exception as e:  # a bug in semcheck itself: say so plainly, no traceback dump
         if os.environ.get("SEMCHECK_DEBUG"):
             raise
@@ -168,13 +174,19 @@ def _verify(args) -> int:
     progress_for = None if args.quiet else _progress_printer
     from semcheck.report.feedback import capture_line_printer
 
-    results = verify_path(
+    skipped: list = []
+    results, interrupted = interrupts.collect(check_paths(  # keeps what finished on Ctrl-C, marked partial
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
         on_load=None if args.quiet else capture_line_printer(sys.stderr, before=_clear_progress),
-        assume=args.assume, reduce=not args.no_reduction, split=not args.no_split, invocations=args.invocations,
+        assume=args.assume, reduce=not args.no_reduction, split=not args.no_split,
+        invocations=args.invocations, skipped=skipped,
         **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args),
-    )
+    ))
     _clear_progress()
+    if summarize(skipped):
+        print(f"semcheck: {summarize(skipped)}", file=sys.stderr)
+    for near_miss in expectations.near_misses_in(sorted({r.file for r in results if r.file})):
+        print(f"semcheck: warning: {near_miss}", file=sys.stderr)
     if not results:
         print("semcheck: error: nothing to check: no kernel scripts or models in "
               + ", ".join(args.paths), file=sys.stderr)
@@ -194,17 +206,28 @@ def _verify(args) -> int:
     if args.format == "text" and not args.output and sys.stdout.isatty():
         options["width"] = shutil.get_terminal_size().columns  # verdict lines wrap to the terminal
     rendered = FORMATS[args.format](results, **options)
+    written = True
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(rendered)
-        if not args.quiet and args.format != "text":
-            sys.stdout.write(FORMATS["text"](results, **options))
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(rendered)
+        except OSError as e:  # checked before the run; the disk can still refuse
+            print(f"semcheck: error: cannot write -o {args.output}: {e.strerror or e}", file=sys.stderr)
+            written = False
+        if not written or (not args.quiet and args.format != "text"):
+            sys.stdout.write(rendered if not written else FORMATS["text"](results, **options))
     else:
         sys.stdout.write(rendered if rendered.endswith("\n") else rendered + "\n")
     if args.graph:
         code = _draw(results, args.graph)
-        if code:
+        if code and not interrupted:
             return code
+    if interrupted is not None:
+        print(f"semcheck: interrupted ({interrupts.signal_name(interrupted)}): the report holds the "
+              f"{len(results)} check(s) that finished", file=sys.stderr)
+        return interrupts.exit_code(interrupted)
+    if not written:
+        return EXIT_USAGE
     if judgements is not None:
         return EXIT_CODES[worst(gate.judged_verdict(f, r, j) for f, r, j in zip(full, results, judgements))]
     return EXIT_CODES[worst(r.verdict for r in results)]

@@ -31,3 +31,14 @@ class ProtocolError(Exception):
     def __init__(self, message: str, loc: Loc | None = None):
         super().__init__(f"{loc}: {message}" if loc else message)
         self.loc = loc
+
+
+class FileError(LoadError):
+    """The file itself cannot be read as Python (missing, binary, badly encoded, a syntax
+    error): one error for the file, whatever the device count."""
+
+
+class NothingToCheck(LoadError):
+    """A kernel script ran to completion and compiled no kernel (a helper module, a test
+    file): skipped with a note rather than reported as an error."""
+

@@ -51,6 +51,11 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 SAFE = "safe"
 _COMMENT = re.compile(r"#\s*semcheck:\s*expect\b(?P<spec>.*)$")
+# A comment that looks meant for semcheck: `# semcheck expect ...`, `# semcheck: expected ...`.
+_LOOKS_LIKE_DIRECTIVE = re.compile(r"#\s*semcheck\b\s*(?P<colon>:?)\s*(?P<word>[A-Za-z_-]*)(?P<rest>.*)$", re.I)
+DIRECTIVES = ("expect",)
+# Warnings that say a check did not cover what was asked: undeclared, they fail the gate.
+COVERAGE_WARNINGS = frozenset({Kind.MESH_SMALLER_THAN_DEVICES.value})
 _QUALIFIER = re.compile(r"(?P<key>kernel|devices|cores|invocations)=(?P<value>\S+)")
 
 
@@ -136,23 +141,64 @@ def parse_spec(spec: str, where: str, source: str = "comment") -> Expectation:
 
 
 def declared_in_file(path: str) -> list[Expectation]:
-    """`# semcheck: expect ...` comments (real comments only, never text inside strings)."""
+    """`# semcheck: expect ...` comments (real comments only, never text inside strings).
+    A missing or unparsable file has none: the loader reports it."""
+    out = []
+    for line, comment in _comments(path):
+        match = _COMMENT.match(comment)
+        if match:
+            out.append(parse_spec(match["spec"], str(Loc(path, line))))
+    return out
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A comment that looks like a semcheck directive but is not one, so it is ignored."""
+
+    where: str  # file:line
+    text: str  # the comment as written
+    suggestion: str  # what it probably meant
+
+    def __str__(self) -> str:
+        return f"{self.where}: ignored {self.text!r}: did you mean {self.suggestion!r}?"
+
+
+def near_misses(path: str) -> list[NearMiss]:
+    """Comments like `# semcheck: expected deadlock` or `# semcheck expect deadlock` (no
+    colon): close to a directive, so probably meant as one, and silently ignored otherwise."""
+    import difflib
+
+    out = []
+    for line, comment in _comments(path):
+        if _COMMENT.match(comment):
+            continue
+        match = _LOOKS_LIKE_DIRECTIVE.match(comment)
+        if not match:
+            continue
+        word = match["word"].lower()
+        close = difflib.get_close_matches(word, DIRECTIVES, n=1, cutoff=0.6) or (
+            [d for d in DIRECTIVES if word.startswith(d)])
+        if not close and match["colon"]:
+            close = list(DIRECTIVES[:1])  # `# semcheck: <anything>` is meant for semcheck
+        if not close:
+            continue
+        rest = match["rest"].strip()
+        if not word.startswith(close[0]) and not difflib.get_close_matches(word, close):
+            rest = f"{match['word']} {rest}".strip()  # the word was an outcome, the directive missing
+        suggestion = f"# semcheck: {close[0]} {rest}".rstrip()
+        out.append(NearMiss(str(Loc(path, line)), comment.strip(), suggestion))
+    return out
+
+
+def _comments(path: str):
+    """(line, text) of every real comment in the file (none if it cannot be tokenized)."""
     try:
         with open(path, "rb") as f:
             source = f.read()
-    except OSError:
-        return []  # a missing file is the loader's error to report, not ours
-    out = []
-    try:
         tokens = list(tokenize.tokenize(io.BytesIO(source).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return []  # unparsable files are reported by the loader
-    for token in tokens:
-        if token.type == tokenize.COMMENT:
-            match = _COMMENT.match(token.string)
-            if match:
-                out.append(parse_spec(match["spec"], str(Loc(path, token.start[0]))))
-    return out
+    except (OSError, tokenize.TokenError, SyntaxError, ValueError):
+        return []
+    return [(t.start[0], t.string) for t in tokens if t.type == tokenize.COMMENT]
 
 
 def find_pyproject(path: str) -> str | None:
@@ -232,6 +278,10 @@ def judge(result: Result, expectation: Expectation | None) -> Judgement:
     errors = {v.kind for v in result.errors}
     warnings = {v.kind for v in result.warnings}
     missing_warnings = want_warnings - warnings
+    uncovered = (warnings & COVERAGE_WARNINGS) - want_warnings
+    if uncovered:
+        return Judgement(expectation, False, f"expected {_words(declared)}, but {_words(uncovered)}: "
+                         "the check did not cover the device count it was asked for")
     if errors == want_errors and not missing_warnings:
         how = "as declared" if expectation else "as expected of a file with no declaration"
         return Judgement(expectation, True, f"{_words(declared)}, {how}")
@@ -265,3 +315,8 @@ def effective_verdict(result: Result, judgement: Judgement) -> Verdict:
 
 def _words(kinds) -> str:
     return ", ".join(sorted(kinds)) or SAFE
+
+
+def near_misses_in(paths) -> list[NearMiss]:
+    """`near_misses` of every file in `paths`."""
+    return [m for path in paths for m in near_misses(path)]

@@ -187,6 +187,11 @@ class Input:
     hi: int
     loc: Loc = UNKNOWN_LOC
 
+    def __post_init__(self):
+        # An empty range has no value to check: every engine would say "safe" after 0 states.
+        if self.lo > self.hi:
+            raise ValueError(f"input {self.name}: the range {self.lo}..{self.hi} is empty (lo > hi)")
+
 
 # --- references ---------------------------------------------------------------------------------
 

@@ -19,9 +19,12 @@ class Kind(str, enum.Enum):
     REMOTE_BEFORE_ENTRY = "remote_before_entry"
     BARRIER_PHASE_OVERRUN = "barrier_phase_overrun"
     NOT_LOWERABLE = "not_lowerable"
+    MESH_SMALLER_THAN_DEVICES = "mesh_smaller_than_devices"
 
 
-SEVERITY = {kind: "error" for kind in Kind} | {Kind.NOT_LOWERABLE: "warning"}
+SEVERITY = {kind: "error" for kind in Kind} | {
+    Kind.NOT_LOWERABLE: "warning", Kind.MESH_SMALLER_THAN_DEVICES: "warning",
+}
 
 # One line per kind: SARIF rule descriptions and `semcheck --help` use these.
 DESCRIPTIONS = {
@@ -39,6 +42,10 @@ DESCRIPTIONS = {
     Kind.REMOTE_BEFORE_ENTRY: "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it moved on to a later one.",
     Kind.BARRIER_PHASE_OVERRUN: "GPU: an mbarrier completes two phases before a thread that waits on it has waited for the first.",
     Kind.NOT_LOWERABLE: "Legal to trace, but rejected by the backend's compiler (analyzed anyway).",
+    Kind.MESH_SMALLER_THAN_DEVICES: (
+        "The kernel's mesh has fewer devices than the check ran the script with (e.g. "
+        "jax.devices()[:4] under --devices 8): the larger count was not checked."
+    ),
 }
 
 
@@ -73,6 +80,7 @@ FIX_HINTS = {
         "'consumed' barrier) before it arrives again"
     ),
     Kind.NOT_LOWERABLE: "use a form the backend compiles (e.g. a decrementing wait on TPU)",
+    Kind.MESH_SMALLER_THAN_DEVICES: "build the mesh from all of jax.devices(), or leave the larger count out of --devices",
 }
 
 

@@ -27,6 +27,7 @@ from semcheck.result import Result
 
 if TYPE_CHECKING:
     from semcheck.checks import LoadReport
+    from semcheck.frontends import Classification, LoadError
 
 ProgressFor = Callable[[str, int], "ProgressFn | None"]
 
@@ -47,6 +48,7 @@ class SweepOptions:
     reduce: bool = True
     split: bool = True
     unroll: int | None = None
+    capture_timeout: float | None = None  # seconds a file may take to load (capture, model())
 
     def check_options(self) -> dict:
         options = {"reduce": self.reduce, "split": self.split}
@@ -62,6 +64,14 @@ class Task:
     devices: int
     options: SweepOptions
     cwd: str
+    classification: "Classification | None" = None  # how the file reads (model or kernel script)
+    file_error: "LoadError | None" = None  # the file cannot be read as Python: this one task says so
+
+
+@dataclass
+class Plan:
+    tasks: list[Task]
+    skipped: list  # frontends.Skipped: what the folder walk left out
 
 
 @dataclass
@@ -72,6 +82,8 @@ class TaskOutcome:
     loaded: int = 0
     input_names: frozenset[str] = field(default_factory=frozenset)
     load: "LoadReport | None" = None  # how loading went (a capture line)
+    devices: int = 0
+    nothing_to_check: str | None = None  # the script ran and compiled no kernel: why
 
 
 def default_jobs() -> int:
@@ -82,23 +94,51 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def plan(paths: Iterable[str], devices: Iterable[int], options: SweepOptions) -> list[Task]:
-    from semcheck.frontends import discover
+def plan(paths: Iterable[str], devices: Iterable[int], options: SweepOptions) -> Plan:
+    """One task per (file, device count), files in walk order. Each file is read once here:
+    one that is not Python gets a single task that reports it."""
+    from semcheck.frontends import LoadError, classify, walk
 
     cwd = os.getcwd()
-    files = discover(list(paths))
+    walked = walk(list(paths))
     counts = list(devices)
-    return [Task(i, path, n, options, cwd)
-            for i, (path, n) in enumerate((path, n) for path in files for n in counts)]
+    tasks: list[Task] = []
+    for path in walked.files:
+        try:
+            classification = classify(path)
+        except LoadError as e:
+            tasks.append(Task(len(tasks), path, counts[0] if counts else 0, options, cwd, file_error=e))
+            continue
+        for n in counts:
+            tasks.append(Task(len(tasks), path, n, options, cwd, classification))
+    return Plan(tasks, walked.skipped)
 
 
-def run(tasks: list[Task], *, jobs: int = 1, executor: Executor = Executor.LOCAL,
-        ray_address: str | None = None, progress_for: ProgressFor | None = None,
-        on_done: Callable[[Task, TaskOutcome], None] | None = None,
-        on_load: Callable[["LoadReport"], None] | None = None) -> list[Result]:
-    """Every task's Results, in task order. `progress_for` (live progress of each check)
-    applies only to tasks run in this process; `on_done` is told of each finished task as
-    it finishes, in whatever order that is, and `on_load` of how its file loaded."""
+def by_file(tasks: list[Task], outcomes: Iterable[TaskOutcome]):
+    """(path, its outcomes) for each file, as the outcomes (in task order) complete it."""
+    pending: list[TaskOutcome] = []
+    for outcome in outcomes:
+        pending.append(outcome)
+        path = tasks[outcome.index].path
+        last = outcome.index + 1 == len(tasks) or tasks[outcome.index + 1].path != path
+        if last:
+            yield path, pending
+            pending = []
+
+
+def run(tasks: list[Task], **how) -> list[Result]:
+    """Every task's Results, in task order (see `iterate`)."""
+    return [r for outcome in iterate(tasks, **how) for r in outcome.results]
+
+
+def iterate(tasks: list[Task], *, jobs: int = 1, executor: Executor = Executor.LOCAL,
+            ray_address: str | None = None, progress_for: ProgressFor | None = None,
+            on_done: Callable[[Task, TaskOutcome], None] | None = None,
+            on_load: Callable[["LoadReport"], None] | None = None):
+    """Every task's outcome, in task order: one by one as they finish when run here, all at
+    the end from a pool or a cluster. `progress_for` (live progress of each check) applies
+    only to tasks run in this process; `on_done` is told of each finished task as it
+    finishes, in whatever order that is, and `on_load` of how its file loaded."""
     if on_load is not None:
         told = on_done
 
@@ -113,17 +153,24 @@ def run(tasks: list[Task], *, jobs: int = 1, executor: Executor = Executor.LOCAL
 
         outcomes = sweep_ray.run(tasks, address=ray_address, on_done=on_done)
     elif jobs <= 1 or len(tasks) <= 1:
+        # One by one, so an interrupted run keeps what finished; with --assume the names are
+        # checked (after every task) before any outcome is handed on.
+        assumed = bool(tasks) and bool(tasks[0].options.assume)
         outcomes = []
         for task in tasks:
             outcome = run_task_safely(task, progress_for)
             outcomes.append(outcome)
             if on_done:
                 on_done(task, outcome)
+            if not assumed:
+                yield outcome
+        if not assumed:
+            return
     else:
         outcomes = _run_in_processes(tasks, jobs, on_done)
     outcomes.sort(key=lambda o: o.index)
     check_assumed_names(tasks, outcomes)
-    return [r for outcome in outcomes for r in outcome.results]
+    yield from outcomes
 
 
 def _run_in_processes(tasks: list[Task], jobs: int, on_done) -> list[TaskOutcome]:
@@ -210,16 +257,18 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
     from semcheck import assumptions
     from semcheck.checks import (
         LoadReport, _error_text, _load_error_result, _load_within, _out_of_budget_loading, _stem,
-        check_protocol, error_result,
+        check_protocol, error_result, mesh_smaller_warning,
     )
     from semcheck.engines.budget import Budget, BudgetExceeded
-    from semcheck.frontends import LoadError
+    from semcheck.frontends import LoadError, NothingToCheck
     from semcheck.invocations import repeat
     from semcheck.prefix import prefix_result
 
     options = task.options
     budget = options.budget or Budget.from_env()
     path, n = task.path, task.devices
+    if task.file_error is not None:  # not Python: one error for the file
+        return TaskOutcome(task.index, [_load_error_result(path, n, task.file_error, options.engine)], devices=n)
     phases: dict[str, float] = {}
     captured = [1]
 
@@ -231,7 +280,16 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
         started = time.monotonic()
         progress = progress_for(_stem(path), n) if progress_for else None
         try:
-            loaded = _load_within(path, n, budget.started(started), progress, on_phases=heard)
+            file_budget = budget.started(started)
+            if options.capture_timeout is not None:  # the caller's own limit on loading, if tighter
+                from dataclasses import replace
+
+                file_budget = replace(file_budget, deadline=min(file_budget.deadline, started + options.capture_timeout))
+            loaded = _load_within(path, n, file_budget, progress, on_phases=heard,
+                                  classification=task.classification)
+        except NothingToCheck as e:
+            report = LoadReport(path, n, time.monotonic() - started, 0, phases, False)
+            return TaskOutcome(task.index, [], load=report, devices=n, nothing_to_check=_error_text(e))
         except (LoadError, BudgetExceeded) as e:
             seconds = time.monotonic() - started
             result = (_load_error_result(path, n, e, options.engine) if isinstance(e, LoadError)
@@ -260,8 +318,10 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
                 result.invocations = options.invocations
                 if stopped is not None:  # lowering stopped part-way: what its prefix decides
                     result = prefix_result(result, protocol, _error_text(stopped), stopped.loc)
+                if protocol.devices < n:
+                    result.violations.append(mesh_smaller_warning(protocol, n))
                 results.append(result)
-    return TaskOutcome(task.index, results, len(protocols), names, report)
+    return TaskOutcome(task.index, results, len(protocols), names, report, n)
 
 
 def check_assumed_names(tasks: list[Task], outcomes: list[TaskOutcome]) -> None:

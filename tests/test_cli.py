@@ -105,10 +105,11 @@ def test_a_violation_found_before_the_budget_ran_out_still_counts(tmp_path, caps
     assert "state budget" in r["notes"][0]  # and it says the search was cut short
 
 
-def test_missing_file_is_an_error_exit_2(capsys):
-    code, out, _ = run(capsys, "verify", "no/such/kernel.py", "--devices", "2")
-    assert code == 2
-    assert "ERROR" in out and "no such file: no/such/kernel.py" in out
+def test_missing_file_is_one_usage_error_exit_2(capsys):
+    # One usage error before any work, not an ERROR result per device count (issue 13).
+    code, out, err = run(capsys, "verify", "no/such/kernel.py", model("ring_allgather"), "--devices", "2,4")
+    assert code == 2 and out == ""
+    assert err.count("no such file or folder: no/such/kernel.py") == 1
 
 
 def test_a_model_that_raises_is_an_error_pointing_at_its_line(tmp_path, capsys):

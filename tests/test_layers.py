@@ -31,7 +31,7 @@ LAYERS = [
     ("semantics", ("semcheck.semantics", "semcheck.footprints", "semcheck.properties", "semcheck.trace")),
     ("engines", ("semcheck.engines",)),
     ("reports", ("semcheck.report", "semcheck.expectations")),
-    ("entry", ("semcheck.checks", "semcheck.sweep", "semcheck.sweep_ray", "semcheck.config", "semcheck.gate",
+    ("entry", ("semcheck.cli_options", "semcheck.interrupts", "semcheck.checks", "semcheck.sweep", "semcheck.sweep_ray", "semcheck.config", "semcheck.gate",
                "semcheck.api", "semcheck.testing", "semcheck.cli", "semcheck.__main__", "semcheck")),
 ]
 

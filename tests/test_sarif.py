@@ -26,10 +26,12 @@ def documents(tmp_path_factory):
     """SARIF from real runs: every model (with and without expectations), an error and an
     inconclusive check."""
     out = tmp_path_factory.mktemp("sarif")
+    broken = out / "broken_model.py"  # an error result (a missing path is a usage error instead)
+    broken.write_text("def model(devices):\n    return (\n")
     runs = {
         "models": ["verify", MODELS, "--devices", "2,4"],
         "models-expected": ["verify", MODELS, "--devices", "2,4", "--expectations"],
-        "error": ["verify", "no/such/kernel.py", "--devices", "2"],
+        "error": ["verify", str(broken), "--devices", "2"],
         "inconclusive": ["verify", os.path.join(MODELS, "ring_allgather.py"), "--devices", "4",
                          "--no-reduction", "--max-states", "50"],
     }
@@ -75,7 +77,8 @@ def test_one_rule_per_violation_kind(documents):
     assert [r["id"] for r in rules] == [k.value for k in Kind]
     for rule, kind in zip(rules, Kind):
         assert rule["shortDescription"]["text"] == DESCRIPTIONS[kind]
-        assert rule["defaultConfiguration"]["level"] == ("warning" if kind is Kind.NOT_LOWERABLE else "error")
+        assert rule["defaultConfiguration"]["level"] == (
+            "warning" if kind in (Kind.NOT_LOWERABLE, Kind.MESH_SMALLER_THAN_DEVICES) else "error")
 
 
 def test_results_point_at_kernel_lines_with_relative_uris(capsys, monkeypatch):
@@ -116,7 +119,7 @@ def test_errors_and_budgets_are_tool_notifications(documents):
     error_run = documents["error"]["runs"][0]
     assert error_run["invocations"][0]["executionSuccessful"] is False
     [note] = error_run["invocations"][0]["toolExecutionNotifications"]
-    assert note["level"] == "error" and "no such file" in note["message"]["text"]
+    assert note["level"] == "error" and "syntax error" in note["message"]["text"]
     assert error_run["results"] == []
     inconclusive = documents["inconclusive"]["runs"][0]["invocations"][0]
     assert inconclusive["executionSuccessful"] is True

@@ -1,46 +1,114 @@
 """Frontends: turn what the user hands semcheck (a model file, a kernel script) into
-Protocols. Each frontend is one module; `load` picks it by looking at the file."""
+Protocols. Each frontend is one module; `load` picks it by reading the file (`classify`),
+and `walk` decides which files of a folder are the user's kernels at all (`discovery.py`).
+
+Every user file runs where nothing it does can end semcheck: model files in a forked child
+(`isolation.py`), kernel scripts in the capture subprocess (`capture.py`)."""
 
 from __future__ import annotations
 
 import ast
-import os
+import enum
+from dataclasses import dataclass
 
-from semcheck.errors import LoadError
+from semcheck.errors import FileError, LoadError, NothingToCheck
+from semcheck.frontends.discovery import Skipped, Walk, discover, walk
 from semcheck.ir import Loc, Protocol
 
-__all__ = ["LoadError", "discover", "load"]
+
+class FileKind(str, enum.Enum):
+    MODEL = "model"
+    KERNEL = "kernel"
 
 
-def discover(paths: list[str]) -> list[str]:
-    """Files to check: each file as given, each directory's .py files (recursively, sorted,
-    skipping private files, tests and conftest)."""
-    found: list[str] = []
-    for path in paths:
-        if os.path.isdir(path):
-            for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-                for name in sorted(files):
-                    if name.endswith(".py") and not name.startswith(("_", "test_", "conftest")):
-                        found.append(os.path.join(root, name))
-        else:
-            found.append(path)
-    return found
+@dataclass(frozen=True)
+class Classification:
+    kind: FileKind
+    reading: str | None = None  # why, when the file could be read either way (a result note)
+
+
+def read_source(path: str) -> ast.Module:
+    """The file parsed as Python reads it: bytes, so a BOM or a coding cookie is honoured."""
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except FileNotFoundError:
+        raise FileError(f"no such file: {path}") from None
+    except OSError as e:
+        raise FileError(f"cannot read {path}: {e.strerror or e}") from None
+    if b"\0" in source:
+        raise FileError(f"{path} is not a Python source file (it contains null bytes)", Loc(path, 0))
+    _check_encoding(path, source)
+    try:
+        return ast.parse(source, filename=path)
+    except SyntaxError as e:
+        raise FileError(f"syntax error: {e.msg}", Loc(path, e.lineno or 0)) from None
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise FileError(f"{path} cannot be parsed as Python: {e}", Loc(path, 0)) from None
+
+
+def _check_encoding(path: str, source: bytes) -> None:
+    """Decode as `python FILE` does: UTF-8 unless a BOM or a coding cookie says otherwise,
+    strictly (ast.parse and importlib let undecodable bytes in comments pass; Python's own
+    command line does not)."""
+    import io
+    import tokenize
+
+    hint = ("save it as UTF-8, or declare its encoding on its first line "
+            "(`# -*- coding: latin-1 -*-`), as Python itself requires")
+    not_utf8 = f"{path} is not valid UTF-8 and declares no other encoding"
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    except SyntaxError as e:  # undecodable first lines, or a cookie naming no known codec
+        message = not_utf8 if "invalid or missing" in str(e) else f"{path}: {e}"
+        raise FileError(message, Loc(path, 1), hint=hint) from None
+    try:
+        source.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = source[: e.start].count(b"\n") + 1
+        message = not_utf8 if encoding == "utf-8" else f"{path} is not valid {encoding}, as it declares"
+        raise FileError(message, Loc(path, line), hint=hint) from None
+
+
+def classify(path: str) -> Classification:
+    """A model file defines `model(devices)` and builds its Protocol with semcheck's builder;
+    a kernel script calls Pallas through JAX. A file that defines `model` and imports JAX but
+    not semcheck's builder is a kernel script (its `model` is some other function)."""
+    tree = read_source(path)
+    defines_model = any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "model" for node in tree.body
+    )
+    if not defines_model:
+        return Classification(FileKind.KERNEL)
+    modules = set(_imported_modules(tree))
+    imports_jax = any(m == "jax" or m.startswith("jax.") for m in modules)
+    imports_builder = any(m == "semcheck" or m.startswith("semcheck.") for m in modules)
+    if imports_jax and not imports_builder:
+        return Classification(
+            FileKind.KERNEL,
+            "the file defines a top-level model() but imports JAX and not semcheck's builder, so "
+            "it was checked as a kernel script (its model() was not called)",
+        )
+    if imports_jax:
+        return Classification(
+            FileKind.MODEL,
+            "the file imports JAX but defines model() and imports semcheck, so it was checked as a "
+            "model file (its model() was called; no kernel was captured)",
+        )
+    return Classification(FileKind.MODEL)
+
+
+def _imported_modules(tree: ast.Module):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module
 
 
 def kind_of(path: str) -> str:
-    """'model' for a file that defines `model(devices)`, else 'kernel'."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), filename=path)
-    except FileNotFoundError:
-        raise LoadError(f"no such file: {path}") from None
-    except SyntaxError as e:
-        raise LoadError(f"syntax error: {e.msg}", Loc(path, e.lineno or 0)) from None
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "model":
-            return "model"
-    return "kernel"
+    """'model' for a model file, else 'kernel' (see `classify`)."""
+    return classify(path).kind.value
 
 
 def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
@@ -49,8 +117,11 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
     script gives a LoadError in place of each kernel that cannot be lowered."""
     from semcheck import assumptions
 
+    classification = options.pop("classification", None) or classify(path)
     with assumptions.collecting() as assumed:
-        items = _load_unbounded(path, devices, **options)
+        items = _load_unbounded(path, devices, classification, **options)
+    if classification.reading:
+        items = [_with_note(p, classification.reading) if isinstance(p, Protocol) else p for p in items]
     protocols = [p for p in items if isinstance(p, Protocol)]
     if not protocols:
         return items
@@ -61,12 +132,23 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
     return [next(bounded) if isinstance(p, Protocol) else p for p in items]
 
 
-def _load_unbounded(path: str, devices: int, **options) -> list[Protocol]:
-    kind = kind_of(path)
-    if kind == "model":
+def _with_note(protocol: Protocol, note: str) -> Protocol:
+    import dataclasses
+
+    return dataclasses.replace(protocol, notes=protocol.notes + (note,))
+
+
+def _load_unbounded(path: str, devices: int, classification: Classification, **options) -> list[Protocol]:
+    if classification.kind is FileKind.MODEL:
         from semcheck.frontends import model_file
 
-        return [model_file.load(path, devices)]
+        return [model_file.load(path, devices, timeout=options.get("capture_timeout"))]
     from semcheck.frontends import kernel_script
 
     return kernel_script.load(path, devices, **options)
+
+
+__all__ = [
+    "Classification", "FileError", "FileKind", "LoadError", "NothingToCheck", "Skipped", "Walk",
+    "classify", "discover", "kind_of", "load", "read_source", "walk",
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from semcheck.errors import LoadError
+from semcheck.errors import LoadError, NothingToCheck
 from semcheck.ir import Loc, Protocol
 
 
@@ -29,7 +29,8 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
             "any Pallas kernel"
         )
     if not outcome.protocols and not outcome.errors:
-        raise LoadError(
+        error = LoadError if outcome.script_error else NothingToCheck
+        raise error(
             _nothing_captured(path, devices, outcome.script_error),
             outcome.script_error_loc or Loc(path, 0),
             hint=_HINT,
@@ -43,12 +44,7 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
         )
     items: list[Protocol | LoadError] = []
     for protocol in outcome.protocols:
-        extra = list(notes)
-        if protocol.devices != devices:
-            extra.append(
-                f"the kernel's mesh has {protocol.devices} device(s); semcheck ran the script "
-                f"with {devices}"
-            )
+        extra = list(notes)  # a mesh smaller than `devices` is a warning (api.mesh_smaller_warning)
         items.append(dataclasses.replace(protocol, notes=protocol.notes + tuple(extra)) if extra else protocol)
     items.extend(e.to_load_error() for e in outcome.errors)
     return items

@@ -1,22 +1,50 @@
-"""Load a model file: a Python file that defines `model(devices: int) -> Protocol`."""
+"""Load a model file: a Python file that defines `model(devices: int) -> Protocol`.
+
+The file is imported and called in a forked child (`isolation.py`), so that whatever it does
+(`sys.exit`, `os._exit`, a fork, a hang) cannot end semcheck; its `semcheck.assume` calls
+are recorded again here, in the load that `frontends.load` is collecting."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-import traceback
 
 from semcheck.errors import LoadError
-from semcheck.ir import Loc, Protocol
+from semcheck.frontends.isolation import call_isolated, user_frame
+from semcheck.ir import Protocol
 
 
-def load(path: str, devices: int) -> Protocol:
+def load(path: str, devices: int, *, timeout: float | None = None) -> Protocol:
+    from semcheck import assumptions
+
+    protocol, assumed = call_isolated(
+        _load_here, path, devices, user_file=path, what=f"loading the model file (model({devices}))",
+        timeout=timeout,
+    )
+    for a in assumed:
+        assumptions.record(a)
+    return protocol
+
+
+def _load_here(path: str, devices: int):
+    """In the child: the Protocol and the assumptions the file made."""
+    from semcheck import assumptions
+
+    with assumptions.collecting() as assumed:
+        protocol = load_in_process(path, devices)
+    return protocol, list(assumed)
+
+
+def load_in_process(path: str, devices: int) -> Protocol:
     module = _import(path)
+    model = getattr(module, "model", None)
+    if not callable(model):
+        raise LoadError(f"{path} has no callable model(devices)", hint="define `def model(devices: int):`")
     try:
-        protocol = module.model(devices)
+        protocol = model(devices)
     except Exception as e:
         raise LoadError(
-            f"model({devices}) raised {type(e).__name__}: {e}", _user_frame(e, path)
+            f"model({devices}) raised {type(e).__name__}: {e}", user_frame(e, path)
         ) from None
     if not isinstance(protocol, Protocol):
         raise LoadError(
@@ -36,14 +64,5 @@ def _import(path: str):
     try:
         spec.loader.exec_module(module)
     except Exception as e:
-        raise LoadError(f"importing the model raised {type(e).__name__}: {e}", _user_frame(e, path)) from None
+        raise LoadError(f"importing the model raised {type(e).__name__}: {e}", user_frame(e, path)) from None
     return module
-
-
-def _user_frame(error: BaseException, path: str) -> Loc | None:
-    """The deepest frame of the traceback that lies in the user's file."""
-    loc = None
-    for frame in traceback.extract_tb(error.__traceback__):
-        if frame.filename.endswith(path.lstrip("./")) or frame.filename == path:
-            loc = Loc(frame.filename, frame.lineno or 0)
-    return loc

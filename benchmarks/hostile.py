@@ -1,0 +1,301 @@
+"""Run semcheck on every kind of bad input and print what it did (issue 17's sweep).
+
+    python benchmarks/hostile.py [--only SUBSTRING] [--skip-kernels]
+
+Each case builds its files in a temporary folder, runs `python -m semcheck verify ...` in a
+process of its own and prints a row: the case, the exit code, the first line of output,
+and what was expected. A row is UNSOUND when semcheck exited 0 (a gate would pass) where
+it should not have, MISMATCH for any other unexpected exit code or missing text. The
+script exits 1 if any row is not ok. Kernel-script cases start JAX in a subprocess (a few
+seconds each); `--skip-kernels` leaves them out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+DEADLOCK = str(MODELS / "circular_wait.py")
+SAFE = str(MODELS / "ring_allgather.py")
+
+SAFE_MODEL = """\
+from semcheck.model import ProtocolBuilder
+
+
+def model(devices):
+    p = ProtocolBuilder("m", devices=devices, backend="tpu")
+    ready = p.semaphore("ready")
+    for d in range(devices):
+        t = p.thread(d)
+        t.signal(ready)
+        t.wait(ready, 1)
+    return p.build()
+"""
+
+KERNEL = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import AxisType, Mesh
+from jax.sharding import PartitionSpec as P
+
+mesh = Mesh(np.array(jax.devices(){devices}), ("x",), axis_types=(AxisType.Auto,))
+x = jnp.ones((mesh.size * 8, 128), jnp.float32)
+
+
+def handshake_kernel(x_ref, o_ref, ready):
+    right = lax.rem(lax.axis_index("x") + 1, lax.axis_size("x"))
+    pl.semaphore_signal(ready, 1, device_id=(right,))
+    pl.semaphore_wait(ready, 1)
+    o_ref[...] = x_ref[...]
+
+
+def per_device(block):
+    return pl.pallas_call(handshake_kernel, out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+                          scratch_shapes=[pltpu.SemaphoreType.REGULAR])(block)
+
+
+if __name__ == "__main__":
+    f = jax.shard_map(per_device, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    jax.jit(f)(x)
+"""
+
+
+@dataclass
+class Case:
+    name: str
+    files: dict[str, str | bytes]  # relative path -> contents
+    argv: list[str]  # after `verify`; {dir} is the case's folder
+    expected: int  # exit code
+    text: str = ""  # must appear in stdout + stderr
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""  # relative to the case's folder
+    kernel: bool = False  # starts JAX
+    send: Callable[[subprocess.Popen, Path], None] | None = None  # e.g. a signal once ready
+    limit: float = 300.0
+    stdin_open: bool = False  # semcheck's stdin stays open while it runs, as a terminal's would
+
+
+def kernel(prefix: str = "", devices: str = "") -> str:
+    return prefix + KERNEL.format(devices=devices)
+
+
+def wait_for_file_then(sig: int, marker: str):
+    def send(proc: subprocess.Popen, folder: Path) -> None:
+        deadline = time.monotonic() + 120
+        while not (folder / marker).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.2)
+        proc.send_signal(sig)
+
+    return send
+
+
+def after_progress_then(sig: int, needle: str):
+    def send(proc: subprocess.Popen, folder: Path) -> None:
+        seen = ""
+        deadline = time.monotonic() + 120
+        while needle not in seen and time.monotonic() < deadline:
+            ch = proc.stderr.read(1)
+            if not ch:
+                break
+            seen += ch
+        proc.send_signal(sig)
+
+    return send
+
+
+TRAP = "raise SystemExit('semcheck ran a file it should have skipped')\n"
+
+CASES = [
+    Case("model calls sys.exit(0) beside a deadlock", {"m.py": "import sys\nsys.exit(0)\n\ndef model(d):\n    pass\n"},
+         ["{dir}/m.py", DEADLOCK, "--devices", "2"], 2, "exited (SystemExit(0)"),
+    Case("model calls os._exit(0) beside a deadlock", {"m.py": "import os\n\ndef model(d):\n    os._exit(0)\n"},
+         ["{dir}/m.py", DEADLOCK, "--devices", "2"], 2, "called os._exit(0)"),
+    Case("model raises KeyboardInterrupt", {"m.py": "raise KeyboardInterrupt\n\ndef model(d):\n    pass\n"},
+         ["{dir}/m.py", DEADLOCK, "--devices", "2"], 2, "raised KeyboardInterrupt"),
+    Case("model forks", {"m.py": "import os\nos.fork()\n" + SAFE_MODEL}, ["{dir}/m.py", "--devices", "2"], 0),
+    Case("model -o is written though the model exits", {"m.py": "import sys\n\ndef model(d):\n    sys.exit(0)\n"},
+         ["{dir}/m.py", "--devices", "2", "--format", "json", "-o", "{dir}/out.json"], 2),
+    Case("model with an empty input range", {"m.py": SAFE_MODEL.replace(
+        'ready = p.semaphore("ready")', 'ready = p.semaphore("ready")\n    p.input("n", 5, 3)')},
+         ["{dir}/m.py", "--devices", "2"], 2, "range 5..3 is empty"),
+    Case("folder with setup.py, venv/, node_modules/, build/, hidden, git-ignored", {
+        "setup.py": TRAP, "noxfile.py": TRAP, "conftest.py": TRAP, "docs/conf.py": TRAP, "venv/a.py": TRAP,
+        "node_modules/b.py": TRAP, "build/c.py": TRAP, "dist/d.py": TRAP, ".hidden/e.py": TRAP,
+        "ignored/f.py": TRAP, ".gitignore": "ignored/\n", "kernels/ok.py": SAFE_MODEL},
+         ["{dir}", "--devices", "2"], 0, "skipped"),
+    Case("binary .py beside a safe model", {"bin.py": b"\x7fELF\x00\x01garbage", "ok.py": SAFE_MODEL},
+         ["{dir}/bin.py", "{dir}/ok.py", "--devices", "2,4"], 2, "null bytes"),
+    Case("latin-1 .py without a coding cookie", {"l.py": b"# caf\xe9\n" + SAFE_MODEL.encode()},
+         ["{dir}/l.py", "--devices", "2"], 2, "not valid UTF-8"),
+    Case("latin-1 .py with a coding cookie", {"l.py": b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + SAFE_MODEL.encode()},
+         ["{dir}/l.py", "--devices", "2"], 0),
+    Case("BOM .py", {"b.py": b"\xef\xbb\xbf" + SAFE_MODEL.encode()}, ["{dir}/b.py", "--devices", "2"], 0),
+    Case("--timeout nan", {}, [SAFE, "--timeout", "nan"], 2, "--timeout"),
+    Case("--timeout -1", {}, [SAFE, "--timeout", "-1"], 2, "--timeout"),
+    Case("--max-states -5", {}, [SAFE, "--max-states", "-5"], 2, "--max-states"),
+    Case("--max-memory nan", {}, [SAFE, "--max-memory", "nan"], 2, "--max-memory"),
+    Case("--invocations 0", {}, [SAFE, "--invocations", "0"], 2, "--invocations"),
+    Case("--assume n=5..3", {}, [SAFE, "--assume", "n=5..3"], 2, "range is empty"),
+    Case("SEMCHECK_TIMEOUT=abc", {}, [SAFE], 2, "SEMCHECK_TIMEOUT", env={"SEMCHECK_TIMEOUT": "abc"}),
+    Case("SEMCHECK_MAX_STATES=-5", {}, [SAFE], 2, "SEMCHECK_MAX_STATES", env={"SEMCHECK_MAX_STATES": "-5"}),
+    Case("SEMCHECK_MAX_MEMORY_MB=lots", {}, [SAFE], 2, "SEMCHECK_MAX_MEMORY_MB",
+         env={"SEMCHECK_MAX_MEMORY_MB": "lots"}),
+    Case("-o into a missing folder", {}, [SAFE, "-o", "{dir}/no/such/out.json"], 2, "does not exist"),
+    Case("-o is a folder", {}, [SAFE, "-o", "{dir}"], 2, "is a folder"),
+    Case("--graph into a missing folder", {}, [DEADLOCK, "--graph", "{dir}/no/cex.svg"], 2, "does not exist"),
+    Case("a typo in a path", {}, ["no/such/kernel.py", SAFE, "--devices", "2,4,8"], 2, "no such file or folder"),
+    Case("near-miss directive on a deadlock", {"c.py": open(DEADLOCK, encoding="utf-8").read().replace(
+        "# semcheck: expect deadlock", "# semcheck: expected deadlock")},
+         ["{dir}/c.py", "--devices", "2", "--expectations"], 1, "did you mean"),
+    Case("Ctrl-C after one check finished", {}, [SAFE, "--devices", "2,8", "--no-reduction", "--no-split",
+                                                 "--format", "json", "-o", "{dir}/out.json"], 130,
+         "interrupted (Ctrl-C)", send=after_progress_then(signal.SIGINT, "[8 devices")),
+    Case("SIGTERM after one check finished", {}, [SAFE, "--devices", "2,8", "--no-reduction", "--no-split"],
+         143, "interrupted (SIGTERM)", send=after_progress_then(signal.SIGTERM, "[8 devices")),
+    # kernel scripts
+    Case("kernel script with a top-level model()", {"k.py": kernel() + "\n\ndef model(devices):\n    return None\n"},
+         ["{dir}/k.py", "--devices", "2"], 0, "SAFE: handshake_kernel", kernel=True),
+    Case("jax.py in the working directory", {"k/k.py": kernel(), "cwd/jax.py": "raise SystemExit('shadowed')\n"},
+         ["{dir}/k/k.py", "--devices", "2"], 0, "SAFE: handshake_kernel", cwd="cwd", kernel=True),
+    Case("script calls os._exit(3) before its kernel", {"k.py": kernel("import os\nos._exit(3)\n")},
+         ["{dir}/k.py", "--devices", "2"], 2, "called os._exit(3)", kernel=True),
+    Case("script kills itself with SIGKILL", {"k.py": kernel("import os, signal\nos.kill(os.getpid(), 9)\n")},
+         ["{dir}/k.py", "--devices", "2"], 2, "killed by SIGKILL", kernel=True),
+    Case("script leaves a background child", {"k.py": kernel("import subprocess\nsubprocess.Popen(['sleep', '600'])\n")},
+         ["{dir}/k.py", "--devices", "2"], 0, "SAFE: handshake_kernel", kernel=True, limit=120),
+    Case("script reads stdin", {"k.py": kernel("import sys\nsys.stdin.read()\n")},
+         ["{dir}/k.py", "--devices", "2"], 0, "SAFE: handshake_kernel", kernel=True, limit=120, stdin_open=True),
+    Case("SIGTERM while the script runs", {"k.py": kernel(
+        "import time\nopen(__file__ + '.started', 'w').close()\ntime.sleep(600)\n")},
+         ["{dir}/k.py", "--devices", "2"], 143, "interrupted (SIGTERM)", kernel=True,
+         send=wait_for_file_then(signal.SIGTERM, "k.py.started")),
+    Case("mesh jax.devices()[:2] run with --devices 4 --expectations", {"k.py": kernel(devices="[:2]")},
+         ["{dir}/k.py", "--devices", "4", "--expectations"], 1, "mesh_smaller_than_devices", kernel=True),
+    Case("named helper module beside a safe model", {"helpers.py": "import jax\n\ndef f(x):\n    return x\n"},
+         ["{dir}/helpers.py", SAFE, "--devices", "2"], 0, "compiles no Pallas kernel", kernel=True),
+    Case("named helper module alone", {"helpers.py": "import jax\n\ndef f(x):\n    return x\n"},
+         ["{dir}/helpers.py", "--devices", "2"], 2, "nothing to check", kernel=True),
+]
+
+
+@dataclass
+class Row:
+    case: str
+    code: int | None
+    first_line: str
+    expected: str
+    status: str
+
+
+def run_case(case: Case, base: Path) -> Row:
+    folder = base / "".join(c if c.isalnum() else "_" for c in case.name)[:60]
+    folder.mkdir(parents=True)
+    for relative, contents in case.files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(contents, bytes):
+            path.write_bytes(contents)
+        else:
+            path.write_text(textwrap.dedent(contents))
+    if ".gitignore" in case.files:
+        subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    argv = [a.replace("{dir}", str(folder)) for a in case.argv]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **case.env)
+    env.pop("SEMCHECK_DEBUG", None)
+    cwd = folder / case.cwd if case.cwd else ROOT
+    cwd.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "semcheck", "verify", *argv]
+    if case.stdin_open:
+        out, err, code = _run_with_stdin_open(command, cwd, env, folder, case.limit)
+    else:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        if case.send:
+            case.send(proc, folder)
+        try:
+            out, err = proc.communicate(timeout=case.limit)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            code = None
+    text = out + err
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("semcheck: error")]
+    first = errors[0] if errors else next(iter(lines), "")
+    expected = f"{case.expected}" + (f", says {case.text!r}" if case.text else "")
+    if code == case.expected and case.text in text:
+        status = "ok"
+    elif code == 0:
+        status = "UNSOUND"
+    else:
+        status = "MISMATCH"
+    if "-o" in case.argv and case.expected != 0 and code is not None:
+        out_file = Path(argv[argv.index("-o") + 1])
+        if case.name.startswith(("model -o", "Ctrl-C")) and not out_file.is_file():
+            status = "MISMATCH (no -o file)"
+    return Row(case.name, code, first[:78], expected, status)
+
+
+def _run_with_stdin_open(command, cwd, env, folder: Path, limit: float):
+    log = folder / "output.txt"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=sink,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            code = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stdin.close()
+    return log.read_text(), "", code
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument("--skip-kernels", action="store_true", help="leave out the cases that start JAX")
+    args = parser.parse_args()
+    cases = [c for c in CASES if args.only in c.name and not (args.skip_kernels and c.kernel)]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="semcheck-hostile-") as tmp:
+        for case in cases:
+            started = time.monotonic()
+            row = run_case(case, Path(tmp))
+            rows.append(row)
+            print(f"  {row.status:<8} {case.name} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
+    widths = [max(len(h), *(len(str(getattr(r, f))) for r in rows)) for h, f in
+              [("case", "case"), ("exit", "code"), ("first line of output", "first_line"),
+               ("expected", "expected"), ("status", "status")]]
+    header = ["case", "exit", "first line of output", "expected", "status"]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        cells = [r.case, "timeout" if r.code is None else str(r.code), r.first_line, r.expected, r.status]
+        print("  ".join(c.ljust(w) for c, w in zip(cells, widths)))
+    bad = [r for r in rows if r.status != "ok"]
+    unsound = [r for r in bad if r.status == "UNSOUND"]
+    print(f"\n{len(rows)} cases: {len(rows) - len(bad)} ok, {len(unsound)} unsound, {len(bad) - len(unsound)} mismatched")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

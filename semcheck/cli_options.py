@@ -1,0 +1,126 @@
+"""Validation of `semcheck verify`'s arguments and environment, before any work is done.
+
+A gate must not run for minutes and then lose its report to a typo: a malformed budget
+(`--timeout nan`, `--max-states -5`, `SEMCHECK_TIMEOUT=abc`), a path that does not exist,
+or an `-o` / `--graph` file that cannot be written is a usage error (exit 2) with a message
+that names the value, checked before the first file is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from typing import Callable
+
+
+class UsageError(Exception):
+    """Bad usage, found before any work: the CLI prints it and exits 2."""
+
+
+# --- single values (argparse `type=` functions and environment variables share them) --------
+
+
+def _number(text: str, convert: Callable[[str], float]) -> float:
+    try:
+        return convert(text.strip())
+    except (ValueError, AttributeError):
+        raise ValueError(f"expected a number, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 1:
+        raise ValueError(f"expected a positive whole number, got {text!r}")
+    return int(value)
+
+
+def non_negative_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 0:
+        raise ValueError(f"expected a whole number >= 0, got {text!r}")
+    return int(value)
+
+
+def positive_seconds(text: str) -> float:
+    """Seconds: positive, `inf` for no limit; never nan."""
+    value = _number(text, float)
+    if math.isnan(value) or value <= 0:
+        raise ValueError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def positive_megabytes(text: str) -> float:
+    value = _number(text, float)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"expected a positive, finite number of megabytes, got {text!r}")
+    return value
+
+
+def for_argparse(check: Callable[[str], object]) -> Callable[[str], object]:
+    """`check` as an argparse type: its ValueError becomes argparse's usage error (exit 2)."""
+
+    def convert(text: str):
+        try:
+            return check(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    convert.__name__ = check.__name__
+    return convert
+
+
+# Every environment variable semcheck reads, with what it must hold.
+ENVIRONMENT: dict[str, Callable[[str], object]] = {
+    "SEMCHECK_MAX_STATES": positive_int,
+    "SEMCHECK_TIMEOUT": positive_seconds,
+    "SEMCHECK_MAX_MEMORY_MB": positive_megabytes,
+    "SEMCHECK_CAPTURE_TIMEOUT": positive_seconds,
+}
+
+
+def check_environment(environ=None) -> None:
+    environ = os.environ if environ is None else environ
+    problems = []
+    for name, check in ENVIRONMENT.items():
+        if name in environ:
+            try:
+                check(environ[name])
+            except ValueError as e:
+                problems.append(f"environment variable {name}={environ[name]!r}: {e}")
+    if problems:
+        raise UsageError("; ".join(problems))
+
+
+# --- paths ---------------------------------------------------------------------------------
+
+
+def check_inputs(paths: list[str]) -> None:
+    """Every PATH exists: a typo is one usage error, not a fake result per device count."""
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise UsageError("no such file or folder: " + ", ".join(missing))
+
+
+def check_writable(path: str, what: str) -> None:
+    """`path` can be created or overwritten: its folder exists and is writable, and it is not
+    itself a folder."""
+    if os.path.isdir(path):
+        raise UsageError(f"{what} {path!r} is a folder; give a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{what} {path!r}: the folder {os.path.dirname(path) or '.'!r} does not exist")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise UsageError(f"{what} {path!r} exists and is not writable")
+    if not os.path.exists(path) and not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {path!r}: the folder {os.path.dirname(path) or '.'!r} is not writable")
+
+
+def check_all(args) -> None:
+    """Everything that can be checked before work starts; raises UsageError."""
+    check_environment()
+    check_inputs(args.paths)
+    if getattr(args, "output", None):
+        check_writable(args.output, "-o")
+    if getattr(args, "graph", None):
+        check_writable(args.graph, "--graph")

@@ -1,0 +1,224 @@
+"""Run a user's file where nothing it does can end semcheck or change its exit code.
+
+A model file is Python that semcheck imports and calls. Imported in-process, its
+`sys.exit(0)`, `os._exit(0)`, a `KeyboardInterrupt` it raises, or an `os.fork()` would end
+(or duplicate) semcheck itself: a gate that exits 0 with no report. So each load runs in a
+forked child (`call_isolated`): the fork costs a millisecond or two, since the child
+inherits semcheck already imported, and the child's whole session is killed when the call
+returns, so processes the file starts die with it. The child's answer comes back pickled
+through a temporary file; a child that dies without answering (a signal, a real
+`os._exit`) is an error naming how it ended. Ctrl-C and SIGTERM reach only semcheck (the
+child has its own session), which then kills the child's session.
+
+Where `os.fork` does not exist (Windows), the call runs in-process and catches
+BaseException: `sys.exit` and `KeyboardInterrupt` are contained, `os._exit` is not.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from semcheck.errors import LoadError
+from semcheck.ir import Loc
+
+DEFAULT_TIMEOUT = 600.0  # seconds a model file may take to load
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A failure in the child, in picklable form."""
+
+    message: str
+    file: str = ""
+    line: int = 0
+    hint: str | None = None
+
+    def error(self) -> LoadError:
+        return LoadError(self.message, Loc(self.file, self.line) if self.file else None, self.hint)
+
+
+class _HardExit(BaseException):
+    """`os._exit(code)` called by the user's code in the child, turned into an exception so
+    that the call's failure can name the line."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def call_isolated(fn: Callable[..., T], *args, user_file: str, what: str, timeout: float | None = None) -> T:
+    """`fn(*args)` in a forked child; its value (picklable) or the LoadError it raised.
+
+    Anything else the user's code does that would end a process (SystemExit,
+    KeyboardInterrupt, `os._exit`, a signal, a fork) becomes a LoadError about `what`
+    ("importing the model", ...) located at `user_file`'s line where known."""
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    if not hasattr(os, "fork"):
+        return _unwrap(_answer(fn, args, user_file, what), user_file, what)
+    for stream in (sys.stdout, sys.stderr):  # or the child would print the parent's buffer again
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or odd stream must not stop the load
+            pass
+    fd, answer_path = tempfile.mkstemp(prefix="semcheck-load-", suffix=".pickle")
+    os.close(fd)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            _child(fn, args, user_file, what, answer_path)
+        status = _wait(pid, timeout, user_file, what)
+        with open(answer_path, "rb") as f:
+            data = f.read()
+        if not data:
+            raise LoadError(f"{what} ended the process ({_how_it_ended(status)}) before it returned",
+                            Loc(user_file, 0))
+        return _unwrap(pickle.loads(data), user_file, what)
+    finally:
+        os.unlink(answer_path)
+
+
+def _child(fn, args, user_file, what, answer_path) -> None:
+    real_exit = os._exit
+    code = 0
+    try:
+        os.setsid()  # its own session: a terminal's Ctrl-C is semcheck's to handle
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        me = os.getpid()
+        _end_with(os.getppid(), real_exit)
+
+        def refuse_exit(status=0):
+            raise _HardExit(status)
+
+        os._exit = refuse_exit
+        answer = _answer(fn, args, user_file, what)
+        os._exit = real_exit
+        if os.getpid() != me:  # a process the user's code forked: only the child answers
+            real_exit(0)
+        with open(answer_path, "wb") as f:
+            pickle.dump(answer, f)
+    except BaseException:  # noqa: BLE001 - the child must end here, whatever happened
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001
+                pass
+        real_exit(code)
+
+
+def _end_with(parent: int, real_exit) -> None:
+    """If semcheck dies without killing this child (SIGKILL, or SIGTERM outside the CLI),
+    the child's session ends too: a daemon thread watches the parent."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        try:
+            os.killpg(0, signal.SIGKILL)
+        finally:
+            real_exit(1)
+
+    threading.Thread(target=watch, name="semcheck-parent-watch", daemon=True).start()
+
+
+def _answer(fn, args, user_file, what):
+    """("ok", value) or a _Failed: fn's outcome in a form that crosses a process boundary."""
+    try:
+        return ("ok", fn(*args))
+    except LoadError as e:
+        return _Failed(e.message, e.loc.file if e.loc else "", e.loc.line if e.loc else 0, e.hint)
+    except BaseException as e:  # noqa: BLE001 - whatever the user's file does is reported
+        loc = user_frame(e, user_file)
+        return _Failed(f"{what} {_ended_by(e)}", loc.file if loc else user_file, loc.line if loc else 0,
+                       "semcheck loads a model file by calling model(devices); it must return a Protocol, "
+                       "not exit")
+
+
+def _ended_by(e: BaseException) -> str:
+    if isinstance(e, _HardExit):
+        return f"called os._exit({e.code!r})"
+    if isinstance(e, SystemExit):
+        return f"exited (SystemExit({e.code!r}), e.g. sys.exit)"
+    if isinstance(e, KeyboardInterrupt):
+        return "raised KeyboardInterrupt"
+    return f"raised {type(e).__name__}: {e}"
+
+
+def _unwrap(answer, user_file, what):
+    if isinstance(answer, _Failed):
+        raise answer.error()
+    kind, value = answer
+    return value
+
+
+def _wait(pid: int, timeout: float, user_file: str, what: str) -> int:
+    """Wait for the child; kill its whole session on every way out (done, timeout, Ctrl-C)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.0005
+    reaped = False
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                reaped = True
+                return status
+            if time.monotonic() > deadline:
+                raise LoadError(f"{what} did not finish within {timeout:g} s, so semcheck stopped it",
+                                Loc(user_file, 0))
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+    finally:
+        if not reaped:  # it may not have reached setsid yet
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        kill_group(pid)
+        if not reaped:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def kill_group(leader: int) -> None:
+    """SIGKILL every process of the group (session) that `leader` started; none left is fine."""
+    try:
+        os.killpg(leader, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _how_it_ended(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def user_frame(error: BaseException, path: str) -> Loc | None:
+    """The deepest frame of the traceback that lies in the user's file."""
+    target = os.path.abspath(path)
+    loc = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if os.path.abspath(frame.filename) == target:
+            loc = Loc(frame.filename, frame.lineno or 0)
+    return loc
