@@ -45,7 +45,7 @@ def missing_action(
     for t, body in enumerate(system.bodies):
         for pc, instr in enumerate(body):
             fp = system.footprints[t][pc]
-            if not ((fp.inc if adds else fp.dec) >> sid & 1):
+            if sid not in (fp.inc if adds else fp.dec):
                 continue
             steps = runs.get((t, pc), [])
             sites.append(Site(
@@ -79,11 +79,8 @@ def _absent_sites(system: System, sid: int) -> tuple[AbsentSite, ...]:
     """Lines that add to other instances of `sid`'s declaration but not to `sid`, where some
     threads that add to that declaration elsewhere have no instruction at that line."""
     decl = system.instances[sid].decl
-    same_decl = 0
-    for i, inst in enumerate(system.instances):
-        if inst.decl is decl:
-            same_decl |= 1 << i
-    by_line: dict[ir.Loc, tuple[set[int], int, str]] = {}  # line -> (threads, instances reached, what)
+    same_decl = frozenset(i for i, inst in enumerate(system.instances) if inst.decl is decl)
+    by_line: dict[ir.Loc, tuple[set[int], frozenset[int], str]] = {}  # line -> (threads, instances reached, what)
     touching: set[int] = set()  # threads that add to the declaration somewhere
     for t, body in enumerate(system.bodies):
         for pc, instr in enumerate(body):
@@ -91,16 +88,16 @@ def _absent_sites(system: System, sid: int) -> tuple[AbsentSite, ...]:
             if not reached or instr.loc is None:
                 continue
             touching.add(t)
-            threads, mask, what = by_line.get(instr.loc, (set(), 0, _what(instr)))
+            threads, mask, what = by_line.get(instr.loc, (set(), frozenset(), _what(instr)))
             threads.add(t)
             by_line[instr.loc] = (threads, mask | reached, what)
     out = []
     for loc, (threads, mask, what) in sorted(by_line.items(), key=lambda item: item[0].line):
-        if mask >> sid & 1:
+        if sid in mask:
             continue  # this line does reach the stuck semaphore
         missing = sorted(touching - threads)
         if not missing:
             continue
-        reaches = tuple(system.instances[i].short for i in range(len(system.instances)) if mask >> i & 1)
+        reaches = tuple(system.instances[i].short for i in sorted(mask))
         out.append(AbsentSite(loc, what, tuple(system.thread_name(t) for t in missing), reaches))
     return tuple(out)
