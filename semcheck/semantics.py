@@ -668,6 +668,11 @@ class System:
         have = state.sems[sid]
         return None if have >= need else (sid, need, have)
 
+    def static_wait(self, t: int, pc: int) -> tuple[int, int] | None:
+        """(semaphore, amount) of the wait at (t, pc) when both are constants, else None."""
+        known = self._waits[t][pc]
+        return None if known is _NEVER_BLOCKS else known
+
     def can_move(self, state: State, t: int) -> bool:
         """Whether thread t has an instruction to execute that is not a blocked wait."""
         pc = state.pcs[t]
