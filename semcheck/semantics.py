@@ -714,6 +714,11 @@ class System:
             0 <= pc < len(body) and type(body[pc]) is ir.Cut for pc, body in zip(state.pcs, self.bodies)
         )
 
+    def static_wait(self, t: int, pc: int) -> tuple[int, int] | None:
+        """(semaphore, amount) of the wait at (t, pc) when both are constants, else None."""
+        known = self._waits[t][pc]
+        return None if known is _NEVER_BLOCKS or known is _STOPS else known
+
     def can_move(self, state: State, t: int) -> bool:
         """Whether thread t has an instruction to execute that is not a blocked wait."""
         pc = state.pcs[t]

@@ -37,13 +37,7 @@ class Independence:
         self._event_channels: dict[Event, Channels] = {}
         self._copies_on = self._copy_index()
         self._stops = self._guard_stops()
-        # (starter thread, waiting thread) -> sorted (wait pc, start pc) of each guarded wait
-        self._cuts: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for (issuer, start_pc, _side), by_thread in self._stops.items():
-            for t, pcs in by_thread.items():
-                self._cuts.setdefault((issuer, t), []).extend((pc, start_pc) for pc in pcs)
-        for entries in self._cuts.values():
-            entries.sort()
+        self._counted_waits, self._decrements, self._additions = self._counting_tables()
 
     # -- what an actor may touch --
 
@@ -92,18 +86,124 @@ class Independence:
         """Sorted pcs of thread t's waits that only `event`'s completion can satisfy."""
         return self._stops.get((event.issuer, event.start_pc, event.side), {}).get(t)
 
-    def cut(self, starter: int, starter_pc: int, t: int, pc: int) -> int | None:
-        """The first wait of straight-line thread t, from pc on, that only a copy `starter`
-        has yet to start (at or after starter_pc) can satisfy. While `starter` stands
-        still, t cannot pass that wait, so t's future counts only up to it."""
-        entries = self._cuts.get((starter, t))
-        if not entries or not self.tables[t].straight:
+    def cut(self, state: State, starter: int, t: int, limit: int = 8) -> int | None:
+        """The first wait of straight-line thread t, from its pc on, that it cannot pass
+        while thread `starter` stands still, by counting: the most its semaphore can hold
+        without `starter` moving is its count, plus what the pending completions on it add,
+        plus what every other thread's remaining instructions can add to it (each a
+        constant, or no cut), minus what t's own earlier waits on it take first. When that
+        is less than the wait's amount, t's future counts only up to the wait while
+        `starter` is in the stubborn set. (At most `limit` candidate waits are tried:
+        giving up only means no cut.)"""
+        entries = self._counted_waits.get(t)
+        if not entries:
             return None
-        for k in range(bisect_left(entries, (pc, -1)), len(entries)):
-            stop, start = entries[k]
-            if start >= starter_pc:
+        pc = state.pcs[t]
+        k = bisect_left(entries, (pc,))
+        tried = 0
+        for stop, sid, need, adders in entries[k:]:
+            if starter not in adders:
+                continue  # `starter` standing still does not keep this one closed
+            tried += 1
+            if tried > limit:
+                break
+            reachable = self._most_reachable(state, sid, adders, starter, t, pc, stop)
+            if reachable is not None and reachable < need:
                 return stop
         return None
+
+    def _most_reachable(self, state: State, sid: int, adders, starter: int, t: int, pc: int, stop: int) -> int | None:
+        taken = self._taken_before(t, sid, pc, stop)
+        if taken is None:
+            return None
+        total = state.sems[sid] - taken
+        for (_kind, e), _x, _y in self.pending_on(state.events, sid):
+            if e.sem == sid and e.inc > 0:
+                total += e.inc
+        for a in adders:
+            if a == starter:
+                continue
+            more = self._still_added(a, sid, state.pcs[a] if a != t else pc)
+            if more is None:
+                return None
+            total += more
+        return total
+
+    def _still_added(self, a: int, sid: int, pc: int) -> int | None:
+        """The most thread a's instructions from pc on can add to `sid` (None: unbounded or
+        known only at run time)."""
+        found = self._additions.get((a, sid))
+        if found is None:
+            return 0
+        if found is _UNBOUNDED:
+            return None
+        pcs, suffix = found
+        total = suffix[bisect_left(pcs, pc)] if pc >= 0 else 0.0
+        return None if total != total else int(total)  # NaN: an unknown amount
+
+    def _taken_before(self, t: int, sid: int, start: int, stop: int) -> int | None:
+        """What t's decrementing waits on `sid` at pcs in [start, stop) take (None when
+        one of them takes an amount known only at run time)."""
+        found = self._decrements.get((t, sid))
+        if found is None:
+            return 0
+        pcs, prefix = found
+        lo, hi = bisect_left(pcs, start), bisect_left(pcs, stop)
+        if lo == hi:
+            return 0
+        total = prefix[hi] - prefix[lo]
+        return None if total != total else int(total)  # NaN: an unknown amount among them
+
+    def _counting_tables(self):
+        """* thread -> sorted (pc, semaphore, amount, adders) of its waits with a constant
+          semaphore and amount, for straight-line threads;
+        * (thread, semaphore) -> (pcs, prefix sums of amounts) of its decrementing waits;
+        * (thread, semaphore) -> (pcs, suffix sums) of what its instructions may add to the
+          semaphore (a signal or copy naming exactly it with a constant amount), or
+          `_UNBOUNDED` when one of them may add an unknown amount or runs in a loop."""
+        system = self.system
+        adders: dict[int, set[int]] = {}
+        additions: dict[tuple[int, int], object] = {}
+        for t, body in enumerate(system.bodies):
+            looping = _looping_pcs(body)
+            for pc, instr in enumerate(body):
+                fp = system.footprints[t][pc]
+                for sid in fp.inc:
+                    adders.setdefault(sid, set()).add(t)
+                    key = (t, sid)
+                    if additions.get(key) is _UNBOUNDED:
+                        continue
+                    amount = _constant_addition(system, t, instr, sid)
+                    if amount is None or pc in looping:
+                        additions[key] = _UNBOUNDED
+                        continue
+                    pcs, amounts = additions.setdefault(key, ([], []))
+                    pcs.append(pc)
+                    amounts.append(amount)
+        for key, found in additions.items():
+            if found is not _UNBOUNDED:
+                pcs, amounts = found
+                suffix = [0.0] * (len(amounts) + 1)
+                for k in range(len(amounts) - 1, -1, -1):
+                    suffix[k] = suffix[k + 1] + amounts[k]
+                additions[key] = (pcs, suffix)
+        counted: dict[int, list] = {}
+        decrements: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
+        for t, body in enumerate(system.bodies):
+            straight = self.tables[t].straight
+            for pc, instr in enumerate(body):
+                known = system.static_wait(t, pc)
+                decrementing = isinstance(instr, ir.DmaWait) or (isinstance(instr, ir.Wait) and instr.decrement)
+                if decrementing:
+                    for sid in system._candidates(t, instr.sem):
+                        pcs, sums = decrements.setdefault((t, sid), ([], [0.0]))
+                        pcs.append(pc)
+                        amount = known[1] if known and known[0] == sid else float("nan")
+                        sums.append(sums[-1] + amount)
+                if straight and known and known[1] >= 1:
+                    sid, need = known
+                    counted.setdefault(t, []).append((pc, sid, need, frozenset(adders.get(sid, ()))))
+        return counted, decrements, additions
 
     def independent(self, state: State, a: Action, b: Action) -> bool:
         """Two actions of different actors, both enabled in `state`, that commute and cannot
@@ -205,6 +305,34 @@ class Independence:
                 if sid in only:
                     stops.setdefault(only[sid], {}).setdefault(t, []).append(pc)
         return {guard: {t: tuple(sorted(pcs)) for t, pcs in by_thread.items()} for guard, by_thread in stops.items()}
+
+
+_UNBOUNDED = object()
+
+
+def _constant_addition(system: System, t: int, instr: ir.Instr, sid: int) -> float | None:
+    """What `instr` adds to `sid` at most, when that is a constant >= 0: a signal or a copy
+    whose target is exactly `sid` (a copy may add to it on either side). None otherwise."""
+    from semcheck.semantics import dma_increment
+
+    if isinstance(instr, ir.Signal):
+        if not isinstance(instr.inc, int) or instr.inc < 0 or system._candidates(t, instr.sem) != {sid}:
+            return None
+        return float(instr.inc)
+    if isinstance(instr, ir.DmaStart):
+        if not isinstance(instr.nbytes, int) or instr.nbytes < 0:
+            return None
+        target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
+        total = 0.0
+        sides = [target] + ([instr.send_sem] if instr.send_sem is not None else [])
+        for ref in sides:
+            sids = system._candidates(t, ref)
+            if sid in sids:
+                if len(sids) != 1:
+                    return None
+                total += dma_increment(system.instances[sid].decl, instr.nbytes)
+        return total
+    return None  # a wait or an entry whose amount may be negative, or anything else
 
 
 def _buffer_cells(system: System, fp) -> frozenset[int]:

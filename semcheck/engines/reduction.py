@@ -78,7 +78,7 @@ class _Context:
                     if guard is not None:
                         cuts[t] = ind.guard_stops(t, guard)
                     else:
-                        stop = ind.cut(me, pcs[me], t, pcs[t]) if me is not None else None
+                        stop = ind.cut(self.state, me, t) if me is not None else None
                         cuts[t] = None if stop is None else (stop,)
                 stops = cuts[t]
                 if stops is None:
