@@ -87,17 +87,17 @@ def verify_path(
             if stopped is not None and not stopped.prefixes:  # one kernel of the file cannot be lowered
                 results.append(_load_error_result(path, n, stopped, engine))
                 continue
-            for protocol in stopped.prefixes if stopped is not None else [protocol]:
+            for lowered in stopped.prefixes if stopped is not None else [protocol]:
                 try:
-                    protocol = repeat(assumptions.apply(protocol, assume), invocations)
+                    checked = repeat(assumptions.apply(lowered, assume), invocations)
                 except ValueError as e:
-                    results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line, n, str(e), engine))
+                    results.append(error_result(lowered.name, lowered.loc.file, lowered.loc.line, n, str(e), engine))
                     continue
-                progress = progress_for(protocol.name, n) if progress_for else None
-                result = check_protocol(protocol, engine=engine, budget=budget, progress=progress, **options)
+                progress = progress_for(checked.name, n) if progress_for else None
+                result = check_protocol(checked, engine=engine, budget=budget, progress=progress, **options)
                 result.invocations = invocations
                 if stopped is not None:  # lowering stopped part-way: what its prefix decides
-                    result = prefix_result(result, protocol, _error_text(stopped), stopped.loc)
+                    result = prefix_result(result, checked, _error_text(stopped), stopped.loc)
                 results.append(result)
     return results
 

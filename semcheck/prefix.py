@@ -25,7 +25,7 @@ def prefix_result(checked: Result, protocol: ir.Protocol, message: str, loc: ir.
     where = sorted({str(cut.loc) for _thread, cut in stops})
     threads = len({(t.device, t.core, t.sub) for t, _cut in stops})
     found = (
-        f"the violations listed happen before it, so they are real whatever the rest of the kernel does"
+        "the violations listed happen before it, so they are real whatever the rest of the kernel does"
         if checked.errors
         else "no data race, bad id or early arrival happens before it"
     )

@@ -8,11 +8,19 @@ small kernels traced in this process."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from semcheck import check_protocol, ir
 from semcheck.engines import check
 from semcheck.invocations import repeat
 from semcheck.model import DMA, ProtocolBuilder
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree, kinds
+from tests.tpu_kernels import instrs, line_of, mesh, protocols, sharded
 
 
 def _builder(devices=1):
@@ -82,14 +90,6 @@ def test_a_zero_byte_copy_on_a_regular_semaphore_adds_its_one_at_the_start():
 
 # --- kernels ------------------------------------------------------------------------------------
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
-from jax.experimental import pallas as pl  # noqa: E402
-from jax.experimental.pallas import tpu as pltpu  # noqa: E402
-
-from semcheck import check_protocol, ir  # noqa: E402
-from tests.tpu_kernels import instrs, line_of, mesh, protocols, sharded  # noqa: E402
 
 DMA_SEM, REGULAR_SEM = pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.REGULAR
 HERE = __file__
@@ -347,10 +347,9 @@ def test_window_bounds_follow_the_inputs_in_both_engines():
     t = p.thread(0)
     copy = t.dma_start(buf.region(row, size=(1, 8)), buf.region(0, size=(1, 8)), recv_sem=sem)
     copy.wait_recv()
-    empty = t.dma_start(buf.region(row, size=(0, 8)), buf.region(4, size=(0, 8)), recv_sem=sem, nbytes=0)
-    del empty
+    t.dma_start(buf.region(row, size=(0, 8)), buf.region(4, size=(0, 8)), recv_sem=sem, nbytes=0)
     protocol = p.build()
-    by_search, by_solver = assert_engines_agree(protocol)
+    by_search, _by_solver = assert_engines_agree(protocol)
     assert kinds(by_search) == {"invalid_region"}
     # every row outside 0..3 faults at the first copy; an empty window at row 4 is inside
     system = System(protocol)
