@@ -129,6 +129,8 @@ def protocols(
                 ir.Branch(i.loc, i.cond, min(i.target, len(body))) if isinstance(i, ir.Branch) else i
                 for i in body
             ]
+            if draw(st.integers(0, 7)) == 0:  # lowering stopped here: only the prefix is judged
+                body.append(ir.Cut(LOC, "random cut"))
             if lifecycle:  # inside a kernel: entry first, exit last, jumps shifted by one
                 body = (
                     [ir.KernelEntry(LOC)]

@@ -8,11 +8,19 @@ small kernels traced in this process."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from semcheck import check_protocol, ir
 from semcheck.engines import check
 from semcheck.invocations import repeat
 from semcheck.model import DMA, ProtocolBuilder
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree, kinds
+from tests.tpu_kernels import instrs, line_of, mesh, protocols, sharded
 
 
 def _builder(devices=1):
@@ -82,14 +90,6 @@ def test_a_zero_byte_copy_on_a_regular_semaphore_adds_its_one_at_the_start():
 
 # --- kernels ------------------------------------------------------------------------------------
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
-from jax.experimental import pallas as pl  # noqa: E402
-from jax.experimental.pallas import tpu as pltpu  # noqa: E402
-
-from semcheck import check_protocol, ir  # noqa: E402
-from tests.tpu_kernels import instrs, line_of, mesh, protocols, sharded  # noqa: E402
 
 DMA_SEM, REGULAR_SEM = pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.REGULAR
 HERE = __file__
@@ -347,10 +347,9 @@ def test_window_bounds_follow_the_inputs_in_both_engines():
     t = p.thread(0)
     copy = t.dma_start(buf.region(row, size=(1, 8)), buf.region(0, size=(1, 8)), recv_sem=sem)
     copy.wait_recv()
-    empty = t.dma_start(buf.region(row, size=(0, 8)), buf.region(4, size=(0, 8)), recv_sem=sem, nbytes=0)
-    del empty
+    t.dma_start(buf.region(row, size=(0, 8)), buf.region(4, size=(0, 8)), recv_sem=sem, nbytes=0)
     protocol = p.build()
-    by_search, by_solver = assert_engines_agree(protocol)
+    by_search, _by_solver = assert_engines_agree(protocol)
     assert kinds(by_search) == {"invalid_region"}
     # every row outside 0..3 faults at the first copy; an empty window at row 4 is inside
     system = System(protocol)
@@ -411,3 +410,43 @@ def test_a_hang_at_the_cut_is_never_reported():
         assert result.verdict.value == "error" and result.violations == [], engine
         assert result.line == line_of(HERE, "# <- stops device 0")
         assert any("1 of 2 thread(s)" in note and "no data race" in note for note in result.notes)
+
+
+_STOPPING_SCRIPT = '''
+import jax, jax.numpy as jnp, numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import Mesh, PartitionSpec as P
+
+def kernel(x_ref, o_ref, sem):
+    copy = pltpu.make_async_copy(x_ref, o_ref, sem)
+    copy.start()
+    o_ref[0, :] = jnp.zeros((128,), jnp.float32)  # races with the copy
+    copy.wait()
+    pltpu.async_copy(x_ref, o_ref, sem, add=True).wait()  # not lowerable
+
+def per_device(b):
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(b.shape, b.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[pltpu.SemaphoreType.DMA])(b)
+
+if __name__ == "__main__":
+    m = Mesh(np.array(jax.devices()), ("x",))
+    f = jax.jit(jax.shard_map(per_device, mesh=m, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    f(jnp.ones((8 * m.size, 128), jnp.float32))
+'''
+
+
+def test_the_cli_reports_a_prefix_race_with_the_error_and_exits_2(tmp_path, capsys):
+    """Through the capture subprocess (the prefix travels with the pickled error)."""
+    import json
+
+    from semcheck import cli
+
+    script = tmp_path / "stopping.py"
+    script.write_text(_STOPPING_SCRIPT)
+    code = cli.main(["verify", str(script), "--devices", "2", "--format", "json", "-q"])
+    [result] = json.loads(capsys.readouterr().out)["results"]
+    assert code == 2 and result["verdict"] == "error"
+    assert result["line"] == 12 and "async_copy(add=True)" in result["error"]
+    assert [(v["kind"], v["location"]["line"]) for v in result["violations"]] == [("data_race", 10)]

@@ -7,6 +7,8 @@ deadlock. For every example it can run, semcheck's verdict must agree with what 
 * semcheck reports a hang (deadlock / unsatisfied_wait) <=> the interpreter hangs;
 * semcheck says safe => the interpreter finishes;
 * semcheck reports a bad device id <=> the interpreter fails on an out-of-range index;
+* semcheck reports a copy window outside its buffer (`invalid_region`) <=> the interpreter
+  fails on an out-of-bounds read or write;
 * a leftover semaphore is not a hang: the interpreter finishes (it only prints a line, and in
   its default on_wait mode never even runs a copy nobody waits for).
 
@@ -134,6 +136,8 @@ def test_semcheck_agrees_with_the_tpu_interpreter(outcomes, path, devices):
         assert outcome == "hung", (kinds, outcome, output)
     elif "invalid_device_id" in kinds:
         assert outcome == "failed" and "out of bounds" in output, (outcome, output)
+    elif "invalid_region" in kinds:
+        assert outcome == "failed" and "Out-of-bounds" in output, (outcome, output)
     else:
         assert outcome == "finished", (kinds, outcome, output)
         if not kinds:
@@ -164,6 +168,13 @@ def test_the_discharge_interpreter_rejects_the_remote_signal_handshake_that_semc
 # --- races ------------------------------------------------------------------------------------
 
 RACE_MODES = ("on_wait", "eager")
+# Runs the race detector cannot make: example -> (DMA mode, why). In on_wait mode a 0-byte
+# wait passes before any copy ran, and the detector asserts that the semaphore already has a
+# vector clock (jax/_src/pallas/mosaic/interpret/shared_memory.py, Semaphore.wait, 0.10.2).
+RACE_UNRUNNABLE = {
+    "sized_sends.py": ("on_wait", "a 0-byte wait before any copy trips the race detector's assertion"),
+    "sized_sends_past_the_end.py": ("on_wait", "a 0-byte wait before any copy trips the race detector's assertion"),
+}
 RACE_SEEDS = (0, 1, 2)
 KERNEL_BOUNDARY = "pallas_call"  # the interpreter's frame for the copy-in/out around a kernel
 # One access of a race the interpreter prints:
@@ -237,9 +248,11 @@ def race_runs():
             continue
         [result] = [r for r in results(path, devices) if config_of(r) == config]
         kinds = {v.kind for v in result.errors}
-        if "invalid_device_id" in kinds or (kinds & HANG_KINDS and "remote_before_entry" not in kinds):
-            continue  # the interpreter fails on the bad id, or hangs
+        if kinds & {"invalid_device_id", "invalid_region"} or (kinds & HANG_KINDS and "remote_before_entry" not in kinds):
+            continue  # the interpreter fails on the bad id or window, or hangs
         for mode in RACE_MODES:
+            if RACE_UNRUNNABLE.get(os.path.basename(path), (None,))[0] == mode:
+                continue
             for seed in RACE_SEEDS:
                 runs.append((path, devices, dict(params, detect_races=True, dma_execution_mode=mode,
                                                  random_seed=seed), config))

@@ -2,17 +2,20 @@
 rules for buffer loads and stores (`get`, `swap`, `addupdate`, `masked_load`, `masked_swap`).
 
 A view is a chain of `NDIndexer` transforms; each one indexes the previous view, so the
-rules compose them into one (start, size) per dimension of the allocation. Semaphore
-indices must be exact. A buffer region whose start depends on buffer contents widens to the
-whole dimension (it over-approximates what is touched), and transforms other than indexing
-(bitcast, reshape) widen to the whole buffer.
+rules compose them into one (start, stride, count) per dimension of the allocation; slice
+sizes may be traced (`pl.ds(start, size)`), known per thread or symbolic. A semaphore index
+semcheck cannot know becomes an input over the array (docs/semantics-lowering.md). A
+buffer region whose start or size depends on buffer contents widens to the whole dimension
+(it over-approximates what is touched), and transforms other than indexing (bitcast,
+reshape) widen to the whole buffer. `pl.select_ref` operands of DMAs are chosen (or
+branched over) by `for_each_selection`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -121,7 +124,7 @@ def for_each_selection(t: ThreadLowering, eqn, operands: list, lower: Callable[[
             continue
         index, options, rebuild = found
 
-        def chosen(k: int, position=position, rebuild=rebuild) -> None:
+        def chosen(k: int, position=position, rebuild=rebuild, options=options) -> None:
             rest = list(operands)
             rest[position] = rebuild(options[k])
             for_each_selection(t, eqn, rest, lower)
