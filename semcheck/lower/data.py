@@ -176,11 +176,15 @@ class ThreadMemory:
         if concrete is None:
             return Opaque(f"{why} (at an index semcheck does not know)")
         known = _transform_read(c.known, concrete)
+        if known is None:
+            return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         if not bool(np.all(known)):
             if c.lost is not None:
                 return Opaque(f"{why}, where the kernel stored {c.lost}")
             return Opaque(f"{why}, {self.undefined}")
         value = _transform_read(c.value, concrete)
+        if value is None:
+            return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         return Known(value, sources=c.sources | {DataSource(ref.alloc, c.from_script)})
 
     # -- writes --------------------------------------------------------------------------------
@@ -195,6 +199,9 @@ class ThreadMemory:
             new_value = _transform_write(c.value, concrete, value.value)
             known = _transform_write(c.known, concrete, np.ones(value.value.shape, bool))
             written = _transform_write(c.written, concrete, np.ones(value.value.shape, bool))
+            if new_value is None or known is None or written is None:
+                self.forget(ref, region, "a value through a view JAX's state discharge cannot write")
+                return
             symbolic = _drop(c.symbolic, _box(region, ref.shape))
             self.contents[ref.alloc] = replace(
                 c, value=new_value, known=known, written=written, symbolic=symbolic,
@@ -230,8 +237,12 @@ class ThreadMemory:
         if isinstance(old, Known) and isinstance(value, Known):
             from jax import lax
 
-            total = Known(np.asarray(lax.add(old.value, value.value.astype(old.value.dtype))),
-                          sources=old.sources | value.sources)
+            try:
+                total = Known(np.asarray(lax.add(old.value, value.value.astype(old.value.dtype))),
+                              sources=old.sources | value.sources)
+            except Exception:  # noqa: BLE001 - JAX refuses the add: the result is not known
+                self.forget(ref, region, "a sum JAX could not compute")
+                return
             self.write(ref, transforms, region, total)
         else:
             self.forget(ref, region, (value if isinstance(value, Opaque) else old).why
@@ -344,21 +355,29 @@ def _is_value(x) -> bool:
     return isinstance(x, (Known, Sym, Opaque, RefValue))
 
 
-def _transform_read(array: np.ndarray, transforms) -> np.ndarray:
+def _transform_read(array: np.ndarray, transforms) -> np.ndarray | None:
+    """`array` seen through `transforms`, by JAX; None when JAX refuses (then the value is
+    simply not known: a data read never fails the lowering)."""
     import jax
     from jax._src.state import discharge
 
-    with jax.ensure_compile_time_eval():
-        return np.asarray(discharge.transform_array(array, list(transforms)))
+    try:
+        with jax.ensure_compile_time_eval():
+            return np.asarray(discharge.transform_array(array, list(transforms)))
+    except Exception:  # noqa: BLE001 - JAX's refusal means "not known", said where it is used
+        return None
 
 
-def _transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.ndarray:
+def _transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.ndarray | None:
     import jax
     from jax._src.state import discharge
 
-    with jax.ensure_compile_time_eval():
-        _old, new = discharge.transform_swap_array(array, list(transforms), np.asarray(value, array.dtype))
-    return np.asarray(new)
+    try:
+        with jax.ensure_compile_time_eval():
+            _old, new = discharge.transform_swap_array(array, list(transforms), np.asarray(value, array.dtype))
+        return np.asarray(new)
+    except Exception:  # noqa: BLE001 - as above
+        return None
 
 
 def _size(aval) -> int:
