@@ -72,6 +72,7 @@ def main() -> int:
             with open(out, encoding="utf-8") as f:
                 reports[jobs] = TIMES.sub('"seconds": 0', f.read())
             rows.append((f"-j {jobs}", seconds, code, load))
+            print(f"  (-j {jobs}: {seconds:.1f} s, exit {code}, load {load:.1f} at start)", file=sys.stderr, flush=True)
         sarif_bytes = len(examples_only(sarif).encode())
     print(f"semcheck verify {' '.join(args.paths)} --devices {args.devices} --expectations "
           f"({os.cpu_count()} cores)")
