@@ -115,6 +115,7 @@ def _side_by_side(
     by_solver = _Entrant("z3", budget)
     search_done = threading.Event()
     solver_started: list[float] = []
+    crashed: list[BaseException] = []
 
     def solve() -> None:
         head_start_ends = time.monotonic() + HEAD_START
@@ -127,8 +128,12 @@ def _side_by_side(
             return
         solver_started.append(time.monotonic() - started)
         # Its own System: the search silences the race lines it has reported in its one.
-        fresh = System(system.protocol)
-        result = z3(fresh, by_solver.budget, progress, **options)
+        try:
+            fresh = System(system.protocol)
+            result = z3(fresh, by_solver.budget, progress, **options)
+        except BaseException as e:  # a bug in z3's engine: raised in the caller's thread below
+            crashed.append(e)
+            return
         by_solver.finish(result)
         if by_solver.conclusive:
             by_search.stop.stop("engine auto: z3 decided first")
@@ -145,7 +150,9 @@ def _side_by_side(
             solver.join(STOP_POLL)
             if by_solver.stop.is_set():
                 by_solver.stop.poke()  # a solver call that began just as it was stopped
-    if not solver_started:
+    if crashed and not by_search.conclusive:
+        raise crashed[0]
+    if not solver_started or by_solver.result is None:
         return by_search.result
     return _combined(by_search, by_solver, solver_started[0], time.monotonic() - started)
 

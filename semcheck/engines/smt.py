@@ -127,6 +127,13 @@ def _explore(
         found.exhausted = exceeded.reason
     except MemoryError:
         found.exhausted = f"memory ran out while {monitor.phase}"
+    except z3.Z3Exception:
+        stop = monitor.budget.stop
+        if stop is None or not stop.is_set():
+            raise
+        # Stopped from outside (engine auto): the context's interrupt can land on any z3
+        # call that runs at that moment, not only on a solver check.
+        found.exhausted = stop.reason
     found.seconds = monitor.elapsed()
     found.peak_memory_mb = max(monitor.peak_mb, rss_mb())
     found.solver_queries = session.queries if session else 0
