@@ -38,9 +38,12 @@ def check_protocol(
         assumptions.check_names([protocol], assume, source=f"protocol {protocol.name}")
         protocol = assumptions.apply(protocol, assume)
     try:
-        return engines.check(protocol, engine, budget=budget, progress=progress, **options)
+        result = engines.check(protocol, engine, budget=budget, progress=progress, **options)
     except ProtocolError as e:
         return error_result(protocol.name, protocol.loc.file, protocol.loc.line, protocol.devices, str(e), engine)
+    from semcheck.provenance import with_data_race_note
+
+    return with_data_race_note(protocol, result)
 
 
 def verify_model(

@@ -182,12 +182,15 @@ def tpu_generation_for_cpu():
 # --- lowering what was captured ------------------------------------------------------------
 
 
-def lower_captures(captures, *, tpu_cores: int | None = None) -> tuple[list[ir.Protocol], list[KernelError]]:
+def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tuple[list[ir.Protocol], list[KernelError]]:
+    """`assumed`: names the script's semcheck.assume calls bound (a buffer element they
+    name stays a protocol input instead of its value in the data)."""
     from semcheck.lower import lower_kernel
 
     protocols: list[ir.Protocol] = []
     errors: list[KernelError] = []
     for capture in captures:
+        capture.assumed = frozenset(assumed)
         try:
             protocols.extend(lower_kernel(capture, tpu_cores=tpu_cores))
         except LoadError as e:
@@ -365,7 +368,8 @@ def _child(args) -> int:
             outcome.devices = jax.device_count()
             ran = time.perf_counter()
             _settle_callbacks()
-            outcome.protocols, outcome.errors = lower_captures(list(captures))
+            outcome.protocols, outcome.errors = lower_captures(
+                list(captures), assumed=[a.name for a in script_assumptions])
             outcome.assumptions = list(script_assumptions)
             outcome.seconds = {
                 "jax import": imported - started,

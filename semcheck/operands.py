@@ -10,7 +10,9 @@ per-device values inside shard_map (jax/_src/debugging.py, 0.10.2); nothing is e
 twice and the script's own computation is untouched.
 
 Only the first call of a kernel on each device is kept: the verdict is for the values the
-script passed the first time. A kernel that was lowered but never run (e.g. `.lower()`
+script passed the first time. The capture replaces every kernel's outputs with zeros, so a
+kernel that first runs on a device after another kernel ran there may be fed those zeros:
+its values on that device are not used (`KernelCapture.after_other_kernel`). A kernel that was lowered but never run (e.g. `.lower()`
 only) has no values; then the data path cannot be evaluated and says so.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import threading
 
 _lock = threading.Lock()
+_ran: dict[int, set[int]] = {}  # device -> ids of the captures that ran on it
 
 
 def record_operands(ctx, in_nodes, capture) -> None:
@@ -46,6 +49,10 @@ def record_operands(ctx, in_nodes, capture) -> None:
             if device in capture.operand_values:
                 return
             capture.operand_values[device] = {k: np.asarray(v) for k, v in zip(numeric, values)}
+            earlier = _ran.setdefault(device, set())
+            if earlier - {id(capture)}:
+                capture.after_other_kernel.add(device)
+            earlier.add(id(capture))
 
     def call_back(*operands):
         coords = [lax.axis_index(n) for n in names]

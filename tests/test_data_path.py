@@ -255,3 +255,129 @@ def test_a_primitive_jax_cannot_evaluate_on_cpu_is_an_error_naming_it_and_its_li
     roll_line = line_of(_script("routed_by_roll.py"), "rolled = pltpu.roll(")
     assert f"the result of `roll` at " in error.message and f"routed_by_roll.py:{roll_line}" in error.message
     assert "which JAX could not evaluate on CPU (NotImplementedError" in error.message
+
+
+# --- counts all-gathered by remote DMA, then summed into a wait amount ------------------------
+
+
+def test_counts_gathered_by_remote_dma_decide_the_wait_amount():
+    from semcheck.frontends import LoadError
+
+    for devices in (2, 4):
+        [p] = _load("gathered_counts.py", devices)
+        assert not isinstance(p, LoadError), p
+        [wait] = [w for w in instrs(p, ir.Wait, device=0) if w.sem.alloc == "done_sem"]
+        assert wait.value == sum(range(1, devices + 1))  # every peer's count arrived by DMA
+        line = line_of(_script("gathered_counts.py"), "pl.semaphore_wait(done_sem")
+        [use] = [u for u in p.data_uses if u.what == "the wait value"]
+        assert (use.loc.line, use.device, use.value) == (line, 0, sum(range(1, devices + 1)))
+        assert use.script_inputs == ("mine_ref",) and use.buffers == ("counts_ref", "mine_ref")
+        assert any("data that remote copies carry was followed" in n for n in p.notes)
+        result = check_protocol(p)
+        assert result.verdict.value == "safe", result.violations
+
+
+def test_summing_counts_before_their_copies_land_is_a_race_and_says_the_values_may_differ():
+    from semcheck.frontends import LoadError
+
+    [p] = _load("gathered_counts_read_early.py", 2)
+    assert not isinstance(p, LoadError), p
+    [wait] = [w for w in instrs(p, ir.Wait, device=0) if w.sem.alloc == "done_sem"]
+    assert wait.value == 1  # the canonical schedule read only its own count
+    result = check_protocol(p)
+    assert {v.kind for v in result.errors} == {"data_race", "semaphore_leftover"}
+    assert any(n.startswith("a data race touches counts_ref, which fed values taken from data") for n in result.notes)
+
+
+# --- semcheck.assume on a value loaded from a buffer ------------------------------------------
+
+
+def test_an_assumed_buffer_element_is_an_input_over_its_range_not_its_data():
+    from semcheck.frontends import LoadError
+
+    [p] = _load("assumed_count.py", 2)
+    assert not isinstance(p, LoadError), p
+    assert sorted((i.name, i.lo, i.hi) for i in p.inputs) == [("count_ref[0]@d0", 0, 8), ("count_ref[0]@d1", 0, 8)]
+    assert not p.data_uses  # nothing was taken from the script's 3
+    assert check_protocol(p).verdict.value == "safe"
+
+
+# --- against JAX's TPU interpreter ----------------------------------------------------------
+
+import pytest  # noqa: E402
+
+# kernel script -> what the interpreter must do with it, from semcheck's verdict
+DIFFERENTIAL = {
+    "routed_signal.py": "finished",  # safe
+    "routed_signal_wrong_wait.py": "hung",  # unsatisfied_wait
+    "gathered_counts.py": "finished",  # safe
+    "gathered_counts_read_early.py": "finished",  # a race and a leftover: neither hangs
+    "gathered_sizes.py": "finished",  # safe
+}
+
+
+# The interpreter hangs for ever on a hang; a run not done by then counts as hung. Longer
+# than the examples' differential timeout: these scripts import a second module and the
+# interpreter runs each remote copy on its own threads.
+INTERPRETER_TIMEOUT = 150.0
+
+
+@pytest.fixture
+def run_interpreter(monkeypatch):
+    import tests.test_tpu_differential as differential
+
+    monkeypatch.setattr(differential, "TIMEOUT", INTERPRETER_TIMEOUT)
+    return differential.run_interpreter
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(DIFFERENTIAL))
+def test_the_tpu_interpreter_does_what_the_evaluated_verdict_says(name, run_interpreter):
+    from semcheck.api import verify_path
+
+    [result] = verify_path(_script(name), [2])
+    kinds = {v.kind for v in result.errors}
+    expected = "hung" if kinds & {"deadlock", "unsatisfied_wait"} else "finished"
+    assert expected == DIFFERENTIAL[name], (name, kinds)
+    outcome, output = run_interpreter(_script(name), 2, {})
+    assert outcome == expected, (outcome, output)
+
+
+@pytest.mark.slow
+def test_the_tpu_interpreter_sees_the_race_of_counts_read_before_they_land(run_interpreter):
+    path = _script("gathered_counts_read_early.py")
+    for mode in ("on_wait", "eager"):
+        outcome, output = run_interpreter(path, 2, {"detect_races": True, "dma_execution_mode": mode}, tail=None)
+        assert outcome == "finished", output
+        assert "RACE DETECTED" in output, (mode, output[-2000:])
+    [safe] = [run_interpreter(_script("gathered_counts.py"), 2, {"detect_races": True}, tail=None)]
+    assert safe[0] == "finished" and "RACE DETECTED" not in safe[1]
+
+
+# --- gathered counts as DMA sizes and offsets (moe-lower's dynamic sizes) ---------------------
+
+
+def test_gathered_counts_size_and_place_each_senders_rows_in_the_inbox():
+    from semcheck.frontends import LoadError
+
+    [p] = _load("gathered_sizes.py", 4)
+    assert not isinstance(p, LoadError), p
+    rows = {d: d + 1 for d in range(4)}
+    for d in (1, 2, 3):
+        [copy] = [c for c in instrs(p, ir.DmaStart, device=d) if c.dst.buffer == "inbox"]
+        offset = sum(rows[j] for j in range(1, d))
+        assert (copy.device, copy.dst.start[0], copy.dst.size[0]) == (0, offset, rows[d])
+        assert copy.nbytes == rows[d] * 128 * 4
+    [aggregate] = [w for w in instrs(p, ir.DmaWait, device=0) if w.sem.alloc == "recv_sem"]
+    assert aggregate.nbytes == 9 * 128 * 4  # one wait for every sender's bytes
+    sized = [u for u in p.data_uses if "pl.ds size" in u.what]
+    assert sized and all(u.script_inputs == ("mine_ref",) for u in sized)
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_senders_landing_at_the_same_offset_race_in_the_inbox():
+    from semcheck.api import verify_path
+
+    two, four = verify_path(_script("gathered_sizes_same_offset.py"), [2, 4])
+    assert two.verdict.value == "safe"  # one sender: nothing to overlap with
+    assert {v.kind for v in four.errors} == {"data_race"}

@@ -102,6 +102,15 @@ class KernelContext:
     # capture saw none, e.g. the kernel was traced but never run).
     initial_data: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     data_seen: bool = False  # the script ran the kernel, so its operand values were captured
+    data_withheld: frozenset[int] = frozenset()  # devices whose values may be an earlier kernel's zeros
+    # Data moved by remote copies (schedule.py): where each thread reads data, what each
+    # remote copy carries, and which payloads the canonical run landed before which read.
+    read_points: dict[int, tuple] = field(default_factory=dict)  # id(instr) -> ((device, core), seq)
+    payloads: dict[int, object] = field(default_factory=dict)  # id(DmaStart) -> data.Payload
+    arrivals: dict[tuple, tuple] = field(default_factory=dict)
+    volatile: set[str] = field(default_factory=set)  # buffers a copy to a run-time device may write
+    read_buffers: set[str] = field(default_factory=set)  # buffers some thread's data reads touched
+    assumed: frozenset[str] = frozenset()  # semcheck.assume names (see KernelCapture.assumed)
     data_uses: list[ir.DataUse] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -149,9 +158,11 @@ class KernelContext:
         self.inputs.append(ir.Input(name, lo, hi, loc))
         return name
 
-    def scalar_input(self, buffer: str, index: tuple[int, ...], device: int, dtype, loc: ir.Loc) -> str:
+    def scalar_input(self, buffer: str, index: tuple[int, ...], device: int, dtype, loc: ir.Loc,
+                     prefetch: bool = True) -> str:
         """The input holding element `index` of scalar-prefetch operand `buffer` on `device`
-        (its value is the caller's, unknown at trace time, and may differ per device)."""
+        (its value is the caller's, unknown at trace time, and may differ per device); with
+        `prefetch` False, an element of another buffer that semcheck.assume names."""
         key = (buffer, index, device)
         if key not in self._scalar_inputs:
             info = np.iinfo(np.dtype(dtype)) if np.dtype(dtype) != np.bool_ else None
@@ -160,11 +171,23 @@ class KernelContext:
             self._scalar_inputs[key] = name = f"{element}@d{device}"
             self._names.add(name)
             self.inputs.append(ir.Input(name, lo, hi, loc))
-            self.note(
-                f"{element} is a scalar-prefetch operand: one input per device ({element}@d0, ...), "
-                f"every value of its type checked unless bounded with semcheck.assume({element!r}, lo, hi)"
-            )
+            if prefetch:
+                self.note(
+                    f"{element} is a scalar-prefetch operand: one input per device ({element}@d0, ...), "
+                    f"every value of its type checked unless bounded with semcheck.assume({element!r}, lo, hi)"
+                )
+            else:
+                self.note(
+                    f"{element} is named by semcheck.assume: its initial value is one input per device "
+                    f"({element}@d0, ...), checked over the assumed range instead of the script's data"
+                )
         return self._scalar_inputs[key]
+
+    def is_assumed(self, buffer: str, index: tuple[int, ...], device: int) -> bool:
+        from semcheck.assumptions import covers
+
+        name = f"{buffer}[{', '.join(map(str, index))}]@d{device}"
+        return any(covers(a, name) for a in self.assumed)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -188,8 +211,16 @@ class ThreadLowering:
         self.coords = kernel.mesh.coords(device)
         self.emitter = Emitter()
         self.program_ids: tuple[int, ...] = ()
-        self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})))
-        if not kernel.data_seen:
+        self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile,
+                                   read_buffers=kernel.read_buffers)
+        self._reads = 0
+        if device in kernel.data_withheld:
+            self.memory.undefined = (
+                "which this thread has not stored; the operand values seen on this device are not "
+                "used, because another kernel ran there first and semcheck's capture replaces kernel "
+                "outputs with zeros (the operand may be one)"
+            )
+        elif not kernel.data_seen:
             self.memory.undefined = (
                 "which this thread has not stored, and the capture saw no operand values (the "
                 "kernel was traced but not run: check the script that runs it)"
@@ -227,6 +258,17 @@ class ThreadLowering:
         if self.kernel.core_axis is not None and name == self.kernel.core_axis:
             return self.kernel.cores
         raise KeyError(name)
+
+    def read_point(self, instr: ir.Instr) -> None:
+        """`instr` reads data: first, the remote copies the canonical run landed on this
+        thread since its previous read point arrive (schedule.py)."""
+        from semcheck.lower.data import receive
+
+        point = ((self.device, self.core), self._reads)
+        self._reads += 1
+        self.kernel.read_points[id(instr)] = point
+        for payload in self.kernel.arrivals.get(point, ()):
+            receive(self.memory, payload)
 
     def used(self, eqn, value, what: str) -> None:
         """Record that `value`, which decides `what`, was computed from buffer contents."""

@@ -72,6 +72,9 @@ class ThreadMemory:
 
     initial: dict[str, np.ndarray] = field(default_factory=dict)  # buffer -> the script's values
     contents: dict[str, Contents | None] = field(default_factory=dict)
+    # Buffers a remote copy to a device known only at run time may write: never followed.
+    volatile: set = field(default_factory=set)
+    read_buffers: set = field(default_factory=set)  # every buffer a read touched (kernel-wide)
     # Why an element nobody defined is unknown (said in errors when it decides the protocol).
     undefined: str = "which neither the script's operand values nor this thread's stores define"
 
@@ -156,6 +159,9 @@ class ThreadMemory:
         c = self.of(ref)
         if c is None:
             return Opaque(why)
+        self.read_buffers.add(ref.alloc)
+        if ref.alloc in self.volatile:
+            return Opaque(f"{why}, which a copy to a device known only at run time may write")
         box = _box(region, ref.shape)
         if c.symbolic:
             hits = [k for k in c.symbolic if box is None or _inside(k, box)]
@@ -170,11 +176,15 @@ class ThreadMemory:
         if concrete is None:
             return Opaque(f"{why} (at an index semcheck does not know)")
         known = _transform_read(c.known, concrete)
+        if known is None:
+            return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         if not bool(np.all(known)):
             if c.lost is not None:
                 return Opaque(f"{why}, where the kernel stored {c.lost}")
             return Opaque(f"{why}, {self.undefined}")
         value = _transform_read(c.value, concrete)
+        if value is None:
+            return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         return Known(value, sources=c.sources | {DataSource(ref.alloc, c.from_script)})
 
     # -- writes --------------------------------------------------------------------------------
@@ -189,6 +199,9 @@ class ThreadMemory:
             new_value = _transform_write(c.value, concrete, value.value)
             known = _transform_write(c.known, concrete, np.ones(value.value.shape, bool))
             written = _transform_write(c.written, concrete, np.ones(value.value.shape, bool))
+            if new_value is None or known is None or written is None:
+                self.forget(ref, region, "a value through a view JAX's state discharge cannot write")
+                return
             symbolic = _drop(c.symbolic, _box(region, ref.shape))
             self.contents[ref.alloc] = replace(
                 c, value=new_value, known=known, written=written, symbolic=symbolic,
@@ -224,8 +237,12 @@ class ThreadMemory:
         if isinstance(old, Known) and isinstance(value, Known):
             from jax import lax
 
-            total = Known(np.asarray(lax.add(old.value, value.value.astype(old.value.dtype))),
-                          sources=old.sources | value.sources)
+            try:
+                total = Known(np.asarray(lax.add(old.value, value.value.astype(old.value.dtype))),
+                              sources=old.sources | value.sources)
+            except Exception:  # noqa: BLE001 - JAX refuses the add: the result is not known
+                self.forget(ref, region, "a sum JAX could not compute")
+                return
             self.write(ref, transforms, region, total)
         else:
             self.forget(ref, region, (value if isinstance(value, Opaque) else old).why
@@ -293,16 +310,17 @@ def _box(region: ir.Region, shape) -> list[tuple[int, int]] | None:
         return None
     box = []
     for start, size, extent in zip(region.start, region.size, shape):
-        if isinstance(start, (int, np.integer)):
+        if isinstance(start, (int, np.integer)) and isinstance(size, (int, np.integer)):
             box.append((max(0, int(start)), min(extent, int(start) + int(size))))
-        else:
+        else:  # a start or (dynamic) size known only at run time: anywhere in the dim
             box.append((0, extent))
     return box
 
 
 def _element(region: ir.Region) -> tuple[int, ...] | None:
     """The one element an exact scalar region names, or None."""
-    if not all(isinstance(s, (int, np.integer)) for s in region.start) or any(n != 1 for n in region.size):
+    if not all(isinstance(s, (int, np.integer)) for s in region.start) or any(
+            not isinstance(n, (int, np.integer)) or n != 1 for n in region.size):
         return None
     return tuple(int(s) for s in region.start)
 
@@ -337,21 +355,29 @@ def _is_value(x) -> bool:
     return isinstance(x, (Known, Sym, Opaque, RefValue))
 
 
-def _transform_read(array: np.ndarray, transforms) -> np.ndarray:
+def _transform_read(array: np.ndarray, transforms) -> np.ndarray | None:
+    """`array` seen through `transforms`, by JAX; None when JAX refuses (then the value is
+    simply not known: a data read never fails the lowering)."""
     import jax
     from jax._src.state import discharge
 
-    with jax.ensure_compile_time_eval():
-        return np.asarray(discharge.transform_array(array, list(transforms)))
+    try:
+        with jax.ensure_compile_time_eval():
+            return np.asarray(discharge.transform_array(array, list(transforms)))
+    except Exception:  # noqa: BLE001 - JAX's refusal means "not known", said where it is used
+        return None
 
 
-def _transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.ndarray:
+def _transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.ndarray | None:
     import jax
     from jax._src.state import discharge
 
-    with jax.ensure_compile_time_eval():
-        _old, new = discharge.transform_swap_array(array, list(transforms), np.asarray(value, array.dtype))
-    return np.asarray(new)
+    try:
+        with jax.ensure_compile_time_eval():
+            _old, new = discharge.transform_swap_array(array, list(transforms), np.asarray(value, array.dtype))
+        return np.asarray(new)
+    except Exception:  # noqa: BLE001 - as above
+        return None
 
 
 def _size(aval) -> int:
@@ -388,6 +414,10 @@ def initial_contents(refs: list[RefValue], data: dict[int, dict[int, Any]]) -> d
     return initial
 
 
+# Per-use notes shown; the rest are counted (every one is in Protocol.data_uses).
+MAX_USE_NOTES = 12
+
+
 # --- what the result says ------------------------------------------------------------------
 
 
@@ -405,13 +435,46 @@ def data_notes(uses: Iterable[ir.DataUse]) -> list[str]:
             f"protocol were computed from {', '.join(from_script)} with JAX's own primitives "
             "(a race on a buffer that feeds them is reported: then values may differ between schedules)"
         )
-    for (what, loc, script_inputs, buffers), group in grouped.items():
+    shown_uses = list(grouped.items())[:MAX_USE_NOTES]
+    for (what, loc, script_inputs, buffers), group in shown_uses:
         threads = sorted({(u.device, u.core) for u in group})
         values = sorted({u.value for u in group})
         shown = ", ".join(map(str, values[:8])) + (", ..." if len(values) > 8 else "")
         origin = "the script's values of " + ", ".join(script_inputs) if script_inputs else "what the kernel stored"
         notes.append(
             f"{what} at {loc} is taken from data (read back from {', '.join(buffers)}; {origin}) "
-            f"on {len(threads)} thread(s): {shown}"
+            f"on {len(threads)} thread(s), values {shown}"
         )
+    if len(grouped) > MAX_USE_NOTES:
+        notes.append(f"... and {len(grouped) - MAX_USE_NOTES} more values taken from data (Protocol.data_uses lists them all)")
     return notes
+
+
+# --- copies: data that moves by DMA --------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Payload:
+    """What one copy writes on its destination thread: the source's values at the copy's
+    start (None: not known), to `region` of `ref` through concrete `transforms`."""
+
+    device: int
+    core: int
+    ref: RefValue
+    transforms: tuple
+    region: ir.Region
+    value: Known | None
+    why: str  # why the value is unknown, when it is
+
+    def key(self) -> tuple:
+        value = None if self.value is None else (self.value.value.dtype.str, self.value.value.shape,
+                                                 self.value.value.tobytes())
+        return (self.device, self.core, self.ref.alloc, self.region, value)
+
+
+def receive(memory: ThreadMemory, payload: Payload) -> None:
+    """A copy that has landed (in the canonical run of the protocol: see schedule.py)."""
+    if payload.value is None:
+        memory.forget(payload.ref, payload.region, payload.why)
+    else:
+        memory.write(payload.ref, payload.transforms, payload.region, payload.value)

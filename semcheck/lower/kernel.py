@@ -48,6 +48,12 @@ class KernelCapture:
     # What the script passed when it ran the kernel: device -> operand index -> array
     # (semcheck/operands.py); empty when the kernel was compiled but never run.
     operand_values: dict = field(default_factory=dict)
+    # Names the script's semcheck.assume calls bound: a buffer element they name stays a
+    # protocol input (checked over the range) instead of its value in the data.
+    assumed: frozenset[str] = frozenset()
+    # Devices where another kernel ran before this one's first call: its operands there may
+    # be that kernel's outputs, which the capture replaced with zeros (not used).
+    after_other_kernel: set = field(default_factory=set)
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
@@ -209,6 +215,7 @@ def _operand_data(capture: KernelCapture, operand_of: dict[int, int]) -> dict[in
     return {
         device: {k: values[op] for k, op in operand_of.items() if op in values}
         for device, values in capture.operand_values.items()
+        if device not in capture.after_other_kernel
     }
 
 
@@ -270,6 +277,7 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
         allow_unused_collective_id=bool(
             getattr(compiler_params, "allow_collective_id_without_custom_barrier", False)
         ),
+        assumed=capture.assumed,
     )
 
 
@@ -290,6 +298,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
     refs = [ctx.declare_ref(n, v.aval, o, ctx.kernel_loc) for n, v, o in zip(names, invars, origins)]
     ctx.scalar_operands = frozenset(r.alloc for r in refs[:n_scalar] if not r.is_semaphore)
     ctx.data_seen = data_seen
+    ctx.data_withheld = frozenset(set(range(ctx.mesh.size)) - set((data or {}).keys())) if data_seen else frozenset()
     ctx.initial_data = initial_contents(refs, data or {})
     handed_in = [
         r.alloc for r, o in zip(refs[:n_inputs], origins) if r.is_semaphore and o is SemOrigin.ARGUMENT
@@ -302,21 +311,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         )
     devices = ctx.mesh.size
     barrier = _declare_default_barrier(ctx, devices)
-    threads = []
-    for device in range(devices):
-        for core in range(ctx.cores):
-            t = ThreadLowering(ctx, device, core)
-            t.emitter.emit(ir.KernelEntry(ctx.kernel_loc, ctx.name))
-            if barrier:
-                _emit_device_barrier(t, devices)
-            try:
-                for point in points[core]:
-                    t.program_ids = point
-                    eval_jaxpr(t, jaxpr, [], refs)
-                t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
-            except LoadError as e:  # the prefix before it is still checked (prefix.py)
-                t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
-            threads.append(ir.Thread(device, core, t.emitter.build()))
+    threads = _lower_with_copied_data(ctx, jaxpr, refs, points, barrier)
     unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
     if unused_id and not ctx.allow_unused_collective_id:
         ctx.note(
@@ -339,6 +334,106 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
         data_uses=tuple(ctx.data_uses),
     )
+
+
+# Lowerings of a kernel whose remote copies carry data, before its payloads must settle.
+MAX_DATA_PASSES = 8
+
+
+def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bool) -> list[ir.Thread]:
+    """Every thread's lowering. When remote copies carry data some thread may read, the
+    protocol is run once in a canonical schedule (schedule.py: semantics.py decides when
+    each copy lands) and lowered again with those arrivals, until lowering and arrivals
+    agree (a fixpoint), so a value that came by remote DMA is the one the copy wrote."""
+    from semcheck.lower.schedule import canonical_arrivals, same_arrivals
+
+    fresh = _PassState.of(ctx)
+    for _ in range(MAX_DATA_PASSES):
+        fresh.restore(ctx)
+        volatile = set(ctx.volatile)
+        threads = _lower_threads(ctx, jaxpr, refs, points, barrier)
+        # Buffers found volatile only now matter if this lowering read them before it knew.
+        settled = not (ctx.volatile - volatile) & ctx.read_buffers
+        if not ctx.payloads and settled:
+            return threads
+        if not ctx.payloads:
+            continue  # lower again with the volatile buffers unknown
+        protocol = ir.Protocol(ctx.name, Backend.TPU, ctx.mesh.size, ctx.cores, tuple(threads),
+                               tuple(ctx.semaphores.values()), tuple(ctx.buffers.values()),
+                               tuple(ctx.inputs), ctx.kernel_loc, "tpu")
+        arrivals = canonical_arrivals(protocol, ctx.read_points, ctx.payloads)
+        arrived = {p.ref.alloc for landed in arrivals.values() for p in landed}
+        cut = any(th.body and isinstance(th.body[-1], ir.Cut) for th in threads)
+        if not ctx.arrivals and not cut and not arrived & ctx.read_buffers and settled:
+            return threads  # no thread reads what the copies carry: nothing to lower again
+        if settled and same_arrivals(arrivals, ctx.arrivals):
+            fed = {b for use in ctx.data_uses for b in use.buffers}
+            if arrived & fed and ctx.inputs:
+                raise LoadError(
+                    f"{ctx.name}: data that remote copies carry into {', '.join(sorted(arrived & fed))} "
+                    f"decides values of the protocol, which also has inputs "
+                    f"({', '.join(i.name for i in ctx.inputs)}): semcheck follows copied data for "
+                    "concrete values only",
+                    ctx.kernel_loc,
+                    hint="bound the inputs to one value with semcheck.assume, or let the script's data decide them",
+                )
+            if arrived & fed:
+                ctx.note(
+                    "data that remote copies carry was followed: each copy's payload lands where "
+                    "one canonical run of the protocol completes it (lower/schedule.py), and the "
+                    "kernel was lowered again until the values agreed with that run"
+                )
+            return threads
+        ctx.arrivals = arrivals
+    raise LoadError(
+        f"{ctx.name}: the data that remote copies carry did not settle after {MAX_DATA_PASSES} "
+        "lowerings (each changed what the next copies carry)",
+        ctx.kernel_loc,
+        hint="semcheck follows data moved by remote DMA for one canonical schedule; please report this kernel",
+    )
+
+
+def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
+    """Every thread; one that stops at an unsupported construct ends in an ir.Cut, and the
+    prefix before it is still checked (prefix.py)."""
+    devices = ctx.mesh.size
+    threads = []
+    for device in range(devices):
+        for core in range(ctx.cores):
+            t = ThreadLowering(ctx, device, core)
+            t.emitter.emit(ir.KernelEntry(ctx.kernel_loc, ctx.name))
+            if barrier:
+                _emit_device_barrier(t, devices)
+            try:
+                for point in points[core]:
+                    t.program_ids = point
+                    eval_jaxpr(t, jaxpr, [], refs)
+                t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
+            except LoadError as e:  # the prefix before it is still checked (prefix.py)
+                t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
+            threads.append(ir.Thread(device, core, t.emitter.build()))
+    return threads
+
+
+@dataclass
+class _PassState:
+    """What one lowering of the threads adds to the kernel context, as it was before."""
+
+    inputs: list
+    scalar_inputs: dict
+    notes: list
+    data_uses: list
+    names: set
+
+    @classmethod
+    def of(cls, ctx: KernelContext) -> "_PassState":
+        return cls(list(ctx.inputs), dict(ctx._scalar_inputs), list(ctx.notes), list(ctx.data_uses), set(ctx._names))
+
+    def restore(self, ctx: KernelContext) -> None:
+        ctx.inputs, ctx._scalar_inputs = list(self.inputs), dict(self.scalar_inputs)
+        ctx.notes, ctx.data_uses, ctx._names = list(self.notes), list(self.data_uses), set(self.names)
+        ctx.read_points, ctx.payloads = {}, {}
+        ctx.read_buffers.clear()
 
 
 def _declare_default_barrier(ctx: KernelContext, devices: int) -> bool:

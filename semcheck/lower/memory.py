@@ -128,6 +128,7 @@ def for_each_selection(t: ThreadLowering, eqn, operands: list, lower: Callable[[
 
         last = len(options) - 1
         if isinstance(index, int) or isinstance(index, Known) and index.is_scalar:
+            t.used(eqn, index, "the pl.select_ref index")
             k = int(index) if isinstance(index, int) else index.as_int()
             chosen(k if 0 <= k < last else last)
             return
@@ -154,12 +155,17 @@ def branch_cases(t: ThreadLowering, eqn, index: ir.Operand, cases: int, lower: C
     end = em.label()
     for k, label in enumerate(labels):
         em.branch(sym_op("eq", index, k), label, loc)
+    before, after = t.memory.snapshot(), []  # each case starts from the same buffers (data.py)
     lower(cases - 1)
+    after.append(t.memory.snapshot())
     for k, label in enumerate(labels):
         em.jump(end, loc)
         em.place(label)
+        t.memory.restore(before)
         lower(k)
+        after.append(t.memory.snapshot())
     em.place(end)
+    t.memory.join(after)
 
 
 # --- views ---------------------------------------------------------------------------------------
@@ -331,13 +337,46 @@ def _load(t: ThreadLowering, eqn, value, what: str, transforms) -> tuple[ir.Regi
     from semcheck.lower.interpreter import FOLD_LIMIT
 
     reg = region(t, eqn, value, what, transforms)
-    t.emitter.emit(ir.Load(t.loc(eqn), reg))
+    _emit_read(t, ir.Load(t.loc(eqn), reg))
     ref, all_transforms = ref_of(t, eqn, value, what, transforms)
     [out] = eqn.outvars[:1]
     scalar = _scalar_prefetch_element(t, eqn, ref, reg)
     if scalar is not None:
         return reg, scalar
     return reg, t.memory.read(ref, all_transforms, reg, out.aval, _why(t, eqn, reg), FOLD_LIMIT)
+
+
+def _emit_read(t: ThreadLowering, instr: ir.Instr) -> None:
+    t.emitter.emit(instr)
+    t.read_point(instr)
+
+
+def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
+    """What a copy moves (data.py): a local copy writes its destination in program order
+    (for a race-free kernel nothing reads it before the wait, nor writes the source); a
+    remote copy's payload lands where the canonical run of the protocol says (schedule.py)."""
+    from semcheck.lower.data import DATA_LIMIT, Payload, _concrete_transforms
+
+    t.read_point(start)
+    src_ref, src_transforms = ref_of(t, eqn, src, "the DMA source")
+    dst_ref, dst_transforms = ref_of(t, eqn, dst, "the DMA destination")
+    dst_aval = eqn.params["tree"].unflatten([v.aval for v in eqn.invars])[1]
+    value = t.memory.read(src_ref, src_transforms, start.src, dst_aval, _why(t, eqn, start.src), DATA_LIMIT)
+    local = start.device is None or (start.device == t.device and start.core in (None, t.core))
+    if local:
+        t.memory.write(dst_ref, dst_transforms, start.dst, value)
+        return
+    if not isinstance(start.device, int) or not isinstance(start.core, (int, type(None))):
+        t.kernel.volatile.add(dst_ref.alloc)  # lands on a device known only at run time
+        return
+    concrete = _concrete_transforms(tuple(dst_transforms))
+    if not isinstance(value, Known) or concrete is None:
+        t.kernel.volatile.add(dst_ref.alloc)  # it lands with data semcheck does not know
+        return
+    t.kernel.payloads[id(start)] = Payload(
+        start.device, t.core if start.core is None else start.core, dst_ref,
+        concrete, start.dst, value, "",
+    )
 
 
 @rule("get")
@@ -353,7 +392,8 @@ def _scalar_prefetch_element(t: ThreadLowering, eqn, ref: RefValue, reg: ir.Regi
     caller's value, so a protocol input (a signal count or wait value may depend on it)."""
     [out] = eqn.outvars[:1]
     aval = out.aval
-    if reg.buffer not in t.kernel.scalar_operands or tuple(aval.shape) != ():
+    prefetch = reg.buffer in t.kernel.scalar_operands
+    if tuple(aval.shape) != () or not (prefetch or t.kernel.assumed):
         return None
     if not (np.issubdtype(aval.dtype, np.integer) or aval.dtype == np.bool_):
         return None
@@ -363,7 +403,9 @@ def _scalar_prefetch_element(t: ThreadLowering, eqn, ref: RefValue, reg: ir.Regi
         return None
     if t.memory.written_element(ref, reg):
         return None  # the kernel's own store defines it (data.py)
-    name = t.kernel.scalar_input(reg.buffer, tuple(reg.start), t.device, aval.dtype, t.loc(eqn))
+    if not prefetch and not t.kernel.is_assumed(reg.buffer, tuple(reg.start), t.device):
+        return None  # its value comes from the data (data.py)
+    name = t.kernel.scalar_input(reg.buffer, tuple(reg.start), t.device, aval.dtype, t.loc(eqn), prefetch)
     return Sym(ir.Reg(name), np.dtype(aval.dtype))
 
 
@@ -375,8 +417,9 @@ def swap(t: ThreadLowering, eqn, inputs):
     target, all_transforms = ref_of(t, eqn, ref, "the stored ref", transforms)
     from semcheck.lower.interpreter import FOLD_LIMIT
 
+    store = ir.Store(t.loc(eqn), reg)
+    _emit_read(t, store)
     old = t.memory.read(target, all_transforms, reg, eqn.outvars[0].aval, _why(t, eqn, reg), FOLD_LIMIT)
-    t.emitter.emit(ir.Store(t.loc(eqn), reg))
     t.memory.write(target, all_transforms, reg, value)
     return [old]
 
@@ -386,7 +429,7 @@ def addupdate(t: ThreadLowering, eqn, inputs):
     ref, value, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
     reg = region(t, eqn, ref, "the updated ref", transforms)
-    t.emitter.emit(ir.Load(t.loc(eqn), reg))
+    _emit_read(t, ir.Load(t.loc(eqn), reg))
     t.emitter.emit(ir.Store(t.loc(eqn), reg))
     target, all_transforms = ref_of(t, eqn, ref, "the updated ref", transforms)
     t.memory.add(target, all_transforms, reg, value, _why(t, eqn, reg), eqn.invars[1].aval)

@@ -16,7 +16,7 @@ import numpy as np
 from semcheck import ir
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
-from semcheck.lower.memory import for_each_selection, nbytes_of_window, region, semaphore_ref
+from semcheck.lower.memory import copy_data, for_each_selection, nbytes_of_window, region, semaphore_ref
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Sym, sym_op
 
@@ -140,19 +140,19 @@ def dma_start(t: ThreadLowering, eqn, inputs):
 
     def start(operands) -> None:
         src, dst, recv_sem, send_sem = operands
-        t.emitter.emit(
-            ir.DmaStart(
-                t.loc(eqn),
-                src=region(t, eqn, src, "the DMA source"),
-                dst=region(t, eqn, dst, "the DMA destination"),
-                recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
-                send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
-                # Mosaic counts the bytes of the destination memref (reference §1.5, §2.5).
-                nbytes=nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination"),
-                device=device,
-                core=core,
-            )
+        instr = ir.DmaStart(
+            t.loc(eqn),
+            src=region(t, eqn, src, "the DMA source"),
+            dst=region(t, eqn, dst, "the DMA destination"),
+            recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
+            send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
+            # Mosaic counts the bytes of the destination memref (reference §1.5, §2.5).
+            nbytes=nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination"),
+            device=device,
+            core=core,
         )
+        t.emitter.emit(instr)
+        copy_data(t, eqn, instr, src, dst)  # the data it moves (lower/data.py)
 
     for_each_selection(t, eqn, [src, dst, recv_sem, send_sem], start)
     return []

@@ -1,0 +1,68 @@
+"""When data that arrives by remote DMA is visible: one canonical run of the protocol.
+
+A thread's lowering follows its own stores in program order (data.py), but what a remote
+copy writes lands on another thread, at a time only synchronization decides. That is
+`semantics.py`'s business, so this module asks it, and nothing else: it runs the lowered
+protocol once, in a canonical schedule (the lowest-numbered thread that can move moves;
+copies complete only when no thread can move), and records, for every point where a thread
+reads data (a load, a store's old value, a copy's source), which copies had landed on that
+thread since its previous such point. The next lowering applies exactly those payloads
+there (`KernelContext.arrivals`); kernel.py repeats until the protocol and the payloads no
+longer change, which is the fixpoint the values of this schedule define.
+
+For a kernel without data races every schedule computes the same values (a load that could
+see another copy's data in another schedule races with it), so the verdict holds for the
+script's inputs; a race on a buffer that fed such a value is said in the result.
+"""
+
+from __future__ import annotations
+
+from semcheck import ir
+
+# A canonical run longer than this many steps is cut (a loop polling forever): the
+# payloads seen so far are kept, and kernel.py reports if they did not settle.
+MAX_STEPS = 1_000_000
+
+
+def canonical_arrivals(protocol: ir.Protocol, read_points: dict, payloads: dict) -> dict:
+    """((device, core), read point) -> payloads landed on that thread just before it.
+
+    `read_points` maps id(instr) -> ((device, core), seq); `payloads` id(DmaStart) -> Payload.
+    """
+    from semcheck.semantics import RECV, System
+
+    system = System(protocol)
+    state = system.initial_state(tuple(inp.lo for inp in protocol.inputs))
+    landed: dict[tuple[int, int], list] = {}
+    arrivals: dict = {}
+    seen: set = set()
+    for _ in range(MAX_STEPS):
+        actions = system.enabled(state)
+        threads = [a for a in actions if a[0] == "t"]
+        if threads:
+            action = threads[0]
+            instr = system.current(state, action[1])
+            point = read_points.get(id(instr))
+            if point is not None and point not in seen:
+                seen.add(point)
+                thread, _seq = point
+                if landed.get(thread):
+                    arrivals[point] = tuple(landed.pop(thread))
+        elif actions:
+            action = actions[0]
+            event = action[1]
+            if event.side == RECV:
+                start = system.bodies[event.issuer][event.start_pc]
+                payload = payloads.get(id(start))
+                if payload is not None:
+                    landed.setdefault((payload.device, payload.core), []).append(payload)
+        else:
+            break
+        state = system.step(state, action)
+    return arrivals
+
+
+def same_arrivals(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    return all([p.key() for p in a[k]] == [q.key() for q in b[k]] for k in a)
