@@ -29,8 +29,13 @@ DEFAULT_EXAMPLES = (
 )
 
 
+KERNELS = os.path.join(ROOT, "benchmarks", "kernels")  # the fused MoE kernels (README there)
+
+
 def one_case(name: str, devices: int, timeout: float) -> list[str]:
-    path = os.path.join(EXAMPLES, f"{name}.py")
+    path = os.path.join(KERNELS, f"{name}.py")
+    if not os.path.exists(path):
+        path = os.path.join(EXAMPLES, f"{name}.py")
     command = [sys.executable, "-m", "semcheck", "verify", path, "--devices", str(devices), "--engine", "auto",
                "--format", "json", "-q", "--timeout", str(timeout)]
     env = dict(os.environ, PYTHONPATH=ROOT)

@@ -8,8 +8,8 @@ from typing import Iterable
 
 from semcheck import assumptions, engines
 from semcheck.assumptions import Assumption
-from semcheck.engines.budget import Budget, ProgressFn, bounded_phase
-from semcheck.errors import LoadError, ProtocolError
+from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, bounded_phase
+from semcheck.errors import LoadError, LoadTimedOut, ProtocolError
 from semcheck.frontends import load
 from semcheck.ir import Protocol
 from semcheck.kinds import SEVERITY, Kind
@@ -59,8 +59,12 @@ def _load_within(path: str, devices: int, budget: Budget, progress: ProgressFn |
     `bounded_phase`, which also stops a model file's own code and a capture that overruns."""
     left = budget.remaining()
     grace = replace(budget, deadline=budget.deadline + CAPTURE_GRACE)
-    with bounded_phase(f"loading {path} with {devices} devices", grace, progress=progress):
-        return load(path, devices, capture_timeout=max(left, 0.0), **options)
+    what = f"loading {path} with {devices} devices"
+    with bounded_phase(what, grace, progress=progress):
+        try:
+            return load(path, devices, capture_timeout=max(left, 0.0), **options)
+        except LoadTimedOut:  # the check's own time ran out while its file loaded
+            raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while {what}") from None
 
 
 def _out_of_budget_loading(path: str, devices: int, reason: str, engine: str, seconds: float) -> Result:

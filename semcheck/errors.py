@@ -38,6 +38,10 @@ class FileError(LoadError):
     error): one error for the file, whatever the device count."""
 
 
+class LoadTimedOut(LoadError):
+    """Loading the file (a model file's `model()`) did not finish in the time it was given."""
+
+
 class NothingToCheck(LoadError):
     """A kernel script ran to completion and compiled no kernel (a helper module, a test
     file): skipped with a note rather than reported as an error."""

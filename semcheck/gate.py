@@ -10,7 +10,7 @@ import sys
 
 from semcheck import config
 from semcheck.result import Result, Verdict
-from semcheck.sweep import Executor, Task, TaskOutcome, default_jobs
+from semcheck.sweep import Executor, Task, TaskOutcome
 
 SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
 
@@ -28,8 +28,8 @@ def _jobs(text: str) -> int:
 def add_arguments(verify: argparse.ArgumentParser) -> None:
     verify.add_argument("-j", "--jobs", type=_jobs, default=None, metavar="N",
                         help="run the captures and checks of N (file, device count) pairs at once, "
-                        "in worker processes (default: the number of cores); the report is the "
-                        "same as with -j 1, in the same order")
+                        "in worker processes (default: 1, so that Ctrl-C keeps every finished "
+                        "check); the report is the same as with -j 1, in the same order")
     verify.add_argument("--executor", choices=[e.value for e in Executor], default=Executor.LOCAL.value,
                         help="where the checks run: local (this machine, -j workers) or ray (a Ray "
                         "cluster: --ray-address, or RAY_ADDRESS, or a local one started for the run)")
@@ -76,7 +76,9 @@ def apply_project_defaults(verify: argparse.ArgumentParser, defaults: config.Def
 
 def sweep_arguments(args) -> dict:
     """verify_path's keyword arguments for where and how wide the sweep runs."""
-    jobs = args.jobs if args.jobs is not None else default_jobs()
+    # One task at a time unless -j says otherwise: results then reach the report as each check
+    # ends, so Ctrl-C keeps every finished one (a pool hands them back only at the end).
+    jobs = args.jobs if args.jobs is not None else 1
     shown = not args.quiet and (jobs > 1 or args.executor == Executor.RAY.value)
     return {"jobs": jobs, "executor": args.executor, "ray_address": args.ray_address,
             "on_done": _done_printer() if shown else None}

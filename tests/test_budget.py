@@ -86,9 +86,9 @@ def test_a_model_file_that_never_returns_is_inconclusive(tmp_path):
 def test_loading_counts_against_the_check(monkeypatch):
     """The check's clock starts when its file starts loading: a load that took the whole
     budget leaves the engine none."""
-    import semcheck.api as api
+    import semcheck.checks as checks
 
-    real = api.load
+    real = checks.load
 
     def slow_load(path, devices, **options):
         import time
@@ -96,14 +96,15 @@ def test_loading_counts_against_the_check(monkeypatch):
         time.sleep(0.3)
         return real(path, devices, **options)
 
-    monkeypatch.setattr(api, "load", slow_load)
+    monkeypatch.setattr(checks, "load", slow_load)
     (result,) = verify_path(model("ring_allgather"), [4], engine="explicit", budget=Budget(timeout=0.25))
     assert result.verdict.value == "inconclusive"
     assert "ran out before building the transition system" in result.notes[-1]
 
 
-def test_cli_timeout_zero_exits_3_with_the_phase_named(capsys):
-    code = cli.main(["verify", model("ring_allgather"), "--devices", "4", "--timeout", "0", "--format", "json"])
+def test_cli_tiny_timeout_exits_3_with_the_phase_named(capsys):
+    """(--timeout 0 is a usage error: a budget must be a positive number.)"""
+    code = cli.main(["verify", model("ring_allgather"), "--devices", "4", "--timeout", "1e-9", "--format", "json"])
     (result,) = json.loads(capsys.readouterr().out)["results"]
     assert code == 3 and result["verdict"] == "inconclusive"
     assert "ran out before building the transition system" in result["notes"][-1]

@@ -61,7 +61,8 @@ def test_text_report_shows_the_line_and_the_trace(capsys):
     assert "|         t.wait(barrier, 2)" in out  # the source line itself
     # The trace is the stuck wait's happens-before past, no longer the whole (not shortest) path.
     assert "trace to the stuck state: the 4 of its 37 steps that it depends on (33 elided):" in out
-    assert "   9. device 3" in out
+    # the stuck thread's own history is in it (step numbers follow the reduced search's path)
+    assert any(line.lstrip()[:1].isdigit() and ". device 3  signal" in line for line in out.splitlines())
 
 
 def test_safe_run_exits_zero_with_one_line_per_check(capsys):

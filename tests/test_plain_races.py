@@ -32,7 +32,7 @@ def race_keys(result) -> set:
 
 
 def test_a_barrier_between_the_stores_and_the_loads_orders_them():
-    for reduce, states in ((True, 11), (False, 17)):
+    for reduce, states in ((True, 9), (False, 17)):
         result = check_protocol(exchange(wait=True), engine="explicit", reduce=reduce)
         assert (result.verdict.value, result.stats.states) == ("safe", states)
     assert check_protocol(exchange(wait=True), engine="z3").verdict.value == "safe"

@@ -13,6 +13,8 @@ from semcheck.api import verify_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples", "tpu")
+# Kernels whose checks do not yet finish at 8 devices within the gate's budget (benchmarks/kernels/README.md).
+KERNELS = os.path.join(ROOT, "benchmarks", "kernels")
 DEVICE_COUNTS = (2, 4, 8)
 MEGACORE = "2 TensorCores per device"
 HANG_KINDS = {"deadlock", "unsatisfied_wait"}

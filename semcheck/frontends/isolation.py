@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from semcheck.errors import LoadError
+from semcheck.errors import LoadError, LoadTimedOut
 from semcheck.ir import Loc
 
 DEFAULT_TIMEOUT = 600.0  # seconds a model file may take to load
@@ -178,8 +178,8 @@ def _wait(pid: int, timeout: float, user_file: str, what: str) -> int:
                 reaped = True
                 return status
             if time.monotonic() > deadline:
-                raise LoadError(f"{what} did not finish within {timeout:g} s, so semcheck stopped it",
-                                Loc(user_file, 0))
+                raise LoadTimedOut(f"{what} did not finish within {timeout:g} s, so semcheck stopped it",
+                                   Loc(user_file, 0))
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
     finally:

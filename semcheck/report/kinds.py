@@ -45,6 +45,11 @@ FULL_DESCRIPTIONS: dict[Kind, str] = {
         "A semaphore array is indexed outside its bounds, so the signal or wait touches a "
         "semaphore that was never allocated."
     ),
+    Kind.INVALID_REGION: (
+        "A DMA's source or destination window reaches outside its buffer (its start plus its "
+        "size passes the buffer's extent). JAX's TPU interpreter fails such a copy; on "
+        "hardware it touches memory that is not the buffer."
+    ),
     Kind.DATA_RACE: (
         "Two accesses to overlapping memory, at least one a write, are left unordered by some "
         "schedule: typically the kernel reads or overwrites a buffer slot while a DMA into or "
@@ -66,6 +71,11 @@ FULL_DESCRIPTIONS: dict[Kind, str] = {
         "The construct traces, but the backend's compiler rejects it (e.g. "
         "semaphore_wait(decrement=False) on TPU). semcheck analyzes the protocol anyway, as the "
         "construct would run elsewhere, so the rest of the findings still hold."
+    ),
+    Kind.MESH_SMALLER_THAN_DEVICES: (
+        "The kernel's mesh has fewer devices than the script was run with (e.g. a mesh of "
+        "jax.devices()[:4] under --devices 8), so the larger count was never checked; "
+        "--expectations fails on it unless it is declared."
     ),
 }
 
