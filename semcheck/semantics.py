@@ -651,12 +651,17 @@ class System:
             return False
         return core == thread.core or self.protocol.cores_enter_together
 
-    def entry_reading(self, thread: ir.Thread, device: int) -> str:
-        """What an early arrival between `thread` and a core of `device` rests on, if anything."""
-        if device == thread.device and self.protocol.cores > 1:
-            return (" (this rests on reading the cores of one chip as entering the kernel on their "
-                    "own, --no-assume-cores-enter-together; JAX's own core barriers assume they enter together)")
-        return ""
+    def arrival_basis(self, thread: ir.Thread, target: "SemInstance") -> str:
+        """The disputable modelling choices an early arrival from `thread` at `target` rests on
+        (docs/semantics.md), said at the finding; empty when it rests on none."""
+        said = []
+        if target.device == thread.device and self.protocol.cores > 1:
+            said.append("this rests on reading the cores of one chip as entering the kernel on their "
+                        "own, --no-assume-cores-enter-together; JAX's own core barriers assume they enter together")
+        if target.decl.kind is SemKind.BARRIER and target.decl.origin is not SemOrigin.BARRIER:
+            said.append(f"{target.decl.name} is a scratch SemaphoreType.BARRIER semaphore, checked as an "
+                        "ordinary scratch semaphore allocated at entry, as Mosaic lowers it")
+        return "".join(f" ({s})" for s in said)
 
     def arrival_problem(self, state: State, device: int, core: int | None, invocation: int) -> str | None:
         """Why something sent during `invocation` must not reach (device, core) now: it has
@@ -846,7 +851,7 @@ def _complete(system: "System", state: State, event: Event) -> State:
             hazards = _with(hazards, Hazard(
                 REMOTE_BEFORE_ENTRY, event.issuer, event.start_pc, -1, -1,
                 f"the copy lands on {ir.thread_name(target.device, target.core, 0, system.protocol.cores)} "
-                f"{problem} the kernel{system.entry_reading(issuer, target.device)}",
+                f"{problem} the kernel{system.arrival_basis(issuer, target)}",
             ))
     return state._replace(sems=sems, events=tuple(events), hazards=hazards)
 
@@ -946,7 +951,7 @@ def _early_arrival(system: System, state: State, t: int, sid: int) -> tuple[Haza
         return state.hazards
     return _with(state.hazards, Hazard(
         REMOTE_BEFORE_ENTRY, t, pc, -1, -1,
-        f"signals {target.label} {problem} the kernel{system.entry_reading(thread, target.device)}",
+        f"signals {target.label} {problem} the kernel{system.arrival_basis(thread, target)}",
     ))
 
 

@@ -158,3 +158,19 @@ def test_scratch_barrier_semaphore_is_stated_only_when_allocated():
     assert not [n for n in regular.notes if "SemaphoreType.BARRIER" in n]
     [decl] = [d for d in barrier.semaphores if d.name == "sem"]
     assert (decl.kind, decl.origin) == (ir.SemKind.BARRIER, ir.SemOrigin.SCRATCH)
+
+
+@pytest.mark.parametrize("engine", ["explicit", "z3"])
+def test_an_entry_barrier_on_a_scratch_barrier_semaphore_says_so_at_the_finding(engine):
+    def body(x_hbm, o_hbm, sem):
+        peer = {"x": 1 - lax.axis_index("x"), "core": lax.axis_index("core")}
+        pl.semaphore_signal(sem, 1, device_id=peer)
+        pl.semaphore_wait(sem, 1)
+
+    [p] = protocols(core_kernel(body, collective_id=7, scratch=[pltpu.SemaphoreType.BARRIER]),
+                    mesh((2,)), rows=8 * CORES)
+    result = check_protocol(p, engine=engine)
+    assert kinds(result) == {"remote_before_entry"}
+    for v in result.errors:
+        assert "sem is a scratch SemaphoreType.BARRIER semaphore" in v.message
+        assert "--no-assume-cores-enter-together" not in v.message  # between devices: no core reading
