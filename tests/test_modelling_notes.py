@@ -174,3 +174,25 @@ def test_an_entry_barrier_on_a_scratch_barrier_semaphore_says_so_at_the_finding(
     for v in result.errors:
         assert "sem is a scratch SemaphoreType.BARRIER semaphore" in v.message
         assert "--no-assume-cores-enter-together" not in v.message  # between devices: no core reading
+
+
+def test_cli_option_takes_the_other_reading_of_core_entry(capsys):
+    """`--no-assume-cores-enter-together` reaches the check from the command line; the default
+    reading is the one JAX's code assumes (exit 0, safe)."""
+    import json
+    import os
+
+    from semcheck import cli
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "examples", "tpu", "core_local_barrier.py")
+    verdicts = {}
+    for flag in ("--assume-cores-enter-together", "--no-assume-cores-enter-together"):
+        code = cli.main(["verify", path, "--devices", "2", "--engine", "explicit", "--format", "json", "-q", flag])
+        [result] = json.loads(capsys.readouterr().out)["results"]
+        verdicts[flag] = (code, result["verdict"], {v["kind"] for v in result["violations"]})
+        assert any("TensorCores of one chip" in n for n in result["notes"])
+    assert verdicts == {
+        "--assume-cores-enter-together": (0, "safe", set()),
+        "--no-assume-cores-enter-together": (1, "violation", {"remote_before_entry"}),
+    }
