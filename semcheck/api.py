@@ -90,7 +90,7 @@ def check_paths(
     sweep_options = sweep.SweepOptions(
         engine=engine, budget=budget, assume=tuple(assume), invocations=invocations,
         reduce=options.pop("reduce", True), split=options.pop("split", True), unroll=unroll,
-        capture_timeout=capture_timeout,
+        capture_timeout=capture_timeout, cores_enter_together=options.pop("cores_enter_together", True),
     )
     if options:
         raise TypeError(f"check_paths() got unexpected options: {', '.join(sorted(options))}")

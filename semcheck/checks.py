@@ -23,8 +23,14 @@ def check_protocol(
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
     assume: Iterable[Assumption] = (),
+    cores_enter_together: bool = True,
     **options,
 ) -> Result:
+    """`cores_enter_together`: the reading of how the TensorCores of one chip enter a kernel
+    (semcheck/core_entry.py; False is --no-assume-cores-enter-together)."""
+    from semcheck import core_entry
+
+    protocol = core_entry.apply(protocol, cores_enter_together)
     assume = list(assume)
     if assume:
         assumptions.check_names([protocol], assume, source=f"protocol {protocol.name}")

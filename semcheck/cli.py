@@ -112,6 +112,11 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     verify.add_argument("--invocations", type=for_argparse(cli_options.positive_int), default=1, metavar="K",
                         help="run each kernel K times back to back on every device (default 1): "
                              "barrier semaphores persist, so collective_id reuse hazards show up")
+    verify.add_argument("--assume-cores-enter-together", action=argparse.BooleanOptionalAction, default=True,
+                        help="read the TensorCores of one chip as entering each kernel invocation "
+                        "together, as JAX's own core barriers do (default); --no-assume-cores-enter-together "
+                        "lets a core enter late, so a signal or copy between cores of one chip can "
+                        "be remote_before_entry")
     verify.add_argument("--no-reduction", action="store_true",
                         help="explore every interleaving (slow; for cross-checking the reduction)")
     verify.add_argument("--no-split", action="store_true",
@@ -179,7 +184,7 @@ def _verify(args) -> int:
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
         on_load=None if args.quiet else capture_line_printer(sys.stderr, before=_clear_progress),
         assume=args.assume, reduce=not args.no_reduction, split=not args.no_split,
-        invocations=args.invocations, skipped=skipped,
+        invocations=args.invocations, skipped=skipped, cores_enter_together=args.assume_cores_enter_together,
         **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args),
     ))
     _clear_progress()

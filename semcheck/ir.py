@@ -407,6 +407,11 @@ class Protocol:
     frontend: str = "model"  # "model", "tpu" or "gpu": who produced it
     notes: tuple[str, ...] = field(default=())
     data_uses: tuple[DataUse, ...] = field(default=())  # values taken from data (lower/data.py)
+    # Whether the cores of one chip enter (and leave) each invocation of the kernel together,
+    # so that a signal or copy between two cores of one device never meets a core outside
+    # the sender's invocation (docs/semantics.md, "How the cores of a chip enter a kernel";
+    # --no-assume-cores-enter-together takes the other reading).
+    cores_enter_together: bool = True
 
     def semaphore(self, name: str) -> SemDecl:
         for decl in self.semaphores:

@@ -643,6 +643,26 @@ class System:
         sizes = tuple(self.eval(op, t, state) for op in region.size) + tuple(decl.shape[len(region.size):])
         return Access(write, bid, starts[:rank], sizes[:rank])
 
+    def enters_with(self, thread: ir.Thread, device: int, core: int | None) -> bool:
+        """Whether (device, core) is always inside `thread`'s invocation while `thread` runs:
+        it is the thread's own core, or another core of its chip when the cores of a chip
+        enter and leave each invocation together (`Protocol.cores_enter_together`)."""
+        if device != thread.device:
+            return False
+        return core == thread.core or self.protocol.cores_enter_together
+
+    def arrival_basis(self, thread: ir.Thread, target: "SemInstance") -> str:
+        """The disputable modelling choices an early arrival from `thread` at `target` rests on
+        (docs/semantics.md), said at the finding; empty when it rests on none."""
+        said = []
+        if target.device == thread.device and self.protocol.cores > 1:
+            said.append("this rests on reading the cores of one chip as entering the kernel on their "
+                        "own, --no-assume-cores-enter-together; JAX's own core barriers assume they enter together")
+        if target.decl.kind is SemKind.BARRIER and target.decl.origin is not SemOrigin.BARRIER:
+            said.append(f"{target.decl.name} is a scratch SemaphoreType.BARRIER semaphore, checked as an "
+                        "ordinary scratch semaphore allocated at entry, as Mosaic lowers it")
+        return "".join(f" ({s})" for s in said)
+
     def arrival_problem(self, state: State, device: int, core: int | None, invocation: int) -> str | None:
         """Why something sent during `invocation` must not reach (device, core) now: it has
         not entered that invocation yet, or has moved on to a later one. None when it may
@@ -830,13 +850,13 @@ def _complete(system: "System", state: State, event: Event) -> State:
     if event.invocation and event.side == RECV:
         target = system.instances[event.sem]
         issuer = system.threads[event.issuer]
-        remote = (target.device, target.core) != (issuer.device, issuer.core)
+        remote = not system.enters_with(issuer, target.device, target.core)
         problem = remote and system.arrival_problem(state, target.device, target.core, event.invocation)
         if problem:
             hazards = _with(hazards, Hazard(
                 REMOTE_BEFORE_ENTRY, event.issuer, event.start_pc, -1, -1,
                 f"the copy lands on {ir.thread_name(target.device, target.core, 0, system.protocol.cores)} "
-                f"{problem} the kernel",
+                f"{problem} the kernel{system.arrival_basis(issuer, target)}",
             ))
     return state._replace(sems=sems, events=tuple(events), hazards=hazards)
 
@@ -928,7 +948,7 @@ def _early_arrival(system: System, state: State, t: int, sid: int) -> tuple[Haza
         system.backend is not Backend.TPU
         or not system.has_lifecycle[t]
         or target.decl.origin in (SemOrigin.BARRIER, SemOrigin.ARGUMENT)
-        or (target.device, target.core) == (thread.device, thread.core)
+        or system.enters_with(thread, target.device, target.core)
     ):
         return state.hazards
     problem = system.arrival_problem(state, target.device, target.core, system.invocation_at[t][pc])
@@ -936,7 +956,7 @@ def _early_arrival(system: System, state: State, t: int, sid: int) -> tuple[Haza
         return state.hazards
     return _with(state.hazards, Hazard(
         REMOTE_BEFORE_ENTRY, t, pc, -1, -1,
-        f"signals {target.label} {problem} the kernel",
+        f"signals {target.label} {problem} the kernel{system.arrival_basis(thread, target)}",
     ))
 
 

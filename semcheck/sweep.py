@@ -49,9 +49,10 @@ class SweepOptions:
     split: bool = True
     unroll: int | None = None
     capture_timeout: float | None = None  # seconds a file may take to load (capture, model())
+    cores_enter_together: bool = True  # the reading of core entry (semcheck/core_entry.py)
 
     def check_options(self) -> dict:
-        options = {"reduce": self.reduce, "split": self.split}
+        options = {"reduce": self.reduce, "split": self.split, "cores_enter_together": self.cores_enter_together}
         if self.unroll is not None:
             options["unroll"] = self.unroll
         return options

@@ -737,7 +737,7 @@ class Encoding:
                 if isinstance(instr, ir.Signal) and system.backend is Backend.TPU:
                     for sid, cond in nv.target.candidates:
                         inst = system.instances[sid]
-                        if inst.decl.origin in exempt or (inst.device, inst.core) == (thread.device, thread.core):
+                        if inst.decl.origin in exempt or system.enters_with(thread, inst.device, inst.core):
                             continue
                         problem = self._arrival_problem(inst.device, inst.core, invocation, nv.pos)
                         self._add_hazard(key, AND(nv.done, cond, problem))
@@ -745,7 +745,7 @@ class Encoding:
                     landing = nv.completions[RECV]
                     for sid, cond in landing.change.candidates:
                         inst = system.instances[sid]
-                        if (inst.device, inst.core) == (thread.device, thread.core):
+                        if system.enters_with(thread, inst.device, inst.core):
                             continue
                         problem = self._arrival_problem(inst.device, inst.core, invocation, landing.pos)
                         self._add_hazard(key, AND(landing.done, cond, problem))

@@ -87,9 +87,22 @@ def smem_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> ir.Reg
     return ir.Region(ref.alloc, tuple(starts), tuple(sizes))
 
 
+# What the GPU frontend does not race-check, each with what JAX 0.10.2 says of it.
 REMOTE_ACCESS_NOTE = (
-    "loads and stores through plgpu.remote_ref (a peer's memory), asynchronous SMEM->GMEM "
-    "stores and multimem accesses are not checked for data races"
+    "loads and stores through plgpu.remote_ref (a peer's memory) are not checked for data "
+    "races: the ref carries a PeerMemRef transform whose device id is known only at run time "
+    "(jax/_src/pallas/mosaic_gpu/core.py, JAX 0.10.2), so semcheck cannot say which buffer they touch"
+)
+TMA_STORE_NOTE = (
+    "asynchronous SMEM->GMEM stores (plgpu.copy_smem_to_gmem) are not checked for data races "
+    "on their GMEM destination: their completion is tracked by per-thread bulk groups "
+    "(commit_group / wait_smem_to_gmem in jax/_src/pallas/mosaic_gpu/primitives.py, JAX 0.10.2), "
+    "not by any semaphore or mbarrier; only their SMEM source is recorded as read"
+)
+MULTIMEM_NOTE = (
+    "multimem stores and reductions (plgpu.multimem_store, multimem_load_reduce in "
+    "jax/_src/pallas/mosaic_gpu/primitives.py, JAX 0.10.2) touch every peer's copy of a buffer "
+    "and are not checked for data races"
 )
 
 
@@ -133,9 +146,18 @@ def _no_sync(t: GpuThreadLowering, eqn, inputs):
 for _name in (
     "wait_smem_to_gmem", "commit_group", "commit_smem", "set_max_registers_p", "layout_cast",
     "wgmma_ref", "wgmma", "wgmma_wait", "wgmma_accumulator_deref_p", "wgmma_accumulator_store_p",
-    "multimem_store", "multimem_load_reduce", "print_layout",
+    "print_layout",
 ):
     rule(_name, backend=GPU)(_no_sync)
+
+
+def _multimem(t: GpuThreadLowering, eqn, inputs):
+    t.kernel.note(MULTIMEM_NOTE)
+    return _no_sync(t, eqn, inputs)
+
+
+for _name in ("multimem_store", "multimem_load_reduce"):
+    rule(_name, backend=GPU)(_multimem)
 
 
 # --- allocations ---------------------------------------------------------------------------------
@@ -214,5 +236,5 @@ def copy_smem_to_gmem(t: GpuThreadLowering, eqn, inputs):
     src, _dst, *flat = inputs
     src_tr, _dst_tr, _ = split_flat(flat, params["src_transforms_treedef"], params["dst_transforms_treedef"])
     _access(t, eqn, ir.Load, smem_region(t, eqn, src, "the store source", src_tr))
-    t.kernel.note(REMOTE_ACCESS_NOTE)
+    t.kernel.note(TMA_STORE_NOTE)
     return []

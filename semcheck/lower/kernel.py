@@ -349,6 +349,8 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
     devices = ctx.mesh.size
     barrier = _declare_default_barrier(ctx, devices)
     threads = _lower_with_copied_data(ctx, jaxpr, refs, points, barrier)
+    for note in modelling_notes(ctx, devices, barrier):
+        ctx.note(note)
     unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
     if unused_id and not ctx.allow_unused_collective_id:
         ctx.note(
@@ -471,6 +473,57 @@ class _PassState:
         ctx.notes, ctx.data_uses, ctx._names = list(self.notes), list(self.data_uses), set(self.names)
         ctx.read_points, ctx.payloads = {}, {}
         ctx.read_buffers.clear()
+
+
+# --- modelling choices a verdict can rest on, stated in the result -------------------------------
+
+DEVICE_BARRIER_BASIS = (
+    "JAX 0.10.2: pltpu.CompilerParams documents skip_device_barrier as skipping the default "
+    "device barrier (jax/_src/pallas/mosaic/core.py) and jax/_src/tpu_custom_call.py hands "
+    "collective_id and skip_device_barrier to Mosaic; the TPU interpreter runs a global barrier "
+    "before the body exactly when collective_id is None "
+    "(jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py)"
+)
+SCRATCH_BARRIER_BASIS = (
+    "JAX 0.10.2: Mosaic lowers a SemaphoreType.BARRIER allocation to the same !tpu.semaphore "
+    "type as a REGULAR one (aval_to_ir_type in jax/_src/pallas/mosaic/lowering.py); only "
+    "pltpu.get_barrier_semaphore() names the collective_id's barrier semaphore"
+)
+
+
+def modelling_notes(ctx: KernelContext, devices: int, barrier: bool) -> list[str]:
+    """The choices this kernel's verdict rests on: the default device barrier (whether XLA
+    runs one before the body) when there is more than one thread, and scratch BARRIER
+    semaphores when the kernel allocates one."""
+    notes = []
+    if devices * ctx.cores > 1:
+        notes.append(_device_barrier_note(ctx, barrier))
+    scratch_barriers = sorted(
+        d.name for d in ctx.semaphores.values() if d.kind is SemKind.BARRIER and d.origin is not SemOrigin.BARRIER
+    )
+    if scratch_barriers:
+        notes.append(
+            f"{', '.join(scratch_barriers)}: a scratch SemaphoreType.BARRIER semaphore is checked "
+            "as an ordinary scratch semaphore of each core, allocated afresh at each entry, not as "
+            f"the barrier semaphore of the collective_id ({SCRATCH_BARRIER_BASIS}); a kernel whose "
+            "entry barrier is built on it has no handshake with peers that have not entered yet"
+        )
+    return notes
+
+
+def _device_barrier_note(ctx: KernelContext, barrier: bool) -> str:
+    if barrier:
+        return (
+            "with collective_id None and skip_device_barrier False, XLA runs a barrier across every "
+            "device and core before the body: no thread starts the body before all have entered "
+            f"({DEVICE_BARRIER_BASIS})"
+        )
+    why = (f"collective_id={ctx.collective_id} is set" if ctx.collective_id is not None
+           else "skip_device_barrier=True")
+    return (
+        f"{why}, so no default device barrier runs before the body: a peer may not have entered "
+        f"the kernel when a remote signal or copy reaches it ({DEVICE_BARRIER_BASIS})"
+    )
 
 
 def _declare_default_barrier(ctx: KernelContext, devices: int) -> bool:
