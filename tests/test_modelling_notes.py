@@ -6,7 +6,6 @@ engines (semcheck/core_entry.py, docs/semantics.md)."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
