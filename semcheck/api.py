@@ -97,18 +97,31 @@ def check_paths(
     plan = sweep.plan([paths] if isinstance(paths, str) else list(paths), list(devices), sweep_options)
     if skipped is not None:
         skipped.extend(plan.skipped)
-    for path, outcomes in sweep.by_file(plan.tasks, sweep.iterate(
+    # Each check's Results are handed on as its task finishes (an interrupted run keeps them);
+    # a file's "compiled no kernel" outcomes wait for its last task, which decides whether the
+    # file is skipped (it compiled none at any count) or reported.
+    empty: list = []
+    seen = 0
+    outcomes = sweep.iterate(
         plan.tasks, jobs=jobs, executor=sweep.Executor(executor), ray_address=ray_address,
         progress_for=progress_for, on_done=on_done, on_load=on_load,
-    )):
-        empty = [o for o in outcomes if o.nothing_to_check is not None]
-        if empty and len(empty) == len(outcomes) and skipped is not None and not _declares_expectations(path):
-            skipped.append(Skipped(path, Why.NO_KERNEL))
+    )
+    for outcome in outcomes:
+        task = plan.tasks[outcome.index]
+        seen += 1
+        if outcome.nothing_to_check is not None:
+            empty.append(outcome)
+        yield from outcome.results
+        last = outcome.index + 1 == len(plan.tasks) or plan.tasks[outcome.index + 1].path != task.path
+        if not last:
             continue
-        for outcome in outcomes:
-            if outcome.nothing_to_check is not None:  # declared to hold a kernel, or compiled one at other counts
-                yield error_result(_stem(path), path, 0, outcome.devices, outcome.nothing_to_check, engine)
-            yield from outcome.results
+        path = task.path
+        if empty and len(empty) == seen and skipped is not None and not _declares_expectations(path):
+            skipped.append(Skipped(path, Why.NO_KERNEL))
+        else:  # declared to hold a kernel, or compiled one at other counts
+            for o in empty:
+                yield error_result(_stem(path), path, 0, o.devices, o.nothing_to_check, engine)
+        empty, seen = [], 0
 
 
 def _declares_expectations(path: str) -> bool:

@@ -115,18 +115,6 @@ def plan(paths: Iterable[str], devices: Iterable[int], options: SweepOptions) ->
     return Plan(tasks, walked.skipped)
 
 
-def by_file(tasks: list[Task], outcomes: Iterable[TaskOutcome]):
-    """(path, its outcomes) for each file, as the outcomes (in task order) complete it."""
-    pending: list[TaskOutcome] = []
-    for outcome in outcomes:
-        pending.append(outcome)
-        path = tasks[outcome.index].path
-        last = outcome.index + 1 == len(tasks) or tasks[outcome.index + 1].path != path
-        if last:
-            yield path, pending
-            pending = []
-
-
 def run(tasks: list[Task], **how) -> list[Result]:
     """Every task's Results, in task order (see `iterate`)."""
     return [r for outcome in iterate(tasks, **how) for r in outcome.results]

@@ -188,7 +188,8 @@ def test_eight_devices_fold_runs_and_keep_every_focus_step():
     assert lane_devices(graph) == [6, 7, cex.REST[0]]  # the lanes involved, and the rest folded
     assert nodes(graph, cex.COLLAPSED)
     shown = {graph.nodes[n]["step"] for n in nodes(graph, cex.STEP)}
-    assert shown == {s.index for s in violation.trace if s.relevance is not None} == {16, 18, 19, 21}
+    # the causal slice's four steps (their numbers follow the reduced search's path)
+    assert shown == {s.index for s in violation.trace if s.relevance is not None} == {20, 23, 24, 27}
     longest = max(sum(1 for n in graph if graph.nodes[n]["lane"] == key) for key, _ in graph.graph["lanes"])
     assert longest <= cex.FOLD_LANES_LONGER_THAN + 2
 

@@ -70,7 +70,8 @@ def test_jax_core_barrier_is_safe_when_cores_enter_together_and_early_when_they_
                for n in together.notes)
     assert any("entering the kernel on their own" in n for n in apart.notes)
     if engine == "explicit":  # the joint entry adds the cores' arrive/release steps, nothing else
-        assert (together.stats.states, apart.stats.states) == (26 * devices, 37 * devices)
+        # (24 per device with the counting cut of the reduction; the other reading's count is unchanged)
+        assert (together.stats.states, apart.stats.states) == (24 * devices, 37 * devices)
 
 
 def test_joint_entry_is_added_only_where_cores_talk_and_no_device_barrier_holds_them():

@@ -217,8 +217,11 @@ def _code_flow(result: Result, violation: Violation, root: str, *, whole_threads
     involved = involved_lanes(violation)
     threads: dict[tuple, list[dict]] = {}
     names: dict[tuple, str] = {}
+    causal = any(step.relevance is not None for step in violation.trace)
     for step in violation.trace:
         if step.location is None or (involved and _lane(step.device, step.core) not in involved):
+            continue
+        if causal and step.relevance is None:  # outside the violation's causal past
             continue
         entry = _flow_step(step, violation, root)
         if not whole_threads and entry["importance"] != "essential":
