@@ -32,29 +32,9 @@ def verify_model(
     return check_protocol(protocol, **options)
 
 
-def verify_path(
-    paths: str | Iterable[str],
-    devices: Iterable[int] = (2, 4, 8),
-    *,
-    engine: str = "auto",
-    budget: Budget | None = None,
-    progress_for: Callable[[str, int], ProgressFn | None] | None = None,
-    assume: Iterable[Assumption] = (),
-    invocations: int = 1,
-    on_load: Callable[[LoadReport], None] | None = None,
-    skipped: list[Skipped] | None = None,
-    jobs: int = 1,
-    executor: str = "local",
-    ray_address: str | None = None,
-    on_done: Callable | None = None,
-    **options,
-) -> list[Result]:
-    """Every Result for the files at `paths` (see `check_paths`)."""
-    return list(check_paths(
-        paths, devices, engine=engine, budget=budget, progress_for=progress_for, assume=assume,
-        invocations=invocations, on_load=on_load, skipped=skipped, jobs=jobs, executor=executor,
-        ray_address=ray_address, on_done=on_done, **options,
-    ))
+def verify_path(paths: str | Iterable[str], devices: Iterable[int] = (2, 4, 8), **options) -> list[Result]:
+    """Every Result for the files at `paths`: `check_paths`, collected (same options)."""
+    return list(check_paths(paths, devices, **options))
 
 
 def check_paths(

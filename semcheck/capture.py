@@ -498,7 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
     parser.add_argument("script")
     args = parser.parse_args(argv)
-    _end_with_the_parent()
+    from semcheck.frontends.isolation import end_with_parent
+
+    end_with_parent(os.getppid(), _real_exit)  # everything the script started ends with semcheck
     try:
         return _child(args)
     except BaseException as e:  # noqa: BLE001 - say what failed in words, never a traceback
@@ -513,24 +515,6 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.output, "wb") as f:
             pickle.dump(outcome, f)
         return 0
-
-
-def _end_with_the_parent() -> None:
-    """If semcheck itself dies (SIGKILL, or SIGTERM outside the CLI), this child and
-    everything the script started end too: a daemon thread watches the parent."""
-    parent = os.getppid()
-
-    def watch():
-        import time
-
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        try:
-            os.killpg(0, signal.SIGKILL)
-        finally:
-            _real_exit(1)
-
-    threading.Thread(target=watch, name="semcheck-parent-watch", daemon=True).start()
 
 
 def child_main() -> None:

@@ -74,26 +74,27 @@ def hazard_findings(system: System, state: State, already: tuple = ()) -> list[F
 def _race_finding(system: System, h) -> Finding:
     here = system.bodies[h.thread][h.pc]
     there = system.bodies[h.other_thread][h.other_pc]
-    message = (
+    return _race_between(h, here, there, (
         f"data race: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
         f"{h.detail}; that copy was started by {system.thread_name(h.other_thread)} at "
         f"{there.loc}, and nothing orders the two (wait for the copy's semaphore first, or "
         f"give each in-flight copy its own semaphore or slot)"
-    )
-    key = (Kind.DATA_RACE, frozenset((here.loc, there.loc)))
-    return Finding(Kind.DATA_RACE, key, h.thread, here.loc, message, other=there.loc,
-                   other_start=(h.other_thread, h.other_pc))
+    ))
 
 
 def _plain_race_finding(system: System, h) -> Finding:
     here = system.bodies[h.thread][h.pc]
     there = system.bodies[h.other_thread][h.other_pc]
-    message = (
+    return _race_between(h, here, there, (
         f"data race: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
         f"{h.detail}: {system.thread_name(h.other_thread)} at {there.loc} "
         f"({_describe_instr(there)}), and nothing orders the two (a signal and wait, or a "
         f"barrier arrive and wait, between the store and the other thread's access)"
-    )
+    ))
+
+
+def _race_between(h, here: ir.Instr, there: ir.Instr, message: str) -> Finding:
+    """One data race per pair of lines, whatever the two accesses are."""
     key = (Kind.DATA_RACE, frozenset((here.loc, there.loc)))
     return Finding(Kind.DATA_RACE, key, h.thread, here.loc, message, other=there.loc,
                    other_start=(h.other_thread, h.other_pc))

@@ -97,7 +97,7 @@ def _child(fn, args, user_file, what, answer_path) -> None:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         me = os.getpid()
-        _end_with(os.getppid(), real_exit)
+        end_with_parent(os.getppid(), real_exit)
 
         def refuse_exit(status=0):
             raise _HardExit(status)
@@ -120,9 +120,10 @@ def _child(fn, args, user_file, what, answer_path) -> None:
         real_exit(code)
 
 
-def _end_with(parent: int, real_exit) -> None:
+def end_with_parent(parent: int, real_exit) -> None:
     """If semcheck dies without killing this child (SIGKILL, or SIGTERM outside the CLI),
-    the child's session ends too: a daemon thread watches the parent."""
+    the child's session ends too: a daemon thread watches the parent. (The capture child
+    and a model file's child both use it.)"""
     import threading
 
     def watch():
