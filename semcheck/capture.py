@@ -90,7 +90,7 @@ def capturing(record: Callable):
     from jax._src.interpreters import mlir
     from jax._src.pallas import mpmd, pallas_call
 
-    from semcheck.lower import KernelCapture
+    from semcheck.lower import KernelCapture, KernelFlow
     from semcheck.lower.source import loc_of_traceback
 
     def hook(primitive_name):
@@ -106,19 +106,27 @@ def capturing(record: Callable):
             from semcheck.operands import record_operands
 
             record_operands(ctx, in_nodes, capture)
-            return _zeros(ctx, in_nodes)
+            outs = _zeros(ctx, in_nodes)
+            # What flows from one kernel to the next (semcheck/lower/program.py): the MLIR
+            # values of one module, compared as values.
+            capture.flow = KernelFlow(ctx.module_context, tuple(in_nodes), tuple(outs))
+            return outs
 
         return lowering_rule
 
     table = mlir._platform_specific_lowerings["cpu"]
     prims = {"pallas_call": pallas_call.pallas_call_p, "mpmd_map": mpmd.mpmd_map_p}
     saved = {p: table.get(p) for p in prims.values()}
+    # Lowered inline, not through JAX's per-eqn lowering cache (which lowers each kernel in a
+    # function of its own, whose arguments hide where an operand came from).
+    cached = {p for p in prims.values() if p not in mlir._uncacheable_primitives}
     try:
         for name, prim in prims.items():
-            mlir.register_lowering(prim, hook(name), platform="cpu")
+            mlir.register_lowering(prim, hook(name), platform="cpu", cacheable=False)
         with tpu_generation_for_cpu():
             yield
     finally:
+        mlir._uncacheable_primitives.difference_update(cached)
         for prim, entry in saved.items():
             if entry is None:
                 table.pop(prim, None)
@@ -189,12 +197,15 @@ def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tup
     name stays a protocol input instead of its value in the data)."""
     from semcheck.lower import lower_kernel
 
-    protocols: list[ir.Protocol] = []
+    from semcheck.lower.program import link_programs
+
+    lowered: list[list[ir.Protocol]] = []
     errors: list[KernelError] = []
     for capture in captures:
         capture.assumed = frozenset(assumed)
+        lowered.append([])
         try:
-            protocols.extend(lower_kernel(capture, tpu_cores=tpu_cores))
+            lowered[-1] = lower_kernel(capture, tpu_cores=tpu_cores)
         except LoadError as e:
             error = _kernel_error(capture, e.message, e.loc, e.hint)
             error.prefixes = list(e.prefixes)
@@ -210,7 +221,7 @@ def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tup
                     "set SEMCHECK_DEBUG=1 to see the traceback, and please report it",
                 )
             )
-    return _dedupe(protocols), errors
+    return _dedupe(link_programs(captures, lowered)), errors
 
 
 def _kernel_error(capture, message, loc, hint) -> KernelError:
@@ -246,7 +257,7 @@ def capture_function(fn, *args, **kwargs) -> list:
     """KernelCaptures of every Pallas kernel `fn(*args, **kwargs)` calls."""
     import jax
 
-    from semcheck.lower import KernelCapture, MeshShape
+    from semcheck.lower import KernelCapture, KernelFlow, MeshShape
     from semcheck.lower.interpreter import subjaxprs
     from semcheck.lower.source import loc_of_traceback
 
@@ -260,7 +271,8 @@ def capture_function(fn, *args, **kwargs) -> list:
             if name in ("pallas_call", "mpmd_map"):
                 found.append(
                     KernelCapture(name, dict(eqn.params), len(eqn.invars), mesh,
-                                  loc_of_traceback(eqn.source_info.traceback))
+                                  loc_of_traceback(eqn.source_info.traceback),
+                                  flow=KernelFlow(jaxpr, tuple(eqn.invars), tuple(eqn.outvars)))
                 )
                 continue
             if name == "core_map":

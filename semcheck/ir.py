@@ -140,6 +140,14 @@ class SemOrigin(str, enum.Enum):
     BARRIER = "barrier"  # get_barrier_semaphore: global, persistent, keyed by collective_id
     GLOBAL = "global"  # pl.get_global (GPU): one per launch, shared by every block
     ARGUMENT = "argument"  # passed into or out of the kernel: outlives it
+    # An output of one kernel of a program that a later kernel of it takes (semcheck/programs.py):
+    # outlives each kernel, and must be back to 0, with no copy still landing, when the program ends.
+    HANDED_ON = "handed_on"
+
+
+# Allocations that outlive one kernel invocation: no entry resets them, and a signal or copy
+# reaching them from another invocation is no early arrival.
+OUTLIVES_KERNEL = (SemOrigin.BARRIER, SemOrigin.ARGUMENT, SemOrigin.HANDED_ON)
 
 
 class Scope(str, enum.Enum):
@@ -175,6 +183,9 @@ class BufferDecl:
     space: str = "any"
     scope: Scope = Scope.CORE
     loc: Loc = UNKNOWN_LOC
+    # An output of one kernel of a program that a later kernel takes (semcheck/programs.py):
+    # a copy into it may land after the kernel that started the copy ended on the target.
+    handed_on: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,6 +402,16 @@ class DataUse:
     buffers: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """How a kernel meets the kernels around it, for linking kernels into a program: the
+    declaration (semaphore or buffer) behind each operand of the call and each result, in
+    call order ("" for an operand that is no ref of the kernel, such as a dynamic grid bound)."""
+
+    operands: tuple[str, ...] = ()
+    results: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class Protocol:
     """A closed system of threads, semaphores and buffers, ready to be checked."""
@@ -412,6 +433,10 @@ class Protocol:
     # the sender's invocation (docs/semantics.md, "How the cores of a chip enter a kernel";
     # --no-assume-cores-enter-together takes the other reading).
     cores_enter_together: bool = True
+    ports: Ports = field(default=Ports())
+    # A program of several kernels (semcheck/programs.py): the kernel each thread's n-th
+    # KernelEntry enters, in program order. Empty for one kernel.
+    kernels: tuple[str, ...] = field(default=())
 
     def semaphore(self, name: str) -> SemDecl:
         for decl in self.semaphores:

@@ -362,12 +362,20 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
         inst = system.instances[sid]
         if not must_be_zero_at_exit(system.backend, inst.decl):
             continue
-        message = (
-            f"semaphore leftover: {inst.label} holds {count} when the kernel exits (or it was "
-            f"added to after the kernel exited); on TPU every {inst.decl.origin.value} semaphore "
-            f"must be back to 0 at exit (the runtime crashes otherwise). It is declared at "
-            f"{inst.decl.loc}."
-        )
+        if inst.decl.origin is ir.SemOrigin.HANDED_ON:
+            message = (
+                f"semaphore leftover: {inst.label} holds {count} when the program ends: a kernel "
+                f"handed it on and no later kernel of the program waited for everything it "
+                f"received (a copy nobody waits for may still be landing). It is declared at "
+                f"{inst.decl.loc}."
+            )
+        else:
+            message = (
+                f"semaphore leftover: {inst.label} holds {count} when the kernel exits (or it was "
+                f"added to after the kernel exited); on TPU every {inst.decl.origin.value} semaphore "
+                f"must be back to 0 at exit (the runtime crashes otherwise). It is declared at "
+                f"{inst.decl.loc}."
+            )
         owner = next(
             (
                 t

@@ -102,6 +102,9 @@ class TraceStep:
     # additions it wiped (they never reach a wait).
     wiped: tuple[str, ...] = ()
     wiped_additions: tuple[int, ...] = ()
+    # In a program of several kernels: the kernel the step belongs to (a completion: the
+    # kernel that started the copy). None for a protocol of one kernel.
+    kernel: str | None = None
 
 
 @dataclass(frozen=True)

@@ -663,11 +663,13 @@ class System:
                         "ordinary scratch semaphore allocated at entry, as Mosaic lowers it")
         return "".join(f" ({s})" for s in said)
 
-    def arrival_problem(self, state: State, device: int, core: int | None, invocation: int) -> str | None:
+    def arrival_problem(self, state: State, device: int, core: int | None, invocation: int,
+                        late_ok: bool = False) -> str | None:
         """Why something sent during `invocation` must not reach (device, core) now: it has
-        not entered that invocation yet, or has moved on to a later one. None when it may
-        (cores without a lifecycle have nothing to check against; after an exit, see the
-        module docstring)."""
+        not entered that invocation yet, or (unless `late_ok`: a copy into a buffer handed to
+        a later kernel of the program) has moved on to a later one. None when it may (cores
+        without a lifecycle have nothing to check against; after an exit, see the module
+        docstring)."""
         cores = range(self.protocol.cores) if core is None else (core,)
         for c in cores:
             for q in self.core_threads.get((device, c), ()):
@@ -677,9 +679,19 @@ class System:
                 current = self.invocation_at[q][pc]
                 if current < invocation:
                     return "before it entered" + (f" invocation {invocation} of" if invocation > 1 else "")
-                if current > invocation:
+                if current > invocation and not late_ok:
                     return f"after it left invocation {invocation} of"
         return None
+
+    def lands_in_handed_on(self, t: int, pc: int) -> bool:
+        """Whether the copy started at (t, pc) writes a buffer, and counts on a semaphore, that
+        outlive the kernel that started it (so it may land after that kernel ended there)."""
+        instr = self.bodies[t][pc]
+        return (
+            isinstance(instr, ir.DmaStart)
+            and self._buffers[instr.dst.buffer][0].handed_on
+            and self._allocs[instr.recv_sem.alloc][0].origin in ir.OUTLIVES_KERNEL
+        )
 
     # -- the transition system --
 
@@ -851,7 +863,8 @@ def _complete(system: "System", state: State, event: Event) -> State:
         target = system.instances[event.sem]
         issuer = system.threads[event.issuer]
         remote = not system.enters_with(issuer, target.device, target.core)
-        problem = remote and system.arrival_problem(state, target.device, target.core, event.invocation)
+        problem = remote and system.arrival_problem(state, target.device, target.core, event.invocation,
+                                                    late_ok=system.lands_in_handed_on(event.issuer, event.start_pc))
         if problem:
             hazards = _with(hazards, Hazard(
                 REMOTE_BEFORE_ENTRY, event.issuer, event.start_pc, -1, -1,
@@ -947,7 +960,7 @@ def _early_arrival(system: System, state: State, t: int, sid: int) -> tuple[Haza
     if (
         system.backend is not Backend.TPU
         or not system.has_lifecycle[t]
-        or target.decl.origin in (SemOrigin.BARRIER, SemOrigin.ARGUMENT)
+        or target.decl.origin in ir.OUTLIVES_KERNEL
         or system.enters_with(thread, target.device, target.core)
     ):
         return state.hazards
@@ -1173,7 +1186,7 @@ def _fp_signal(system: System, t: int, instr: ir.Signal) -> Footprint:
     decl, _base = system._allocs[ref.alloc]
     checked = (
         system.backend is Backend.TPU and system.has_lifecycle[t]
-        and decl.origin not in (SemOrigin.BARRIER, SemOrigin.ARGUMENT)
+        and decl.origin not in ir.OUTLIVES_KERNEL
     )
     remote = ref.device is not None or ref.core is not None
     life = system._lifecycle_candidates(t, ref.device, ref.core) if remote and checked else _NONE
@@ -1351,8 +1364,9 @@ def _registers_written(body: tuple[ir.Instr, ...]) -> dict[str, int]:
 
 def must_be_zero_at_exit(backend: Backend, decl: ir.SemDecl) -> bool:
     """TPU: scratch, scoped and barrier semaphores must be 0 when the kernel ends (the
-    runtime crashes otherwise); semaphores handed to another kernel are exempt. GPU: GMEM
-    semaphores are zero-filled before each launch, so nothing is required."""
+    runtime crashes otherwise); a semaphore handed to a kernel outside the protocol is exempt,
+    and one handed between the kernels of a program is judged when the program ends. GPU:
+    GMEM semaphores are zero-filled before each launch, so nothing is required."""
     if backend is Backend.GPU:
         return False
-    return decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED, SemOrigin.BARRIER)
+    return decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED, SemOrigin.BARRIER, SemOrigin.HANDED_ON)

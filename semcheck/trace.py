@@ -91,6 +91,7 @@ def _describe(system: System, before: State, after: State, action: Action, index
         text="",
         location=instr.loc,
     )
+    step.kernel = _kernel_at(system, t, before.pcs[t])
     if after.pcs[t] == FAULTED:
         step.fault = next(f[3] for f in after.faults if f[0] == t)
         step.text = f"FAULT in {step.event.value}: {step.fault}"
@@ -98,6 +99,16 @@ def _describe(system: System, before: State, after: State, action: Action, index
     describe = _TEXT_RULES.get(type(instr), _text_plain)
     step.text = describe(system, before, after, t, instr, step) + _hazard_note(before, after)
     return step
+
+
+def _kernel_at(system: System, t: int, pc: int) -> str | None:
+    """The kernel of a program that instruction `pc` of thread `t` belongs to."""
+    kernels = system.protocol.kernels
+    if not kernels:
+        return None
+    entering = isinstance(system.bodies[t][pc], ir.KernelEntry) if pc < len(system.bodies[t]) else False
+    invocation = system.invocation_at[t][pc] + (1 if entering else 0)
+    return kernels[(max(invocation, 1) - 1) % len(kernels)]
 
 
 def _hazard_note(before: State, after: State) -> str:
@@ -211,6 +222,7 @@ def _describe_event(system: System, before: State, after: State, event, index: i
         location=start.loc,
         side="recv" if event.side == RECV else "send",
         amount=event.inc,
+        kernel=_kernel_at(system, event.issuer, event.start_pc),
     )
     step.text = (
         f"copy started at line {start.loc.line} {side}: {_note_sem(system, step, event.sem, before, after)}"

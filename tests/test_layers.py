@@ -2,7 +2,7 @@
 layer above its own. The layers, bottom to top:
 
     vocabulary   ir, kinds, errors, version, intervals (and lower.registry, engines.budget)
-    model        the builder API, assumptions, invocations, result
+    model        the builder API, assumptions, invocations, programs, result
     frontends    lower/, capture, frontends/ (jaxpr -> IR; never the semantics)
     semantics    semantics, properties, trace (IR -> transition system; never JAX)
     engines      engines/ (consume the semantics; never a frontend or a report)
@@ -25,7 +25,7 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LAYERS = [
     ("vocabulary", ("semcheck.ir", "semcheck.kinds", "semcheck.errors", "semcheck.version", "semcheck.intervals",
                     "semcheck.lower.registry", "semcheck.engines.budget")),
-    ("model", ("semcheck.model", "semcheck.assumptions", "semcheck.invocations", "semcheck.result",
+    ("model", ("semcheck.model", "semcheck.assumptions", "semcheck.invocations", "semcheck.programs", "semcheck.result",
                "semcheck.prefix", "semcheck.provenance")),
     ("frontends", ("semcheck.lower", "semcheck.capture", "semcheck.operands", "semcheck.frontends",
                    "semcheck.core_entry")),

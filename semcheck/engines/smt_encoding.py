@@ -59,7 +59,7 @@ from semcheck.semantics import (
     INVALID_CORE, INVALID_DEVICE, INVALID_REGION, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
     _bits, dma_increment, must_be_zero_at_exit,
 )
-from semcheck.ir import Backend, Scope, SemOrigin
+from semcheck.ir import Backend, Scope
 
 FAULT_KINDS = (INVALID_DEVICE, INVALID_CORE, INVALID_SEM_INDEX)
 
@@ -704,10 +704,12 @@ class Encoding:
             for nv in self.nodes[q] if nv.node.kind == unrolling.INSTR and nv.valid is not True
         ))
 
-    def _arrival_problem(self, device: int, core: int | None, invocation: int, at: z3.ArithRef) -> SymBool:
+    def _arrival_problem(self, device: int, core: int | None, invocation: int, at: z3.ArithRef,
+                         late_ok: bool = False) -> SymBool:
         """`System.arrival_problem` at position `at`: some thread of the target core is in
         another invocation (entries are never skipped or repeated, see `smt.unmodelled`, so
-        the invocation a thread is in counts the entries it executed)."""
+        the invocation a thread is in counts the entries it executed); with `late_ok`, only
+        an earlier one."""
         system = self.system
         cores = range(self.protocol.cores) if core is None else (core,)
         problems = []
@@ -715,7 +717,8 @@ class Encoding:
             for q in system.core_threads.get((device, c), ()):
                 if not system.has_lifecycle[q]:
                     continue
-                elsewhere = OR(NOT(self._entered(q, invocation, at)), self._entered(q, invocation + 1, at))
+                not_yet = NOT(self._entered(q, invocation, at))
+                elsewhere = not_yet if late_ok else OR(not_yet, self._entered(q, invocation + 1, at))
                 problems.append(AND(NOT(self._faulted_before(q, at)), elsewhere))
         return OR(*problems)
 
@@ -723,7 +726,7 @@ class Encoding:
         """remote_before_entry: a signal to another core's kernel-lifetime semaphore, or a
         copy landing on another core, while that core is not in the sender's invocation."""
         system = self.system
-        exempt = (SemOrigin.BARRIER, SemOrigin.ARGUMENT)
+        exempt = ir.OUTLIVES_KERNEL
         for t, row in enumerate(self.nodes):
             if not system.has_lifecycle[t]:
                 continue
@@ -747,7 +750,8 @@ class Encoding:
                         inst = system.instances[sid]
                         if system.enters_with(thread, inst.device, inst.core):
                             continue
-                        problem = self._arrival_problem(inst.device, inst.core, invocation, landing.pos)
+                        problem = self._arrival_problem(inst.device, inst.core, invocation, landing.pos,
+                                                        late_ok=system.lands_in_handed_on(t, nv.node.pc))
                         self._add_hazard(key, AND(landing.done, cond, problem))
 
     def _encode_entry_leftovers(self) -> None:

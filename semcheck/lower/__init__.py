@@ -11,6 +11,6 @@ This package imports JAX; nothing downstream of the IR does.
 
 from semcheck.lower import arith, control, gpu_barriers, gpu_memory, gpu_semaphores, memory, tpu  # noqa: F401  (register the rules)
 from semcheck.lower.context import MeshShape
-from semcheck.lower.kernel import KernelCapture, lower_kernel
+from semcheck.lower.kernel import KernelCapture, KernelFlow, lower_kernel
 
-__all__ = ["KernelCapture", "MeshShape", "lower_kernel"]
+__all__ = ["KernelCapture", "KernelFlow", "MeshShape", "lower_kernel"]

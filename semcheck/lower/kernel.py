@@ -32,8 +32,20 @@ from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
 from semcheck.lower.data import data_notes, initial_contents
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
+from semcheck.programs import handed_in_note
 
 ARRIVE, RELEASE = "device_barrier.arrive", "device_barrier.release"
+
+
+@dataclass(frozen=True)
+class KernelFlow:
+    """Where a captured kernel sits in the code around it: the scope its values belong to
+    (an MLIR module being lowered, or a jaxpr) and the values of its operands and results,
+    so that a later kernel's operand can be recognised as an earlier one's result."""
+
+    scope: object
+    operands: tuple
+    results: tuple
 
 
 @dataclass
@@ -54,6 +66,7 @@ class KernelCapture:
     # Devices where another kernel ran before this one's first call: its operands there may
     # be that kernel's outputs, which the capture replaced with zeros (not used).
     after_other_kernel: set = field(default_factory=set)
+    flow: KernelFlow | None = None
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
@@ -119,7 +132,8 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
         n_dynamic = capture.num_operands - n_index - gm.num_inputs
         data = _operand_data(capture, {k: n_dynamic + k for k in range(n_index + gm.num_inputs)})
         protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index,
-                                data=data, data_seen=bool(capture.operand_values)))
+                                data=data, data_seen=bool(capture.operand_values), n_leading=n_dynamic,
+                                n_results=gm.num_outputs))
     return protocols
 
 
@@ -208,7 +222,8 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
     ctx.core_axis = axis
     points = [[(core,)] for core in range(cores)]
     data = _operand_data(capture, {k: k for k in range(n_in)})
-    return [_build(ctx, jaxpr, invars, origins, points, n_in, data=data, data_seen=bool(capture.operand_values))]
+    return [_build(ctx, jaxpr, invars, origins, points, n_in, data=data, data_seen=bool(capture.operand_values),
+                   n_results=n_out)]
 
 
 def _operand_data(capture: KernelCapture, operand_of: dict[int, int]) -> dict[int, dict[int, object]]:
@@ -319,10 +334,13 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
 
 
 def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0,
-           data: dict | None = None, data_seen: bool = False) -> ir.Protocol:
+           data: dict | None = None, data_seen: bool = False, n_leading: int = 0,
+           n_results: int = 0) -> ir.Protocol:
     """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs,
     the first `n_scalar` of them scalar-prefetch operands. `data` holds the script's values
-    of those operands per device (see lower/data.py)."""
+    of those operands per device (see lower/data.py). The call's operands are `n_leading`
+    that are no ref (dynamic grid bounds), then the inputs; its `n_results` results are the
+    refs after the inputs (the kernel's ports, for linking it into a program)."""
     if jaxpr.constvars:
         raise LoadError(
             f"{ctx.name}: the kernel captures constants (Pallas cannot lower that either)",
@@ -341,11 +359,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         r.alloc for r, o in zip(refs[:n_inputs], origins) if r.is_semaphore and o is SemOrigin.ARGUMENT
     ]
     if handed_in:
-        ctx.note(
-            f"semaphores handed to this kernel by an earlier one ({', '.join(handed_in)}) start at 0 "
-            "here: semcheck checks each kernel on its own, so signals made before the kernel "
-            "started are not counted"
-        )
+        ctx.note(handed_in_note(handed_in))
     devices = ctx.mesh.size
     barrier = _declare_default_barrier(ctx, devices)
     threads = _lower_with_copied_data(ctx, jaxpr, refs, points, barrier)
@@ -372,6 +386,10 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         frontend="tpu",
         notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
         data_uses=tuple(ctx.data_uses),
+        ports=ir.Ports(
+            operands=("",) * n_leading + tuple(r.alloc for r in refs[:n_inputs]),
+            results=tuple(r.alloc for r in refs[n_inputs:n_inputs + n_results]),
+        ),
     )
 
 

@@ -50,6 +50,7 @@ def _step_details(step: TraceStep) -> dict:
         "src": _region_dict(step.src),
         "dst": _region_dict(step.dst),
         "fault": step.fault,
+        "kernel": step.kernel,  # in a program of several kernels: the one the step belongs to
     }
     out = {key: value for key, value in details.items() if value is not None}
     if step.event in ("wait",) and not step.decrement:

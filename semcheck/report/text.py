@@ -199,6 +199,8 @@ def render_violation(
         width = max(len(s.actor) for s in shown)
         for s in shown:
             at = _short_loc(s.location, kernel_file)
+            if s.kernel:
+                at = f"{s.kernel} {at}"
             fed = f"  <- step{'s' if len(s.fed_by) > 1 else ''} {', '.join(map(str, s.fed_by))}" if s.fed_by else ""
             lines.append(f"      {s.index:>4}. {s.actor:<{width}}  {s.text}{fed}  [{at}]")
     elif v.kind in ("deadlock", "unsatisfied_wait"):

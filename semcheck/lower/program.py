@@ -1,0 +1,136 @@
+"""Which captured kernels form one program, and what each hands to the next.
+
+Kernels lowered in one scope (one MLIR module of the script, or one jaxpr of
+`semcheck.verify(fn)`) are one program when a semaphore one kernel returns is an operand of
+a later one, or when they share a `collective_id` (and so its barrier semaphore). Within a
+program, buffers one kernel returns and a later one takes are handed on too (the
+destination of a copy still landing). Kernels that pass only buffers to each other are
+still checked one by one: nothing of one kernel's synchronization then reaches the next.
+The kernels run in the order JAX lowered them, which is the jaxpr's order (data-flow order
+where one feeds the next). The composition itself is `semcheck/programs.py`.
+"""
+
+from __future__ import annotations
+
+from semcheck import ir
+from semcheck.programs import Handover, compose
+
+
+def link_programs(captures: list, lowered: list[list[ir.Protocol]]) -> list[ir.Protocol]:
+    """`lowered[k]`: the protocols of `captures[k]` (one per core configuration; empty when
+    it failed to lower). The protocols to check, programs in place of their kernels."""
+    flows = _flows(captures)
+    group = _Groups(len(captures))
+    for k, _m, j, i in flows:
+        if any(_is_semaphore(p, _port(p.ports.operands, i)) for p in lowered[j]):
+            group.join(k, j)
+    for j in range(len(captures)):
+        for k in range(j):
+            if _same_scope(captures[k], captures[j]) and _shared_ids(lowered[k], lowered[j]):
+                group.join(k, j)
+    out: list[ir.Protocol] = []
+    for members in group.groups():
+        if len(members) == 1 or not all(_tpu(lowered[k]) for k in members):
+            for k in members:
+                out.extend(lowered[k])
+            continue
+        out.extend(_programs(members, flows, lowered))
+    return out
+
+
+def _programs(members: list[int], flows, lowered: list[list[ir.Protocol]]) -> list[ir.Protocol]:
+    position = {k: n for n, k in enumerate(members)}
+    configs = set.intersection(*({p.cores for p in lowered[k]} for k in members))
+    out = []
+    for cores in sorted(configs):
+        kernels = [next(p for p in lowered[k] if p.cores == cores) for k in members]
+        handovers = []
+        for k, m, j, i in flows:
+            if k not in position or j not in position:
+                continue
+            producer, consumer = kernels[position[k]], kernels[position[j]]
+            source, name = _port(producer.ports.results, m), _port(consumer.ports.operands, i)
+            if source and name and _is_semaphore(producer, source) == _is_semaphore(consumer, name):
+                handovers.append(Handover(position[k], source, position[j], name))
+        try:
+            out.append(compose(kernels, handovers))
+        except ValueError as e:  # kernels of one module on different meshes: each alone
+            for p in kernels:
+                out.append(_with_note(p, f"not checked as one program with the kernels around it: {e}"))
+    return out
+
+
+def _flows(captures: list) -> list[tuple[int, int, int, int]]:
+    """(producer, result, consumer, operand): a result of one kernel that is an operand of a
+    later one in the same scope."""
+    out = []
+    for j, cj in enumerate(captures):
+        for k in range(j):
+            if not _same_scope(captures[k], cj):
+                continue
+            results = captures[k].flow.results
+            for i, node in enumerate(cj.flow.operands):
+                for m, value in enumerate(results):
+                    if node is value or _equal(node, value):
+                        out.append((k, m, j, i))
+    return out
+
+
+def _port(names: tuple[str, ...], index: int) -> str:
+    return names[index] if index < len(names) else ""
+
+
+def _equal(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # values of different kinds that refuse to compare are not one value
+        return False
+
+
+def _same_scope(a, b) -> bool:
+    return a.flow is not None and b.flow is not None and a.flow.scope is b.flow.scope
+
+
+def _is_semaphore(protocol: ir.Protocol, name: str) -> bool:
+    return any(d.name == name for d in protocol.semaphores)
+
+
+def _shared_ids(a: list[ir.Protocol], b: list[ir.Protocol]) -> bool:
+    def ids(ps):
+        return {d.collective_id for p in ps for d in p.semaphores
+                if d.origin is ir.SemOrigin.BARRIER and d.collective_id is not None}
+    return bool(ids(a) & ids(b))
+
+
+def _tpu(protocols: list[ir.Protocol]) -> bool:
+    return bool(protocols) and all(p.backend is ir.Backend.TPU for p in protocols)
+
+
+def _with_note(p: ir.Protocol, note: str) -> ir.Protocol:
+    import dataclasses
+
+    return dataclasses.replace(p, notes=p.notes + (note,))
+
+
+class _Groups:
+    """Union-find over kernel indices; groups come out in capture order."""
+
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, k: int) -> int:
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def join(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def groups(self) -> list[list[int]]:
+        by_root: dict[int, list[int]] = {}
+        for k in range(len(self.parent)):
+            by_root.setdefault(self.find(k), []).append(k)
+        return list(by_root.values())

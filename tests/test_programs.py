@@ -1,0 +1,160 @@
+"""Programs of several kernels (semcheck/programs.py): kernels run one after another on every
+device, checked as one protocol, with what one hands to the next carried across.
+
+The protocols here are the IR of JAX's async remote copy (tests/pallas/tpu_pallas_async_test.py
+in jax-ml/jax, `make_async_remote_copy`), written out by hand so the test needs no JAX: a start
+kernel that copies its block to the right neighbour and returns both DMA semaphores, a kernel
+that waits for the send and one that waits for the receive. The examples
+(examples/tpu/async_remote_copy*.py, shared_collective_id_*.py) check the same through the
+capture, in tests/test_tpu_examples.py and the gate.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from semcheck import ir
+from semcheck.checks import check_protocol
+from semcheck.programs import Handover, compose, handed_in_note, shared_barrier_name
+
+L = ir.Loc("async.py", 1)
+NBYTES = 4096
+
+
+def _at(line: int) -> ir.Loc:
+    return ir.Loc("async.py", line)
+
+
+def _kernel(name: str, semaphores, buffers, body_of, devices: int, operands=(), results=(), notes=()) -> ir.Protocol:
+    return ir.Protocol(
+        name=name, backend=ir.Backend.TPU, devices=devices, cores=1,
+        threads=tuple(ir.Thread(d, 0, tuple(body_of(d))) for d in range(devices)),
+        semaphores=tuple(semaphores), buffers=tuple(buffers), loc=L, frontend="tpu",
+        ports=ir.Ports(tuple(operands), tuple(results)), notes=tuple(notes),
+    )
+
+
+def _dma(name: str, origin=ir.SemOrigin.ARGUMENT) -> ir.SemDecl:
+    return ir.SemDecl(name, ir.SemKind.DMA, 1, origin, ir.Scope.CORE, None, L)
+
+
+def _buf(name: str) -> ir.BufferDecl:
+    return ir.BufferDecl(name, (8, 128), 4, "any", ir.Scope.CORE, L)
+
+
+def start_kernel(devices: int) -> ir.Protocol:
+    barrier = ir.SemDecl("barrier_semaphore", ir.SemKind.BARRIER, 1, ir.SemOrigin.BARRIER, ir.Scope.CORE, 0, L)
+
+    def body(d):
+        left, right = (d - 1) % devices, (d + 1) % devices
+        return [
+            ir.Signal(_at(10), ir.SemRef("barrier_semaphore", 0, left)),
+            ir.Wait(_at(11), ir.SemRef("barrier_semaphore"), 1),
+            ir.DmaStart(_at(12), ir.Region("x_ref"), ir.Region("o_ref"), ir.SemRef("recv_sem"),
+                        ir.SemRef("send_sem"), NBYTES, right),
+        ]
+    return _kernel("start", [barrier, _dma("send_sem"), _dma("recv_sem")], [_buf("x_ref"), _buf("o_ref")], body,
+                   devices, operands=("x_ref",), results=("o_ref", "send_sem", "recv_sem"))
+
+
+def wait_kernel(name: str, side: str, devices: int, line: int, waits: int = 1) -> ir.Protocol:
+    def body(d):
+        return [ir.DmaWait(_at(line), ir.SemRef("sem"), NBYTES, side) for _ in range(waits)]
+    return _kernel(name, [_dma("sem")], [], body, devices, operands=("sem",),
+                   notes=(handed_in_note(["sem"]),))
+
+
+def program(devices: int, *, recv_waits: int | None = 1) -> ir.Protocol:
+    kernels = [start_kernel(devices), wait_kernel("send_done", "send", devices, 20)]
+    handovers = [Handover(0, "send_sem", 1, "sem")]
+    if recv_waits is not None:
+        kernels.append(wait_kernel("recv_done", "recv", devices, 30, recv_waits))
+        handovers.append(Handover(0, "recv_sem", 2, "sem"))
+    return compose(kernels, handovers)
+
+
+@pytest.mark.parametrize("engine", ["explicit", "z3"])
+@pytest.mark.parametrize("devices", [2, 3])
+def test_start_and_done_kernels_are_safe_as_one_program(engine, devices):
+    r = check_protocol(program(devices), engine=engine)
+    assert r.verdict.value == "safe", [v.message for v in r.violations]
+
+
+def test_each_done_kernel_alone_waits_for_ever():
+    r = check_protocol(wait_kernel("recv_done", "recv", 2, 30), engine="explicit")
+    assert {v.kind for v in r.errors} == {"unsatisfied_wait"}
+
+
+@pytest.mark.parametrize("devices, states", [(2, 79), (3, 186)])
+def test_program_state_count(devices, states):
+    # The reduced search of the composed program; a changed count is a changed semantics.
+    r = check_protocol(program(devices), engine="explicit")
+    assert r.verdict.value == "safe" and r.stats.states == states
+
+
+@pytest.mark.parametrize("engine", ["explicit", "z3"])
+def test_waiting_for_the_send_only_leaves_the_receive_semaphore_at_the_end_of_the_program(engine):
+    r = check_protocol(program(2, recv_waits=None), engine=engine)
+    assert {v.kind for v in r.errors} == {"semaphore_leftover"}
+    assert all("start.recv_sem" in v.message and "program ends" in v.message for v in r.errors)
+
+
+@pytest.mark.parametrize("engine", ["explicit", "z3"])
+def test_waiting_twice_for_one_copy_is_an_unsatisfied_wait(engine):
+    r = check_protocol(program(2, recv_waits=2), engine=engine)
+    assert {v.kind for v in r.errors} == {"unsatisfied_wait"}
+
+
+def test_trace_steps_name_the_kernel_they_belong_to():
+    r = check_protocol(program(2, recv_waits=2), engine="explicit")
+    [violation] = r.errors
+    kernels = {s.kernel for s in violation.trace}
+    assert "recv_done" in kernels and None not in kernels
+    stuck = [s for s in violation.trace if s.event == "dma_wait"]
+    assert stuck and all(s.kernel in ("send_done", "recv_done") for s in stuck)
+
+
+def test_composition_renames_per_kernel_and_shares_what_is_handed_on():
+    p = program(2)
+    names = {d.name: d for d in p.semaphores}
+    assert set(names) == {shared_barrier_name(0), "start.send_sem", "start.recv_sem"}
+    assert names["start.recv_sem"].origin is ir.SemOrigin.HANDED_ON
+    assert {b.name: b.handed_on for b in p.buffers} == {"start.x_ref": False, "start.o_ref": True}
+    assert p.kernels == ("start", "send_done", "recv_done")
+    body = p.threads[0].body
+    entries = [i.kernel for i in body if isinstance(i, ir.KernelEntry)]
+    assert entries == ["start", "send_done", "recv_done"]
+    # The kernels' "starts at 0" notes are gone: the program counts what earlier kernels did.
+    assert not any(handed_in_note(["sem"]) in n for n in p.notes)
+    assert p.notes[0].startswith("checked as one program of 3 kernels")
+
+
+def test_kernels_sharing_a_collective_id_share_its_barrier_semaphore():
+    a, b = start_kernel(2), dataclasses_replace_name(start_kernel(2), "start_again")
+    p = compose([a, b], [])
+    barriers = [d for d in p.semaphores if d.origin is ir.SemOrigin.BARRIER]
+    assert [d.name for d in barriers] == [shared_barrier_name(0)]
+    assert p.kernels == ("start", "start_again")
+    # Two starts, nobody waits: both receive semaphores are left at the end.
+    r = check_protocol(p, engine="explicit")
+    assert {v.kind for v in r.errors} == {"semaphore_leftover"}
+
+
+def test_a_program_runs_on_one_mesh():
+    with pytest.raises(ValueError, match="different meshes"):
+        compose([start_kernel(2), wait_kernel("send_done", "send", 3, 20)], [])
+
+
+def test_a_handover_goes_forward_and_matches():
+    with pytest.raises(ValueError, match="later kernel"):
+        compose([start_kernel(2), wait_kernel("send_done", "send", 2, 20)], [Handover(1, "sem", 0, "send_sem")])
+    with pytest.raises(ValueError, match="takes"):
+        barrier_taker = _kernel("t", [ir.SemDecl("sem", ir.SemKind.REGULAR, 1, ir.SemOrigin.ARGUMENT)], [],
+                                lambda d: [], 2)
+        compose([start_kernel(2), barrier_taker], [Handover(0, "send_sem", 1, "sem")])
+
+
+def dataclasses_replace_name(p: ir.Protocol, name: str) -> ir.Protocol:
+    import dataclasses
+
+    return dataclasses.replace(p, name=name)
