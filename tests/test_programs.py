@@ -12,10 +12,12 @@ capture, in tests/test_tpu_examples.py and the gate.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
 
 from semcheck import ir
 from semcheck.checks import check_protocol
 from semcheck.programs import Handover, compose, handed_in_note, shared_barrier_name
+from tests.strategies import protocols
 
 L = ir.Loc("async.py", 1)
 NBYTES = 4096
@@ -158,3 +160,45 @@ def dataclasses_replace_name(p: ir.Protocol, name: str) -> ir.Protocol:
     import dataclasses
 
     return dataclasses.replace(p, name=name)
+
+
+# --- soundness: the reduction and the engines on programs -----------------------------------
+
+
+PROGRAMS = {
+    "start_done": lambda n: program(n),
+    "send_only": lambda n: program(n, recv_waits=None),
+    "waits_twice": lambda n: program(n, recv_waits=2),
+}
+
+
+@pytest.mark.parametrize("devices", [2, 3])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_reduction_and_engines_agree_on_programs(name, devices):
+    from semcheck.engines import explicit
+    from semcheck.semantics import System
+
+    p = PROGRAMS[name](devices)
+    reduced = explicit.explore(System(p), reduce=True, silence_reported_races=False)
+    full = explicit.explore(System(p), reduce=False, silence_reported_races=False)
+    assert set(reduced.findings) == set(full.findings)
+    z3 = check_protocol(p, engine="z3")
+    assert {v.kind for v in z3.errors} == {v.kind for v in check_protocol(p, engine="explicit").errors}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(protocols())
+def test_reduction_preserves_every_finding_on_a_random_protocol_run_as_two_kernels(protocol):
+    import dataclasses
+
+    from semcheck.engines import explicit
+    from semcheck.engines.budget import Budget
+    from semcheck.semantics import System
+
+    assume(protocol.backend is ir.Backend.TPU and not ir.cuts(protocol))
+    twice = compose([protocol, dataclasses.replace(protocol, name=protocol.name + "_again")], [])
+    full = explicit.explore(System(twice), reduce=False, budget=Budget(max_states=20_000),
+                            silence_reported_races=False)
+    assume(full.exhausted is None)
+    reduced = explicit.explore(System(twice), reduce=True, silence_reported_races=False)
+    assert set(reduced.findings) == set(full.findings), twice
