@@ -33,7 +33,7 @@ def start_kernel(x_ref, aliased_x_ref, o_ref, send_sem, recv_sem):
     barrier = pltpu.get_barrier_semaphore()
     pl.semaphore_signal(barrier, device_id=(left,))
     pl.semaphore_wait(barrier, 1)
-    pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(right,)).start()
+    pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(right,)).start()  # <- semaphore_leftover
 
 
 def send_done_kernel(x_ref, send_sem, aliased_x_ref):
