@@ -39,9 +39,10 @@ def check_protocol(
         result = engines.check(protocol, engine, budget=budget, progress=progress, **options)
     except ProtocolError as e:
         return error_result(protocol.name, protocol.loc.file, protocol.loc.line, protocol.devices, str(e), engine)
+    from semcheck.programs import outside_producers
     from semcheck.provenance import with_data_race_note
 
-    return with_data_race_note(protocol, result)
+    return with_data_race_note(protocol, outside_producers(protocol, result))
 
 
 @dataclass(frozen=True)

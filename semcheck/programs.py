@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from semcheck import ir
+from semcheck.result import Result, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,3 +251,30 @@ def _handed_in_operands(kernel: ir.Protocol) -> list[str]:
     """The semaphores among the kernel's operands, as its lowering's note names them."""
     sems = {d.name for d in kernel.semaphores}
     return [n for n in kernel.ports.operands if n in sems]
+
+
+HANG_KINDS = ("unsatisfied_wait", "deadlock")
+
+
+def outside_producers(protocol: ir.Protocol, result: Result) -> Result:
+    """A kernel checked alone that hangs waiting on a semaphore it was handed from outside
+    everything captured (a kernel of another jitted function, or of a nested jax.jit): what
+    that semaphore holds at entry is unknown, so the hang is no violation semcheck can
+    justify. Those findings are dropped and the verdict is inconclusive, with the reason."""
+    sems = {d.name: d for d in protocol.semaphores}
+    handed_in = {n for n in protocol.ports.operands if n in sems and sems[n].origin is ir.SemOrigin.ARGUMENT}
+    unknown = [v for v in result.errors if v.kind in HANG_KINDS and v.semaphore_name in handed_in]
+    if not unknown:
+        return result
+    names = sorted({v.semaphore_name for v in unknown if v.semaphore_name})
+    reason = (
+        f"a wait on {', '.join(names)}, handed to the kernel from outside everything captured, "
+        "never passes when it starts at 0; what an earlier kernel left there is unknown (check "
+        "the kernels that produce it in the same jitted function, so they form one program)"
+    )
+    result.violations = [v for v in result.violations if v not in unknown]
+    result.notes.append(reason)
+    if not result.errors:
+        result.verdict = Verdict.INCONCLUSIVE
+        result.unjustified = reason
+    return result

@@ -241,6 +241,8 @@ class Result:
     ends: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     exhausted: str | None = field(default=None, repr=False, compare=False)  # why the search stopped early
     runs: list[EngineRun] = field(default_factory=list)  # every engine that ran, when more than one did
+    # Why the verdict is inconclusive when no budget ran out (a finding semcheck cannot justify).
+    unjustified: str | None = None
 
     def __repr__(self) -> str:
         """One line: what was checked, the verdict, what was found and where."""

@@ -132,7 +132,7 @@ def verdict_line(r: Result) -> str:
         kinds = sorted({v.kind for v in r.errors})
         detail = f"{len(r.errors)} violation{'s' if len(r.errors) != 1 else ''}: {', '.join(kinds)}"
     elif r.verdict is Verdict.INCONCLUSIVE:
-        detail = "a budget ran out before every schedule was explored"
+        detail = r.unjustified or "a budget ran out before every schedule was explored"
     else:
         detail = r.error or "error"
     stats = ""
