@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
-from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
+from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, ThreadLowering
 from semcheck.lower.data import data_notes, initial_contents
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
@@ -493,11 +493,18 @@ SCRATCH_BARRIER_BASIS = (
 
 def modelling_notes(ctx: KernelContext, devices: int, barrier: bool) -> list[str]:
     """The choices this kernel's verdict rests on: the default device barrier (whether XLA
-    runs one before the body) when there is more than one thread, and scratch BARRIER
-    semaphores when the kernel allocates one."""
+    runs one before the body) when there is more than one thread, HBM operands shared by
+    the cores of a chip, and scratch BARRIER semaphores when the kernel allocates one."""
     notes = []
     if devices * ctx.cores > 1:
         notes.append(_device_barrier_note(ctx, barrier))
+    shared = sorted(d.name for d in ctx.buffers.values() if d.scope is ir.Scope.DEVICE)
+    if ctx.cores > 1 and shared:
+        notes.append(
+            f"{', '.join(shared)}: a kernel operand in HBM is one buffer of the chip, shared by its "
+            f"{ctx.cores} TensorCores, so their accesses to it are race-checked against each other; "
+            f"VMEM/SMEM buffers and semaphores are each core's own ({SHARED_HBM_BASIS})"
+        )
     scratch_barriers = sorted(
         d.name for d in ctx.semaphores.values() if d.kind is SemKind.BARRIER and d.origin is not SemOrigin.BARRIER
     )
