@@ -31,6 +31,7 @@ from semcheck.ir import Backend, SemKind, SemOrigin
 from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, ThreadLowering
 from semcheck.lower.data import data_notes, initial_contents
 from semcheck.lower.interpreter import eval_jaxpr
+from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 
 ARRIVE, RELEASE = "device_barrier.arrive", "device_barrier.release"
@@ -119,7 +120,8 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
         n_dynamic = capture.num_operands - n_index - gm.num_inputs
         data = _operand_data(capture, {k: n_dynamic + k for k in range(n_index + gm.num_inputs)})
         protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index,
-                                data=data, data_seen=bool(capture.operand_values)))
+                                data=data, data_seen=bool(capture.operand_values), grid_mapping=gm,
+                                call_loc=capture.call_loc))
     return protocols
 
 
@@ -319,10 +321,12 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
 
 
 def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0,
-           data: dict | None = None, data_seen: bool = False) -> ir.Protocol:
+           data: dict | None = None, data_seen: bool = False, grid_mapping=None,
+           call_loc: ir.Loc | None = None) -> ir.Protocol:
     """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs,
     the first `n_scalar` of them scalar-prefetch operands. `data` holds the script's values
-    of those operands per device (see lower/data.py)."""
+    of those operands per device (see lower/data.py). A pallas_call's `grid_mapping` says
+    which operands the pipeline copies in and out around each grid step (pipeline.py)."""
     if jaxpr.constvars:
         raise LoadError(
             f"{ctx.name}: the kernel captures constants (Pallas cannot lower that either)",
@@ -347,6 +351,8 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
             "started are not counted"
         )
     devices = ctx.mesh.size
+    if grid_mapping is not None:
+        ctx.pipeline = _pipeline(ctx, grid_mapping, refs, n_scalar, points, data or {}, call_loc)
     barrier = _declare_default_barrier(ctx, devices)
     threads = _lower_with_copied_data(ctx, jaxpr, refs, points, barrier)
     for note in modelling_notes(ctx, devices, barrier):
@@ -375,6 +381,23 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
     )
 
 
+def _pipeline(ctx: KernelContext, grid_mapping, refs, n_scalar: int, points, data: dict, call_loc) -> Pipeline:
+    """The blocks the Pallas pipeline copies per grid step, per device (their indices may
+    come from that device's scalar-prefetch operands)."""
+    from semcheck.lower.pipeline import pipelined_blocks, uses_scalar_prefetch
+
+    per_device = uses_scalar_prefetch(grid_mapping, len(ctx.grid))
+    shared = None
+    blocks = {}
+    for device in range(ctx.mesh.size):
+        if per_device or shared is None:
+            values = {k: data.get(device, {}).get(k) for k in range(n_scalar)} if per_device else {}
+            values = {k: v for k, v in values.items() if v is not None}
+            shared = pipelined_blocks(grid_mapping, refs, n_scalar, ctx.buffers, points, values)
+        blocks[device] = shared
+    return Pipeline(blocks, call_loc or ctx.kernel_loc)
+
+
 # Lowerings of a kernel whose remote copies carry data, before its payloads must settle.
 MAX_DATA_PASSES = 8
 
@@ -391,6 +414,8 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
         fresh.restore(ctx)
         volatile = set(ctx.volatile)
         threads = _lower_threads(ctx, jaxpr, refs, points, barrier)
+        if ctx.pipeline is not None and ctx.pipeline.newly_touched(threads):
+            continue  # lower again with the pipeline's copies of the blocks DMAs touch
         # Buffers found volatile only now matter if this lowering read them before it knew.
         settled = not (ctx.volatile - volatile) & ctx.read_buffers
         if not ctx.payloads and settled:
@@ -443,10 +468,13 @@ def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
             t.emitter.emit(ir.KernelEntry(ctx.kernel_loc, ctx.name))
             if barrier:
                 _emit_device_barrier(t, devices)
+            blocks = ctx.pipeline.copied(device) if ctx.pipeline is not None else []
             try:
-                for point in points[core]:
+                for k, point in enumerate(points[core]):
                     t.program_ids = point
+                    copy_in(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
                     eval_jaxpr(t, jaxpr, [], refs)
+                    copy_out(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
                 t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
             except LoadError as e:  # the prefix before it is still checked (prefix.py)
                 t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
@@ -498,6 +526,21 @@ def modelling_notes(ctx: KernelContext, devices: int, barrier: bool) -> list[str
     notes = []
     if devices * ctx.cores > 1:
         notes.append(_device_barrier_note(ctx, barrier))
+    copied = sorted(ctx.pipeline.touched) if ctx.pipeline is not None else []
+    if copied:
+        notes.append(
+            f"{', '.join(copied)}: the Pallas pipeline's copy-in (inputs) and copy-out (outputs) of "
+            "these blocks around each grid step are modelled as a write and a read of the whole "
+            "block at the pallas_call, skipped while the block index stays the same, so a DMA "
+            f"still in flight on the block across a step boundary races with them ({PIPELINE_BASIS})"
+        )
+        unknown = ctx.pipeline.unknown_indices()
+        if unknown:
+            notes.append(
+                f"{', '.join(unknown)}: the block index map reads a scalar-prefetch value the script's "
+                "operands did not give, so the block is taken to change at every grid step (copied "
+                "in or out at every step boundary); a race with those copies may not happen"
+            )
     shared = sorted(d.name for d in ctx.buffers.values() if d.scope is ir.Scope.DEVICE)
     if ctx.cores > 1 and shared:
         notes.append(
