@@ -24,7 +24,7 @@ BLOCK = (8, 128)
 NUM_BLOCKS = 4
 
 
-def fill_block_kernel(x_hbm, o_ref, sem):
+def fill_block_kernel(x_hbm, o_ref, sem):  # <- data_race (the pipeline writes the block back)
     i = pl.program_id(0)
     n = pl.num_programs(0)
 
