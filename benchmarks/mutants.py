@@ -3,10 +3,10 @@
     python benchmarks/mutants.py [--devices 2] [--only NAME] [--workers 2] [--max-per-example N]
 
 A mutant deletes one synchronization statement of a safe example in `examples/tpu/` (a
-semaphore signal or wait, a DMA wait or start), leaving `pass` in its place. Each mutant is
-checked with `semcheck verify --engine explicit` and run in JAX's TPU interpreter
-(`pltpu.InterpretParams(detect_races=True)`, under a timeout, since it hangs forever on a
-deadlock). The interpreter runs one schedule; semcheck covers all of them, so:
+semaphore signal or wait, a DMA wait or start, a `pltpu.core_barrier`), leaving `pass` in its
+place. Each mutant is checked with `semcheck verify --engine explicit` and run in JAX's TPU
+interpreter (`pltpu.InterpretParams(detect_races=True)`, under a timeout, since it hangs
+forever on a deadlock). The interpreter runs one schedule; semcheck covers all of them, so:
 
 * UNSOUND: the interpreter hangs, reports a race or fails, and semcheck finds no error;
 * ok: semcheck finds an error whenever the interpreter does (semcheck may find more: a
@@ -45,7 +45,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 # Statements whose removal changes the protocol.
 SYNC_CALL = re.compile(
-    r"\b(semaphore_signal|semaphore_wait|wait_send|wait_recv|wait|start)\s*\("
+    r"\b(semaphore_signal|semaphore_wait|wait_send|wait_recv|wait|start|core_barrier)\s*\("
 )
 INTERPRETER_REFUSES = ("Non-decrementing wait is not supported", "semaphore_read")
 

@@ -76,6 +76,29 @@ def memory_space_name(aval) -> str:
     return str(getattr(space, "value", space)).lower()
 
 
+# Memory spaces of one chip's HBM: a kernel operand there is one buffer shared by the chip's
+# TensorCores. JAX 0.10.2's TPU interpreter allocates an "any"/"hbm" buffer once per device,
+# keyed with core 0 and referenced by every core, and every other space (VMEM, SMEM) once
+# per core (_allocate_buffer in jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py).
+HBM_SPACES = frozenset({"any", "hbm"})
+
+SHARED_HBM_BASIS = (
+    "JAX 0.10.2's TPU interpreter allocates a kernel operand in HBM (memory space ANY or HBM) "
+    "once per device and lets every core of it use that one buffer, while VMEM and SMEM "
+    "buffers and semaphores exist once per core (_allocate_buffer and _allocate_semaphores in "
+    "jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py); its race detector compares "
+    "the cores' accesses to it"
+)
+
+
+def buffer_scope(space: str, origin: SemOrigin) -> Scope:
+    """Which threads share one instance of a buffer: a kernel operand in HBM is the chip's,
+    anything else (VMEM/SMEM blocks and scratch, run_scoped allocations) is a core's."""
+    if origin is SemOrigin.ARGUMENT and space in HBM_SPACES:
+        return Scope.DEVICE
+    return Scope.CORE
+
+
 @dataclass
 class KernelContext:
     name: str
@@ -109,6 +132,10 @@ class KernelContext:
     payloads: dict[int, object] = field(default_factory=dict)  # id(DmaStart) -> data.Payload
     arrivals: dict[tuple, tuple] = field(default_factory=dict)
     volatile: set[str] = field(default_factory=set)  # buffers a copy to a run-time device may write
+    # Shared HBM buffers one core copies into while another core of the chip may read them:
+    # never followed (volatile too), since lowering follows each core's data on its own.
+    shared_written: set[str] = field(default_factory=set)
+    pipeline: object = None  # lower/pipeline.Pipeline of a pallas_call with pipelined blocks
     read_buffers: set[str] = field(default_factory=set)  # buffers some thread's data reads touched
     assumed: frozenset[str] = frozenset()  # semcheck.assume names (see KernelCapture.assumed)
     data_uses: list[ir.DataUse] = field(default_factory=list)
@@ -129,7 +156,8 @@ class KernelContext:
 
     def declare_ref(self, base: str, aval, origin: SemOrigin, loc: ir.Loc) -> RefValue:
         """A semaphore or buffer allocation for a ref aval (kernel operand, scratch,
-        run_scoped allocation)."""
+        run_scoped allocation). A pallas_call operand's aval carries its BlockSpec's memory
+        space ("default", i.e. VMEM, for a pipelined block)."""
         shape = tuple(int(d) for d in aval.shape)
         kind = semaphore_kind(aval.dtype)
         name = self.unique(base)
@@ -139,7 +167,8 @@ class KernelContext:
             )
             return RefValue(name, True, shape, aval.dtype)
         itemsize = getattr(np.dtype(aval.dtype), "itemsize", 4) if _is_numpy(aval.dtype) else 4
-        self.buffers[name] = ir.BufferDecl(name, shape, itemsize, memory_space_name(aval), Scope.CORE, loc)
+        space = memory_space_name(aval)
+        self.buffers[name] = ir.BufferDecl(name, shape, itemsize, space, buffer_scope(space, origin), loc)
         return RefValue(name, False, shape, aval.dtype)
 
     def barrier_semaphore(self, loc: ir.Loc) -> RefValue:
@@ -212,7 +241,7 @@ class ThreadLowering:
         self.emitter = Emitter()
         self.program_ids: tuple[int, ...] = ()
         self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile,
-                                   read_buffers=kernel.read_buffers)
+                                   read_buffers=kernel.read_buffers, shared_written=kernel.shared_written)
         self._reads = 0
         if device in kernel.data_withheld:
             self.memory.undefined = (

@@ -74,6 +74,7 @@ class ThreadMemory:
     contents: dict[str, Contents | None] = field(default_factory=dict)
     # Buffers a remote copy to a device known only at run time may write: never followed.
     volatile: set = field(default_factory=set)
+    shared_written: set = field(default_factory=set)  # shared HBM another core writes (see KernelContext)
     read_buffers: set = field(default_factory=set)  # every buffer a read touched (kernel-wide)
     # Why an element nobody defined is unknown (said in errors when it decides the protocol).
     undefined: str = "which neither the script's operand values nor this thread's stores define"
@@ -160,6 +161,8 @@ class ThreadMemory:
         if c is None:
             return Opaque(why)
         self.read_buffers.add(ref.alloc)
+        if ref.alloc in self.shared_written:
+            return Opaque(f"{why}, which another TensorCore of the chip copies into (shared HBM)")
         if ref.alloc in self.volatile:
             return Opaque(f"{why}, which a copy to a device known only at run time may write")
         box = _box(region, ref.shape)

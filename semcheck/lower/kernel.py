@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
-from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
+from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, ThreadLowering
 from semcheck.lower.data import data_notes, initial_contents
 from semcheck.lower.interpreter import eval_jaxpr
+from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 from semcheck.programs import handed_in_note
 
@@ -133,7 +134,7 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
         data = _operand_data(capture, {k: n_dynamic + k for k in range(n_index + gm.num_inputs)})
         protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index,
                                 data=data, data_seen=bool(capture.operand_values), n_leading=n_dynamic,
-                                n_results=gm.num_outputs))
+                                n_results=gm.num_outputs, grid_mapping=gm, call_loc=capture.call_loc))
     return protocols
 
 
@@ -335,12 +336,14 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
 
 def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0,
            data: dict | None = None, data_seen: bool = False, n_leading: int = 0,
-           n_results: int = 0) -> ir.Protocol:
+           n_results: int = 0, grid_mapping=None, call_loc: ir.Loc | None = None) -> ir.Protocol:
     """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs,
     the first `n_scalar` of them scalar-prefetch operands. `data` holds the script's values
     of those operands per device (see lower/data.py). The call's operands are `n_leading`
     that are no ref (dynamic grid bounds), then the inputs; its `n_results` results are the
-    refs after the inputs (the kernel's ports, for linking it into a program)."""
+    refs after the inputs (the kernel's ports, for linking it into a program). A pallas_call's
+    `grid_mapping` says which operands the pipeline copies in and out around each grid step
+    (pipeline.py)."""
     if jaxpr.constvars:
         raise LoadError(
             f"{ctx.name}: the kernel captures constants (Pallas cannot lower that either)",
@@ -361,6 +364,8 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
     if handed_in:
         ctx.note(handed_in_note(handed_in))
     devices = ctx.mesh.size
+    if grid_mapping is not None:
+        ctx.pipeline = _pipeline(ctx, grid_mapping, refs, n_scalar, points, data or {}, call_loc)
     barrier = _declare_default_barrier(ctx, devices)
     threads = _lower_with_copied_data(ctx, jaxpr, refs, points, barrier)
     for note in modelling_notes(ctx, devices, barrier):
@@ -393,6 +398,23 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
     )
 
 
+def _pipeline(ctx: KernelContext, grid_mapping, refs, n_scalar: int, points, data: dict, call_loc) -> Pipeline:
+    """The blocks the Pallas pipeline copies per grid step, per device (their indices may
+    come from that device's scalar-prefetch operands)."""
+    from semcheck.lower.pipeline import pipelined_blocks, uses_scalar_prefetch
+
+    per_device = uses_scalar_prefetch(grid_mapping, len(ctx.grid))
+    shared = None
+    blocks = {}
+    for device in range(ctx.mesh.size):
+        if per_device or shared is None:
+            values = {k: data.get(device, {}).get(k) for k in range(n_scalar)} if per_device else {}
+            values = {k: v for k, v in values.items() if v is not None}
+            shared = pipelined_blocks(grid_mapping, refs, n_scalar, ctx.buffers, points, values)
+        blocks[device] = shared
+    return Pipeline(blocks, call_loc or ctx.kernel_loc)
+
+
 # Lowerings of a kernel whose remote copies carry data, before its payloads must settle.
 MAX_DATA_PASSES = 8
 
@@ -409,6 +431,8 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
         fresh.restore(ctx)
         volatile = set(ctx.volatile)
         threads = _lower_threads(ctx, jaxpr, refs, points, barrier)
+        if ctx.pipeline is not None and ctx.pipeline.newly_touched(threads):
+            continue  # lower again with the pipeline's copies of the blocks DMAs touch
         # Buffers found volatile only now matter if this lowering read them before it knew.
         settled = not (ctx.volatile - volatile) & ctx.read_buffers
         if not ctx.payloads and settled:
@@ -461,10 +485,13 @@ def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
             t.emitter.emit(ir.KernelEntry(ctx.kernel_loc, ctx.name))
             if barrier:
                 _emit_device_barrier(t, devices)
+            blocks = ctx.pipeline.copied(device) if ctx.pipeline is not None else []
             try:
-                for point in points[core]:
+                for k, point in enumerate(points[core]):
                     t.program_ids = point
+                    copy_in(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
                     eval_jaxpr(t, jaxpr, [], refs)
+                    copy_out(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
                 t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
             except LoadError as e:  # the prefix before it is still checked (prefix.py)
                 t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
@@ -511,11 +538,33 @@ SCRATCH_BARRIER_BASIS = (
 
 def modelling_notes(ctx: KernelContext, devices: int, barrier: bool) -> list[str]:
     """The choices this kernel's verdict rests on: the default device barrier (whether XLA
-    runs one before the body) when there is more than one thread, and scratch BARRIER
-    semaphores when the kernel allocates one."""
+    runs one before the body) when there is more than one thread, HBM operands shared by
+    the cores of a chip, and scratch BARRIER semaphores when the kernel allocates one."""
     notes = []
     if devices * ctx.cores > 1:
         notes.append(_device_barrier_note(ctx, barrier))
+    copied = sorted(ctx.pipeline.touched) if ctx.pipeline is not None else []
+    if copied:
+        notes.append(
+            f"{', '.join(copied)}: the Pallas pipeline's copy-in (inputs) and copy-out (outputs) of "
+            "these blocks around each grid step are modelled as a write and a read of the whole "
+            "block at the pallas_call, skipped while the block index stays the same, so a DMA "
+            f"still in flight on the block across a step boundary races with them ({PIPELINE_BASIS})"
+        )
+        unknown = ctx.pipeline.unknown_indices()
+        if unknown:
+            notes.append(
+                f"{', '.join(unknown)}: the block index map reads a scalar-prefetch value the script's "
+                "operands did not give, so the block is taken to change at every grid step (copied "
+                "in or out at every step boundary); a race with those copies may not happen"
+            )
+    shared = sorted(d.name for d in ctx.buffers.values() if d.scope is ir.Scope.DEVICE)
+    if ctx.cores > 1 and shared:
+        notes.append(
+            f"{', '.join(shared)}: a kernel operand in HBM is one buffer of the chip, shared by its "
+            f"{ctx.cores} TensorCores, so their accesses to it are race-checked against each other; "
+            f"VMEM/SMEM buffers and semaphores are each core's own ({SHARED_HBM_BASIS})"
+        )
     scratch_barriers = sorted(
         d.name for d in ctx.semaphores.values() if d.kind is SemKind.BARRIER and d.origin is not SemOrigin.BARRIER
     )

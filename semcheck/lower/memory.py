@@ -366,6 +366,12 @@ def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
     dst_aval = eqn.params["tree"].unflatten([v.aval for v in eqn.invars])[1]
     value = t.memory.read(src_ref, src_transforms, start.src, dst_aval, _why(t, eqn, start.src), DATA_LIMIT)
     local = start.device is None or (start.device == t.device and start.core in (None, t.core))
+    decl = t.kernel.buffers.get(dst_ref.alloc)
+    if t.kernel.cores > 1 and decl is not None and decl.scope is ir.Scope.DEVICE:
+        # The chip's other cores read this buffer too, and each core's lowering follows only
+        # its own writes: what any core reads from it is left unknown.
+        t.kernel.shared_written.add(dst_ref.alloc)
+        t.kernel.volatile.add(dst_ref.alloc)
     if local:
         t.memory.write(dst_ref, dst_transforms, start.dst, value)
         return

@@ -1,0 +1,151 @@
+"""The Pallas pipeline's own block copies at grid-step boundaries (semcheck/lower/pipeline.py).
+
+As JAX 0.10.2's TPU interpreter does: an input block is copied in before a step that is the
+core's first or whose block index changed; an output block is copied out after a step that is
+the core's last or whose next step has another block index. A kernel DMA still in flight on a
+block across such a copy races with it; a revisited block index is not copied again. The
+examples block_copy_in_step.py / block_copy_across_steps.py are the pair the gate and the
+interpreter differential (tests/test_tpu_differential.py) check.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from semcheck import ir
+from semcheck.engines import explicit
+from semcheck.semantics import System
+from tests.agreement import assert_engines_agree, kinds
+from tests.tpu_kernels import instrs, mesh, protocols
+
+BLOCK = (8, 128)
+STEPS = 4
+DMA = pltpu.SemaphoreType.DMA
+
+
+def read_block_across_steps(x_ref, x_hbm, o_ref, scratch, sem):
+    """Even steps start a copy out of the input block; the odd step after waits for it."""
+    i = pl.program_id(0)
+    copy = pltpu.make_async_copy(x_ref, scratch, sem)
+
+    @pl.when(i % 2 == 0)
+    def _():
+        copy.start()
+
+    @pl.when(i % 2 == 1)
+    def _():
+        copy.wait()
+
+    o_ref[...] = jnp.zeros_like(o_ref)
+
+
+def pipelined(body, input_index_map, parallel=False):
+    def per_device(block):
+        return pl.pallas_call(
+            body, grid=(STEPS,), out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            in_specs=[pl.BlockSpec(BLOCK, input_index_map), pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(BLOCK, lambda i: (i, 0)),
+            scratch_shapes=[pltpu.VMEM(BLOCK, jnp.float32), DMA],
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel" if parallel else "arbitrary",)),
+        )(block, block)
+
+    return per_device
+
+
+def pipeline_accesses(protocol: ir.Protocol, core: int = 0) -> list[tuple[str, str]]:
+    return [
+        (type(i).__name__, i.region.buffer)
+        for i in instrs(protocol, (ir.Load, ir.Store), 0, core)
+        if i.region.start == ()  # the whole block: the pipeline (the kernel names its regions)
+    ]
+
+
+def test_an_input_block_refilled_while_a_copy_still_reads_it_is_a_race():
+    [p] = protocols(pipelined(read_block_across_steps, lambda i: (i, 0)), mesh((1,)), rows=STEPS * 8)
+    assert pipeline_accesses(p) == [("Store", "x_ref")] * STEPS  # a new block every step
+    by_search, _ = assert_engines_agree(p)
+    assert kinds(by_search) == {"data_race"}
+    full = explicit.explore(System(p), reduce=False, silence_reported_races=False)
+    assert set(full.findings) == set(explicit.explore(System(p), silence_reported_races=False).findings)
+
+
+def test_a_revisited_input_block_is_not_copied_again_so_the_copy_across_steps_is_safe():
+    [p] = protocols(pipelined(read_block_across_steps, lambda i: (i // 2, 0)), mesh((1,)), rows=STEPS * 8)
+    assert pipeline_accesses(p) == [("Store", "x_ref")] * (STEPS // 2)  # steps 0 and 2 only
+    by_search, _ = assert_engines_agree(p)
+    full = explicit.explore(System(p), reduce=False)
+    assert (kinds(by_search), kinds(full)) == (set(), set())
+    assert (by_search.states, full.states) == (15, 17)
+
+
+def test_blocks_no_dma_touches_get_no_copies():
+    def kernel(x_ref, x_hbm, o_ref, scratch, sem):
+        o_ref[...] = x_ref[...]
+
+    [p] = protocols(pipelined(kernel, lambda i: (i, 0)), mesh((1,)), rows=STEPS * 8)
+    assert pipeline_accesses(p) == []
+    assert not any("Pallas pipeline" in note for note in p.notes)
+
+
+@pytest.mark.parametrize("core, copies", [(0, 1), (1, 1)])
+def test_on_two_cores_each_core_copies_its_own_first_block_in(core, copies):
+    """Steps (0, 1) on core 0 and (2, 3) on core 1, blocks i // 2: one block per core."""
+    found = protocols(pipelined(read_block_across_steps, lambda i: (i // 2, 0), parallel=True), mesh((1,)),
+                      rows=STEPS * 8)
+    two = next(p for p in found if p.cores == 2)
+    assert pipeline_accesses(two, core) == [("Store", "x_ref")] * copies
+    assert any("Pallas pipeline" in note for note in two.notes)
+
+
+# --- the example pair against JAX's TPU interpreter -----------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["on_wait", "eager"])
+def test_the_interpreter_reports_the_copy_across_steps_against_its_pipeline_and_not_the_fix(mode):
+    import os
+
+    from semcheck.api import verify_path
+    from tests.test_tpu_differential import KERNEL_BOUNDARY, interpreter_races, run_interpreter
+    from tests.tpu_support import ROOT
+
+    params = {"detect_races": True, "dma_execution_mode": mode}
+    buggy = os.path.join(ROOT, "examples", "tpu", "block_copy_across_steps.py")
+    fixed = os.path.join(ROOT, "examples", "tpu", "block_copy_in_step.py")
+    start_line = next(n for n, line in enumerate(open(buggy, encoding="utf-8"), 1) if "copy(i).start()" in line)
+
+    outcome, output = run_interpreter(buggy, 2, params, tail=None)
+    assert outcome == "finished"
+    assert frozenset({KERNEL_BOUNDARY, start_line}) in interpreter_races(output, buggy)
+    [result] = verify_path(buggy, [2], engine="explicit")
+    assert {v.kind for v in result.errors} == {"data_race"}
+    assert start_line in {line for v in result.errors for line in (v.location.line, *(r.line for r in v.related))}
+
+    outcome, output = run_interpreter(fixed, 2, params, tail=None)
+    assert (outcome, interpreter_races(output, fixed)) == ("finished", set())
+    [result] = verify_path(fixed, [2], engine="explicit")
+    assert result.verdict.value == "safe"
+
+
+# Examples whose model these changes made bigger (pipeline copies, shared HBM), small enough
+# for both engines and the unreduced search at 2 devices.
+CHANGED_EXAMPLES = ("block_copy_across_steps.py", "block_copy_in_step.py", "shift_single_barrier.py",
+                    "chunked_shift.py", "core_barrier.py", "core_barrier_one_sided.py")
+
+
+@pytest.mark.parametrize("name", CHANGED_EXAMPLES)
+def test_engines_and_the_unreduced_search_agree_on_the_examples_whose_model_grew(name):
+    import os
+
+    from semcheck.capture import capture_script
+    from tests.tpu_support import ROOT
+
+    outcome = capture_script(os.path.join(ROOT, "examples", "tpu", name), 2)
+    assert outcome.protocols and not outcome.errors, (outcome.script_error, outcome.errors)
+    for p in outcome.protocols:
+        by_search, _ = assert_engines_agree(p)
+        full = explicit.explore(System(p), reduce=False, silence_reported_races=False)
+        assert kinds(full) == kinds(by_search)
