@@ -138,7 +138,7 @@ def _with_note(protocol: Protocol, note: str) -> Protocol:
     return dataclasses.replace(protocol, notes=protocol.notes + (note,))
 
 
-def _load_unbounded(path: str, devices: int, classification: Classification, **options) -> list[Protocol]:
+def _load_unbounded(path: str, devices: int, classification: Classification, **options) -> list[Protocol | LoadError]:
     if classification.kind is FileKind.MODEL:
         from semcheck.frontends import model_file
 
