@@ -69,10 +69,10 @@ class Declared:
         return self.kinds_for(SimpleNamespace(kernel=kernel, devices=devices, cores=cores, invocations=invocations))
 
     def core_counts(self) -> set[int]:
-        """The cores per device the declarations name (a kernel split over 2 TensorCores is
-        checked as both); {1} when none does."""
-        named = {c for d in self.declarations for c in (d.cores or ())}
-        return named or {1}
+        """The cores per device the declarations name: a kernel with parallel grid dimensions
+        is checked on one core and split over 2 TensorCores, and declares both; empty when
+        none is named."""
+        return {c for d in self.declarations for c in (d.cores or ())}
 
     def invocation_counts(self) -> set[int]:
         """1 (semcheck's default) and every `invocations=` a declaration names."""
