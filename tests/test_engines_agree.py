@@ -14,7 +14,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from semcheck.engines import explicit, smt
+from semcheck.engines.explicit import search as explicit
+from semcheck.engines.z3 import engine as smt
 from semcheck.frontends import load
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree, kinds, verdict
@@ -81,7 +82,7 @@ def test_engines_agree_on_1000_random_protocols_with_control_flow():
     """Loops (counted, input-bounded, retry loops on semaphore_read), if/else with joins,
     register arithmetic, semaphore indices, devices and cores computed from inputs, buffer
     rows computed the same way (races inside loops), kernel entry and exit."""
-    from semcheck.engines.unroll import has_loops
+    from semcheck.engines.z3.unroll import has_loops
     from semcheck.ir import KernelEntry, Load, Store
 
     seen = _agreement_test(control_flow_protocols(), 1000)
@@ -94,7 +95,7 @@ def test_engines_agree_on_1000_random_protocols_with_control_flow():
 def test_z3_reports_the_race_of_a_shared_receive_semaphore():
     """Where races are possible the z3 engine decides them itself, and auto may use it."""
     from semcheck.api import check_protocol
-    from semcheck.engines import smt
+    from semcheck.engines.z3 import engine as smt
     from semcheck.semantics import System
 
     (racy,) = load(os.path.join(MODELS_DIR, "ring_allgather_shared_recv.py"), 4)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 from semcheck.frontends.capture_cache import capture
-from semcheck.engines import explicit
+from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
 from tests.strategies import protocols
 from tests.test_reduction import REFERENCE_BUDGET

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from semcheck.engines import explicit
+from semcheck.engines.explicit import search as explicit
 from semcheck.engines.common import to_result
 from semcheck.frontends import model_file
 from semcheck.semantics import System

@@ -68,7 +68,7 @@ def run(
     **options,
 ) -> Result:
     budget = (budget or Budget.from_env()).started()
-    from semcheck.engines.smt_scope import unmodelled
+    from semcheck.engines.z3.scope import unmodelled
 
     if unmodelled(system) is not None:  # only the explicit engine can decide it: give it the whole budget
         return explicit(system, budget, progress, **options)

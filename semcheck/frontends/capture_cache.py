@@ -26,7 +26,7 @@ _SEEN_PREFIXES = ("SEMCHECK_", "XLA_", "JAX_")
 
 def capture(path: str, devices: int, *, timeout: float | None = None):
     """`capture.capture_script(path, devices, timeout=timeout)`, from the cache when one is set."""
-    from semcheck import capture as capturing
+    from semcheck.frontends import capture as capturing
 
     folder = os.environ.get(ENVIRONMENT)
     full_time = timeout is None or timeout >= capturing.DEFAULT_TIMEOUT

@@ -1,4 +1,4 @@
-"""Kernel scripts: run the user's file and capture its Pallas kernels (TPU and Mosaic GPU) (see capture.py).
+"""Kernel scripts: run the user's file and capture its Pallas kernels (TPU and Mosaic GPU) (see frontends/capture.py).
 
 Returns one Protocol per captured kernel (two for a kernel with parallel grid dimensions:
 one core and two), and a LoadError in place of each kernel that cannot be lowered, so the

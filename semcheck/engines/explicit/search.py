@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections import deque
 
-from semcheck.engines import endless
+from semcheck.engines.explicit import endless
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
-from semcheck.engines.independence import Independence
-from semcheck.engines.reduction import stubborn_subset
+from semcheck.engines.explicit.independence import Independence
+from semcheck.engines.explicit.reduction import stubborn_subset
 from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
 from semcheck.semantics import Action, System
 
