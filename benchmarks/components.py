@@ -38,7 +38,7 @@ def competing_waits(devices: int, blocks: int = 4):
 
 
 def captured(name: str, devices: int):
-    from semcheck.capture import capture_script
+    from semcheck.frontends.capture import capture_script
 
     outcome = capture_script(os.path.join(ROOT, "examples", "gpu", name + ".py"), devices)
     if outcome.errors or outcome.script_error or len(outcome.protocols) != 1:

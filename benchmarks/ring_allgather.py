@@ -27,7 +27,7 @@ def one_run(devices: int, reduce: bool, limit: float) -> dict:
     import time
 
     sys.path.insert(0, ROOT)
-    from semcheck.engines import explicit
+    from semcheck.engines.explicit import search as explicit
     from semcheck.engines.budget import Budget
     from semcheck.frontends import model_file
     from semcheck.semantics import System

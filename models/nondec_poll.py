@@ -9,7 +9,7 @@ Why it is safe: arrivals only ever add, so each poll `>= k` passes once k device
 arrived, in any order; the final drain takes exactly what was added. (On GPU a non-zero
 count at exit would also be fine: GMEM semaphores are zero-filled per launch.)
 """
-
+# semcheck: expect safe
 from semcheck.model import ProtocolBuilder
 
 

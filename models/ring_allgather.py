@@ -19,7 +19,7 @@ copy that filled it, so no schedule blocks, leaves a semaphore non-zero, or read
 while a copy into it is still in flight. (`ring_allgather_shared_recv` shows what goes
 wrong with a single receive semaphore.)
 """
-
+# semcheck: expect safe
 from semcheck.model import DMA, ProtocolBuilder
 
 BLOCK = (8, 128)  # float32: 4096 bytes per slot

@@ -3,7 +3,7 @@
 from semcheck.version import REPOSITORY_URL, __version__  # noqa: F401 (REPOSITORY_URL: re-exported)
 
 
-# The public names are imported on first use (PEP 562), so that `import semcheck.capture`
+# The public names are imported on first use (PEP 562), so that `import semcheck.frontends.capture`
 # (the capture subprocess) or `semcheck.cli` on a model file loads only what it needs.
 _EXPORTS = {
     "assume": "semcheck.assumptions",

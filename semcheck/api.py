@@ -127,7 +127,7 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
     """
     import jax
 
-    from semcheck.capture import capture_function, lower_captures
+    from semcheck.frontends.capture import capture_function, lower_captures
 
     if devices is not None and jax.device_count() < devices:
         raise LoadError(

@@ -116,13 +116,13 @@ def apply(protocol: ir.Protocol, assumptions: Iterable[Assumption]) -> ir.Protoc
     """`protocol` with the range of every input that an assumption names replaced by the
     assumption's (later assumptions win); names that match nothing are ignored here."""
     assumptions = list(assumptions)
-    inputs = []
+    assumed = []
     for inp in protocol.inputs:
         for a in assumptions:  # later assumptions win
             if covers(a.name, inp.name):
                 inp = replace(inp, lo=a.lo, hi=a.hi)
-        inputs.append(inp)
-    inputs = tuple(inputs)
+        assumed.append(inp)
+    inputs = tuple(assumed)
     return protocol if inputs == protocol.inputs else replace(protocol, inputs=inputs)
 
 

@@ -65,6 +65,7 @@ def _load_within(path: str, devices: int, budget: Budget, progress: ProgressFn |
     (it stops the script then and lowers what it captured), and the whole load runs under
     `bounded_phase`, which also stops a model file's own code and a capture that overruns."""
     left = budget.remaining()
+    assert budget.deadline is not None, "a check's budget has started"
     grace = replace(budget, deadline=budget.deadline + CAPTURE_GRACE)
     what = f"loading {path} with {devices} devices"
     with bounded_phase(what, grace, progress=progress):
@@ -78,7 +79,7 @@ def _out_of_budget_loading(path: str, devices: int, reason: str, engine: str, se
     from semcheck.result import Stats
 
     return Result(
-        kernel=_stem(path), file=path, line=0, backend="unknown", semantics="unknown", devices=devices,
+        kernel=_stem(path), file=path, line=0, frontend="unknown", backend="unknown", devices=devices,
         cores=0, engine=engine, verdict=Verdict.INCONCLUSIVE, stats=Stats(seconds=round(seconds, 4)),
         notes=[f"no verdict: {reason}"],
         exhausted=reason,
@@ -98,7 +99,7 @@ def _error_text(e: LoadError) -> str:
 
 def error_result(kernel: str, file: str, line: int, devices: int, message: str, engine: str) -> Result:
     return Result(
-        kernel=kernel, file=file, line=line, backend="unknown", semantics="unknown",
+        kernel=kernel, file=file, line=line, frontend="unknown", backend="unknown",
         devices=devices, cores=0, engine=engine, verdict=Verdict.ERROR, error=message,
     )
 

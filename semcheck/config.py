@@ -52,7 +52,7 @@ def load(cwd: str | None = None) -> Defaults:
         table = _semcheck_table(pyproject) if pyproject else None
     except ExpectationError as e:
         raise ConfigError(str(e)) from None
-    if not table:
+    if not table or pyproject is None:
         return Defaults()
     shown = os.path.relpath(pyproject, cwd)
     root = os.path.dirname(pyproject)

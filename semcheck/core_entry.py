@@ -89,7 +89,7 @@ def _talks_across_cores(protocol: ir.Protocol) -> bool:
 
 
 def _has_default_barrier(protocol: ir.Protocol) -> bool:
-    from semcheck.lower.kernel import ARRIVE as DEVICE_ARRIVE
+    from semcheck.lower.tpu_kernel import ARRIVE as DEVICE_ARRIVE
 
     return any(d.name == DEVICE_ARRIVE for d in protocol.semaphores)
 

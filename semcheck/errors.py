@@ -18,6 +18,7 @@ class LoadError(Exception):
         # A kernel whose lowering stopped part-way: its protocols up to the stop (threads
         # end in an `ir.Cut`), whose prefix is still checked (semcheck/prefix.py).
         self.prefixes: list[Protocol] = []
+        self.kernel: str | None = None  # the kernel it is about, when a script had several
 
     def __str__(self) -> str:
         where = f"{self.loc}: " if self.loc else ""

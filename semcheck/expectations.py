@@ -224,7 +224,7 @@ def declared_in_pyproject(path: str) -> list[Expectation]:
         raise ExpectationError(f"{pyproject}: [tool.semcheck] expect must be a table of path = outcome")
     root = os.path.dirname(pyproject)
     relative = os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/")
-    out = []
+    out: list[Expectation] = []
     for pattern, value in table.items():
         if not fnmatch.fnmatchcase(relative, pattern[2:] if pattern.startswith("./") else pattern):
             continue

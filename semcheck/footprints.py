@@ -4,7 +4,7 @@ A footprint names semaphore instances and memory cells by their ids in a `System
 frozensets: an instruction touches a handful of them, so nothing here grows with the number
 of devices. `ThreadTable` answers, for one thread, "what may it still do to resource r from
 pc on?" in time independent of the size of the protocol; the partial-order reduction
-(`engines/reduction.py`), the stuck-wait classification (`properties.py`) and the split into
+(`engines/explicit/reduction.py`), the stuck-wait classification (`properties.py`) and the split into
 independent parts (`engines/components.py`) ask it.
 
 Resources are one integer space: semaphore instance `sid` is resource `sid`, memory cell `c`

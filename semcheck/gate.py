@@ -60,7 +60,7 @@ def usage_problem(args) -> str | None:
 
 def apply_project_defaults(verify: argparse.ArgumentParser, defaults: config.Defaults) -> None:
     """`[tool.semcheck]` values become the parser's defaults, so flags override them."""
-    values = {}
+    values: dict[str, object] = {}
     if defaults.paths is not None:
         values["paths"] = list(defaults.paths)
     if defaults.devices is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import types
 from dataclasses import dataclass
 
 from semcheck import ir
@@ -34,7 +35,7 @@ _SKIPPED = {_THIS_FILE, os.path.normcase(os.path.abspath(contextlib.__file__))}
 
 def caller_loc() -> Loc:
     """The first frame outside this module (and contextlib): the model's own line."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if os.path.normcase(os.path.abspath(filename)) not in _SKIPPED:
@@ -78,6 +79,7 @@ class Buffer:
     def nbytes(self, region: ir.Region) -> int:
         n = self.itemsize
         for extent in region.size or self.shape:
+            assert isinstance(extent, int), "a built model's regions have known sizes"
             n *= extent
         return n
 
@@ -207,7 +209,7 @@ class ThreadBuilder:
         return f"r{self._next_reg}"
 
     def build(self) -> ir.Thread:
-        body = []
+        body: list[ir.Instr] = []
         for item in self.body:
             if isinstance(item, tuple):
                 cls, loc, cond, label = item

@@ -1,6 +1,6 @@
 """The concrete operand values of each kernel call, as the script runs it.
 
-The capture hooks (capture.py) see a kernel when the script's jitted code is lowered for
+The capture hooks (frontends/capture.py) see a kernel when the script's jitted code is lowered for
 CPU, where its operands are MLIR values, not arrays. So the hook also lowers, in the same
 place, a `jax.debug.callback` that receives the kernel's operands and the device's mesh
 coordinates (`lax.axis_index` of every axis of the enclosing shard_map): when the compiled

@@ -1,7 +1,7 @@
 """Prefix results: what semcheck can still say about a kernel whose lowering stopped.
 
 When a thread's lowering reaches a construct semcheck cannot follow, the thread ends in an
-`ir.Cut` (lower/kernel.py) and the kernel is an error, as before. Its protocol up to the cut
+`ir.Cut` (lower/tpu_kernel.py) and the kernel is an error, as before. Its protocol up to the cut
 is checked anyway: a thread at its cut stays there for good, which is a legal (if slow)
 prefix of every real schedule, so every data race, fault and early arrival found on the way
 is real; hangs and leftovers are judged only in states no thread's cut is part of

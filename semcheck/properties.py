@@ -113,7 +113,7 @@ def _early_arrival_finding(system: System, h) -> Finding:
 
 def _leftover_at_exit_finding(system: System, h) -> Finding:
     here = system.bodies[h.thread][h.pc]
-    sid = h.other_pc
+    sid = h.sem
     inst = system.instances[sid]
     message = (
         f"semaphore leftover: when {system.thread_name(h.thread)} enters the kernel again at "
@@ -135,7 +135,7 @@ def _phase_overrun_finding(system: System, h) -> Finding:
         f"'consumed' barrier) before it arrives again."
     )
     return Finding(Kind.BARRIER_PHASE_OVERRUN, (Kind.BARRIER_PHASE_OVERRUN, here.loc), h.thread, here.loc,
-                   message, sem=h.other_pc)
+                   message, sem=h.sem)
 
 
 _HAZARD_RULES = {
@@ -227,7 +227,7 @@ def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
             continue
         cycle = [edge[0] for edge in nx.find_cycle(sub)]
         findings.append(_deadlock_finding(system, info, cycle))
-    by_line: dict[ir.Loc, list[int]] = {}
+    by_line: dict[ir.Loc | None, list[int]] = {}
     for i in roots:  # one wait stuck on many devices is one violation
         by_line.setdefault(info[i].location, []).append(i)
     for group in by_line.values():
@@ -248,6 +248,7 @@ def _may_add(system: System, state: State, t: int, sid: int, *, after_current: b
 def _blocked_info(system: System, state: State, t: int, sid: int, need: int, have: int) -> BlockedWait:
     thread = system.threads[t]
     instr = system.current(state, t)
+    assert instr is not None, "a blocked thread is at its wait"
     return BlockedWait(
         thread=t,
         device=thread.device,
@@ -330,7 +331,7 @@ def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Fi
         return None  # the thread it waits for may be the one stopped at its cut
     body = system.bodies[t]
     moves = [(state, state.pcs[t]) for state, action in cycle if action == ("t", t)]
-    jumps = [body[pc] for _, pc in moves if isinstance(body[pc], (ir.Branch, ir.Jump)) and body[pc].target <= pc]
+    jumps = [jump for _, pc in moves if isinstance(jump := body[pc], (ir.Branch, ir.Jump)) and jump.target <= pc]
     if not jumps:
         return None
     reads = []

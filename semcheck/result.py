@@ -75,7 +75,7 @@ class TraceStep:
     device: int | None  # the lane this step belongs to
     core: int | None
     sub: int
-    event: str  # signal, wait, dma_wait, read, dma_start, dma_send_done, dma_recv_done, ...
+    event: StepEvent  # signal, wait, dma_wait, read, dma_start, dma_send_done, dma_recv_done, ...
     text: str  # the step in words
     location: Loc | None
     semaphore: str | None = None  # short label of the semaphore touched, e.g. "recv@d1c0"
@@ -225,8 +225,10 @@ class Result:
     kernel: str
     file: str
     line: int
-    backend: str  # tpu, gpu or model (who produced the protocol)
-    semantics: str  # tpu or gpu: whose rules were applied
+    # Named as on the Protocol: the JSON and SARIF keep their older names for these
+    # (`backend` holds the frontend, `semantics` the backend; report/json.py).
+    frontend: str  # tpu, gpu or model (who produced the protocol: Protocol.frontend)
+    backend: str  # tpu or gpu: whose rules were applied (Protocol.backend)
     devices: int
     cores: int
     engine: str
@@ -252,7 +254,7 @@ class Result:
         detail = found or (self.error or "") if self.verdict is not Verdict.SAFE else ""
         work = f"{self.stats.states:,} states" if self.stats.solver_queries is None else (
             f"{self.stats.solver_queries:,} solver queries")
-        return (f"<Result {self.kernel} [{self.devices} devices{cores}, {self.semantics}]: "
+        return (f"<Result {self.kernel} [{self.devices} devices{cores}, {self.backend}]: "
                 f"{self.verdict.value.upper()}{': ' + detail if detail else ''} ({work}, {self.engine})>")
 
     def _repr_html_(self) -> str:

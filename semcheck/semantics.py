@@ -110,7 +110,8 @@ class Hazard(NamedTuple):
     """Something wrong that a transition saw happen; recorded in the state for good.
 
     (thread, pc) is the instruction that saw it (for an arriving copy: the copy's start);
-    (other_thread, other_pc) the other party, or -1.
+    (other_thread, other_pc) the other party, or -1; `sem` the semaphore instance it is
+    about (a leftover count, an overrun barrier), or -1.
     """
 
     kind: str
@@ -119,6 +120,7 @@ class Hazard(NamedTuple):
     other_thread: int
     other_pc: int
     detail: str
+    sem: int = -1
 
 
 class Counts:
@@ -130,7 +132,8 @@ class Counts:
     __slots__ = ("size", "items", "_hash")
 
     def __init__(self, size: int, items: tuple[tuple[int, int], ...] = ()):
-        self.size, self.items, self._hash = size, items, None
+        self.size, self.items = size, items
+        self._hash: int | None = None
 
     @classmethod
     def dense(cls, counts) -> "Counts":
@@ -268,14 +271,14 @@ class System:
                         self.instances.append(SemInstance(decl, index, device, core, protocol.cores))
         self._buffers: dict[str, tuple[ir.BufferDecl, int]] = {}
         self.buffer_instances: list[BufferInstance] = []
-        for decl in protocol.buffers:
-            if decl.name in self._buffers:
-                raise ProtocolError(f"buffer {decl.name!r} declared twice", decl.loc)
-            self._buffers[decl.name] = (decl, len(self.buffer_instances))
+        for buffer in protocol.buffers:
+            if buffer.name in self._buffers:
+                raise ProtocolError(f"buffer {buffer.name!r} declared twice", buffer.loc)
+            self._buffers[buffer.name] = (buffer, len(self.buffer_instances))
             for device in range(protocol.devices):
-                cores = range(protocol.cores) if decl.scope is Scope.CORE else (None,)
+                cores = range(protocol.cores) if buffer.scope is Scope.CORE else (None,)
                 for core in cores:
-                    self.buffer_instances.append(BufferInstance(decl, device, core, protocol.cores))
+                    self.buffer_instances.append(BufferInstance(buffer, device, core, protocol.cores))
         self._lifecycle_tables()
         self.input_index = {inp.name: i for i, inp in enumerate(protocol.inputs)}
         self.registers: list[dict[str, int]] = [
@@ -295,7 +298,7 @@ class System:
         waiters: dict[int, set[int]] = {}  # semaphore instance -> threads that may wait on it
         for t, body in enumerate(self.bodies):
             for instr in body:
-                if type(instr) in WAIT_RULES:
+                if isinstance(instr, (ir.Wait, ir.DmaWait)):  # WAIT_RULES' instructions
                     for sid in self._candidates(t, instr.sem):
                         waiters.setdefault(sid, set()).add(t)
         self._waiters = {sid: tuple(sorted(ts)) for sid, ts in waiters.items()}
@@ -307,7 +310,7 @@ class System:
         when only the state can tell (or executing it faults)."""
         if type(instr) is ir.Cut:
             return _STOPS
-        if type(instr) not in WAIT_RULES:
+        if not isinstance(instr, (ir.Wait, ir.DmaWait)):  # WAIT_RULES' instructions
             return _NEVER_BLOCKS
         ref = instr.sem
         need = instr.value if isinstance(instr, ir.Wait) else instr.nbytes
@@ -820,7 +823,7 @@ class System:
         it starts: ("sem", instance), ("cell", memory cell) and ("input", name). Threads that
         share none of these can never affect each other (`engines/components.py`)."""
         base = self.cell_base
-        found = {("sem", r) if r < base else ("cell", r - base) for r in self.tables[t].reachable}
+        found: set[tuple[str, int | str]] = {("sem", r) if r < base else ("cell", r - base) for r in self.tables[t].reachable}
         for instr in self.bodies[t]:
             for op in _operands(instr):
                 found |= {("input", name) for name in ir.registers_of(op) if name in self.input_index}
@@ -992,9 +995,10 @@ def _phase_overrun(system: System, state: State, t: int, sid: int, instr: ir.Wai
         return state.hazards
     phase = value // per_phase - 1
     return _with(state.hazards, Hazard(
-        BARRIER_PHASE_OVERRUN, t, state.pcs[t], -1, sid,
+        BARRIER_PHASE_OVERRUN, t, state.pcs[t], -1, -1,
         f"waits for phase {phase} of {system.instances[sid].label}, which has already completed "
         f"phase {count // per_phase - 1} ({count} arrivals of {per_phase} per phase)",
+        sem=sid,
     ))
 
 
@@ -1104,12 +1108,12 @@ def _exec_entry(system: System, t: int, instr: ir.KernelEntry, state: State) -> 
     found: list[Hazard] = []
     if system.invocation_at[t][pc] >= 1:  # not the first entry
         found = [
-            Hazard(LEFTOVER_AT_EXIT, t, pc, -1, sid,
-                   f"{system.instances[sid].label} holds {count} (left by the previous invocation)")
+            Hazard(LEFTOVER_AT_EXIT, t, pc, -1, -1,
+                   f"{system.instances[sid].label} holds {count} (left by the previous invocation)", sem=sid)
             for sid in reset if (count := state.sems[sid])
         ] + [
-            Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.sem,
-                   f"a copy of the previous invocation is still landing on {system.instances[e.sem].label}")
+            Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, -1,
+                   f"a copy of the previous invocation is still landing on {system.instances[e.sem].label}", sem=e.sem)
             for e in _distinct(state.events) if e.sem in resetting
         ]
     return _advance(state, t, sems=state.sems.zeroed(resetting), hazards=_with(state.hazards, *found))

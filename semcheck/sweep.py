@@ -52,7 +52,7 @@ class SweepOptions:
     cores_enter_together: bool = True  # the reading of core entry (semcheck/core_entry.py)
 
     def check_options(self) -> dict:
-        options = {"reduce": self.reduce, "split": self.split, "cores_enter_together": self.cores_enter_together}
+        options: dict[str, bool | int] = {"reduce": self.reduce, "split": self.split, "cores_enter_together": self.cores_enter_together}
         if self.unroll is not None:
             options["unroll"] = self.unroll
         return options
@@ -270,7 +270,7 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
         progress = progress_for(_stem(path), n) if progress_for else None
         try:
             file_budget = budget.started(started)
-            if options.capture_timeout is not None:  # the caller's own limit on loading, if tighter
+            if options.capture_timeout is not None and file_budget.deadline is not None:  # the caller's own limit on loading, if tighter
                 from dataclasses import replace
 
                 file_budget = replace(file_budget, deadline=min(file_budget.deadline, started + options.capture_timeout))

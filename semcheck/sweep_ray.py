@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable
+from typing import Any, Callable
 
 from semcheck.sweep import Task, TaskOutcome, failed, run_task_safely
 
@@ -32,7 +32,7 @@ def run(tasks: list[Task], *, address: str | None = None,
         raise RayUnavailable("--executor ray needs Ray: pip install 'semcheck[ray]'") from None
     started_here = False
     if not ray.is_initialized():
-        options = {"address": address, "logging_level": logging.WARNING}
+        options: dict[str, Any] = {"address": address, "logging_level": logging.WARNING}
         if address is None and not os.environ.get("RAY_ADDRESS"):
             options["include_dashboard"] = False  # a local cluster just for this run
         try:

@@ -43,9 +43,9 @@ def build(system: System, initial: State, actions: list[Action]) -> list[TraceSt
             else:
                 step.fed_by = tuple(additions.pop(sid, []))
         if step.event == "wait" and not changed and step.semaphore is not None:
-            sid = _sem_of_wait(system, before, action)
-            if sid is not None:
-                step.fed_by = tuple(additions.get(sid, []))
+            waited = _sem_of_wait(system, before, action)
+            if waited is not None:
+                step.fed_by = tuple(additions.get(waited, []))
         steps.append(step)
     return steps
 
@@ -68,6 +68,8 @@ def _link_copy(system: System, before: State, action: Action, step: TraceStep, i
 def _sem_of_wait(system: System, state: State, action: Action) -> int | None:
     t = action[1]
     instr = system.current(state, t)
+    if not isinstance(instr, (ir.Wait, ir.DmaWait)):
+        return None
     try:
         return system.resolve(t, instr.sem, state)
     except Exception:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from semcheck.engines import explicit, smt
+from semcheck.engines.explicit import search as explicit
+from semcheck.engines.z3 import engine as smt
 from semcheck.engines.common import Exploration
 from semcheck.ir import Protocol
 from semcheck.properties import SEVERITY, Kind

@@ -14,3 +14,70 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # budgets, and the wall-clock budget is set out of reach (a loaded CI machine must give the
 # same results as an idle one). Tests of the time budget itself pass their own.
 os.environ.setdefault("SEMCHECK_TIMEOUT", "86400")
+
+# Each (script, device count) is captured once per test session and shared by every module,
+# every xdist worker and every `-j N` sweep worker (semcheck/frontends/capture_cache.py): the
+# controller makes the folder before the workers start, and they inherit it from the
+# environment.
+_CAPTURES = "SEMCHECK_CAPTURE_CACHE"
+
+
+def pytest_configure(config):
+    import tempfile
+
+    if _CAPTURES in os.environ or hasattr(config, "workerinput"):
+        return
+    try:
+        parent = str(config.cache.mkdir("semcheck-captures"))
+    except AttributeError:  # the cache plugin is off (-p no:cacheprovider)
+        parent = None
+    os.environ[_CAPTURES] = tempfile.mkdtemp(prefix="session-", dir=parent)
+    config._semcheck_captures = os.environ[_CAPTURES]
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    folder = getattr(config, "_semcheck_captures", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(_CAPTURES, None)
+
+
+# The slow tier: what captures every example at several device counts, runs JAX's own
+# interpreter, sweeps whole folders, or runs hundreds of random protocols. `python -m pytest`
+# (the README's test command, and .ci/run) runs every test; `python -m pytest -m "not slow"`
+# is the fast tier for the edit-test loop. A key is a module or one test of it (by name,
+# all its parameters); `@pytest.mark.slow` in a module works too.
+SLOW = {
+    "tests/test_tpu_examples.py": "every TPU example at 2, 4 and 8 devices, and called twice",
+    "tests/test_gpu_examples.py": "every GPU example at 2, 4 and 8 devices",
+    "tests/test_gpu_reduction.py": "the reduction against the full search on every GPU example",
+    "tests/test_tpu_differential.py": "JAX's TPU interpreter on every example",
+    "tests/test_moe_differential.py": "JAX's TPU interpreter on the MoE kernels",
+    "tests/test_sweep.py": "models/ and examples/ swept serially, with -j 2 and on Ray",
+    "tests/test_tpu_wheel_all_gather.py": "the JAX wheel's all-gather kernel at several device counts",
+    "tests/test_gpu_wheel_collectives.py": "the JAX wheel's GPU collectives at several device counts",
+    "tests/test_engines_agree.py": "explicit and z3 on every model and on thousands of random protocols",
+    "tests/test_reduction.py": "the reduction against the full search on hundreds of random protocols",
+    "tests/test_components.py": "split against whole searches on hundreds of random protocols",
+    "tests/test_graph.py::test_cli_renders_svg_for_every_declared_bug": "the CLI's SVG of every declared bug",
+    "tests/test_data_path.py": "the data-path kernels captured and checked at several device counts",
+    "tests/test_moe_examples.py": "the MoE examples captured at 8 devices",
+    "tests/test_expectations.py::test_models_exit_1_raw_and_0_with_expectations": "models/ at 2, 4 and 8 devices, twice",
+}
+
+
+def _slow_reason(nodeid: str) -> str | None:
+    for key, reason in SLOW.items():
+        if nodeid == key or nodeid.startswith((key + "::", key + "[")):
+            return reason
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        if _slow_reason(item.nodeid):
+            item.add_marker(pytest.mark.slow)

@@ -148,7 +148,7 @@ def test_json_lists_every_engine_that_ran(capsys, monkeypatch):
 
 
 def test_a_stop_signal_ends_the_explicit_search_at_its_first_check():
-    from semcheck.engines import explicit
+    from semcheck.engines.explicit import search as explicit
 
     stop = StopSignal()
     stop.stop("told to stop")
@@ -157,7 +157,7 @@ def test_a_stop_signal_ends_the_explicit_search_at_its_first_check():
 
 
 def test_a_stop_signal_ends_z3_before_it_encodes():
-    from semcheck.engines import smt
+    from semcheck.engines.z3 import engine as smt
 
     stop = StopSignal()
     stop.stop("told to stop")

@@ -13,7 +13,8 @@ import pytest
 
 from semcheck import cli
 from semcheck.api import check_protocol, verify_path
-from semcheck.engines import explicit, smt
+from semcheck.engines.explicit import search as explicit
+from semcheck.engines.z3 import engine as smt
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, bounded_phase
 from semcheck.frontends import load
 from semcheck.semantics import System

@@ -9,7 +9,8 @@ import pytest
 
 from semcheck import cli
 from semcheck.engines import budget as budget_module
-from tests.test_models import EXPECTED, expected
+from tests.test_models import SHIPPED
+from tests.tpu_support import expectation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,14 +25,15 @@ def model(name):
     return os.path.join(ROOT, "models", name + ".py")
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", SHIPPED)
 def test_json_verdicts_and_exit_codes(capsys, name):
     code, out, _ = run(capsys, "verify", model(name), "--devices", "2,4,8", "--format", "json", "-q")
     doc = json.loads(out)
-    assert code == (1 if any(expected(name, n)[0] for n in (2, 4, 8)) else 0)
+    declared = expectation(model(name))
+    assert code == (1 if any(declared.kinds_at(n)[0] for n in (2, 4, 8)) else 0)
     assert [r["devices"] for r in doc["results"]] == [2, 4, 8]
     for r in doc["results"]:
-        errors, warnings = expected(name, r["devices"])
+        errors, warnings = declared.kinds_at(r["devices"])
         assert r["verdict"] == ("violation" if errors else "safe")
         assert {v["kind"] for v in r["violations"] if v["severity"] == "error"} == errors
         assert {v["kind"] for v in r["violations"] if v["severity"] == "warning"} == warnings

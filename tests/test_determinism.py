@@ -1,7 +1,7 @@
 """A check's answer depends on its protocol alone, never on what the same process checked
 before: a serial sweep, `-j` workers and Ray workers (each with its own history) must give
 the same report. Z3 picks its model by the terms its context has seen, so every z3 check
-starts in a fresh context (semcheck/engines/smt_terms.py, fresh_context)."""
+starts in a fresh context (semcheck/engines/z3/terms.py, fresh_context)."""
 
 import glob
 import os

@@ -1,5 +1,5 @@
 """The non-progress check: a loop that polls for ever is a hang even though no wait is
-blocked (`engines/endless.py`)."""
+blocked (`engines/explicit/endless.py`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from semcheck import trace as tracing
 from semcheck.api import check_protocol
-from semcheck.engines import explicit
+from semcheck.engines.explicit import search as explicit
 from semcheck.frontends import model_file
 from semcheck.ir import BinOp
 from semcheck.model import ProtocolBuilder

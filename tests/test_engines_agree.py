@@ -14,39 +14,20 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from semcheck.engines import explicit, smt
+from semcheck.engines.explicit import search as explicit
+from semcheck.engines.z3 import engine as smt
 from semcheck.frontends import load
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree, kinds, verdict
 from tests.strategies import control_flow_protocols, protocols
+from tests.tpu_support import expectation
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
 MODELS = sorted(glob.glob(os.path.join(MODELS_DIR, "*.py")))
 
-# The verdict each model's docstring gives it (models added later are still compared).
-EXPECTED = {
-    "circular_wait": {"deadlock"},
-    "dma_wait_mismatch": {"unsatisfied_wait"},
-    "double_buffer": set(),
-    "moe_dispatch_capacity": {"unsatisfied_wait"},
-    "nondec_poll": set(),
-    "nondec_poll_leak": {"semaphore_leftover"},
-    "remote_out_of_range": {"invalid_device_id"},
-    "ring_allgather": set(),
-    "ring_allgather_missing_signal": {"unsatisfied_wait"},
-}
 # Models that poll a semaphore in a loop with no bound: z3 cannot unroll them far enough and
 # says so (inconclusive); the explicit engine decides them (tests/test_endless.py).
 UNBOUNDED_POLLING = {"poll_flag", "poll_flag_never_set"}
-# Models whose verdict depends on the device count: {devices: kinds}.
-EXPECTED_BY_DEVICES = {
-    "ring_allgather_shared_recv": {2: set(), 4: {"data_race"}, 8: {"data_race"}},
-}
-
-
-def test_every_listed_model_exists():
-    names = {os.path.splitext(os.path.basename(m))[0] for m in MODELS}
-    assert set(EXPECTED) <= names
 
 
 @pytest.mark.parametrize("devices", [2, 4, 8])
@@ -60,10 +41,9 @@ def test_engines_agree_on_model(path, devices):
         assert not explicit.explore(System(protocol)).exhausted
         return
     by_search, by_solver = assert_engines_agree(protocol)
-    expected = EXPECTED.get(name, EXPECTED_BY_DEVICES.get(name, {}).get(devices))
-    if expected is not None:
-        assert kinds(by_solver) == expected
-        assert verdict(by_solver) == ("violation" if expected else "safe")
+    expected, _warnings = expectation(path).kinds_at(devices)  # its `# semcheck: expect` comments
+    assert kinds(by_solver) == expected
+    assert verdict(by_solver) == ("violation" if expected else "safe")
 
 
 def _agreement_test(strategy, examples: int):
@@ -102,7 +82,7 @@ def test_engines_agree_on_1000_random_protocols_with_control_flow():
     """Loops (counted, input-bounded, retry loops on semaphore_read), if/else with joins,
     register arithmetic, semaphore indices, devices and cores computed from inputs, buffer
     rows computed the same way (races inside loops), kernel entry and exit."""
-    from semcheck.engines.unroll import has_loops
+    from semcheck.engines.z3.unroll import has_loops
     from semcheck.ir import KernelEntry, Load, Store
 
     seen = _agreement_test(control_flow_protocols(), 1000)
@@ -115,7 +95,7 @@ def test_engines_agree_on_1000_random_protocols_with_control_flow():
 def test_z3_reports_the_race_of_a_shared_receive_semaphore():
     """Where races are possible the z3 engine decides them itself, and auto may use it."""
     from semcheck.api import check_protocol
-    from semcheck.engines import smt
+    from semcheck.engines.z3 import engine as smt
     from semcheck.semantics import System
 
     (racy,) = load(os.path.join(MODELS_DIR, "ring_allgather_shared_recv.py"), 4)

@@ -215,7 +215,8 @@ def test_json_says_what_was_expected_only_when_judged(tmp_path, capsys):
 
 def test_a_stale_declaration_fails_too(tmp_path, capsys):
     path = tmp_path / "fixed.py"
-    path.write_text("# semcheck: expect deadlock\n" + open(os.path.join(MODELS, "ring_allgather.py")).read())
+    model = open(os.path.join(MODELS, "ring_allgather.py")).read().replace("# semcheck: expect safe\n", "")
+    path.write_text("# semcheck: expect deadlock\n" + model)
     code, out, _ = run(capsys, str(path), "--devices", "2", "--expectations")
     assert code == 1 and "expected deadlock, found safe" in out
 

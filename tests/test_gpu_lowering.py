@@ -20,7 +20,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import ir
 from semcheck.api import check_protocol
-from semcheck.capture import capture_function, lower_captures
+from semcheck.frontends.capture import capture_function, lower_captures
 from tests.tpu_kernels import line_of, mesh, sharded
 
 HERE = __file__

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
-from semcheck.capture import capture_script
-from semcheck.engines import explicit
+from semcheck.frontends.capture_cache import capture
+from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
 from tests.strategies import protocols
 from tests.test_reduction import REFERENCE_BUDGET
@@ -25,7 +25,7 @@ _protocols: dict[str, list] = {}
 @pytest.fixture(scope="module", autouse=True)
 def _captured():
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for path, outcome in zip(EXAMPLES, pool.map(lambda p: capture_script(p, 2), EXAMPLES)):
+        for path, outcome in zip(EXAMPLES, pool.map(lambda p: capture(p, 2), EXAMPLES)):
             assert not outcome.errors, outcome.errors
             _protocols[path] = outcome.protocols
 

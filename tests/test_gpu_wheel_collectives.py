@@ -123,7 +123,7 @@ def test_wheel_collective_is_safe(tmp_path, module, devices):
     [result] = verify_path(wheel_driver(tmp_path, module), [devices])
     assert result.error is None, result.error
     assert result.verdict.value == "safe", [v.message for v in result.violations]
-    assert (result.backend, result.devices, result.cores) == ("gpu", devices, 2)
+    assert (result.frontend, result.devices, result.cores) == ("gpu", devices, 2)
     wheel_file = os.path.abspath(wheel_module(module).__file__)
     assert os.path.samefile(result.file, wheel_file)  # the kernel's own file, not the driver
     assert result.line == line_of(wheel_file, "def kernel(")

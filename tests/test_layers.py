@@ -27,7 +27,7 @@ LAYERS = [
                     "semcheck.lower.registry", "semcheck.engines.budget")),
     ("model", ("semcheck.model", "semcheck.assumptions", "semcheck.invocations", "semcheck.programs", "semcheck.result",
                "semcheck.prefix", "semcheck.provenance")),
-    ("frontends", ("semcheck.lower", "semcheck.capture", "semcheck.operands", "semcheck.frontends",
+    ("frontends", ("semcheck.lower", "semcheck.frontends.capture", "semcheck.operands", "semcheck.frontends",
                    "semcheck.core_entry")),
     ("semantics", ("semcheck.semantics", "semcheck.footprints", "semcheck.properties", "semcheck.trace")),
     ("engines", ("semcheck.engines",)),

@@ -124,7 +124,7 @@ def _evaluate(op: ir.Operand, registers: dict[str, int]) -> int:
 
 
 def _errors(per_device, devices=2):
-    from semcheck.capture import capture_function, lower_captures
+    from semcheck.frontends.capture import capture_function, lower_captures
 
     return lower_captures(capture_function(*sharded(per_device, mesh((devices,)))))
 

@@ -6,30 +6,14 @@ import os
 
 import pytest
 
-from semcheck.engines import explicit
+from semcheck.engines.explicit import search as explicit
 from semcheck.engines.common import to_result
 from semcheck.frontends import model_file
 from semcheck.semantics import System
+from tests.tpu_support import expectation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "models")
-
-# model -> (error kinds, warning kinds); error kinds may depend on the device count
-EXPECTED = {
-    # one step at 2 devices: nothing can be in flight twice
-    "ring_allgather_shared_recv": ({2: set(), 4: {"data_race"}, 8: {"data_race"}}, set()),
-    "ring_allgather": (set(), set()),
-    "ring_allgather_missing_signal": ({"unsatisfied_wait"}, set()),
-    "circular_wait": ({"deadlock"}, set()),
-    "ring_recv_before_send": ({"deadlock"}, set()),
-    "double_buffer": (set(), set()),
-    "nondec_poll": (set(), set()),
-    "nondec_poll_leak": ({"semaphore_leftover"}, {"not_lowerable"}),
-    "dma_wait_mismatch": ({"unsatisfied_wait"}, set()),
-    "remote_out_of_range": ({"invalid_device_id"}, set()),
-    "poll_flag": (set(), set()),
-    "poll_flag_never_set": ({"unsatisfied_wait"}, set()),
-}
 
 # (model, devices) -> (reduced states, reduced transitions, full states, full transitions)
 STATE_COUNTS = {
@@ -56,25 +40,24 @@ STATE_COUNTS = {
 }
 
 
-def expected(name, devices):
-    errors, warnings = EXPECTED[name]
-    return (errors[devices] if isinstance(errors, dict) else errors), warnings
-
-
 def load(name, devices):
     return model_file.load(os.path.join(MODELS, name + ".py"), devices)
 
 
-def test_every_model_file_has_an_expectation():
-    shipped = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(MODELS, "*.py"))}
-    assert set(EXPECTED) <= shipped
+SHIPPED = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(MODELS, "*.py")))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_model_file_has_an_expectation(name):
+    """Its `# semcheck: expect` comments: what the gate and test_model_verdict hold it to."""
+    assert expectation(os.path.join(MODELS, name + ".py")).declarations
 
 
 @pytest.mark.parametrize("devices", [2, 4, 8])
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", SHIPPED)
 def test_model_verdict(name, devices):
-    errors, warnings = expected(name, devices)
     result = to_result(explicit.explore(System(load(name, devices))), "explicit")
+    errors, warnings = expectation(os.path.join(MODELS, name + ".py")).kinds_for(result)
     assert {v.kind for v in result.errors} == errors
     assert {v.kind for v in result.warnings} == warnings
     assert result.verdict.value == ("violation" if errors else "safe")

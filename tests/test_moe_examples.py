@@ -49,9 +49,9 @@ def routes(example):
 
 @pytest.fixture(scope="module")
 def protocol():
-    from semcheck.capture import capture_script
+    from semcheck.frontends.capture_cache import capture
 
-    [protocol] = capture_script(PATH, DEVICES).protocols
+    [protocol] = capture(PATH, DEVICES).protocols
     return protocol
 
 

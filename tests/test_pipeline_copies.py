@@ -17,7 +17,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import ir
-from semcheck.engines import explicit
+from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree, kinds
 from tests.tpu_kernels import instrs, mesh, protocols
@@ -140,7 +140,7 @@ CHANGED_EXAMPLES = ("block_copy_across_steps.py", "block_copy_in_step.py", "shif
 def test_engines_and_the_unreduced_search_agree_on_the_examples_whose_model_grew(name):
     import os
 
-    from semcheck.capture import capture_script
+    from semcheck.frontends.capture import capture_script
     from tests.tpu_support import ROOT
 
     outcome = capture_script(os.path.join(ROOT, "examples", "tpu", name), 2)

@@ -172,7 +172,7 @@ PROGRAMS = {
 @pytest.mark.parametrize("devices", [2, 3])
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_reduction_and_engines_agree_on_programs(name, devices):
-    from semcheck.engines import explicit
+    from semcheck.engines.explicit import search as explicit
     from semcheck.semantics import System
 
     p = PROGRAMS[name](devices)
@@ -188,7 +188,7 @@ def test_reduction_and_engines_agree_on_programs(name, devices):
 def test_reduction_preserves_every_finding_on_a_random_protocol_run_as_two_kernels(protocol):
     import dataclasses
 
-    from semcheck.engines import explicit
+    from semcheck.engines.explicit import search as explicit
     from semcheck.engines.budget import Budget
     from semcheck.semantics import System
 

@@ -5,7 +5,7 @@ import operator
 
 from hypothesis import HealthCheck, assume, given, settings
 
-from semcheck.engines import explicit
+from semcheck.engines.explicit import search as explicit
 from semcheck.engines.budget import Budget
 from semcheck.semantics import System
 from tests.strategies import control_flow_protocols, protocols, ring_protocols

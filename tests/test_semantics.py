@@ -126,7 +126,7 @@ def test_two_copies_on_one_semaphore_may_complete_in_either_order():
     t.wait(recv, 3072)
     t.wait(recv, 1024)
     system = System(p.build())
-    from semcheck.engines import explicit
+    from semcheck.engines.explicit import search as explicit
 
     full = explicit.explore(system, reduce=False)
     # after both starts: {small, big} pending -> either lands first -> both landed

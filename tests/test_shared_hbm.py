@@ -22,7 +22,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import ir
-from semcheck.engines import explicit
+from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree, kinds
 from tests.tpu_kernels import mesh, protocols
@@ -194,7 +194,7 @@ def test_data_one_core_copies_into_shared_hbm_is_not_taken_from_the_operand_valu
     """Core 0 copies x into the shared output; core 1 reads it back and signals that many
     times. Each core's lowering follows its own data only, so the read value is unknown
     (not the output's initial contents), and the protocol it decides is an error that says why."""
-    from semcheck.capture import capture_function, lower_captures
+    from semcheck.frontends.capture import capture_function, lower_captures
     from tests.tpu_kernels import sharded
 
     def body(x_hbm, o_hbm, smem, sem):

@@ -10,7 +10,8 @@ import pytest
 from semcheck import ir
 from semcheck.api import check_protocol
 from semcheck.assumptions import Assumption
-from semcheck.engines import explicit, smt
+from semcheck.engines.explicit import search as explicit
+from semcheck.engines.z3 import engine as smt
 from semcheck.engines.budget import Budget
 from semcheck.frontends import load
 from semcheck.model import DMA, ProtocolBuilder

@@ -36,7 +36,7 @@ def test_checking_a_safe_model_imports_no_heavy_dependency():
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     assert not _top_level(modules) & set(HEAVY), sorted(_top_level(modules) & set(HEAVY))
-    assert "semcheck.engines.smt" not in modules and "semcheck.capture" not in modules
+    assert "semcheck.engines.z3.engine" not in modules and "semcheck.frontends.capture" not in modules
 
 
 def test_z3_is_imported_when_z3_is_asked_for():
@@ -56,7 +56,7 @@ def test_the_capture_side_imports_no_engine_and_no_report():
     """What the capture subprocess loads besides JAX: the capture hooks and the lowering."""
     modules = _modules_after(
         "import json, sys\n"
-        "import semcheck.capture\n"
+        "import semcheck.frontends.capture\n"
         "from semcheck.lower import lower_kernel\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )

@@ -12,7 +12,7 @@ import pytest
 
 from semcheck import cli
 from semcheck.api import verify, verify_path
-from semcheck.capture import capture_script
+from semcheck.frontends.capture import capture_script
 from semcheck.frontends import LoadError
 
 HEADER = """\

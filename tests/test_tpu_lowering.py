@@ -13,7 +13,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import ir
-from semcheck.lower.kernel import ARRIVE, RELEASE
+from semcheck.lower.tpu_kernel import ARRIVE, RELEASE
 from tests.tpu_kernels import instrs, line_of, mesh, protocols
 
 REGULAR, DMA = pltpu.SemaphoreType.REGULAR, pltpu.SemaphoreType.DMA
@@ -234,7 +234,7 @@ def test_barrier_semaphore_is_keyed_by_collective_id_and_replaces_the_default_ba
 def test_newer_jax_auto_assigned_collective_ids_key_the_barrier_without_a_default_barrier(monkeypatch):
     """JAX 0.11's jax_pallas_auto_assign_collective_ids (absent from 0.10.2, so simulated
     here): a barrier without collective_id is legal and gets an id; "override" replaces one."""
-    from semcheck.lower import kernel as tpu_layout
+    from semcheck.lower import tpu_kernel as tpu_layout
 
     def kernel(x_ref, o_ref):
         barrier = pltpu.get_barrier_semaphore()
@@ -488,7 +488,7 @@ def test_a_scalar_prefetch_element_the_kernel_overwrote_is_not_an_input():
     """After the kernel's own store the element holds what the kernel wrote (followed in
     program order, lower/data.py): the amount read back is that 2, not the caller's input,
     and the protocol says it was read back from flags_ref."""
-    from semcheck.capture import capture_function, lower_captures
+    from semcheck.frontends.capture import capture_function, lower_captures
     from tests.tpu_kernels import instrs, sharded
 
     def kernel(flags_ref, x_ref, o_ref, sem):
@@ -542,7 +542,7 @@ def test_emit_pipeline_over_a_core_axis_splits_the_blocks_between_cores():
 
 
 def _lowering_errors(kernel, scratch=()):
-    from semcheck.capture import capture_function, lower_captures
+    from semcheck.frontends.capture import capture_function, lower_captures
     from tests.tpu_kernels import sharded
 
     found, errors = lower_captures(capture_function(*sharded(call(kernel, scratch=scratch), mesh((2,)))))

@@ -10,7 +10,7 @@ from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as P
 
 from semcheck import ir
-from semcheck.capture import capture_function, lower_captures
+from semcheck.frontends.capture import capture_function, lower_captures
 
 
 def mesh(shape=(2,), axes=("x",)) -> Mesh:

@@ -1,5 +1,5 @@
 """Shared helpers for the TPU-frontend tests: the example scripts, the verdicts their
-docstrings promise, and their semcheck results (computed once per session, in parallel)."""
+`# semcheck: expect` comments declare, and their semcheck results (computed once per session, in parallel)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
+from semcheck import expectations
 from semcheck.api import verify_path
+from semcheck.kinds import SEVERITY, Kind
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples", "tpu")
@@ -44,87 +47,52 @@ def example_paths() -> list[str]:
 
 
 @dataclass
-class Expectation:
-    """What an example's docstring promises.
+class Declared:
+    """What a model or example declares: its `# semcheck: expect` comments (the gate's own
+    declarations, read by semcheck.expectations, so the tests and `semcheck verify
+    --expectations` hold every file to one statement) and the lines it marks `# <- kind`
+    (where each violation is reported)."""
 
-    A verdict line may name the checks it is about in parentheses, comma-separated: the
-    cores config (MEGACORE), "N devices" and "K invocations" (`--invocations K`; without it,
-    one); a line naming the device count wins over one that does not, e.g.
-
-        Expected verdict: safe
-        Expected verdict (2 invocations): violation (remote_before_entry)
-        Expected verdict (2 invocations, 2 devices): safe
-    """
-
-    verdicts: dict[str, tuple[str, frozenset]] = field(default_factory=dict)  # config -> (verdict, kinds)
-    warnings: frozenset = frozenset()
+    declarations: list[expectations.Expectation]
     markers: dict[str, set[int]] = field(default_factory=dict)  # kind -> lines marked "# <- kind"
 
-    def conditions(self) -> list[tuple["Condition", tuple[str, frozenset]]]:
-        return [(Condition.parse(text), verdict) for text, verdict in self.verdicts.items()]
+    def kinds_for(self, result) -> tuple[frozenset[str], frozenset[str]]:
+        """(error kinds, warning kinds) declared for the check `result` is of; none declared
+        means safe (as the gate judges)."""
+        declared = expectations.expectation_for(result, self.declarations)
+        outcomes = declared.outcomes if declared else frozenset()
+        errors = frozenset(k for k in outcomes if SEVERITY[Kind(k)] == "error")
+        return errors, outcomes - errors
 
-    def cores_configs(self) -> set[str]:
-        """The cores configs (`config_of`) the docstring documents checks for."""
-        return {c.cores for c, _ in self.conditions()}
+    def kinds_at(self, devices: int, cores: int = 1, invocations: int = 1, kernel: str = "") -> tuple[frozenset[str], frozenset[str]]:
+        """`kinds_for` a check known by its numbers (e.g. a row of the JSON report)."""
+        return self.kinds_for(SimpleNamespace(kernel=kernel, devices=devices, cores=cores, invocations=invocations))
+
+    def core_counts(self) -> set[int]:
+        """The cores per device the declarations name: a kernel with parallel grid dimensions
+        is checked on one core and split over 2 TensorCores, and declares both; empty when
+        none is named."""
+        return {c for d in self.declarations for c in (d.cores or ())}
 
     def invocation_counts(self) -> set[int]:
-        return {c.invocations for c, _ in self.conditions()}
+        """1 (semcheck's default) and every `invocations=` a declaration names."""
+        return {1} | {k for d in self.declarations for k in (d.invocations or ())}
 
-    def verdict_for(self, cores: str, devices: int, invocations: int = 1) -> tuple[str, frozenset]:
-        fitting = [
-            (c.devices is not None, verdict) for c, verdict in self.conditions()
-            if (c.cores, c.invocations) == (cores, invocations) and c.devices in (None, devices)
-        ]
-        assert fitting, f"no documented verdict for {cores or 'one core'}, {devices} devices, {invocations} invocation(s)"
-        return max(fitting, key=lambda f: f[0])[1]
+    def is_buggy(self) -> bool:
+        return any(SEVERITY[Kind(k)] == "error" for d in self.declarations for k in d.outcomes)
 
 
-@dataclass(frozen=True)
-class Condition:
-    """Which checks a verdict line is about; a line that names no invocation count is about
-    a single invocation (semcheck's default)."""
-
-    cores: str = ""  # "" or MEGACORE
-    devices: int | None = None  # None: every device count
-    invocations: int = 1
-
-    @classmethod
-    def parse(cls, text: str) -> "Condition":
-        cores, devices, invocations = "", None, 1
-        for part in (p.strip() for p in text.split(",") if p.strip()):
-            if m := re.fullmatch(r"(\d+) devices?", part):
-                devices = int(m[1])
-            elif m := re.fullmatch(r"(\d+) invocations?", part):
-                invocations = int(m[1])
-            else:
-                assert part == MEGACORE, f"unknown verdict condition {part!r}"
-                cores = part
-        return cls(cores, devices, invocations)
-
-
-_VERDICT = re.compile(r"^Expected verdict(?: \((?P<config>[^)]*)\))?: (?P<verdict>safe|violation)(?: \((?P<kinds>[^)]*)\))?$")
-_WARNINGS = re.compile(r"^Expected warnings: (?P<kinds>.*)$")
 _MARKER = re.compile(r"#\s*<-\s*(?P<kind>[a-z_]+)")
 
 
-def expectation(path: str) -> Expectation:
-    import ast
-
+def expectation(path: str) -> Declared:
+    declared = Declared(expectations.declared_in_file(path))
+    assert declared.declarations, f"{path} declares no expected verdict: add a `# semcheck: expect ...` comment"
     with open(path, encoding="utf-8") as f:
-        source = f.read()
-    doc = ast.get_docstring(ast.parse(source)) or ""
-    exp = Expectation()
-    for line in doc.splitlines():
-        if m := _VERDICT.match(line.strip()):
-            kinds = frozenset(k.strip() for k in (m["kinds"] or "").split(",") if k.strip())
-            exp.verdicts[m["config"] or ""] = (m["verdict"], kinds)
-        elif m := _WARNINGS.match(line.strip()):
-            exp.warnings = frozenset(k.strip() for k in m["kinds"].split(","))
-    for number, line in enumerate(source.splitlines(), start=1):
-        if m := _MARKER.search(line):
-            exp.markers.setdefault(m["kind"], set()).add(number)
-    assert exp.verdicts, f"{path} documents no expected verdict"
-    return exp
+        for number, line in enumerate(f, start=1):
+            if m := _MARKER.search(line):
+                declared.markers.setdefault(m["kind"], set()).add(number)
+    return declared
 
 
 def config_of(result) -> str:

@@ -5,8 +5,6 @@ arrives at a `plgpu.ClusterBarrier` and waits for it: the barrier's phase comple
 once every block of the cluster has arrived, so after the wait every row is written. Then
 each block loads the other block's row into its row of the result. Nothing writes the
 staging rows after the barrier, so no load can meet a store.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

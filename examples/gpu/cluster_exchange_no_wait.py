@@ -5,8 +5,6 @@ for its phase: arriving says "my row is written" to whoever waits, and nobody do
 can therefore load the other block's staging row while that block is still storing it:
 the plain load and the plain store are unordered. (JAX's own GPU interpreter tests assert a
 race for this pattern; semcheck compares the plain loads and stores of different blocks.)
-
-Expected verdict: violation (data_race)
 """
 
 # semcheck: expect data_race

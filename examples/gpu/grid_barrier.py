@@ -11,8 +11,6 @@ a second output. The semaphore ends the kernel holding `num_blocks`, which is fi
 after the barrier, so a block could overwrite its row while its other neighbour was still
 reading it: a data race that semcheck reports since it compares the plain loads and stores
 of different blocks.)
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -5,8 +5,6 @@ for `num_blocks` with the default `decrement=True`. The waits compete for one co
 first block to see `num_blocks` takes all of it, and every other block waits forever for
 arrivals that have all been consumed (on GPU a decrementing wait is a CAS loop that only
 returns after taking `value` from a count of at least `value`).
-
-Expected verdict: violation (unsatisfied_wait)
 """
 
 # semcheck: expect unsatisfied_wait

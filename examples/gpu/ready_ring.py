@@ -6,8 +6,6 @@ Every block of every device writes its row into the right neighbour's output thr
 release semantics: the writes land before it does). Each device's blocks wait, without
 decrementing, until all `num_blocks` blocks of the left neighbour have signalled. The
 device id wraps around the ring with `lax.rem`.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

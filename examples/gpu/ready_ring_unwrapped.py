@@ -6,8 +6,6 @@ Every block of every device writes its row into the right neighbour's output thr
 release semantics: the writes land before it does). Each device's blocks wait, without
 decrementing, until all `num_blocks` blocks of the left neighbour have signalled. The
 device id is `me + 1`, so the last device names device `num_devices`, outside the mesh.
-
-Expected verdict: violation (invalid_device_id)
 """
 
 # semcheck: expect invalid_device_id

@@ -5,8 +5,6 @@ once its bytes have landed; `plgpu.barrier_wait` waits for that phase (phase 0) 
 complete. Only then does the block read the tile. The second copy into the same buffer is
 issued after the first tile has been read, and its phase (phase 1) is waited for the same
 way.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -4,8 +4,6 @@ be writing it.
 Same as tma_barrier.py, except that the second tile is read *before* waiting for the
 barrier's phase 1: nothing orders the read after the TMA copy's write, so the block can
 read a half-written tile.
-
-Expected verdict: violation (data_race)
 """
 
 # semcheck: expect data_race

@@ -3,8 +3,6 @@
 One TMA copy completes phase 0 of the barrier, and the block waits for it. A second
 `barrier_wait` on the same barrier waits for phase 1, but nothing arrives on the barrier
 again: the block hangs (completions and waits of an mbarrier must match).
-
-Expected verdict: violation (unsatisfied_wait)
 """
 
 # semcheck: expect unsatisfied_wait

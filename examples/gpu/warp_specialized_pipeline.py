@@ -6,8 +6,6 @@ copies tile `i` into slot `i % 2` and the copy arrives on `loaded[slot]`; before
 slot it waits on `consumed[slot]`. Thread 0 (the consumer) waits on `loaded[slot]`, reads
 the tile, and arrives on `consumed[slot]`. Each barrier's phases alternate between the two
 threads, so neither can lap the other.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -11,8 +11,6 @@ Here the producer skips the wait on `consumed[slot]`. Its next copy into a slot 
 while the previous tile there is still being written or read (a data race), and both copies
 into `loaded[slot]` can complete before the consumer waits for the first: the consumer's
 parity-based wait then cannot see phase 0 (a barrier phase overrun).
-
-Expected verdict: violation (barrier_phase_overrun, data_race)
 """
 
 # semcheck: expect barrier_phase_overrun, data_race

@@ -13,8 +13,6 @@ The receive semaphore per step is what makes the forwarding safe: with one per d
 first and satisfy the wait for the previous one, and this device would then forward a slot
 that is still being written (`data_race`). Each wait here can only be satisfied by its own
 step's copy.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

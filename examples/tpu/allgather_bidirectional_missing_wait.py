@@ -5,8 +5,6 @@ last right-going copy. The last left-going copy is never waited for: when the ke
 its bytes are still counted on the issuer's send semaphore and on the receiver's receive
 semaphore. On a TPU the runtime's semaphore check fails at kernel exit; JAX's TPU
 interpreter (dma_execution_mode="on_wait") never even runs that copy, and reports nothing.
-
-Expected verdict: violation (semaphore_leftover)
 """
 
 # semcheck: expect semaphore_leftover

@@ -13,8 +13,6 @@ after the receiver has read what the previous copy brought. Each device signals 
 N-2 times, so `capacity` ends at zero.
 
 The fix of allgather_ring_overwrite.py.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -14,9 +14,6 @@ the read of the slot and the left neighbour's copy start).
 With 2 devices the all-gather is a single exchange, each landing slot is written once, and
 the kernel is safe; the bug shows from 4 devices on. allgather_ring_capacity.py is the fix:
 a capacity semaphore on which each device tells its left neighbour the slot is free again.
-
-Expected verdict: violation (data_race)
-Expected verdict (2 devices): safe
 """
 
 # semcheck: expect data_race

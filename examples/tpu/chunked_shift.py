@@ -9,8 +9,6 @@ landing slot that is still being written. Both copies share the send semaphore, 
 fine here because the sender waits for both before it returns and never writes its input.
 
 The fix of chunked_shift_shared_recv.py.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

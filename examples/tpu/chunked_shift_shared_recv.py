@@ -10,8 +10,6 @@ writing it (`data_race`, between the read and the copy's start).
 
 chunked_shift.py is the fix: one receive semaphore per chunk, so each wait can only be
 satisfied by its own copy.
-
-Expected verdict: violation (data_race)
 """
 
 # semcheck: expect data_race

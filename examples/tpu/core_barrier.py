@@ -5,8 +5,6 @@ core copies its half of the input into the output, then both meet at `pltpu.core
 each core signals the barrier semaphore of the *other* core (`core_index=`) and waits for one
 signal on its own. Only then does each core read back the half the other core wrote. Both
 cores signal once and wait once, in every schedule.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

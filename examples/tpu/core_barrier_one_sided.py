@@ -4,8 +4,6 @@ The same kernel as core_barrier.py, but the barrier is written by hand and only 
 signals: core 0 tells core 1 that its half is ready, and then both cores wait for a signal.
 Core 1 gets one; core 0 waits for a signal that nobody sends, on every device, in every
 schedule. JAX's TPU interpreter hangs on it.
-
-Expected verdict: violation (unsatisfied_wait)
 """
 
 # semcheck: expect unsatisfied_wait

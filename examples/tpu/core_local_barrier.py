@@ -8,8 +8,6 @@ signal per core, then copies its slice. Nothing shows that the other cores have 
 kernel before the signal: the kernel is safe when the cores of a chip enter together
 (semcheck's default reading, which JAX's code assumes) and `remote_before_entry` under
 `--no-assume-cores-enter-together`.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

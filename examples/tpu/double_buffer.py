@@ -6,8 +6,6 @@ every step starts the copy of the next block (if there is one) and then waits fo
 of its own block on that slot's DMA semaphore. The copies cross grid steps, so the grid must
 run in order on one core: its dimension is "arbitrary". Every copy started is waited for
 exactly once.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -8,9 +8,6 @@ waits for a copy of its first block that only the first core's previous step wou
 started (on the first core's semaphore), so it hangs. (The first core's last step also
 prefetches a block it never waits for; semcheck reports the hang, which comes first.) JAX's
 TPU interpreter with two cores per device hangs on it.
-
-Expected verdict: safe
-Expected verdict (2 TensorCores per device): violation (unsatisfied_wait)
 """
 
 # semcheck: expect safe cores=1

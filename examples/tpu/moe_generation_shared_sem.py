@@ -7,8 +7,6 @@ rows, and their bytes satisfy its first-generation wait, so it reads bank 0 whil
 first-block copy is still writing it.
 
 moe_static_plan.py is the fix: one receive semaphore per generation.
-
-Expected verdict: violation (data_race)
 """
 
 # semcheck: expect data_race

@@ -9,8 +9,6 @@ counts of its column read from the plan by `axis_index` and summed. Each generat
 its own receive semaphore, so the second block's rows can never be counted for the first.
 
 moe_generation_shared_sem.py is the buggy twin with one receive semaphore for both.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

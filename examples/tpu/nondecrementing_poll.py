@@ -9,9 +9,6 @@ Mosaic TPU cannot lower a non-decrementing wait, and JAX's TPU interpreter rejec
 ("Non-decrementing wait is not supported"). semcheck reports that as a `not_lowerable`
 warning and still checks the protocol, with the wait's Mosaic GPU meaning (block until the
 count reaches the value, take nothing).
-
-Expected verdict: safe
-Expected warnings: not_lowerable
 """
 
 # semcheck: expect not_lowerable

@@ -6,9 +6,6 @@ semaphore must be zero when the kernel ends (the runtime fails the kernel otherw
 this leaves `arrived` at N on device 0. (On Mosaic GPU, where GMEM semaphores are
 zero-filled per launch, the same pattern would be fine.) The non-decrementing wait itself is
 also reported as not lowerable on TPU.
-
-Expected verdict: violation (semaphore_leftover)
-Expected warnings: not_lowerable
 """
 
 # semcheck: expect semaphore_leftover, not_lowerable

@@ -8,8 +8,6 @@ Every device signals before it polls, so each poll can always end: the schedules
 device keeps spinning are only those in which its left neighbour never runs. JAX's TPU
 interpreter cannot run `semaphore_read`; semcheck's explicit engine decides the loop (z3
 cannot bound it, and `--engine auto` says which engine decided).
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -7,8 +7,6 @@ while only its left neighbour signals it: once that one signal has landed, the r
 running), so this is no stuck state: semcheck's explicit engine finds the states from which
 no schedule ends and reports the read as an unsatisfied wait, with a trace into the loop
 and one turn of it. On hardware the core spins until the job is killed.
-
-Expected verdict: violation (unsatisfied_wait)
 """
 
 # semcheck: expect unsatisfied_wait

@@ -12,8 +12,6 @@ and the schedules that follow (a second copy of block 0 nobody waits for) are sc
 this program cannot run. The flag's initial value is a protocol input; the caller's
 contract (a fresh pipeline: 1) is stated with `semcheck.assume`, since with 0 nothing
 would start block 0 and the first step would wait for ever.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -10,8 +10,6 @@ The value the read returns depends on the schedule, and semcheck explores both b
 wherever each can happen; in every schedule each semaphore gets one signal and one wait.
 
 JAX's TPU interpreter cannot run `semaphore_read`; semcheck analyzes it.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -7,8 +7,6 @@ fast path and all is well; if the read comes first, the device never acknowledge
 left neighbour waits for the acknowledgement forever. Running the kernel (on hardware, or in
 a simulator that picks one schedule) may well never show the hang; semcheck finds the
 schedule that does.
-
-Expected verdict: violation (unsatisfied_wait)
 """
 
 # semcheck: expect unsatisfied_wait

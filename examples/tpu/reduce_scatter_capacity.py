@@ -9,8 +9,6 @@ the sender waits for one unit of capacity before every send from the third step 
 slots start out free). At the end every device drains the capacity it was given but did not
 use, so every semaphore is zero at exit. Which copy lands first, and how far a sender runs
 ahead, varies between schedules; none blocks for good.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

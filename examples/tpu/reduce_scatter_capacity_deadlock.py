@@ -6,8 +6,6 @@ first step every device waits for capacity from its right neighbour, which is it
 waiting for capacity from its own right neighbour, all the way around the ring: nobody
 ever gets to consume a slot and signal. A deadlock in every schedule; JAX's TPU interpreter
 hangs on it.
-
-Expected verdict: violation (deadlock)
 """
 
 # semcheck: expect deadlock

@@ -9,8 +9,6 @@ not entered the kernel. Every device signals before it waits, so no schedule blo
 
 JAX's `interpret=True` mode rejects this kernel ("Remote signal not implemented"); its TPU
 interpreter (`interpret=pltpu.InterpretParams()`) runs it.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -5,8 +5,6 @@ neighbour's "ready" and only then tells its right neighbour. Every device waits 
 neighbour, which waits for its own left neighbour, all the way around the ring: a deadlock
 in every schedule. JAX's TPU interpreter hangs on it (and `interpret=True` rejects the
 remote signal before it gets that far).
-
-Expected verdict: violation (deadlock)
 """
 
 # semcheck: expect deadlock

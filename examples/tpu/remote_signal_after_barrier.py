@@ -6,8 +6,6 @@ signals the barrier semaphore of both neighbours and waits for two signals. Barr
 semaphores outlive kernels, so these signals may arrive before the neighbour entered; once
 a device's wait returns, both its neighbours are inside the kernel, and the signal to the
 right neighbour's scratch semaphore `ready` finds it there.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -14,8 +14,6 @@ semaphore (which outlives kernels, so signalling it early is fine) before the re
 
 JAX's TPU interpreter cannot show this bug: it creates every device's semaphores before any
 device runs.
-
-Expected verdict: violation (remote_before_entry)
 """
 
 # semcheck: expect remote_before_entry

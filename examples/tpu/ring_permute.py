@@ -5,8 +5,6 @@ remote copy lands on a device that has not entered the kernel yet), then starts 
 DMA of its block into the right neighbour's output, and waits on both sides of it:
 `wait_send` (its own block has left) and `wait_recv` (the block from its left neighbour has
 landed). Every semaphore ends at zero in every schedule.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

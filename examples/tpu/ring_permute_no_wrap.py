@@ -4,8 +4,6 @@ The right neighbour is computed as `my_id + 1` without wrapping around the ring,
 last device it is `num_devices`, one past the end of the mesh. The first remote operation
 with that id is the barrier signal: semcheck reports it as an invalid device id (on a TPU
 this signal goes to a device outside the mesh).
-
-Expected verdict: violation (invalid_device_id)
 """
 
 # semcheck: expect invalid_device_id

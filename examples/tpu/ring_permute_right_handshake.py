@@ -12,9 +12,6 @@ the early copy added to its receive semaphore are lost and its `wait_recv` never
 With 2 devices the left and the right neighbour are the same device, so the one signal
 does show that the target has entered: the kernel is safe there, and the bug shows from 4
 devices on. ring_permute.py is the fix: signal both neighbours and wait for two signals.
-
-Expected verdict: violation (remote_before_entry)
-Expected verdict (2 devices): safe
 """
 
 # semcheck: expect remote_before_entry

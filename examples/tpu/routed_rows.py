@@ -11,8 +11,6 @@ protocol input on each device (`rows_ref[0]@d0`, ...), bounded here by
 value in that range is checked on every device. Past a few devices that is more start
 states than enumeration can take; `--engine auto` gives it to the z3 engine, which covers
 the whole range in one query per question.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

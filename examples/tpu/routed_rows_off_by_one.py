@@ -8,8 +8,6 @@ for one credit more than it gets and hangs.
 
 `rows_ref[0]` is a protocol input on each device; the counterexample names the value that
 hangs (`rows_ref[0]@dK = 64`).
-
-Expected verdict: violation (unsatisfied_wait)
 """
 
 # semcheck: expect unsatisfied_wait

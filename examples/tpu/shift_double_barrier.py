@@ -9,9 +9,6 @@ this call: a device's barrier can no longer pass on a next-call signal, and ever
 lands on a device that is inside the same call. The second barrier's semaphore is
 allocated per call, which is fine: it is signalled only by neighbours that passed the first
 barrier, so they know this device has entered.
-
-Expected verdict: safe
-Expected verdict (2 invocations): safe
 """
 
 # semcheck: expect safe

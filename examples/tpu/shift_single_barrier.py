@@ -27,10 +27,6 @@ waits for its right neighbour's capacity signal, which the neighbour sends only 
 own barrier, so no device can finish a call (and signal again) before both its neighbours
 have passed their barrier of that call. semcheck verifies that all-reduce, with a single
 barrier and `--invocations 2`, as safe at 2 and 4 devices.
-
-Expected verdict: safe
-Expected verdict (2 invocations): violation (remote_before_entry)
-Expected verdict (2 invocations, 2 devices): safe
 """
 
 # semcheck: expect safe

@@ -7,8 +7,6 @@ exactly its own bytes; on some devices one of the two copies has 0 rows (it comp
 starts, and its 0-byte wait passes). The receiver waits for the bytes its left neighbour
 sends through a descriptor sized the same way. Before sending, each device does a barrier
 handshake with both neighbours, so no copy lands on a device that has not entered yet.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

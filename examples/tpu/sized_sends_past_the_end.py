@@ -5,9 +5,6 @@ that sends 2 rows (device 2, 5, ...: `d % 3 == 2`) starts a copy whose destinati
 rows 7:9, one row past the end (`invalid_region` at the copy's start; JAX's TPU interpreter
 fails it with an out-of-bounds write). With 2 devices nobody sends 2 rows, and the kernel is
 safe. sized_sends.py lands at row 4.
-
-Expected verdict: violation (invalid_region)
-Expected verdict (2 devices): safe
 """
 
 # semcheck: expect invalid_region

@@ -6,8 +6,6 @@ again: it works on the spare slot, which the copy of the next block is landing i
 read races with that copy at every step but the last.
 
 smem_slot_double_buffer.py is the fix: read the slot once, write it back at the end.
-
-Expected verdict: violation (data_race)
 """
 
 # semcheck: expect data_race

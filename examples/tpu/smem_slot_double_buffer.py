@@ -10,8 +10,6 @@ other slot back for the next step. The slot a step reads is therefore never the 
 copy is landing in.
 
 smem_slot_advanced_early.py is the buggy twin, which writes the slot back too soon.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -1,7 +1,7 @@
 """Engines: interchangeable ways to decide the same properties, behind one Result type.
 
 `check(protocol, engine=...)` is the single entry point. Engines: `explicit` (exhaustive
-search, `explicit.py`), `z3` (SMT, `smt.py`), `auto` (picks one per protocol, `auto.py`) and
+search, `explicit/search.py`), `z3` (SMT, `z3/engine.py`), `auto` (picks one per protocol, `auto.py`) and
 `simulate` (random schedules, `simulate.py`: finds bugs, never proves safe).
 Options are engine-specific; each engine takes its own and ignores the others', so one
 command line can carry options for whichever engine `auto` picks.
@@ -31,7 +31,7 @@ def _own(engine: str, options: dict) -> dict:
 
 
 def _explicit(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
-    from semcheck.engines import explicit
+    from semcheck.engines.explicit import search as explicit
     from semcheck.engines.common import to_result
 
     exploration = explicit.explore(system, budget=budget, progress=progress, **_own("explicit", options))
@@ -39,7 +39,7 @@ def _explicit(system: System, budget: Budget | None, progress: ProgressFn | None
 
 
 def _z3(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
-    from semcheck.engines import smt
+    from semcheck.engines.z3 import engine as smt
     from semcheck.engines.common import to_result
 
     exploration = smt.explore(system, budget=budget, progress=progress, **_own("z3", options))

@@ -68,7 +68,7 @@ def run(
     **options,
 ) -> Result:
     budget = (budget or Budget.from_env()).started()
-    from semcheck.engines.smt_scope import unmodelled
+    from semcheck.engines.z3.scope import unmodelled
 
     if unmodelled(system) is not None:  # only the explicit engine can decide it: give it the whole budget
         return explicit(system, budget, progress, **options)
@@ -153,6 +153,7 @@ def _side_by_side(
     if crashed and not by_search.conclusive:
         raise crashed[0]
     if not solver_started or by_solver.result is None:
+        assert by_search.result is not None, "the explicit search either finished or raised"
         return by_search.result
     return _combined(by_search, by_solver, solver_started[0], time.monotonic() - started)
 
@@ -164,11 +165,10 @@ def _combined(by_search: _Entrant, by_solver: _Entrant, solver_from: float, seco
             winner = by_solver
     else:
         winner = by_search
-    chosen = winner.result
+    chosen = search if winner is by_search else solver
     runs = [
-        EngineRun(e.name, e.result.verdict, e.result.stats, decided=e is winner and e.conclusive,
-                  stopped=e.result.exhausted)
-        for e in (by_search, by_solver)
+        EngineRun(e.name, r.verdict, r.stats, decided=e is winner and e.conclusive, stopped=r.exhausted)
+        for e, r in ((by_search, search), (by_solver, solver))
     ]
     note = _what_happened(by_search, by_solver, winner, solver_from)
     return replace(

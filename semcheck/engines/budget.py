@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 DEFAULT_MAX_STATES = 2_000_000
 DEFAULT_TIMEOUT = 600.0
@@ -135,7 +135,7 @@ class Budget:
     @classmethod
     def from_env(cls, **overrides) -> "Budget":
         env = os.environ
-        values = {
+        values: dict[str, Any] = {
             "max_states": int(env.get("SEMCHECK_MAX_STATES", DEFAULT_MAX_STATES)),
             "timeout": float(env.get("SEMCHECK_TIMEOUT", DEFAULT_TIMEOUT)),
             "max_memory_mb": float(env.get("SEMCHECK_MAX_MEMORY_MB", 0)),
@@ -254,6 +254,7 @@ def bounded_phase(
     once the phase has taken FIRST_PROGRESS seconds, and every PROGRESS_EVERY after."""
     started = time.monotonic() if started is None else started
     deadline = budget.started(started).deadline
+    assert deadline is not None, "started() sets the deadline"
     limit = memory_limit_mb(budget)
     if time.monotonic() >= deadline:
         raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out before {what}")

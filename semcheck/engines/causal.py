@@ -62,8 +62,8 @@ def causal_past(system: System, states: list[State], actions: list[Action], last
             threads.add(what)
         else:
             starts.add(start_of[j])
-        if reads[j] is not None:
-            semaphores.add(reads[j])
+        if (read := reads[j]) is not None:
+            semaphores.add(read)
     return [actions[j] for j in reversed(keep)]
 
 

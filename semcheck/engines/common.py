@@ -84,8 +84,8 @@ def describing(protocol) -> dict:
         kernel=protocol.name,
         file=protocol.loc.file,
         line=protocol.loc.line,
-        backend=protocol.frontend,
-        semantics=protocol.backend.value,
+        frontend=protocol.frontend,
+        backend=protocol.backend.value,
         devices=protocol.devices,
         cores=protocol.cores,
     )
@@ -150,7 +150,7 @@ def _focus(system: System, finding: Finding, length: int, racing_step: int | Non
         return causal.Focus(threads=frozenset(b.thread for b in roots), semaphores=frozenset(b.sem for b in roots))
     if finding.loop_steps:
         turn = tuple(range(length - finding.loop_steps, length))
-        return causal.Focus(steps=turn, threads=frozenset({finding.thread}))
+        return causal.Focus(steps=turn, threads=frozenset() if finding.thread is None else frozenset({finding.thread}))
     sems = frozenset({finding.sem}) if finding.sem is not None else frozenset()
     if finding.at_end:
         return causal.Focus(semaphores=sems)

@@ -15,7 +15,7 @@ import random
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.properties import end_kind, fault_findings, hazard_findings, terminal_findings
-from semcheck.semantics import System
+from semcheck.semantics import Action, System
 
 NAME = "simulate"
 DEFAULT_RUNS = 200
@@ -40,7 +40,8 @@ def explore(
         for run in range(runs):
             rng = random.Random(f"{seed}:{run}")
             initial = rng.choice(system.initial_states())
-            state, actions = initial, []
+            state = initial
+            actions: list[Action] = []
             visited += 1
             while True:
                 monitor.tick(visited, transitions, 0, len(actions))

@@ -3,7 +3,7 @@ Protocols. Each frontend is one module; `load` picks it by reading the file (`cl
 and `walk` decides which files of a folder are the user's kernels at all (`discovery.py`).
 
 Every user file runs where nothing it does can end semcheck: model files in a forked child
-(`isolation.py`), kernel scripts in the capture subprocess (`capture.py`)."""
+(`isolation.py`), kernel scripts in the capture subprocess (`frontends/capture.py`)."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def _with_note(protocol: Protocol, note: str) -> Protocol:
     return dataclasses.replace(protocol, notes=protocol.notes + (note,))
 
 
-def _load_unbounded(path: str, devices: int, classification: Classification, **options) -> list[Protocol]:
+def _load_unbounded(path: str, devices: int, classification: Classification, **options) -> list[Protocol | LoadError]:
     if classification.kind is FileKind.MODEL:
         from semcheck.frontends import model_file
 

@@ -1,4 +1,4 @@
-"""Kernel scripts: run the user's file and capture its Pallas kernels (TPU and Mosaic GPU) (see capture.py).
+"""Kernel scripts: run the user's file and capture its Pallas kernels (TPU and Mosaic GPU) (see frontends/capture.py).
 
 Returns one Protocol per captured kernel (two for a kernel with parallel grid dimensions:
 one core and two), and a LoadError in place of each kernel that cannot be lowered, so the
@@ -14,9 +14,9 @@ from semcheck.ir import Loc, Protocol
 
 
 def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
-    from semcheck.capture import capture_script
+    from semcheck.frontends import capture_cache
 
-    outcome = capture_script(path, devices, timeout=options.get("capture_timeout"))
+    outcome = capture_cache.capture(path, devices, timeout=options.get("capture_timeout"))
     if options.get("on_phases") is not None:  # the CLI's capture line (api.LoadReport)
         options["on_phases"](dict(outcome.seconds), outcome.captured)
     _reassume(outcome.assumptions)

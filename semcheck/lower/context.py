@@ -116,7 +116,8 @@ class KernelContext:
     buffers: dict[str, ir.BufferDecl] = field(default_factory=dict)
     inputs: list[ir.Input] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    scoped: dict[tuple, RefValue] = field(default_factory=dict)  # run_scoped allocations
+    # run_scoped allocations by site: a TPU site's list of refs, a GPU site's ref per argument
+    scoped: dict[tuple, list[RefValue] | RefValue] = field(default_factory=dict)
     fold_cache: dict = field(default_factory=dict)
     # Scalar-prefetch operands: an integer loaded from one is a protocol input per device.
     scalar_operands: frozenset[str] = frozenset()

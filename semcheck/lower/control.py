@@ -110,8 +110,9 @@ def _merge(t: ThreadLowering, eqn, results: list[list[Value]], slots) -> list[Va
     for position, var in enumerate(eqn.outvars):
         values = [r[position] for r in results]
         first = values[0]
-        if all(isinstance(v, Known) for v in values) and all(
-            v.value.shape == first.value.shape and np.array_equal(v.value, first.value) for v in values
+        known = [v for v in values if isinstance(v, Known)]
+        if len(known) == len(values) and all(
+            v.value.shape == known[0].value.shape and np.array_equal(v.value, known[0].value) for v in known
         ):
             merged.append(first)
             continue
@@ -120,6 +121,7 @@ def _merge(t: ThreadLowering, eqn, results: list[list[Value]], slots) -> list[Va
         ):
             register = t.fresh_reg("c")
             for v, slot in zip(values, slots):
+                assert isinstance(v, (Sym, Known)), "checked above"
                 op = v.op if isinstance(v, Sym) else int(v.value.reshape(()))
                 slot.instrs.append(ir.Assign(t.loc(eqn), register, op))
             merged.append(Sym(ir.Reg(register), np.dtype(var.aval.dtype)))
@@ -221,8 +223,9 @@ def _slice(x: Value, i: int) -> Value:
 
 
 def _stack(values: list[Value]) -> Value:
-    if values and all(isinstance(v, Known) for v in values):
-        return Known(np.stack([v.value for v in values]), frozenset().union(*(v.sources for v in values)))
+    known = [v for v in values if isinstance(v, Known)]
+    if values and len(known) == len(values):
+        return Known(np.stack([v.value for v in known]), frozenset().union(*(v.sources for v in known)))
     return next((v for v in values if isinstance(v, Opaque)), Opaque("a value stacked by a loop"))
 
 
@@ -262,7 +265,7 @@ def while_loop(t: ThreadLowering, eqn, inputs):
             return _ir_loop(t, eqn, cond_consts, body_consts, carry)
         raise t.error(
             eqn,
-            f"the loop condition depends on {c.why}, which semcheck cannot know",
+            f"the loop condition depends on {c.why if isinstance(c, Opaque) else 'a reference'}, which semcheck cannot know",
             hint="bound the loop by values derived from axis_index, program_id, constants "
             "or semaphore_read",
         )
@@ -359,7 +362,7 @@ def _allocations(t: ThreadLowering, eqn, jaxpr) -> list[RefValue]:
     time the scope runs (the hardware reuses the same scoped slot)."""
     key = (id(eqn),)
     cached = t.kernel.scoped.get(key)
-    if cached is not None:
+    if isinstance(cached, list):
         return cached
     names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
     allocs = []

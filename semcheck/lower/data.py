@@ -135,7 +135,7 @@ class ThreadMemory:
                 # A buffer first touched inside one branch: its other side is the initial.
                 joined[name] = _join_all(missing + [_initial_like(missing[0], self, name)]) if missing else None
             else:
-                joined[name] = _join_all(versions)
+                joined[name] = _join_all([v for v in versions if v is not None])  # none is None here
         self.contents = joined
 
     def knows_as_much(self, snapshot: dict) -> bool:
@@ -248,8 +248,8 @@ class ThreadMemory:
                 return
             self.write(ref, transforms, region, total)
         else:
-            self.forget(ref, region, (value if isinstance(value, Opaque) else old).why
-                        if isinstance(value, Opaque) or isinstance(old, Opaque) else None)
+            opaque = value if isinstance(value, Opaque) else old if isinstance(old, Opaque) else None
+            self.forget(ref, region, opaque.why if opaque is not None else None)
 
     def written_element(self, ref: RefValue, region: ir.Region) -> bool:
         """Whether this thread may have stored into the element `region` names."""
@@ -325,7 +325,7 @@ def _element(region: ir.Region) -> tuple[int, ...] | None:
     if not all(isinstance(s, (int, np.integer)) for s in region.start) or any(
             not isinstance(n, (int, np.integer)) or n != 1 for n in region.size):
         return None
-    return tuple(int(s) for s in region.start)
+    return tuple(int(s) for s in region.start if isinstance(s, (int, np.integer)))  # all are, as checked
 
 
 def _inside(index: tuple[int, ...], box) -> bool:

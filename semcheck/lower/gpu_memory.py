@@ -59,18 +59,19 @@ def smem_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> ir.Reg
         if isinstance(transform, NDIndexer):
             kept = []
             for dims, index in zip(groups, transform.indices):
-                is_slice = isinstance(index, Slice)
-                start = index.start if is_slice else index
+                sliced = index if isinstance(index, Slice) else None
+                start = sliced.start if sliced is not None else index
                 if isinstance(start, (Known, Sym)) and (not isinstance(start, Known) or start.is_scalar):
                     start = operand(t, eqn, start, what)
                 exact = len(dims) == 1 and isinstance(start, (int, ir.Reg, ir.BinOp))
-                if exact and (not is_slice or isinstance(index.size, int)):
+                size = 1 if sliced is None else sliced.size
+                if exact and isinstance(start, (int, ir.Reg, ir.BinOp)) and isinstance(size, int):
                     [d] = dims
                     starts[d] = sym_op("add", starts[d], start)
-                    sizes[d] = ((index.size - 1) * index.stride + 1 if index.size else 0) if is_slice else 1
+                    sizes[d] = 1 if sliced is None else ((size - 1) * sliced.stride + 1 if size else 0)
                 else:
                     widen(dims)
-                if is_slice:
+                if sliced is not None:
                     kept.append(dims)
             groups = kept + groups[len(transform.indices):]
         elif isinstance(transform, gpu_core.UntilingTransform):
@@ -188,7 +189,7 @@ def run_scoped(t: GpuThreadLowering, eqn, inputs):
         # Barriers are initialized at every entry; memory and semaphores keep their slot.
         key = (id(eqn), k, t.sub if per_thread else None, entry if is_barrier else None)
         ref = t.kernel.scoped.get(key)
-        if ref is None:
+        if not isinstance(ref, RefValue):  # not yet allocated
             base = names[k] if k < len(names) and names[k] else f"scoped{k}"
             ref = t.kernel.scoped[key] = declare_gpu_ref(t.kernel, base, var.aval, SemOrigin.SCOPED, t.loc(eqn))
         refs.append(ref)
@@ -219,7 +220,7 @@ def barrier_info(dtype) -> MBarrier | None:
     from jax._src.pallas.mosaic_gpu import core as gpu_core
 
     if isinstance(dtype, gpu_core.ClusterBarrierType):
-        axes = []
+        axes: list[str] = []
         for axis in dtype.collective_axes:
             axes.extend(axis if isinstance(axis, tuple) else (axis,))
         return MBarrier(int(dtype.num_arrivals), tuple(axes))

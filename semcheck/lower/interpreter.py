@@ -10,6 +10,7 @@ rounding rule is JAX's own and nothing is reimplemented. Results are cached per
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -57,7 +58,7 @@ def read_atom(env: dict, atom) -> Value:
     return env[atom]
 
 
-def eval_jaxpr(t: ThreadLowering, jaxpr, consts: list[Value], args: list[Value]) -> list[Value]:
+def eval_jaxpr(t: ThreadLowering, jaxpr, consts: Sequence[Value], args: Sequence[Value]) -> list[Value]:
     from jax._src import core as jax_core
 
     env: dict = {}
@@ -118,8 +119,9 @@ def generic(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
             f"semcheck has no model of this effectful primitive (effects: {set(eqn.effects)})",
             hint="please report this primitive so a rule can be added",
         )
-    if all(isinstance(x, Known) for x in inputs) and name not in HARMLESS_EFFECTFUL:
-        folded = fold(t, eqn, inputs)
+    known = [x for x in inputs if isinstance(x, Known)]
+    if len(known) == len(inputs) and name not in HARMLESS_EFFECTFUL:
+        folded = fold(t, eqn, known)
         if isinstance(folded, list):
             return folded
         if isinstance(folded, str):

@@ -192,7 +192,8 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
                     hint="index semaphore arrays with .at[i] only",
                 )
             return None
-        kept, sizes = [], []
+        kept: list[int] = []
+        sizes: list[Value] = []
         for dim, index, size in zip(view.kept, transform.indices, view.sizes):
             d = view.dims[dim]
             extent = d.count if isinstance(d.count, int) else ref.shape[dim]
@@ -203,7 +204,8 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
                 d.stride *= index.stride
                 d.count = count
                 kept.append(dim)
-                sizes.append(index.size if not isinstance(index.size, int) else known(index.size))
+                # JAX types Slice.size int | Array; under semcheck's interpreter it holds a semcheck Value.
+                sizes.append(index.size if not isinstance(index.size, int) else known(index.size))  # type: ignore[arg-type]
             else:
                 start = _index(t, eqn, index, exact, what, extent)
                 d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
@@ -263,11 +265,13 @@ def semaphore_ref(
     if not ref.is_semaphore:
         raise t.error(eqn, f"{what} is the buffer {ref.alloc!r}, not a semaphore")
     view = _view(t, eqn, ref, transforms, exact=True, what=f"{what} index")
+    assert view is not None, "an exact view either exists or raised"
     if view.kept:
         raise t.error(eqn, f"{what}: {ref.alloc} is indexed to a shape, not a single semaphore")
     index: ir.Operand = 0
     stride = 1
     for d, extent in reversed(list(zip(view.dims, ref.shape))):
+        assert d.start is not None, "an exact view knows where it starts"
         index = sym_op("add", index, sym_op("mul", d.start, stride))
         stride *= extent
     return ir.SemRef(ref.alloc, index, device, core)
@@ -284,7 +288,8 @@ def region(t: ThreadLowering, eqn, value, what: str, extra=()) -> ir.Region:
     view = _view(t, eqn, ref, transforms, exact=False, what=what)
     if view is None:
         return ir.Region(ref.alloc, (0,) * len(ref.shape), tuple(ref.shape))
-    starts, sizes = [], []
+    starts: list[ir.Operand] = []
+    sizes: list[ir.Operand] = []
     for d, extent in zip(view.dims, ref.shape):
         known_extent = d.extent()
         if d.start is None or known_extent is None:
@@ -406,15 +411,16 @@ def _scalar_prefetch_element(t: ThreadLowering, eqn, ref: RefValue, reg: ir.Regi
         return None
     if not (np.issubdtype(aval.dtype, np.integer) or aval.dtype == np.bool_):
         return None
-    if not all(isinstance(x, int) for x in reg.start) or any(size != 1 for size in reg.size):
+    element = tuple(x for x in reg.start if isinstance(x, int))
+    if len(element) != len(reg.start) or any(size != 1 for size in reg.size):
         return None  # an element chosen at run time: its value stays untracked
     if not reg.start and math.prod(t.kernel.buffers[reg.buffer].shape) != 1:
         return None
     if t.memory.written_element(ref, reg):
         return None  # the kernel's own store defines it (data.py)
-    if not prefetch and not t.kernel.is_assumed(reg.buffer, tuple(reg.start), t.device):
+    if not prefetch and not t.kernel.is_assumed(reg.buffer, element, t.device):
         return None  # its value comes from the data (data.py)
-    name = t.kernel.scalar_input(reg.buffer, tuple(reg.start), t.device, aval.dtype, t.loc(eqn), prefetch)
+    name = t.kernel.scalar_input(reg.buffer, element, t.device, aval.dtype, t.loc(eqn), prefetch)
     return Sym(ir.Reg(name), np.dtype(aval.dtype))
 
 

@@ -7,7 +7,7 @@ protocol once, in a canonical schedule (the lowest-numbered thread that can move
 copies complete only when no thread can move), and records, for every point where a thread
 reads data (a load, a store's old value, a copy's source), which copies had landed on that
 thread since its previous such point. The next lowering applies exactly those payloads
-there (`KernelContext.arrivals`); kernel.py repeats until the protocol and the payloads no
+there (`KernelContext.arrivals`); tpu_kernel.py repeats until the protocol and the payloads no
 longer change, which is the fixpoint the values of this schedule define.
 
 For a kernel without data races every schedule computes the same values (a load that could
@@ -20,7 +20,7 @@ from __future__ import annotations
 from semcheck import ir
 
 # A canonical run longer than this many steps is cut (a loop polling forever): the
-# payloads seen so far are kept, and kernel.py reports if they did not settle.
+# payloads seen so far are kept, and tpu_kernel.py reports if they did not settle.
 MAX_STEPS = 1_000_000
 
 

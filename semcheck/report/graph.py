@@ -128,7 +128,7 @@ def counterexample_graph(
     folded = _fold(graph, lanes, fold_above)
     folded.update({f"s{s.index}": "rest" for s in rest})
     lane_order = sorted(lanes)
-    unit = core_unit(result.semantics)
+    unit = core_unit(result.backend)
     graph.graph["lanes"] = [
         (key, _rest_lane_label(rest_lanes, result.cores, unit) if key == REST else _lane_label(key, result.cores, unit))
         for key in lane_order
@@ -136,8 +136,8 @@ def counterexample_graph(
     for order, key in enumerate(lane_order):
         for position, node in enumerate(lanes[key]):
             graph.nodes[node]["order"] = position
-        for a, b in zip(lanes[key], lanes[key][1:]):
-            graph.add_edge(a, b, kind=PROGRAM)
+        for earlier, later in zip(lanes[key], lanes[key][1:]):
+            graph.add_edge(earlier, later, kind=PROGRAM)
 
     def at(index: int) -> str | None:
         """The node step `index` is drawn in; None when it is outside the causal past (an
@@ -239,8 +239,8 @@ def _focus_semaphores(violation: Violation) -> set[str]:
         lane = (last.device, last.core, last.sub)
         waits = [s for s in violation.trace[:-1] if (s.device, s.core, s.sub) == lane
                  and s.event in ("wait", "dma_wait") and s.semaphore]
-        if waits:
-            focus.add(waits[-1].semaphore)
+        if waits and (semaphore := waits[-1].semaphore):
+            focus.add(semaphore)
     return focus
 
 
@@ -449,7 +449,8 @@ def _missing_text(violation: Violation) -> str:
             return f"\n{', '.join(a.missing_on[:3])} {'has' if len(a.missing_on) == 1 else 'have'} no {a.what} at line {a.location.line}"
         for site in m.sites:
             if not site.ran and site.adds:
-                return f"\n{site.thread}'s {site.what} at line {site.location.line} never runs"
+                line = site.location.line if site.location else "?"
+                return f"\n{site.thread}'s {site.what} at line {line} never runs"
     return ""
 
 
@@ -499,8 +500,13 @@ def _plain_text(step: TraceStep) -> str:
     return step.text
 
 
+def _added(step: TraceStep) -> int:
+    assert step.before is not None and step.after is not None, "_short_text keeps steps without counts"
+    return step.after - step.before
+
+
 def _short_signal(step: TraceStep, change: str) -> tuple[str, str]:
-    return f"signal {step.semaphore} +{step.after - step.before}", change
+    return f"signal {step.semaphore} +{_added(step)}", change
 
 
 def _short_wait(step: TraceStep, change: str) -> tuple[str, str]:
@@ -511,16 +517,16 @@ def _short_wait(step: TraceStep, change: str) -> tuple[str, str]:
 
 
 def _short_dma_wait(step: TraceStep, change: str) -> tuple[str, str]:
-    return f"dma_wait ({step.side}) {step.semaphore} {step.before - step.after} B", change
+    return f"dma_wait ({step.side}) {step.semaphore} {-_added(step)} B", change
 
 
 def _short_recv_done(step: TraceStep, change: str) -> tuple[str, str]:
     origin = step.actor.removeprefix("DMA from ")
-    return f"DMA from {origin} lands:\n{step.semaphore} +{step.after - step.before}", change
+    return f"DMA from {origin} lands:\n{step.semaphore} +{_added(step)}", change
 
 
 def _short_send_done(step: TraceStep, change: str) -> tuple[str, str]:
-    return f"DMA sent: {step.semaphore} +{step.after - step.before}", change
+    return f"DMA sent: {step.semaphore} +{_added(step)}", change
 
 
 def _short_dma_start(step: TraceStep, change: str) -> tuple[str, str]:

@@ -48,7 +48,7 @@ class ProblemGroup:
 
 
 def problem_key(result: Result, violation: Violation) -> ProblemKey:
-    related = set(violation.related)
+    related: set[Loc | None] = set(violation.related)
     related |= {violation.blocked[i].location for i in violation.cycle}
     return ProblemKey(
         file=result.file,
@@ -83,7 +83,7 @@ def check_label(r: Result) -> str:
     """How a check is told apart from the kernel's other checks by its size: "4", "4 x 2 cores"."""
     label = str(r.devices)
     if r.cores > 1:
-        label += f" x {r.cores} {core_unit(r.semantics)}s"
+        label += f" x {r.cores} {core_unit(r.backend)}s"
     return label
 
 

@@ -38,7 +38,7 @@ def render(results: list[Result], *, judgements=None, hidden: int = 0, title: st
     out += ["", "| kernel | file | " + " | ".join(f"{n} devices" for n in devices) + " |",
             "|---|---|" + "---|" * len(devices)]
     for (file, kernel), indices in kernels.items():
-        cells = {}
+        cells: dict[int, str] = {}
         for i in indices:
             r = results[i]
             cell = f"{_ICONS[r.verdict]} {verdict_cell(r)}"

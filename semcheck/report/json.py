@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+from typing import overload
 
 from semcheck.ir import Loc, display_path
 from semcheck.report import groups
 from semcheck.result import BlockedWait, MissingAction, Result, TraceStep, Violation
 from semcheck.version import __version__
+
+
+@overload
+def location(loc: Loc) -> dict: ...
+@overload
+def location(loc: None) -> None: ...
+@overload
+def location(loc: Loc | None) -> dict | None: ...
 
 
 def location(loc: Loc | None) -> dict | None:
@@ -52,7 +61,7 @@ def _step_details(step: TraceStep) -> dict:
         "fault": step.fault,
         "kernel": step.kernel,  # in a program of several kernels: the one the step belongs to
     }
-    out = {key: value for key, value in details.items() if value is not None}
+    out: dict[str, object] = {key: value for key, value in details.items() if value is not None}
     if step.event in ("wait",) and not step.decrement:
         out["decrement"] = False
     if step.completions:
@@ -100,7 +109,7 @@ def missing_dict(m: MissingAction) -> dict:
 
 
 def violation_dict(v: Violation) -> dict:
-    out = {
+    out: dict[str, object] = {
         "kind": v.kind,
         "severity": v.severity,
         "message": v.message,
@@ -133,8 +142,9 @@ def result_dict(r: Result) -> dict:
         "kernel": r.kernel,
         "file": display_path(r.file),
         "line": r.line,
-        "backend": r.backend,
-        "semantics": r.semantics,
+        # The contract's names (DESIGN.md): "backend" is who produced the protocol.
+        "backend": r.frontend,
+        "semantics": r.backend,
         "devices": r.devices,
         "cores": r.cores,
         "engine": r.engine,

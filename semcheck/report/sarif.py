@@ -60,7 +60,7 @@ def sarif_log(results: list[Result], judgements=None, *, category: str | None = 
         for finding in findings_module.collect(results, root)
     ]
     notifications = [n for r in results for n in _notifications(r, root)]
-    invocation = {"executionSuccessful": all(r.verdict is not Verdict.ERROR for r in results)}
+    invocation: dict[str, object] = {"executionSuccessful": all(r.verdict is not Verdict.ERROR for r in results)}
     if notifications:
         invocation["toolExecutionNotifications"] = notifications
     run = {
@@ -121,8 +121,8 @@ def _result(finding: Finding, rule_index: dict, expectation, root: str) -> dict:
         "message": {"text": message},
         "locations": [_location(finding.location, root)],
         "partialFingerprints": {FINGERPRINT_KEY: finding.fingerprint},
-        "properties": {"kernel": result.kernel, "devices": devices, "backend": result.backend,
-                       "semantics": result.semantics, "engine": result.engine},
+        "properties": {"kernel": result.kernel, "devices": devices, "backend": result.frontend,
+                       "semantics": result.backend, "engine": result.engine},
     }
     related = _related_locations(violation, finding.location, root)
     if related:
@@ -160,7 +160,8 @@ def _artifact(path: str, root: str) -> dict:
 
 
 def _related_locations(violation: Violation, primary: Loc, root: str) -> list[dict]:
-    out, seen = [], {primary}
+    out: list[dict] = []
+    seen = {primary}
     for b in violation.blocked:
         loc = b.location
         if loc is None or loc in seen:
@@ -250,7 +251,7 @@ def _code_flow(result: Result, violation: Violation, root: str, *, whole_threads
     thread_flows = []
     for lane in sorted(threads):
         device, core, sub = lane
-        name = names.get(lane) or thread_name(device, core, sub, result.cores, core_unit(result.semantics))
+        name = names.get(lane) or thread_name(device, core, sub, result.cores, core_unit(result.backend))
         thread_flows.append({"id": name, "message": {"text": name}, "locations": threads[lane]})
     shown = sum(len(t["locations"]) for t in thread_flows)
     which = "" if whole_threads else "essential "
@@ -265,6 +266,7 @@ def _flow_step(step: TraceStep, violation: Violation, root: str) -> dict:
     focus = {b.short for b in violation.blocked} | {violation.semaphore}
     fault = step.fault is not None
     essential = fault or step.relevance == 0 or (step.semaphore and step.semaphore in focus)
+    assert step.location is not None, "every step of a counterexample is at a line of the kernel"
     entry = {
         "location": _location(step.location, root, f"{step.index}. {step.actor}: {step.text}"),
         "executionOrder": step.index,
@@ -284,7 +286,7 @@ def _notifications(result: Result, root: str) -> list[dict]:
             "; ".join(result.notes) or "a budget ran out")
     else:
         return []
-    notification = {"level": level, "message": {"text": text}}
+    notification: dict[str, object] = {"level": level, "message": {"text": text}}
     if result.file and not result.file.startswith("<"):
         notification["locations"] = [_location(Loc(result.file, max(result.line, 1)), root)]
     return [notification]

@@ -84,7 +84,7 @@ def _render_kernel(results: list[Result], indices: list[int], max_trace_steps: i
         v = r.violations[problem.shown.violation]
         lines.append("")
         lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, max_trace_steps=max_trace_steps,
-                                      unit=core_unit(r.semantics), seen_at=_seen_at(shown, problem)))
+                                      unit=core_unit(r.backend), seen_at=_seen_at(shown, problem)))
     notes = dict.fromkeys(note for i in in_full for note in results[i].notes)
     lines.extend(f"  note: {note}" for note in notes)
     return "\n".join(lines)
@@ -123,8 +123,8 @@ def verdict_line(r: Result) -> str:
     where = f"{display_path(r.file)}:{r.line}" if r.file else ""
     head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
     if r.cores > 1:
-        head += f" x {r.cores} {core_unit(r.semantics)}s"
-    head += f", {r.semantics} rules]" if r.verdict is not Verdict.ERROR else "]"
+        head += f" x {r.cores} {core_unit(r.backend)}s"
+    head += f", {r.backend} rules]" if r.verdict is not Verdict.ERROR else "]"
     word = _VERDICT_WORDS[r.verdict]
     if r.verdict is Verdict.SAFE:
         detail = "no deadlock, unsatisfied wait, leftover, bad id, data race or early arrival in any schedule"
@@ -160,7 +160,7 @@ def render_result(r: Result, *, max_trace_steps: int = 0) -> str:
     for v in r.errors + r.warnings:
         lines.append("")
         lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, max_trace_steps=max_trace_steps,
-                                      unit=core_unit(r.semantics)))
+                                      unit=core_unit(r.backend)))
     for note in r.notes:
         lines.append(f"  note: {note}")
     return "\n".join(lines)
@@ -174,7 +174,7 @@ def render_violation(
     where = _loc(v.location)
     lines = [f"  {v.severity}: {v.kind} ({who}) at {where}" + (f"  [{seen_at}]" if seen_at else "")]
     excerpt = source_excerpt(v.location)
-    if excerpt:
+    if excerpt and v.location is not None:
         lines.append(f"    {v.location.line:>5} | {excerpt}")
     lines.extend("    " + part for part in v.message.split("\n"))
     if v.inputs:

@@ -3,7 +3,7 @@
 
 Scripts (`semcheck verify kernel.py --devices N`): the script runs as `python kernel.py`
 would (its folder first on sys.path, `__name__ == "__main__"`) in a subprocess
-(`python -m semcheck.capture`), because the number of fake CPU devices
+(`python -m semcheck.frontends.capture`), because the number of fake CPU devices
 (`XLA_FLAGS=--xla_force_host_platform_device_count=N`) must be set before JAX is imported.
 In that process semcheck registers its own CPU lowering rules for `pallas_call` and
 `mpmd_map` (`pl.kernel`, `core_map`, and `plgpu.kernel`, whose mpmd_map sits inside a
@@ -298,7 +298,7 @@ def capture_function(fn, *args, **kwargs) -> list:
 # first on sys.path, so a `jax.py` there would be imported instead of JAX (`python FILE`
 # puts the script's folder first, not the cwd); `-c` puts "" there, which the child removes
 # before importing anything.
-_CHILD = "import sys; del sys.path[0]; from semcheck.capture import child_main; child_main()"
+_CHILD = "import sys; del sys.path[0]; from semcheck.frontends.capture import child_main; child_main()"
 
 
 def capture_script(path: str, devices: int, *, timeout: float | None = None) -> CaptureOutcome:
@@ -315,7 +315,7 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None) -> 
     with tempfile.TemporaryDirectory(prefix="semcheck-") as tmp:
         output = os.path.join(tmp, "capture.pickle")
         env = dict(os.environ)
-        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
         env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
         env.setdefault("JAX_PLATFORMS", "cpu")
@@ -503,7 +503,7 @@ def _settle_callbacks() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m semcheck.capture",
+    parser = argparse.ArgumentParser(prog="python -m semcheck.frontends.capture",
                                      description="Run a kernel script and capture its Pallas kernels.")
     parser.add_argument("--devices", type=int, required=True)
     parser.add_argument("--output", required=True)
@@ -542,6 +542,6 @@ def child_main() -> None:
 if __name__ == "__main__":
     # The outcome is pickled from the importable module, not from __main__, so that the
     # parent can load it.
-    from semcheck import capture as _module
+    from semcheck.frontends import capture as _module
 
     _module.child_main()

@@ -62,6 +62,7 @@ class Independence:
         many (a send semaphore every step's copy adds to) by scanning that issuer's
         pending completions, never every pending completion."""
         for side, issuer, starts in self._copies_on.get(r, ()):
+            ranges: list[tuple[int, ...]]
             if len(starts) <= 4:
                 ranges = [(side, issuer, pc) for pc in sorted(starts)]
             else:
@@ -301,9 +302,9 @@ class Independence:
         stops: dict[tuple[int, int, int], dict[int, list[int]]] = {}
         for t, body in enumerate(system.bodies):
             for pc, instr in enumerate(body):
-                sid = _blocking_sem(system, t, instr)
-                if sid in only:
-                    stops.setdefault(only[sid], {}).setdefault(t, []).append(pc)
+                blocking = _blocking_sem(system, t, instr)
+                if blocking in only:
+                    stops.setdefault(only[blocking], {}).setdefault(t, []).append(pc)
         return {guard: {t: tuple(sorted(pcs)) for t, pcs in by_thread.items()} for guard, by_thread in stops.items()}
 
 

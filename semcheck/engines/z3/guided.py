@@ -34,7 +34,8 @@ def schedule(
     no thread can take a step, which is how a copy stays in flight across an access)."""
     ranks = [[_rank(instr) for instr in body] for body in system.bodies]
     left = list(steps)
-    state, actions, states = initial, [], [initial]
+    state, states = initial, [initial]
+    actions: list[Action] = []
     while True:
         choice, best = None, None
         completion = None

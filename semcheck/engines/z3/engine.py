@@ -1,6 +1,6 @@
 """The z3 engine: decide the same properties as the explicit engine by solving.
 
-`smt_encoding.py` turns the protocol into constraints whose models are execution prefixes;
+`encoding.py` turns the protocol into constraints whose models are execution prefixes;
 this module asks the questions, in turn:
 
 1. faults: a cut in which some instruction faults (a device, core or semaphore index out of
@@ -49,14 +49,14 @@ import threading
 import z3
 
 from semcheck import trace as tracing
-from semcheck.engines import guided
+from semcheck.engines.z3 import guided
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn, ProgressInfo, rss_mb
 from semcheck.engines.causal import causal_past
 from semcheck.engines.common import Exploration
-from semcheck.engines.smt_encoding import Encoding
-from semcheck.engines.smt_scope import unmodelled
-from semcheck.engines.smt_terms import NOT, OR, fresh_context
-from semcheck.engines.unroll import CONSTANT_JUMP_CAP
+from semcheck.engines.z3.encoding import Encoding
+from semcheck.engines.z3.scope import unmodelled
+from semcheck.engines.z3.terms import NOT, OR, fresh_context
+from semcheck.engines.z3.unroll import CONSTANT_JUMP_CAP
 from semcheck.properties import (
     CASCADING_KINDS, CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings, went_wrong,
 )

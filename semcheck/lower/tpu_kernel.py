@@ -169,7 +169,7 @@ def _parallel_prefix(compiler_params, grid, name, loc) -> int:
 def _grid_points(grid, parallel: int, cores: int) -> list[list[tuple[int, ...]]]:
     import itertools
 
-    points = list(itertools.product(*(range(d) for d in grid))) if grid else [()]
+    points: list[tuple[int, ...]] = list(itertools.product(*(range(d) for d in grid))) if grid else [()]
     total = len(points)
     parallel_size = math.prod(grid[:parallel]) if grid else 1
     if total == 0:

@@ -35,7 +35,7 @@ replay step by step.
 The constraints come in two groups: `constraints` (control, registers, which events exist,
 final counts) and `ordering` (positions, and what waits and reads see). Dropping `ordering`
 relaxes the problem to counting; a question the relaxation answers "no" needs no ordering,
-which is how a safe ring is proved by counting alone (see `smt.py`). Queries (`smt.py`) add what they look for: a fault, a terminal cut
+which is how a safe ring is proved by counting alone (see `engine.py`). Queries (`engine.py`) add what they look for: a fault, a terminal cut
 (every thread finished or at a wait its final count cannot pass, no DMA in flight), a
 non-zero semaphore at exit, or a path past the unrolling bound.
 """
@@ -50,10 +50,8 @@ from fractions import Fraction
 import z3
 
 from semcheck import ir
-from semcheck.engines import unroll as unrolling
-from semcheck.engines.smt_terms import (
-    AND, EQ, GE, IMPLIES, ITE, LT, NOT, OR, SUM, SymBool, SymInt, apply, in_range, is_const, truth,
-)
+from semcheck.engines.z3 import unroll as unrolling
+from semcheck.engines.z3.terms import AND, EQ, GE, IMPLIES, ITE, LT, NOT, OR, SUM, SymBool, SymInt, apply, in_range, is_const, truth
 from semcheck.properties import Kind
 from semcheck.semantics import (
     INVALID_CORE, INVALID_DEVICE, INVALID_REGION, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,

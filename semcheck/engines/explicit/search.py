@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from semcheck.engines import endless
+from semcheck.engines.explicit import endless
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
-from semcheck.engines.independence import Independence
-from semcheck.engines.reduction import stubborn_subset
+from semcheck.engines.explicit.independence import Independence
+from semcheck.engines.explicit.reduction import stubborn_subset
 from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
-from semcheck.semantics import System
+from semcheck.semantics import Action, System
 
 NAME = "explicit"
 
@@ -58,7 +58,7 @@ def explore(
     transitions = 0
     # With loops, the non-progress check (endless.py) needs the explored graph's edges.
     edges: list[list] | None = [] if endless.loops(system) else None
-    skipped: list[tuple[int, object]] = []  # (state, action) pairs a sleep set skipped
+    skipped: list[tuple[int, Action]] = []  # (state, action) pairs a sleep set skipped
     ended: set[int] = set()
     try:
         for state in system.iter_initial_states():  # one per input value: check the budget

@@ -19,7 +19,7 @@ its own and the search follows one path through each independent stretch.
 
 from __future__ import annotations
 
-from semcheck.engines.independence import Independence
+from semcheck.engines.explicit.independence import Independence
 from semcheck.footprints import X_INC, Channels
 from semcheck.semantics import Action, State
 

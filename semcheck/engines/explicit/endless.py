@@ -88,10 +88,11 @@ def findings(
         for finding in new:
             seen.add(finding.key)
             # Walk on to the finding's own line, so the turn shown starts where it reads.
+            t = finding.thread
+            assert t is not None, "an endless loop is some thread's"
             k = next(
                 (n for n, (state, action) in enumerate(cycle)
-                 if action == ("t", finding.thread)
-                 and system.bodies[finding.thread][state.pcs[finding.thread]].loc == finding.loc),
+                 if action == ("t", t) and system.bodies[t][state.pcs[t]].loc == finding.loc),
                 0,
             )
             lasso = prefix + actions[:k] + actions[k:] + actions[:k]
