@@ -407,7 +407,7 @@ def ring_protocols(draw, max_devices: int = 3, max_steps: int = 2):
 
 @st.composite
 def capacity_ring_protocols(draw, max_devices: int = 3, max_steps: int = 3):
-    """The tutorial ring all-reduce's shape (benchmarks/kernels/allreduce_ring.py), where the
+    """The tutorial ring all-reduce's shape (examples/tpu/allreduce_ring.py), where the
     counting cut of a whole stubborn set saves the most: per step a device tells its left
     neighbour that a slot is free (a REGULAR `capacity` semaphore there), copies its
     working slot locally, waits for its right neighbour's word, copies the slot on into the
