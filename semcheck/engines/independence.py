@@ -86,7 +86,8 @@ class Independence:
         """Sorted pcs of thread t's waits that only `event`'s completion can satisfy."""
         return self._stops.get((event.issuer, event.start_pc, event.side), {}).get(t)
 
-    def cut(self, state: State, still: frozenset[int] | set[int], still_events, t: int, limit: int = 8) -> int | None:
+    def cut(self, state: State, still: frozenset[int] | set[int], still_events, t: int, limit: int = 8,
+            still_sems: frozenset[int] | set[int] | None = None) -> int | None:
         """The first wait of straight-line thread t, from its pc on, that it cannot pass
         while the threads `still` and the pending completions `still_events` stand still
         (the members of a stubborn set being built: none of them moves in a schedule made of
@@ -96,15 +97,18 @@ class Independence:
         earlier waits on it take first. When that is less than the wait's amount, t's
         future counts only up to the wait. Standing still more only lowers that most, so a
         cut found for part of a set holds for the whole set. (At most `limit` candidate
-        waits are tried: giving up only means no cut.)"""
+        waits are tried: giving up only means no cut.) `still_sems`: the semaphores the
+        completions in `still_events` add to, when the caller has them at hand."""
         entries = self._counted_waits.get(t)
         if not entries:
             return None
+        if still_sems is None:
+            still_sems = {e.sem for _kind, e in still_events}
         pc = state.pcs[t]
         k = bisect_left(entries, (pc,))
         tried = 0
         for stop, sid, need, adders in entries[k:]:
-            if adders.isdisjoint(still) and not any(e.sem == sid for _kind, e in still_events):
+            if adders.isdisjoint(still) and sid not in still_sems:
                 continue  # nothing standing still adds to this one: it does not keep it closed
             tried += 1
             if tried > limit:

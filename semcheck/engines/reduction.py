@@ -73,7 +73,8 @@ class _Context:
         me = action[1] if action[0] == "t" else None
         cuts: dict[int, tuple[int, ...] | None] = {}
         still: set[int] | None = None
-        still_events: list[Action] = []
+        still_events: set[Action] = set()
+        still_sems: set[int] = set()
         for r, (xa, ya) in own.items():
             for t in touchers.get(r, ()):
                 if t == me or ("t", t) in found or ("t", t) in members or not self._active(t):
@@ -81,9 +82,10 @@ class _Context:
                 if t not in cuts:
                     if still is None:
                         still = {m[1] for m in members if m[0] == "t"}
-                        still_events = [m for m in members if m[0] == "e"]
+                        still_events = {m for m in members if m[0] == "e"}
+                        still_sems = {m[1].sem for m in still_events}
                     stops = set(ind.guard_stops(t, guard) or ()) if guard is not None else set()
-                    stop = ind.cut(self.state, still, still_events, t)
+                    stop = ind.cut(self.state, still, still_events, t, still_sems=still_sems)
                     if stop is not None:
                         stops.add(stop)
                     cuts[t] = tuple(sorted(stops)) if stops else None
