@@ -25,7 +25,6 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RING = os.path.join(ROOT, "models", "ring_allgather.py")
 TPU = os.path.join(ROOT, "examples", "tpu")
-KERNELS = os.path.join(ROOT, "benchmarks", "kernels")
 
 WHEEL_DRIVER = """\
 import jax
@@ -84,18 +83,19 @@ def rows(scratch: str) -> list[Row]:
               ((8, "< 2 s"), (16, "race, < 30 s"), (32, "race, < 120 s"))]
     table += [Row(f"{name}, N=16", "< 60 s", os.path.join(TPU, name), 16)
               for name in ("reduce_scatter_capacity.py", "allgather_bidirectional.py")]
-    table += [Row(f"allreduce_ring.py, N={n}{' x2' if k > 1 else ''}", target,
-                  os.path.join(KERNELS, "allreduce_ring.py"), n, ("--invocations", str(k)))
+    table += [Row(f"{name}, N={n}{' x2' if k > 1 else ''}", target,
+                  os.path.join(TPU, name), n, ("--invocations", str(k)))
+              for name in ("allreduce_ring.py", "allreduce_ring_no_capacity.py")
               for n, target in ((8, "< 30 s"), (16, "< 120 s")) for k in (1, 2)]
-    table += [Row(f"reduce_scatter_bidirectional.py, N={n}", target,
-                  os.path.join(KERNELS, "reduce_scatter_bidirectional.py"), n)
+    table += [Row(f"{name}, N={n}", target, os.path.join(TPU, name), n)
+              for name in ("reduce_scatter_bidirectional.py", "reduce_scatter_bidirectional_no_drain.py")
               for n, target in ((4, "< 10 s"), (8, "< 60 s"))]
     table += [
         Row("timeout: explicit search, T=5", "ends < 10 s", RING, 32, ("--engine", "explicit", "--no-reduction"), 5),
         Row("timeout: z3, T=10", "ends < 15 s", os.path.join(TPU, "allgather_bidirectional.py"), 16,
             ("--engine", "z3"), 10),
         Row("timeout: model code, T=5", "ends < 10 s", slow, 2, (), 5),
-        Row("timeout: capture, T=1", "ends < 6 s", os.path.join(KERNELS, "allreduce_ring.py"), 8, (), 1),
+        Row("timeout: capture, T=1", "ends < 6 s", os.path.join(TPU, "allreduce_ring.py"), 8, (), 1),
     ]
     return table
 

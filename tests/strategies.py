@@ -403,3 +403,79 @@ def ring_protocols(draw, max_devices: int = 3, max_steps: int = 2):
         semaphores=tuple(sems), buffers=(ir.BufferDecl("out", (devices, 4)),),
         threads=tuple(ir.Thread(d, 0, tuple(body)) for d, body in enumerate(bodies)),
     )
+
+
+@st.composite
+def capacity_ring_protocols(draw, max_devices: int = 3, max_steps: int = 3):
+    """The tutorial ring all-reduce's shape (examples/tpu/allreduce_ring.py), where the
+    counting cut of a whole stubborn set saves the most: per step a device tells its left
+    neighbour that a slot is free (a REGULAR `capacity` semaphore there), copies its
+    working slot locally, waits for its right neighbour's word, copies the slot on into the
+    right neighbour's spare slot (one receive semaphore shared by every step), reads the
+    local copy and waits on its copies. Optional parts (the handshake, the first send, the
+    reads) and one mutated device (a dropped, repeated or moved instruction, a wrong amount)
+    give the almost-right variants where a cut that is too bold would miss a schedule."""
+    devices = draw(st.integers(2, max_devices))
+    steps = draw(st.integers(1, max_steps))
+    sems = [
+        ir.SemDecl("local", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE),
+        ir.SemDecl("send", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE),
+        ir.SemDecl("recv", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE),
+        ir.SemDecl("capacity", SemKind.REGULAR, 1, SemOrigin.SCRATCH, Scope.CORE),
+    ]
+    capacity = draw(st.booleans()) or draw(st.booleans())  # mostly with the handshake
+    first_send = draw(st.booleans())
+    reads = draw(st.booleans())
+    lines = iter(range(1, 10_000))
+
+    def loc() -> ir.Loc:
+        return ir.Loc("capacity_ring.py", next(lines))
+
+    def program(d: int) -> list[ir.Instr]:
+        right, left = (d + 1) % devices, (d - 1) % devices
+        body: list[ir.Instr] = []
+        if first_send:
+            body += [
+                ir.DmaStart(loc(), ir.Region("x", (0,), (1,)), ir.Region("slots", (0,), (1,)),
+                            ir.SemRef("recv"), ir.SemRef("send"), 4, right),
+                ir.DmaWait(loc(), ir.SemRef("send"), 4, "send"),
+                ir.DmaWait(loc(), ir.SemRef("recv"), 4, "recv"),
+            ]
+        for step in range(steps):
+            work, spare = step % 2, 1 - step % 2
+            if capacity:
+                body.append(ir.Signal(loc(), ir.SemRef("capacity", 0, left)))
+            body.append(ir.DmaStart(loc(), ir.Region("slots", (work,), (1,)), ir.Region("incoming", (0,), (1,)),
+                                    ir.SemRef("local"), None, 4))
+            if capacity:
+                body.append(ir.Wait(loc(), ir.SemRef("capacity"), 1, True))
+            body.append(ir.DmaStart(loc(), ir.Region("slots", (work,), (1,)), ir.Region("slots", (spare,), (1,)),
+                                    ir.SemRef("recv"), ir.SemRef("send"), 4, right))
+            body.append(ir.DmaWait(loc(), ir.SemRef("local"), 4, "recv"))
+            if reads:
+                body.append(ir.Load(loc(), ir.Region("incoming", (0,), (1,))))
+            body += [ir.DmaWait(loc(), ir.SemRef("send"), 4, "send"), ir.DmaWait(loc(), ir.SemRef("recv"), 4, "recv")]
+        return body
+
+    bodies = [program(d) for d in range(devices)]
+    if draw(st.integers(0, 2)) == 0:  # one device differs from the others
+        d = draw(st.integers(0, devices - 1))
+        body = bodies[d]
+        k = draw(st.integers(0, len(body) - 1))
+        mutation = draw(st.sampled_from(["drop", "repeat", "move", "amount"]))
+        if mutation == "drop":
+            del body[k]
+        elif mutation == "repeat":
+            body.insert(k, body[k])
+        elif mutation == "move":
+            body.insert(draw(st.integers(0, len(body) - 1)), body.pop(k))
+        elif isinstance(body[k], ir.DmaWait):
+            body[k] = dataclasses.replace(body[k], nbytes=8)
+        elif isinstance(body[k], ir.Wait):
+            body[k] = dataclasses.replace(body[k], value=2)
+    return ir.Protocol(
+        name="random_capacity_ring", backend=Backend.TPU, devices=devices, cores=1,
+        semaphores=tuple(sems),
+        buffers=(ir.BufferDecl("x", (1, 4)), ir.BufferDecl("slots", (2, 4)), ir.BufferDecl("incoming", (1, 4))),
+        threads=tuple(ir.Thread(d, 0, tuple(body)) for d, body in enumerate(bodies)),
+    )

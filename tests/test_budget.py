@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from semcheck import cli
+from semcheck import cli, ir
 from semcheck.api import check_protocol, verify_path
 from semcheck.engines.explicit import search as explicit
 from semcheck.engines.z3 import engine as smt
@@ -134,3 +134,56 @@ def test_a_long_phase_says_what_it_is_doing(monkeypatch):
         while not said:  # until the timer has spoken (the budget ends the loop otherwise)
             pass
     assert said[0].what == "building the transition system" and said[0].states == 0
+
+
+def _input_dependent_loop(registers: int) -> ir.Protocol:
+    """One thread whose loop runs `n` times (an input): every unrolled iteration joins
+    `registers` registers (the shape that once kept `_merge_registers` busy 600 s past
+    `--timeout 240`)."""
+    here = ir.Loc("loop.py", 1)
+    body: list[ir.Instr] = [ir.Assign(here, "i", 0)]
+    body += [ir.Assign(here, f"r{k}", 0) for k in range(registers)]
+    top = len(body)
+    body.append(ir.Branch(here, ir.BinOp("ge", ir.Reg("i"), ir.Reg("n")), top + registers + 3))
+    body += [ir.Assign(here, f"r{k}", ir.BinOp("add", ir.Reg(f"r{k}"), ir.Reg("i"))) for k in range(registers)]
+    body += [ir.Assign(here, "i", ir.BinOp("add", ir.Reg("i"), 1)), ir.Jump(here, top)]
+    body.append(ir.Signal(here, ir.SemRef("s", 0, 0), 1))
+    body.append(ir.Wait(here, ir.SemRef("s"), 1, True))
+    return ir.Protocol(
+        name="input_dependent_loop", backend=ir.Backend.TPU, devices=1, cores=1,
+        threads=(ir.Thread(0, 0, tuple(body)),),
+        semaphores=(ir.SemDecl("s", ir.SemKind.REGULAR, 1, ir.SemOrigin.SCRATCH, ir.Scope.CORE),),
+        inputs=(ir.Input("n", 0, 50),),
+    )
+
+
+def test_the_time_budget_stops_the_z3_encoder_while_it_merges_registers(monkeypatch):
+    """A fake clock jumps past the deadline as the first join of registers begins: the
+    encoder must stop inside that join (at its next register), not after the whole
+    unrolled loop, and the check says which phase ran out."""
+    from semcheck.engines import budget as budget_module
+    from semcheck.engines.smt_encoding import Encoding
+
+    class FakeClock:
+        offset = 0.0
+
+        @staticmethod
+        def monotonic() -> float:
+            return real_monotonic() + FakeClock.offset
+
+    real_monotonic = budget_module.time.monotonic
+    monkeypatch.setattr(budget_module, "time", FakeClock)
+    merged: list[str] = []
+    merge = Encoding._merge_registers
+
+    def merging(self, t, nv, preds):
+        merged.append("began")
+        FakeClock.offset = 10_000.0  # the budget of 60 s is long gone from here on
+        registers = merge(self, t, nv, preds)
+        merged.append("finished")
+        return registers
+
+    monkeypatch.setattr(Encoding, "_merge_registers", merging)
+    found = smt.explore(System(_input_dependent_loop(registers=40)), budget=Budget(timeout=60), unroll=30)
+    assert found.exhausted == "time budget of 60 s ran out while encoding for z3"
+    assert merged == ["began"] and found.solver_queries == 0

@@ -12,7 +12,7 @@ a ring all-gather at 64: explicit in seconds), so:
 * otherwise the explicit engine starts alone, with the whole budget. Most checks end within
   its head start (`HEAD_START_STATES` states, or `HEAD_START` seconds for a search whose
   states are slow), and then nothing else runs; counting states makes whether z3 runs at all
-  depend on the protocol, not on the machine's load. If the search goes on, z3 starts beside it, in a thread with its own copy of the System, with what is
+  depend on the protocol, not on the machine's load. If the search goes on, z3 starts beside it, in a thread sharing the (immutable) System, with what is
   left of the same deadline, and the first conclusive answer (safe or violation) is the
   check's: the other engine is stopped at its next budget check (a z3 solver call is
   interrupted). If neither concludes, the explicit engine's inconclusive Result stands,
@@ -127,10 +127,10 @@ def _side_by_side(
         if search_done.is_set():
             return
         solver_started.append(time.monotonic() - started)
-        # Its own System: the search silences the race lines it has reported in its one.
+        # The same System: it is immutable (the search's silenced race lines live in its
+        # own `Independence`), so both engines read it at once.
         try:
-            fresh = System(system.protocol)
-            result = z3(fresh, by_solver.budget, progress, **options)
+            result = z3(system, by_solver.budget, progress, **options)
         except BaseException as e:  # a bug in z3's engine: raised in the caller's thread below
             crashed.append(e)
             return

@@ -87,42 +87,49 @@ class Independence:
         """Sorted pcs of thread t's waits that only `event`'s completion can satisfy."""
         return self._stops.get((event.issuer, event.start_pc, event.side), {}).get(t)
 
-    def cut(self, state: State, starter: int, t: int, limit: int = 8) -> int | None:
+    def cut(self, state: State, still: frozenset[int] | set[int], still_events, t: int, limit: int = 8,
+            still_sems: frozenset[int] | set[int] | None = None) -> int | None:
         """The first wait of straight-line thread t, from its pc on, that it cannot pass
-        while thread `starter` stands still, by counting: the most its semaphore can hold
-        without `starter` moving is its count, plus what the pending completions on it add,
-        plus what every other thread's remaining instructions can add to it (each a
-        constant, or no cut), minus what t's own earlier waits on it take first. When that
-        is less than the wait's amount, t's future counts only up to the wait while
-        `starter` is in the stubborn set. (At most `limit` candidate waits are tried:
-        giving up only means no cut.)"""
+        while the threads `still` and the pending completions `still_events` stand still
+        (the members of a stubborn set being built: none of them moves in a schedule made of
+        actions outside the set), by counting: the most its semaphore can hold then is its
+        count, plus what the other pending completions on it add, plus what every thread
+        not in `still` can still add to it (each a constant, or no cut), minus what t's own
+        earlier waits on it take first. When that is less than the wait's amount, t's
+        future counts only up to the wait. Standing still more only lowers that most, so a
+        cut found for part of a set holds for the whole set. (At most `limit` candidate
+        waits are tried: giving up only means no cut.) `still_sems`: the semaphores the
+        completions in `still_events` add to, when the caller has them at hand."""
         entries = self._counted_waits.get(t)
         if not entries:
             return None
+        if still_sems is None:
+            still_sems = {e.sem for _kind, e in still_events}
         pc = state.pcs[t]
         k = bisect_left(entries, (pc,))
         tried = 0
         for stop, sid, need, adders in entries[k:]:
-            if starter not in adders:
-                continue  # `starter` standing still does not keep this one closed
+            if adders.isdisjoint(still) and sid not in still_sems:
+                continue  # nothing standing still adds to this one: it does not keep it closed
             tried += 1
             if tried > limit:
                 break
-            reachable = self._most_reachable(state, sid, adders, starter, t, pc, stop)
+            reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop)
             if reachable is not None and reachable < need:
                 return stop
         return None
 
-    def _most_reachable(self, state: State, sid: int, adders, starter: int, t: int, pc: int, stop: int) -> int | None:
+    def _most_reachable(self, state: State, sid: int, adders, still, still_events, t: int, pc: int, stop: int) -> int | None:
         taken = self._taken_before(t, sid, pc, stop)
         if taken is None:
             return None
         total = state.sems[sid] - taken
-        for (_kind, e), _x, _y in self.pending_on(state.events, sid):
-            if e.sem == sid and e.inc > 0:
-                total += e.inc
+        for action, _x, _y in self.pending_on(state.events, sid):
+            e = action[1]
+            if e.sem == sid and e.inc > 0 and action not in still_events:
+                total += e.inc * state.events.count(e)  # identical completions are one actor
         for a in adders:
-            if a == starter:
+            if a in still:
                 continue
             more = self._still_added(a, sid, state.pcs[a] if a != t else pc)
             if more is None:

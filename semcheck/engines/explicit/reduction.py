@@ -37,11 +37,13 @@ def stubborn_subset(ind: Independence, state: State, enabled: list[Action]) -> l
     # so a small set is found early and later closures stop as soon as they grow past it.
     seeds = [a for a in enabled if a[0] == "e"] + [a for a in enabled if a[0] == "t"]
     for seed in seeds:
-        members = ctx.closure(seed, limit=len(best))
-        if members is not None:
-            best = [a for a in enabled if a in members]
-            if len(best) == 1:
-                break
+        # with the blocked waiters it feeds joining first, and without: either can be smaller
+        for waiters_first in (True, False):
+            members = ctx.closure(seed, limit=len(best), waiters_first=waiters_first)
+            if members is not None:
+                best = [a for a in enabled if a in members]
+                if len(best) == 1:
+                    return best
     return best
 
 
@@ -60,26 +62,33 @@ class _Context:
     def _active(self, t: int) -> bool:
         return 0 <= self.state.pcs[t] < len(self.system.bodies[t])
 
-    def _clashing(self, action: Action, own: Channels, guard=None, first: bool = False) -> list[Action]:
-        """Every other actor whose footprint conflicts with `own`. A thread's footprint is
-        its future, cut at the first wait it cannot pass while the stubborn set stands
-        still: with `guard` (a completion in the set), a wait only that completion can
-        satisfy; for an action of a thread, a wait only a copy that thread has yet to start
-        can satisfy (`Independence.cut`). With `first`, stop at the first one."""
+    def _clashing(self, action: Action, own: Channels, members: set[Action], guard=None, first: bool = False) -> list[Action]:
+        """Every actor outside `members` (the stubborn set so far) whose footprint conflicts
+        with `own`. A thread's footprint is its future, cut at the first wait it cannot
+        pass while the set stands still: with `guard` (a completion in the set), a wait only
+        that completion can satisfy; and the first wait the set's members keep closed by
+        counting (`Independence.cut`). With `first`, stop at the first one."""
         found: dict[Action, None] = {}
         pcs, tables, touchers, ind = self.state.pcs, self.ind.tables, self.ind.touchers, self.ind
         me = action[1] if action[0] == "t" else None
         cuts: dict[int, tuple[int, ...] | None] = {}
+        still: set[int] | None = None
+        still_events: set[Action] = set()
+        still_sems: set[int] = set()
         for r, (xa, ya) in own.items():
             for t in touchers.get(r, ()):
-                if t == me or ("t", t) in found or not self._active(t):
+                if t == me or ("t", t) in found or ("t", t) in members or not self._active(t):
                     continue
                 if t not in cuts:
-                    if guard is not None:
-                        cuts[t] = ind.guard_stops(t, guard)
-                    else:
-                        stop = ind.cut(self.state, me, t) if me is not None else None
-                        cuts[t] = None if stop is None else (stop,)
+                    if still is None:
+                        still = {m[1] for m in members if m[0] == "t"}
+                        still_events = {m for m in members if m[0] == "e"}
+                        still_sems = {m[1].sem for m in still_events}
+                    stops = set(ind.guard_stops(t, guard) or ()) if guard is not None else set()
+                    stop = ind.cut(self.state, still, still_events, t, still_sems=still_sems)
+                    if stop is not None:
+                        stops.add(stop)
+                    cuts[t] = tuple(sorted(stops)) if stops else None
                 stops = cuts[t]
                 if stops is None:
                     xb, yb = tables[t].future(pcs[t], r)
@@ -90,7 +99,7 @@ class _Context:
                     if first:
                         return list(found)
             for other, xb, yb in ind.pending_on(self.state.events, r):
-                if other != action and other not in found and (xa & yb or xb & ya):
+                if other != action and other not in found and other not in members and (xa & yb or xb & ya):
                     found[other] = None
                     if first:
                         return list(found)
@@ -100,17 +109,27 @@ class _Context:
         """An enabled action that conflicts with nothing any other actor may do before the
         action itself (for a completion: up to the waits only it can satisfy)."""
         guard = action[1] if action[0] == "e" else None
-        return not self._clashing(action, self.ind.own(self.state, action), guard=guard, first=True)
+        return not self._clashing(action, self.ind.own(self.state, action), {action}, guard=guard, first=True)
 
-    def closure(self, seed: Action, limit: int) -> set[Action] | None:
+    def closure(self, seed: Action, limit: int, waiters_first: bool = True) -> set[Action] | None:
         """The actors a stubborn set containing `seed` needs, or None as soon as it holds
-        `limit` enabled actions (no better than one already found)."""
+        `limit` enabled actions (no better than one already found).
+
+        With `waiters_first`, before an enabled action's needs are looked up, the threads
+        blocked at a wait on a semaphore it adds to join the set (`_waiting_for`): a
+        disabled member costs no enabled action by itself, and standing still it keeps
+        closed the waits of other threads that only it would open (a ring neighbour's
+        capacity wait), which cuts their futures. Its own needs (every actor that may add
+        to its semaphore) can also make the set larger, so both ways are tried."""
         members = {seed}
         work = [seed]
         enabled_count = 1
         while work:
             action = work.pop()
-            for other in self._required_by(action):
+            for waiting in self._waiting_for(action, members) if waiters_first else ():  # disabled: they cost no enabled action
+                members.add(waiting)
+                work.append(waiting)
+            for other in self._required_by(action, members):
                 if other not in members:
                     members.add(other)
                     work.append(other)
@@ -120,19 +139,36 @@ class _Context:
                             return None
         return members
 
+    def _waiting_for(self, action: Action, members: set[Action]) -> list[Action]:
+        """The threads outside `members` blocked at a wait on a semaphore `action` (enabled)
+        may add to."""
+        if action not in self.enabled:
+            return []
+        found = []
+        for r, (x, _y) in self.ind.own(self.state, action).items():
+            if not x & X_INC:
+                continue
+            for t in self.ind.touchers.get(r, ()):
+                if ("t", t) in members or ("t", t) in self.enabled or not self._active(t):
+                    continue
+                blocked = self._blocked_wait(t)
+                if blocked is not None and blocked[0] == r:
+                    found.append(("t", t))
+        return found
+
     def _blocked_wait(self, t: int):
         if t not in self._blocked:
             self._blocked[t] = self.system.blocked_wait(self.state, t)
         return self._blocked[t]
 
-    def _required_by(self, action: Action) -> list[Action]:
+    def _required_by(self, action: Action, members: set[Action]) -> list[Action]:
         if action in self.enabled:
             own = self.ind.own(self.state, action)
             # a completion is compared with each thread's future up to the waits it alone
             # can satisfy (`Independence.guard_stops`)
-            return self._clashing(action, own, guard=action[1] if action[0] == "e" else None)
+            return self._clashing(action, own, members, guard=action[1] if action[0] == "e" else None)
         blocked = self._blocked_wait(action[1])
         if blocked is None:  # not at a wait: cannot happen for an active, disabled thread
             return []
         # a blocked wait needs every actor that may still add to its semaphore
-        return self._clashing(action, {blocked[0]: (0, X_INC)})
+        return self._clashing(action, {blocked[0]: (0, X_INC)}, members)
