@@ -21,6 +21,7 @@ from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.engines.independence import Independence
 from semcheck.engines.reduction import stubborn_subset
+from semcheck.engines.store import StateStore
 from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
 from semcheck.semantics import System
 
@@ -62,7 +63,6 @@ def explore(
         group = symmetries.rotations(system)
         if group is not None:
             found.notes.append(group.describe())
-    index: dict = {}
     parent: list[int] = []
     via: list = []
     depth: list[int] = []
@@ -70,22 +70,22 @@ def explore(
     movable: dict[int, tuple[int, ...]] = {}  # queued state -> threads that can move in it
     queue: deque[int] = deque()
 
-    states: list = []  # position -> state
+    states = StateStore(system)  # position -> state, packed; looked up by key
     transitions = 0
     skipped: list[tuple[int, object]] = []  # (state, action) pairs a sleep set skipped
     ended: set[int] = set()
     try:
         for state in system.iter_initial_states():  # one per input value: check the budget
             monitor.tick(len(states), 0)
-            key = state if group is None else group.canonical(state)[0]
-            if key not in index:
-                index[key] = len(parent)
-                states.append(state)
+            key_state = state if group is None else group.canonical(state)[0]
+            key = states.pack(key_state)
+            if states.find(key) is None:
+                position = states.add(key, state, key_state)
                 parent.append(-1)
                 via.append(None)
                 depth.append(0)
                 sleep.append(frozenset())
-                queue.append(index[key])
+                queue.append(position)
                 if edges is not None:
                     edges.append([])
     except BudgetExceeded as exceeded:
@@ -144,11 +144,11 @@ def explore(
                     inherited = frozenset()
                 done.append(action)
                 # where the search branches, a successor is looked up by its orbit
-                key = successor if group is None or len(chosen) == 1 else group.canonical(successor)[0]
-                j = index.get(key)
+                key_state = successor if group is None or len(chosen) == 1 else group.canonical(successor)[0]
+                key = states.pack(key_state)
+                j = states.find(key)
                 if j is None:
-                    j = index[key] = len(states)
-                    states.append(successor)
+                    j = states.add(key, successor, key_state)
                     parent.append(i)
                     via.append(action)
                     depth.append(depth[i] + 1)
@@ -161,7 +161,7 @@ def explore(
                         record(fault_findings(system, successor, state.faults), j)
                     if successor.hazards != state.hazards:
                         record(hazard_findings(system, successor, state.hazards), j)
-                elif group is not None and states[j] != successor:
+                elif group is not None and not states.holds(j, key if key_state is successor else successor):
                     # another state of the orbit: its sleep set names that state's actions,
                     # so it is expanded again with none asleep
                     if sleep[j]:
@@ -181,7 +181,7 @@ def explore(
             successor = ind.normalize(system.step(states[i], action))
             if silence_reported_races:
                 successor = successor._replace(hazards=hazards_to_keep(successor))
-            j = index.get(successor)
+            j = states.find(states.pack(successor))
             if j is None:
                 ended.add(i)  # not found under this name: count it as able to end
             else:
