@@ -83,6 +83,15 @@ def rows(scratch: str) -> list[Row]:
               ((8, "< 2 s"), (16, "race, < 30 s"), (32, "race, < 120 s"))]
     table += [Row(f"{name}, N=16", "< 60 s", os.path.join(TPU, name), 16)
               for name in ("reduce_scatter_capacity.py", "allgather_bidirectional.py")]
+    # what symmetry buys where the partial-order reduction does not collapse the search
+    # (the explicit engine alone, with and without it)
+    table += [Row(f"{name}, explicit{' --no-symmetry' if off else ''}", "(compare)", path, n,
+                  ("--engine", "explicit") + (("--no-symmetry",) if off else ()))
+              for name, path, n in (("wheel TPU all_gather, N=16", wheel, 16),
+                                    ("wheel TPU all_gather, N=32", wheel, 32),
+                                    ("allgather_bidirectional.py, N=16", os.path.join(TPU, "allgather_bidirectional.py"), 16),
+                                    ("reduce_scatter_capacity.py, N=8", os.path.join(TPU, "reduce_scatter_capacity.py"), 8))
+              for off in (False, True)]
     table += [Row(f"{name}, N={n}{' x2' if k > 1 else ''}", target,
                   os.path.join(TPU, name), n, ("--invocations", str(k)))
               for name in ("allreduce_ring.py", "allreduce_ring_no_capacity.py")

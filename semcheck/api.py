@@ -69,7 +69,8 @@ def check_paths(
     capture_timeout = options.pop("capture_timeout", None)
     sweep_options = sweep.SweepOptions(
         engine=engine, budget=budget, assume=tuple(assume), invocations=invocations,
-        reduce=options.pop("reduce", True), split=options.pop("split", True), unroll=unroll,
+        reduce=options.pop("reduce", True), symmetry=options.pop("symmetry", True),
+        split=options.pop("split", True), unroll=unroll,
         capture_timeout=capture_timeout, cores_enter_together=options.pop("cores_enter_together", True),
     )
     if options:

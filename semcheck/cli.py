@@ -119,6 +119,10 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
                         "be remote_before_entry")
     verify.add_argument("--no-reduction", action="store_true",
                         help="explore every interleaving (slow; for cross-checking the reduction)")
+    verify.add_argument("--no-symmetry", action="store_true",
+                        help="do not merge states that a rotation of the device axis maps onto each "
+                        "other (by default a protocol checked to be invariant under such rotations "
+                        "stores one state per orbit; for cross-checking)")
     verify.add_argument("--no-split", action="store_true",
                         help="search the whole kernel at once even where its threads form independent "
                         "parts (by default each part is checked on its own; for cross-checking)")
@@ -183,7 +187,8 @@ def _verify(args) -> int:
     results, interrupted = interrupts.collect(check_paths(  # keeps what finished on Ctrl-C, marked partial
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
         on_load=None if args.quiet else capture_line_printer(sys.stderr, before=_clear_progress),
-        assume=args.assume, reduce=not args.no_reduction, split=not args.no_split,
+        assume=args.assume, reduce=not args.no_reduction, symmetry=not args.no_symmetry,
+        split=not args.no_split,
         invocations=args.invocations, skipped=skipped, cores_enter_together=args.assume_cores_enter_together,
         **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args),
     ))

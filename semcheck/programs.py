@@ -59,11 +59,11 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
     if len(kernels) < 2:
         raise ValueError("a program has at least two kernels")
     first = kernels[0]
-    for k in kernels[1:]:
-        if (k.backend, k.devices, k.cores) != (first.backend, first.devices, first.cores):
+    for other in kernels[1:]:
+        if (other.backend, other.devices, other.cores) != (first.backend, first.devices, first.cores):
             raise ValueError(
-                f"kernels {first.name} and {k.name} run on different meshes "
-                f"({first.devices}x{first.cores} and {k.devices}x{k.cores}); a program runs on one"
+                f"kernels {first.name} and {other.name} run on different meshes "
+                f"({first.devices}x{first.cores} and {other.devices}x{other.cores}); a program runs on one"
             )
     if first.backend is not ir.Backend.TPU:
         raise ValueError("programs of several kernels are modelled for TPU only")
@@ -95,9 +95,9 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
                 renamed[buf.name] = target = f"{label}.{buf.name}"
                 buffers[target] = dataclasses.replace(buf, name=target)
         for result in kernel.ports.results:  # outlives the kernel: judged at the program's end
-            target = renamed.get(result)
-            if target in semaphores:
-                semaphores[target] = dataclasses.replace(semaphores[target], origin=ir.SemOrigin.HANDED_ON)
+            returned = renamed.get(result)
+            if returned is not None and returned in semaphores:
+                semaphores[returned] = dataclasses.replace(semaphores[returned], origin=ir.SemOrigin.HANDED_ON)
             elif target in buffers:
                 buffers[target] = dataclasses.replace(buffers[target], handed_on=True)
         names.append(renamed)

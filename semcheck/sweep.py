@@ -46,6 +46,7 @@ class SweepOptions:
     assume: tuple[Assumption, ...] = ()
     invocations: int = 1
     reduce: bool = True
+    symmetry: bool = True  # rotations of the device axis (engines/explicit/symmetry.py), when reducing
     split: bool = True
     unroll: int | None = None
     capture_timeout: float | None = None  # seconds a file may take to load (capture, model())
@@ -53,6 +54,8 @@ class SweepOptions:
 
     def check_options(self) -> dict:
         options: dict[str, bool | int] = {"reduce": self.reduce, "split": self.split, "cores_enter_together": self.cores_enter_together}
+        if not self.symmetry:
+            options["symmetry"] = False
         if self.unroll is not None:
             options["unroll"] = self.unroll
         return options

@@ -162,7 +162,7 @@ def test_the_time_budget_stops_the_z3_encoder_while_it_merges_registers(monkeypa
     encoder must stop inside that join (at its next register), not after the whole
     unrolled loop, and the check says which phase ran out."""
     from semcheck.engines import budget as budget_module
-    from semcheck.engines.smt_encoding import Encoding
+    from semcheck.engines.z3.encoding import Encoding
 
     class FakeClock:
         offset = 0.0

@@ -153,3 +153,18 @@ def test_output_file_and_console_script(tmp_path):
     assert proc.returncode == 1
     assert json.loads(out.read_text())["results"][0]["violations"][0]["kind"] == "deadlock"
     assert proc.stdout.startswith("VIOLATION: circular_wait")  # the text report still on stdout
+
+
+def test_no_symmetry_flag_turns_the_symmetry_reduction_off(capsys):
+    def results(*flags):
+        code, out, _ = run(capsys, "verify", model("ring_allgather_shared_recv"), "--devices", "4",
+                           "--engine", "explicit", "--format", "json", "-q", *flags)
+        [r] = json.loads(out)["results"]
+        return code, r
+
+    code, on = results()
+    assert code == 1 and any("symmetry reduction" in n and "order 4" in n for n in on["notes"])
+    code, off = results("--no-symmetry")
+    assert code == 1 and not any("symmetry" in n for n in off["notes"])
+    assert (on["stats"]["states"], off["stats"]["states"]) == (93, 138)
+    assert [v["kind"] for v in on["violations"]] == [v["kind"] for v in off["violations"]] == ["data_race"]

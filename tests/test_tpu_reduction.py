@@ -1,7 +1,7 @@
 """The reduced search reaches exactly the findings of the unreduced one on the TPU ring
 examples: one receive semaphore shared by every step's copy, capacity handshakes, local
 copies and double-buffered slots, where the counting cut over a whole stubborn set
-(`Independence.cut`) and the waiters-first closure (`engines/reduction.py`) save the most
+(`Independence.cut`) and the waiters-first closure (`engines/explicit/reduction.py`) save the most
 and would go wrong first. At 2 devices, where the unreduced search is small (the
 all-reduce: 2,396 states, the bidirectional reduce-scatter: 14,581; at 3 devices minutes)."""
 
@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from semcheck import core_entry
-from semcheck.capture import capture_script
-from semcheck.engines import explicit
+from semcheck.frontends.capture import capture_script
+from semcheck.engines.explicit import search as explicit
 from semcheck.engines.budget import Budget
 from semcheck.semantics import System
 from tests.tpu_support import EXAMPLES

@@ -2,7 +2,7 @@
 every reference to them: `python tools/relayout.py` from the repository root, then commit.
 
     engines/explicit/   the explicit search and its reductions (search, reduction, independence,
-                        endless, symmetry when present)
+                        endless, symmetry, store)
     engines/z3/         the z3 engine (engine, encoding, scope, terms, unroll, guided replay)
     engines/            what every engine shares (common, budget, components, causal, missing)
                         and the engines of their own (auto, simulate)
@@ -34,6 +34,7 @@ MOVES = {
     "semcheck.engines.independence": "semcheck.engines.explicit.independence",
     "semcheck.engines.endless": "semcheck.engines.explicit.endless",
     "semcheck.engines.symmetry": "semcheck.engines.explicit.symmetry",
+    "semcheck.engines.store": "semcheck.engines.explicit.store",
     "semcheck.engines.smt": "semcheck.engines.z3.engine",
     "semcheck.engines.smt_encoding": "semcheck.engines.z3.encoding",
     "semcheck.engines.smt_scope": "semcheck.engines.z3.scope",
@@ -48,8 +49,9 @@ NEW_MODULES = set(MOVES.values())
 
 NEW_PACKAGES = {
     "semcheck/engines/explicit": "The explicit-state engine: exhaustive search (`search.py`) with partial-order\n"
-                                 "reduction (`reduction.py`, `independence.py`) and lasso detection for loops that\n"
-                                 "never end (`endless.py`).",
+                                 "reduction (`reduction.py`, `independence.py`), symmetry reduction (`symmetry.py`),\n"
+                                 "the packed state store (`store.py`) and lasso detection for loops that never\n"
+                                 "end (`endless.py`).",
     "semcheck/engines/z3": "The z3 engine: the protocol unrolled (`unroll.py`) and encoded as SMT constraints\n"
                            "(`encoding.py`, `scope.py`, `terms.py`), solved (`engine.py`), and each answer\n"
                            "replayed through the semantics (`guided.py`).",

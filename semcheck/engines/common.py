@@ -24,6 +24,7 @@ class Exploration:
     encoded_events: int | None = None  # z3: instruction occurrences and DMA completions
     solver_queries: int | None = None  # z3: how many satisfiability checks it took
     ends: set[str] = field(default_factory=set)  # how the end states found ended (properties.end_kind)
+    notes: list[str] = field(default_factory=list)  # what the engine's search rested on (e.g. symmetry)
 
     def add(self, finding: Finding, initial: State, actions: list[Action]) -> None:
         self.findings.setdefault(finding.key, (finding, initial, actions))
@@ -48,7 +49,7 @@ def to_result(exploration: Exploration, engine: str) -> Result:
         verdict = Verdict.INCONCLUSIVE
     else:
         verdict = Verdict.SAFE
-    notes = list(protocol.notes)
+    notes = list(protocol.notes) + exploration.notes
     if exploration.exhausted:
         work = (
             f"{exploration.solver_queries:,} solver queries"

@@ -19,6 +19,7 @@ from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.emitter import Emitter
 from semcheck.lower.source import Locator
 from semcheck.lower.data import ThreadMemory
+from semcheck.lower.pipeline import Pipeline
 from semcheck.lower.values import Known, RefValue
 
 
@@ -136,7 +137,7 @@ class KernelContext:
     # Shared HBM buffers one core copies into while another core of the chip may read them:
     # never followed (volatile too), since lowering follows each core's data on its own.
     shared_written: set[str] = field(default_factory=set)
-    pipeline: object = None  # lower/pipeline.Pipeline of a pallas_call with pipelined blocks
+    pipeline: Pipeline | None = None  # of a pallas_call with pipelined blocks
     read_buffers: set[str] = field(default_factory=set)  # buffers some thread's data reads touched
     assumed: frozenset[str] = frozenset()  # semcheck.assume names (see KernelCapture.assumed)
     data_uses: list[ir.DataUse] = field(default_factory=list)

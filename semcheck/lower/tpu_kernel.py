@@ -543,15 +543,16 @@ def modelling_notes(ctx: KernelContext, devices: int, barrier: bool) -> list[str
     notes = []
     if devices * ctx.cores > 1:
         notes.append(_device_barrier_note(ctx, barrier))
-    copied = sorted(ctx.pipeline.touched) if ctx.pipeline is not None else []
-    if copied:
+    pipeline = ctx.pipeline
+    copied = sorted(pipeline.touched) if pipeline is not None else []
+    if pipeline is not None and copied:
         notes.append(
             f"{', '.join(copied)}: the Pallas pipeline's copy-in (inputs) and copy-out (outputs) of "
             "these blocks around each grid step are modelled as a write and a read of the whole "
             "block at the pallas_call, skipped while the block index stays the same, so a DMA "
             f"still in flight on the block across a step boundary races with them ({PIPELINE_BASIS})"
         )
-        unknown = ctx.pipeline.unknown_indices()
+        unknown = pipeline.unknown_indices()
         if unknown:
             notes.append(
                 f"{', '.join(unknown)}: the block index map reads a scalar-prefetch value the script's "

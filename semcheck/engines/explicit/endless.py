@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from semcheck import ir
 from semcheck.properties import Finding, spin_finding
@@ -38,9 +38,15 @@ def loops(system: System) -> bool:
     )
 
 
+class Visited(Protocol):
+    """The search's visited states by position (a list, or the packed store)."""
+
+    def __getitem__(self, position: int) -> State: ...
+
+
 def findings(
     system: System,
-    states: list[State],
+    states: Visited,
     edges: list[list[tuple[int, Action]]],
     ends: set[int],
     path_to,

@@ -89,11 +89,11 @@ class _Context:
                     if stop is not None:
                         stops.add(stop)
                     cuts[t] = tuple(sorted(stops)) if stops else None
-                stops = cuts[t]
-                if stops is None:
+                cut_at = cuts[t]
+                if cut_at is None:
                     xb, yb = tables[t].future(pcs[t], r)
                 else:
-                    xb, yb = tables[t].future_before(pcs[t], r, stops)
+                    xb, yb = tables[t].future_before(pcs[t], r, cut_at)
                 if xa & yb or xb & ya:
                     found[("t", t)] = None
                     if first:

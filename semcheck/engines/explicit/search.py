@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections import deque
 
+from semcheck.engines.explicit import symmetry as symmetries
 from semcheck.engines.explicit import endless
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.engines.explicit.independence import Independence
 from semcheck.engines.explicit.reduction import stubborn_subset
+from semcheck.engines.explicit.store import StateStore
 from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
 from semcheck.semantics import Action, System
 
@@ -35,6 +37,7 @@ def explore(
     progress: ProgressFn | None = None,
     stop_at_first: bool = False,
     silence_reported_races: bool = True,
+    symmetry: bool | None = None,
 ) -> Exploration:
     """Explore every schedule (up to the reduction). Once a data race is reported between
     two lines, those lines are no longer watched (`Independence.silence`, this search's own
@@ -42,11 +45,25 @@ def explore(
     lines, without paying for every other schedule in which the same two lines race.
     With that default, states also drop every hazard as soon as its finding is recorded:
     hazards never change what happens next, and carrying them would only tell apart states
-    that differ in which devices have already been reported (2^N of them for N devices)."""
+    that differ in which devices have already been reported (2^N of them for N devices).
+
+    With `symmetry` (default: when reducing), a protocol invariant under rotations of the
+    device axis (`symmetry.rotations`, checked on the IR) stores one state per orbit where
+    the search branches: a successor of a state with more than one action to take is looked
+    up by its least image under the group, so one whose orbit was seen is not explored
+    again. The state stored is the one reached, so every path is a path of the system; the
+    images of each finding under the group are added at the end by replaying the image of
+    its path (docs/search.md, "Symmetry")."""
     monitor = Monitor(budget or Budget.from_env(), progress)
     found = Exploration(system)
     ind = Independence(system)
-    index: dict = {}
+    # With loops, the non-progress check (endless.py) needs the explored graph's edges.
+    edges: list[list] | None = [] if endless.loops(system) else None
+    group = None
+    if (reduce if symmetry is None else symmetry) and edges is None:
+        group = symmetries.rotations(system)
+        if group is not None:
+            found.notes.append(group.describe())
     parent: list[int] = []
     via: list = []
     depth: list[int] = []
@@ -54,23 +71,22 @@ def explore(
     movable: dict[int, tuple[int, ...]] = {}  # queued state -> threads that can move in it
     queue: deque[int] = deque()
 
-    states: list = []  # position -> state
+    states = StateStore(system)  # position -> state, packed; looked up by key
     transitions = 0
-    # With loops, the non-progress check (endless.py) needs the explored graph's edges.
-    edges: list[list] | None = [] if endless.loops(system) else None
     skipped: list[tuple[int, Action]] = []  # (state, action) pairs a sleep set skipped
     ended: set[int] = set()
     try:
         for state in system.iter_initial_states():  # one per input value: check the budget
             monitor.tick(len(states), 0)
-            if state not in index:
-                index[state] = len(parent)
-                states.append(state)
+            key_state = state if group is None else group.canonical(state)[0]
+            key = states.pack(key_state)
+            if states.find(key) is None:
+                position = states.add(key, state, key_state)
                 parent.append(-1)
                 via.append(None)
                 depth.append(0)
                 sleep.append(frozenset())
-                queue.append(index[state])
+                queue.append(position)
                 if edges is not None:
                     edges.append([])
     except BudgetExceeded as exceeded:
@@ -128,10 +144,12 @@ def explore(
                 else:
                     inherited = frozenset()
                 done.append(action)
-                j = index.get(successor)
+                # where the search branches, a successor is looked up by its orbit
+                key_state = successor if group is None or len(chosen) == 1 else group.canonical(successor)[0]
+                key = states.pack(key_state)
+                j = states.find(key)
                 if j is None:
-                    j = index[successor] = len(states)
-                    states.append(successor)
+                    j = states.add(key, successor, key_state)
                     parent.append(i)
                     via.append(action)
                     depth.append(depth[i] + 1)
@@ -144,6 +162,12 @@ def explore(
                         record(fault_findings(system, successor, state.faults), j)
                     if successor.hazards != state.hazards:
                         record(hazard_findings(system, successor, state.hazards), j)
+                elif group is not None and not states.holds(j, key if key_state is successor else successor):
+                    # another state of the orbit: its sleep set names that state's actions,
+                    # so it is expanded again with none asleep
+                    if sleep[j]:
+                        sleep[j] = frozenset()
+                        queue.append(j)
                 elif not sleep[j] <= inherited:
                     sleep[j] = sleep[j] & inherited
                     queue.append(j)
@@ -158,15 +182,47 @@ def explore(
             successor = ind.normalize(system.step(states[i], action))
             if silence_reported_races:
                 successor = successor._replace(hazards=hazards_to_keep(successor))
-            j = index.get(successor)
+            j = states.find(states.pack(successor))
             if j is None:
                 ended.add(i)  # not found under this name: count it as able to end
             else:
                 edges[i].append((j, action))
         for finding, initial, actions in endless.findings(system, states, edges, ended, path_to):
             found.add(finding, initial, actions)
+    if group is not None:
+        _add_images(system, ind, group, found, silence_reported_races)
     found.states = len(states)
     found.transitions = transitions
     found.seconds = monitor.elapsed()
     found.peak_memory_mb = monitor.peak_mb
     return found
+
+
+def _replay(system: System, ind: Independence, initial, actions, silence_reported_races: bool):
+    """The states along `actions` from `initial`, stepped as the search steps (races at
+    silenced lines dropped, recorded hazards trimmed), each with the findings its
+    transition saw."""
+    state = initial
+    for action in actions:
+        before = state
+        state = ind.normalize(system.step(before, action))
+        seen = [*fault_findings(system, state, before.faults), *hazard_findings(system, state, before.hazards)]
+        if silence_reported_races and state.hazards:
+            state = state._replace(hazards=hazards_to_keep(state))
+        yield state, seen
+
+
+def _add_images(system: System, ind: Independence, group: symmetries.Rotations, found: Exploration,
+                silence_reported_races: bool) -> None:
+    """Every finding's images under the group: the image of a path is a path of the system
+    (the group's elements are automorphisms), replayed to name what it reaches."""
+    for _finding, initial, actions in list(found.findings.values()):
+        for g in range(1, group.order):
+            state = start = group.image(initial, g)
+            path = [group.action(a, g) for a in actions]
+            for k, (state, seen) in enumerate(_replay(system, ind, start, path, silence_reported_races), 1):
+                for image in seen:
+                    found.add(image, start, path[:k])
+            if not system.enabled(state, system.movable_threads(state)):
+                for image in terminal_findings(system, state):
+                    found.add(image, start, path)

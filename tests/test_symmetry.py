@@ -1,0 +1,195 @@
+"""Symmetry reduction (engines/explicit/symmetry.py): only verified rotations of the device axis are
+used, they commute with the semantics, and the search with them reports exactly the
+findings of the search without them, on random symmetric and almost symmetric protocols
+and on every model."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import random
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from semcheck import engines, ir
+from semcheck.engines.explicit import search as explicit
+from semcheck.engines.explicit import symmetry
+from semcheck.engines.budget import Budget
+from semcheck.frontends import load
+from semcheck.semantics import System
+from tests.strategies import protocols
+
+MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
+MODELS = sorted(glob.glob(os.path.join(MODELS_DIR, "*.py")))
+REFERENCE_BUDGET = Budget(max_states=20_000)
+
+
+@st.composite
+def symmetric_protocols(draw, mutate: bool = False):
+    """A random protocol whose device d runs device 0's programs with every device id
+    shifted by d (and, with `mutate`, one device's program then changed a little: an
+    amount, or two instructions swapped)."""
+    base = draw(protocols(max_devices=3, max_cores=2, max_len=4))
+    assume(base.devices >= 2)
+    n = base.devices
+    first = {th.core: th for th in base.threads if th.device == 0}
+
+    def rotated(instr, d):
+        image = symmetry.rotate_instr(instr, d, n)
+        return instr if image is None else image
+
+    threads = [
+        ir.Thread(d, core, tuple(rotated(i, d) for i in first[core].body))
+        for d in range(n) for core in sorted(first)
+    ]
+    if mutate:
+        t = draw(st.integers(0, len(threads) - 1))
+        body = list(threads[t].body)
+        plain = [k for k, i in enumerate(body) if isinstance(i, (ir.Signal, ir.Wait, ir.Load, ir.Store, ir.DmaWait))]
+        assume(plain)
+        k = draw(st.sampled_from(plain))
+        instr = body[k]
+        if isinstance(instr, ir.Signal) and isinstance(instr.inc, int):
+            body[k] = dataclasses.replace(instr, inc=instr.inc + 1)
+        elif isinstance(instr, ir.Wait) and isinstance(instr.value, int):
+            body[k] = dataclasses.replace(instr, value=instr.value + 1)
+        elif k + 1 < len(body) and not isinstance(body[k + 1], (ir.Branch, ir.Jump)):
+            body[k], body[k + 1] = body[k + 1], body[k]
+        else:
+            del body[k:]
+        threads[t] = dataclasses.replace(threads[t], body=tuple(body))
+    return dataclasses.replace(base, threads=tuple(threads))
+
+
+def search(protocol, **options):
+    exploration = explicit.explore(System(protocol), silence_reported_races=False, **options)
+    return exploration
+
+
+def assert_same_findings(protocol):
+    full = explicit.explore(System(protocol), reduce=False, symmetry=False, budget=REFERENCE_BUDGET,
+                            silence_reported_races=False)
+    assume(full.exhausted is None)
+    with_symmetry = search(protocol, reduce=True, symmetry=True)
+    without = search(protocol, reduce=True, symmetry=False)
+    assert with_symmetry.exhausted is None
+    assert set(with_symmetry.findings) == set(full.findings) == set(without.findings), protocol
+    assert with_symmetry.ends == full.ends
+    assert with_symmetry.states <= without.states
+    # symmetry alone, without the partial-order reduction, merges far more states
+    alone = search(protocol, reduce=False, symmetry=True)
+    assert set(alone.findings) == set(full.findings) and alone.ends == full.ends, protocol
+    assert alone.states <= full.states
+    for _finding, initial, actions in alone.findings.values():
+        assert_real_path(alone.system, initial, actions)
+    for _finding, initial, actions in with_symmetry.findings.values():
+        assert_real_path(with_symmetry.system, initial, actions)
+    # the default search (each racing pair of lines once) keeps the same kinds and non-races
+    default = explicit.explore(System(protocol), symmetry=True)
+    assert {k[0] for k in default.findings} == {k[0] for k in full.findings}, protocol
+    assert set(default.findings) <= set(full.findings), protocol
+    assert {k for k in full.findings if k[0] != "data_race"} <= set(default.findings), protocol
+    return with_symmetry
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(symmetric_protocols())
+def test_symmetry_preserves_every_finding_on_symmetric_protocols(protocol):
+    assert_same_findings(protocol)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(symmetric_protocols(mutate=True))
+def test_symmetry_preserves_every_finding_on_almost_symmetric_protocols(protocol):
+    assert_same_findings(protocol)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(st.one_of(symmetric_protocols(), symmetric_protocols(mutate=True)), st.integers(0, 2**32))
+def test_a_found_rotation_commutes_with_every_step(protocol, seed):
+    """step(g s, g a) == g step(s, a) along a random schedule, for every element g."""
+    system = System(protocol)
+    group = symmetry.rotations(system)
+    assume(group is not None)
+    rng = random.Random(seed)
+    state = system.initial_states()[0]
+    for _ in range(30):
+        enabled = system.enabled(state)
+        if not enabled or not group.mappable(state):
+            break
+        action = rng.choice(enabled)
+        after = system.step(state, action)
+        for g in range(1, group.order):
+            image = group.image(state, g)
+            assert sorted(map(repr, system.enabled(image))) == sorted(repr(group.action(a, g)) for a in enabled)
+            if group.mappable(after):
+                assert system.step(image, group.action(action, g)) == group.image(after, g)
+        state = after
+
+
+def ring(devices: int):
+    (protocol,) = load(os.path.join(MODELS_DIR, "ring_allgather.py"), devices)
+    return protocol
+
+
+def test_rotations_are_found_on_the_ir_and_only_where_they_hold():
+    assert symmetry.rotations(System(ring(4))).order == 4
+    (double,) = load(os.path.join(MODELS_DIR, "double_buffer.py"), 4)
+    assert symmetry.rotations(System(double)).order == 2  # pairs of devices: rotations by 2 only
+    # one device's program changed: no rotation maps it onto another's
+    protocol = ring(4)
+    threads = list(protocol.threads)
+    threads[2] = dataclasses.replace(threads[2], body=threads[2].body[:-1])
+    assert symmetry.rotations(System(dataclasses.replace(protocol, threads=tuple(threads)))) is None
+    # the same programs, but one instruction on another line: not symmetric either
+    threads = list(protocol.threads)
+    moved = dataclasses.replace(threads[1].body[0], loc=ir.Loc("elsewhere.py", 1))
+    threads[1] = dataclasses.replace(threads[1], body=(moved, *threads[1].body[1:]))
+    assert symmetry.rotations(System(dataclasses.replace(protocol, threads=tuple(threads)))) is None
+    # a device id from a register cannot be rotated
+    threads = list(protocol.threads)
+    signal = threads[0].body[0]
+    threads = [dataclasses.replace(th, body=(dataclasses.replace(signal, sem=dataclasses.replace(
+        signal.sem, device=ir.Reg("x"))), *th.body[1:])) for th in threads]
+    with_input = dataclasses.replace(protocol, threads=tuple(threads), inputs=(ir.Input("x", 0, 3),))
+    assert symmetry.rotations(System(with_input)) is None
+
+
+def assert_real_path(system, initial, actions):
+    """A path of the unreduced system: from one of its initial states, each action enabled."""
+    assert initial in system.initial_states()
+    state = initial
+    for action in actions:
+        assert action in system.enabled(state)
+        state = system.step(state, action)
+
+
+@pytest.mark.parametrize("devices, without, with_symmetry", [(4, 138, 93), (5, 211, 141)])
+def test_exact_state_counts_of_a_symmetric_model(devices, without, with_symmetry):
+    (protocol,) = load(os.path.join(MODELS_DIR, "ring_allgather_shared_recv.py"), devices)
+    plain = explicit.explore(System(protocol), symmetry=False)
+    reduced = explicit.explore(System(protocol))
+    assert (plain.states, reduced.states) == (without, with_symmetry)
+    assert set(plain.findings) == set(reduced.findings)
+    assert [k[0] for k in reduced.findings] == ["data_race"]
+
+
+@pytest.mark.parametrize("devices", [2, 3, 4])
+@pytest.mark.parametrize("path", MODELS, ids=lambda p: os.path.splitext(os.path.basename(p))[0])
+def test_symmetry_agrees_on_every_model(path, devices):
+    (protocol,) = load(path, devices)
+    on, off = explicit.explore(System(protocol)), explicit.explore(System(protocol), symmetry=False)
+    assert set(on.findings) == set(off.findings)
+    assert on.ends == off.ends and on.states <= off.states
+    for _finding, initial, actions in on.findings.values():
+        assert_real_path(on.system, initial, actions)
+
+
+def test_the_result_says_symmetry_was_used_and_under_which_group():
+    result = engines.check(ring(3))
+    assert any("symmetry reduction" in n and "order 3" in n for n in result.notes)
+    assert not any("symmetry" in n for n in engines.check(ring(3), symmetry=False).notes)
+    assert not any("symmetry" in n for n in engines.check(ring(2), reduce=False).notes)
