@@ -17,8 +17,6 @@ Working and spare slots swap every step. Without the handshake a sender one step
 would write into the slot its receiver is still reading (allreduce_ring_no_capacity.py).
 Each device signals and waits on `capacity` once per step, so it ends at zero, and every
 copy started is waited for in the step that started it.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

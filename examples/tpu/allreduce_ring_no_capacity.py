@@ -13,8 +13,6 @@ remote copy start). Running ahead also puts two copies in flight on the receiver
 receive semaphore, so a receive wait can be satisfied by the later copy and the local copy
 then reads a slot the earlier copy is still writing (`data_race` at the local copy start).
 allreduce_ring.py is the fix.
-
-Expected verdict: violation (data_race)
 """
 
 # semcheck: expect data_race

@@ -12,8 +12,6 @@ three as one program per device, the semaphores and the copy carried from one ke
 the next.
 
 async_remote_copy_send_only.py drops the receive wait.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -5,8 +5,6 @@ left its device, never until the neighbour's block has landed. The receive semap
 `start_kernel` returned is dropped when the program ends while it holds the landed bytes
 (or the copy is still landing): `semaphore_leftover` on the receive semaphore, judged at
 the end of the program rather than at the exit of the kernel that handed it on.
-
-Expected verdict: violation (semaphore_leftover)
 """
 
 # semcheck: expect semaphore_leftover

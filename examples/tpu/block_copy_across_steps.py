@@ -6,8 +6,6 @@ Pallas pipeline writes output block i back to HBM after step i, since step i+1 m
 another block, and it reads the VMEM block while the DMA may still be writing it: a race
 between the kernel's copy and the pipeline's copy-out (the written-back block may hold stale
 rows). JAX's TPU interpreter (`detect_races=True`) reports it against its `pallas_call` frame.
-
-Expected verdict: violation (data_race)
 """
 
 # semcheck: expect data_race

@@ -5,8 +5,6 @@ block per step, and the Pallas pipeline writes that block back to the HBM output
 step (when the next step moves to another block). Step i copies block i of the HBM input
 straight into its output block and waits for the copy before the step ends, so the copy has
 landed before the pipeline reads the block to write it back.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -23,8 +23,6 @@ The last step writes the finished halves to the output and takes back the unit o
 each neighbour still holds, so every semaphore is zero at exit. Five DMA semaphores (local,
 and send and receive per direction) and two capacity semaphores, as in JAX's distributed
 TPU tutorial (docs/pallas/tpu/distributed.md).
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -7,8 +7,6 @@ but both REGULAR capacity semaphores of every device are still 1 when the kernel
 (`semaphore_leftover`, reported at the signal that left them non-zero), which Mosaic
 rejects at kernel exit and which would let the next kernel on the same semaphores start
 a send too early. reduce_scatter_bidirectional.py is the fix.
-
-Expected verdict: violation (semaphore_leftover)
 """
 
 # semcheck: expect semaphore_leftover

@@ -5,8 +5,6 @@ The fix of shared_collective_id_single_barrier.py: each kernel does the tutorial
 passed their first barrier of this kernel), so no device can leave the first kernel and
 signal the shared barrier semaphore from the second before both its neighbours passed
 their barrier of the first.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -12,9 +12,6 @@ device 2 has entered, and its copy lands on device 2 before device 2 entered the
 (`remote_before_entry`). With 2 devices each device has one neighbour: safe.
 
 shared_collective_id_double_barrier.py is the fix: the tutorial's second barrier.
-
-Expected verdict: violation (remote_before_entry)
-Expected verdict (2 devices): safe
 """
 
 # semcheck: expect remote_before_entry devices=4,8
