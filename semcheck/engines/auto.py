@@ -10,7 +10,7 @@ a ring all-gather at 64: explicit in seconds), so:
 * inputs spanning more than `MAX_EXPLICIT_INPUT_COMBINATIONS` value combinations: z3 alone;
 * a protocol with something the z3 engine does not model (`smt.unmodelled`): explicit alone;
 * otherwise the explicit engine starts alone, with the whole budget. Most checks end within
-  its head start (`HEAD_START_STATES` states, or `HEAD_START` seconds for a search whose
+  its head start (`HEAD_START_STATES` states, or `HEAD_START` CPU seconds for a search whose
   states are slow), and then nothing else runs; counting states makes whether z3 runs at all
   depend on the protocol, not on the machine's load. If the search goes on, z3 starts beside it, in a thread sharing the (immutable) System, with what is
   left of the same deadline, and the first conclusive answer (safe or violation) is the
@@ -22,7 +22,7 @@ Threads, not processes: the z3 solver releases the GIL while it solves, so the t
 really run side by side on two cores for the part of z3's work that usually costs most,
 nothing is pickled, and stopping either is a flag. The price: while z3 encodes (Python) the
 two share the GIL, so the search slows down for that while; the head start is long enough
-(50,000 states, or 60 s for a search whose states are slow) that checks the search finishes in a few seconds never pay it (the wheel's
+(50,000 states, or 60 CPU seconds for a search whose states are slow) that checks the search finishes in a few seconds never pay it (the wheel's
 TPU all_gather at 8 devices stores 28,511).
 
 The Result names the engine that decided (`Result.engine`), its stats count the work of
@@ -45,7 +45,7 @@ from semcheck.semantics import System
 
 MAX_EXPLICIT_INPUT_COMBINATIONS = 256
 # z3 joins an explicit search that has stored HEAD_START_STATES states, or run for
-# HEAD_START seconds (a search whose every state is slow): the first of the two.
+# HEAD_START CPU seconds (a search whose every state is slow): the first of the two.
 HEAD_START_STATES = 50_000
 HEAD_START = 60.0
 STOP_POLL = 0.25  # seconds between reminders to an engine that was told to stop
@@ -118,11 +118,13 @@ def _side_by_side(
     crashed: list[BaseException] = []
 
     def solve() -> None:
-        head_start_ends = time.monotonic() + HEAD_START
-        while not milestone.reached.wait(min(STOP_POLL, max(0.0, head_start_ends - time.monotonic()))):
+        # CPU seconds of this process (only the search runs meanwhile), so that a loaded
+        # machine does not start z3 sooner than an idle one would.
+        head_start_ends = time.process_time() + HEAD_START
+        while not milestone.reached.wait(min(STOP_POLL, max(0.0, head_start_ends - time.process_time()))):
             if search_done.is_set():
                 return  # the search ended within its head start: its Result stands
-            if time.monotonic() >= head_start_ends:
+            if time.process_time() >= head_start_ends:
                 break
         if search_done.is_set():
             return
