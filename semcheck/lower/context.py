@@ -19,7 +19,7 @@ from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.emitter import Emitter
 from semcheck.lower.source import Locator
 from semcheck.lower.data import ThreadMemory
-from semcheck.lower.pipeline import Pipeline
+from semcheck.lower.pipeline import HBM_SPACES, Pipeline
 from semcheck.lower.values import Known, RefValue
 
 
@@ -77,11 +77,6 @@ def memory_space_name(aval) -> str:
     return str(getattr(space, "value", space)).lower()
 
 
-# Memory spaces of one chip's HBM: a kernel operand there is one buffer shared by the chip's
-# TensorCores. JAX 0.10.2's TPU interpreter allocates an "any"/"hbm" buffer once per device,
-# keyed with core 0 and referenced by every core, and every other space (VMEM, SMEM) once
-# per core (_allocate_buffer in jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py).
-HBM_SPACES = frozenset({"any", "hbm"})
 
 SHARED_HBM_BASIS = (
     "JAX 0.10.2's TPU interpreter allocates a kernel operand in HBM (memory space ANY or HBM) "

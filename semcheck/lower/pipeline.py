@@ -35,6 +35,13 @@ PIPELINE_BASIS = (
 )
 
 
+# Memory spaces of one chip's HBM: a kernel operand there is one buffer shared by the chip's
+# TensorCores. JAX 0.10.2's TPU interpreter allocates an "any"/"hbm" buffer once per device,
+# keyed with core 0 and referenced by every core, and every other space (VMEM, SMEM) once
+# per core (_allocate_buffer in jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py).
+HBM_SPACES = frozenset({"any", "hbm"})
+
+
 @dataclass(frozen=True)
 class PipelinedBlock:
     """One BlockSpec'd operand in VMEM/SMEM: its block buffer and its block index per grid
@@ -49,8 +56,6 @@ def pipelined_blocks(grid_mapping, refs, n_index: int, buffers: dict, points, sc
     """The pallas_call's operands the pipeline copies per grid step. `refs` are the kernel's
     refs (index operands first), `scalar_values` the script's scalar-prefetch operands
     (index operand position -> array) where known."""
-    from semcheck.lower.context import HBM_SPACES
-
     blocks = []
     every_point = sorted({p for core_points in points for p in core_points})
     for j, bm in enumerate(grid_mapping.block_mappings[:grid_mapping.num_inputs + grid_mapping.num_outputs]):
