@@ -44,11 +44,13 @@ def render(
 
 
 def _wrap_verdict_lines(report: str, width: int) -> str:
-    """Verdict lines (the only unindented long ones) wrapped to `width`, continued indented."""
+    """Verdict lines and notes (the long lines of prose) wrapped to `width`, continued indented."""
     out = []
     for line in report.split("\n"):
         if len(line) > width and line.startswith(tuple(f"{w}:" for w in _VERDICT_WORDS.values())):
             out.extend(textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False))
+        elif len(line) > width and line.startswith("  note: "):
+            out.extend(textwrap.wrap(line, width, subsequent_indent="        ", break_on_hyphens=False))
         else:
             out.append(line)
     return "\n".join(out)

@@ -54,15 +54,12 @@ class Rotations:
         return len(self.threads)
 
     def describe(self) -> str:
-        n = self.system.protocol.devices
-        if self.step == 1:
-            group = f"all {n} rotations of the device axis (the cyclic group of order {n})"
-        else:
-            group = (f"the rotations of the device axis by multiples of {self.step} "
-                     f"(a cyclic group of order {self.order})")
-        return (f"symmetry reduction: the protocol is invariant under {group}, checked on every "
-                "thread's program; the search stored one state per orbit at its branching points "
-                "and reports every image of each finding (--no-symmetry turns it off)")
+        # The same words at every device count, so a sweep prints the note once.
+        group = ("every rotation of the device axis" if self.step == 1
+                 else f"every rotation of the device axis by a multiple of {self.step}")
+        return (f"symmetry reduction: {group} maps the protocol onto itself (checked on every "
+                "thread's program), so one state per orbit is explored and every image of each "
+                "finding is reported (--no-symmetry turns it off)")
 
     # -- images --
 
