@@ -289,10 +289,13 @@ def capture_function(fn, *args, **kwargs) -> list:
 _CHILD = "import sys; del sys.path[0]; from semcheck.capture import child_main; child_main()"
 
 
-def capture_script(path: str, devices: int, *, timeout: float | None = None) -> CaptureOutcome:
+def capture_script(path: str, devices: int, *, timeout: float | None = None,
+                   assumed: tuple[str, ...] = ()) -> CaptureOutcome:
     """Run `path` with `devices` CPU devices in a subprocess and return what it captured.
     `timeout`: the time the script gets (at most DEFAULT_TIMEOUT; a check's budget passes
-    what is left of it).
+    what is left of it). `assumed`: the names `--assume` bounds; a buffer element they name
+    stays a protocol input, as one the script's own `semcheck.assume` names does (the
+    lowering in the child decides which elements are inputs, so it must know them).
 
     The child runs in a session of its own with stdin closed and its output in files (not
     pipes a background process of the script could hold open); its whole session is
@@ -308,7 +311,9 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None) -> 
         env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
         env.setdefault("JAX_PLATFORMS", "cpu")
         command = [sys.executable, "-c", _CHILD, "--devices", str(devices),
-                   "--output", output, "--timeout", str(timeout), path]
+                   "--output", output, "--timeout", str(timeout)]
+        command += [f"--assumed={name}" for name in assumed]
+        command.append(path)
         stderr_path = os.path.join(tmp, "stderr.txt")
         with open(os.path.join(tmp, "stdout.txt"), "wb") as out, open(stderr_path, "wb") as err:
             returncode = _run_child(command, env, out, err, timeout + 120, path, devices)
@@ -452,7 +457,7 @@ def _child(args) -> int:
             ran = time.perf_counter()
             _settle_callbacks()
             outcome.protocols, outcome.errors = lower_captures(
-                list(captures), assumed=[a.name for a in script_assumptions])
+                list(captures), assumed=[a.name for a in script_assumptions] + list(args.assumed))
             outcome.assumptions = list(script_assumptions)
             outcome.seconds = {
                 "jax import": imported - started,
@@ -496,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    parser.add_argument("--assumed", action="append", default=[], help="a name --assume bounds")
     parser.add_argument("script")
     args = parser.parse_args(argv)
     from semcheck.frontends.isolation import end_with_parent
