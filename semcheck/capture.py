@@ -16,7 +16,8 @@ lowered to Protocols, which go back to the parent pickled, together with structu
 
 Functions (`semcheck.verify(fn, *args)`, in-process): `jax.make_jaxpr(fn)(*args)`, then
 every pallas_call / mpmd_map eqn is found inside its shard_map. No lowering, so no cache
-can hide a kernel.
+can hide a kernel. The operand values come from one run of a fresh `jax.jit` of `fn` under
+the hooks (`with_operand_values`).
 
 While capturing, `emit_pipeline` needs to know the TPU generation (for tiling); semcheck
 registers the CPU device kind in `pltpu`'s TPU-info registry as a TPU v6e.
@@ -110,6 +111,9 @@ def capturing(record: Callable):
 
         return lowering_rule
 
+    from semcheck.operands import forget_runs
+
+    forget_runs()
     table = mlir._platform_specific_lowerings["cpu"]
     prims = {"pallas_call": pallas_call.pallas_call_p, "mpmd_map": mpmd.mpmd_map_p}
     saved = {p: table.get(p) for p in prims.values()}
@@ -242,8 +246,39 @@ def _dedupe(protocols: list[ir.Protocol]) -> list[ir.Protocol]:
 # --- functions, in this process --------------------------------------------------------------
 
 
-def capture_function(fn, *args, **kwargs) -> list:
-    """KernelCaptures of every Pallas kernel `fn(*args, **kwargs)` calls."""
+def capture_function(fn, *args, operand_values: bool = False, **kwargs) -> list:
+    """KernelCaptures of every Pallas kernel `fn(*args, **kwargs)` calls. With
+    `operand_values`, also the operand values each kernel receives from these arguments
+    (`with_operand_values`)."""
+    found = _kernels_in_jaxpr(fn, args, kwargs)
+    return with_operand_values(found, fn, args, kwargs) if operand_values and found else found
+
+
+def with_operand_values(found: list, fn, args, kwargs) -> list:
+    """`found` (from the jaxpr) with the operand values the kernels receive when `fn` runs on
+    `args`: a fresh `jax.jit` of `fn` runs once under the capture hooks, as a script's
+    kernels run (operands.py), so each kernel's operands reach a callback per device. The
+    run's kernels are matched to `found` by position, primitive and operand count; if they
+    do not match (a kernel a cache hid, a function that fails when run), `found` stays
+    without values, and a value that needs them is an error that says so."""
+    import jax
+
+    ran: list = []
+    try:
+        with capturing(ran.append):
+            jax.block_until_ready(jax.jit(lambda *a, **k: fn(*a, **k))(*args, **kwargs))
+            _settle_callbacks()
+    except Exception:  # noqa: BLE001 - the function's own failure: its kernels are checked without values
+        return found
+    if [(c.primitive, c.num_operands) for c in ran] != [(c.primitive, c.num_operands) for c in found]:
+        return found
+    for kernel, run in zip(found, ran):
+        kernel.operand_values = run.operand_values
+        kernel.after_other_kernel = run.after_other_kernel
+    return found
+
+
+def _kernels_in_jaxpr(fn, args, kwargs) -> list:
     import jax
 
     from semcheck.lower import KernelCapture, MeshShape
