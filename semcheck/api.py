@@ -119,7 +119,9 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
     """Check every Pallas kernel (TPU or Mosaic GPU) that `fn(*example_args)` calls, in this process.
 
     `fn` is traced with `jax.make_jaxpr`; its kernels must run inside `jax.shard_map`, whose
-    mesh decides the devices. `devices`, when given, is the device count the caller expects:
+    mesh decides the devices. It is then run once on `example_args` (a fresh `jax.jit`, each
+    kernel replaced by zeros) so that values the kernels compute from their operands
+    (routing, counts) are taken from those arguments, as for a script (docs/data-evaluation.md). `devices`, when given, is the device count the caller expects:
     semcheck checks the process has that many JAX devices (set
     `XLA_FLAGS=--xla_force_host_platform_device_count=N` before importing jax, e.g. at the top
     of conftest.py) and that every kernel's mesh has that many. Returns one Result per kernel
@@ -138,7 +140,7 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
             "imported (e.g. at the top of conftest.py), or check a script with `semcheck verify "
             "FILE --devices N`, which runs it in a subprocess with N devices",
         )
-    captures = capture_function(fn, *example_args)
+    captures = capture_function(fn, *example_args, operand_values=True)
     if not captures:
         raise LoadError(
             f"{getattr(fn, '__name__', fn)!s} calls no Pallas kernel (pl.pallas_call, pl.kernel or plgpu.kernel)",

@@ -24,6 +24,13 @@ _lock = threading.Lock()
 _ran: dict[int, set[int]] = {}  # device -> ids of the captures that ran on it
 
 
+def forget_runs() -> None:
+    """Start a capture session: kernels that ran in an earlier one (an earlier in-process
+    `semcheck.verify`) did not run before this session's kernels."""
+    with _lock:
+        _ran.clear()
+
+
 def record_operands(ctx, in_nodes, capture) -> None:
     import numpy as np
     from jax import lax

@@ -41,6 +41,8 @@ def _regions(instr: ir.Instr) -> list[ir.Region]:
 
 
 def with_data_race_note(protocol: ir.Protocol, result: Result) -> Result:
+    """`result` with the protocol's data uses, and a note when a race touches their buffers."""
+    result.data_uses = protocol.data_uses
     raced = raced_data_buffers(protocol, result)
     if raced:
         result.notes.append(

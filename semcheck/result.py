@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from semcheck.ir import Loc
+from semcheck.ir import DataUse, Loc
 
 
 class Verdict(str, enum.Enum):
@@ -245,6 +245,9 @@ class Result:
     runs: list[EngineRun] = field(default_factory=list)  # every engine that ran, when more than one did
     # Why the verdict is inconclusive when no budget ran out (a finding semcheck cannot justify).
     unjustified: str | None = None
+    # The values deciding the protocol that were taken from the script's data (lower/data.py):
+    # what the result holds for, beside the notes that say it in words.
+    data_uses: tuple[DataUse, ...] = ()
 
     def __repr__(self) -> str:
         """One line: what was checked, the verdict, what was found and where."""

@@ -278,7 +278,8 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
 
                 file_budget = replace(file_budget, deadline=min(file_budget.deadline, started + options.capture_timeout))
             loaded = _load_within(path, n, file_budget, progress, on_phases=heard,
-                                  classification=task.classification)
+                                  classification=task.classification,
+                                  assumed=tuple(a.name for a in options.assume))
         except NothingToCheck as e:
             report = LoadReport(path, n, time.monotonic() - started, 0, phases, False)
             return TaskOutcome(task.index, [], load=report, devices=n, nothing_to_check=_error_text(e))

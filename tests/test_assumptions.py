@@ -230,3 +230,31 @@ def test_files_loaded_from_two_threads_keep_their_own_assumptions(tmp_path):
     for t in threads:
         t.join()
     assert seen == {"a": ["a"], "b": ["b"]}
+
+
+DATA_KERNEL = os.path.join(os.path.dirname(__file__), "data_kernels", "signal_count_from_data.py")
+
+
+def test_cli_assume_reaches_a_buffer_element_the_data_would_decide(capsys):
+    """Without --assume the script's 3 decides (safe); --assume count_ref[0]=0..8 makes the
+    loaded element an input per device over 0..8, so counts below 3 leave the wait
+    unsatisfied and counts above it leave the semaphore nonzero."""
+    code, out, _ = _run(capsys, DATA_KERNEL, "--devices", "2", "--format", "json")
+    assert code == 0, out
+    (result,) = json.loads(out)["results"]
+    line = _line_of(DATA_KERNEL, "pl.semaphore_signal(sem, count_ref[0])")
+    assert result["data_uses"] == [
+        {"what": "the signal increment", "location": {"file": ir.display_path(DATA_KERNEL), "line": line},
+         "device": device, "core": 0, "value": 3, "script_inputs": ["count_ref"], "buffers": ["count_ref"]}
+        for device in (0, 1)
+    ]
+    code, out, _ = _run(capsys, DATA_KERNEL, "--devices", "2", "--assume", "count_ref[0]=0..8", "--format", "json")
+    assert code == 1, out
+    (result,) = json.loads(out)["results"]
+    assert {v["kind"] for v in result["violations"]} == {"unsatisfied_wait", "semaphore_leftover"}
+    assert not result["data_uses"]  # nothing was taken from the script's 3
+
+
+def _line_of(path: str, text: str) -> int:
+    with open(path) as f:
+        return next(n for n, line in enumerate(f, 1) if text in line)

@@ -44,7 +44,9 @@ def test_json_document_has_the_contract_fields(capsys):
     doc = json.loads(out)
     assert set(doc) == {"semcheck", "results", "groups"}  # groups: the problems across checks
     [r] = doc["results"]
-    assert {"kernel", "file", "line", "backend", "devices", "cores", "engine", "verdict", "violations", "stats"} <= set(r)
+    assert {"kernel", "file", "line", "backend", "devices", "cores", "engine", "verdict", "violations", "stats",
+            "notes", "data_uses"} <= set(r)
+    assert r["data_uses"] == []  # a model takes no value from data
     assert (r["kernel"], r["backend"], r["devices"], r["cores"], r["engine"]) == (
         "ring_allgather_missing_signal", "model", 4, 1, "explicit")
     assert set(r["stats"]) == {"states", "transitions", "seconds"}

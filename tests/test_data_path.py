@@ -302,6 +302,42 @@ def test_an_assumed_buffer_element_is_an_input_over_its_range_not_its_data():
     assert check_protocol(p).verdict.value == "safe"
 
 
+# --- semcheck.verify(fn, *args) in-process: the arguments' values ------------------------------
+
+
+def _signal_count_then_wait_3():
+    def kernel(count_ref, o_ref, sem):
+        pl.semaphore_signal(sem, count_ref[0])  # the count comes from the caller's data
+        pl.semaphore_wait(sem, 3)
+
+    def per_device(block):
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+            scratch_shapes=[REGULAR],
+        )(block)
+
+    m = mesh((2,))
+    from jax.sharding import PartitionSpec as P
+
+    return jax.shard_map(per_device, mesh=m, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+
+
+def test_verify_in_process_takes_values_from_the_arguments_it_is_given():
+    import semcheck
+
+    fn = _signal_count_then_wait_3()
+    line = line_of(HERE, "pl.semaphore_signal(sem, count_ref[0])  # the count")
+    [safe] = semcheck.verify(fn, jnp.full((2,), 3, jnp.int32), devices=2)
+    assert safe.verdict.value == "safe", safe
+    assert [(u.what, u.loc.line, u.device, u.value, u.script_inputs) for u in safe.data_uses] == [
+        ("the signal increment", line, d, 3, ("count_ref",)) for d in (0, 1)]
+    [short] = semcheck.verify(fn, jnp.array([3, 2], jnp.int32), devices=2)  # device 1 signals 2
+    assert {(v.kind, v.device) for v in short.errors} == {("unsatisfied_wait", 1)}
+
+
 # --- against JAX's TPU interpreter ----------------------------------------------------------
 
 import pytest  # noqa: E402

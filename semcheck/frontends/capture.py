@@ -16,7 +16,8 @@ lowered to Protocols, which go back to the parent pickled, together with structu
 
 Functions (`semcheck.verify(fn, *args)`, in-process): `jax.make_jaxpr(fn)(*args)`, then
 every pallas_call / mpmd_map eqn is found inside its shard_map. No lowering, so no cache
-can hide a kernel.
+can hide a kernel. The operand values come from one run of a fresh `jax.jit` of `fn` under
+the hooks (`with_operand_values`).
 
 While capturing, `emit_pipeline` needs to know the TPU generation (for tiling); semcheck
 registers the CPU device kind in `pltpu`'s TPU-info registry as a TPU v6e.
@@ -114,6 +115,9 @@ def capturing(record: Callable):
 
         return lowering_rule
 
+    from semcheck.operands import forget_runs
+
+    forget_runs()
     table = mlir._platform_specific_lowerings["cpu"]
     prims = {"pallas_call": pallas_call.pallas_call_p, "mpmd_map": mpmd.mpmd_map_p}
     saved = {p: table.get(p) for p in prims.values()}
@@ -253,8 +257,39 @@ def _dedupe(protocols: list[ir.Protocol]) -> list[ir.Protocol]:
 # --- functions, in this process --------------------------------------------------------------
 
 
-def capture_function(fn, *args, **kwargs) -> list:
-    """KernelCaptures of every Pallas kernel `fn(*args, **kwargs)` calls."""
+def capture_function(fn, *args, operand_values: bool = False, **kwargs) -> list:
+    """KernelCaptures of every Pallas kernel `fn(*args, **kwargs)` calls. With
+    `operand_values`, also the operand values each kernel receives from these arguments
+    (`with_operand_values`)."""
+    found = _kernels_in_jaxpr(fn, args, kwargs)
+    return with_operand_values(found, fn, args, kwargs) if operand_values and found else found
+
+
+def with_operand_values(found: list, fn, args, kwargs) -> list:
+    """`found` (from the jaxpr) with the operand values the kernels receive when `fn` runs on
+    `args`: a fresh `jax.jit` of `fn` runs once under the capture hooks, as a script's
+    kernels run (operands.py), so each kernel's operands reach a callback per device. The
+    run's kernels are matched to `found` by position, primitive and operand count; if they
+    do not match (a kernel a cache hid, a function that fails when run), `found` stays
+    without values, and a value that needs them is an error that says so."""
+    import jax
+
+    ran: list = []
+    try:
+        with capturing(ran.append):
+            jax.block_until_ready(jax.jit(lambda *a, **k: fn(*a, **k))(*args, **kwargs))
+            _settle_callbacks()
+    except Exception:  # noqa: BLE001 - the function's own failure: its kernels are checked without values
+        return found
+    if [(c.primitive, c.num_operands) for c in ran] != [(c.primitive, c.num_operands) for c in found]:
+        return found
+    for kernel, run in zip(found, ran):
+        kernel.operand_values = run.operand_values
+        kernel.after_other_kernel = run.after_other_kernel
+    return found
+
+
+def _kernels_in_jaxpr(fn, args, kwargs) -> list:
     import jax
 
     from semcheck.lower import KernelCapture, KernelFlow, MeshShape
@@ -301,10 +336,13 @@ def capture_function(fn, *args, **kwargs) -> list:
 _CHILD = "import sys; del sys.path[0]; from semcheck.frontends.capture import child_main; child_main()"
 
 
-def capture_script(path: str, devices: int, *, timeout: float | None = None) -> CaptureOutcome:
+def capture_script(path: str, devices: int, *, timeout: float | None = None,
+                   assumed: tuple[str, ...] = ()) -> CaptureOutcome:
     """Run `path` with `devices` CPU devices in a subprocess and return what it captured.
     `timeout`: the time the script gets (at most DEFAULT_TIMEOUT; a check's budget passes
-    what is left of it).
+    what is left of it). `assumed`: the names `--assume` bounds; a buffer element they name
+    stays a protocol input, as one the script's own `semcheck.assume` names does (the
+    lowering in the child decides which elements are inputs, so it must know them).
 
     The child runs in a session of its own with stdin closed and its output in files (not
     pipes a background process of the script could hold open); its whole session is
@@ -320,7 +358,9 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None) -> 
         env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
         env.setdefault("JAX_PLATFORMS", "cpu")
         command = [sys.executable, "-c", _CHILD, "--devices", str(devices),
-                   "--output", output, "--timeout", str(timeout), path]
+                   "--output", output, "--timeout", str(timeout)]
+        command += [f"--assumed={name}" for name in assumed]
+        command.append(path)
         stderr_path = os.path.join(tmp, "stderr.txt")
         with open(os.path.join(tmp, "stdout.txt"), "wb") as out, open(stderr_path, "wb") as err:
             returncode = _run_child(command, env, out, err, timeout + 120, path, devices)
@@ -464,7 +504,7 @@ def _child(args) -> int:
             ran = time.perf_counter()
             _settle_callbacks()
             outcome.protocols, outcome.errors = lower_captures(
-                list(captures), assumed=[a.name for a in script_assumptions])
+                list(captures), assumed=[a.name for a in script_assumptions] + list(args.assumed))
             outcome.assumptions = list(script_assumptions)
             outcome.seconds = {
                 "jax import": imported - started,
@@ -508,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    parser.add_argument("--assumed", action="append", default=[], help="a name --assume bounds")
     parser.add_argument("script")
     args = parser.parse_args(argv)
     from semcheck.frontends.isolation import end_with_parent

@@ -24,20 +24,21 @@ ENVIRONMENT = "SEMCHECK_CAPTURE_CACHE"
 _SEEN_PREFIXES = ("SEMCHECK_", "XLA_", "JAX_")
 
 
-def capture(path: str, devices: int, *, timeout: float | None = None):
-    """`capture.capture_script(path, devices, timeout=timeout)`, from the cache when one is set."""
+def capture(path: str, devices: int, *, timeout: float | None = None, assumed: tuple[str, ...] = ()):
+    """`capture.capture_script(path, devices, timeout=timeout, assumed=assumed)`, from the
+    cache when one is set (keyed by the assumed names too: they change what is captured)."""
     from semcheck.frontends import capture as capturing
 
     folder = os.environ.get(ENVIRONMENT)
     full_time = timeout is None or timeout >= capturing.DEFAULT_TIMEOUT
     if not folder or not full_time:
-        return capturing.capture_script(path, devices, timeout=timeout)
-    key = os.path.join(folder, _key(os.path.abspath(path), devices))
+        return capturing.capture_script(path, devices, timeout=timeout, assumed=assumed)
+    key = os.path.join(folder, _key(os.path.abspath(path), devices, assumed))
     with _locked(key + ".lock"):
         if os.path.exists(key + ".pickle"):
             with open(key + ".pickle", "rb") as f:
                 return pickle.load(f)
-        outcome = capturing.capture_script(path, devices, timeout=timeout)
+        outcome = capturing.capture_script(path, devices, timeout=timeout, assumed=assumed)
         if not outcome.timed_out:
             partial = f"{key}.{os.getpid()}.tmp"
             with open(partial, "wb") as f:
@@ -46,10 +47,10 @@ def capture(path: str, devices: int, *, timeout: float | None = None):
         return outcome
 
 
-def _key(path: str, devices: int) -> str:
+def _key(path: str, devices: int, assumed: tuple[str, ...] = ()) -> str:
     digest = hashlib.sha256()
     folder = os.path.dirname(path)
-    for part in (path, str(devices)):
+    for part in (path, str(devices), *assumed):
         digest.update(part.encode() + b"\0")
     for name in sorted(n for n in os.listdir(folder) if n.endswith(".py")):
         digest.update(name.encode() + b"\0")

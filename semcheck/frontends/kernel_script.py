@@ -16,7 +16,8 @@ from semcheck.ir import Loc, Protocol
 def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
     from semcheck.frontends import capture_cache
 
-    outcome = capture_cache.capture(path, devices, timeout=options.get("capture_timeout"))
+    outcome = capture_cache.capture(path, devices, timeout=options.get("capture_timeout"),
+                                    assumed=tuple(options.get("assumed", ())))
     if options.get("on_phases") is not None:  # the CLI's capture line (api.LoadReport)
         options["on_phases"](dict(outcome.seconds), outcome.captured)
     _reassume(outcome.assumptions)

@@ -204,7 +204,7 @@ class KernelContext:
                 )
             else:
                 self.note(
-                    f"{element} is named by semcheck.assume: its initial value is one input per device "
+                    f"{element} is named by semcheck.assume or --assume: its initial value is one input per device "
                     f"({element}@d0, ...), checked over the assumed range instead of the script's data"
                 )
         return self._scalar_inputs[key]

@@ -4,7 +4,8 @@ A thread's lowering follows its own stores in program order (data.py), but what 
 copy writes lands on another thread, at a time only synchronization decides. That is
 `semantics.py`'s business, so this module asks it, and nothing else: it runs the lowered
 protocol once, in a canonical schedule (the lowest-numbered thread that can move moves;
-copies complete only when no thread can move), and records, for every point where a thread
+copies complete only when no thread can move, or just before a thread reads the buffer they
+land in on its device), and records, for every point where a thread
 reads data (a load, a store's old value, a copy's source), which copies had landed on that
 thread since its previous such point. The next lowering applies exactly those payloads
 there (`KernelContext.arrivals`); tpu_kernel.py repeats until the protocol and the payloads no
@@ -43,7 +44,13 @@ def canonical_arrivals(protocol: ir.Protocol, read_points: dict, payloads: dict)
             action = threads[0]
             instr = system.current(state, action[1])
             point = read_points.get(id(instr))
-            if point is not None and point not in seen:
+            early = None if point is None or point in seen else _landing_before(
+                system, actions, point[0], _read_buffer(instr), payloads)
+            if early is not None:
+                action, point = early, None  # the read comes back here once the copy has landed
+                payload = payloads[id(system.bodies[early[1].issuer][early[1].start_pc])]
+                landed.setdefault((payload.device, payload.core), []).append(payload)
+            elif point is not None and point not in seen:
                 seen.add(point)
                 thread, _seq = point
                 if landed.get(thread):
@@ -60,6 +67,32 @@ def canonical_arrivals(protocol: ir.Protocol, read_points: dict, payloads: dict)
             break
         state = system.step(state, action)
     return arrivals
+
+
+def _read_buffer(instr: ir.Instr | None) -> str | None:
+    if isinstance(instr, ir.Load):
+        return instr.region.buffer
+    if isinstance(instr, ir.DmaStart):
+        return instr.src.buffer
+    return None
+
+
+def _landing_before(system, actions, thread: tuple[int, int], buffer: str | None, payloads: dict):
+    """A pending receive completion of a copy whose payload lands on `thread` in `buffer`,
+    which the thread is about to read, or None. Landing it first is one more schedule the
+    semantics allows. In a race-free kernel the read touches no part the copy writes, so no
+    value changes; when the read races with the copy, the landed data is what the kernel
+    means to read, so the protocol can still be built and the race is reported (with the
+    note that values may differ between schedules) instead of an unknown value."""
+    from semcheck.semantics import RECV
+
+    for action in actions:
+        if action[0] != "e" or action[1].side != RECV:
+            continue
+        payload = payloads.get(id(system.bodies[action[1].issuer][action[1].start_pc]))
+        if payload is not None and (payload.device, payload.core) == thread and payload.ref.alloc == buffer:
+            return action
+    return None
 
 
 def same_arrivals(a: dict, b: dict) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import overload
 
-from semcheck.ir import Loc, display_path
+from semcheck.ir import DataUse, Loc, display_path
 from semcheck.report import groups
 from semcheck.result import BlockedWait, MissingAction, Result, TraceStep, Violation
 from semcheck.version import __version__
@@ -159,6 +159,20 @@ def result_dict(r: Result) -> dict:
         },
         "error": r.error,
         "notes": r.notes,
+        "data_uses": [data_use_dict(u) for u in r.data_uses],
+    }
+
+
+def data_use_dict(use: DataUse) -> dict:
+    """A value deciding the protocol that was computed from buffer contents (ir.DataUse)."""
+    return {
+        "what": use.what,
+        "location": location(use.loc),
+        "device": use.device,
+        "core": use.core,
+        "value": use.value,
+        "script_inputs": list(use.script_inputs),
+        "buffers": list(use.buffers),
     }
 
 
