@@ -233,18 +233,20 @@ class Encoding:
                 regs_in = self._merge_registers(t, nv, [row[p] for p in node.preds])
             if node.kind != unrolling.INSTR:
                 continue
-            if isinstance(node.instr, ir.Cut):
+            instr = node.instr
+            assert instr is not None, "an instruction node carries its instruction"
+            if isinstance(instr, ir.Cut):
                 continue  # never fires (`fires` stays False): the thread stops there for good
             nv.fires = z3.Bool(f"fires_t{t}_n{node.index}")
             self.constraints.append(IMPLIES(nv.fires, nv.reach))
             self._position(row, nv)
             nv.regs_out = dict(regs_in)
             nv.regs_in = regs_in
-            self._encode_instr(nv, node.instr, regs_in)
-            for target, condition in unrolling.successors(node.pc, node.instr):
+            self._encode_instr(nv, instr, regs_in)
+            for target, condition in unrolling.successors(node.pc, instr):
                 guard, c = nv.done, True
                 if condition != unrolling.ALWAYS:
-                    c = truth(self.eval(node.instr.cond, t, regs_in))
+                    c = truth(self.eval(instr.cond, t, regs_in))  # type: ignore[attr-defined]  # a branch: it has a cond
                     guard = AND(guard, c if condition == unrolling.IF_TRUE else NOT(c))
                 if guard is False:
                     continue  # e.g. a loop counter that folds to a constant: no such path
@@ -383,7 +385,9 @@ class Encoding:
             self.ordering.append(IMPLIES(AND(done, empty), pos == nv.pos))
             completion = Completion(nv, side, done, pos, empty=empty)
             nv.completions[side] = completion
-            decl = self.system._allocs[(recv_ref if side == RECV else instr.send_sem).alloc][0]
+            counted_on = recv_ref if side == RECV else instr.send_sem
+            assert counted_on is not None, "only a side with a semaphore is completed"
+            decl = self.system._allocs[counted_on.alloc][0]
             delta = dma_increment(decl, nbytes)  # bytes on a DMA semaphore, else 1
             completion.change = Change(nv.t, done, target.candidates, delta, pos, nv, completion)
             self.completions.append(completion)
@@ -460,7 +464,7 @@ class Encoding:
         against `w` is open, and at least the same with the negative parts. So counting
         alone knows that a wait nothing could have fed did not pass."""
         waits, reads, lows, highs = [], [], [], []
-        for sid, cond in w.target.candidates:
+        for sid, cond in _named(w).candidates:
             exact, low, high = self._count_before(w, sid)
             if w.read_value is None:
                 waits.append(AND(cond, GE(exact, w.need)))
@@ -522,7 +526,7 @@ class Encoding:
                     self.constraints.append(var == total)
                     total = var
                 sums.append(total)
-            self._other_sums[key] = tuple(sums)
+            self._other_sums[key] = (sums[0], sums[1])
         return self._other_sums[key]
 
     def _separate(self, a: z3.ArithRef, b: z3.ArithRef) -> None:
@@ -657,9 +661,9 @@ class Encoding:
             for w in self.nodes[nv.t]:
                 if w.need is None or w.read_value is not None or not self._dominates(w, nv):
                     continue
-                if not (is_const(w.need) and w.need >= 1 and len(w.target.candidates) == 1):
+                if not (is_const(w.need) and w.need >= 1 and len(_named(w).candidates) == 1):
                     continue
-                sid, cond = w.target.candidates[0]
+                sid, cond = _named(w).candidates[0]
                 adder = self._sole_adder(sid) if cond is True else None
                 if adder is not None:
                     found.add(adder)
@@ -680,7 +684,7 @@ class Encoding:
             elif change.completion is None and isinstance(instr, ir.KernelEntry):
                 continue
             elif (change.completion is None and isinstance(instr, (ir.Wait, ir.DmaWait))
-                  and is_const(change.node.need) and change.node.need >= 0):
+                  and isinstance(change.node.need, int) and change.node.need >= 0):
                 continue
             else:
                 return None
@@ -731,12 +735,12 @@ class Encoding:
             thread = system.threads[t]
             for nv in row:
                 instr = nv.node.instr
-                if nv.node.kind != unrolling.INSTR:
+                if nv.node.kind != unrolling.INSTR or instr is None:
                     continue
                 invocation = system.invocation_at[t][nv.node.pc]
                 key = (Kind.REMOTE_BEFORE_ENTRY, instr.loc)
                 if isinstance(instr, ir.Signal) and system.backend is Backend.TPU:
-                    for sid, cond in nv.target.candidates:
+                    for sid, cond in _named(nv).candidates:
                         inst = system.instances[sid]
                         if inst.decl.origin in exempt or system.enters_with(thread, inst.device, inst.core):
                             continue
@@ -744,7 +748,7 @@ class Encoding:
                         self._add_hazard(key, AND(nv.done, cond, problem))
                 elif isinstance(instr, ir.DmaStart) and invocation:
                     landing = nv.completions[RECV]
-                    for sid, cond in landing.change.candidates:
+                    for sid, cond in _change(landing).candidates:
                         inst = system.instances[sid]
                         if system.enters_with(thread, inst.device, inst.core):
                             continue
@@ -762,7 +766,7 @@ class Encoding:
                 inst = self.system.instances[sid]
                 landing = [
                     AND(cond, self._in_flight(c, entry.pos))
-                    for c in self.completions for s, cond in c.change.candidates if s == sid
+                    for c in self.completions for s, cond in _change(c).candidates if s == sid
                 ]
                 left = OR(NOT(EQ(reset, 0)), *landing)
                 self._add_hazard((Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index), AND(entry.done, left))
@@ -821,7 +825,7 @@ class Encoding:
         """The wait at `nv` cannot pass in the final state (and would not fault)."""
         return AND(
             nv.valid,
-            OR(*(AND(cond, LT(self.final_count(sid), nv.need)) for sid, cond in nv.target.candidates)),
+            OR(*(AND(cond, LT(self.final_count(sid), nv.need)) for sid, cond in _named(nv).candidates)),
         )
 
     def some_thread_blocked(self) -> SymBool:
@@ -867,11 +871,11 @@ class Encoding:
 
     # -- decoding --
 
-    def decode(self, model: z3.ModelRef) -> tuple[tuple[int, ...], list[tuple[Action, int, int]]]:
+    def decode(self, model: z3.ModelRef) -> tuple[tuple[int, ...], list[tuple[Action, int | None, int | None]]]:
         """Input values and the executed actions, each with its thread and pc (None for a
         DMA completion), in an order the semantics can replay."""
         inputs = tuple(_int(model, v) for v in self.inputs)
-        keyed = []
+        keyed: list[tuple[tuple, tuple, int | None, int | None]] = []
         for t, row in enumerate(self.nodes):
             nv = row[0]
             while nv.node.kind == unrolling.INSTR and _holds(model, nv.fires):
@@ -883,14 +887,14 @@ class Encoding:
         for c in self.completions:
             if not _holds(model, c.done) or _holds(model, c.empty):
                 continue  # not yet, or part of its start's step (semantics._complete_at_start)
-            sid = next(s for s, cond in c.change.candidates if _holds(model, cond))
-            event = Event(c.side, c.start.t, c.start.node.pc, sid, _int(model, c.change.delta))
+            sid = next(s for s, cond in _change(c).candidates if _holds(model, cond))
+            event = Event(c.side, c.start.t, c.start.node.pc, sid, _int(model, _change(c).delta))
             keyed.append(((_position(model, c.pos), 1, c.start.t, c.start.node.index), ("e", event), None, None))
         keyed.sort(key=lambda item: item[0])
         return inputs, [(action, t, pc) for _, action, t, pc in keyed]
 
 
-_RULES = {
+_RULES: dict[type, Callable[..., None]] = {
     ir.Load: Encoding._access,
     ir.Store: Encoding._access,
     ir.KernelEntry: Encoding._entry,
@@ -944,10 +948,22 @@ def _negate(x: SymInt) -> SymInt:
     return -x
 
 
+def _named(nv: NodeVars) -> Target:
+    """The semaphore a wait, read or signal node names (set when the node was encoded)."""
+    assert nv.target is not None, "a node that names no semaphore"
+    return nv.target
+
+
+def _change(c: Completion) -> Change:
+    """What a completion adds (set once its start was encoded)."""
+    assert c.change is not None, "a completion whose start was not encoded"
+    return c.change
+
+
 def _same(a: SymInt, b: SymInt) -> bool:
     if is_const(a) or is_const(b):
         return is_const(a) and is_const(b) and a == b
-    return a.eq(b)
+    return isinstance(a, z3.ExprRef) and a.eq(b)
 
 
 def _holds(model: z3.ModelRef, x: SymBool) -> bool:
