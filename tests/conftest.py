@@ -45,9 +45,9 @@ def pytest_unconfigure(config):
 
 
 # The slow tier: what captures every example at several device counts, runs JAX's own
-# interpreter, sweeps whole folders, or runs hundreds of random protocols. `python -m pytest`
-# (the README's test command, and .ci/run) runs every test; `python -m pytest -m "not slow"`
-# is the fast tier for the edit-test loop. A key is a module or one test of it (by name,
+# interpreter, sweeps whole folders, or runs hundreds of random protocols. The README's test
+# command, `python -m pytest -m "not slow"`, is the fast tier; .ci/run runs it and then
+# `python -m pytest -m slow`, so every test runs in CI. A key is a module or one test of it (by name,
 # all its parameters); `@pytest.mark.slow` in a module works too.
 SLOW = {
     "tests/test_tpu_examples.py": "every TPU example at 2, 4 and 8 devices, and called twice",

@@ -29,7 +29,12 @@ def test_pre_commit_hook_runs_semcheck_with_expectations_on_the_changed_files(ca
 def test_ci_gate_checks_models_and_examples_with_expectations():
     with open(os.path.join(ROOT, ".ci", "run")) as f:
         script = f.read()
-    assert "\n.venv/bin/python -m pytest\n" in script  # exactly the README's test command
-    gate = script[script.index(".venv/bin/python -m pytest\n"):]
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    blocks = re.findall(r"```sh\n(.*?)\n```", readme, flags=re.S)
+    test_command = blocks[1]  # the README's second command runs the tests
+    assert f"\n{test_command}  #" in script or f"\n{test_command}\n" in script  # exactly it
+    assert test_command.endswith('-m "not slow"') and "\n.venv/bin/python -m pytest -m slow\n" in script
+    gate = script[script.index(".venv/bin/python -m pytest -m slow\n"):]
     assert "gate=(models/)" in gate and "gate+=(examples/)" in gate
     assert "--expectations" in gate and "--format sarif" in gate and "tests.sarif_schema" in gate
