@@ -50,6 +50,16 @@ def handed_in_note(names: Sequence[str]) -> str:
     )
 
 
+def handed_out_note(names: Sequence[str]) -> str:
+    """The note on a kernel checked alone that returns semaphores to whatever runs next."""
+    return (
+        f"semaphores this kernel returns ({', '.join(names)}) are not judged at its exit: what is "
+        "left on them, and copies still counting on them, are for the kernel that takes them "
+        "next, which was not captured with this one (kernels of one jitted function are "
+        "checked as one program, and then they are judged when the program ends)"
+    )
+
+
 def shared_barrier_name(collective_id: int) -> str:
     return f"barrier_semaphore[collective_id={collective_id}]"
 
@@ -240,11 +250,20 @@ def _kernel_notes(kernels: Sequence[ir.Protocol], labels: list[str], handovers: 
     for k, (kernel, label) in enumerate(zip(kernels, labels)):
         handed_in = _handed_in_operands(kernel)
         linked = {h.name for h in handovers if h.consumer == k}
+        handed_out = _handed_out_results(kernel)
         for note in kernel.notes:
             if handed_in and note == handed_in_note(handed_in) and set(handed_in) <= linked:
                 continue  # the program counts what earlier kernels did
+            if handed_out and note == handed_out_note(handed_out):
+                continue  # the program judges returned semaphores when it ends
             out.append(f"{label}: {note}")
     return tuple(dict.fromkeys(out))
+
+
+def _handed_out_results(kernel: ir.Protocol) -> list[str]:
+    """The semaphores among the kernel's results, as its lowering's note names them."""
+    sems = {d.name for d in kernel.semaphores}
+    return [n for n in kernel.ports.results if n in sems]
 
 
 def _handed_in_operands(kernel: ir.Protocol) -> list[str]:

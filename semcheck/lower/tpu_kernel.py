@@ -33,7 +33,7 @@ from semcheck.lower.data import data_notes, initial_contents
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
-from semcheck.programs import handed_in_note
+from semcheck.programs import handed_in_note, handed_out_note
 
 ARRIVE, RELEASE = "device_barrier.arrive", "device_barrier.release"
 
@@ -363,6 +363,9 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
     ]
     if handed_in:
         ctx.note(handed_in_note(handed_in))
+    handed_out = [r.alloc for r in refs[n_inputs:n_inputs + n_results] if r.is_semaphore]
+    if handed_out:
+        ctx.note(handed_out_note(handed_out))
     devices = ctx.mesh.size
     if grid_mapping is not None:
         ctx.pipeline = _pipeline(ctx, grid_mapping, refs, n_scalar, points, data or {}, call_loc)
