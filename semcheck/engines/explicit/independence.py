@@ -78,11 +78,12 @@ class Independence:
             self._pending_events, self._pending = events, {}
         found = self._pending.get(r)
         if found is None:
-            found = self._pending[r] = list(self._scan_pending(events, r))
+            copies = self._copies_on.get(r) if events else None
+            found = self._pending[r] = list(self._scan_pending(events, r, copies)) if copies else []
         return found
 
-    def _scan_pending(self, events: tuple[Event, ...], r: int):
-        for starts, ranges in self._copies_on.get(r, ()):
+    def _scan_pending(self, events: tuple[Event, ...], r: int, copies):
+        for starts, ranges in copies:
             for prefix in ranges:
                 width = len(prefix)
                 k = bisect_left(events, prefix)
