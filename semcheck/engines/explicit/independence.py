@@ -36,8 +36,19 @@ class Independence:
         self.touchers: dict[int, tuple[int, ...]] = {r: tuple(ts) for r, ts in touchers.items()}
         self._event_channels: dict[Event, Channels] = {}
         self._copies_on = self._copy_index()
+        self._pending_events: tuple[Event, ...] | None = None
+        self._pending: dict[int, list[tuple[Action, int, int]]] = {}
         self._stops = self._guard_stops()
         self._counted_waits, self._decrements, self._additions = self._counting_tables()
+        # (thread, adder thread) and (thread, semaphore) -> sorted indices into the thread's
+        # counted waits that the adder may add to / that wait on the semaphore
+        self._waits_by_adder: dict[tuple[int, int], list[int]] = {}
+        self._waits_by_sem: dict[tuple[int, int], list[int]] = {}
+        for t, entries in self._counted_waits.items():
+            for j, (_stop, sid, _need, adders) in enumerate(entries):
+                self._waits_by_sem.setdefault((t, sid), []).append(j)
+                for a in adders:
+                    self._waits_by_adder.setdefault((t, a), []).append(j)
 
     # -- what an actor may touch --
 
@@ -60,13 +71,19 @@ class Independence:
         r. Events are sorted by (side, issuer, start pc, ...), and `_copies_on` knows which
         copy starts may touch r, so they are found by bisection: a few starts one by one,
         many (a send semaphore every step's copy adds to) by scanning that issuer's
-        pending completions, never every pending completion."""
-        for side, issuer, starts in self._copies_on.get(r, ()):
-            ranges: list[tuple[int, ...]]
-            if len(starts) <= 4:
-                ranges = [(side, issuer, pc) for pc in sorted(starts)]
-            else:
-                ranges = [(side, issuer)]
+        pending completions, never every pending completion. The answers for the last
+        `events` seen are kept: one state's closures ask about the same resources again and
+        again."""
+        if events is not self._pending_events:  # a new state: forget the last one's answers
+            self._pending_events, self._pending = events, {}
+        found = self._pending.get(r)
+        if found is None:
+            copies = self._copies_on.get(r) if events else None
+            found = self._pending[r] = list(self._scan_pending(events, r, copies)) if copies else []
+        return found
+
+    def _scan_pending(self, events: tuple[Event, ...], r: int, copies):
+        for starts, ranges in copies:
             for prefix in ranges:
                 width = len(prefix)
                 k = bisect_left(events, prefix)
@@ -107,13 +124,17 @@ class Independence:
             still_sems = {e.sem for _kind, e in still_events}
         pc = state.pcs[t]
         k = bisect_left(entries, (pc,))
-        tried = 0
-        for stop, sid, need, adders in entries[k:]:
-            if adders.isdisjoint(still) and sid not in still_sems:
-                continue  # nothing standing still adds to this one: it does not keep it closed
-            tried += 1
-            if tried > limit:
-                break
+        # only a wait something standing still adds to can be kept closed: the first `limit`
+        # of those from pc on, found per member in the indices by adder and by semaphore
+        chosen: set[int] = set()
+        for index, keys in ((self._waits_by_adder, still), (self._waits_by_sem, still_sems)):
+            for key in keys:
+                found = index.get((t, key))
+                if found is not None:
+                    lo = bisect_left(found, k)
+                    chosen.update(found[lo:lo + limit])
+        for j in sorted(chosen)[:limit]:
+            stop, sid, need, adders = entries[j]
             reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop)
             if reachable is not None and reachable < need:
                 return stop
@@ -243,6 +264,7 @@ class Independence:
                 ]
                 self.tables[t] = ThreadTable(body, fps, system.cell_base)
         self._event_channels.clear()
+        self._pending_events, self._pending = None, {}
         return True
 
     def normalize(self, state: State) -> State:
@@ -255,9 +277,10 @@ class Independence:
         )
         return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
 
-    def _copy_index(self) -> dict[int, tuple[tuple[int, int, frozenset[int]], ...]]:
-        """resource -> (side, issuer, start pcs) of the copies whose completions may touch
-        it: what
+    def _copy_index(self) -> dict[int, tuple[tuple[frozenset[int], tuple[tuple[int, ...], ...]], ...]]:
+        """resource -> (start pcs, event prefixes to bisect for) per (side, issuer) of the
+        copies whose completions may touch it (a few starts one by one, many by their
+        issuer's side): what
         each copy start may touch (its semaphores, both regions and what overlaps them, the
         peer's lifecycle), plus the lifecycle of where it lands, which its completion
         checks even for a local copy (`semantics.event_footprint`)."""
@@ -277,7 +300,7 @@ class Independence:
                     for side in (RECV, SEND):
                         by_copy.setdefault((side, t), set()).add(pc)
         return {
-            r: tuple((side, t, frozenset(pcs)) for (side, t), pcs in sorted(by_copy.items()))
+            r: tuple((frozenset(pcs), _prefixes(side, t, pcs)) for (side, t), pcs in sorted(by_copy.items()))
             for r, by_copy in found.items()
         }
 
@@ -316,6 +339,13 @@ class Independence:
 
 
 _UNBOUNDED = object()
+
+
+def _prefixes(side: int, issuer: int, starts: set[int]) -> tuple[tuple[int, ...], ...]:
+    """The event-tuple prefixes under which the completions of these copy starts sort."""
+    if len(starts) <= 4:
+        return tuple((side, issuer, pc) for pc in sorted(starts))
+    return ((side, issuer),)
 
 
 def _constant_addition(system: System, t: int, instr: ir.Instr, sid: int) -> float | None:

@@ -39,11 +39,13 @@ def stubborn_subset(ind: Independence, state: State, enabled: list[Action]) -> l
     for seed in seeds:
         # with the blocked waiters it feeds joining first, and without: either can be smaller
         for waiters_first in (True, False):
-            members = ctx.closure(seed, limit=len(best), waiters_first=waiters_first)
+            members, waiters_joined = ctx.closure(seed, limit=len(best), waiters_first=waiters_first)
             if members is not None:
                 best = [a for a in enabled if a in members]
                 if len(best) == 1:
                     return best
+            if not waiters_joined:
+                break  # no waiter joined: the closure without them is this one, step for step
     return best
 
 
@@ -111,9 +113,10 @@ class _Context:
         guard = action[1] if action[0] == "e" else None
         return not self._clashing(action, self.ind.own(self.state, action), {action}, guard=guard, first=True)
 
-    def closure(self, seed: Action, limit: int, waiters_first: bool = True) -> set[Action] | None:
+    def closure(self, seed: Action, limit: int, waiters_first: bool = True) -> tuple[set[Action] | None, bool]:
         """The actors a stubborn set containing `seed` needs, or None as soon as it holds
-        `limit` enabled actions (no better than one already found).
+        `limit` enabled actions (no better than one already found); and whether a blocked
+        waiter joined (if none did, the closure without `waiters_first` is the same).
 
         With `waiters_first`, before an enabled action's needs are looked up, the threads
         blocked at a wait on a semaphore it adds to join the set (`_waiting_for`): a
@@ -124,11 +127,13 @@ class _Context:
         members = {seed}
         work = [seed]
         enabled_count = 1
+        waiters_joined = False
         while work:
             action = work.pop()
             for waiting in self._waiting_for(action, members) if waiters_first else ():  # disabled: they cost no enabled action
                 members.add(waiting)
                 work.append(waiting)
+                waiters_joined = True
             for other in self._required_by(action, members):
                 if other not in members:
                     members.add(other)
@@ -136,8 +141,8 @@ class _Context:
                     if other in self.enabled:
                         enabled_count += 1
                         if enabled_count >= limit:
-                            return None
-        return members
+                            return None, waiters_joined
+        return members, waiters_joined
 
     def _waiting_for(self, action: Action, members: set[Action]) -> list[Action]:
         """The threads outside `members` blocked at a wait on a semaphore `action` (enabled)
