@@ -69,8 +69,9 @@ def test_the_serial_report_has_times_to_normalise(serial):
 def test_the_sarif_of_the_whole_sweep_stays_small(serial):
     """Code flows keep the threads involved, and beyond the fewest devices only the essential
     steps: the SARIF of models/ and examples/ stays well under code scanning's comfort zone
-    (benchmarks/gate.py prints the size of examples/ at 2, 4 and 8 devices)."""
-    assert len(serial["all.sarif"].encode()) < 200_000
+    (benchmarks/gate.py prints the size of examples/ at 2, 4 and 8 devices). 315 KB for the 72
+    kernels of stop 19 (200 KB for 62 before it); full code flows were 718 KB for 5 findings."""
+    assert len(serial["all.sarif"].encode()) < 400_000
     assert json.loads(serial["all.sarif"])["runs"][0]["results"]
 
 

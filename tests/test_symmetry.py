@@ -60,6 +60,8 @@ def symmetric_protocols(draw, mutate: bool = False):
             body[k], body[k + 1] = body[k + 1], body[k]
         else:
             del body[k:]
+            # a jump may go to the end of the body, not past it
+            assume(all(i.target <= len(body) for i in body if isinstance(i, (ir.Branch, ir.Jump))))
         threads[t] = dataclasses.replace(threads[t], body=tuple(body))
     return dataclasses.replace(base, threads=tuple(threads))
 

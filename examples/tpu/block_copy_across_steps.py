@@ -42,7 +42,7 @@ def fill_block_kernel(x_hbm, o_ref, sem):  # <- data_race (the pipeline writes t
 
 def fill(x, mesh):
     def per_device(block):
-        return pl.pallas_call(
+        return pl.pallas_call(  # <- data_race (the pipeline's write-back, as JAX's interpreter names it)
             fill_block_kernel,
             grid=(NUM_BLOCKS,),
             out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
