@@ -190,6 +190,74 @@ def test_a_dma_size_semcheck_cannot_know_names_the_size_and_where_it_came_from()
     assert "ShapedArray" not in error.message
 
 
+def _protocols_with_values(per_device, devices=2) -> list[ir.Protocol]:
+    """The kernel's Protocols with the operand values it receives when it runs (ones)."""
+    from semcheck.frontends.capture import capture_function, lower_captures
+
+    found, errors = lower_captures(capture_function(*sharded(per_device, mesh((devices,))), operand_values=True))
+    assert not errors, errors
+    return found
+
+
+def _blocked_fetch_then_signal(wait_for: int):
+    """Blocks of x fetched by a double-buffered copy sized `lax.select(valid, 4, 0)` (the
+    prefetch past the last block moves 0 rows, as fused MoE kernels fetch their gating
+    blocks); each block's first element (1.0 in the test's ones) is the signal amount."""
+    rows_per_block, blocks = 4, 2
+
+    def kernel(x_ref, o_ref, buf, sems, counter):
+        def fetch(b):
+            rows = lax.select(jnp.logical_and(0 <= b, b < blocks), rows_per_block, 0)
+            return pltpu.make_async_copy(x_ref.at[pl.ds(b * rows_per_block, rows)],
+                                         buf.at[b % 2, pl.ds(0, rows)], sems.at[b % 2])
+
+        fetch(0).start()
+
+        def body(b, carry):
+            fetch(b + 1).start()
+            fetch(b).wait()
+            pl.semaphore_signal(counter, buf[b % 2, 0, 0].astype(jnp.int32))  # <- amount from the block
+            return carry
+
+        lax.fori_loop(0, blocks, body, 0)
+        pl.semaphore_wait(counter, wait_for)
+
+    scratch = [pltpu.VMEM((2, rows_per_block, 128), jnp.float32), DMA_SEM((2,)), REGULAR_SEM]
+    return _call(kernel, scratch)
+
+
+def test_data_a_select_sized_copy_brings_is_evaluated_per_iteration():
+    """The copy's window has a traced size (a dynamic-shape aval), known per iteration: the
+    data it moves is followed, so the signal amounts are known (issue 11, tpu-inference's
+    fused MoE gating fetch)."""
+    [p] = _protocols_with_values(_blocked_fetch_then_signal(wait_for=2))
+    starts = instrs(p, ir.DmaStart, 0)
+    assert [s.nbytes for s in starts] == [4 * ROW, 4 * ROW, 0]  # the last prefetch is empty
+    assert [s.inc for s in instrs(p, ir.Signal, 0) if s.sem.alloc == "counter"] == [1, 1]
+    line = line_of(HERE, "# <- amount from the block")
+    assert {u.loc.line for u in p.data_uses} == {line}
+    assert all(u.script_inputs == ("x_ref",) for u in p.data_uses)
+    assert check_protocol(p).verdict.value == "safe"
+    [p_bad] = _protocols_with_values(_blocked_fetch_then_signal(wait_for=3))
+    assert "unsatisfied_wait" in {v.kind for v in check_protocol(p_bad).errors}
+
+
+def test_a_wait_through_a_reshaped_view_with_a_traced_size_counts_its_bytes():
+    def kernel(x_ref, o_ref, buf, sem):
+        rows = 2 + lax.axis_index("x")
+        flat = buf.reshape(8, 128)
+        pltpu.make_async_copy(x_ref.at[pl.ds(0, rows)], flat.at[pl.ds(0, rows)], sem).start()
+        pltpu.make_async_copy(flat.at[pl.ds(0, rows)], flat.at[pl.ds(0, rows)], sem).wait()
+
+    [p] = protocols(_call(kernel, [pltpu.VMEM((2, 4, 128), jnp.float32), DMA_SEM]), mesh((2,)))
+    for device, rows in ((0, 2), (1, 3)):
+        [start] = instrs(p, ir.DmaStart, device)
+        [wait] = instrs(p, ir.DmaWait, device)
+        assert (start.nbytes, wait.nbytes) == (rows * ROW, rows * ROW)
+        assert (start.dst.start, start.dst.size) == ((0, 0, 0), (1, rows, 128))
+    assert check_protocol(p).verdict.value == "safe"
+
+
 # --- views ---------------------------------------------------------------------------------------
 
 
@@ -222,6 +290,33 @@ def test_chained_strided_views_compose_starts_and_strides():
     [start] = instrs(p, ir.DmaStart, 0)
     assert (start.src.start, start.src.size) == ((3, 0), (3, 128))  # rows 3 to 5
     assert start.nbytes == 2 * ROW
+
+
+def _packed_slot_read(read_slot: int):
+    """A bf16 double buffer read as packed u32 words (`buf.bitcast(u32).reshape(...)`, as
+    fused MoE kernels read their token slots) while a copy into slot 1 is in flight."""
+
+    def kernel(x_ref, o_ref, rows, buf, words_out, sem):
+        pltpu.make_async_copy(rows, buf.at[1], sem).start()
+        words = buf.bitcast(jnp.uint32).reshape(2, 4, 128)
+        words_out[...] = words[read_slot]  # <- reads one slot
+        pltpu.make_async_copy(rows, buf.at[1], sem).wait()
+
+    scratch = [pltpu.VMEM((4, 2, 128), jnp.bfloat16), pltpu.VMEM((2, 4, 2, 128), jnp.bfloat16),
+               pltpu.VMEM((4, 128), jnp.uint32), DMA_SEM]
+    return _call(kernel, scratch)
+
+
+def test_a_view_through_bitcast_and_reshape_touches_only_its_slot():
+    """Packing two bf16 rows per u32 word keeps the slot's box: reading slot 0 does not
+    race with the copy into slot 1 (it did when such views widened to the whole buffer)."""
+    [p] = protocols(_packed_slot_read(0), mesh((2,)))
+    [load] = [i for i in instrs(p, ir.Load, 0) if i.region.buffer == "buf"]
+    assert (load.region.start, load.region.size) == ((0, 0, 0, 0), (1, 4, 2, 128))
+    assert check_protocol(p).verdict.value == "safe"
+    [p_bad] = protocols(_packed_slot_read(1), mesh((2,)))
+    [race] = [v for v in check_protocol(p_bad).errors if v.kind == "data_race"]
+    assert race.location.line == line_of(HERE, "# <- reads one slot")
 
 
 # --- pl.select_ref ---------------------------------------------------------------------------------

@@ -173,7 +173,7 @@ class ThreadMemory:
                 if exact is not None and exact in c.symbolic and tuple(out_aval.shape) == ():
                     return c.symbolic[exact]
                 return Opaque(f"{why}, which holds a value known only at run time")
-        if _size(out_aval) > limit:
+        if _read_size(out_aval, region) > limit:
             return Opaque(why)
         concrete = _concrete_transforms(tuple(transforms))
         if concrete is None:
@@ -383,11 +383,19 @@ def _transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.nda
         return None
 
 
-def _size(aval) -> int:
+def _read_size(aval, region: ir.Region) -> int:
+    """Elements a read sees: its aval's static shape, or, for a window whose `pl.ds` size is
+    traced (JAX gives it a dynamic-shape aval), the sizes of its region as lowered (each
+    known per thread: a DMA sized `lax.select(valid, bt, 0)`); more than any limit when
+    neither is known."""
     try:
         return math.prod(int(d) for d in aval.shape)
     except TypeError:
-        return DATA_LIMIT + 1
+        pass
+    sizes = [n for n in region.size if isinstance(n, (int, np.integer))]
+    if region.start and len(sizes) == len(region.size):
+        return math.prod(int(n) for n in sizes)
+    return DATA_LIMIT + 1
 
 
 def sources_of(values: Iterable[Any]) -> frozenset:

@@ -6,8 +6,9 @@ rules compose them into one (start, stride, count) per dimension of the allocati
 sizes may be traced (`pl.ds(start, size)`), known per thread or symbolic. A semaphore index
 semcheck cannot know becomes an input over the array (docs/semantics-lowering.md). A
 buffer region whose start or size depends on buffer contents widens to the whole dimension
-(it over-approximates what is touched), and transforms other than indexing (bitcast,
-reshape) widen to the whole buffer. `pl.select_ref` operands of DMAs are chosen (or
+(it over-approximates what is touched); a view through a reshape or bitcast is followed
+element by element (`_positions`) to the box it touches when every index and size is known
+per thread, and widens to the whole buffer otherwise. `pl.select_ref` operands of DMAs are chosen (or
 branched over) by `for_each_selection`.
 """
 
@@ -287,7 +288,10 @@ def region(t: ThreadLowering, eqn, value, what: str, extra=()) -> ir.Region:
         raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
     view = _view(t, eqn, ref, transforms, exact=False, what=what)
     if view is None:
-        return ir.Region(ref.alloc, (0,) * len(ref.shape), tuple(ref.shape))
+        positions = _positions(ref, transforms)
+        if positions is None:
+            return ir.Region(ref.alloc, (0,) * len(ref.shape), tuple(ref.shape))
+        return _bounding_region(ref, positions)
     starts: list[ir.Operand] = []
     sizes: list[ir.Operand] = []
     for d, extent in zip(view.dims, ref.shape):
@@ -324,13 +328,95 @@ def nbytes_of_window(t: ThreadLowering, eqn, value, aval, what: str) -> ir.Opera
     ref, transforms = ref_of(t, eqn, value, what)
     view = _view(t, eqn, ref, transforms, exact=False, what=what)
     if view is None:
-        raise t.error(eqn, f"{what} has a size known only at run time behind a reshape or bitcast, "
-                      "which semcheck cannot follow")
+        positions = _positions(ref, transforms)
+        if positions is None:
+            raise t.error(eqn, f"{what} has a size known only at run time behind a reshape or bitcast, "
+                          "and semcheck does not know every index and size of the view")
+        return int(positions[0].size) * np.dtype(aval.dtype).itemsize
     nbytes: ir.Operand = np.dtype(ref.dtype).itemsize
     for position, size in enumerate(view.sizes):
         count = operand(t, eqn, size, f"the size of {what} along its dim {position} (a traced pl.ds size)")
         nbytes = sym_op("mul", nbytes, count)
     return nbytes
+
+
+# Views through a reshape or bitcast are followed element by element up to this size.
+POSITIONS_LIMIT = 1 << 20
+
+
+def _positions(ref: RefValue, transforms) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a view through reshapes and bitcasts (which `_view` cannot compose), the first
+    and the last element of the allocation (flat, row-major) under each element of the
+    view: JAX's own `discharge.transform_array` applied to arrays of positions, and
+    Pallas' TPU bitcast rule (`jax/_src/state/utils.py` `bitcast`, JAX 0.10.2: a change of
+    bitwidth scales the second-minor dim, packing consecutive rows). None when an index or
+    size is not known per thread, a window leaves its view (the caller then keeps the
+    whole buffer, and JAX's clamping would hide that), or the buffer is too large."""
+    import jax
+    from jax._src import dtypes
+    from jax._src.state import discharge
+    from jax._src.state.indexing import NDIndexer
+    from jax._src.state.types import BitcastTransform, ReshapeTransform
+
+    from semcheck.lower.data import _concrete_transforms
+
+    size = math.prod(ref.shape)
+    concrete = _concrete_transforms(tuple(transforms))
+    if concrete is None or size > POSITIONS_LIMIT or ref.is_semaphore:
+        return None
+    first = np.arange(size, dtype=np.int64).reshape(ref.shape)
+    last = first
+    bits = dtypes.itemsize_bits(np.dtype(ref.dtype))
+    try:
+        for transform in concrete:
+            if isinstance(transform, NDIndexer):
+                if not _inside_view(transform, first.shape):
+                    return None
+                with jax.ensure_compile_time_eval():
+                    first = np.asarray(discharge.transform_array(first, [transform]))
+                    last = np.asarray(discharge.transform_array(last, [transform]))
+            elif isinstance(transform, ReshapeTransform):
+                first, last = first.reshape(transform.shape), last.reshape(transform.shape)
+            elif isinstance(transform, BitcastTransform):
+                new_bits = dtypes.itemsize_bits(transform.dtype)
+                if new_bits > bits:  # packs `ratio` consecutive rows into one
+                    ratio = new_bits // bits
+                    first, last = first[..., 0::ratio, :], last[..., ratio - 1::ratio, :]
+                elif new_bits < bits:  # splits each row into `ratio`
+                    ratio = bits // new_bits
+                    first, last = np.repeat(first, ratio, axis=-2), np.repeat(last, ratio, axis=-2)
+                bits = new_bits
+            else:
+                return None
+    except Exception:  # noqa: BLE001 - JAX refuses the view: the caller keeps the whole buffer
+        return None
+    return first, last
+
+
+def _inside_view(indexer, shape: tuple[int, ...]) -> bool:
+    from jax._src.state.indexing import Slice
+
+    for index, extent in zip(indexer.indices, shape):
+        if isinstance(index, Slice):
+            start, count = int(np.asarray(index.start)), int(np.asarray(index.size))
+            if count and (start < 0 or start + (count - 1) * index.stride >= extent):
+                return False
+        else:
+            values = np.asarray(index)
+            if values.size and (values.min() < 0 or values.max() >= extent):
+                return False
+    return True
+
+
+def _bounding_region(ref: RefValue, positions: tuple[np.ndarray, np.ndarray]) -> ir.Region:
+    """The smallest box of the allocation that holds every position (empty for an empty view)."""
+    first, last = positions
+    if first.size == 0:
+        return ir.Region(ref.alloc, (0,) * len(ref.shape), (0,) * len(ref.shape))
+    coords = np.unravel_index(np.concatenate([first.ravel(), last.ravel()]), ref.shape)
+    starts = tuple(int(c.min()) for c in coords)
+    sizes = tuple(int(c.max()) - int(c.min()) + 1 for c in coords)
+    return ir.Region(ref.alloc, starts, sizes)
 
 
 # --- loads and stores ------------------------------------------------------------------------
