@@ -37,14 +37,14 @@ def record_operands(ctx, in_nodes, capture) -> None:
     from jax._src import dtypes, sharding_impls
     from jax._src.interpreters import mlir
 
-    import jax
-
     axis_context = ctx.module_context.axis_context
     names = tuple(axis_context.mesh.axis_names) if isinstance(axis_context, sharding_impls.SPMDAxisContext) else ()
     sizes = tuple(int(capture.mesh.axis_sizes[capture.mesh.axis_names.index(n)]) for n in names) \
         if tuple(capture.mesh.axis_names) == names else ()
     if len(sizes) != len(names):
         return  # a mesh semcheck does not lay out: no values (the lowering says so if it needs them)
+    if names and set(axis_context.manual_axes) != set(names):
+        return  # a partly automatic shard_map: no per-device shards to call back with
     numeric = [k for k, aval in enumerate(ctx.avals_in) if not dtypes.issubdtype(aval.dtype, dtypes.extended)]
 
     def received(*args):
@@ -52,10 +52,11 @@ def record_operands(ctx, in_nodes, capture) -> None:
         device = 0
         for coord, size in zip(coords, sizes):
             device = device * size + int(np.asarray(coord))
+        arrays = {k: np.array(v) for k, v in zip(numeric, values)}  # host buffers: copy them
         with _lock:
             if device in capture.operand_values:
                 return
-            capture.operand_values[device] = {k: np.asarray(v) for k, v in zip(numeric, values)}
+            capture.operand_values[device] = arrays
             earlier = _ran.setdefault(device, set())
             if earlier - {id(capture)}:
                 capture.after_other_kernel.add(device)
@@ -63,7 +64,64 @@ def record_operands(ctx, in_nodes, capture) -> None:
 
     def call_back(*operands):
         coords = [lax.axis_index(n) for n in names]
-        jax.debug.callback(received, *coords, *[operands[k] for k in numeric])
+        _operands_primitive().bind(*coords, *[operands[k] for k in numeric], callback=received)
         return []
 
     mlir.lower_fun(call_back, multiple_results=True)(ctx, *in_nodes)
+
+
+_primitive = None
+
+
+def _operands_primitive():
+    """`jax.debug.callback` without its impl: the same lowering (a per-device host callback
+    in a fully manual shard_map, with JAX's debug effect so it is never pruned), but the
+    callback gets XLA's host buffers as they are. `debug_callback_impl` first `device_put`s
+    them onto CPU device 0 (jax/_src/debugging.py, 0.10.2), and reading that copy waits for
+    device 0, which may itself be waiting in a callback or a collective: the script then
+    hung for good, intermittently (seen on two public fused MoE kernels)."""
+    global _primitive
+    if _primitive is not None:
+        return _primitive
+    from jax._src import callback as jax_callback
+    from jax._src import config, core, debugging, sharding_impls
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client as xc
+
+    primitive = core.Primitive("semcheck_operand_values")
+    primitive.multiple_results = True
+    primitive.def_effectful_abstract_eval(lambda *avals, callback: ([], {debugging.debug_effect}))
+
+    def lowering(ctx, *args, callback):
+        # The shardings debug_callback_lowering gives (same file): per device in a manual
+        # shard_map, once on device 0 under automatic sharding, none without partitioning.
+        axis_context = ctx.module_context.axis_context
+        sharding: object = None
+        if isinstance(axis_context, sharding_impls.SPMDAxisContext):
+            if config.use_shardy_partitioner.value:
+                sharding = jax_callback._get_sdy_array_list_for_callbacks(ctx.avals_out)
+            else:
+                sharding = xc.OpSharding()
+                sharding.type = xc.OpSharding.Type.MANUAL
+        elif isinstance(axis_context, sharding_impls.ShardingContext):
+            if config.use_shardy_partitioner.value:
+                sharding = sharding_impls.SdyArrayList((sharding_impls.SdyArray(
+                    mesh_shape=(), dim_shardings=(), logical_device_ids=(0,)),))
+            else:
+                sharding = xc.OpSharding()
+                sharding.type = xc.OpSharding.Type.MAXIMAL
+                sharding.tile_assignment_dimensions = [1]
+                sharding.tile_assignment_devices = [0]
+
+        def host(*buffers):
+            callback(*buffers)
+            return ()
+
+        result, _, _ = jax_callback.emit_python_callback(
+            ctx, host, None, list(args), ctx.avals_in, ctx.avals_out,
+            has_side_effect=True, returns_token=True, partitioned=False, sharding=sharding)  # type: ignore[arg-type]
+        return result
+
+    mlir.register_lowering(primitive, lowering, platform="cpu")
+    _primitive = primitive
+    return primitive

@@ -47,7 +47,15 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
     for protocol in outcome.protocols:
         extra = list(notes)  # a mesh smaller than `devices` is a warning (api.mesh_smaller_warning)
         items.append(dataclasses.replace(protocol, notes=protocol.notes + tuple(extra)) if extra else protocol)
-    items.extend(e.to_load_error() for e in outcome.errors)
+    for kernel_error in outcome.errors:
+        error = kernel_error.to_load_error()
+        if notes:
+            # A kernel that failed to lower says so too: values it lacks may be missing only
+            # because the script stopped before the kernel ran (a timeout).
+            error.prefixes = [dataclasses.replace(p, notes=p.notes + tuple(notes)) for p in error.prefixes]
+            if outcome.timed_out:
+                error.message = f"{error.message} ({outcome.script_error})"
+        items.append(error)
     return items
 
 
