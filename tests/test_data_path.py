@@ -277,6 +277,22 @@ def test_counts_gathered_by_remote_dma_decide_the_wait_amount():
         assert result.verdict.value == "safe", result.violations
 
 
+def test_counts_forwarded_around_a_ring_are_known_once_the_copy_that_brought_them_landed():
+    """From step 1 on a device forwards a row that arrived by remote DMA: unknown in the
+    first lowering, known in the next once the canonical run lands it (tpu-inference's fused
+    MoE all-reduces its per-expert counts this way)."""
+    from semcheck.frontends import LoadError
+
+    for devices in (2, 4):
+        [p] = _load("ring_forwarded_counts.py", devices)
+        assert not isinstance(p, LoadError), p
+        [wait] = [w for w in instrs(p, ir.Wait, device=0) if w.sem.alloc == "done_sem"]
+        assert wait.value == sum(range(1, devices + 1))
+        forwarded = [s for s in instrs(p, ir.DmaStart, device=1)]
+        assert [s.src.start[0] for s in forwarded] == [(1 - k) % devices for k in range(devices - 1)]
+        assert check_protocol(p).verdict.value == "safe"
+
+
 def test_summing_counts_before_their_copies_land_is_a_race_and_says_the_values_may_differ():
     from semcheck.frontends import LoadError
 

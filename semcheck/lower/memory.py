@@ -470,12 +470,17 @@ def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
         t.kernel.volatile.add(dst_ref.alloc)  # lands on a device known only at run time
         return
     concrete = _concrete_transforms(tuple(dst_transforms))
-    if not isinstance(value, Known) or concrete is None:
-        t.kernel.volatile.add(dst_ref.alloc)  # it lands with data semcheck does not know
+    if concrete is None:
+        t.kernel.volatile.add(dst_ref.alloc)  # it lands somewhere in the buffer semcheck cannot tell
         return
+    # Data this lowering does not know yet (a ring all-reduce forwards a row that arrived by
+    # the previous copy) still lands at a known place: it makes that region unknown where the
+    # canonical run lands it, and the next lowering may know it (schedule.py).
+    unknown = "" if isinstance(value, Known) else (
+        value.why if isinstance(value, Opaque) else "a value known only at run time")
     t.kernel.payloads[id(start)] = Payload(
         start.device, t.core if start.core is None else start.core, dst_ref,
-        concrete, start.dst, value, "",
+        concrete, start.dst, value if isinstance(value, Known) else None, unknown,
     )
 
 
