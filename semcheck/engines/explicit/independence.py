@@ -43,15 +43,16 @@ class Independence:
         self._sums: dict[int, _ReachableSums] = {}
         self._stops = self._guard_stops()
         self._counted_waits, self._decrements, self._additions = self._counting_tables()
-        # (thread, adder thread) and (thread, semaphore) -> sorted indices into the thread's
-        # counted waits that the adder may add to / that wait on the semaphore
-        self._waits_by_adder: dict[tuple[int, int], list[int]] = {}
-        self._waits_by_sem: dict[tuple[int, int], list[int]] = {}
+        # thread -> adder thread / semaphore -> sorted indices into the thread's counted
+        # waits that the adder may add to / that wait on the semaphore
+        self._waits_by_adder: dict[int, dict[int, list[int]]] = {}
+        self._waits_by_sem: dict[int, dict[int, list[int]]] = {}
         for t, entries in self._counted_waits.items():
+            by_adder, by_sem = self._waits_by_adder.setdefault(t, {}), self._waits_by_sem.setdefault(t, {})
             for j, (_stop, sid, _need, adders) in enumerate(entries):
-                self._waits_by_sem.setdefault((t, sid), []).append(j)
+                by_sem.setdefault(sid, []).append(j)
                 for a in adders:
-                    self._waits_by_adder.setdefault((t, a), []).append(j)
+                    by_adder.setdefault(a, []).append(j)
 
     # -- what an actor may touch --
 
@@ -130,9 +131,10 @@ class Independence:
         # only a wait something standing still adds to can be kept closed: the first `limit`
         # of those from pc on, found per member in the indices by adder and by semaphore
         chosen: set[int] = set()
-        for index, keys in ((self._waits_by_adder, still), (self._waits_by_sem, still_sems)):
-            for key in keys:
-                found = index.get((t, key))
+        for index, keys in ((self._waits_by_adder[t], still), (self._waits_by_sem[t], still_sems)):
+            # whichever is smaller is walked: a big set's members, or t's few adders
+            for key in (keys if len(keys) <= len(index) else [key for key in index if key in keys]):
+                found = index.get(key)
                 if found is not None:
                     lo = bisect_left(found, k)
                     chosen.update(found[lo:lo + limit])
