@@ -152,6 +152,7 @@ class ThreadTable:
                     xs[k] |= xs[k + 1]
                     ys[k] |= ys[k + 1]
             self.reachable: frozenset[int] = frozenset(self._positions)
+            self._next: dict[int, list[tuple[int, bool, list[int]]]] = {}
         else:
             self._futures = self._fixpoint(frozenset())
             self._stopped: dict[frozenset[int], list[Channels]] = {}
@@ -200,18 +201,44 @@ class ThreadTable:
             k = bisect_left(stops, pc)
             if k == len(stops):
                 return self.future(pc, r)
-            end = stops[k]
             pcs = found[0]
+            lo, hi = bisect_left(pcs, pc), bisect_left(pcs, stops[k])
+            if lo == hi:
+                return 0, 0
+            if hi == len(pcs):
+                return found[1][lo], found[2][lo]
+            # the union over pcs[lo:hi]: each bit is in it when its next occurrence at or
+            # after lo comes before hi
             x = y = 0
-            for j in range(bisect_left(pcs, pc), len(pcs)):
-                at = pcs[j]
-                if at >= end:
-                    break
-                ox, oy = self.own[at][r]
-                x, y = x | ox, y | oy
+            for bit, is_y, next_at in self._next_bits(r):
+                if next_at[lo] < hi:
+                    if is_y:
+                        y |= bit
+                    else:
+                        x |= bit
             return x, y
         key = frozenset(stops)
         table = self._stopped.get(key)
         if table is None:
             table = self._stopped[key] = self._fixpoint(key)
         return table[pc].get(r, (0, 0)) if 0 <= pc < len(self.body) else (0, 0)
+
+    def _next_bits(self, r: int) -> list[tuple[int, bool, list[int]]]:
+        """Straight-line code, resource r: for each bit of x and y that some pc touching r
+        has, the index (into r's pcs) of its next occurrence at or after each index
+        (len(pcs): none). Built on first use: only resources a cut is asked about pay."""
+        found = self._next.get(r)
+        if found is None:
+            pcs = self._positions[r][0]
+            n = len(pcs)
+            found = []
+            for is_y in (False, True):
+                for bit in (1, 2, 4, 8):
+                    next_at = [n] * (n + 1)
+                    for j in range(n - 1, -1, -1):
+                        channel = self.own[pcs[j]][r][1 if is_y else 0]
+                        next_at[j] = j if channel & bit else next_at[j + 1]
+                    if next_at[0] < n:
+                        found.append((bit, is_y, next_at))
+            self._next[r] = found
+        return found

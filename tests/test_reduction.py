@@ -4,6 +4,7 @@ import functools
 import operator
 
 from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from semcheck.engines.explicit import search as explicit
 from semcheck.engines.budget import Budget
@@ -155,3 +156,22 @@ def test_channels_decide_conflict_exactly_as_conflict_does(p):
     for a in sample:
         for b in sample:
             assert conflict(a, b) == clash(channels(a, system.cell_base), channels(b, system.cell_base))
+
+
+@settings(max_examples=200, deadline=None)
+@given(capacity_ring_protocols(max_devices=3, max_steps=3), st.data())
+def test_a_future_up_to_stops_is_the_union_of_the_instructions_before_them(protocol, data):
+    """`ThreadTable.future_before` answers from next-occurrence tables per bit; it must be
+    exactly the union of what the instructions from pc up to the first stop touch."""
+    system = System(protocol)
+    for t, table in enumerate(system.tables):
+        n = len(table.own)
+        pc = data.draw(st.integers(0, n), label="pc")
+        stops = tuple(sorted(data.draw(st.sets(st.integers(0, n), max_size=3), label="stops")))
+        end = next((s for s in stops if s >= pc), n)
+        for r in table.reachable:
+            x = y = 0
+            for at in range(pc, end):
+                ox, oy = table.own[at].get(r, (0, 0))
+                x, y = x | ox, y | oy
+            assert table.future_before(pc, r, stops) == (x, y)

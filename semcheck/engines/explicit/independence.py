@@ -15,6 +15,7 @@ completions touching that resource cost, however many devices the protocol has:
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
 
 from semcheck import ir
 from semcheck.footprints import Channels, ThreadTable, channels, clash
@@ -38,17 +39,20 @@ class Independence:
         self._copies_on = self._copy_index()
         self._pending_events: tuple[Event, ...] | None = None
         self._pending: dict[int, list[tuple[Action, int, int]]] = {}
+        self._sums_state: State | None = None
+        self._sums: dict[int, _ReachableSums] = {}
         self._stops = self._guard_stops()
         self._counted_waits, self._decrements, self._additions = self._counting_tables()
-        # (thread, adder thread) and (thread, semaphore) -> sorted indices into the thread's
-        # counted waits that the adder may add to / that wait on the semaphore
-        self._waits_by_adder: dict[tuple[int, int], list[int]] = {}
-        self._waits_by_sem: dict[tuple[int, int], list[int]] = {}
+        # thread -> adder thread / semaphore -> sorted indices into the thread's counted
+        # waits that the adder may add to / that wait on the semaphore
+        self._waits_by_adder: dict[int, dict[int, list[int]]] = {}
+        self._waits_by_sem: dict[int, dict[int, list[int]]] = {}
         for t, entries in self._counted_waits.items():
+            by_adder, by_sem = self._waits_by_adder.setdefault(t, {}), self._waits_by_sem.setdefault(t, {})
             for j, (_stop, sid, _need, adders) in enumerate(entries):
-                self._waits_by_sem.setdefault((t, sid), []).append(j)
+                by_sem.setdefault(sid, []).append(j)
                 for a in adders:
-                    self._waits_by_adder.setdefault((t, a), []).append(j)
+                    by_adder.setdefault(a, []).append(j)
 
     # -- what an actor may touch --
 
@@ -127,9 +131,10 @@ class Independence:
         # only a wait something standing still adds to can be kept closed: the first `limit`
         # of those from pc on, found per member in the indices by adder and by semaphore
         chosen: set[int] = set()
-        for index, keys in ((self._waits_by_adder, still), (self._waits_by_sem, still_sems)):
-            for key in keys:
-                found = index.get((t, key))
+        for index, keys in ((self._waits_by_adder[t], still), (self._waits_by_sem[t], still_sems)):
+            # whichever is smaller is walked: a big set's members, or t's few adders
+            for key in (keys if len(keys) <= len(index) else [key for key in index if key in keys]):
+                found = index.get(key)
                 if found is not None:
                     lo = bisect_left(found, k)
                     chosen.update(found[lo:lo + limit])
@@ -144,19 +149,62 @@ class Independence:
         taken = self._taken_before(t, sid, pc, stop)
         if taken is None:
             return None
-        total = state.sems[sid] - taken
+        sums = self._reachable_sums(state, sid, adders)
+        total = sums.most - taken
+        # take back what the members standing still would have added
+        unbounded_still = 0
+        if len(still) < len(sums.by_adder):
+            for a in still:
+                if a in sums.by_adder:
+                    more = sums.by_adder[a]
+                    if more is None:
+                        unbounded_still += 1
+                    else:
+                        total -= more
+        else:
+            for a, more in sums.by_adder.items():
+                if a in still:
+                    if more is None:
+                        unbounded_still += 1
+                    else:
+                        total -= more
+        if unbounded_still < sums.unbounded:
+            return None
+        if sums.by_completion:
+            for action in still_events:
+                amount = sums.by_completion.get(action)
+                if amount is not None:
+                    total -= amount
+        return total
+
+    def _reachable_sums(self, state: State, sid: int, adders) -> _ReachableSums:
+        """What `sid` can hold in `state` if every actor moves (the count, every pending
+        completion's positive amount, every adder thread's remaining additions), with each
+        actor's share, so that `_most_reachable` takes back only the shares of a set's
+        members. Kept for the last state seen: its closures ask about the same semaphores
+        again and again, with different members."""
+        if state is not self._sums_state:
+            self._sums_state, self._sums = state, {}
+        found = self._sums.get(sid)
+        if found is not None:
+            return found
+        most = state.sems[sid]
+        by_completion: dict[Action, int] = {}
         for action, _x, _y in self.pending_on(state.events, sid):
             e = action[1]
-            if e.sem == sid and e.inc > 0 and action not in still_events:
-                total += e.inc * state.events.count(e)  # identical completions are one actor
+            if e.sem == sid and e.inc > 0:
+                amount = by_completion[action] = e.inc * state.events.count(e)  # identical completions are one actor
+                most += amount
+        by_adder: dict[int, int | None] = {}
+        unbounded = 0
         for a in adders:
-            if a in still:
-                continue
-            more = self._still_added(a, sid, state.pcs[a] if a != t else pc)
+            more = by_adder[a] = self._still_added(a, sid, state.pcs[a])
             if more is None:
-                return None
-            total += more
-        return total
+                unbounded += 1
+            else:
+                most += more
+        found = self._sums[sid] = _ReachableSums(most, by_adder, unbounded, by_completion)
+        return found
 
     def _still_added(self, a: int, sid: int, pc: int) -> int | None:
         """The most thread a's instructions from pc on can add to `sid` (None: unbounded or
@@ -265,6 +313,7 @@ class Independence:
                 self.tables[t] = ThreadTable(body, fps, system.cell_base)
         self._event_channels.clear()
         self._pending_events, self._pending = None, {}
+        self._sums_state, self._sums = None, {}
         return True
 
     def normalize(self, state: State) -> State:
@@ -339,6 +388,18 @@ class Independence:
 
 
 _UNBOUNDED = object()
+
+
+@dataclass(frozen=True)
+class _ReachableSums:
+    """One semaphore in one state: the most it can hold if every actor moves (`most`,
+    counting only bounded adders), each adder thread's share (None: unbounded), how many
+    adders are unbounded, and each pending completion's share."""
+
+    most: int
+    by_adder: dict[int, int | None]
+    unbounded: int
+    by_completion: dict[Action, int]
 
 
 def _prefixes(side: int, issuer: int, starts: set[int]) -> tuple[tuple[int, ...], ...]:

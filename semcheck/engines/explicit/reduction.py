@@ -64,37 +64,35 @@ class _Context:
     def _active(self, t: int) -> bool:
         return 0 <= self.state.pcs[t] < len(self.system.bodies[t])
 
-    def _clashing(self, action: Action, own: Channels, members: set[Action], guard=None, first: bool = False) -> list[Action]:
-        """Every actor outside `members` (the stubborn set so far) whose footprint conflicts
-        with `own`. A thread's footprint is its future, cut at the first wait it cannot
-        pass while the set stands still: with `guard` (a completion in the set), a wait only
-        that completion can satisfy; and the first wait the set's members keep closed by
-        counting (`Independence.cut`). With `first`, stop at the first one."""
+    def _clashing(self, action: Action, own: Channels, members: set[Action], standing: _Standing,
+                  guard=None, first: bool = False) -> list[Action]:
+        """Every actor outside `members` (the stubborn set so far, `standing` its parts)
+        whose footprint conflicts with `own`. A thread's footprint is its future, cut at the
+        first wait it cannot pass while the set stands still: with `guard` (a completion in
+        the set), a wait only that completion can satisfy; and the first wait the set's
+        members keep closed by counting (`Independence.cut`). With `first`, stop at the
+        first one."""
         found: dict[Action, None] = {}
         pcs, tables, touchers, ind = self.state.pcs, self.ind.tables, self.ind.touchers, self.ind
         me = action[1] if action[0] == "t" else None
         cuts: dict[int, tuple[int, ...] | None] = {}
-        still: set[int] | None = None
-        still_events: set[Action] = set()
-        still_sems: set[int] = set()
         for r, (xa, ya) in own.items():
             for t in touchers.get(r, ()):
                 if t == me or ("t", t) in found or ("t", t) in members or not self._active(t):
                     continue
+                # the future up to a cut is part of the whole future: only a thread whose
+                # whole future conflicts needs its cut (the costly part) at all
+                xb, yb = tables[t].future(pcs[t], r)
+                if not (xa & yb or xb & ya):
+                    continue
                 if t not in cuts:
-                    if still is None:
-                        still = {m[1] for m in members if m[0] == "t"}
-                        still_events = {m for m in members if m[0] == "e"}
-                        still_sems = {m[1].sem for m in still_events}
                     stops = set(ind.guard_stops(t, guard) or ()) if guard is not None else set()
-                    stop = ind.cut(self.state, still, still_events, t, still_sems=still_sems)
+                    stop = ind.cut(self.state, standing.threads, standing.events, t, still_sems=standing.sems)
                     if stop is not None:
                         stops.add(stop)
                     cuts[t] = tuple(sorted(stops)) if stops else None
                 cut_at = cuts[t]
-                if cut_at is None:
-                    xb, yb = tables[t].future(pcs[t], r)
-                else:
+                if cut_at is not None:
                     xb, yb = tables[t].future_before(pcs[t], r, cut_at)
                 if xa & yb or xb & ya:
                     found[("t", t)] = None
@@ -111,7 +109,9 @@ class _Context:
         """An enabled action that conflicts with nothing any other actor may do before the
         action itself (for a completion: up to the waits only it can satisfy)."""
         guard = action[1] if action[0] == "e" else None
-        return not self._clashing(action, self.ind.own(self.state, action), {action}, guard=guard, first=True)
+        standing = _Standing()
+        standing.add(action)
+        return not self._clashing(action, self.ind.own(self.state, action), {action}, standing, guard=guard, first=True)
 
     def closure(self, seed: Action, limit: int, waiters_first: bool = True) -> tuple[set[Action] | None, bool]:
         """The actors a stubborn set containing `seed` needs, or None as soon as it holds
@@ -125,6 +125,8 @@ class _Context:
         capacity wait), which cuts their futures. Its own needs (every actor that may add
         to its semaphore) can also make the set larger, so both ways are tried."""
         members = {seed}
+        standing = _Standing()
+        standing.add(seed)
         work = [seed]
         enabled_count = 1
         waiters_joined = False
@@ -132,11 +134,13 @@ class _Context:
             action = work.pop()
             for waiting in self._waiting_for(action, members) if waiters_first else ():  # disabled: they cost no enabled action
                 members.add(waiting)
+                standing.add(waiting)
                 work.append(waiting)
                 waiters_joined = True
-            for other in self._required_by(action, members):
+            for other in self._required_by(action, members, standing):
                 if other not in members:
                     members.add(other)
+                    standing.add(other)
                     work.append(other)
                     if other in self.enabled:
                         enabled_count += 1
@@ -166,14 +170,34 @@ class _Context:
             self._blocked[t] = self.system.blocked_wait(self.state, t)
         return self._blocked[t]
 
-    def _required_by(self, action: Action, members: set[Action]) -> list[Action]:
+    def _required_by(self, action: Action, members: set[Action], standing: _Standing) -> list[Action]:
         if action in self.enabled:
             own = self.ind.own(self.state, action)
             # a completion is compared with each thread's future up to the waits it alone
             # can satisfy (`Independence.guard_stops`)
-            return self._clashing(action, own, members, guard=action[1] if action[0] == "e" else None)
+            return self._clashing(action, own, members, standing, guard=action[1] if action[0] == "e" else None)
         blocked = self._blocked_wait(action[1])
         if blocked is None:  # not at a wait: cannot happen for an active, disabled thread
             return []
         # a blocked wait needs every actor that may still add to its semaphore
-        return self._clashing(action, {blocked[0]: (0, X_INC)}, members)
+        return self._clashing(action, {blocked[0]: (0, X_INC)}, members, standing)
+
+
+class _Standing:
+    """The members of a stubborn set being built, as `Independence.cut` reads them: its
+    threads, its pending completions and the semaphores those add to. Kept as the set
+    grows, not rebuilt from the members for every query."""
+
+    __slots__ = ("threads", "events", "sems")
+
+    def __init__(self) -> None:
+        self.threads: set[int] = set()
+        self.events: set[Action] = set()
+        self.sems: set[int] = set()
+
+    def add(self, member: Action) -> None:
+        if member[0] == "t":
+            self.threads.add(member[1])
+        else:
+            self.events.add(member)
+            self.sems.add(member[1].sem)
