@@ -21,8 +21,9 @@ LOC = ir.Loc("random.py", 1)
 def protocols(
     draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, with_inputs: bool = True,
     with_lifecycle: bool = True, with_mbarriers: bool = False,
+    backends: tuple[Backend, ...] = (Backend.TPU, Backend.GPU),
 ):
-    backend = draw(st.sampled_from([Backend.TPU, Backend.GPU]))
+    backend = draw(st.sampled_from(backends))
     devices = draw(st.integers(1, max_devices))
     # at most six threads, so the unreduced search stays small
     cores = draw(st.integers(1, max(1, min(max_cores, 6 // devices))))
