@@ -44,7 +44,7 @@ def recv_done_kernel(x_ref, o_ref, recv_sem, aliased_o_ref):
     del aliased_o_ref
     landed = pltpu.make_async_copy(x_ref, o_ref, recv_sem)
     landed.wait()
-    landed.wait()  # BUG: one block was sent, so a second one never lands
+    landed.wait()  # <- unsatisfied_wait  (BUG: one block was sent, so a second one never lands)
 
 
 def copy_start(x):

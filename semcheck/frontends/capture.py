@@ -11,8 +11,11 @@ In that process semcheck registers its own CPU lowering rules for `pallas_call` 
 which take precedence over JAX's: when the script's jitted code is compiled, each rule
 receives the kernel's jaxpr and params, reads the device mesh of the enclosing shard_map
 from `ctx.module_context.axis_context`, records the kernel, and returns zeros of the output
-avals so the script runs on. After the script ends (or fails), each recorded kernel is
-lowered to Protocols, which go back to the parent pickled, together with structured errors.
+avals so the script runs on. A nested `jax.jit` or closed call that holds a kernel is
+lowered inline (`_inlined_call`), so that every call is a capture of its own among the
+values around it (the program linking follows semaphores through it). After the script
+ends (or fails), each recorded kernel is lowered to Protocols, which go back to the parent
+pickled, together with structured errors.
 
 Functions (`semcheck.verify(fn, *args)`, in-process): `jax.make_jaxpr(fn)(*args)`, then
 every pallas_call / mpmd_map eqn is found inside its shard_map. No lowering, so no cache
