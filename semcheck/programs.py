@@ -60,6 +60,29 @@ def handed_out_note(names: Sequence[str]) -> str:
     )
 
 
+# Why kernels that hand semaphores to each other on GPU are not composed (docs/semantics.md,
+# "Programs of several kernels").
+GPU_PROGRAM_REASON = (
+    "on GPU, JAX 0.10.2 zero-fills a kernel's GMEM semaphores before each launch with an XLA "
+    "computation the launch takes as an aliased input (zero_init_gmem_scratch in "
+    "jax/_src/pallas/mosaic_gpu/pallas_call_registration.py), which orders the fill after "
+    "nothing on the other devices, and gives Mosaic GPU kernels no barrier semaphore "
+    "(use_custom_barrier=False there); no source states whether a peer's signal from a later "
+    "launch can reach a device before that device's fill, so no verdict on the program could "
+    "be justified"
+)
+
+
+def gpu_program_note(names: Sequence[str]) -> str:
+    """The note on a GPU kernel that hands semaphores to, or takes them from, the kernels
+    `names`: each is checked alone."""
+    return (
+        f"not checked as one program with {', '.join(names)}, with which it passes semaphores: "
+        f"{GPU_PROGRAM_REASON}; each kernel is checked alone, and a wait on a semaphore handed "
+        "in from another kernel is inconclusive"
+    )
+
+
 def shared_barrier_name(collective_id: int) -> str:
     return f"barrier_semaphore[collective_id={collective_id}]"
 
@@ -76,7 +99,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
                 f"({first.devices}x{first.cores} and {other.devices}x{other.cores}); a program runs on one"
             )
     if first.backend is not ir.Backend.TPU:
-        raise ValueError("programs of several kernels are modelled for TPU only")
+        raise ValueError(f"programs of several kernels are modelled for TPU only: {GPU_PROGRAM_REASON}")
     labels = _labels(kernels)
     names: list[dict[str, str]] = []  # per kernel: its declaration -> the program's
     semaphores: dict[str, ir.SemDecl] = {}
@@ -286,10 +309,16 @@ def outside_producers(protocol: ir.Protocol, result: Result) -> Result:
     if not unknown:
         return result
     names = sorted({v.semaphore_name for v in unknown if v.semaphore_name})
+    if protocol.backend is ir.Backend.TPU:
+        where = ("handed to the kernel from outside everything captured", "check the kernels that "
+                 "produce it in the same jitted function, directly or through nested jax.jit "
+                 "calls, so they form one program")
+    else:
+        where = ("handed to the kernel by another kernel or from outside everything captured",
+                 "semcheck does not compose GPU kernels into a program: see the note on programs")
     reason = (
-        f"a wait on {', '.join(names)}, handed to the kernel from outside everything captured, "
-        "never passes when it starts at 0; what an earlier kernel left there is unknown (check "
-        "the kernels that produce it in the same jitted function, so they form one program)"
+        f"a wait on {', '.join(names)}, {where[0]}, never passes when it starts at 0; what an "
+        f"earlier kernel left there is unknown ({where[1]})"
     )
     result.violations = [v for v in result.violations if v not in unknown]
     result.notes.append(reason)

@@ -11,8 +11,11 @@ In that process semcheck registers its own CPU lowering rules for `pallas_call` 
 which take precedence over JAX's: when the script's jitted code is compiled, each rule
 receives the kernel's jaxpr and params, reads the device mesh of the enclosing shard_map
 from `ctx.module_context.axis_context`, records the kernel, and returns zeros of the output
-avals so the script runs on. After the script ends (or fails), each recorded kernel is
-lowered to Protocols, which go back to the parent pickled, together with structured errors.
+avals so the script runs on. A nested `jax.jit` or closed call that holds a kernel is
+lowered inline (`_inlined_call`), so that every call is a capture of its own among the
+values around it (the program linking follows semaphores through it). After the script
+ends (or fails), each recorded kernel is lowered to Protocols, which go back to the parent
+pickled, together with structured errors.
 
 Functions (`semcheck.verify(fn, *args)`, in-process): `jax.make_jaxpr(fn)(*args)`, then
 every pallas_call / mpmd_map eqn is found inside its shard_map. No lowering, so no cache
@@ -120,13 +123,16 @@ def capturing(record: Callable):
     forget_runs()
     table = mlir._platform_specific_lowerings["cpu"]
     prims = {"pallas_call": pallas_call.pallas_call_p, "mpmd_map": mpmd.mpmd_map_p}
-    saved = {p: table.get(p) for p in prims.values()}
+    calls = call_primitives()
+    saved = {p: table.get(p) for p in (*prims.values(), *calls)}
     # Lowered inline, not through JAX's per-eqn lowering cache (which lowers each kernel in a
     # function of its own, whose arguments hide where an operand came from).
-    cached = {p for p in prims.values() if p not in mlir._uncacheable_primitives}
+    cached = {p for p in (*prims.values(), *calls) if p not in mlir._uncacheable_primitives}
     try:
         for name, prim in prims.items():
             mlir.register_lowering(prim, hook(name), platform="cpu", cacheable=False)
+        for prim, param in calls.items():
+            mlir.register_lowering(prim, _inlined_call(prim, param), platform="cpu", cacheable=False)
         with tpu_generation_for_cpu():
             yield
     finally:
@@ -136,6 +142,48 @@ def capturing(record: Callable):
                 table.pop(prim, None)
             else:
                 table[prim] = entry
+
+
+def call_primitives() -> dict:
+    """The primitives of a nested `jax.jit` and of a closed call, with the param that holds
+    the called jaxpr."""
+    from jax._src import core as jax_core
+    from jax._src import pjit
+
+    return {pjit.jit_p: "jaxpr", jax_core.closed_call_p: "call_jaxpr"}
+
+
+def _inlined_call(prim, param: str):
+    """A lowering of `prim` (a nested jit, a closed call) that lowers a called jaxpr holding a
+    kernel inline, into the caller's function, as JAX's own custom_jvp lowering does
+    (`_custom_jvp_vjp_call_lowering` in jax/_src/custom_derivatives.py, 0.10.2). JAX lowers
+    it as a func.call of a function of its own, lowered once per jaxpr and shared by every
+    call site: then a kernel's operands are that function's arguments, not the values an
+    earlier kernel returned, and two calls are one capture. Inlined, every call is its own
+    capture among the values around it, so the program linking (semcheck/lower/program.py)
+    follows a semaphore through the call. Calls without a kernel keep JAX's lowering."""
+    from jax._src.interpreters import mlir
+
+    def lowering_rule(ctx, *args, **params):
+        closed = params[param]
+        if not _holds_kernel(closed.jaxpr):
+            return mlir._lowerings[prim].rule(ctx, *args, **params)
+        consts = mlir.ir_consts(closed.consts, [v.aval for v in closed.jaxpr.constvars])
+        outs, tokens = mlir.jaxpr_subcomp(
+            ctx.module_context, closed.jaxpr, ctx.name_stack, ctx.tokens_in, consts, *args,
+            dim_var_values=ctx.dim_var_values, const_lowering=ctx.const_lowering,
+            outer_traceback=ctx.traceback)
+        ctx.set_tokens_out(tokens)
+        return outs
+
+    return lowering_rule
+
+
+def _holds_kernel(jaxpr) -> bool:
+    from semcheck.lower.interpreter import subjaxprs
+
+    return any(eqn.primitive.name in ("pallas_call", "mpmd_map") or any(map(_holds_kernel, subjaxprs(eqn.params)))
+               for eqn in jaxpr.eqns)
 
 
 def _zeros(ctx, in_nodes):
@@ -291,6 +339,7 @@ def with_operand_values(found: list, fn, args, kwargs) -> list:
 
 def _kernels_in_jaxpr(fn, args, kwargs) -> list:
     import jax
+    from jax._src import core as jax_core
 
     from semcheck.lower import KernelCapture, KernelFlow, MeshShape
     from semcheck.lower.interpreter import subjaxprs
@@ -299,16 +348,33 @@ def _kernels_in_jaxpr(fn, args, kwargs) -> list:
     with tpu_generation_for_cpu():
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
     found = []
+    calls = {prim.name: param for prim, param in call_primitives().items()}
+    # plgpu.kernel's mpmd_map sits in a custom_vmap_call, whose CPU lowering is inline too
+    # (jax/_src/custom_batching.py lowers it with mlir.lower_fun of the called jaxpr).
+    calls["custom_vmap_call"] = "call"
 
-    def walk(jaxpr, mesh):
+    def walk(jaxpr, mesh, scope, values: dict):
+        """`values`: a variable of this jaxpr -> the variable of `scope` it stands for (the
+        arguments and results of a nested jit or closed call are the caller's values, as
+        the script capture sees them once it lowers such calls inline)."""
+        def value(atom):
+            return values.get(atom, atom) if isinstance(atom, jax_core.Var) else atom
+
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             if name in ("pallas_call", "mpmd_map"):
                 found.append(
                     KernelCapture(name, dict(eqn.params), len(eqn.invars), mesh,
                                   loc_of_traceback(eqn.source_info.traceback),
-                                  flow=KernelFlow(jaxpr, tuple(eqn.invars), tuple(eqn.outvars)))
+                                  flow=KernelFlow(scope, tuple(map(value, eqn.invars)), tuple(map(value, eqn.outvars))))
                 )
+                continue
+            if name in calls:
+                called = eqn.params[calls[name]].jaxpr
+                inner = dict(zip(called.invars, map(value, eqn.invars)))
+                walk(called, mesh, scope, inner)
+                values.update((out, inner.get(v, v) if isinstance(v, jax_core.Var) else v)
+                              for out, v in zip(eqn.outvars, called.outvars))
                 continue
             if name == "core_map":
                 raise LoadError(
@@ -320,9 +386,9 @@ def _kernels_in_jaxpr(fn, args, kwargs) -> list:
                 )
             inner_mesh = mesh_shape(eqn.params["mesh"]) if name == "shard_map" else mesh
             for sub in subjaxprs(eqn.params):
-                walk(sub, inner_mesh)
+                walk(sub, inner_mesh, sub, {})
 
-    walk(closed.jaxpr, MeshShape())
+    walk(closed.jaxpr, MeshShape(), closed.jaxpr, {})
     return found
 
 
@@ -453,10 +519,28 @@ def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script is reported
         loc = _where(e)
         where = f" at {loc}" if loc else ""
-        return f"the script raised {type(e).__name__}: {_first_line(e)}{where}", loc
+        why = f"; {SEMAPHORE_RESULT}" if _returns_semaphore(e) else ""
+        return f"the script raised {type(e).__name__}: {_first_line(e)}{where}{why}", loc
     finally:
         os._exit = _real_exit
     return None, None
+
+
+SEMAPHORE_RESULT = (
+    "a jitted function returned a semaphore, which JAX 0.10.2 cannot do: a semaphore dtype "
+    "has no rule to become a result array (jax/_src/pallas/core.py, AbstractSemaphoreTyRules; "
+    "jax/_src/array.py asks for global_sharded_result_handler), so a semaphore cannot pass "
+    "from one top-level jax.jit call to another; call the kernels that hand semaphores on "
+    "inside one jitted function (directly or through nested jax.jit calls), which semcheck "
+    "checks as one program"
+)
+
+
+def _returns_semaphore(e: BaseException) -> bool:
+    """JAX's failure when a top-level jitted function returns a semaphore."""
+    owner = getattr(e, "obj", None)
+    return (isinstance(e, AttributeError) and e.name == "global_sharded_result_handler"
+            and getattr(owner, "__name__", "") == "AbstractSemaphoreTyRules")
 
 
 def _first_line(e: BaseException) -> str:

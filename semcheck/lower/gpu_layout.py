@@ -123,5 +123,7 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
             loc=kernel_loc,
             frontend="gpu",
             notes=tuple(ctx.notes),
+            # What the kernel takes and returns, for the program linking (lower/program.py).
+            ports=ir.Ports(tuple(arg_names[:n_in]), tuple(arg_names[n_in:n_in + n_out])),
         )
     ]

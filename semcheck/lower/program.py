@@ -7,13 +7,18 @@ program, buffers one kernel returns and a later one takes are handed on too (the
 destination of a copy still landing). Kernels that pass only buffers to each other are
 still checked one by one: nothing of one kernel's synchronization then reaches the next.
 The kernels run in the order JAX lowered them, which is the jaxpr's order (data-flow order
-where one feeds the next). The composition itself is `semcheck/programs.py`.
+where one feeds the next). A nested `jax.jit` (or closed call) that holds a kernel is
+lowered inline while capturing (frontends/capture.py, `_inlined_call`), so its kernels
+share the caller's scope and a semaphore followed through the call links them. Separate
+top-level calls cannot hand a semaphore on in JAX 0.10.2 (a jitted function cannot return
+one: frontends/capture.py, `SEMAPHORE_RESULT`), so there is nothing to link across them.
+The composition itself is `semcheck/programs.py`.
 """
 
 from __future__ import annotations
 
 from semcheck import ir
-from semcheck.programs import Handover, compose
+from semcheck.programs import Handover, compose, gpu_program_note
 
 
 def link_programs(captures: list, lowered: list[list[ir.Protocol]]) -> list[ir.Protocol]:
@@ -30,9 +35,11 @@ def link_programs(captures: list, lowered: list[list[ir.Protocol]]) -> list[ir.P
                 group.join(k, j)
     out: list[ir.Protocol] = []
     for members in group.groups():
-        if len(members) == 1 or not all(_tpu(lowered[k]) for k in members):
-            for k in members:
-                out.extend(lowered[k])
+        if len(members) == 1:
+            out.extend(lowered[members[0]])
+            continue
+        if not all(_tpu(lowered[k]) for k in members):
+            out.extend(_alone(members, lowered))
             continue
         out.extend(_programs(members, flows, lowered))
     return out
@@ -104,6 +111,17 @@ def _shared_ids(a: list[ir.Protocol], b: list[ir.Protocol]) -> bool:
 
 def _tpu(protocols: list[ir.Protocol]) -> bool:
     return bool(protocols) and all(p.backend is ir.Backend.TPU for p in protocols)
+
+
+def _alone(members: list[int], lowered: list[list[ir.Protocol]]) -> list[ir.Protocol]:
+    """Kernels that pass semaphores to each other but are not all TPU kernels: each alone,
+    the GPU ones saying why (programs.GPU_PROGRAM_REASON)."""
+    out = []
+    for k in members:
+        others = list(dict.fromkeys(p.name for j in members if j != k for p in lowered[j]))
+        for p in lowered[k]:
+            out.append(_with_note(p, gpu_program_note(others)) if p.backend is ir.Backend.GPU else p)
+    return out
 
 
 def _with_note(p: ir.Protocol, note: str) -> ir.Protocol:
