@@ -31,6 +31,9 @@ REGULAR, DMA, BARRIER, GPU_GLOBAL = SemKind.REGULAR, SemKind.DMA, SemKind.BARRIE
 _THIS_FILE = os.path.normcase(os.path.abspath(__file__))
 # `with t.when(...)` enters through contextlib: its frames are not the model's line either.
 _SKIPPED = {_THIS_FILE, os.path.normcase(os.path.abspath(contextlib.__file__))}
+# code filename -> whether its frames are skipped: resolving a path costs more than the rest
+# of recording an instruction, and a model of 256 devices records about 200k of them
+_skipped_file: dict[str, bool] = {}
 
 
 def caller_loc() -> Loc:
@@ -38,7 +41,10 @@ def caller_loc() -> Loc:
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if os.path.normcase(os.path.abspath(filename)) not in _SKIPPED:
+        skipped = _skipped_file.get(filename)
+        if skipped is None:
+            skipped = _skipped_file[filename] = os.path.normcase(os.path.abspath(filename)) in _SKIPPED
+        if not skipped:
             return Loc(filename, frame.f_lineno)
         frame = frame.f_back
     return ir.UNKNOWN_LOC
