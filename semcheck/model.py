@@ -34,6 +34,9 @@ _SKIPPED = {_THIS_FILE, os.path.normcase(os.path.abspath(contextlib.__file__))}
 # code filename -> whether its frames are skipped: resolving a path costs more than the rest
 # of recording an instruction, and a model of 256 devices records about 200k of them
 _skipped_file: dict[str, bool] = {}
+# one Loc per model line, shared by the instructions it records (a loop over devices records
+# the same few lines again and again): less memory, and pickled once
+_locs: dict[tuple[str, int], Loc] = {}
 
 
 def caller_loc() -> Loc:
@@ -45,7 +48,11 @@ def caller_loc() -> Loc:
         if skipped is None:
             skipped = _skipped_file[filename] = os.path.normcase(os.path.abspath(filename)) in _SKIPPED
         if not skipped:
-            return Loc(filename, frame.f_lineno)
+            key = (filename, frame.f_lineno)
+            loc = _locs.get(key)
+            if loc is None:
+                loc = _locs[key] = Loc(filename, frame.f_lineno)
+            return loc
         frame = frame.f_back
     return ir.UNKNOWN_LOC
 

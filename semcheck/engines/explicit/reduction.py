@@ -81,6 +81,9 @@ class _Context:
             for t in touchers.get(r, ()):
                 if t == me or ("t", t) in found or ("t", t) in members or not self._active(t):
                     continue
+                xb, yb = tables[t].future(pcs[t], r)
+                if not (xa & yb or xb & ya):
+                    continue  # its whole future commutes with `own` here: a cut only shortens it
                 if t not in cuts:
                     if still is None:
                         still = {m[1] for m in members if m[0] == "t"}
@@ -92,9 +95,7 @@ class _Context:
                         stops.add(stop)
                     cuts[t] = tuple(sorted(stops)) if stops else None
                 cut_at = cuts[t]
-                if cut_at is None:
-                    xb, yb = tables[t].future(pcs[t], r)
-                else:
+                if cut_at is not None:
                     xb, yb = tables[t].future_before(pcs[t], r, cut_at)
                 if xa & yb or xb & ya:
                     found[("t", t)] = None
