@@ -42,6 +42,32 @@ capture, `explore` with symmetry), before (main 53a165f) and after, one run each
 
     allreduce_ring_no_capacity.py 16 x2 without a state budget: past 272k states and
     110 CPU s (600 s wall) it had not ended: its reduced graph is wide, not its states slow.
+
+The ring at 64-256 devices (issue 12, branch ring-scale), CPU seconds, before (53a165f) and
+after, measured at load 17-28 on the 2 cores (so every number is inflated against a quiet
+machine). The states are the protocol's events, one path: every copy start, wait and
+completion once, with symmetry and the reduction (transitions = states - 1). So the count
+itself is 5 N^2 (20,353 / 81,665 / ~327k) and the per-state work decides; it grows
+with N because the first enabled copy starts of the devices running more than 8 steps
+ahead of their right neighbour are not isolated (`Independence.cut` tries 8 candidate
+waits) and cost a full counting cut each before the isolated action is found.
+
+    phase (ring_allgather model)                  before          after
+    N=64 search alone (explore, no start-up)      6.0 s           4.5 s
+    N=64 whole process                            7.0 s           6.3 s
+    N=128 model + pickle out of the load child    0.5 + 2.2 s     0.4 + 1.4 s
+    N=128 System + Independence tables            2.1 + 2.4 s     2.1 + 1.8 s
+    N=128 Independence tables' memory             89 MB           53 MB
+    N=128 whole process (run side by side)        49.3 s          36.0 s
+    N=128 peak memory                             400 MB          367 MB
+    N=256 model + pickle out of the load child    2.8 + ~9 s      1.9 + 5.6 s
+    N=256 System + Independence tables            8.3 + 9.3 s     9.4 + 6.7 s
+    N=256 memory of the tables (System + Ind.)    448 + 340 MB    446 + 213 MB
+
+At 256 the tables and states fit in 2 GB (about 1 GB after 27k of the ~327k states, at
+about 3 KB per state), but 327k states at the 128-device rate (~0.4 ms each) is over two
+minutes of search: the 60 s target needs per-state work that does not grow with N
+(the not-isolated copy starts above), not tables.
 """
 
 from __future__ import annotations

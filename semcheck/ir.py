@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Callable, Union
 
 
@@ -443,3 +443,31 @@ class Protocol:
             if decl.name == name:
                 return decl
         raise KeyError(name)
+
+
+# --- pickling ------------------------------------------------------------------------------------
+# A protocol crosses a process boundary pickled (a model file loads in a forked child, a
+# kernel is captured in a subprocess). The state functions `dataclass(slots=True)` gives a
+# frozen class look their fields up anew for every object, which made pickling a ring of
+# 128 devices (49k instructions) cost four times building it; these read a tuple of field
+# names kept per class, and store the same state (the values in field order).
+
+
+def _fast_pickling(cls: type) -> None:
+    names = tuple(f.name for f in fields(cls))
+
+    def getstate(self):
+        return [getattr(self, name) for name in names]
+
+    def setstate(self, state):
+        for name, value in zip(names, state):
+            object.__setattr__(self, name, value)
+
+    setattr(cls, "__getstate__", getstate)
+    setattr(cls, "__setstate__", setstate)
+
+
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and _cls.__module__ == __name__ and is_dataclass(_cls) and "__slots__" in _cls.__dict__:
+        _fast_pickling(_cls)
+del _cls

@@ -31,6 +31,12 @@ REGULAR, DMA, BARRIER, GPU_GLOBAL = SemKind.REGULAR, SemKind.DMA, SemKind.BARRIE
 _THIS_FILE = os.path.normcase(os.path.abspath(__file__))
 # `with t.when(...)` enters through contextlib: its frames are not the model's line either.
 _SKIPPED = {_THIS_FILE, os.path.normcase(os.path.abspath(contextlib.__file__))}
+# code filename -> whether its frames are skipped: resolving a path costs more than the rest
+# of recording an instruction, and a model of 256 devices records about 200k of them
+_skipped_file: dict[str, bool] = {}
+# one Loc per model line, shared by the instructions it records (a loop over devices records
+# the same few lines again and again): less memory, and pickled once
+_locs: dict[tuple[str, int], Loc] = {}
 
 
 def caller_loc() -> Loc:
@@ -38,8 +44,15 @@ def caller_loc() -> Loc:
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if os.path.normcase(os.path.abspath(filename)) not in _SKIPPED:
-            return Loc(filename, frame.f_lineno)
+        skipped = _skipped_file.get(filename)
+        if skipped is None:
+            skipped = _skipped_file[filename] = os.path.normcase(os.path.abspath(filename)) in _SKIPPED
+        if not skipped:
+            key = (filename, frame.f_lineno)
+            loc = _locs.get(key)
+            if loc is None:
+                loc = _locs[key] = Loc(filename, frame.f_lineno)
+            return loc
         frame = frame.f_back
     return ir.UNKNOWN_LOC
 

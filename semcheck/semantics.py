@@ -259,6 +259,9 @@ class System:
         self.bodies = [t.body for t in protocol.threads]
         self.backend = protocol.backend
         self._allocs: dict[str, tuple[ir.SemDecl, int]] = {}
+        # (ref, device, core) -> its instances, for constant refs: the tables below resolve
+        # each instruction's semaphores several times, and a ring of N devices has N^2 of them
+        self._resolved: dict[tuple[ir.SemRef, int, int], frozenset[int]] = {}
         self.instances: list[SemInstance] = []
         for decl in protocol.semaphores:
             if decl.name in self._allocs:
@@ -421,8 +424,18 @@ class System:
 
     def _candidates(self, t: int, ref: ir.SemRef) -> frozenset[int]:
         """Every instance `ref` may resolve to (exact when it is constant)."""
-        decl, base = self._allocs[ref.alloc]
         thread = self.threads[t]
+        constant = isinstance(ref.index, int) and ir.is_constant(ref.device) and ir.is_constant(ref.core)
+        if constant:
+            key = (ref, thread.device, thread.core)
+            known = self._resolved.get(key)
+            if known is None:
+                known = self._resolved[key] = self._resolve(thread, ref)
+            return known
+        return self._resolve(thread, ref)
+
+    def _resolve(self, thread: ir.Thread, ref: ir.SemRef) -> frozenset[int]:
+        decl, base = self._allocs[ref.alloc]
         devices = (
             [thread.device if ref.device is None else ref.device]
             if ir.is_constant(ref.device)

@@ -41,6 +41,8 @@ class Independence:
         self._pending: dict[int, list[tuple[Action, int, int]]] = {}
         self._sums_state: State | None = None
         self._sums: dict[int, _ReachableSums] = {}
+        self._additions_events: tuple[Event, ...] | None = None
+        self._additions_by_sem: dict[int, list[tuple[Action, int]]] = {}
         self._stops = self._guard_stops()
         self._counted_waits, self._decrements, self._additions = self._counting_tables()
         # thread -> adder thread / semaphore -> sorted indices into the thread's counted
@@ -85,6 +87,15 @@ class Independence:
             copies = self._copies_on.get(r) if events else None
             found = self._pending[r] = list(self._scan_pending(events, r, copies)) if copies else []
         return found
+
+    def pending_additions(self, events: tuple[Event, ...], sid: int) -> list[tuple[Action, int]]:
+        """(completion action, what it adds) of each distinct pending completion adding a
+        positive amount to semaphore `sid` (identical completions are one actor: their
+        amounts add up). One pass over a state's events indexes them all by semaphore:
+        the counting cut asks about many semaphores per state, each with few completions."""
+        if events is not self._additions_events:
+            self._additions_events, self._additions_by_sem = events, _additions_by_sem(events)
+        return self._additions_by_sem.get(sid, [])
 
     def _scan_pending(self, events: tuple[Event, ...], r: int, copies):
         for starts, ranges in copies:
@@ -190,11 +201,9 @@ class Independence:
             return found
         most = state.sems[sid]
         by_completion: dict[Action, int] = {}
-        for action, _x, _y in self.pending_on(state.events, sid):
-            e = action[1]
-            if e.sem == sid and e.inc > 0:
-                amount = by_completion[action] = e.inc * state.events.count(e)  # identical completions are one actor
-                most += amount
+        for action, amount in self.pending_additions(state.events, sid):
+            by_completion[action] = amount  # identical completions are one actor
+            most += amount
         by_adder: dict[int, int | None] = {}
         unbounded = 0
         for a in adders:
@@ -265,6 +274,7 @@ class Independence:
                     suffix[k] = suffix[k + 1] + amounts[k]
                 additions[key] = (pcs, suffix)
         counted: dict[int, list] = {}
+        adder_sets: dict[int, frozenset[int]] = {}
         decrements: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
         for t, body in enumerate(system.bodies):
             straight = self.tables[t].straight
@@ -279,7 +289,9 @@ class Independence:
                         sums.append(sums[-1] + amount)
                 if straight and known and known[1] >= 1:
                     sid, need = known
-                    counted.setdefault(t, []).append((pc, sid, need, frozenset(adders.get(sid, ()))))
+                    if sid not in adder_sets:  # one set per semaphore, however many waits on it
+                        adder_sets[sid] = frozenset(adders.get(sid, ()))
+                    counted.setdefault(t, []).append((pc, sid, need, adder_sets[sid]))
         return counted, decrements, additions
 
     def independent(self, state: State, a: Action, b: Action) -> bool:
@@ -334,7 +346,7 @@ class Independence:
         peer's lifecycle), plus the lifecycle of where it lands, which its completion
         checks even for a local copy (`semantics.event_footprint`)."""
         system, base = self.system, self.system.cell_base
-        found: dict[int, dict[tuple[int, int], set[int]]] = {}
+        found: dict[int, dict[int, set[int]]] = {}  # resource -> issuer -> copy start pcs
         for t, body in enumerate(system.bodies):
             for pc, instr in enumerate(body):
                 if not isinstance(instr, ir.DmaStart):
@@ -345,12 +357,22 @@ class Independence:
                     for sid in system._candidates(t, target)
                 }
                 for r in set(system.tables[t].own[pc]) | landing:
-                    by_copy = found.setdefault(r, {})
-                    for side in (RECV, SEND):
-                        by_copy.setdefault((side, t), set()).add(pc)
+                    found.setdefault(r, {}).setdefault(t, set()).add(pc)
+        # both sides of a copy share its starts, and most resources share their starts and
+        # prefixes with others (a ring of N devices has N^2 resources): one object each
+        shared: dict[tuple[int, int, frozenset[int]], tuple[frozenset[int], tuple[tuple[int, ...], ...]]] = {}
+
+        def entry(side: int, t: int, pcs: set[int]):
+            starts = frozenset(pcs)
+            key = (side, t, starts)
+            known = shared.get(key)
+            if known is None:
+                known = shared[key] = (starts, _prefixes(side, t, starts))
+            return known
+
         return {
-            r: tuple((frozenset(pcs), _prefixes(side, t, pcs)) for (side, t), pcs in sorted(by_copy.items()))
-            for r, by_copy in found.items()
+            r: tuple(entry(side, t, pcs) for side in sorted((RECV, SEND)) for t, pcs in sorted(by_issuer.items()))
+            for r, by_issuer in found.items()
         }
 
     # -- guards --
@@ -402,7 +424,23 @@ class _ReachableSums:
     by_completion: dict[Action, int]
 
 
-def _prefixes(side: int, issuer: int, starts: set[int]) -> tuple[tuple[int, ...], ...]:
+def _additions_by_sem(events: tuple[Event, ...]) -> dict[int, list[tuple[Action, int]]]:
+    """Semaphore -> (completion action, amount) per distinct pending completion adding a
+    positive amount to it; `events` is sorted, so identical completions are adjacent."""
+    found: dict[int, list[tuple[Action, int]]] = {}
+    k, n = 0, len(events)
+    while k < n:
+        e = events[k]
+        run = 1
+        while k + run < n and events[k + run] == e:
+            run += 1
+        k += run
+        if e.inc > 0:
+            found.setdefault(e.sem, []).append((("e", e), e.inc * run))
+    return found
+
+
+def _prefixes(side: int, issuer: int, starts: set[int] | frozenset[int]) -> tuple[tuple[int, ...], ...]:
     """The event-tuple prefixes under which the completions of these copy starts sort."""
     if len(starts) <= 4:
         return tuple((side, issuer, pc) for pc in sorted(starts))
