@@ -258,8 +258,6 @@ def copy_smem_to_gmem(t: GpuThreadLowering, eqn, inputs):
     """A TMA store: a copy that reads its SMEM source until its read completion and writes
     its GMEM destination until its write completion, both counted for the thread's open bulk
     group. A store into a peer's memory keeps only its source read, as a load at the start."""
-    from semcheck.lower.gpu_barriers import _bytes, _transformed_aval
-
     params = eqn.params
     src, dst, *flat = inputs
     if params.get("has_user_predicate"):
@@ -283,7 +281,7 @@ def copy_smem_to_gmem(t: GpuThreadLowering, eqn, inputs):
             t.kernel.note(REMOTE_TMA_STORE_NOTE)
         else:
             reads, writes = _bulk_semaphores(t, eqn, len(t.bulk.sizes))
-            size = _bytes(t, eqn, _transformed_aval(eqn, 0, params["src_transforms_treedef"], params))
+            size = copy_bytes(t, eqn, transformed_aval(eqn, 0, params["src_transforms_treedef"], params))
             t.emitter.emit(ir.DmaStart(
                 t.loc(eqn), src=src_region, dst=dst_region, recv_sem=writes, send_sem=reads,
                 # only a label: completions count 1 each on these REGULAR semaphores, and a
@@ -360,3 +358,27 @@ def _bulk_semaphores(t: GpuThreadLowering, eqn, group: int) -> tuple[ir.SemRef, 
         if decl.size <= group:
             ctx.semaphores[name] = dataclasses.replace(decl, size=group + 1)
     return ir.SemRef(names[0], group), ir.SemRef(names[1], group)
+
+
+def transformed_aval(eqn, position, treedef, params):
+    """The aval of operand `position` after its transforms, or None when it cannot be told."""
+    from jax._src.state.types import TransformedRef
+
+    try:
+        flat_avals = [v.aval for v in eqn.invars]
+        base = 3 if "barrier_transforms_treedef" in params else 2
+        counts = [params["src_transforms_treedef"].num_leaves, params["dst_transforms_treedef"].num_leaves]
+        start = base + sum(counts[: position])
+        transforms = treedef.unflatten(flat_avals[start:start + treedef.num_leaves])
+        return TransformedRef(flat_avals[position], tuple(transforms))
+    except Exception:
+        return None
+
+
+def copy_bytes(t, eqn, aval) -> int:
+    from semcheck.lower.memory import nbytes_of_aval
+
+    try:
+        return nbytes_of_aval(t, eqn, aval)
+    except Exception:
+        return 0  # only labels use it: barriers and bulk groups count copies, not bytes
