@@ -280,7 +280,8 @@ class DmaStart(Instr):
     """Start a copy `src` (local) -> `dst` on (`device`, `core`).
 
     Completion is not an instruction: the semantics schedules a send-side event (adds to
-    `send_sem` on the issuer; remote copies only) and a receive-side event (adds to
+    `send_sem` on the issuer, when there is one: a remote copy, or a GPU TMA store whose
+    source read completes apart from its write) and a receive-side event (adds to
     `recv_sem` on the target) in any order, at any later point.
     """
 
@@ -304,12 +305,19 @@ class DmaWait(Instr):
 
 @dataclass(frozen=True, slots=True)
 class Load(Instr):
+    """A plain read of `region` on `device` (None: the thread's own; a device id reaches the
+    same block of a peer, as a Mosaic GPU `plgpu.remote_ref` access does)."""
+
     region: Region
+    device: Operand | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Store(Instr):
+    """A plain write of `region` on `device` (as for `Load`)."""
+
     region: Region
+    device: Operand | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,11 +178,13 @@ class ThreadBuilder:
     def dma_wait(self, sem: Sem, nbytes: ir.Operand, side: str = "recv") -> None:
         self._emit(ir.DmaWait, sem=sem.ref(), nbytes=nbytes, side=side)
 
-    def load(self, region: ir.Region) -> None:
-        self._emit(ir.Load, region=region)
+    def load(self, region: ir.Region, device: ir.Operand | None = None) -> None:
+        """A plain read; with `device`, of that device's instance of the buffer."""
+        self._emit(ir.Load, region=region, device=device)
 
-    def store(self, region: ir.Region) -> None:
-        self._emit(ir.Store, region=region)
+    def store(self, region: ir.Region, device: ir.Operand | None = None) -> None:
+        """A plain write; with `device`, of that device's instance of the buffer."""
+        self._emit(ir.Store, region=region, device=device)
 
     def entry(self, kernel: str = "") -> None:
         self._emit(ir.KernelEntry, kernel=kernel)

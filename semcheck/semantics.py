@@ -15,9 +15,10 @@ instruction does. Every rule is stated, with its sources, in docs/semantics.md:
   semaphore given to a DMA gains 1 (TPU v6+).
 * dma_wait: a decrementing wait for `nbytes` on a local DMA semaphore.
 * memory: a copy reads its source from its start until its send side completes (its
-  receive side, for a local copy) and writes its destination until its receive side
+  receive side, for a copy without a send semaphore) and writes its destination until its receive side
   completes. A load, store or copy start that overlaps a pending copy's access, one of the
-  two a write, is a data race (the two are unordered in some execution).
+  two a write, is a data race (the two are unordered in some execution). A load or store
+  with a device touches that device's instance of the buffer (a GPU `remote_ref` access).
 * kernel entry and exit: entering resets the core's scratch and scoped semaphores (a fresh
   allocation per invocation); from the second invocation on, entering first requires them
   to be 0 with no copy of an earlier invocation still landing on them (TPU). A signal or
@@ -369,7 +370,8 @@ class System:
         for bid, sharers in self.plain_sharers.items():
             sites = [
                 (t, pc) for t in sharers for pc, instr in enumerate(self.bodies[t])
-                if isinstance(instr, (ir.Load, ir.Store)) and bid in self._region_instances(t, instr.region)
+                if isinstance(instr, (ir.Load, ir.Store))
+                and bid in self._region_instances(t, instr.region, instr.device)
             ]
             for (t, pc), (u, upc) in itertools.combinations(sites, 2):
                 if t == u or (t, pc, u, upc) in seen:
@@ -515,7 +517,7 @@ class System:
         for t, body in enumerate(self.bodies):
             for instr in body:
                 if isinstance(instr, (ir.Load, ir.Store)):
-                    for bid in self._region_instances(t, instr.region):
+                    for bid in self._region_instances(t, instr.region, instr.device):
                         users.setdefault(bid, set()).add(t)
         return {bid: tuple(sorted(ts)) for bid, ts in users.items() if len(ts) > 1}
 
@@ -1081,8 +1083,21 @@ def _check_window(system: System, side: str, access: Access) -> None:
     )
 
 
+def _access_device(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> int | None:
+    """The device whose buffer a plain access touches (None: the thread's own), or a _Fault
+    for a device id outside the mesh."""
+    if instr.device is None:
+        return None
+    device = system.eval(instr.device, t, state)
+    devices = system.protocol.devices
+    if not 0 <= device < devices:
+        raise _Fault(INVALID_DEVICE, f"device id {device} is outside the mesh of {devices} devices (0..{devices - 1})")
+    return device
+
+
 def _exec_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> State:
-    access = system.resolve_region(t, instr.region, state, write=isinstance(instr, ir.Store))
+    device = _access_device(system, t, instr, state)
+    access = system.resolve_region(t, instr.region, state, write=isinstance(instr, ir.Store), device=device)
     found = _races(system, state, t, [access]) + _plain_races(system, state, t, access)
     return _advance(state, t, hazards=_with(state.hazards, *found))
 
@@ -1096,7 +1111,11 @@ def _plain_races(system: System, state: State, t: int, access: Access) -> list[H
         other = system.current(state, u) if u != t else None
         if not isinstance(other, (ir.Load, ir.Store)):
             continue
-        theirs = system.resolve_region(u, other.region, state, write=isinstance(other, ir.Store))
+        try:
+            device = _access_device(system, u, other, state)
+        except _Fault:
+            continue  # it faults when it runs, touching nothing
+        theirs = system.resolve_region(u, other.region, state, write=isinstance(other, ir.Store), device=device)
         if (theirs.write or access.write) and overlap(access, theirs):
             found.append(Hazard(PLAIN_RACE, t, state.pcs[t], u, state.pcs[u], _plain_race_detail(system, access, theirs)))
     return found
@@ -1246,12 +1265,12 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
 
 
 def _fp_load(system: System, t: int, instr: ir.Load) -> Footprint:
-    cells, near = system._cell_candidates(t, instr.region)
+    cells, near = system._cell_candidates(t, instr.region, instr.device)
     return Footprint(mread=cells, mnear=near)
 
 
 def _fp_store(system: System, t: int, instr: ir.Store) -> Footprint:
-    cells, near = system._cell_candidates(t, instr.region)
+    cells, near = system._cell_candidates(t, instr.region, instr.device)
     return Footprint(mwrite=cells, mnear=near)
 
 
@@ -1359,8 +1378,9 @@ def _located_regions(instr: ir.Instr) -> list[tuple[ir.Region, ir.Operand | None
     the thread's own)."""
     if isinstance(instr, ir.DmaStart):
         return [(instr.src, None, None), (instr.dst, instr.device, instr.core)]
-    region = getattr(instr, "region", None)
-    return [(region, None, None)] if isinstance(region, ir.Region) else []
+    if isinstance(instr, (ir.Load, ir.Store)):
+        return [(instr.region, instr.device, None)]
+    return []
 
 
 def _regions(instr: ir.Instr) -> list[ir.Region]:

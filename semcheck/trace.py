@@ -204,9 +204,12 @@ def _text_assign(system, before, after, t, instr: ir.Assign, step) -> str:
 
 def _text_plain(system, before, after, t, instr, step) -> str:
     region = getattr(instr, "region", None)
-    if region is not None:
-        step.src = _region(system, t, region, before, write=isinstance(instr, ir.Store))
-    return f"{step.event.value}" + (f" {region.buffer}" if region is not None else "")
+    if region is None:
+        return f"{step.event.value}"
+    device = getattr(instr, "device", None)
+    peer = None if device is None else system.eval(device, t, before)
+    step.src = _region(system, t, region, before, write=isinstance(instr, ir.Store), device=peer)
+    return f"{step.event.value} {region.buffer}" + ("" if peer is None else f" on device {peer}")
 
 
 def _describe_event(system: System, before: State, after: State, event, index: int) -> TraceStep:

@@ -96,9 +96,9 @@ def protocols(
             length = draw(st.integers(0, max_len))
             while len(body) < length:
                 op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma", "dma", "access"]))
-                if op == "access":
+                if op == "access":  # a third of them on a peer (a GPU remote_ref access)
                     cls = draw(st.sampled_from([ir.Load, ir.Store]))
-                    body.append(cls(LOC, region()))
+                    body.append(cls(LOC, region(), device_operand() if draw(st.integers(0, 2)) == 0 else None))
                 if op == "signal":
                     decl = draw(st.sampled_from(regulars))
                     body.append(ir.Signal(LOC, sem_ref(decl), amount()))
@@ -117,13 +117,16 @@ def protocols(
                     index = draw(st.integers(0, recv.size - 1))
                     remote = draw(st.booleans())
                     nbytes = draw(st.sampled_from([0, 4, 8]))
-                    send = ir.SemRef(recv.name, index) if remote else None
+                    # a local copy may have a send side too (a GPU TMA store: source read, then
+                    # destination written, each counted on its own semaphore)
+                    sided = remote or draw(st.integers(0, 3)) == 0
+                    send = ir.SemRef(recv.name, index) if sided else None
                     target = device_operand() if remote else None
                     body.append(ir.DmaStart(
                         LOC, region(), region(), ir.SemRef(recv.name, index), send, nbytes, target,
                     ))
                     if recv.kind is SemKind.DMA and draw(st.booleans()):
-                        side = "send" if remote and draw(st.booleans()) else "recv"
+                        side = "send" if sided and draw(st.booleans()) else "recv"
                         body.append(ir.DmaWait(LOC, ir.SemRef(recv.name, index), draw(st.sampled_from([0, 4, 8])), side))
             # a branch may point one past the end of the body: that is the thread's exit
             body = [
@@ -255,7 +258,8 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
                 elif op == "assign":
                     body.append(ir.Assign(loc(), fresh_register("v"), value(small=False)))
                 elif op == "access":
-                    body.append(draw(st.sampled_from([ir.Load, ir.Store]))(loc(), region()))
+                    device = device_operand() if draw(st.integers(0, 2)) == 0 else None
+                    body.append(draw(st.sampled_from([ir.Load, ir.Store]))(loc(), region(), device))
                 else:
                     recv = draw(st.sampled_from(dmas or regulars))
                     remote = draw(st.booleans())

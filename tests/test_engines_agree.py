@@ -72,9 +72,17 @@ def test_engines_agree_on_1000_random_protocols():
     reduction is tested with)."""
     from semcheck.ir import KernelEntry
 
+    from semcheck.ir import DmaStart, Load, Store
+
     seen = _agreement_test(protocols(), 1000)
     assert len(seen) >= 1000
     assert sum(bool(p.inputs) for p in seen) >= 100  # the inputs path is exercised
+    # plain accesses of a peer's buffer (GPU remote_ref), and local copies with a send side
+    # (GPU TMA stores: the source read and the destination write complete apart)
+    assert sum(any(isinstance(i, (Load, Store)) and i.device is not None for t in p.threads for i in t.body)
+               for p in seen) >= 100
+    assert sum(any(isinstance(i, DmaStart) and i.device is None and i.send_sem is not None
+                   for t in p.threads for i in t.body) for p in seen) >= 50
     assert sum(any(isinstance(i, KernelEntry) for t in p.threads for i in t.body) for p in seen) >= 100
 
 

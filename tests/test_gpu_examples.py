@@ -35,6 +35,8 @@ def test_the_gpu_protocols_each_have_an_example():
         "grid_barrier", "grid_barrier_competing_waits", "ready_ring", "ready_ring_unwrapped",
         "tma_barrier", "tma_barrier_early_read", "tma_barrier_extra_wait",
         "warp_specialized_pipeline", "warp_specialized_pipeline_no_release",
+        "tma_store_reuse", "tma_store_reuse_early", "tma_store_read_only_wait",
+        "remote_store_ring", "remote_store_ring_no_wait",
     } <= names
 
 

@@ -5,7 +5,8 @@ Every block of every device writes its row into the right neighbour's output thr
 `plgpu.remote_ref`, then signals the neighbour's `pl.get_global` semaphore (a signal has
 release semantics: the writes land before it does). Each device's blocks wait, without
 decrementing, until all `num_blocks` blocks of the left neighbour have signalled. The
-device id is `me + 1`, so the last device names device `num_devices`, outside the mesh.
+device id is `me + 1`, so the last device names device `num_devices`, outside the mesh: its
+remote store is the first thing that faults.
 """
 
 # semcheck: expect invalid_device_id
@@ -27,8 +28,8 @@ def ring_kernel(x_ref, o_ref):
     block = lax.axis_index("blocks")
     me = lax.axis_index("x")
     right = me + 1  # should wrap: lax.rem(me + 1, lax.axis_size("x"))
-    plgpu.remote_ref(o_ref, right)[block] = x_ref[block]
-    pl.semaphore_signal(ready, device_id=right)  # <- invalid_device_id
+    plgpu.remote_ref(o_ref, right)[block] = x_ref[block]  # <- invalid_device_id
+    pl.semaphore_signal(ready, device_id=right)
     pl.semaphore_wait(ready, NUM_BLOCKS, decrement=False)
 
 

@@ -84,6 +84,11 @@ class Emitter:
     def rollback(self, mark: int) -> None:
         del self.items[mark:]
 
+    def has_control_flow(self) -> bool:
+        """Whether a branch or a label was emitted: code emitted from here on may be reached
+        along several paths, or run several times."""
+        return any(isinstance(item, (_Mark, _PendingJump)) for item in self._flat(self.items))
+
     def has_sync_since(self, mark: int) -> bool:
         return any(isinstance(i, SYNC_TYPES) for i in self._flat(self.items[mark:]))
 

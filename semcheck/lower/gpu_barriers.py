@@ -17,8 +17,8 @@ import math
 
 from semcheck import ir
 from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering, MBarrier
-from semcheck.lower.gpu_memory import smem_region, split_flat
-from semcheck.lower.memory import nbytes_of_aval, semaphore_ref
+from semcheck.lower.gpu_memory import copy_bytes, smem_region, split_flat, transformed_aval
+from semcheck.lower.memory import semaphore_ref
 from semcheck.lower.registry import rule
 
 
@@ -115,36 +115,14 @@ def copy_gmem_to_smem(t: GpuThreadLowering, eqn, inputs):
     dst_region = smem_region(t, eqn, dst, "the copy destination", dst_tr)
     if src_region is None or dst_region is None:
         raise t.error(eqn, "a TMA copy through plgpu.remote_ref is not supported by semcheck yet")
-    dst_aval = _transformed_aval(eqn, 1, params["dst_transforms_treedef"], params)
+    dst_aval = transformed_aval(eqn, 1, params["dst_transforms_treedef"], params)
     t.emitter.emit(
         ir.DmaStart(
             t.loc(eqn),
             src=src_region,
             dst=dst_region,
             recv_sem=ref,
-            nbytes=_bytes(t, eqn, dst_aval),
+            nbytes=copy_bytes(t, eqn, dst_aval),
         )
     )
     return []
-
-
-def _transformed_aval(eqn, position, treedef, params):
-    """The aval of operand `position` after its transforms, or None when it cannot be told."""
-    from jax._src.state.types import TransformedRef
-
-    try:
-        flat_avals = [v.aval for v in eqn.invars]
-        base = 3 if "barrier_transforms_treedef" in params else 2
-        counts = [params["src_transforms_treedef"].num_leaves, params["dst_transforms_treedef"].num_leaves]
-        start = base + sum(counts[: position])
-        transforms = treedef.unflatten(flat_avals[start:start + treedef.num_leaves])
-        return TransformedRef(flat_avals[position], tuple(transforms))
-    except Exception:
-        return None
-
-
-def _bytes(t, eqn, aval) -> int:
-    try:
-        return nbytes_of_aval(t, eqn, aval)
-    except Exception:
-        return 0  # only labels use it: a barrier counts arrivals, not bytes

@@ -49,6 +49,9 @@ class GpuKernelContext(KernelContext):
     num_threads: int = 1
     mbarriers: dict[str, MBarrier] = field(default_factory=dict)
     global_slots: dict = field(default_factory=dict)  # get_global call site -> RefValue
+    # Pallas thread -> the semaphores its TMA stores' completions count on (source read,
+    # destination written), indexed by bulk group (gpu_memory.copy_smem_to_gmem).
+    bulk_semaphores: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     def block_of(self, coords: dict[str, int]) -> int:
         """The linear block index of grid and cluster coordinates."""
@@ -65,6 +68,20 @@ class GpuKernelContext(KernelContext):
         return dict(reversed(list(coords.items())))
 
 
+@dataclass
+class BulkGroups:
+    """One thread's TMA stores as PTX bulk async-groups: `cp.async.bulk.commit_group` closes
+    the group of every store issued since the last commit, and `cp.async.bulk.wait_group n`
+    waits for every group but the `n` most recent (its `.read` form only for their SMEM
+    reads). Group k of a thread counts its completions on index k of that thread's two
+    semaphores (`GpuKernelContext.bulk_semaphores`)."""
+
+    sizes: list[int] = field(default_factory=list)  # local stores in each committed group
+    open: int = 0  # local stores issued since the last commit
+    reads_waited: int = 0  # groups whose source reads a wait has covered
+    writes_waited: int = 0  # groups whose destination writes a wait has covered
+
+
 class GpuThreadLowering(ThreadLowering):
     """Lowers the kernel body for one (device, block, Pallas thread)."""
 
@@ -78,6 +95,7 @@ class GpuThreadLowering(ThreadLowering):
         # tracks the parity per waiting thread).
         self.barrier_waits: dict[tuple[str, int], int] = {}
         self.scope_entries: dict[int, int] = {}  # run_scoped site -> times this thread entered it
+        self.bulk = BulkGroups()
 
     def axis_value(self, name, eqn) -> int:
         if name in self.coords:

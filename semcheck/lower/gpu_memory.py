@@ -31,12 +31,23 @@ def split_flat(flat: list, *treedefs) -> list:
 
 
 def smem_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> ir.Region | None:
-    """The region of a buffer a GPU view covers. `plgpu.TilingTransform` stores a logical
+    """`located_region` of a view of the thread's own memory; None for a view of a peer's
+    (`plgpu.remote_ref`)."""
+    region, device = located_region(t, eqn, value, what, extra)
+    return region if device is None else None
+
+
+def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tuple[ir.Region, ir.Operand | None]:
+    """The region of a buffer a GPU view covers, and the device it lives on (None: the
+    thread's own). `plgpu.TilingTransform` stores a logical
     (..., m, n) buffer as (..., m/tm, n/tn, tm, tn) and swizzling permutes bytes within a
     row, so indexing the logical view through `untile`/`unswizzle` still selects exact
     ranges of every leading dim (e.g. a pipeline slot); the tiled dims widen to the whole
-    extent. A view through another transform (a bitcast) is the whole buffer; a view of a
-    peer's memory (`plgpu.remote_ref`) is None: remote accesses are not tracked."""
+    extent. A view through another transform (a bitcast) is the whole buffer. A view through
+    `plgpu.remote_ref` (a `PeerMemRef` transform, jax/_src/pallas/mosaic_gpu/core.py) is the
+    same buffer on the peer: Mosaic GPU lowers it to the symmetric address on that device
+    (`LaunchContext.to_remote`, lowering.py `_handle_transforms`), which commutes with
+    indexing (`PeerMemRef.commute_ndindexer`)."""
     from jax._src.pallas.mosaic_gpu import core as gpu_core
     from jax._src.state.indexing import NDIndexer, Slice
 
@@ -44,6 +55,10 @@ def smem_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> ir.Reg
     from semcheck.lower.values import Sym, sym_op
 
     ref, transforms = ref_of(t, eqn, value, what, extra)
+    device = None
+    for transform in transforms:
+        if isinstance(transform, gpu_core.PeerMemRef):
+            device = _peer_device(t, eqn, ref, transform, what)
     if ref.is_semaphore:
         raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
     rank = len(ref.shape)
@@ -77,28 +92,34 @@ def smem_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> ir.Reg
         elif isinstance(transform, gpu_core.UntilingTransform):
             r = len(transform.tiling)
             if len(groups) < 2 * r:
-                return ir.Region(ref.alloc, (0,) * rank, tuple(ref.shape))
+                return ir.Region(ref.alloc, (0,) * rank, tuple(ref.shape)), device
             groups = groups[:-2 * r] + [groups[-2 * r + i] + groups[-r + i] for i in range(r)]
         elif isinstance(transform, gpu_core.UnswizzleRef):
             continue
         elif isinstance(transform, gpu_core.PeerMemRef):
-            return None
+            continue  # the device, found above
         else:
-            return ir.Region(ref.alloc, (0,) * rank, tuple(ref.shape))
-    return ir.Region(ref.alloc, tuple(starts), tuple(sizes))
+            return ir.Region(ref.alloc, (0,) * rank, tuple(ref.shape)), device
+    return ir.Region(ref.alloc, tuple(starts), tuple(sizes)), device
+
+
+def _peer_device(t: GpuThreadLowering, eqn, ref: RefValue, transform, what: str) -> ir.Operand:
+    from semcheck.lower.tpu import resolve_device
+
+    device, core = resolve_device(t, eqn, transform.device_id, transform.device_id_type, f"{what} (remote_ref)")
+    if core is not None or device is None:
+        raise t.error(eqn, f"{what}: a remote_ref device id may only name mesh axes on GPU")
+    decl = t.kernel.buffers.get(ref.alloc)
+    if decl is None or decl.scope is not Scope.DEVICE:
+        raise t.error(eqn, f"{what}: plgpu.remote_ref of {ref.alloc!r}, which is not in GMEM: "
+                      "only global memory has a symmetric address on a peer")
+    return device
 
 
 # What the GPU frontend does not race-check, each with what JAX 0.10.2 says of it.
-REMOTE_ACCESS_NOTE = (
-    "loads and stores through plgpu.remote_ref (a peer's memory) are not checked for data "
-    "races: the ref carries a PeerMemRef transform whose device id is known only at run time "
-    "(jax/_src/pallas/mosaic_gpu/core.py, JAX 0.10.2), so semcheck cannot say which buffer they touch"
-)
-TMA_STORE_NOTE = (
-    "asynchronous SMEM->GMEM stores (plgpu.copy_smem_to_gmem) are not checked for data races "
-    "on their GMEM destination: their completion is tracked by per-thread bulk groups "
-    "(commit_group / wait_smem_to_gmem in jax/_src/pallas/mosaic_gpu/primitives.py, JAX 0.10.2), "
-    "not by any semaphore or mbarrier; only their SMEM source is recorded as read"
+REMOTE_TMA_STORE_NOTE = (
+    "a TMA store into a peer's memory (plgpu.copy_smem_to_gmem to a plgpu.remote_ref) is checked "
+    "for data races on its SMEM source only, not on the peer's GMEM it writes"
 )
 MULTIMEM_NOTE = (
     "multimem stores and reductions (plgpu.multimem_store, multimem_load_reduce in "
@@ -107,32 +128,25 @@ MULTIMEM_NOTE = (
 )
 
 
-def _loaded(t, eqn, reg: ir.Region | None):
-    where = reg.buffer if reg is not None else "a peer's memory"
+def _loaded(t, eqn, reg: ir.Region, device: ir.Operand | None):
+    where = reg.buffer if device is None else f"{reg.buffer} on a peer"
     return [Opaque(f"the value loaded from {where} at {t.loc(eqn)}") for _ in eqn.outvars]
 
 
 @rule("get", backend=GPU)
 def get(t: GpuThreadLowering, eqn, inputs):
     ref, *flat = inputs
-    reg = smem_region(t, eqn, ref, "the loaded ref", eqn.params["tree"].unflatten(flat))
-    _access(t, eqn, ir.Load, reg)
-    return _loaded(t, eqn, reg)
+    reg, device = located_region(t, eqn, ref, "the loaded ref", eqn.params["tree"].unflatten(flat))
+    t.emitter.emit(ir.Load(t.loc(eqn), reg, device))
+    return _loaded(t, eqn, reg, device)
 
 
 @rule("swap", backend=GPU)
 def swap(t: GpuThreadLowering, eqn, inputs):
     ref, _value, *flat = inputs
-    reg = smem_region(t, eqn, ref, "the stored ref", eqn.params["tree"].unflatten(flat))
-    _access(t, eqn, ir.Store, reg)
-    return _loaded(t, eqn, reg)
-
-
-def _access(t, eqn, kind, reg: ir.Region | None) -> None:
-    if reg is None:
-        t.kernel.note(REMOTE_ACCESS_NOTE)
-    else:
-        t.emitter.emit(kind(t.loc(eqn), reg))
+    reg, device = located_region(t, eqn, ref, "the stored ref", eqn.params["tree"].unflatten(flat))
+    t.emitter.emit(ir.Store(t.loc(eqn), reg, device))
+    return _loaded(t, eqn, reg, device)
 
 
 # --- GPU primitives without synchronization meaning ------------------------------------------------
@@ -145,7 +159,7 @@ def _no_sync(t: GpuThreadLowering, eqn, inputs):
 
 
 for _name in (
-    "wait_smem_to_gmem", "commit_group", "commit_smem", "set_max_registers_p", "layout_cast",
+    "commit_smem", "set_max_registers_p", "layout_cast",
     "wgmma_ref", "wgmma", "wgmma_wait", "wgmma_accumulator_deref_p", "wgmma_accumulator_store_p",
     "print_layout",
 ):
@@ -229,13 +243,142 @@ def barrier_info(dtype) -> MBarrier | None:
     return None
 
 
+# --- TMA stores (SMEM -> GMEM) and their bulk async-groups ----------------------------------------
+# JAX 0.10.2: `copy_smem_to_gmem` lowers to a `cp.async.bulk` store that, with commit_group
+# (the default), is followed by `cp.async.bulk.commit_group` (LaunchContext.async_copy in
+# jax/experimental/mosaic/gpu/launch_context.py); `commit_smem_to_gmem_group` emits that
+# commit alone; `wait_smem_to_gmem(n, wait_read_only)` lowers to
+# `cp.async.bulk.wait_group[.read] n` (LaunchContext.await_async_copy; the rules are in
+# jax/_src/pallas/mosaic_gpu/primitives.py). Nothing else waits for them: no implicit wait
+# ends the kernel.
+
+
 @rule("copy_smem_to_gmem", backend=GPU)
 def copy_smem_to_gmem(t: GpuThreadLowering, eqn, inputs):
-    """A TMA store, tracked by per-thread bulk groups rather than by any semaphore: for
-    synchronization it is invisible; its SMEM source is recorded as read."""
+    """A TMA store: a copy that reads its SMEM source until its read completion and writes
+    its GMEM destination until its write completion, both counted for the thread's open bulk
+    group. A store into a peer's memory keeps only its source read, as a load at the start."""
     params = eqn.params
-    src, _dst, *flat = inputs
-    src_tr, _dst_tr, _ = split_flat(flat, params["src_transforms_treedef"], params["dst_transforms_treedef"])
-    _access(t, eqn, ir.Load, smem_region(t, eqn, src, "the store source", src_tr))
-    t.kernel.note(TMA_STORE_NOTE)
+    src, dst, *flat = inputs
+    if params.get("has_user_predicate"):
+        *flat, predicate = flat
+        if not isinstance(predicate, Known):
+            raise t.error(eqn, "copy_smem_to_gmem: a predicate known only at run time is not "
+                          "supported by semcheck yet", hint="issue the store under pl.when instead")
+        issued = bool(predicate.value)
+    else:
+        issued = True
+    src_tr, dst_tr, _ = split_flat(flat, params["src_transforms_treedef"], params["dst_transforms_treedef"])
+    _require_straight_line(t, eqn)
+    if issued:
+        src_region = smem_region(t, eqn, src, "the store source", src_tr)
+        if src_region is None:
+            raise t.error(eqn, "a TMA store from a peer's SMEM cannot be lowered (Mosaic GPU "
+                          "stores from the block's own shared memory)")
+        dst_region, device = located_region(t, eqn, dst, "the store destination", dst_tr)
+        if device is not None:
+            t.emitter.emit(ir.Load(t.loc(eqn), src_region))
+            t.kernel.note(REMOTE_TMA_STORE_NOTE)
+        else:
+            reads, writes = _bulk_semaphores(t, eqn, len(t.bulk.sizes))
+            size = copy_bytes(t, eqn, transformed_aval(eqn, 0, params["src_transforms_treedef"], params))
+            t.emitter.emit(ir.DmaStart(
+                t.loc(eqn), src=src_region, dst=dst_region, recv_sem=writes, send_sem=reads,
+                # only a label: completions count 1 each on these REGULAR semaphores, and a
+                # TMA store is never empty
+                nbytes=max(size, 1),
+            ))
+            t.bulk.open += 1
+    if params.get("commit_group", True):
+        _commit(t)
     return []
+
+
+@rule("commit_group", backend=GPU)
+def commit_group(t: GpuThreadLowering, eqn, inputs):
+    _require_straight_line(t, eqn)
+    _commit(t)
+    return []
+
+
+@rule("wait_smem_to_gmem", backend=GPU)
+def wait_smem_to_gmem(t: GpuThreadLowering, eqn, inputs):
+    """Every group but the `n` most recent has finished reading its sources and, unless
+    `wait_read_only`, writing its destinations."""
+    _require_straight_line(t, eqn)
+    [count] = inputs  # bound as an operand, though Mosaic GPU needs it static
+    if not isinstance(count, Known):
+        raise t.error(eqn, "wait_smem_to_gmem: the number of groups left in flight is not a constant")
+    n, read_only = int(count.value), bool(eqn.params["wait_read_only"])
+    bulk, sub = t.bulk, t.sub
+    upto = max(0, len(bulk.sizes) - n)
+    names = t.kernel.bulk_semaphores.get(sub)
+    waited = [(0, bulk.reads_waited)] + ([] if read_only else [(1, bulk.writes_waited)])
+    for side, first in waited:
+        for group in range(first, upto):
+            if bulk.sizes[group] and names is not None:
+                sem = ir.SemRef(names[side], group)
+                t.emitter.emit(ir.Wait(t.loc(eqn), sem, bulk.sizes[group], decrement=False))
+    bulk.reads_waited = max(bulk.reads_waited, upto)
+    if not read_only:
+        bulk.writes_waited = max(bulk.writes_waited, upto)
+    return []
+
+
+def _commit(t: GpuThreadLowering) -> None:
+    t.bulk.sizes.append(t.bulk.open)
+    t.bulk.open = 0
+
+
+def _require_straight_line(t: GpuThreadLowering, eqn) -> None:
+    """Bulk groups are numbered while lowering, so every TMA store, commit and wait of a
+    thread must lie on its one path: after a branch or loop known only at run time, the
+    number of groups committed would depend on the path taken."""
+    if t.emitter.has_control_flow():
+        raise t.error(eqn, f"{eqn.primitive.name} after control flow known only at run time: "
+                      "semcheck numbers a thread's TMA store groups while lowering and cannot "
+                      "follow them along several paths yet",
+                      hint="bound loops and conditions by axis_index, program_id or constants")
+
+
+def _bulk_semaphores(t: GpuThreadLowering, eqn, group: int) -> tuple[ir.SemRef, ir.SemRef]:
+    """The thread's (source read, destination written) counters of `group`, declared (or
+    grown) on first use: one instance per block, one allocation per Pallas thread."""
+    ctx = t.kernel
+    names = ctx.bulk_semaphores.get(t.sub)
+    if names is None:
+        suffix = f"_thread{t.sub}" if ctx.num_threads > 1 else ""
+        names = ctx.bulk_semaphores[t.sub] = (
+            ctx.unique(f"tma_store_read{suffix}"), ctx.unique(f"tma_store_written{suffix}"),
+        )
+    for name in names:
+        decl = ctx.semaphores.get(name)
+        if decl is None:
+            decl = ir.SemDecl(name, SemKind.REGULAR, 0, SemOrigin.SCRATCH, Scope.CORE, None, t.loc(eqn))
+        if decl.size <= group:
+            ctx.semaphores[name] = dataclasses.replace(decl, size=group + 1)
+    return ir.SemRef(names[0], group), ir.SemRef(names[1], group)
+
+
+def transformed_aval(eqn, position, treedef, params):
+    """The aval of operand `position` after its transforms, or None when it cannot be told."""
+    from jax._src.state.types import TransformedRef
+
+    try:
+        flat_avals = [v.aval for v in eqn.invars]
+        base = 3 if "barrier_transforms_treedef" in params else 2
+        counts = [params["src_transforms_treedef"].num_leaves, params["dst_transforms_treedef"].num_leaves]
+        start = base + sum(counts[: position])
+        transforms = treedef.unflatten(flat_avals[start:start + treedef.num_leaves])
+        return TransformedRef(flat_avals[position], tuple(transforms))
+    except Exception:
+        return None
+
+
+def copy_bytes(t, eqn, aval) -> int:
+    from semcheck.lower.memory import nbytes_of_aval
+
+    try:
+        return nbytes_of_aval(t, eqn, aval)
+    except Exception:
+        return 0  # only labels use it: barriers and bulk groups count copies, not bytes

@@ -281,9 +281,12 @@ def rotate_instr(instr: ir.Instr, shift: int, n: int, slots: dict | None = None,
         return replace(instr, device=device, recv_sem=recv, send_sem=send, src=src, dst=dst)
     if isinstance(instr, (ir.Load, ir.Store)):
         region = _region(instr.region, shift, n, slots, shapes)
-        if region is _REFUSE:
+        device = _device(instr.device, shift, n)
+        if _REFUSE in (region, device):
             return None
-        return instr if region is instr.region else replace(instr, region=region)
+        if region is instr.region and device == instr.device:
+            return instr
+        return replace(instr, region=region, device=device)
     sem = getattr(instr, "sem", None)
     if isinstance(sem, ir.SemRef):
         mapped = _ref(sem, shift, n)

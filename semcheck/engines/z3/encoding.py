@@ -404,10 +404,20 @@ class Encoding:
             nv.accesses = [src, dst]
 
     def _access(self, nv: NodeVars, instr: ir.Load | ir.Store, regs) -> None:
+        thread = self.system.threads[nv.t]
+        if instr.device is None:
+            places = [(self.buffer_instance(instr.region, thread.device, thread.core), True)]
+        else:  # a peer's buffer (`semantics._access_device`): faults outside the mesh
+            device = self.eval(instr.device, nv.t, regs)
+            inside = in_range(device, 0, self.protocol.devices)
+            nv.faults, nv.valid = {INVALID_DEVICE: NOT(inside)}, inside
+            devices = [device] if is_const(device) else range(self.protocol.devices)
+            places = [
+                (self.buffer_instance(instr.region, d, thread.core), EQ(device, d))
+                for d in devices if 0 <= d < self.protocol.devices
+            ]
         if (nv.t, nv.node.pc) in self._racing:
-            thread = self.system.threads[nv.t]
-            own = [(self.buffer_instance(instr.region, thread.device, thread.core), True)]
-            nv.accesses = [self.region(nv.t, instr.region, regs, isinstance(instr, ir.Store), own)]
+            nv.accesses = [self.region(nv.t, instr.region, regs, isinstance(instr, ir.Store), places)]
 
     def _entry(self, nv: NodeVars, instr: ir.KernelEntry, regs) -> None:
         """A fresh allocation: each reset semaphore changes by minus its count just before
