@@ -21,8 +21,6 @@ e // LOCAL_EXPERTS). One call of the kernel:
 
 Every copy is waited for by its sender and its receiver, and no buffer is touched while a
 copy into or out of it is in flight.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

@@ -10,9 +10,6 @@ memory). With 2 devices the left neighbour is the only peer, so the handshake su
 
 moe_dispatch_combine.py is the fix: every device signals every device and waits for all
 of them.
-
-Expected verdict: violation (remote_before_entry)
-Expected verdict (2 devices): safe
 """
 
 # semcheck: expect remote_before_entry

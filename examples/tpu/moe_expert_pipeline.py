@@ -10,8 +10,6 @@ rows that stay on the device are copied on `local_sem` and waited for at once.
 
 moe_expert_pipeline_shared_send.py is the buggy twin, with one send semaphore per slot
 shared by scatter and gather.
-
-Expected verdict: safe
 """
 
 # semcheck: expect safe

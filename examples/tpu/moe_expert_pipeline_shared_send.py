@@ -10,8 +10,6 @@ while expert 0's rows are still being copied out of it. With 2 local experts no 
 reused and the sharing is harmless; from 3 it races at every device count.
 
 moe_expert_pipeline.py is the fix: the gather's own send semaphores.
-
-Expected verdict: violation (data_race)
 """
 
 # semcheck: expect data_race

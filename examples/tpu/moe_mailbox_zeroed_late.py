@@ -8,8 +8,6 @@ zeroed row that was already delivered is lost.
 
 moe_dispatch_combine.py is the fix: zero the mailbox before signalling the entry barrier,
 so every push into it is ordered after the clear.
-
-Expected verdict: violation (data_race)
 """
 
 # semcheck: expect data_race

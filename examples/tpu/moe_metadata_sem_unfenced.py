@@ -9,8 +9,6 @@ row, and their bytes satisfy the aggregate metadata wait. The device then copies
 
 moe_dispatch_combine.py is the fix: a barrier after the metadata wait, so no device
 scatters before every device has all of its metadata.
-
-Expected verdict: violation (data_race)
 """
 
 # semcheck: expect data_race

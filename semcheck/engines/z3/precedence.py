@@ -35,14 +35,17 @@ execute.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, TypeAlias
 
 from semcheck import ir
 from semcheck.engines.z3 import unroll as unrolling
 from semcheck.engines.z3.terms import is_const
 
-if TYPE_CHECKING:
-    from semcheck.engines.z3.encoding import Change, Completion, Encoding, NodeVars
+# encoding.py's Encoding, NodeVars, Completion and Change: it imports this module, so their
+# names here would be an import cycle (tests/test_layers.py), even under TYPE_CHECKING.
+Encoding: TypeAlias = Any
+NodeVars: TypeAlias = Any  # or a Completion: an event
+Change: TypeAlias = Any
 
 MAX_ROUNDS = 64  # rule-then-closure rounds; each adds precedences, so few are ever needed
 
@@ -50,7 +53,7 @@ MAX_ROUNDS = 64  # rule-then-closure rounds; each adds precedences, so few are e
 class Precedence:
     """The relation over an encoding's instruction occurrences and copy completions."""
 
-    def __init__(self, encoding: "Encoding", tick=lambda: None):
+    def __init__(self, encoding: Encoding, tick=lambda: None):
         self._tick = tick
         self._ids: dict[int, int] = {}  # id(NodeVars or Completion) -> event number
         self._objects: list[object] = []
@@ -75,10 +78,10 @@ class Precedence:
         self._ids[id(x)] = len(self._objects)
         self._objects.append(x)
 
-    def id_of(self, x: "NodeVars | Completion") -> int:
+    def id_of(self, x: NodeVars) -> int:
         return self._ids[id(x)]
 
-    def precedes(self, a: "NodeVars | Completion", b: "NodeVars | Completion") -> bool:
+    def precedes(self, a: NodeVars, b: NodeVars) -> bool:
         """In every execution in which `b` executes, `a` executed before it."""
         return bool(self.before[self.id_of(b)] >> self.id_of(a) & 1)
 
@@ -155,7 +158,7 @@ class Precedence:
                     found = True
         return found
 
-    def _event_of(self, change: "Change") -> int:
+    def _event_of(self, change: Change) -> int:
         return self.id_of(change.completion if change.completion is not None else change.node)
 
 
@@ -169,7 +172,7 @@ def _closure(edges: int, before: list[int]) -> int:
     return out
 
 
-def _counted_waits(encoding: "Encoding"):
+def _counted_waits(encoding: Encoding):
     """(wait, the changes to its semaphore other than its own decrement, need) of every wait
     the counting rule applies to."""
     qualifies: dict[int, bool] = {}
@@ -189,7 +192,7 @@ def _counted_waits(encoding: "Encoding"):
             yield w, changes, w.need
 
 
-def _stays_nonnegative(change: "Change") -> bool:
+def _stays_nonnegative(change: Change) -> bool:
     """A change of the kinds that keep a count at least 0 (see the module's docstring)."""
     if isinstance(change.node.node.instr, ir.KernelEntry) and change.completion is None:
         return True
