@@ -32,9 +32,11 @@ at 8 devices). The z3 engine's own time at 2/4/8 devices is 0.1-5 CPU s for ever
     moe_expert_pipeline              4        13.4   1,276 z3 events  z3        safe
     moe_expert_pipeline              8        22.3   3,832 z3 events  z3        safe
     moe_expert_pipeline_shared_send  4        12.6   1,655            explicit  violation (data_race)
+    moe_expert_pipeline_shared_send  8        91.9   13,495 + z3      z3        violation (data_race)
 
-At 8 devices moe_entry_left_only's probe needs an ordered query, so the search decides it
-(within z3's head start).
+At 8 devices the probe of moe_entry_left_only and moe_expert_pipeline_shared_send needs an
+ordered query, so the search runs: it decides the first within z3's head start; z3 decides
+the second after the head start of 60 CPU s.
 """
 
 from __future__ import annotations
