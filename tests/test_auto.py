@@ -186,3 +186,36 @@ def test_z3_joins_once_the_search_has_stored_enough_states(monkeypatch):
     assert (result.verdict, result.engine) == (Verdict.SAFE, "z3")
     assert result.runs[0].stopped == "engine auto: z3 decided first"
     assert 100 <= result.runs[0].stats.states < Budget().max_states
+
+
+# --- the counting probe on large protocols ---------------------------------------------------
+
+
+def test_a_large_protocol_that_counting_decides_never_reaches_the_search(monkeypatch):
+    """Above the probe's size, z3 with counting only answers first; the search never runs."""
+    (protocol,) = load(model("ring_allgather"), 4)
+    monkeypatch.setattr(auto, "PROBE_INSTRUCTIONS", range(1, 10**6))
+    result = check_protocol(protocol, engine="auto")
+    assert result.verdict is Verdict.SAFE and result.engine == "z3"
+    assert result.stats.states == 0 and result.runs == []
+    assert any("counting relaxation" in note and "answered every question" in note for note in result.notes)
+
+
+def test_the_probe_leaves_small_protocols_to_the_search():
+    (protocol,) = load(model("ring_allgather"), 4)
+    assert auto.instruction_count(System(protocol)) not in auto.PROBE_INSTRUCTIONS
+    assert check_protocol(protocol, engine="auto").engine == "explicit"
+
+
+@pytest.mark.parametrize("name", [
+    "ring_allgather", "ring_allgather_missing_signal", "ring_allgather_shared_recv", "ring_recv_before_send",
+    "circular_wait", "dma_wait_mismatch", "double_buffer", "poll_flag", "poll_flag_never_set", "nondec_poll_leak",
+])
+def test_with_the_probe_on_every_check_auto_finds_what_the_search_finds(monkeypatch, name):
+    """A probe that decides reports what the search reports; one that cannot hands on."""
+    (protocol,) = load(model(name), 3)
+    by_search = check_protocol(protocol, engine="explicit")
+    monkeypatch.setattr(auto, "PROBE_INSTRUCTIONS", range(1, 10**6))
+    probed = check_protocol(protocol, engine="auto")
+    assert probed.verdict is by_search.verdict
+    assert {v.kind for v in probed.errors} == {v.kind for v in by_search.errors}

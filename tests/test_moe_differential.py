@@ -28,7 +28,7 @@ from tests.test_tpu_differential import (
     run_interpreter,
     touches_nothing,
 )
-from tests.tpu_support import EXAMPLES, KERNELS, config_of, results
+from tests.tpu_support import EXAMPLES, config_of, results
 
 RACE_PARAMS = [
     {"detect_races": True, "dma_execution_mode": mode, "random_seed": seed}
@@ -37,9 +37,7 @@ RACE_PARAMS = [
 
 
 def example(name: str) -> str:
-    """An example, or one of the heavier kernels kept beside the benchmarks."""
-    heavy = os.path.join(KERNELS, name)
-    return heavy if os.path.exists(heavy) else os.path.join(EXAMPLES, name)
+    return os.path.join(EXAMPLES, name)
 
 
 @pytest.mark.slow

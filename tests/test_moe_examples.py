@@ -15,9 +15,9 @@ import os
 
 import pytest
 
-from tests.tpu_support import KERNELS
+from tests.tpu_support import EXAMPLES
 
-PATH = os.path.join(KERNELS, "moe_dispatch_combine.py")
+PATH = os.path.join(EXAMPLES, "moe_dispatch_combine.py")
 DEVICES = 2
 
 

@@ -16,9 +16,6 @@ from semcheck.kinds import SEVERITY, Kind
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples", "tpu")
-# Kernels whose checks do not yet finish at 8 devices within the gate's budget: the fused MoE
-# kernels (benchmarks/kernels/README.md).
-KERNELS = os.path.join(ROOT, "benchmarks", "kernels")
 DEVICE_COUNTS = (2, 4, 8)
 MEGACORE = "2 TensorCores per device"
 HANG_KINDS = {"deadlock", "unsatisfied_wait"}

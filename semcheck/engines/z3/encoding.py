@@ -51,6 +51,7 @@ import z3
 
 from semcheck import ir
 from semcheck.engines.z3 import unroll as unrolling
+from semcheck.engines.z3.precedence import Precedence
 from semcheck.engines.z3.terms import AND, EQ, GE, IMPLIES, ITE, LT, NOT, OR, SUM, SymBool, SymInt, apply, in_range, is_const, truth
 from semcheck.properties import Kind
 from semcheck.semantics import (
@@ -187,6 +188,7 @@ class Encoding:
         for t in range(len(system.threads)):
             tick()
             self._encode_thread(t)
+        self._order: Precedence | None = None
         for i, reader in enumerate(self.readers):
             if i % 256 == 0:
                 tick()
@@ -200,6 +202,7 @@ class Encoding:
         self._encode_races(tick)
         self._encode_arrivals()
         self._encode_entry_leftovers()
+        self._encode_precedences()
 
     # -- sizes, for stats --
 
@@ -492,12 +495,22 @@ class Encoding:
 
     def _count_before(self, w: NodeVars, sid: int) -> tuple[SymInt, SymInt, SymInt]:
         """The count of `sid` just before `w` (exact, with positions) and positionless
-        lower and upper bounds of it."""
+        lower and upper bounds of it. The bounds leave out the changes that counting proves
+        come after `w` whenever they happen (precedence.py): a copy that lands only after
+        the wait's own barrier cannot have fed it."""
         exact = []
-        others_low, others_high = self._others(sid, w.t)  # other threads' changes: order open
+        order = self._precedence()
+        changes = self.changes.get(sid, ())
+        later = {id(change) for change, _ in changes if order.precedes(w, _event(change))}
+        if any(change.thread != w.t and id(change) in later for change, _ in changes):
+            others_low, others_high = self._sums_of(
+                [(change, cond) for change, cond in changes if change.thread != w.t and id(change) not in later]
+            )
+        else:
+            others_low, others_high = self._others(sid, w.t)  # other threads' changes: order open
         low, high = [others_low], [others_high]
         unrolled = self.unrolled[w.t]
-        for change, cond in self.changes.get(sid, ()):
+        for change, cond in changes:
             if change.thread != w.t:
                 exact.append(ITE(AND(change.done, cond, LT(change.pos, w.pos)), change.delta, 0))
                 self._separate(w.pos, change.pos)
@@ -513,10 +526,19 @@ class Encoding:
                 high.append(term)
                 continue
             exact.append(ITE(AND(change.done, cond, LT(change.pos, w.pos)), change.delta, 0))
+            self._separate(w.pos, change.pos)
+            if id(change) in later:
+                continue
             low.append(ITE(AND(change.done, cond), _negative_part(change.delta), 0))
             high.append(ITE(AND(change.done, cond), _positive_part(change.delta), 0))
-            self._separate(w.pos, change.pos)
         return SUM(exact), SUM(low), SUM(high)
+
+    @staticmethod
+    def _sums_of(changes) -> tuple[SymInt, SymInt]:
+        """(negative, positive) parts of `changes` that executed."""
+        neg = [ITE(AND(change.done, cond), _negative_part(change.delta), 0) for change, cond in changes]
+        pos = [ITE(AND(change.done, cond), _positive_part(change.delta), 0) for change, cond in changes]
+        return SUM(neg), SUM(pos)
 
     def _others(self, sid: int, t: int) -> tuple[SymInt, SymInt]:
         """(negative, positive) parts of all changes to `sid` by threads other than t (DMA
@@ -645,7 +667,25 @@ class Encoding:
             return True
         if copy.t == access.t and self._dominates(access, copy):
             return True
-        return any(c in self._guards(copy) for c in access.completions.values())
+        if any(c in self._guards(copy) for c in access.completions.values()):
+            return True
+        order = self._precedence()
+        return order.precedes(completion, access) or order.precedes(access, copy)
+
+    def _encode_precedences(self) -> None:
+        """What counting proves about every execution (precedence.py), stated for both
+        solvers: the counting relaxation learns that a wait passed only after the changes it
+        needed executed, which its positionless bounds cannot see (they count a change
+        that can only come later as if it could come first); the ordered one gets the
+        positions of those changes without deriving them from the sums."""
+        for earlier, wait in self._precedence().counted():
+            self.constraints.append(IMPLIES(wait.done, earlier.done))
+            self.ordering.append(IMPLIES(wait.done, earlier.pos < wait.pos))
+
+    def _precedence(self) -> Precedence:
+        if self._order is None:
+            self._order = Precedence(self, self._tick)
+        return self._order
 
     def _dominates(self, a: NodeVars, b: NodeVars) -> bool:
         """a lies on every path to b (same thread)."""
@@ -700,15 +740,16 @@ class Encoding:
                 return None
         return adder
 
-    def _entered(self, q: int, invocation: int, at: z3.ArithRef) -> SymBool:
-        """Thread q executed its entry into `invocation` before position `at`."""
+    def _entered(self, q: int, invocation: int, at: z3.ArithRef, event: "NodeVars | Completion") -> SymBool:
+        """Thread q executed its entry into `invocation` before position `at`, the position of
+        `event`."""
         if invocation == 0:
             return True
         entering = self.system.invocation_at[q]
-        return OR(*(
-            AND(e.done, self._before(e.pos, at)) for e in self.entries
-            if e.t == q and entering[e.node.pc] + 1 == invocation
-        ))
+        entries = [e for e in self.entries if e.t == q and entering[e.node.pc] + 1 == invocation]
+        if any(self._precedence().precedes(e, event) for e in entries):
+            return True  # whenever `event` happens (counting, see precedence.py)
+        return OR(*(AND(e.done, self._before(e.pos, at)) for e in entries))
 
     def _faulted_before(self, q: int, at: z3.ArithRef) -> SymBool:
         return OR(*(
@@ -717,7 +758,7 @@ class Encoding:
         ))
 
     def _arrival_problem(self, device: int, core: int | None, invocation: int, at: z3.ArithRef,
-                         late_ok: bool = False) -> SymBool:
+                         event: "NodeVars | Completion", late_ok: bool = False) -> SymBool:
         """`System.arrival_problem` at position `at`: some thread of the target core is in
         another invocation (entries are never skipped or repeated, see `smt.unmodelled`, so
         the invocation a thread is in counts the entries it executed); with `late_ok`, only
@@ -729,8 +770,8 @@ class Encoding:
             for q in system.core_threads.get((device, c), ()):
                 if not system.has_lifecycle[q]:
                     continue
-                not_yet = NOT(self._entered(q, invocation, at))
-                elsewhere = not_yet if late_ok else OR(not_yet, self._entered(q, invocation + 1, at))
+                not_yet = NOT(self._entered(q, invocation, at, event))
+                elsewhere = not_yet if late_ok else OR(not_yet, self._entered(q, invocation + 1, at, event))
                 problems.append(AND(NOT(self._faulted_before(q, at)), elsewhere))
         return OR(*problems)
 
@@ -754,7 +795,7 @@ class Encoding:
                         inst = system.instances[sid]
                         if inst.decl.origin in exempt or system.enters_with(thread, inst.device, inst.core):
                             continue
-                        problem = self._arrival_problem(inst.device, inst.core, invocation, nv.pos)
+                        problem = self._arrival_problem(inst.device, inst.core, invocation, nv.pos, nv)
                         self._add_hazard(key, AND(nv.done, cond, problem))
                 elif isinstance(instr, ir.DmaStart) and invocation:
                     landing = nv.completions[RECV]
@@ -762,7 +803,7 @@ class Encoding:
                         inst = system.instances[sid]
                         if system.enters_with(thread, inst.device, inst.core):
                             continue
-                        problem = self._arrival_problem(inst.device, inst.core, invocation, landing.pos,
+                        problem = self._arrival_problem(inst.device, inst.core, invocation, landing.pos, landing,
                                                         late_ok=system.lands_in_handed_on(t, nv.node.pc))
                         self._add_hazard(key, AND(landing.done, cond, problem))
 
@@ -962,6 +1003,11 @@ def _named(nv: NodeVars) -> Target:
     """The semaphore a wait, read or signal node names (set when the node was encoded)."""
     assert nv.target is not None, "a node that names no semaphore"
     return nv.target
+
+
+def _event(change: Change) -> "NodeVars | Completion":
+    """The event that makes `change`: its completion, or the occurrence that executes it."""
+    return change.completion if change.completion is not None else change.node
 
 
 def _change(c: Completion) -> Change:

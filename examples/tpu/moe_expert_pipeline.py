@@ -1,20 +1,18 @@
-"""Fused MoE whose scatter and gather share a send semaphore per slot: `data_race` with 3
-local experts.
+"""Fused MoE with LOCAL_EXPERTS = 3 experts pipelined through two output slots.
 
-The same kernel as moe_expert_pipeline.py, except that the gather sends on the scatter's
-send semaphores (`send_sems[slot]`), as if semaphores were scarce. The scatter's send waits
-are deferred to the end, so when expert 2 is about to overwrite slot 0, `send_sems[0]`
-may hold bytes of the scatter of experts 0 and 2 as well as of expert 0's gather: the wait
-for expert 0's gather can be satisfied by scatter bytes, and the device overwrites slot 0
-while expert 0's rows are still being copied out of it. With 2 local experts no slot is
-reused and the sharing is harmless; from 3 it races at every device count.
+The dispatch is moe_dispatch_combine.py's. The experts then run one after another into
+SLOTS = 2 `expert_out` slots: expert le computes into slot le % 2 and sends its rows home
+from there, so before expert 2 overwrites slot 0 the device waits until expert 0's rows
+have left it. The scatter's send semaphores are indexed by local expert % 2 too, and their
+waits are deferred to the end of the kernel. The gather has its own send semaphores
+(`gather_sends`), so the wait before a slot is reused counts only the gather's bytes; the
+rows that stay on the device are copied on `local_sem` and waited for at once.
 
-moe_expert_pipeline.py is the fix: the gather's own send semaphores.
-
-Expected verdict: violation (data_race)
+moe_expert_pipeline_shared_send.py is the buggy twin, with one send semaphore per slot
+shared by scatter and gather.
 """
 
-# semcheck: expect data_race
+# semcheck: expect safe
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +45,7 @@ def top_k_routes(logits):
 def moe_kernel(gating_ref, tokens_hbm, out_ref,
                routes_vmem, routes_smem, counts_vmem, counts_smem, slots_smem, sent_smem,
                mailbox, expert_out, returned,
-               local_sem, send_sems, recv_sems, _gather_sends, gather_recv):
+               local_sem, send_sems, recv_sems, gather_sends, gather_recv):
     my_id = lax.axis_index("x")
     num_devices = lax.axis_size("x")
     num_experts = num_devices * LOCAL_EXPERTS
@@ -127,8 +125,8 @@ def moe_kernel(gating_ref, tokens_hbm, out_ref,
         pltpu.make_async_copy(rows, rows, recv_sems.at[le]).wait()
         if le >= SLOTS:
             left = returned.at[pl.ds(0, gathered[le - SLOTS])]
-            pltpu.make_async_copy(left, left, send_sems.at[slot]).wait()  # BUG: scatter bytes count too
-        expert_out[slot] = mailbox[le] * (my_expert + 1).astype(jnp.float32)  # <- data_race
+            pltpu.make_async_copy(left, left, gather_sends.at[slot]).wait()
+        expert_out[slot] = mailbox[le] * (my_expert + 1).astype(jnp.float32)
         start, remote_total = 0, 0
         for d in range(num_devices):
             n = counts_smem[d, my_expert]
@@ -140,8 +138,8 @@ def moe_kernel(gating_ref, tokens_hbm, out_ref,
             pltpu.make_async_remote_copy(
                 expert_out.at[slot, pl.ds(start, remote_rows)],
                 returned.at[pl.ds(my_expert * TOKENS, remote_rows)],
-                send_sems.at[slot], gather_recv, device_id=(d,),
-            ).start()  # <- data_race
+                gather_sends.at[slot], gather_recv, device_id=(d,),
+            ).start()
             start = start + n
         gathered.append(remote_total)
         # My own tokens' rows stay here: wait for them now, so only remote sends hold the slot.
@@ -157,7 +155,7 @@ def moe_kernel(gating_ref, tokens_hbm, out_ref,
         pltpu.make_async_copy(rows, rows, send_sems.at[s]).wait()
     for le in range(max(0, LOCAL_EXPERTS - SLOTS), LOCAL_EXPERTS):
         left = returned.at[pl.ds(0, gathered[le])]
-        pltpu.make_async_copy(left, left, send_sems.at[le % SLOTS]).wait()
+        pltpu.make_async_copy(left, left, gather_sends.at[le % SLOTS]).wait()
 
     # Combine: every one of my TOKENS * TOP_K rows is back once those from peers landed.
     from_peers = TOKENS * TOP_K
@@ -223,4 +221,4 @@ if __name__ == "__main__":
     tokens = jax.random.normal(jax.random.key(1), (n * TOKENS, HIDDEN), jnp.float32)
     out = fused_moe(gating, tokens, mesh)
     jax.block_until_ready(out)
-    print("fused moe, shared send semaphores:", out.shape, bool(jnp.allclose(out, reference(gating, tokens), atol=1e-4)))
+    print("fused moe, pipelined experts:", out.shape, bool(jnp.allclose(out, reference(gating, tokens), atol=1e-4)))

@@ -1,16 +1,13 @@
-"""Fused MoE whose first scatter reuses the metadata's receive semaphore with no barrier
-between: `data_race`.
+"""Fused MoE whose receiver zeroes its mailbox bank after the barrier: `data_race`.
 
-The same kernel as moe_dispatch_combine.py without the second barrier. The metadata
-all-gather and the scatter of local expert 0 both land on `recv_sems[0]`. A peer that has
-its metadata scatters at once; its token rows can land before another peer's histogram
-row, and their bytes satisfy the aggregate metadata wait. The device then copies
-`counts_vmem` to SMEM while a histogram row is still being written into it.
+The same kernel as moe_dispatch_combine.py, except that each device clears its mailbox
+just before its own scatter instead of before the entry barrier. Once a device has passed
+the second barrier, so may its peers, and a peer's token rows can already be landing in
+the bank the device is now zeroing: the store races with the peer's remote copy, and a
+zeroed row that was already delivered is lost.
 
-moe_dispatch_combine.py is the fix: a barrier after the metadata wait, so no device
-scatters before every device has all of its metadata.
-
-Expected verdict: violation (data_race)
+moe_dispatch_combine.py is the fix: zero the mailbox before signalling the entry barrier,
+so every push into it is ordered after the clear.
 """
 
 # semcheck: expect data_race
@@ -56,8 +53,6 @@ def moe_kernel(gating_ref, tokens_hbm, out_ref,
             pl.semaphore_signal(barrier, 1, device_id=(d,))
         pl.semaphore_wait(barrier, num_devices)
 
-    # 1. A clean mailbox before anyone may push into it.
-    mailbox[...] = jnp.zeros_like(mailbox)
     all_devices_barrier()
 
     # 2. Routing, in the kernel.
@@ -74,15 +69,17 @@ def moe_kernel(gating_ref, tokens_hbm, out_ref,
         pltpu.make_async_remote_copy(
             counts_vmem.at[pl.ds(my_id, 1)], counts_vmem.at[pl.ds(my_id, 1)],
             send_sems.at[0], recv_sems.at[0], device_id=(peer,),
-        ).start()  # <- data_race
+        ).start()
     if num_devices > 1:
         peers_rows = counts_vmem.at[pl.ds(0, num_devices - 1)]  # a descriptor for the byte count
         pltpu.make_async_copy(peers_rows, peers_rows, recv_sems.at[0]).wait()
         pltpu.make_async_copy(peers_rows, peers_rows, send_sems.at[0]).wait()
-    pltpu.sync_copy(counts_vmem, counts_smem)  # <- data_race
-    # BUG: recv_sems[0] is the scatter's too, and nothing stops a peer from scattering now.
+    pltpu.sync_copy(counts_vmem, counts_smem)
+    # recv_sems[0] is the scatter's too: no peer may scatter before everyone has its metadata.
+    all_devices_barrier()
 
-    # 4. Scatter every (token, choice) to its expert.
+    # 4. Scatter every (token, choice) to its expert, into clean mailboxes.
+    mailbox[...] = jnp.zeros_like(mailbox)  # <- data_race  (BUG: peers may be pushing already)
     for e in range(num_experts):
         slots_smem[e] = 0
     for le in range(LOCAL_EXPERTS):
@@ -109,7 +106,7 @@ def moe_kernel(gating_ref, tokens_hbm, out_ref,
                 tokens_hbm.at[pl.ds(t, remote_rows)],
                 mailbox.at[local_expert, pl.ds(start, remote_rows)],
                 send_sems.at[local_expert], recv_sems.at[local_expert], device_id=(target,),
-            ).start()
+            ).start()  # <- data_race
 
     # 5. My experts: wait for all their rows, compute, send each row home.
     gathered_remote = 0
