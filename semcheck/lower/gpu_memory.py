@@ -381,4 +381,4 @@ def copy_bytes(t, eqn, aval) -> int:
     try:
         return nbytes_of_aval(t, eqn, aval)
     except Exception:
-        return 0  # only labels use it: barriers and bulk groups count copies, not bytes
+        return 0  # the callers keep a TMA copy at 1 byte or more: 0 bytes would complete at once
