@@ -473,14 +473,15 @@ def test_an_interrupt_keeps_the_finished_results_marked_partial(tmp_path, signam
 
     report = tmp_path / "report.json"
     env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
-    # ring_allgather at 2 devices takes milliseconds; unreduced at 8 it takes far longer than the test.
+    # ring_allgather at 2 devices takes milliseconds; unreduced at 16 it cannot end (at 8 it
+    # now can, within the moment the signal takes to arrive on an idle machine).
     proc = subprocess.Popen(
         [sys.executable, "-m", "semcheck", "verify", os.path.join(MODELS, "ring_allgather.py"),
-         "--devices", "2,8", "--no-reduction", "--no-split", "--format", "json", "-o", str(report)],
+         "--devices", "2,16", "--no-reduction", "--no-split", "--format", "json", "-o", str(report)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     deadline = time.monotonic() + 120
     seen = ""
-    while "[8 devices" not in seen and time.monotonic() < deadline:  # the progress line of the second check
+    while "[16 devices" not in seen and time.monotonic() < deadline:  # the progress line of the second check
         seen += proc.stderr.read(1)
     proc.send_signal(getattr(signal, signame))
     out, err = proc.communicate(timeout=60)

@@ -450,8 +450,10 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
         cut = any(th.body and isinstance(th.body[-1], ir.Cut) for th in threads)
         if not ctx.arrivals and not cut and not arrived & ctx.read_buffers and settled:
             return threads  # no thread reads what the copies carry: nothing to lower again
-        if settled and same_arrivals(arrivals, ctx.arrivals):
-            fed = {b for use in ctx.data_uses for b in use.buffers}
+        fed = {b for use in ctx.data_uses for b in use.buffers}
+        # Only payloads into buffers that fed a protocol value must agree: a ring's payload
+        # moves one hop per lowering and decides nothing (unless a thread was cut short).
+        if settled and same_arrivals(_landed_in(arrivals, fed, cut), _landed_in(ctx.arrivals, fed, cut)):
             if arrived & fed and ctx.inputs:
                 raise LoadError(
                     f"{ctx.name}: data that remote copies carry into {', '.join(sorted(arrived & fed))} "
@@ -475,6 +477,14 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
         ctx.kernel_loc,
         hint="semcheck follows data moved by remote DMA for one canonical schedule; please report this kernel",
     )
+
+
+def _landed_in(arrivals: dict, buffers: set[str], everything: bool) -> dict:
+    """The arrivals whose payload lands in one of `buffers` (all of them if `everything`)."""
+    if everything:
+        return arrivals
+    kept = {k: [p for p in landed if p.ref.alloc in buffers] for k, landed in arrivals.items()}
+    return {k: landed for k, landed in kept.items() if landed}
 
 
 def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
