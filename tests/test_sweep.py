@@ -35,8 +35,27 @@ def json_report(capsys, tmp_path, name, *argv):
     return code, out.read_text()
 
 
+HANDED_OVER = "ran beside the explicit engine"  # auto's note when z3 joined a running search
+
+
 def without_times(text: str) -> str:
-    return TIMES.sub('"seconds": 0', text)
+    """The report with its times zeroed, and, for a check where auto's z3 joined the search
+    after its head start of CPU seconds, only what the check decided: what each engine had
+    done by then (states, queries, which trace) depends on the machine's speed."""
+    data = json.loads(text)
+    for k, r in enumerate(data["results"]):
+        if any(HANDED_OVER in note for note in r.get("notes", [])):
+            data["results"][k] = {key: r.get(key) for key in ("kernel", "file", "devices", "verdict")} | {
+                "kinds": sorted(v["kind"] for v in r.get("violations", []))}
+    return TIMES.sub('"seconds": 0', json.dumps(data, indent=2, sort_keys=True))
+
+
+def _seconds_keys(node) -> int:
+    if isinstance(node, dict):
+        return sum(key == "seconds" for key in node) + sum(_seconds_keys(v) for v in node.values())
+    if isinstance(node, list):
+        return sum(_seconds_keys(v) for v in node)
+    return 0
 
 
 @pytest.fixture(scope="module")
@@ -63,15 +82,18 @@ def test_the_serial_report_has_times_to_normalise(serial):
     assert code == 1
     results = json.loads(text)["results"]
     assert {r["file"].split("/")[0] for r in results} == {"models", "examples"}
-    assert len(TIMES.findall(text)) == len(results)  # one time per check, and nothing else
+    # every check has its time, and the pattern that zeroes times matches every time and nothing
+    # else (a check auto decided with both engines also has each engine's time)
+    assert len(TIMES.findall(text)) == _seconds_keys(json.loads(text)) >= len(results)
 
 
 def test_the_sarif_of_the_whole_sweep_stays_small(serial):
     """Code flows keep the threads involved, and beyond the fewest devices only the essential
     steps: the SARIF of models/ and examples/ stays well under code scanning's comfort zone
-    (benchmarks/gate.py prints the size of examples/ at 2, 4 and 8 devices). 315 KB for the 72
-    kernels of stop 19 (200 KB for 62 before it); full code flows were 718 KB for 5 findings."""
-    assert len(serial["all.sarif"].encode()) < 400_000
+    (benchmarks/gate.py prints the size of examples/ at 2, 4 and 8 devices). 428 KB for the 85
+    kernels of stop 20 (315 KB for 72 at stop 19, 200 KB for 62 before it); full code flows
+    were 718 KB for 5 findings."""
+    assert len(serial["all.sarif"].encode()) < 520_000
     assert json.loads(serial["all.sarif"])["runs"][0]["results"]
 
 
