@@ -453,7 +453,8 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
         fed = {b for use in ctx.data_uses for b in use.buffers}
         # Only payloads into buffers that fed a protocol value must agree: a ring's payload
         # moves one hop per lowering and decides nothing (unless a thread was cut short).
-        if settled and same_arrivals(_landed_in(arrivals, fed, cut), _landed_in(ctx.arrivals, fed, cut)):
+        decisive = (lambda landed: landed) if cut else (lambda landed: _landed_in(landed, fed))
+        if settled and same_arrivals(decisive(arrivals), decisive(ctx.arrivals)):
             if arrived & fed and ctx.inputs:
                 raise LoadError(
                     f"{ctx.name}: data that remote copies carry into {', '.join(sorted(arrived & fed))} "
@@ -479,10 +480,8 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
     )
 
 
-def _landed_in(arrivals: dict, buffers: set[str], everything: bool) -> dict:
-    """The arrivals whose payload lands in one of `buffers` (all of them if `everything`)."""
-    if everything:
-        return arrivals
+def _landed_in(arrivals: dict, buffers: set[str]) -> dict:
+    """The arrivals whose payload lands in one of `buffers`."""
     kept = {k: [p for p in landed if p.ref.alloc in buffers] for k, landed in arrivals.items()}
     return {k: landed for k, landed in kept.items() if landed}
 
