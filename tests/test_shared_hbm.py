@@ -26,6 +26,7 @@ from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree, kinds
 from tests.tpu_kernels import mesh, protocols
+from tests.test_tpu_differential import RUNNER
 from tests.tpu_support import ROOT
 
 REGULAR = pltpu.SemaphoreType.REGULAR
@@ -138,14 +139,6 @@ def test_deleting_the_core_barrier_of_the_example_is_a_race_between_its_copies(t
 
 
 # --- the same kernels in JAX's TPU interpreter ---------------------------------------------------
-
-RUNNER = """
-import json, runpy, sys
-from jax.experimental.pallas import tpu as pltpu
-pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(**json.loads(sys.argv[2])))
-sys.argv = [sys.argv[1]]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
 
 WHOLE_OUTPUT_SCRIPT = '''
 import jax, jax.numpy as jnp, numpy as np
