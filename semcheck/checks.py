@@ -40,9 +40,9 @@ def check_protocol(
     except ProtocolError as e:
         return error_result(protocol.name, protocol.loc.file, protocol.loc.line, protocol.devices, str(e), engine)
     from semcheck.programs import outside_producers
-    from semcheck.provenance import with_data_race_note
+    from semcheck.provenance import uncertain_races, with_data_race_note
 
-    return with_data_race_note(protocol, outside_producers(protocol, result))
+    return with_data_race_note(protocol, uncertain_races(protocol, outside_producers(protocol, result)))
 
 
 @dataclass(frozen=True)

@@ -232,6 +232,10 @@ class Region:
     buffer: str
     start: tuple[Operand, ...] = ()
     size: tuple[Operand, ...] = ()
+    # Why the region is larger than what one run touches, when it is: the lowering could not
+    # follow an index or size and kept the whole dim. A race on such a region may be one no
+    # run reaches (`uncertain.py`). Not part of the region's identity.
+    widened: str | None = field(default=None, compare=False)
 
 
 # --- instructions --------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ When a thread's lowering reaches a construct semcheck cannot follow, the thread 
 `ir.Cut` (lower/tpu_kernel.py) and the kernel is an error, as before. Its protocol up to the cut
 is checked anyway: a thread at its cut stays there for good, which is a legal (if slow)
 prefix of every real schedule, so every data race, fault and early arrival found on the way
-is real, except a race on a region widened because its index could not be followed (the note
-says so); hangs and leftovers are judged only in states no thread's cut is part of
+is real (a race on a region widened because its index could not be followed is only a warning
+that says so, `provenance.uncertain_races`); hangs and leftovers are judged only in states no thread's cut is part of
 (`semantics`, `properties.terminal_findings`), since the thread would go on.
 
 The verdict stays `error` (exit 2): what lies behind the cut is unchecked.
@@ -26,9 +26,7 @@ def prefix_result(checked: Result, protocol: ir.Protocol, message: str, loc: ir.
     where = sorted({str(cut.loc) for _thread, cut in stops})
     threads = len({(t.device, t.core, t.sub) for t, _cut in stops})
     found = (
-        "the violations listed happen before it, whatever the rest of the kernel does (except "
-        "that a region whose index semcheck could not follow is widened to its whole dimension, "
-        "so a data race on such a region may be one no run reaches)"
+        "the violations listed happen before it, whatever the rest of the kernel does"
         if checked.errors
         else "no data race, bad id or early arrival happens before it"
     )

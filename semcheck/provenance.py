@@ -4,12 +4,20 @@ The lowering records every value that decides the protocol and was computed from
 contents as a typed `ir.DataUse`. The evaluation follows one schedule's values; for a kernel
 without data races every schedule computes the same ones. When a data race touches a buffer
 that fed such a value, that no longer holds, and the result says so.
+
+A region the lowering widened because it could not follow an index (`ir.Region.widened`)
+covers more than one run touches, so a data race on it may be one no run reaches: such a
+race is kept as a warning that says why, and a result whose only errors were such races is
+inconclusive (`uncertain_races`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections import defaultdict
+
 from semcheck import ir
-from semcheck.result import Result
+from semcheck.result import Result, Verdict, Violation
 
 DATA_RACE = "data_race"
 
@@ -49,5 +57,52 @@ def with_data_race_note(protocol: ir.Protocol, result: Result) -> Result:
             f"a data race touches {', '.join(raced)}, which fed values taken from data: those "
             "values may differ between schedules, so the protocol checked is the one of "
             "semcheck's canonical schedule (fix the race first)"
+        )
+    return result
+
+
+def _regions_by_line(protocol: ir.Protocol) -> dict[tuple[str, int], list[ir.Region]]:
+    regions = defaultdict(list)
+    for thread in protocol.threads:
+        for instr in thread.body:
+            regions[(instr.loc.file, instr.loc.line)].extend(_regions(instr))
+    return regions
+
+
+def widened_reasons(regions: dict[tuple[str, int], list[ir.Region]], violation: Violation) -> list[str]:
+    """Why a data race may be one no run reaches: the widened regions, on the buffer both
+    sides touch, of the instructions at its lines (`regions`: by line; none: the race is
+    certain)."""
+    sides = [regions.get((loc.file, loc.line), []) for loc in [violation.location, *violation.related] if loc]
+    if len(sides) < 2:
+        return []
+    shared = set.intersection(*({r.buffer for r in side} for side in sides))
+    return sorted({r.widened for side in sides for r in side if r.widened and r.buffer in shared})
+
+
+def uncertain_races(protocol: ir.Protocol, result: Result) -> Result:
+    """`result` with each data race on a widened region kept as a warning that says why it
+    may not be real; when no error is left, the verdict is inconclusive with that reason."""
+    regions = _regions_by_line(protocol)
+    if not any(r.widened for side in regions.values() for r in side):
+        return result
+    kept, reasons = [], []
+    for violation in result.violations:
+        why = widened_reasons(regions, violation) if violation.kind == DATA_RACE and violation.severity == "error" else []
+        if why:
+            violation = dataclasses.replace(
+                violation, severity="warning",
+                message=f"{violation.message} (may be one no run reaches: {'; '.join(why)})")
+            reasons.append(f"the data race at {violation.location} may be one no run reaches: {'; '.join(why)}")
+        kept.append(violation)
+    if not reasons:
+        return result
+    result.violations = kept
+    result.notes.extend(reasons)
+    if result.verdict is Verdict.VIOLATION and not result.errors:
+        result.verdict = Verdict.INCONCLUSIVE
+        result.unjustified = (
+            "every data race found is on a region semcheck widened because it could not follow "
+            "its index, so none is certain (see the notes)"
         )
     return result

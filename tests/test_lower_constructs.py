@@ -456,6 +456,72 @@ def test_window_bounds_follow_the_inputs_in_both_engines():
     assert faulting == {-1, 4}
 
 
+# --- races on regions the lowering widened ------------------------------------------------------
+
+
+def _race_at_a_row_read_from(row_source):
+    """A copy of row 0 in flight while the kernel stores to a row `row_source(idx)` picks."""
+
+    def kernel(x_ref, o_ref, idx, sem):
+        copy = pltpu.make_async_copy(x_ref.at[pl.ds(0, 1)], o_ref.at[pl.ds(0, 1)], sem)
+        copy.start()
+        o_ref[pl.ds(row_source(idx), 1), :] = jnp.zeros((1, 128), jnp.float32)  # <- the store
+        copy.wait()
+
+    return _call(kernel, [pltpu.SMEM((1,), jnp.int32), DMA_SEM])
+
+
+def test_a_race_on_a_row_semcheck_cannot_follow_is_a_warning_and_the_verdict_inconclusive():
+    """The row comes from SMEM scratch nothing wrote: semcheck keeps the whole dim, so the
+    race with the copy of row 0 may be one no run reaches (the row may be 3)."""
+    for engine in ("explicit", "z3"):
+        [result] = _verify(_race_at_a_row_read_from(lambda idx: idx[0]), engine=engine)
+        assert result.verdict.value == "inconclusive", (engine, result)
+        assert result.errors == []
+        [race] = result.warnings
+        assert race.kind == "data_race" and race.location.line == line_of(HERE, "# <- the store")
+        assert "may be one no run reaches" in race.message and "dim 0" in race.message
+        assert "widened" in result.unjustified
+        assert any("may be one no run reaches" in note for note in result.notes)
+
+
+def test_a_race_on_a_row_semcheck_knows_stays_a_violation():
+    for engine in ("explicit", "z3"):
+        [result] = _verify(_race_at_a_row_read_from(lambda idx: 0), engine=engine)
+        assert result.verdict.value == "violation", engine
+        [race] = result.errors
+        assert race.kind == "data_race" and "may be one" not in race.message
+        assert not any("no run reaches" in note for note in result.notes)
+
+
+def test_a_widened_region_on_which_no_race_is_found_leaves_the_verdict_safe():
+    """Widening only ever adds races: a kernel whose widened store races with nothing is safe."""
+
+    def kernel(x_ref, o_ref, idx, sem):
+        o_ref[pl.ds(idx[0], 1), :] = jnp.zeros((1, 128), jnp.float32)
+        pltpu.make_async_copy(x_ref.at[pl.ds(0, 1)], o_ref.at[pl.ds(0, 1)], sem).start()
+        pltpu.make_async_copy(x_ref.at[pl.ds(0, 1)], o_ref.at[pl.ds(0, 1)], sem).wait()
+
+    [result] = _verify(_call(kernel, [pltpu.SMEM((1,), jnp.int32), DMA_SEM]))
+    assert result.verdict.value == "safe", result
+
+
+def test_accesses_kept_from_every_branch_of_an_undecidable_branch_are_marked_widened():
+    from semcheck.lower.emitter import Emitter
+
+    em = Emitter()
+    loc = ir.Loc("k.py", 3)
+    em.emit(ir.Store(loc, ir.Region("a", (0,), (1,))))
+    start = em.mark()
+    em.emit(ir.Load(loc, ir.Region("a", (1,), (1,))))
+    em.emit(ir.Signal(loc, ir.SemRef("s", 0), 1))
+    em.widen_accesses_since(start, "kept from both branches")
+    before, load, signal = em.items
+    assert before.region.widened is None and load.region.widened == "kept from both branches"
+    assert isinstance(signal, ir.Signal)
+    assert load.region == ir.Region("a", (1,), (1,))  # the mark is not part of the region's identity
+
+
 # --- prefix results ------------------------------------------------------------------------------
 
 

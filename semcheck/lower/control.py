@@ -156,6 +156,8 @@ def _data_dependent_cond(t: ThreadLowering, eqn, index: Opaque, branches, operan
             f"the branch at {t.loc(eqn)} depends on {index.why}; it does not synchronize, so "
             "semcheck keeps the memory accesses of every branch"
         )
+        em.widen_accesses_since(start, f"an access kept from every branch of the branch at {t.loc(eqn)}, "
+                                       f"which depends on {index.why}")
         return _merge_opaque(t, eqn, results)
     em.rollback(start)
     t.memory.restore(before)

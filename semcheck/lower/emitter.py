@@ -9,6 +9,7 @@ shifts a jump target.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from semcheck import ir
@@ -88,6 +89,23 @@ class Emitter:
         """Whether a branch or a label was emitted: code emitted from here on may be reached
         along several paths, or run several times."""
         return any(isinstance(item, (_Mark, _PendingJump)) for item in self._flat(self.items))
+
+    def widen_accesses_since(self, mark: int, why: str) -> None:
+        """Mark the plain accesses emitted since `mark` as possibly not touched by a run
+        (`ir.Region.widened`): they are kept from every branch of a branch semcheck cannot
+        decide, so each may be one the run never makes."""
+
+        def widened(item):
+            if isinstance(item, (ir.Load, ir.Store)) and item.region.widened is None:
+                return dataclasses.replace(item, region=dataclasses.replace(item.region, widened=why))
+            return item
+
+        for position in range(mark, len(self.items)):
+            item = self.items[position]
+            if isinstance(item, Slot):
+                item.instrs[:] = [widened(i) for i in item.instrs]
+            else:
+                self.items[position] = widened(item)
 
     def has_sync_since(self, mark: int) -> bool:
         return any(isinstance(i, SYNC_TYPES) for i in self._flat(self.items[mark:]))

@@ -68,6 +68,7 @@ class _Dim:
     start: ir.Operand | None
     stride: int
     count: ir.Operand | None
+    unknown: str | None = None  # what the start or count that semcheck does not know came from
 
     def extent(self) -> ir.Operand | None:
         """Elements of the allocation from the first to the last the view touches."""
@@ -201,6 +202,8 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
             if isinstance(index, Slice):
                 start = _index(t, eqn, index.start, exact, what, extent)
                 count = _size(index.size)
+                if start is None or count is None:
+                    d.unknown = d.unknown or _origin(index.start if start is None else index.size)
                 d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
                 d.stride *= index.stride
                 d.count = count
@@ -209,10 +212,21 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
                 sizes.append(index.size if not isinstance(index.size, int) else known(index.size))  # type: ignore[arg-type]
             else:
                 start = _index(t, eqn, index, exact, what, extent)
+                if start is None:
+                    d.unknown = d.unknown or _origin(index)
                 d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
                 d.count = 1
         view = _View(view.dims, kept, sizes)
     return view
+
+
+def _origin(value) -> str:
+    """Where an index or size semcheck cannot follow came from, for the widened region's note."""
+    if isinstance(value, Opaque):
+        return value.why
+    if isinstance(value, Known):
+        return "an array of indices (a gather)"
+    return "a value semcheck does not track"
 
 
 def _size(size) -> ir.Operand | None:
@@ -287,22 +301,27 @@ def region(t: ThreadLowering, eqn, value, what: str, extra=()) -> ir.Region:
     if ref.is_semaphore:
         raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
     view = _view(t, eqn, ref, transforms, exact=False, what=what)
+    loc = t.loc(eqn)
     if view is None:
         positions = _positions(ref, transforms)
         if positions is None:
-            return ir.Region(ref.alloc, (0,) * len(ref.shape), tuple(ref.shape))
-        return _bounding_region(ref, positions)
+            return ir.Region(ref.alloc, (0,) * len(ref.shape), tuple(ref.shape),
+                             widened=f"{what} at {loc} is a view semcheck cannot follow, taken as all of {ref.alloc}")
+        return _bounding_region(ref, positions, f"{what} at {loc}")
     starts: list[ir.Operand] = []
     sizes: list[ir.Operand] = []
-    for d, extent in zip(view.dims, ref.shape):
+    unknown: list[str] = []
+    for position, (d, extent) in enumerate(zip(view.dims, ref.shape)):
         known_extent = d.extent()
         if d.start is None or known_extent is None:
             starts.append(0)
             sizes.append(extent)
+            unknown.append(f"dim {position} ({d.unknown or 'a value semcheck does not track'})")
         else:
             starts.append(d.start)
             sizes.append(known_extent)
-    return ir.Region(ref.alloc, tuple(starts), tuple(sizes))
+    widened = f"{what} at {loc} is taken as all of {ref.alloc} along {', '.join(unknown)}" if unknown else None
+    return ir.Region(ref.alloc, tuple(starts), tuple(sizes), widened=widened)
 
 
 def nbytes_of_aval(t: ThreadLowering, eqn, aval) -> int:
@@ -408,15 +427,21 @@ def _inside_view(indexer, shape: tuple[int, ...]) -> bool:
     return True
 
 
-def _bounding_region(ref: RefValue, positions: tuple[np.ndarray, np.ndarray]) -> ir.Region:
-    """The smallest box of the allocation that holds every position (empty for an empty view)."""
+def _bounding_region(ref: RefValue, positions: tuple[np.ndarray, np.ndarray], where: str) -> ir.Region:
+    """The smallest box of the allocation that holds every position (empty for an empty
+    view); marked widened unless the view is known to touch all of that box."""
     first, last = positions
     if first.size == 0:
         return ir.Region(ref.alloc, (0,) * len(ref.shape), (0,) * len(ref.shape))
     coords = np.unravel_index(np.concatenate([first.ravel(), last.ravel()]), ref.shape)
     starts = tuple(int(c.min()) for c in coords)
     sizes = tuple(int(c.max()) - int(c.min()) + 1 for c in coords)
-    return ir.Region(ref.alloc, starts, sizes)
+    # The first and last elements under each view element are touched, so when they alone
+    # fill the box the view touches all of it (packings of more than two rows are then
+    # marked widened though they may not be: the mark errs towards "may be spurious").
+    exact = np.unique(np.concatenate([first.ravel(), last.ravel()])).size == math.prod(sizes)
+    widened = None if exact else f"{where} touches part of the box it is taken as in {ref.alloc}"
+    return ir.Region(ref.alloc, starts, sizes, widened=widened)
 
 
 # --- loads and stores ------------------------------------------------------------------------
