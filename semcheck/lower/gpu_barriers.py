@@ -63,6 +63,10 @@ def barrier_arrive(t: GpuThreadLowering, eqn, inputs):
     barrier, *flat = inputs
     [transforms, _] = split_flat(flat, eqn.params["transforms_treedef"])
     ref, info = _barrier_ref(t, eqn, barrier, transforms, "the arrived-at barrier")
+    if info.cluster_axes and t.warp is not None:
+        raise t.error(eqn, "arriving on a ClusterBarrier from warp-level code (Mosaic GPU lowering "
+                      "raises NotImplementedError: jax/_src/pallas/mosaic_gpu/primitives.py, "
+                      "_barrier_arrive_lowering)")
     peers = _cluster_peers(t, eqn, info) if info.cluster_axes else [None]
     for block in peers:
         target = ref if block is None else ir.SemRef(ref.alloc, ref.index, None, block)
@@ -84,6 +88,15 @@ def barrier_wait(t: GpuThreadLowering, eqn, inputs):
             "static loop counters",
         )
     key = (ref.alloc, ref.index)
+    if key in t.diverged_phases:
+        raise t.error(
+            eqn,
+            f"the warps of this Pallas thread waited on {ref.alloc}[{ref.index}] a different number "
+            f"of times in the warp-level core_map at {t.diverged_phases[key]}, so they disagree on "
+            "which phase this wait is for (Mosaic GPU keeps each lane's phase parities in its own "
+            "registers: BarrierRef.wait in jax/experimental/mosaic/gpu/utils.py, JAX 0.10.2)",
+            hint="wait on this barrier in warp-level code only, or equally often in every warp",
+        )
     phase = t.barrier_waits.get(key, 0)
     t.barrier_waits[key] = phase + 1
     need = (phase + 1) * _arrivals_per_phase(t, eqn, info)
