@@ -9,7 +9,7 @@ the grid, the cores and the default device barrier.
 This package imports JAX; nothing downstream of the IR does.
 """
 
-from semcheck.lower import arith, control, gpu_barriers, gpu_memory, gpu_semaphores, gpu_warps, memory, tpu  # noqa: F401  (register the rules)
+from semcheck.lower import arith, control, gpu_barriers, gpu_memory, gpu_semaphores, gpu_tcgen05, gpu_unsupported, gpu_warps, memory, tpu  # noqa: F401  (register the rules)
 from semcheck.lower.context import MeshShape
 from semcheck.lower.tpu_kernel import KernelCapture, KernelFlow, lower_kernel
 

@@ -16,6 +16,7 @@ threads out and runs them. What a GPU kernel is, in semcheck's terms:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from semcheck import ir
 from semcheck.errors import LoadError
@@ -110,6 +111,7 @@ class GpuThreadLowering(ThreadLowering):
         # (some warp waited on it more often than another in a warp-level core_map), with
         # that core_map's location: a later wait by the whole warpgroup has no one phase.
         self.diverged_phases: dict[tuple[str, int], ir.Loc] = {}
+        self.tensor_core: Any = None  # gpu_tcgen05.TensorCore, at this thread's first tcgen05 operation
 
     def axis_value(self, name, eqn) -> int:
         if self.warp is not None:

@@ -118,10 +118,16 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
         # the Pallas threads of a block against each other for nothing.
         eval_jaxpr(t, jaxpr, [], refs)
         threads.append(ir.Thread(device, block, t.emitter.build(), sub))
+        issuers = [t]
         for _warp, w in sorted(t.warp_threads.items()):
             body = w.emitter.build()
             if body:  # a warp that took part in some warp-level core_map
                 threads.append(ir.Thread(device, block, body, w.sub))
+                issuers.append(w)
+        for issuer in issuers:  # their tensor cores (gpu_tcgen05.py)
+            if issuer.tensor_core is not None:
+                tc = issuer.tensor_core
+                threads.append(ir.Thread(device, block, tc.emitter.build(), tc.sub))
     return [
         ir.Protocol(
             name=name,

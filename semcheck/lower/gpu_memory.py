@@ -59,6 +59,10 @@ def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tup
     for transform in transforms:
         if isinstance(transform, gpu_core.PeerMemRef):
             device = _peer_device(t, eqn, ref, transform, what)
+        elif isinstance(transform, (gpu_core.ClusterRefTransform, gpu_core.MulticastRef)):
+            construct = "plgpu.cluster_ref" if isinstance(transform, gpu_core.ClusterRefTransform) else "plgpu.multicast_ref"
+            raise t.error(eqn, f"{what} is a {construct} view (another block's or every peer's "
+                          "memory), which semcheck does not model yet")
     if ref.is_semaphore:
         raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
     rank = len(ref.shape)
@@ -150,6 +154,15 @@ def get(t: GpuThreadLowering, eqn, inputs):
     return _loaded(t, eqn, reg, device)
 
 
+@rule("load", backend=GPU)
+def load(t: GpuThreadLowering, eqn, inputs):
+    """`plgpu.load`: a load from SMEM with a chosen register layout, a plain load."""
+    ref, *flat = inputs
+    reg, device = located_region(t, eqn, ref, "the loaded ref", eqn.params["tree"].unflatten(flat))
+    t.emitter.emit(ir.Load(t.loc(eqn), reg, device))
+    return _loaded(t, eqn, reg, device)
+
+
 @rule("swap", backend=GPU)
 def swap(t: GpuThreadLowering, eqn, inputs):
     ref, _value, *flat = inputs
@@ -172,6 +185,7 @@ for _name in (
     "commit_smem", "set_max_registers_p", "layout_cast",
     "wgmma_ref", "wgmma", "wgmma_wait", "wgmma_accumulator_deref_p", "wgmma_accumulator_store_p",
     "print_layout",
+    "async_prefetch",  # a hint that warms the L2 cache: it changes no memory and orders nothing
 ):
     rule(_name, backend=GPU)(_no_sync)
 
