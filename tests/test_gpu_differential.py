@@ -12,7 +12,7 @@ do (docs/semantics.md, "JAX's Mosaic GPU interpreter"); each example is pinned t
   (`gpu_callbacks.copy_smem_to_gmem`, `jaxpr_interpret.py`: "TODO(jburnim): Make the copy
   async"), so it finds no race, whatever semcheck finds;
 * REJECTED: it refuses a construct, with the message given here (GMEM semaphores,
-  `pl.get_global`, cluster barriers, warp-level `core_map`);
+  `pl.get_global`, cluster barriers, warp-level `core_map`, TMEM);
 * PHASE_ERROR: it raises on an mbarrier phase rule at run time, with the message given.
 
 A change in JAX that lets the interpreter see more moves an example out of its class and
@@ -64,6 +64,9 @@ REJECTED = {
     "warp_producer_consumer.py": NO_WARPS,
     "warp_producer_consumer_early_read.py": NO_WARPS,
     "warp_producer_consumer_no_release.py": NO_WARPS,
+    # TMEM allocations (every tcgen05 example has an accumulator there)
+    "tcgen05_mma_pipeline.py": "Unsupported memory space: tmem",
+    "tcgen05_mma_reload_early.py": "Unsupported memory space: tmem",
 }
 PHASE_ERROR = {
     # semcheck: barrier_phase_overrun, the same rule

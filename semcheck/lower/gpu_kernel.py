@@ -7,6 +7,8 @@ threads out and runs them. What a GPU kernel is, in semcheck's terms:
   holds `prod(cluster)` blocks (Mosaic GPU launches `grid * cluster` blocks), numbered
   row-major over `(*grid, *cluster)`; in the IR a block is a thread's `core`. With
   `num_threads`, every block runs that many Pallas threads (warpgroups), the thread's `sub`.
+  A warp-level core_map adds a thread per warp (gpu_warps.py), and tcgen05 operations a
+  tensor-core thread per issuing thread (gpu_tcgen05.py), numbered after them in `sub`.
 * There is no default device barrier and no zero-at-exit obligation: the GMEM semaphore
   scratch is zero-filled before each launch (docs/semantics.md), and JAX's own collectives
   signal peers with no entry handshake, relying on that fill happening before any peer's
