@@ -195,3 +195,31 @@ def test_warp_threads_are_in_the_protocol_ir():
         (d, b, s) for d in range(2) for b in range(2) for s in range(4)
     ]
     assert all(isinstance(t, ir.Thread) for t in p.threads)
+
+
+def test_both_engines_find_the_same_racing_pairs_between_warps():
+    """Two warps storing into one SMEM cell race; the Pallas thread's read after the join
+    races with neither. No mbarrier, so the z3 engine can take part (it does not model
+    mbarrier phases)."""
+    from tests.agreement import assert_engines_agree
+
+    def kernel(x_ref, o_ref, tile):
+        @plgpu.warp_map
+        def _(warp):
+            @pl.when(warp == 1)
+            def _():
+                tile[0, 0] = 1.0  # warp 1's store
+
+            @pl.when(warp == 2)
+            def _():
+                tile[0, 0] = 2.0  # warp 2's store
+
+        o_ref[0, 0] = tile[0, 0]
+
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=[plgpu.SMEM((8, 128), jnp.float32)]), devices=1)
+    by_search, _ = assert_engines_agree(p)
+    races = [f for f, _, _ in by_search.findings.values() if f.kind.value == "data_race"]
+    assert len(races) == 1
+    lines = {line_of(HERE, "tile[0, 0] = 1.0  # warp 1's store"), line_of(HERE, "tile[0, 0] = 2.0  # warp 2's store")}
+    [race] = races
+    assert {race.loc.line, race.other.line} == lines
