@@ -223,3 +223,73 @@ def test_both_engines_find_the_same_racing_pairs_between_warps():
     lines = {line_of(HERE, "tile[0, 0] = 1.0  # warp 1's store"), line_of(HERE, "tile[0, 0] = 2.0  # warp 2's store")}
     [race] = races
     assert {race.loc.line, race.other.line} == lines
+
+
+def _warp_kernels():
+    """Kernels where some warps are idle: a race, a phase overrun, a hang, and a safe one."""
+    def racy(x_ref, o_ref, tile, barrier):
+        @plgpu.warp_map
+        def _(warp):
+            @pl.when(warp == 0)
+            def _():
+                plgpu.copy_gmem_to_smem(x_ref, tile, barrier)
+
+            @pl.when(warp == 3)
+            def _():
+                o_ref[0, 0] = tile[0, 0]
+                plgpu.barrier_wait(barrier)
+
+    def overrun(x_ref, o_ref, tile, barrier):
+        @plgpu.warp_map
+        def _(warp):
+            @pl.when(warp == 1)
+            def _():
+                plgpu.barrier_arrive(barrier)
+                plgpu.barrier_arrive(barrier)
+
+            @pl.when(warp == 2)
+            def _():
+                plgpu.barrier_wait(barrier)
+
+    def hangs(x_ref, o_ref, tile, barrier):
+        @plgpu.warp_map
+        def _(warp):
+            @pl.when(warp == 2)
+            def _():
+                plgpu.barrier_wait(barrier)
+
+    def safe(x_ref, o_ref, tile, barrier):
+        @plgpu.warp_map
+        def _(warp):
+            @pl.when(warp == 1)
+            def _():
+                plgpu.copy_gmem_to_smem(x_ref, tile, barrier)
+                plgpu.barrier_wait(barrier)
+                tile[0, 0] = 1.0
+
+        o_ref[0, 0] = tile[0, 0]
+
+    return [racy, overrun, hangs, safe]
+
+
+def test_leaving_idle_warps_out_finds_exactly_what_keeping_them_finds(monkeypatch):
+    from semcheck.engines.explicit import search as explicit
+    from semcheck.lower import gpu_warps
+    from semcheck.semantics import System
+
+    scratch = [plgpu.SMEM((8, 128), jnp.float32), plgpu.Barrier()]
+    kinds = {}
+    for kernel in _warp_kernels():
+        found = {}
+        for prune in (True, False):
+            monkeypatch.setattr(gpu_warps, "PRUNE_IDLE_WARPS", prune)
+            p = protocol(gpu_call(kernel, grid=(1,), scratch=scratch), devices=1)
+            run = explicit.explore(System(p), reduce=False, silence_reported_races=False)
+            assert run.exhausted is None
+            # a finding's key names threads by index, which differ; compare what and where
+            found[prune] = ({(f.kind, f.loc, f.other) for f, _, _ in run.findings.values()}, len(p.threads))
+        assert found[True][0] == found[False][0], kernel.__name__
+        assert found[True][1] < found[False][1] == 4
+        kinds[kernel.__name__] = {kind.value for kind, _, _ in found[True][0]}
+    assert kinds == {"racy": {"data_race"}, "overrun": {"barrier_phase_overrun"},
+                     "hangs": {"unsatisfied_wait"}, "safe": set()}

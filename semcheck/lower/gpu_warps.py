@@ -35,6 +35,10 @@ from semcheck.lower.values import Known, Opaque, RefValue
 
 WARPS_PER_WARPGROUP = 4  # jax/_src/pallas/mosaic_gpu/core.py, WarpMesh._NUM_WARPS_PER_WARPGROUP
 
+# Whether a warp whose body emits nothing is left out of the fork and the join; the only
+# reduction of this module, tested against the protocol that keeps every warp.
+PRUNE_IDLE_WARPS = True
+
 WARP_NOTE = (
     "Mosaic GPU warp-level core_map: each of the warpgroup's 4 warps is a thread (thread "
     "warp*num_threads+t of a block is warp `warp` of Pallas thread t), forked and joined by the "
@@ -130,7 +134,7 @@ def _run_warps(t: GpuThreadLowering, eqn, mesh, jaxpr, consts: list, args: list)
         mark = w.emitter.mark()
         w.emitter.emit(ir.Wait(loc, ir.SemRef(fork_name, warp), 1, True))
         eval_jaxpr(w, jaxpr, consts, args)
-        if w.emitter.mark() == mark + 1:  # the body did nothing this warp's fork could order
+        if PRUNE_IDLE_WARPS and w.emitter.mark() == mark + 1:  # nothing this warp's fork could order
             w.emitter.rollback(mark)
         else:
             w.emitter.emit(ir.Signal(loc, ir.SemRef(join_name, warp), 1))
