@@ -293,3 +293,23 @@ def test_leaving_idle_warps_out_finds_exactly_what_keeping_them_finds(monkeypatc
         kinds[kernel.__name__] = {kind.value for kind, _, _ in found[True][0]}
     assert kinds == {"racy": {"data_race"}, "overrun": {"barrier_phase_overrun"},
                      "hangs": {"unsatisfied_wait"}, "safe": set()}
+
+
+def test_a_warp_keeps_its_own_phases_from_one_core_map_to_the_next():
+    """Each lane keeps its barrier parities in its own registers, so a warp that waited on a
+    barrier in one core_map waits for the next phase in the next one; only a wait by the
+    whole warpgroup on a barrier the warps count differently is an error."""
+    def kernel(x_ref, o_ref, barrier):
+        for _ in range(2):
+            plgpu.barrier_arrive(barrier)
+
+            @plgpu.warp_map
+            def _(warp):
+                @pl.when(warp == 1)
+                def _():
+                    plgpu.barrier_wait(barrier)
+
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=[plgpu.Barrier()]), devices=1)
+    waits = [i for i in body(p, sub=1) if isinstance(i, ir.Wait) and i.sem.alloc == "barrier"]
+    assert [w.value for w in waits] == [1, 2]  # phases 0 and 1
+    assert check_protocol(p).verdict.value == "safe"

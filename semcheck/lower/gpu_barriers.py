@@ -88,7 +88,7 @@ def barrier_wait(t: GpuThreadLowering, eqn, inputs):
             "static loop counters",
         )
     key = (ref.alloc, ref.index)
-    if key in t.diverged_phases:
+    if t.warp is None and key in t.diverged_phases:
         raise t.error(
             eqn,
             f"the warps of this Pallas thread waited on {ref.alloc}[{ref.index}] a different number "

@@ -113,6 +113,8 @@ class GpuThreadLowering(ThreadLowering):
         # (some warp waited on it more often than another in a warp-level core_map), with
         # that core_map's location: a later wait by the whole warpgroup has no one phase.
         self.diverged_phases: dict[tuple[str, int], ir.Loc] = {}
+        # For a warp thread: its Pallas thread's barrier wait counts at the last join.
+        self.parent_phases_at_join: dict[tuple[str, int], int] | None = None
         self.tensor_core: Any = None  # gpu_tcgen05.TensorCore, at this thread's first tcgen05 operation
 
     def axis_value(self, name, eqn) -> int:

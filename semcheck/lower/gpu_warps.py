@@ -61,6 +61,18 @@ def _warp_thread(t: GpuThreadLowering, warp: int) -> GpuThreadLowering:
     return w
 
 
+def _phases_at_fork(w: GpuThreadLowering, parent: dict) -> dict:
+    """Warp `w`'s barrier wait counts at a fork: each lane keeps its own phase parities, so a
+    warp goes on from its own counts at the previous join, plus the waits the whole
+    warpgroup made since then (`parent` is the Pallas thread's counts now); at its first
+    fork it is in step with the Pallas thread."""
+    joined = w.parent_phases_at_join
+    if joined is None:
+        return dict(parent)
+    keys = set(w.barrier_waits) | set(parent)
+    return {k: w.barrier_waits.get(k, 0) + parent.get(k, 0) - joined.get(k, 0) for k in keys}
+
+
 def _fork_join_semaphores(t: GpuThreadLowering, eqn) -> tuple[str, str]:
     """One fork and one join semaphore per warp (index = warp), per block, per Pallas thread."""
     ctx = t.kernel
@@ -128,8 +140,7 @@ def _run_warps(t: GpuThreadLowering, eqn, mesh, jaxpr, consts: list, args: list)
     joined = []
     for warp in range(1, WARPS_PER_WARPGROUP):
         w = _warp_thread(t, warp)
-        w.barrier_waits = dict(before)  # each lane keeps its own phase parities, in step till the fork
-        w.diverged_phases = dict(t.diverged_phases)
+        w.barrier_waits = _phases_at_fork(w, before)
         w.warp = (axis, warp)
         mark = w.emitter.mark()
         w.emitter.emit(ir.Wait(loc, ir.SemRef(fork_name, warp), 1, True))
@@ -139,9 +150,16 @@ def _run_warps(t: GpuThreadLowering, eqn, mesh, jaxpr, consts: list, args: list)
         else:
             w.emitter.emit(ir.Signal(loc, ir.SemRef(join_name, warp), 1))
             joined.append(warp)
-        for key in set(w.barrier_waits) | set(t.barrier_waits):
-            if w.barrier_waits.get(key, 0) != t.barrier_waits.get(key, 0):
-                t.diverged_phases[key] = loc
+    # After the join the warpgroup waits as one: a barrier the warps now count differently
+    # has no single next phase for it (until they are back in step).
+    for warp in range(1, WARPS_PER_WARPGROUP):
+        w = t.warp_threads[warp]
+        w.parent_phases_at_join = dict(t.barrier_waits)
+    for key in {k for w in t.warp_threads.values() for k in w.barrier_waits} | set(t.barrier_waits):
+        if any(w.barrier_waits.get(key, 0) != t.barrier_waits.get(key, 0) for w in t.warp_threads.values()):
+            t.diverged_phases[key] = loc
+        else:
+            t.diverged_phases.pop(key, None)
     fork.instrs.extend(ir.Signal(loc, ir.SemRef(fork_name, warp), 1) for warp in joined)
     for warp in joined:
         t.emitter.emit(ir.Wait(loc, ir.SemRef(join_name, warp), 1, True))
