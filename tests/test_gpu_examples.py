@@ -37,6 +37,8 @@ def test_the_gpu_protocols_each_have_an_example():
         "warp_specialized_pipeline", "warp_specialized_pipeline_no_release",
         "tma_store_reuse", "tma_store_reuse_early", "tma_store_read_only_wait",
         "remote_store_ring", "remote_store_ring_no_wait",
+        "warp_producer_consumer", "warp_producer_consumer_early_read",
+        "warp_producer_consumer_no_release", "tcgen05_mma_pipeline", "tcgen05_mma_reload_early",
     } <= names
 
 
@@ -90,3 +92,17 @@ def test_a_reported_hazard_is_not_carried_in_states():
     [result] = results(path, 8)
     assert {v.kind for v in result.errors} == {"barrier_phase_overrun", "data_race"}
     assert result.stats.states * 4 < 1_449_894
+
+
+@pytest.mark.parametrize("name,states", [
+    ("warp_producer_consumer.py", 48), ("warp_producer_consumer_early_read.py", 54),
+    ("warp_producer_consumer_no_release.py", 98),
+    ("tcgen05_mma_pipeline.py", 62), ("tcgen05_mma_reload_early.py", 54),
+])
+def test_the_warp_and_tensor_core_examples_explore_exactly_these_states_at_2_devices(name, states):
+    """Warps 0 and 1 of each device's one Pallas thread are threads of their own (warps 2
+    and 3 do nothing and take no part), and so is a thread's tensor core; the state counts
+    pin that model."""
+    [r] = results(os.path.join(ROOT, "examples", "gpu", name), 2)
+    assert r.stats.states == states
+    assert sorted({v.kind for v in r.errors}) == sorted(expectation(os.path.join(ROOT, "examples", "gpu", name)).kinds_for(r)[0])

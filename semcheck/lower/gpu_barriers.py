@@ -22,7 +22,7 @@ from semcheck.lower.memory import semaphore_ref
 from semcheck.lower.registry import rule
 
 
-def _barrier_ref(t: GpuThreadLowering, eqn, barrier, transforms, what: str) -> tuple[ir.SemRef, MBarrier]:
+def barrier_ref(t: GpuThreadLowering, eqn, barrier, transforms, what: str) -> tuple[ir.SemRef, MBarrier]:
     from semcheck.lower.memory import ref_of
 
     value, all_transforms = ref_of(t, eqn, barrier, what, transforms)
@@ -62,7 +62,11 @@ def _arrivals_per_phase(t: GpuThreadLowering, eqn, info: MBarrier) -> int:
 def barrier_arrive(t: GpuThreadLowering, eqn, inputs):
     barrier, *flat = inputs
     [transforms, _] = split_flat(flat, eqn.params["transforms_treedef"])
-    ref, info = _barrier_ref(t, eqn, barrier, transforms, "the arrived-at barrier")
+    ref, info = barrier_ref(t, eqn, barrier, transforms, "the arrived-at barrier")
+    if info.cluster_axes and t.warp is not None:
+        raise t.error(eqn, "arriving on a ClusterBarrier from warp-level code (Mosaic GPU lowering "
+                      "raises NotImplementedError: jax/_src/pallas/mosaic_gpu/primitives.py, "
+                      "_barrier_arrive_lowering)")
     peers = _cluster_peers(t, eqn, info) if info.cluster_axes else [None]
     for block in peers:
         target = ref if block is None else ir.SemRef(ref.alloc, ref.index, None, block)
@@ -74,7 +78,7 @@ def barrier_arrive(t: GpuThreadLowering, eqn, inputs):
 def barrier_wait(t: GpuThreadLowering, eqn, inputs):
     barrier, *flat = inputs
     [transforms, _] = split_flat(flat, eqn.params["transforms_treedef"])
-    ref, info = _barrier_ref(t, eqn, barrier, transforms, "the waited barrier")
+    ref, info = barrier_ref(t, eqn, barrier, transforms, "the waited barrier")
     if not isinstance(ref.index, int):
         raise t.error(
             eqn,
@@ -84,6 +88,15 @@ def barrier_wait(t: GpuThreadLowering, eqn, inputs):
             "static loop counters",
         )
     key = (ref.alloc, ref.index)
+    if t.warp is None and key in t.diverged_phases:
+        raise t.error(
+            eqn,
+            f"the warps of this Pallas thread waited on {ref.alloc}[{ref.index}] a different number "
+            f"of times in the warp-level core_map at {t.diverged_phases[key]}, so they disagree on "
+            "which phase this wait is for (Mosaic GPU keeps each lane's phase parities in its own "
+            "registers: BarrierRef.wait in jax/experimental/mosaic/gpu/utils.py, JAX 0.10.2)",
+            hint="wait on this barrier in warp-level code only, or equally often in every warp",
+        )
     phase = t.barrier_waits.get(key, 0)
     t.barrier_waits[key] = phase + 1
     need = (phase + 1) * _arrivals_per_phase(t, eqn, info)
@@ -110,7 +123,7 @@ def copy_gmem_to_smem(t: GpuThreadLowering, eqn, inputs):
     if any(t.kernel.grid_sizes.get(a, 1) > 1 for a in axes) or params.get("leader_tracked") is not None:
         raise t.error(eqn, "multicast and partitioned TMA copies (collective_axes over a "
                       "cluster of more than one block) are not supported by semcheck yet")
-    ref, _info = _barrier_ref(t, eqn, barrier, bar_tr, "the copy's barrier")
+    ref, _info = barrier_ref(t, eqn, barrier, bar_tr, "the copy's barrier")
     src_region = smem_region(t, eqn, src, "the copy source", src_tr)
     dst_region = smem_region(t, eqn, dst, "the copy destination", dst_tr)
     if src_region is None or dst_region is None:

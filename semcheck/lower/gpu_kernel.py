@@ -7,6 +7,8 @@ threads out and runs them. What a GPU kernel is, in semcheck's terms:
   holds `prod(cluster)` blocks (Mosaic GPU launches `grid * cluster` blocks), numbered
   row-major over `(*grid, *cluster)`; in the IR a block is a thread's `core`. With
   `num_threads`, every block runs that many Pallas threads (warpgroups), the thread's `sub`.
+  A warp-level core_map adds a thread per warp (gpu_warps.py), and tcgen05 operations a
+  tensor-core thread per issuing thread (gpu_tcgen05.py), numbered after them in `sub`.
 * There is no default device barrier and no zero-at-exit obligation: the GMEM semaphore
   scratch is zero-filled before each launch (docs/semantics.md), and JAX's own collectives
   signal peers with no entry handshake, relying on that fill happening before any peer's
@@ -16,7 +18,9 @@ threads out and runs them. What a GPU kernel is, in semcheck's terms:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.lower.context import KernelContext, ThreadLowering
 
@@ -52,6 +56,9 @@ class GpuKernelContext(KernelContext):
     # Pallas thread -> the semaphores its TMA stores' completions count on (source read,
     # destination written), indexed by bulk group (gpu_memory.copy_smem_to_gmem).
     bulk_semaphores: dict[int, tuple[str, str]] = field(default_factory=dict)
+    # Pallas thread -> its warps' (fork, join) semaphores (gpu_warps.py)
+    warp_semaphores: dict[int, tuple[str, str]] = field(default_factory=dict)
+    gpu_compiler_params: object = None  # the kernel's plgpu.CompilerParams, if any
 
     def block_of(self, coords: dict[str, int]) -> int:
         """The linear block index of grid and cluster coordinates."""
@@ -96,8 +103,32 @@ class GpuThreadLowering(ThreadLowering):
         self.barrier_waits: dict[tuple[str, int], int] = {}
         self.scope_entries: dict[int, int] = {}  # run_scoped site -> times this thread entered it
         self.bulk = BulkGroups()
+        # Warp-level core_map (gpu_warps.py): while lowering a warp's body, (warp axis name,
+        # warp index); the Pallas thread's warps 1-3 as threads of their own; for a warp
+        # thread, the Pallas thread it belongs to.
+        self.warp: tuple[object, int] | None = None
+        self.warp_threads: dict[int, GpuThreadLowering] = {}
+        self.pallas_thread = sub
+        # Barriers whose phase parities the warps of this Pallas thread no longer agree on
+        # (some warp waited on it more often than another in a warp-level core_map), with
+        # that core_map's location: a later wait by the whole warpgroup has no one phase.
+        self.diverged_phases: dict[tuple[str, int], ir.Loc] = {}
+        # For a warp thread: its Pallas thread's barrier wait counts at the last join.
+        self.parent_phases_at_join: dict[tuple[str, int], int] | None = None
+        self.tensor_core: Any = None  # gpu_tcgen05.TensorCore, at this thread's first tcgen05 operation
 
     def axis_value(self, name, eqn) -> int:
+        if self.warp is not None:
+            axis, warp = self.warp
+            if name == axis:
+                return warp
+            raise LoadError(
+                f"axis_index: axis {name!r} inside a warp-level core_map, where only its warp "
+                f"axis {axis!r} can be named (Mosaic GPU lowering raises the same: "
+                "jax/_src/pallas/mosaic_gpu/lowering.py, _axis_index_rule)",
+                self.loc(eqn),
+                hint="read the other axis indices before the core_map and close over them",
+            )
         if name in self.coords:
             return self.coords[name]
         if name in self.block_coords:
@@ -113,6 +144,8 @@ class GpuThreadLowering(ThreadLowering):
         )
 
     def axis_size(self, name) -> int:
+        if self.warp is not None and name == self.warp[0]:
+            return 4  # warps per warpgroup (plgpu.WarpMesh)
         if name in self.coords:
             return self.kernel.mesh.axis_sizes[self.kernel.mesh.axis_names.index(name)]
         if name in self.kernel.grid_sizes:

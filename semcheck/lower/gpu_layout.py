@@ -56,6 +56,13 @@ def parameter_names(loc: ir.Loc, count: int) -> list[str] | None:
     return None
 
 
+def _gpu_compiler_params(compiler_params):
+    """The kernel's plgpu.CompilerParams: passed as is, or under the "mosaic_gpu" key."""
+    if isinstance(compiler_params, dict):
+        return compiler_params.get("mosaic_gpu")
+    return compiler_params
+
+
 def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol]:
     kernel_loc = definition_loc(kernel_loc, name)
     params = capture.params
@@ -90,6 +97,7 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
         cluster_names=tuple(mesh.cluster_names),
         thread_axis=mesh.thread_name if mesh.num_threads else None,
         num_threads=num_threads,
+        gpu_compiler_params=_gpu_compiler_params(params.get("compiler_params")),
     )
     ctx.note(ZERO_FILL_NOTE)
     n_in, n_out = capture.num_operands, len(params["out_avals"])
@@ -110,6 +118,16 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
         # the Pallas threads of a block against each other for nothing.
         eval_jaxpr(t, jaxpr, [], refs)
         threads.append(ir.Thread(device, block, t.emitter.build(), sub))
+        issuers = [t]
+        for _warp, w in sorted(t.warp_threads.items()):
+            body = w.emitter.build()
+            if body:  # a warp that took part in some warp-level core_map
+                threads.append(ir.Thread(device, block, body, w.sub))
+                issuers.append(w)
+        for issuer in issuers:  # their tensor cores (gpu_tcgen05.py)
+            if issuer.tensor_core is not None:
+                tc = issuer.tensor_core
+                threads.append(ir.Thread(device, block, tc.emitter.build(), tc.sub))
     return [
         ir.Protocol(
             name=name,

@@ -59,6 +59,10 @@ def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tup
     for transform in transforms:
         if isinstance(transform, gpu_core.PeerMemRef):
             device = _peer_device(t, eqn, ref, transform, what)
+        elif isinstance(transform, (gpu_core.ClusterRefTransform, gpu_core.MulticastRef)):
+            construct = "plgpu.cluster_ref" if isinstance(transform, gpu_core.ClusterRefTransform) else "plgpu.multicast_ref"
+            raise t.error(eqn, f"{what} is a {construct} view (another block's or every peer's "
+                          "memory), which semcheck does not model yet")
     if ref.is_semaphore:
         raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
     rank = len(ref.shape)
@@ -128,6 +132,14 @@ MULTIMEM_NOTE = (
 )
 
 
+def check_warp_access(t: GpuThreadLowering, eqn, what: str) -> None:
+    """Warp-level code loads and stores scalars only (jax/_src/pallas/mosaic_gpu/lowering.py,
+    `_get_lowering_rule` and `_swap_lowering_rule`, JAX 0.10.2)."""
+    if t.warp is not None and any(getattr(v.aval, "shape", ()) for v in eqn.outvars):
+        raise t.error(eqn, f"warp-level code can only {what} scalars (Mosaic GPU lowering raises "
+                      "the same)")
+
+
 def _loaded(t, eqn, reg: ir.Region, device: ir.Operand | None):
     where = reg.buffer if device is None else f"{reg.buffer} on a peer"
     return [Opaque(f"the value loaded from {where} at {t.loc(eqn)}") for _ in eqn.outvars]
@@ -135,6 +147,16 @@ def _loaded(t, eqn, reg: ir.Region, device: ir.Operand | None):
 
 @rule("get", backend=GPU)
 def get(t: GpuThreadLowering, eqn, inputs):
+    ref, *flat = inputs
+    check_warp_access(t, eqn, "load")
+    reg, device = located_region(t, eqn, ref, "the loaded ref", eqn.params["tree"].unflatten(flat))
+    t.emitter.emit(ir.Load(t.loc(eqn), reg, device))
+    return _loaded(t, eqn, reg, device)
+
+
+@rule("load", backend=GPU)
+def load(t: GpuThreadLowering, eqn, inputs):
+    """`plgpu.load`: a load from SMEM with a chosen register layout, a plain load."""
     ref, *flat = inputs
     reg, device = located_region(t, eqn, ref, "the loaded ref", eqn.params["tree"].unflatten(flat))
     t.emitter.emit(ir.Load(t.loc(eqn), reg, device))
@@ -144,6 +166,7 @@ def get(t: GpuThreadLowering, eqn, inputs):
 @rule("swap", backend=GPU)
 def swap(t: GpuThreadLowering, eqn, inputs):
     ref, _value, *flat = inputs
+    check_warp_access(t, eqn, "store")
     reg, device = located_region(t, eqn, ref, "the stored ref", eqn.params["tree"].unflatten(flat))
     t.emitter.emit(ir.Store(t.loc(eqn), reg, device))
     return _loaded(t, eqn, reg, device)
@@ -162,6 +185,7 @@ for _name in (
     "commit_smem", "set_max_registers_p", "layout_cast",
     "wgmma_ref", "wgmma", "wgmma_wait", "wgmma_accumulator_deref_p", "wgmma_accumulator_store_p",
     "print_layout",
+    "async_prefetch",  # a hint that warms the L2 cache: it changes no memory and orders nothing
 ):
     rule(_name, backend=GPU)(_no_sync)
 
@@ -181,6 +205,9 @@ for _name in ("multimem_store", "multimem_load_reduce"):
 @rule("run_scoped", backend=GPU)
 def run_scoped(t: GpuThreadLowering, eqn, inputs):
     params = eqn.params
+    if t.warp is not None:
+        raise t.error(eqn, "run_scoped inside a warp-level core_map is not supported by semcheck yet",
+                      hint="allocate before the core_map and close over the allocation")
     axes = tuple(params.get("collective_axes") or ())
     thread_axis = t.kernel.thread_axis
     if axes not in ((), (thread_axis,)):
