@@ -1,6 +1,8 @@
 import os
 import sys
 
+import pytest
+
 # Tests import the project from this checkout, even when an installed copy exists.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -48,7 +50,8 @@ def pytest_unconfigure(config):
 # interpreter, sweeps whole folders, or runs hundreds of random protocols. The README's test
 # command, `python -m pytest -m "not slow"`, is the fast tier; .ci/run runs it and then
 # `python -m pytest -m slow`, so every test runs in CI. A key is a module or one test of it (by name,
-# all its parameters); `@pytest.mark.slow` in a module works too.
+# all its parameters) or one parametrization; `@pytest.mark.slow` in a module works too, as do
+# the many-examples twins of random tests (tests/tiers.py: `test_...[N-examples]`, the larger N).
 SLOW = {
     "tests/test_tpu_examples.py": "every TPU example at 2, 4 and 8 devices, and called twice",
     "tests/test_gpu_examples.py": "every GPU example at 2, 4 and 8 devices",
@@ -61,6 +64,10 @@ SLOW = {
     "tests/test_engines_agree.py": "explicit and z3 on every model and on thousands of random protocols",
     "tests/test_reduction.py": "the reduction against the full search on hundreds of random protocols",
     "tests/test_components.py": "split against whole searches on hundreds of random protocols",
+    "tests/test_program_linking.py::test_reduction_keeps_every_finding_on_nested_programs[async_remote_copy_nested_jit.py-4]":
+        "the unreduced search of a nested-jit program at 4 devices (180,600 states; the fast tier compares at 2 and 3)",
+    "tests/test_program_linking.py::test_reduction_keeps_every_finding_on_nested_programs[async_remote_copy_nested_jit_waits_twice.py-4]":
+        "the unreduced search of a nested-jit program at 4 devices (179,877 states; the fast tier compares at 2 and 3)",
     "tests/test_graph.py::test_cli_renders_svg_for_every_declared_bug": "the CLI's SVG of every declared bug",
     "tests/test_data_path.py": "the data-path kernels captured and checked at several device counts",
     "tests/test_moe_examples.py": "the MoE examples captured at 8 devices",
@@ -75,9 +82,32 @@ def _slow_reason(nodeid: str) -> str | None:
     return None
 
 
-def pytest_collection_modifyitems(config, items):
-    import pytest
+# How xdist spreads the tests over its workers (`--dist loadgroup`, pyproject.toml): one test
+# at a time, to whichever worker is free, so that no big module sets the wall time alone; a
+# module whose tests share a fixture of module or session scope (a capture, a sweep, a set of
+# SARIF documents) runs whole on one worker, so that fixture is built once. Captures are shared
+# across workers anyway (the capture cache above), so a test that captures needs no group.
+_TESTS = os.path.dirname(os.path.abspath(__file__))
 
+
+def _shares_a_fixture(item) -> bool:
+    """Whether `item` uses a fixture of module or session scope defined in tests/ (pytest's own,
+    such as tmp_path_factory, are cheap and do not count)."""
+    import inspect
+
+    return any(
+        fixture.scope != "function" and inspect.getfile(fixture.func).startswith(_TESTS + os.sep)
+        for fixtures in item._fixtureinfo.name2fixturedefs.values() for fixture in fixtures
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
     for item in items:
         if _slow_reason(item.nodeid):
             item.add_marker(pytest.mark.slow)
+    shared = {item.module.__name__ for item in items if isinstance(item, pytest.Function) and _shares_a_fixture(item)}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__ in shared:
+            item.add_marker(pytest.mark.xdist_group(module.__name__))

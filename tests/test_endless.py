@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 from semcheck import trace as tracing
@@ -16,6 +16,7 @@ from semcheck.frontends import model_file
 from semcheck.ir import BinOp
 from semcheck.model import ProtocolBuilder
 from semcheck.semantics import System
+from tests.tiers import example_counts, run_examples
 from tests.tpu_kernels import line_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,11 +100,15 @@ def polling_protocols(draw):
     return p.build()
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(polling_protocols())
-def test_reduction_and_split_keep_every_hang(protocol):
+@pytest.mark.parametrize("examples", example_counts(fast=100, slow=400))
+def test_reduction_and_split_keep_every_hang(examples):
     """The stubborn sets keep an end reachable from every explored state that has one in the
     full graph, so the reduced search reports the same spins; so does the split search."""
+    run_examples(reduction_and_split_keep_every_hang, polling_protocols(), examples=examples,
+                 suppress_health_check=[HealthCheck.too_slow])
+
+
+def reduction_and_split_keep_every_hang(protocol):
     full = explicit.explore(System(protocol), reduce=False)
     reduced = explicit.explore(System(protocol))
     assert set(reduced.findings) == set(full.findings), protocol

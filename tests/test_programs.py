@@ -12,12 +12,13 @@ capture, in tests/test_tpu_examples.py and the gate.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume
 
 from semcheck import ir
 from semcheck.checks import check_protocol
 from semcheck.programs import Handover, compose, handed_in_note, shared_barrier_name
 from tests.strategies import protocols
+from tests.tiers import example_counts, run_examples
 
 L = ir.Loc("async.py", 1)
 NBYTES = 4096
@@ -188,10 +189,13 @@ def test_reduction_and_engines_agree_on_programs(name, devices):
 
 # TPU only: programs are TPU kernels (GPU programs are refused); drawing them here, rather
 # than filtering half the draws away, keeps hypothesis's filter health check quiet.
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(protocols(backends=(ir.Backend.TPU,)))
-def test_reduction_preserves_every_finding_on_a_random_protocol_run_as_two_kernels(protocol):
+@pytest.mark.parametrize("examples", example_counts(fast=5, slow=25))
+def test_reduction_preserves_every_finding_on_a_random_protocol_run_as_two_kernels(examples):
+    run_examples(reduction_preserves_every_finding_run_as_two_kernels, protocols(backends=(ir.Backend.TPU,)),
+                 examples=examples, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def reduction_preserves_every_finding_run_as_two_kernels(protocol):
     import dataclasses
 
     from semcheck.engines.explicit import search as explicit

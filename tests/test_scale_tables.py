@@ -3,11 +3,13 @@ computations they replace, in every state of random protocols."""
 
 from collections import deque
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from semcheck.engines.explicit.independence import Independence
 from semcheck.semantics import System
 from tests.strategies import capacity_ring_protocols, protocols, ring_protocols
+from tests.tiers import example_counts, run_examples
 
 ANY_PROTOCOL = protocols() | ring_protocols() | capacity_ring_protocols()
 
@@ -26,12 +28,16 @@ def reachable_states(system: System, limit: int = 300):
     return seen
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ANY_PROTOCOL)
-def test_pending_additions_match_the_pending_completions_on_the_semaphore(protocol):
+@pytest.mark.parametrize("examples", example_counts(fast=30, slow=120))
+def test_pending_additions_match_the_pending_completions_on_the_semaphore(examples):
     """What the counting cut reads per semaphore: every distinct pending completion adding
     to it, with its multiplicity, exactly as `pending_on` finds them (so the index by
     semaphore neither misses nor invents a completion)."""
+    run_examples(pending_additions_match_the_pending_completions, ANY_PROTOCOL, examples=examples,
+                 suppress_health_check=[HealthCheck.too_slow])
+
+
+def pending_additions_match_the_pending_completions(protocol):
     system = System(protocol)
     ind = Independence(system)
     for state in reachable_states(system):
@@ -44,11 +50,15 @@ def test_pending_additions_match_the_pending_completions_on_the_semaphore(protoc
             assert sorted(ind.pending_additions(state.events, sid)) == expected, (state, sid)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ANY_PROTOCOL)
-def test_resolved_semaphores_match_a_fresh_resolution(protocol):
+@pytest.mark.parametrize("examples", example_counts(fast=30, slow=120))
+def test_resolved_semaphores_match_a_fresh_resolution(examples):
     """`_candidates` keeps constant references resolved per (ref, device, core): the kept
     answer is the one resolving it again gives, for every thread and instruction."""
+    run_examples(resolved_semaphores_match_a_fresh_resolution, ANY_PROTOCOL, examples=examples,
+                 suppress_health_check=[HealthCheck.too_slow])
+
+
+def resolved_semaphores_match_a_fresh_resolution(protocol):
     from semcheck.semantics import _sem_refs
 
     system = System(protocol)

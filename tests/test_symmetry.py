@@ -11,7 +11,7 @@ import os
 import random
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume
 from hypothesis import strategies as st
 
 from semcheck import engines, ir
@@ -21,6 +21,7 @@ from semcheck.engines.budget import Budget
 from semcheck.frontends import load
 from semcheck.semantics import System
 from tests.strategies import protocols
+from tests.tiers import example_counts, run_examples
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
 MODELS = sorted(glob.glob(os.path.join(MODELS_DIR, "*.py")))
@@ -94,25 +95,32 @@ def assert_same_findings(protocol):
     assert {k[0] for k in default.findings} == {k[0] for k in full.findings}, protocol
     assert set(default.findings) <= set(full.findings), protocol
     assert {k for k in full.findings if k[0] != "data_race"} <= set(default.findings), protocol
-    return with_symmetry
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(symmetric_protocols())
-def test_symmetry_preserves_every_finding_on_symmetric_protocols(protocol):
-    assert_same_findings(protocol)
+RARE_DRAWS_ARE_FINE = [HealthCheck.too_slow, HealthCheck.filter_too_much]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(symmetric_protocols(mutate=True))
-def test_symmetry_preserves_every_finding_on_almost_symmetric_protocols(protocol):
-    assert_same_findings(protocol)
+@pytest.mark.parametrize("examples", example_counts(fast=15, slow=60))
+def test_symmetry_preserves_every_finding_on_symmetric_protocols(examples):
+    run_examples(assert_same_findings, symmetric_protocols(), examples=examples,
+                 suppress_health_check=RARE_DRAWS_ARE_FINE)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(st.one_of(symmetric_protocols(), symmetric_protocols(mutate=True)), st.integers(0, 2**32))
-def test_a_found_rotation_commutes_with_every_step(protocol, seed):
+@pytest.mark.parametrize("examples", example_counts(fast=10, slow=40))
+def test_symmetry_preserves_every_finding_on_almost_symmetric_protocols(examples):
+    run_examples(assert_same_findings, symmetric_protocols(mutate=True), examples=examples,
+                 suppress_health_check=RARE_DRAWS_ARE_FINE)
+
+
+@pytest.mark.parametrize("examples", example_counts(fast=15, slow=60))
+def test_a_found_rotation_commutes_with_every_step(examples):
     """step(g s, g a) == g step(s, a) along a random schedule, for every element g."""
+    run_examples(rotation_commutes_with_every_step,
+                 st.one_of(symmetric_protocols(), symmetric_protocols(mutate=True)), st.integers(0, 2**32),
+                 examples=examples, suppress_health_check=RARE_DRAWS_ARE_FINE)
+
+
+def rotation_commutes_with_every_step(protocol, seed):
     system = System(protocol)
     group = symmetry.rotations(system)
     assume(group is not None)

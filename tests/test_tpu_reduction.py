@@ -8,14 +8,13 @@ all-reduce: 2,396 states, the bidirectional reduce-scatter: 14,581; at 3 devices
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from semcheck import core_entry
-from semcheck.frontends.capture import capture_script
-from semcheck.engines.explicit import search as explicit
 from semcheck.engines.budget import Budget
+from semcheck.engines.explicit import search as explicit
+from semcheck.frontends import capture_cache
 from semcheck.semantics import System
 from tests.tpu_support import EXAMPLES
 
@@ -28,20 +27,16 @@ RING_EXAMPLES = [
     )
 ]
 CHECKS = [(path, 2) for path in RING_EXAMPLES]
-_protocols: dict[tuple[str, int], list] = {}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _captured():
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for check, outcome in zip(CHECKS, pool.map(lambda c: capture_script(*c), CHECKS)):
-            assert not outcome.errors, outcome.errors
-            _protocols[check] = outcome.protocols
-
-
+# Each test captures its own example (through the session's capture cache, so a module that
+# checks the same example at the same count shares the capture), and xdist may run the tests
+# on different workers.
 @pytest.mark.parametrize("path, devices", CHECKS, ids=lambda v: os.path.basename(v) if isinstance(v, str) else str(v))
 def test_reduction_preserves_every_finding_on_tpu_ring_examples(path, devices):
-    for captured in _protocols[path, devices]:
+    outcome = capture_cache.capture(path, devices)
+    assert not outcome.errors, outcome.errors
+    for captured in outcome.protocols:
         protocol = core_entry.apply(captured, True)
         full = explicit.explore(System(protocol), reduce=False, silence_reported_races=False,
                                 budget=Budget(max_states=300_000))
