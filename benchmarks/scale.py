@@ -100,6 +100,13 @@ budget), and the capture's CPU seconds (`/usr/bin/time`, subprocess included):
                                                                       (600 s wall ran out meanwhile)
       after (commit 0a6cc08)                10.0     71.2   50,003    race, the probe's (kept)
 
+Whole process after (scale.py rows with a 600 s wall budget, load 17-20, so wall is 6-7x CPU):
+
+    row                                     CPU s   wall s  states   verdict                 engine
+    wheel TPU all_gather, N=32              76.3    535.5   10,530   violation (data_race)   explicit
+    allreduce_ring.py, N=16 x2              68.9    525.8   29,226   safe                    explicit
+    allreduce_ring_no_capacity.py, N=16 x2  75.1    448.4   50,007   violation (data_race)   z3 (probe's)
+
 The no-capacity twin's probe finds its race (38.7 s) and stops at the next hazard question
 counting cannot answer; auto used to drop that Result, run the search alone for its head
 start and then encode z3 again beside it. The probe's violation now stands once the search
