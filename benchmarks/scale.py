@@ -68,6 +68,50 @@ At 256 the tables and states fit in 2 GB (about 1 GB after 27k of the ~327k stat
 about 3 KB per state), but 327k states at the 128-device rate (~0.4 ms each) is over two
 minutes of search: the 60 s target needs per-state work that does not grow with N
 (the not-isolated copy starts above), not tables.
+
+Collectives at 8-32 devices (issue 12, branch collectives, main 4d077ea), the default engine
+`auto`. First the rows as `scale.py` runs them (120 s wall budget), one at a time at load
+7-25 on 2 cores: every miss is the wall-clock budget on a loaded machine, not CPU. Then the
+check alone (System from a pickled capture, `check_protocol`, `time.process_time`, 600 s
+budget), and the capture's CPU seconds (`/usr/bin/time`, subprocess included):
+
+    row (scale.py, 120 s wall)              CPU s   wall s  states   verdict                 engine
+    wheel TPU all_gather, N=16              19.3     77.0    2,706   violation (data_race)   explicit
+    wheel TPU all_gather, N=32               1.4    123.5        0   inconclusive: 120 s ran out while loading (capture)
+    reduce_scatter_capacity.py, N=16        12.4     53.0    2,529   safe                    explicit
+    allgather_bidirectional.py, N=16        18.2     85.6        0   safe                    z3 (probe)
+    allreduce_ring.py, N=8                   7.5     31.5      929   safe                    explicit
+    allreduce_ring.py, N=8 x2               12.4     51.9    2,296   safe                    explicit
+    allreduce_ring.py, N=16                 26.9    125.8        0   inconclusive (wall budget)
+    allreduce_ring.py, N=16 x2              17.7    127.9        0   inconclusive (wall budget)
+    allreduce_ring_no_capacity.py, N=16 x2  19.1    127.5        0   inconclusive (wall budget)
+    reduce_scatter_bidirectional.py, N=4     6.4     35.1      565   safe                    explicit
+    reduce_scatter_bidirectional.py, N=8    17.0    127.6        0   inconclusive (wall budget)
+
+    check alone, 600 s budget               capture  check   states    verdict, engine
+    wheel TPU all_gather, N=16               -        8.3    2,706    race, explicit
+    wheel TPU all_gather, N=32              28.7     54.3   10,530    race, explicit (probe failed: 46.4 s)
+    reduce_scatter_capacity.py, N=16         -        4.9    2,529    safe, explicit
+    allgather_bidirectional.py, N=16         -        9.7        0    safe, z3 probe
+    allreduce_ring.py, N=16                  9.4     17.4        0    safe, z3 probe
+    allreduce_ring.py, N=16 x2              10.9     65.2   29,226    safe, explicit (after a failed probe)
+    reduce_scatter_bidirectional.py, N=8     -        8.0        0    safe, z3 probe
+    allreduce_ring_no_capacity.py, N=16 x2  10.0    150.8   99,622    race, z3 beside the search
+                                                                      (600 s wall ran out meanwhile)
+      after (commit 0a6cc08)                10.0     71.2   50,003    race, the probe's (kept)
+
+Whole process after (scale.py rows with a 600 s wall budget, load 17-20, so wall is 6-7x CPU):
+
+    row                                     CPU s   wall s  states   verdict                 engine
+    wheel TPU all_gather, N=32              76.3    535.5   10,530   violation (data_race)   explicit
+    allreduce_ring.py, N=16 x2              68.9    525.8   29,226   safe                    explicit
+    allreduce_ring_no_capacity.py, N=16 x2  75.1    448.4   50,007   violation (data_race)   z3 (probe's)
+
+The no-capacity twin's probe finds its race (38.7 s) and stops at the next hazard question
+counting cannot answer; auto used to drop that Result, run the search alone for its head
+start and then encode z3 again beside it. The probe's violation now stands once the search
+is past its head start. Still open: a probe that answers nothing costs most of the wheel's
+check at 32 devices (46 of 54 s) and of `allreduce_ring.py` at 16 x2.
 """
 
 from __future__ import annotations

@@ -219,3 +219,40 @@ def test_with_the_probe_on_every_check_auto_finds_what_the_search_finds(monkeypa
     probed = check_protocol(protocol, engine="auto")
     assert probed.verdict is by_search.verdict
     assert {v.kind for v in probed.errors} == {v.kind for v in by_search.errors}
+
+
+def _probe_found_a_violation(calls: list):
+    """A z3 stand-in whose counting probe found a violation and then stopped at a question
+    counting cannot answer; a second (full) z3 run would be recorded in `calls`."""
+    def run(system, budget, progress, **options):
+        calls.append(options.get("counting_only", False))
+        return _result(system, "z3", Verdict.VIOLATION, queries=2,
+                       exhausted="counting alone does not answer the question about hazards")
+
+    return run
+
+
+def test_a_probe_violation_stands_once_the_search_is_past_its_head_start(monkeypatch):
+    """The probe's violation is a verdict: the search gets its head start to report every
+    finding, then is stopped, and z3 is not run (encoded) a second time."""
+    monkeypatch.setattr(auto, "PROBE_INSTRUCTIONS", range(1, 10**6))
+    monkeypatch.setattr(auto, "HEAD_START", 0.0)
+    explicit, seen = _until_stopped("explicit", states=7)
+    calls: list = []
+    result = auto.run(System(_ring()), Budget(), None, explicit=explicit, z3=_probe_found_a_violation(calls))
+    assert (result.verdict, result.engine) == (Verdict.VIOLATION, "z3")
+    assert calls == [True]  # the probe only
+    assert seen["stopped"] and result.runs[0].stopped == "engine auto: z3 decided first"
+    assert result.exhausted  # not every question was answered: said, never hidden
+    assert any("counting probe" in n and "had found a violation" in n for n in result.notes)
+
+
+def test_a_search_that_ends_within_its_head_start_overrides_a_probe_violation(monkeypatch):
+    """A search that ends reports every finding; the probe's partial Result is dropped."""
+    monkeypatch.setattr(auto, "PROBE_INSTRUCTIONS", range(1, 10**6))
+    calls: list = []
+    result = auto.run(System(_ring()), Budget(), None, explicit=_at_once("explicit", Verdict.VIOLATION, states=5),
+                      z3=_probe_found_a_violation(calls))
+    assert (result.verdict, result.engine, result.exhausted) == (Verdict.VIOLATION, "explicit", None)
+    assert calls == [True] and result.runs == []
+

@@ -95,9 +95,14 @@ def run(
             "combinations, which the explicit engine would enumerate one by one"
         )
         return result
-    probed = _counting_probe(system, budget, progress, z3, options)
+    probed, found = _counting_probe(system, budget, progress, z3, options)
     if probed is not None:
         return probed
+    if found is not None:
+        # The probe's violation is already a verdict; the search may still report every
+        # finding if it ends within its head start, after which the probe's Result stands
+        # in for z3's (running z3 again would encode the same protocol a second time).
+        return _side_by_side(system, budget, progress, explicit, lambda *_, **__: found, options, probed=True)
     return _side_by_side(system, budget, progress, explicit, z3, options)
 
 
@@ -106,20 +111,31 @@ def instruction_count(system: System) -> int:
 
 
 def _counting_probe(system: System, budget: Budget, progress: ProgressFn | None, z3: EngineFn,
-                    options: dict) -> Result | None:
-    """z3 with counting and guided schedules only, on a large protocol: its Result when it
-    answered every question, else None (and the budget goes on for the other steps)."""
+                    options: dict) -> tuple[Result | None, Result | None]:
+    """z3 with counting and guided schedules only, on a large protocol: (its Result, None)
+    when it answered every question; (None, its Result) when it stopped at a question but
+    had already found a violation (a replayed execution of the semantics, so a verdict,
+    though perhaps not every finding); else (None, None), and the budget goes on for the
+    other steps."""
     size = instruction_count(system)
     if size not in PROBE_INSTRUCTIONS:
-        return None
+        return None, None
     result = z3(system, budget, progress, **{**options, "counting_only": True})
+    if result.verdict is Verdict.VIOLATION and result.exhausted:
+        result.notes.append(
+            f"engine auto: on a protocol of {size:,} instructions z3's counting relaxation (with "
+            f"schedules it guided) found a violation before it stopped ({result.exhausted}); "
+            "the explicit search ran for its head start and did not end, so this Result is the "
+            "probe's and other findings may be missing"
+        )
+        return None, result
     if result.verdict not in CONCLUSIVE or result.exhausted:
-        return None
+        return None, None
     result.notes.append(
         f"engine auto chose z3: on a protocol of {size:,} instructions its counting relaxation "
         "(with schedules it guided) answered every question, before any explicit search"
     )
-    return result
+    return result, None
 
 
 class _Entrant:
@@ -142,8 +158,10 @@ class _Entrant:
 
 def _side_by_side(
     system: System, budget: Budget, progress: ProgressFn | None,
-    explicit: EngineFn, z3: EngineFn, options: dict,
+    explicit: EngineFn, z3: EngineFn, options: dict, probed: bool = False,
 ) -> Result:
+    """`probed`: `z3` hands back the counting probe's Result (a violation), which stands
+    once the search is past its head start."""
     started = time.monotonic()
     milestone = Milestone(HEAD_START_STATES)
     by_search = _Entrant("explicit", replace(budget, milestone=milestone))
@@ -192,10 +210,11 @@ def _side_by_side(
     if not solver_started or by_solver.result is None:
         assert by_search.result is not None, "the explicit search either finished or raised"
         return by_search.result
-    return _combined(by_search, by_solver, solver_started[0], time.monotonic() - started)
+    return _combined(by_search, by_solver, solver_started[0], time.monotonic() - started, probed)
 
 
-def _combined(by_search: _Entrant, by_solver: _Entrant, solver_from: float, seconds: float) -> Result:
+def _combined(by_search: _Entrant, by_solver: _Entrant, solver_from: float, seconds: float,
+              probed: bool = False) -> Result:
     search, solver = by_search.result, by_solver.result
     assert search is not None and solver is not None
     if by_solver.conclusive and (not by_search.conclusive or by_solver.finished_at < by_search.finished_at):
@@ -207,7 +226,7 @@ def _combined(by_search: _Entrant, by_solver: _Entrant, solver_from: float, seco
         EngineRun(e.name, r.verdict, r.stats, decided=e is winner and e.conclusive, stopped=r.exhausted)
         for e, r in ((by_search, search), (by_solver, solver))
     ]
-    note = _what_happened(by_search, by_solver, winner, solver_from)
+    note = _what_happened(by_search, by_solver, winner, solver_from, probed)
     return replace(
         chosen,
         stats=combine_stats([search.stats, solver.stats], seconds),
@@ -216,10 +235,12 @@ def _combined(by_search: _Entrant, by_solver: _Entrant, solver_from: float, seco
     )
 
 
-def _what_happened(by_search: _Entrant, by_solver: _Entrant, winner: _Entrant, solver_from: float) -> str:
+def _what_happened(by_search: _Entrant, by_solver: _Entrant, winner: _Entrant, solver_from: float,
+                   probed: bool = False) -> str:
     search, solver = by_search.result, by_solver.result
     assert search is not None and solver is not None
-    side = f"z3 ran beside the explicit engine from {solver_from:.1f} s on"
+    side = (f"z3's counting probe, run before the search, had found a violation, which stood from {solver_from:.1f} s on"
+            if probed else f"z3 ran beside the explicit engine from {solver_from:.1f} s on")
     if winner is by_solver:
         how = ("was stopped" if by_search.stop.is_set() and search.exhausted == by_search.stop.reason
                else f"ended without a verdict ({search.exhausted})")
