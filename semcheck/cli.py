@@ -29,7 +29,6 @@ from semcheck.frontends import discover
 from semcheck.frontends.discovery import summarize
 from semcheck.kinds import DESCRIPTIONS
 from semcheck.report import FORMATS
-from semcheck.report.baseline import BaselineError
 from semcheck.sweep_ray import RayUnavailable
 from semcheck.result import EXIT_CODES, worst
 
@@ -163,18 +162,26 @@ def main(argv: list[str] | None = None) -> int:
         with interrupts.terminating_raises():
             cli_options.check_all(args)
             return _verify(args)
-    except (AssumptionError, BaselineError, RayUnavailable, cli_options.UsageError) as e:
+    except (AssumptionError, RayUnavailable, cli_options.UsageError) as e:
         print(f"semcheck: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as e:  # before any check finished
         print(f"semcheck: interrupted ({interrupts.signal_name(e)}) before any check finished", file=sys.stderr)
         return interrupts.exit_code(e)
     except Exception as e:  # a bug in semcheck itself: say so plainly, no traceback dump
+        if _is_baseline_error(e):  # --baseline FILE unreadable (report.baseline, imported when used)
+            print(f"semcheck: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
         if os.environ.get("SEMCHECK_DEBUG"):
             raise
         print(f"semcheck: internal error: {type(e).__name__}: {e}\n"
               "  (set SEMCHECK_DEBUG=1 to see the traceback, and please report it)", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _is_baseline_error(e: Exception) -> bool:
+    baseline = sys.modules.get("semcheck.report.baseline")
+    return baseline is not None and isinstance(e, baseline.BaselineError)
 
 
 def _verify(args) -> int:

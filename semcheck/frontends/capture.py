@@ -567,6 +567,7 @@ def _child(args) -> int:
     started = time.perf_counter()
     import jax
 
+    use_compilation_cache(jax)
     imported = time.perf_counter()
 
     captures: list = []
@@ -614,6 +615,46 @@ def _child(args) -> int:
     watchdog.cancel()
     finish(script_error, where)
     return 0
+
+
+# JAX's persistent compilation cache for the capture child: a script checked again (or
+# another script with the same jitted code) loads the XLA executables it compiled last time
+# instead of compiling them, and so does the eager evaluation of the kernel's data in the
+# lowering (each primitive at each new shape is an XLA compile, tens of ms). JAX keys every
+# entry by the lowered module, the compile options, the backend and the jax/jaxlib versions,
+# and compiles again on a miss or an unreadable entry, so the cache changes no result (it
+# never skips the lowering to MLIR, where the capture hooks run). `SEMCHECK_JAX_CACHE=DIR`
+# moves it, `SEMCHECK_JAX_CACHE=off` turns it off; a script that sets JAX's own
+# `jax_compilation_cache_dir` (or JAX_COMPILATION_CACHE_DIR) keeps its own.
+JAX_CACHE_ENVIRONMENT = "SEMCHECK_JAX_CACHE"
+_JAX_CACHE_MAX_BYTES = 512 << 20  # JAX evicts least recently used entries past this
+
+
+def jax_cache_dir() -> str | None:
+    chosen = os.environ.get(JAX_CACHE_ENVIRONMENT)
+    if chosen is not None:
+        return None if chosen.strip().lower() in ("", "0", "off", "no", "false") else chosen
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "semcheck", "jax")
+
+
+def use_compilation_cache(jax) -> None:
+    folder = jax_cache_dir()
+    if folder is None or jax.config.jax_compilation_cache_dir:
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:  # nowhere to keep it: compile every time, as without the cache
+        return
+    jax.config.update("jax_compilation_cache_dir", folder)
+    # JAX keeps only compiles slower than 1 s by default; the ones here are tens of ms each.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    try:
+        import filelock  # noqa: F401 - JAX needs it to bound the cache's size
+    except ImportError:
+        return
+    jax.config.update("jax_compilation_cache_max_size", _JAX_CACHE_MAX_BYTES)
 
 
 def _settle_callbacks() -> None:
