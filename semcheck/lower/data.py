@@ -407,11 +407,11 @@ _EXACT_KEY_BYTES = 4096  # contents up to this size are part of the key as they 
 def _memo_key(kind: str, array: np.ndarray, transforms, *more: np.ndarray):
     """A hashable key for exactly these inputs, or None when one of them has no exact key
     (then JAX is asked every time)."""
-    import jax
     from jax import tree_util
+    from jax._src import config as jax_config
 
     leaves, tree = tree_util.tree_flatten(list(transforms))
-    parts: list = [kind, tree, bool(jax.config.jax_enable_x64)]  # x64 changes JAX's dtypes
+    parts: list = [kind, tree, bool(jax_config.enable_x64.value)]  # x64 changes JAX's dtypes
     for leaf in (array, *leaves, *more):
         if isinstance(leaf, (np.ndarray, np.generic)):
             if leaf.dtype.hasobject:
