@@ -243,8 +243,14 @@ def run_semcheck(family: str, n: int) -> dict:
     )
     cpu = _children_cpu() - before
     (result,) = json.loads(proc.stdout)["results"]
+    # What any `semcheck` command costs before it checks anything: Python's start and the
+    # CLI's imports (`--version` parses its arguments and stops).
+    before = _children_cpu()
+    subprocess.run([sys.executable, "-m", "semcheck", "--version"], capture_output=True, cwd=ROOT,
+                   env=dict(os.environ, PYTHONPATH=ROOT), check=True)
+    start_up = _children_cpu() - before
     return {"n": n, "verdict": result["verdict"], "cpu": cpu, "states": result["stats"]["states"],
-            "engine": result["engine"]}
+            "engine": result["engine"], "start_up": start_up}
 
 
 def largest_n(family: str, limit: float, start: int = 2, **spin_options) -> tuple[dict, dict | None]:
@@ -294,7 +300,8 @@ def main() -> None:
         ratio = ok["cpu"] / ours["cpu"] if ours["cpu"] else float("inf")
         beyond = f"N={failed['n']}: {failed['verdict']}" if failed else "-"
         rows.append((family, str(ok["n"]), f"{ok['cpu']:.2f} s, {ok['states']:,} states",
-                     f"{ours['cpu']:.2f} s, {ours['states']:,} states, {ours['verdict']} ({ours['engine']})",
+                     f"{ours['cpu']:.2f} s ({ours['start_up']:.2f} start-up), {ours['states']:,} states, "
+                     f"{ours['verdict']} ({ours['engine']})",
                      f"{ratio:.0f}x", beyond, ""))
     options = f"limit {args.limit:g} s, {args.memory} MB" + (", COLLAPSE" if args.collapse else "")
     header = ("family", "largest N", f"SPIN ({options})", "semcheck, same N", "SPIN / semcheck",
