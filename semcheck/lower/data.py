@@ -362,8 +362,9 @@ def _transform_read(array: np.ndarray, transforms) -> np.ndarray | None:
     """`array` seen through `transforms`, by JAX; None when JAX refuses (then the value is
     simply not known: a data read never fails the lowering)."""
     key = _memo_key("read", array, transforms)
-    if key is not None and key in _MEMO:
-        return _MEMO[key]
+    known = _recalled(key)
+    if known is not _NOT_SEEN:
+        return known
     import jax
     from jax._src.state import discharge
 
@@ -378,8 +379,9 @@ def _transform_read(array: np.ndarray, transforms) -> np.ndarray | None:
 def _transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.ndarray | None:
     value = np.asarray(value, array.dtype)
     key = _memo_key("write", array, transforms, value)
-    if key is not None and key in _MEMO:
-        return _MEMO[key]
+    known = _recalled(key)
+    if known is not _NOT_SEEN:
+        return known
     import jax
     from jax._src.state import discharge
 
@@ -436,6 +438,14 @@ def _array_key(a: np.ndarray) -> tuple:
 
         data = hashlib.blake2b(data, digest_size=32).digest()
     return (a.dtype.str, a.shape, data)
+
+
+_NOT_SEEN = object()
+
+
+def _recalled(key):
+    """The answer kept for `key`, or _NOT_SEEN (one lookup: another thread may clear the memo)."""
+    return _NOT_SEEN if key is None else _MEMO.get(key, _NOT_SEEN)
 
 
 def _remember(key, result: np.ndarray | None) -> np.ndarray | None:
