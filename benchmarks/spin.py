@@ -35,12 +35,12 @@ time). "SPIN" includes `spin -a` and gcc, about 2.5 s of every row:
 | family | largest N SPIN verified | SPIN | semcheck, same N (start-up) | ratio | SPIN beyond |
 |---|---|---|---|---|---|
 | ring_allgather | 3 | 3.2 s | 0.46 s (0.3 s), 40 states | 7x | N=4: out of memory (2 GB) after 45 s; with COLLAPSE and 4 GB still running at 58 s |
-| double_buffer | 4 (5-7 not tried before the deadline) | 6.4 s | 0.47 s (0.3 s), 64 states | 14x | N=8: out of memory after 35 s |
-| nondec_poll | 16 (20 was running) | 4.8 s | 0.47 s (0.3 s), 32 states | 10x | N=24, N=32: 60 s CPU limit |
+| double_buffer | 4 (5-7 not tried before the deadline) | 6.4 s | 0.47 s (0.3 s), 64 states | 14x | N=8: out of memory after 35 s; with COLLAPSE and 4 GB, the 60 s limit |
+| nondec_poll | 18 (19 was running) | 14.1 s | 0.47 s (0.3 s), 36 states | 30x | N=20, 24, 32: the 60 s limit |
 
 Where semcheck's time goes at those N: the start-up is 0.3 s (Python's start and the CLI's
 imports: `semcheck --version`), loading the model in its isolated child, the check and the
-report about 0.15 s, the search itself milliseconds (32 to 96 states). The ratio is SPIN's
+report about 0.15 s, the search itself milliseconds (36 to 96 states). The ratio is SPIN's
 time over semcheck's start-up, so a family reaches 100x only where SPIN's largest N costs it
 45 s or more. Ring all-gather and double buffering stop on SPIN's memory first (a few
 seconds of search, then out of 2 GB); for them 100x would need semcheck under 0.03-0.06 s,
