@@ -32,15 +32,18 @@ Measured (`--limit 60`, 2048 MB, Debian spin 6.5.2, load 15-20 on the shared 2-c
 the 120 s table was not run: at this load one 60 s SPIN run takes 10-15 minutes of wall
 time). "SPIN" includes `spin -a` and gcc, about 2.5 s of every row:
 
-| family | largest N SPIN verified | SPIN | semcheck, same N (start-up) | ratio | SPIN beyond |
+| family | largest N SPIN verified | SPIN | semcheck, same N | ratio | SPIN beyond |
 |---|---|---|---|---|---|
-| ring_allgather | 3 | 3.2 s | 0.46 s (0.3 s), 40 states | 7x | N=4: out of memory (2 GB) after 45 s; with COLLAPSE and 4 GB, out of time at 60 s and at 120 s too (114 s CPU) |
-| double_buffer | 4 (5-7 not tried before the deadline) | 6.4 s | 0.47 s (0.3 s), 64 states | 14x | N=8: out of memory after 35 s; with COLLAPSE and 4 GB, the 60 s limit |
-| nondec_poll | 18 (19 was running) | 14.1 s | 0.47 s (0.3 s), 36 states | 30x | N=20, 24, 32: the 60 s limit |
+| ring_allgather | 3 | 3.17 s, 189,267 states | 0.56 s, 40 states | 6x | N=4: out of memory (2 GB) after 45 s; with COLLAPSE and 4 GB, out of time at 60 s and at 120 s too (114 s CPU) |
+| double_buffer | 5 | 7.18 s, 3,082,286 states | 0.53 s, 64 states | 13x | N=6: out of memory; N=8 with COLLAPSE and 4 GB: the 60 s limit |
+| nondec_poll | 19 | 28.83 s, 9,961,458 states | 0.38 s, 38 states | 75x | N=20: the 60 s limit |
+
+(One paired run of this script; semcheck's start-up, `semcheck --version`, measured apart:
+0.25-0.3 s.)
 
 Where semcheck's time goes at those N: the start-up is 0.3 s (Python's start and the CLI's
 imports: `semcheck --version`), loading the model in its isolated child, the check and the
-report about 0.15 s, the search itself milliseconds (36 to 96 states). The ratio is SPIN's
+report about 0.15 s, the search itself milliseconds (38 to 64 states). The ratio is SPIN's
 time over semcheck's start-up, so a family reaches 100x only where SPIN's largest N costs it
 45 s or more. Ring all-gather and double buffering stop on SPIN's memory first (a few
 seconds of search, then out of 2 GB); for them 100x would need semcheck under 0.03-0.06 s,
