@@ -27,6 +27,29 @@ What the two check, and what differs:
 
 Needs `spin` and `gcc` on PATH (`apt-get install -y spin`). Runs take minutes; the machine
 is shared, so keep the limit modest.
+
+Measured (`--limit 60`, 2048 MB, Debian spin 6.5.2, load 15-20 on the shared 2-core machine;
+the 120 s table was not run: at this load one 60 s SPIN run takes 10-15 minutes of wall
+time). "SPIN" includes `spin -a` and gcc, about 2.5 s of every row:
+
+| family | largest N SPIN verified | SPIN | semcheck, same N | ratio | SPIN beyond |
+|---|---|---|---|---|---|
+| ring_allgather | 3 | 3.17 s, 189,267 states | 0.56 s, 40 states | 6x | N=4: out of memory (2 GB) after 45 s; with COLLAPSE and 4 GB, out of time at 60 s and at 120 s too (114 s CPU) |
+| double_buffer | 5 | 7.18 s, 3,082,286 states | 0.53 s, 64 states | 13x | N=6: out of memory; N=8 with COLLAPSE and 4 GB: the 60 s limit |
+| nondec_poll | 19 | 28.83 s, 9,961,458 states | 0.38 s, 38 states | 75x | N=20: the 60 s limit |
+
+(One paired run of this script; semcheck's start-up, `semcheck --version`, measured apart:
+0.25-0.3 s.)
+
+Where semcheck's time goes at those N: the start-up is 0.3 s (Python's start and the CLI's
+imports: `semcheck --version`), loading the model in its isolated child, the check and the
+report about 0.15 s, the search itself milliseconds (38 to 64 states). The ratio is SPIN's
+time over semcheck's start-up, so a family reaches 100x only where SPIN's largest N costs it
+45 s or more. Ring all-gather and double buffering stop on SPIN's memory first (a few
+seconds of search, then out of 2 GB); for them 100x would need semcheck under 0.03-0.06 s,
+below the 0.05 s Python's interpreter alone takes to start; the ring's N is 3 at a 120 s
+limit as well, so its ratio stays about 7x there. The non-decrementing poll stops
+on time, and its ratio grows with the limit (the issue's 128x was measured at 120 s).
 """
 
 from __future__ import annotations
@@ -243,8 +266,14 @@ def run_semcheck(family: str, n: int) -> dict:
     )
     cpu = _children_cpu() - before
     (result,) = json.loads(proc.stdout)["results"]
+    # What any `semcheck` command costs before it checks anything: Python's start and the
+    # CLI's imports (`--version` parses its arguments and stops).
+    before = _children_cpu()
+    subprocess.run([sys.executable, "-m", "semcheck", "--version"], capture_output=True, cwd=ROOT,
+                   env=dict(os.environ, PYTHONPATH=ROOT), check=True)
+    start_up = _children_cpu() - before
     return {"n": n, "verdict": result["verdict"], "cpu": cpu, "states": result["stats"]["states"],
-            "engine": result["engine"]}
+            "engine": result["engine"], "start_up": start_up}
 
 
 def largest_n(family: str, limit: float, start: int = 2, **spin_options) -> tuple[dict, dict | None]:
@@ -294,7 +323,8 @@ def main() -> None:
         ratio = ok["cpu"] / ours["cpu"] if ours["cpu"] else float("inf")
         beyond = f"N={failed['n']}: {failed['verdict']}" if failed else "-"
         rows.append((family, str(ok["n"]), f"{ok['cpu']:.2f} s, {ok['states']:,} states",
-                     f"{ours['cpu']:.2f} s, {ours['states']:,} states, {ours['verdict']} ({ours['engine']})",
+                     f"{ours['cpu']:.2f} s ({ours['start_up']:.2f} start-up), {ours['states']:,} states, "
+                     f"{ours['verdict']} ({ours['engine']})",
                      f"{ratio:.0f}x", beyond, ""))
     options = f"limit {args.limit:g} s, {args.memory} MB" + (", COLLAPSE" if args.collapse else "")
     header = ("family", "largest N", f"SPIN ({options})", "semcheck, same N", "SPIN / semcheck",

@@ -29,8 +29,6 @@ from semcheck.frontends import discover
 from semcheck.frontends.discovery import summarize
 from semcheck.kinds import DESCRIPTIONS
 from semcheck.report import FORMATS
-from semcheck.report.baseline import BaselineError
-from semcheck.sweep_ray import RayUnavailable
 from semcheck.result import EXIT_CODES, worst
 
 EXIT_USAGE = 2
@@ -163,18 +161,34 @@ def main(argv: list[str] | None = None) -> int:
         with interrupts.terminating_raises():
             cli_options.check_all(args)
             return _verify(args)
-    except (AssumptionError, BaselineError, RayUnavailable, cli_options.UsageError) as e:
+    except (AssumptionError, cli_options.UsageError) as e:
         print(f"semcheck: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as e:  # before any check finished
         print(f"semcheck: interrupted ({interrupts.signal_name(e)}) before any check finished", file=sys.stderr)
         return interrupts.exit_code(e)
     except Exception as e:  # a bug in semcheck itself: say so plainly, no traceback dump
+        if _is_lazy_usage_error(e):  # --baseline unreadable, --executor ray without Ray
+            print(f"semcheck: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
         if os.environ.get("SEMCHECK_DEBUG"):
             raise
         print(f"semcheck: internal error: {type(e).__name__}: {e}\n"
               "  (set SEMCHECK_DEBUG=1 to see the traceback, and please report it)", file=sys.stderr)
         return EXIT_USAGE
+
+
+# Usage errors of modules the CLI imports only when an option asks for them (the baseline
+# reader, the Ray executor): a module not imported cannot have raised its error.
+_LAZY_USAGE_ERRORS = (("semcheck.report.baseline", "BaselineError"), ("semcheck.sweep_ray", "RayUnavailable"))
+
+
+def _is_lazy_usage_error(e: Exception) -> bool:
+    for module, name in _LAZY_USAGE_ERRORS:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(e, getattr(loaded, name)):
+            return True
+    return False
 
 
 def _verify(args) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import enum
 import os
 import traceback
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -166,7 +165,8 @@ def iterate(tasks: list[Task], *, jobs: int = 1, executor: Executor = Executor.L
 
 
 def _run_in_processes(tasks: list[Task], jobs: int, on_done) -> list[TaskOutcome]:
-    from concurrent.futures import as_completed
+    # The pool's modules (multiprocessing, sockets) are imported only when a sweep uses one.
+    from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
     context = _process_context()

@@ -37,6 +37,10 @@ def test_checking_a_safe_model_imports_no_heavy_dependency():
     )
     assert not _top_level(modules) & set(HEAVY), sorted(_top_level(modules) & set(HEAVY))
     assert "semcheck.engines.z3.engine" not in modules and "semcheck.frontends.capture" not in modules
+    # A check in this process needs no worker pool and no --baseline reader.
+    lazy = {"multiprocessing", "concurrent.futures.process", "semcheck.report.baseline", "semcheck.report.sarif",
+            "semcheck.sweep_ray"}
+    assert not lazy & modules, sorted(lazy & modules)
 
 
 def test_z3_is_imported_when_z3_is_asked_for():
@@ -62,3 +66,57 @@ def test_the_capture_side_imports_no_engine_and_no_report():
     )
     assert not {m for m in modules if m.startswith(("semcheck.engines", "semcheck.report", "semcheck.api"))}
     assert not _top_level(modules) & {"z3", "networkx", "graphviz"}
+
+
+def test_a_baseline_that_cannot_be_read_is_still_a_usage_error(tmp_path):
+    """The baseline reader is imported when --baseline is given; its error stays exit 2."""
+    from semcheck import cli
+
+    bad = tmp_path / "baseline.json"
+    bad.write_text("not json")
+    assert cli.main(["verify", model("ring_allgather"), "--devices", "2", "-q", "--baseline", str(bad)]) == 2
+
+
+def test_the_capture_child_keeps_jax_compiles_where_semcheck_jax_cache_says(tmp_path, monkeypatch):
+    from semcheck.frontends import capture
+
+    class Config:
+        jax_compilation_cache_dir = None
+
+        def __init__(self):
+            self.updates = {}
+
+        def update(self, name, value):
+            self.updates[name] = value
+
+    class FakeJax:
+        config = Config()
+
+    monkeypatch.setenv("SEMCHECK_JAX_CACHE", str(tmp_path / "jax"))
+    capture.use_compilation_cache(FakeJax)
+    assert FakeJax.config.updates["jax_compilation_cache_dir"] == str(tmp_path / "jax")
+    assert FakeJax.config.updates["jax_persistent_cache_min_compile_time_secs"] == 0.0
+    assert (tmp_path / "jax").is_dir()
+
+    FakeJax.config = Config()
+    monkeypatch.setenv("SEMCHECK_JAX_CACHE", "off")
+    capture.use_compilation_cache(FakeJax)
+    assert FakeJax.config.updates == {}
+
+    FakeJax.config = Config()
+    FakeJax.config.jax_compilation_cache_dir = "/the/scripts/own"  # the script's choice stands
+    monkeypatch.delenv("SEMCHECK_JAX_CACHE")
+    capture.use_compilation_cache(FakeJax)
+    assert FakeJax.config.updates == {}
+
+
+def test_ray_missing_is_still_a_usage_error(monkeypatch, capsys):
+    """The Ray executor is imported when --executor ray is given; its error stays exit 2."""
+    from semcheck import cli, sweep_ray
+
+    def no_ray(*args, **kwargs):
+        raise sweep_ray.RayUnavailable("--executor ray needs Ray: pip install 'semcheck[ray]'")
+
+    monkeypatch.setattr(sweep_ray, "run", no_ray)
+    assert cli.main(["verify", model("ring_allgather"), "--devices", "2,4", "-q", "--executor", "ray"]) == 2
+    assert "needs Ray" in capsys.readouterr().err

@@ -80,6 +80,7 @@ class CaptureOutcome:
     script_error_loc: ir.Loc | None = None  # the script's own line that failed, if known
     devices: int = 0  # devices the process had
     seconds: dict[str, float] = field(default_factory=dict)  # "jax import", "script", "lowering"
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  # the same phases in CPU seconds
     assumptions: list = field(default_factory=list)  # the script's semcheck.assume calls
     timed_out: bool = False  # the script was stopped at the time it was given
 
@@ -564,10 +565,11 @@ def _child(args) -> int:
     import time
 
     os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS", ""), args.devices)
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     import jax
 
-    imported = time.perf_counter()
+    use_compilation_cache(jax)
+    imported, imported_cpu = time.perf_counter(), time.process_time()
 
     captures: list = []
     outcome = CaptureOutcome()
@@ -585,7 +587,7 @@ def _child(args) -> int:
             outcome.captured = len(captures)
             outcome.script_error, outcome.script_error_loc = script_error, where
             outcome.devices = jax.device_count()
-            ran = time.perf_counter()
+            ran, ran_cpu = time.perf_counter(), time.process_time()
             _settle_callbacks()
             outcome.protocols, outcome.errors = lower_captures(
                 list(captures), assumed=[a.name for a in script_assumptions] + list(args.assumed))
@@ -594,6 +596,11 @@ def _child(args) -> int:
                 "jax import": imported - started,
                 "script": ran - imported,
                 "lowering": time.perf_counter() - ran,
+            }
+            outcome.cpu_seconds = {
+                "jax import": imported_cpu - started_cpu,
+                "script": ran_cpu - imported_cpu,
+                "lowering": time.process_time() - ran_cpu,
             }
             with open(args.output, "wb") as f:
                 pickle.dump(outcome, f)
@@ -614,6 +621,46 @@ def _child(args) -> int:
     watchdog.cancel()
     finish(script_error, where)
     return 0
+
+
+# JAX's persistent compilation cache for the capture child: a script checked again (or
+# another script with the same jitted code) loads the XLA executables it compiled last time
+# instead of compiling them, and so does the eager evaluation of the kernel's data in the
+# lowering (each primitive at each new shape is an XLA compile, tens of ms). JAX keys every
+# entry by the lowered module, the compile options, the backend and the jax/jaxlib versions,
+# and compiles again on a miss or an unreadable entry, so the cache changes no result (it
+# never skips the lowering to MLIR, where the capture hooks run). `SEMCHECK_JAX_CACHE=DIR`
+# moves it, `SEMCHECK_JAX_CACHE=off` turns it off; a script that sets JAX's own
+# `jax_compilation_cache_dir` (or JAX_COMPILATION_CACHE_DIR) keeps its own.
+JAX_CACHE_ENVIRONMENT = "SEMCHECK_JAX_CACHE"
+_JAX_CACHE_MAX_BYTES = 512 << 20  # JAX evicts least recently used entries past this
+
+
+def jax_cache_dir() -> str | None:
+    chosen = os.environ.get(JAX_CACHE_ENVIRONMENT)
+    if chosen is not None:
+        return None if chosen.strip().lower() in ("", "0", "off", "no", "false") else chosen
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "semcheck", "jax")
+
+
+def use_compilation_cache(jax) -> None:
+    folder = jax_cache_dir()
+    if folder is None or jax.config.jax_compilation_cache_dir:
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:  # nowhere to keep it: compile every time, as without the cache
+        return
+    jax.config.update("jax_compilation_cache_dir", folder)
+    # JAX keeps only compiles slower than 1 s by default; the ones here are tens of ms each.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    try:
+        import filelock  # noqa: F401 - JAX needs it to bound the cache's size
+    except ImportError:
+        return
+    jax.config.update("jax_compilation_cache_max_size", _JAX_CACHE_MAX_BYTES)
 
 
 def _settle_callbacks() -> None:
