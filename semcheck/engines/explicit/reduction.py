@@ -58,8 +58,18 @@ class _Context:
     def __init__(self, ind: Independence, state: State, enabled: list[Action]):
         self.ind, self.state = ind, state
         self.system = ind.system
-        self.enabled = set(enabled)
+        self._enabled_list = enabled
+        self._enabled: set[Action] | None = None
         self._blocked: dict[int, tuple | None] = {}
+
+    @property
+    def enabled(self) -> set[Action]:
+        """The enabled actions as a set, built on first use: the isolation test, which
+        decides most states, never asks (hashing every pending completion costs what the
+        number of devices does)."""
+        if self._enabled is None:
+            self._enabled = set(self._enabled_list)
+        return self._enabled
 
     def _active(self, t: int) -> bool:
         return 0 <= self.state.pcs[t] < len(self.system.bodies[t])
@@ -98,6 +108,8 @@ class _Context:
                     found[("t", t)] = None
                     if first:
                         return list(found)
+            if not ind.completions_may_clash(r, xa, ya):
+                continue
             for other, xb, yb in ind.pending_on(self.state.events, r):
                 if other != action and other not in found and other not in members and (xa & yb or xb & ya):
                     found[other] = None
