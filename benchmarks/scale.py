@@ -87,6 +87,10 @@ same buffer only. State counts are identical.
     N=128 search alone                            -               23.3 s (load 18)
     N=128 whole process, --engine explicit        -               32.6 s (load 18)
     N=128 whole process, default (auto)           -               39.2 s, 658 MB (load 17)
+    N=256 whole process, default (auto)           -               no verdict: the wall-clock
+                                                                  budget (~300 s) ran out at
+                                                                  load 21 after 65.6 CPU s,
+                                                                  peak 1.0 GB
 
 At 128 the default engine lets z3 join the running search (auto.py's side-by-side race):
 its encoding adds about 7 CPU s and 300 MB before the search decides. Main at 4d077ea was
