@@ -112,6 +112,34 @@ counting cannot answer; auto used to drop that Result, run the search alone for 
 start and then encode z3 again beside it. The probe's violation now stands once the search
 is past its head start. Still open: a probe that answers nothing costs most of the wheel's
 check at 32 devices (46 of 54 s) and of `allreduce_ring.py` at 16 x2.
+
+The ring again (issue 12, branch ring-scale, second round), before (main 4d077ea) and
+after, CPU seconds at load 9-21 on the 2 cores (`time.process_time` for the search alone:
+System built from the model, `explore` with symmetry; `/usr/bin/time -v` user time for
+the whole process, default engine). The not-isolated copy starts are gone: `cut` also tries,
+per still thread, the first wait it has yet to feed, so every state's first enabled thread
+is isolated (at 32 devices: 4,108 failed isolation tests before, none after). Then the
+per-state work that walked every pending completion (about one per device in flight):
+completions looked up only where one could conflict, pending additions by bisection, an
+isolated thread decided before the completions are listed, races against copies on the
+same buffer only. State counts are identical.
+
+    check (ring_allgather model)                  before          after
+    N=64 search alone                             11.3 s          4.1 s
+    N=64 whole process                            12.7 s (load 4) 6.3 s (load 12-15)
+    N=64 peak memory                              97 MB           96 MB
+    N=128 search alone                            -               23.3 s (load 18)
+    N=128 whole process, --engine explicit        -               32.6 s (load 18)
+    N=128 whole process, default (auto)           -               39.2 s, 658 MB (load 17)
+    N=256 whole process, default (auto)           -               no verdict: the wall-clock
+                                                                  budget (~300 s) ran out at
+                                                                  load 21 after 65.6 CPU s,
+                                                                  peak 1.0 GB
+
+At 128 the default engine lets z3 join the running search (auto.py's side-by-side race):
+its encoding adds about 7 CPU s and 300 MB before the search decides. Main at 4d077ea was
+about twice as slow as the first round's "after" (64: 12.7 s against 6.3 s) with the
+same states; which merge since cost that was not looked into.
 """
 
 from __future__ import annotations

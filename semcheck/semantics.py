@@ -807,7 +807,9 @@ class System:
         already knows them), then each distinct pending completion."""
         threads = self.movable_threads(state) if movable is None else movable
         actions: list[Action] = [("t", t) for t in threads]
-        actions.extend(("e", e) for e in _distinct(state.events))
+        events = state.events
+        if events:  # sorted: a completion equal to the one before it is the same actor
+            actions.extend([("e", e) for e, before in zip(events, (None, *events)) if e != before])
         return actions
 
     def step(self, state: State, action: Action) -> State:
@@ -916,8 +918,11 @@ def _races(system: "System", state: State, t: int, accesses: list[Access]) -> li
     """Hazards for every pending copy access that conflicts with one of `accesses`."""
     found = []
     pc = state.pcs[t]
+    buffers = {access.buffer for access in accesses}
     for event in _distinct(state.events):
         for pending in event.accesses:
+            if pending.buffer not in buffers:  # most copies in flight move other buffers
+                continue
             for access in accesses:
                 if (pending.write or access.write) and overlap(pending, access):
                     found.append(Hazard(

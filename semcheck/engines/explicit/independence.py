@@ -18,7 +18,9 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from semcheck import ir
-from semcheck.footprints import Channels, ThreadTable, channels, clash
+from semcheck.footprints import (
+    X_DEC, X_INC, X_WRITE, Y_CHANGE, Y_NEAR, Y_WAITER, Channels, ThreadTable, channels, clash,
+)
 from semcheck.semantics import (
     DATA_RACE, PLAIN_RACE, RECV, SEND, Action, Event, State, System, _looping_pcs, event_footprint,
 )
@@ -37,6 +39,7 @@ class Independence:
         self.touchers: dict[int, tuple[int, ...]] = {r: tuple(ts) for r, ts in touchers.items()}
         self._event_channels: dict[Event, Channels] = {}
         self._copies_on = self._copy_index()
+        self._copy_written = self._copy_destinations()
         self._pending_events: tuple[Event, ...] | None = None
         self._pending: dict[int, list[tuple[Action, int, int]]] = {}
         self._sums_state: State | None = None
@@ -44,6 +47,7 @@ class Independence:
         self._additions_events: tuple[Event, ...] | None = None
         self._additions_by_sem: dict[int, list[tuple[Action, int]]] = {}
         self._stops = self._guard_stops()
+        self._feeds_cache: dict[tuple[int, int], tuple[list[float], bool]] = {}
         self._counted_waits, self._decrements, self._additions = self._counting_tables()
         # thread -> adder thread / semaphore -> sorted indices into the thread's counted
         # waits that the adder may add to / that wait on the semaphore
@@ -91,11 +95,17 @@ class Independence:
     def pending_additions(self, events: tuple[Event, ...], sid: int) -> list[tuple[Action, int]]:
         """(completion action, what it adds) of each distinct pending completion adding a
         positive amount to semaphore `sid` (identical completions are one actor: their
-        amounts add up). One pass over a state's events indexes them all by semaphore:
-        the counting cut asks about many semaphores per state, each with few completions."""
+        amounts add up). They are found as `pending_on` finds completions, by bisection
+        for the copy starts that may add to `sid`, so a query costs what those few
+        completions cost, not what every pending completion does; the answers for the
+        last `events` seen are kept."""
         if events is not self._additions_events:
-            self._additions_events, self._additions_by_sem = events, _additions_by_sem(events)
-        return self._additions_by_sem.get(sid, [])
+            self._additions_events, self._additions_by_sem = events, {}
+        found = self._additions_by_sem.get(sid)
+        if found is None:
+            copies = self._copies_on.get(sid) if events else None
+            found = self._additions_by_sem[sid] = _additions_to(events, sid, copies) if copies else []
+        return found
 
     def _scan_pending(self, events: tuple[Event, ...], r: int, copies):
         for starts, ranges in copies:
@@ -114,6 +124,22 @@ class Independence:
                     found = self.event_channels(e).get(r)
                     if found is not None:
                         yield ("e", e), found[0], found[1]
+
+    def completions_may_clash(self, r: int, x: int, y: int) -> bool:
+        """Whether some pending completion could conflict with (x, y) on resource r, by
+        what any completion can do there (`semantics.event_footprint`): on a semaphore add
+        (or, by a negative size, take); on a buffer cell write it only if some copy's
+        destination may be that cell, else read or overlap it; on a lifecycle cell only
+        read, so only an entry's or exit's write conflicts there. The pending
+        completions need not be looked up when none could."""
+        base = self.system.cell_base
+        if r < base:
+            cx, cy = X_INC | X_DEC, Y_CHANGE | Y_WAITER
+        elif self.system.is_buffer_cell(r - base):
+            cx, cy = (X_WRITE if r in self._copy_written else 0), Y_NEAR
+        else:
+            cx, cy = 0, Y_NEAR
+        return bool(x & cy or cx & y)
 
     def guard_stops(self, t: int, event: Event) -> tuple[int, ...] | None:
         """Sorted pcs of thread t's waits that only `event`'s completion can satisfy."""
@@ -149,12 +175,79 @@ class Independence:
                 if found is not None:
                     lo = bisect_left(found, k)
                     chosen.update(found[lo:lo + limit])
-        for j in sorted(chosen)[:limit]:
+        tried = sorted(chosen)[:limit]
+        for j in tried:
+            stop, sid, need, adders = entries[j]
+            reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop)
+            if reachable is not None and reachable < need:
+                return stop
+        # None of those: the waits a still thread has yet to feed (it adds to their
+        # semaphore from its pc on). A thread far behind a neighbour that feeds it waits at
+        # many steps its neighbour already fed, which can all pass; the first it has not
+        # fed is where standing still keeps it (a ring device running ahead of its right
+        # neighbour). Trying these only after the first ones keeps every cut found before.
+        fed = self._first_unfed(t, k, state.pcs, still, set(tried), limit)
+        for j in fed:
             stop, sid, need, adders = entries[j]
             reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop)
             if reachable is not None and reachable < need:
                 return stop
         return None
+
+    def _first_unfed(self, t: int, k: int, pcs: tuple[int, ...], still, tried: set[int], limit: int) -> list[int]:
+        """Sorted indices (from k on, at most `limit`, none in `tried`) into t's counted
+        waits: per thread a in `still`, the first wait on a semaphore a still adds to from
+        its pc on (`_feeds`: per (t, a), the last pc at which a adds to each candidate's
+        semaphore, so the first is a bisection where those pcs grow along t's waits)."""
+        index = self._waits_by_adder[t]
+        found: set[int] = set()
+        for a in (still if len(still) <= len(index) else [a for a in index if a in still]):
+            listed = index.get(a)
+            if listed is None:
+                continue
+            at = pcs[a]
+            if at < 0:
+                continue  # a thread that ended adds nothing
+            lo = bisect_left(listed, k)
+            if lo == len(listed):
+                continue
+            last, ordered = self._feeds(t, a)
+            if ordered:
+                i = max(lo, bisect_left(last, at))
+            else:
+                i = lo
+                while i < len(listed) and last[i] < at:
+                    i += 1
+            if i < len(listed) and listed[i] not in tried:
+                found.add(listed[i])
+        return sorted(found)[:limit]
+
+    def _feeds(self, t: int, a: int) -> tuple[list[float], bool]:
+        """For thread t's counted waits that thread a may add to (`_waits_by_adder[t][a]`),
+        the last pc at which a adds a positive amount to each one's semaphore (infinity:
+        unbounded or unknown amounts), and whether those pcs never decrease."""
+        key = (t, a)
+        found = self._feeds_cache.get(key)
+        if found is None:
+            entries = self._counted_waits[t]
+            last: list[float] = []
+            for j in self._waits_by_adder[t][a]:
+                additions = self._additions.get((a, entries[j][1]))
+                if additions is None:
+                    last.append(-1.0)
+                elif additions is _UNBOUNDED:
+                    last.append(float("inf"))
+                else:
+                    add_pcs, suffix = additions
+                    # the last pc whose addition is positive: suffix sums drop there
+                    at = -1.0
+                    for m in range(len(add_pcs) - 1, -1, -1):
+                        if suffix[m] != suffix[m + 1]:
+                            at = float(add_pcs[m])
+                            break
+                    last.append(at)
+            found = self._feeds_cache[key] = (last, all(x <= y for x, y in zip(last, last[1:])))
+        return found
 
     def _most_reachable(self, state: State, sid: int, adders, still, still_events, t: int, pc: int, stop: int) -> int | None:
         taken = self._taken_before(t, sid, pc, stop)
@@ -338,6 +431,24 @@ class Independence:
         )
         return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
 
+    def _copy_destinations(self) -> frozenset[int]:
+        """Resources (cells) a copy's completion may write: its destination's cells. A
+        destination known only at run time names its buffer's "anywhere" cell, and its
+        completion then writes whichever cell the region turns out to be: every cell
+        overlapping the anywhere cell counts. Every other cell a completion touches it
+        only reads or overlaps."""
+        system = self.system
+        anywhere = set(system._anywhere.values())
+        written: set[int] = set()
+        for t, body in enumerate(system.bodies):
+            for pc, instr in enumerate(body):
+                if isinstance(instr, ir.DmaStart):
+                    for c in system.footprints[t][pc].mwrite:
+                        written.add(c)
+                        if c in anywhere:
+                            written |= system.near_of((c,))
+        return frozenset(system.cell_base + c for c in written)
+
     def _copy_index(self) -> dict[int, tuple[tuple[frozenset[int], tuple[tuple[int, ...], ...]], ...]]:
         """resource -> (start pcs, event prefixes to bisect for) per (side, issuer) of the
         copies whose completions may touch it (a few starts one by one, many by their
@@ -424,19 +535,27 @@ class _ReachableSums:
     by_completion: dict[Action, int]
 
 
-def _additions_by_sem(events: tuple[Event, ...]) -> dict[int, list[tuple[Action, int]]]:
-    """Semaphore -> (completion action, amount) per distinct pending completion adding a
-    positive amount to it; `events` is sorted, so identical completions are adjacent."""
-    found: dict[int, list[tuple[Action, int]]] = {}
-    k, n = 0, len(events)
-    while k < n:
-        e = events[k]
-        run = 1
-        while k + run < n and events[k + run] == e:
-            run += 1
-        k += run
-        if e.inc > 0:
-            found.setdefault(e.sem, []).append((("e", e), e.inc * run))
+def _additions_to(events: tuple[Event, ...], sid: int, copies) -> list[tuple[Action, int]]:
+    """(completion action, amount) per distinct pending completion adding a positive
+    amount to `sid`, among the completions of the copy starts `copies` names
+    (`Independence._copies_on[sid]`: every copy that may add to it). `events` is sorted,
+    so each prefix's completions are one run and identical completions are adjacent."""
+    found: list[tuple[Action, int]] = []
+    n = len(events)
+    for starts, ranges in copies:
+        for prefix in ranges:
+            width = len(prefix)
+            k = bisect_left(events, prefix)
+            while k < n:
+                e = events[k]
+                if e[:width] != prefix:
+                    break
+                run = 1
+                while k + run < n and events[k + run] == e:
+                    run += 1
+                k += run
+                if e.sem == sid and e.inc > 0 and e.start_pc in starts:
+                    found.append((("e", e), e.inc * run))
     return found
 
 

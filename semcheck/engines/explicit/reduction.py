@@ -24,12 +24,32 @@ from semcheck.footprints import X_INC, Channels
 from semcheck.semantics import Action, State
 
 
-def stubborn_subset(ind: Independence, state: State, enabled: list[Action]) -> list[Action]:
-    """The enabled actions of a smallest stubborn set found from any enabled seed."""
+def isolated_thread(ind: Independence, state: State, ready: tuple[int, ...]) -> list[Action] | None:
+    """What `stubborn_subset` returns when it is a thread's action found isolated, without
+    listing the pending completions (what costs as much as the number of devices): the
+    enabled actions list the threads that can move first, so the first isolated thread is
+    what it would choose; a single thread with nothing pending is all there is to choose.
+    None: no thread is isolated, so the whole list is needed."""
+    if not ready:
+        return None
+    if len(ready) == 1 and not state.events:
+        return [("t", ready[0])]
+    ctx = _Context(ind, state, None)
+    for t in ready:
+        if ctx.isolated(("t", t)):
+            return [("t", t)]
+    return None
+
+
+def stubborn_subset(ind: Independence, state: State, enabled: list[Action], threads_tried: bool = False) -> list[Action]:
+    """The enabled actions of a smallest stubborn set found from any enabled seed. With
+    `threads_tried`, the caller has found no thread's action isolated (`isolated_thread`)."""
     if len(enabled) <= 1:
         return enabled
     ctx = _Context(ind, state, enabled)
     for seed in enabled:  # most actions conflict with nothing: a stubborn set of their own
+        if threads_tried and seed[0] == "t":
+            continue
         if ctx.isolated(seed):
             return [seed]
     best: list[Action] = enabled
@@ -55,11 +75,22 @@ class _Context:
     pending completions on them, so its cost does not grow with the threads that cannot
     interfere."""
 
-    def __init__(self, ind: Independence, state: State, enabled: list[Action]):
+    def __init__(self, ind: Independence, state: State, enabled: list[Action] | None):
         self.ind, self.state = ind, state
         self.system = ind.system
-        self.enabled = set(enabled)
+        self._enabled_list = enabled
+        self._enabled: set[Action] | None = None
         self._blocked: dict[int, tuple | None] = {}
+
+    @property
+    def enabled(self) -> set[Action]:
+        """The enabled actions as a set, built on first use: the isolation test, which
+        decides most states, never asks (hashing every pending completion costs what the
+        number of devices does)."""
+        if self._enabled is None:
+            assert self._enabled_list is not None, "isolation alone needs no enabled set"
+            self._enabled = set(self._enabled_list)
+        return self._enabled
 
     def _active(self, t: int) -> bool:
         return 0 <= self.state.pcs[t] < len(self.system.bodies[t])
@@ -98,6 +129,8 @@ class _Context:
                     found[("t", t)] = None
                     if first:
                         return list(found)
+            if not ind.completions_may_clash(r, xa, ya):
+                continue
             for other, xb, yb in ind.pending_on(self.state.events, r):
                 if other != action and other not in found and other not in members and (xa & yb or xb & ya):
                     found[other] = None

@@ -21,7 +21,7 @@ from semcheck.engines.explicit import endless
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.engines.explicit.independence import Independence
-from semcheck.engines.explicit.reduction import stubborn_subset
+from semcheck.engines.explicit.reduction import isolated_thread, stubborn_subset
 from semcheck.engines.explicit.store import StateStore
 from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
 from semcheck.semantics import Action, System
@@ -116,7 +116,13 @@ def explore(
             ready = movable.pop(i, None)
             if ready is None:
                 ready = system.movable_threads(state)
-            enabled = system.enabled(state, ready)
+            # most states have a thread whose action is a stubborn set of its own: then
+            # the pending completions need not be listed
+            chosen = isolated_thread(ind, state, ready) if reduce else None
+            if chosen is not None:
+                enabled = chosen
+            else:
+                enabled = system.enabled(state, ready)
             if not enabled:
                 ended.add(i)
                 found.ends.add(end_kind(system, state))
@@ -124,7 +130,8 @@ def explore(
                 if stop_at_first and found.has_errors:
                     break
                 continue
-            chosen = stubborn_subset(ind, state, enabled) if reduce else enabled
+            if chosen is None:
+                chosen = stubborn_subset(ind, state, enabled, threads_tried=True) if reduce else enabled
             asleep = sleep[i]
             done: list = []
             for action in chosen:
