@@ -66,3 +66,26 @@ def test_only_memory_that_several_threads_access_directly_is_compared():
     assert system.buffer_instances[bid].decl.name == "hbm" and sharers == (0, 1)
     assert list(system.plain_racing_pairs()) == []  # both only read it, at disjoint rows
     assert check_protocol(p.build(), engine="explicit").verdict.value == "safe"
+
+
+def test_two_plain_races_sharing_a_line_are_both_found_by_the_agreement_helper():
+    """A case hypothesis found: device 2 stores into the device an input names, device 1 into
+    device 2 and device 0 into itself, so line 11 races with line 10 (input 2) and with line
+    6 (input 3). The default explicit search stops watching line 11 after the first report;
+    the agreement helper must see that a second plain pair was possible and search again."""
+    from tests.agreement import assert_engines_agree
+
+    loc = lambda line: ir.Loc("random.py", line)  # noqa: E731
+    mem = ir.Region("mem", (0,), (1,))
+    threads = (
+        ir.Thread(0, 0, (ir.Store(loc(6), mem),)),
+        ir.Thread(1, 0, (ir.Store(loc(10), mem, device=2),)),
+        ir.Thread(2, 0, (ir.Store(loc(11), mem, device=ir.BinOp("mod", ir.Reg("n"), 3)),)),
+    )
+    protocol = ir.Protocol(
+        name="two_pairs", backend=ir.Backend.GPU, devices=3, cores=1, threads=threads,
+        buffers=(ir.BufferDecl("mem", (3, 4), 4, "any", Scope.CORE, ir.Loc("random.py", 1)),),
+        inputs=(ir.Input("n", 1, 3, loc(1)),), loc=loc(1),
+    )
+    by_search, _by_solver = assert_engines_agree(protocol)
+    assert {key[1] for key in by_search.findings} == {frozenset((loc(10), loc(11))), frozenset((loc(6), loc(11)))}
