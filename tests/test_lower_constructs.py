@@ -275,8 +275,12 @@ def test_a_chained_view_after_a_data_dependent_start_keeps_its_offset():
     [p] = protocols(_call(kernel, [pltpu.SMEM((1,), jnp.int32), DMA_SEM]), mesh((2,)))
     [start] = instrs(p, ir.DmaStart, 0)
     assert (start.dst.start, start.dst.size) == ((0, 0), (8, 128))
-    [race] = [v for v in check_protocol(p).errors if v.kind == "data_race"]
+    assert start.dst.widened and "dim 0" in start.dst.widened
+    result = check_protocol(p)
+    # whether it races depends on idx, which semcheck cannot follow: a warning, no verdict
+    [race] = [v for v in result.warnings if v.kind == "data_race"]
     assert race.location.line == line_of(HERE, "# <- races if idx")
+    assert "may be one no run reaches" in race.message and result.verdict.value == "inconclusive"
 
 
 def test_chained_strided_views_compose_starts_and_strides():
