@@ -28,15 +28,14 @@ def raced_data_buffers(protocol: ir.Protocol, result: Result) -> list[str]:
     fed = {b for use in protocol.data_uses for b in use.buffers}
     if not fed:
         return []
+    regions = _regions_by_line(protocol)
     raced: set[str] = set()
     for violation in result.violations:
         if violation.kind != DATA_RACE:
             continue
-        lines = {(loc.file, loc.line) for loc in [violation.location, *violation.related] if loc is not None}
-        for thread in protocol.threads:
-            for instr in thread.body:
-                if (instr.loc.file, instr.loc.line) in lines:
-                    raced |= {r.buffer for r in _regions(instr)} & fed
+        for loc in [violation.location, *violation.related]:
+            if loc is not None:
+                raced |= {r.buffer for r in regions.get((loc.file, loc.line), [])} & fed
     return sorted(raced)
 
 

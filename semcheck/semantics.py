@@ -807,9 +807,8 @@ class System:
         already knows them), then each distinct pending completion."""
         threads = self.movable_threads(state) if movable is None else movable
         actions: list[Action] = [("t", t) for t in threads]
-        events = state.events
-        if events:  # sorted: a completion equal to the one before it is the same actor
-            actions.extend([("e", e) for e, before in zip(events, (None, *events)) if e != before])
+        if state.events:
+            actions.extend([("e", e) for e in _distinct(state.events)])
         return actions
 
     def step(self, state: State, action: Action) -> State:
@@ -864,12 +863,10 @@ def _lazy_product(ranges: list[range]):
             yield (head, *tail)
 
 
-def _distinct(events: tuple[Event, ...]):
-    previous = None
-    for e in events:
-        if e != previous:
-            yield e
-        previous = e
+def _distinct(events: tuple[Event, ...]) -> list[Event]:
+    """The pending completions once each (they are sorted: one equal to the one before it
+    is the same actor)."""
+    return [e for e, before in zip(events, (None, *events)) if e != before]
 
 
 def _complete(system: "System", state: State, event: Event) -> State:
