@@ -246,6 +246,8 @@ def _verify(args) -> int:
         code = _draw(results, args.graph)
         if code and not interrupted:
             return code
+    if judgements is not None:
+        _list_mismatches(full, judgements)
     if interrupted is not None:
         print(f"semcheck: interrupted ({interrupts.signal_name(interrupted)}): the report holds the "
               f"{len(results)} check(s) that finished", file=sys.stderr)
@@ -255,6 +257,19 @@ def _verify(args) -> int:
     if judgements is not None:
         return EXIT_CODES[worst(gate.judged_verdict(f, r, j) for f, r, j in zip(full, results, judgements))]
     return EXIT_CODES[worst(r.verdict for r in results)]
+
+
+def _list_mismatches(results: list, judgements: list) -> None:
+    """The checks not as declared, last on stderr: a CI log that keeps only its tail still
+    says which checks failed the gate and why."""
+    missed = [(r, j) for r, j in zip(results, judgements) if not j.matched]
+    if not missed:
+        return
+    print(f"semcheck: {len(missed)} check(s) not as declared:", file=sys.stderr)
+    for result, judgement in missed:
+        why = result.exhausted or result.unjustified or (result.error or "").split("\n")[0]
+        print(f"  {result.file} {result.kernel} at {result.devices} devices: {judgement.reason}"
+              + (f" ({why})" if why else ""), file=sys.stderr)
 
 
 def _warn_about_empty_folders(paths: list[str]) -> None:

@@ -194,11 +194,25 @@ def test_models_exit_1_raw_and_0_with_expectations(capsys):
 def test_an_undeclared_bug_fails_the_gate_with_its_full_report(tmp_path, capsys):
     write(tmp_path, "declared.py", "# semcheck: expect unsatisfied_wait")
     write(tmp_path, "undeclared.py")
-    code, out, _ = run(capsys, str(tmp_path), "--devices", "2", "--expectations")
+    code, out, err = run(capsys, str(tmp_path), "--devices", "2", "--expectations")
     assert code == 1
     assert "UNEXPECTED: expected safe, found unsatisfied_wait" in out
     assert "p.thread(0).wait(token, 1)" in out  # the full report, with the source line
     assert "1 as expected, 1 unexpected" in out
+    # last on stderr, for a CI log that keeps only its tail
+    assert err.splitlines()[-2:] == [
+        "semcheck: 1 check(s) not as declared:",
+        f"  {tmp_path / 'undeclared.py'} lonely_wait at 2 devices: expected safe, found unsatisfied_wait",
+    ]
+
+
+def test_the_gate_says_last_why_a_check_was_inconclusive(capsys):
+    ring = os.path.join(MODELS, "ring_allgather.py")
+    code, _, err = run(capsys, ring, "--devices", "8", "--expectations", "--max-states", "5")
+    assert code == 3
+    last = err.splitlines()[-1]
+    assert last.startswith(f"  {ring} ring_allgather at 8 devices: expected safe, but the check ended "
+                           "inconclusive (") and "5" in last, last
 
 
 def test_json_says_what_was_expected_only_when_judged(tmp_path, capsys):

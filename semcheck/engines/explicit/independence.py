@@ -1,7 +1,8 @@
 """Which actions commute: the explicit engine's independence bookkeeping over a `System`.
 
-The System is immutable; what changes during a search lives here: the source lines no
-longer watched for data races (`silence`). Everything is indexed by resource (semaphore
+The System is immutable; what changes during a search lives here: the pairs of source
+lines whose race is reported (`report`), and the lines none of whose races is left to find
+(`silence`). Everything is indexed by resource (semaphore
 instance or memory cell, `footprints.channels`), so a query costs what the few threads and
 completions touching that resource cost, however many devices the protocol has:
 
@@ -30,6 +31,8 @@ class Independence:
     def __init__(self, system: System):
         self.system = system
         self.silenced: set[ir.Loc] = set()
+        self.reported_pairs: set[frozenset[ir.Loc]] = set()
+        self._pairs_by_loc: dict[ir.Loc, frozenset[frozenset[ir.Loc]]] | None = None
         self.tables: list[ThreadTable] = list(system.tables)
         touchers: dict[int, list[int]] = {}
         for t, table in enumerate(self.tables):
@@ -394,16 +397,44 @@ class Independence:
             return False
         return not clash(self.own(state, a), self.own(state, b))
 
-    # -- silencing reported race lines --
+    # -- suppressing reported racing pairs --
 
     def watched(self, t: int, pc: int) -> bool:
+        """Whether this instruction's line can still be in a race not yet reported."""
         return self.system.bodies[t][pc].loc not in self.silenced
 
+    def report(self, loc: ir.Loc | None, other: ir.Loc | None) -> bool:
+        """The engine reported a data race between these two lines: later races between
+        the same two lines are dropped (`normalize`), and a line every one of whose possible
+        racing pairs is reported is no longer watched at all (`silence`). A line that may
+        still race with a line not yet reported stays watched, so a second pair sharing a
+        line with the first is still found."""
+        pair = frozenset(loc_ for loc_ in (loc, other) if loc_ is not None)
+        if not pair or pair in self.reported_pairs:
+            return False
+        self.reported_pairs.add(pair)
+        possible = self._possible_pairs()
+        self.silence(*(loc_ for loc_ in pair if possible.get(loc_, frozenset()) <= self.reported_pairs))
+        return True
+
+    def _possible_pairs(self) -> dict[ir.Loc, frozenset[frozenset[ir.Loc]]]:
+        """line -> every pair of lines it may race in (`System.racing_pairs` and
+        `System.plain_racing_pairs`, a superset of what any schedule reports)."""
+        if self._pairs_by_loc is None:
+            bodies = self.system.bodies
+            by_loc: dict[ir.Loc, set[frozenset[ir.Loc]]] = {}
+            for t, pc, u, upc in (*self.system.racing_pairs(), *self.system.plain_racing_pairs()):
+                pair = frozenset((bodies[t][pc].loc, bodies[u][upc].loc))
+                for loc in pair:
+                    by_loc.setdefault(loc, set()).add(pair)
+            self._pairs_by_loc = {loc: frozenset(pairs) for loc, pairs in by_loc.items()}
+        return self._pairs_by_loc
+
     def silence(self, *locs: ir.Loc | None) -> bool:
-        """Stop watching these source lines for data races (the engine does once it has
-        reported a race there): their accesses no longer record races and no longer order
-        the search. Everything else stays exact, since the dependencies that remain are
-        still a superset of what the other properties need."""
+        """Stop watching these source lines for data races: their accesses no longer record
+        races and no longer order the search. Sound only for a line all of whose racing
+        pairs are reported (`report`); everything else stays exact, since the dependencies
+        that remain are still a superset of what the other properties need."""
         new = {loc for loc in locs if loc is not None} - self.silenced
         if not new:
             return False
@@ -422,12 +453,15 @@ class Independence:
         return True
 
     def normalize(self, state: State) -> State:
-        """Drop races recorded at lines that are no longer watched."""
-        if not self.silenced or not state.hazards:
+        """Drop races recorded between two lines whose race is already reported."""
+        if not self.reported_pairs or not state.hazards:
             return state
+        bodies = self.system.bodies
         kept = tuple(
             h for h in state.hazards
-            if h.kind not in (DATA_RACE, PLAIN_RACE) or (self.watched(h.thread, h.pc) and self.watched(h.other_thread, h.other_pc))
+            if h.kind not in (DATA_RACE, PLAIN_RACE)
+            or frozenset((bodies[h.thread][h.pc].loc, bodies[h.other_thread][h.other_pc].loc))
+            not in self.reported_pairs
         )
         return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
 

@@ -40,9 +40,10 @@ def explore(
     symmetry: bool | None = None,
 ) -> Exploration:
     """Explore every schedule (up to the reduction). Once a data race is reported between
-    two lines, those lines are no longer watched (`Independence.silence`, this search's own
-    state: the System is never changed): one report per pair of
-    lines, without paying for every other schedule in which the same two lines race.
+    two lines, later races of that pair are dropped, and a line all of whose possible
+    pairs are reported is no longer watched (`Independence.report`, this search's own
+    state: the System is never changed): one report per pair of lines, without paying for
+    every other schedule in which the same two lines race.
     With that default, states also drop every hazard as soon as its finding is recorded:
     hazards never change what happens next, and carrying them would only tell apart states
     that differ in which devices have already been reported (2^N of them for N devices).
@@ -106,7 +107,7 @@ def explore(
                 root, actions = path_to(i)
                 found.add(finding, states[root], actions if then is None else actions + [then])
                 if finding.kind is Kind.DATA_RACE and silence_reported_races:
-                    ind.silence(finding.loc, finding.other)
+                    ind.report(finding.loc, finding.other)
 
     try:
         while queue:
@@ -207,7 +208,7 @@ def explore(
 
 def _replay(system: System, ind: Independence, initial, actions, silence_reported_races: bool):
     """The states along `actions` from `initial`, stepped as the search steps (races at
-    silenced lines dropped, recorded hazards trimmed), each with the findings its
+    reported pairs dropped, recorded hazards trimmed), each with the findings its
     transition saw."""
     state = initial
     for action in actions:
