@@ -134,3 +134,12 @@ def test_the_gate_script_validates_files(documents, tmp_path, capsys):
     assert sarif_schema.main([str(good)]) == 0
     assert sarif_schema.main([str(bad)]) == 1
     assert "INVALID" in capsys.readouterr().out
+
+
+def test_the_tests_sharing_the_documents_run_on_one_worker(request, documents):
+    """Under xdist's loadgroup (pyproject.toml), tests/conftest.py groups a module's tests
+    that share a module fixture, so `documents` (seconds of checking) is built once. A
+    pytest that xdist cannot group with (9.2, see pyproject.toml) fails this instead of
+    silently building it once per worker."""
+    if getattr(request.config, "workerinput", None) is not None and request.config.getvalue("loadgroup"):
+        assert request.node.nodeid.endswith("@test_sarif"), request.node.nodeid

@@ -30,7 +30,7 @@ Threads, not processes: the z3 solver releases the GIL while it solves, so the t
 really run side by side on two cores for the part of z3's work that usually costs most,
 nothing is pickled, and stopping either is a flag. The price: while z3 encodes (Python) the
 two share the GIL, so the search slows down for that while; the head start is long enough
-(50,000 states, or 60 CPU seconds for a search whose states are slow) that checks the search finishes in a few seconds never pay it (the wheel's
+(50,000 states, or 10 CPU seconds for a search whose states are slow) that checks the search finishes in a few seconds never pay it (the wheel's
 TPU all_gather at 8 devices stores 28,511).
 
 The Result names the engine that decided (`Result.engine`), its stats count the work of
@@ -58,7 +58,10 @@ PROBE_INSTRUCTIONS = range(1_000, 8_001)
 # z3 joins an explicit search that has stored HEAD_START_STATES states, or run for
 # HEAD_START CPU seconds (a search whose every state is slow): the first of the two.
 HEAD_START_STATES = 50_000
-HEAD_START = 60.0
+# 10, not more: a search whose states cost milliseconds (many copies in flight: the fused
+# MoE kernels at 8 devices) seldom ends, and each second it runs alone is a second z3's
+# answer comes later (moe_expert_pipeline_shared_send at 8: 72 CPU s with 60, 31 with 10).
+HEAD_START = 10.0
 STOP_POLL = 0.25  # seconds between reminders to an engine that was told to stop
 
 EngineFn = Callable[..., Result]

@@ -419,11 +419,7 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None,
     path = os.path.abspath(path)
     with tempfile.TemporaryDirectory(prefix="semcheck-") as tmp:
         output = os.path.join(tmp, "capture.pickle")
-        env = dict(os.environ)
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
-        env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
-        env.setdefault("JAX_PLATFORMS", "cpu")
+        env = child_environment(devices)
         command = [sys.executable, "-c", _CHILD, "--devices", str(devices),
                    "--output", output, "--timeout", str(timeout)]
         command += [f"--assumed={name}" for name in assumed]
@@ -482,6 +478,17 @@ def _last_words(stderr_path: str) -> str:
     if not lines or lines[-1].startswith((" ", "Traceback")):
         return ""
     return f"; its last words: {lines[-1][:200]}"
+
+
+def child_environment(devices: int) -> dict[str, str]:
+    """The environment the capture child runs in: this one, with semcheck importable, the
+    device count set and JAX on the CPU unless told otherwise."""
+    env = dict(os.environ)
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    return env
 
 
 def with_device_count(flags: str, devices: int) -> str:

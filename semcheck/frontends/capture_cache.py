@@ -6,8 +6,8 @@ checks every example from several modules, serially and from `-j N` workers, wou
 run each script many times. The key is everything the capture child can see that may change
 what it records: the script's path, the text of every `.py` file in its folder (a script may
 import a sibling), the device count, and the environment's SEMCHECK_*, XLA_* and JAX_*
-variables. Only a capture given the full default time is kept: an outcome cut short by a
-smaller budget depends on the machine's speed. A lock per key makes a second process that
+variables (but those that only bound or report the check, `_UNSEEN`). Only a capture that
+finished is kept: an outcome cut short by its time depends on the machine's speed. A lock per key makes a second process that
 wants the same capture wait for the first instead of running the script again.
 
 Meant for suites over files that do not change while they run; the folder is the caller's to
@@ -22,22 +22,33 @@ import pickle
 
 ENVIRONMENT = "SEMCHECK_CAPTURE_CACHE"
 _SEEN_PREFIXES = ("SEMCHECK_", "XLA_", "JAX_")
+# What bounds or reports the check, never what the capture child records: a test session
+# (SEMCHECK_TIMEOUT out of reach) and a CI gate after it (the default budget) share captures.
+_UNSEEN = frozenset({
+    ENVIRONMENT, "SEMCHECK_TIMEOUT", "SEMCHECK_MAX_STATES", "SEMCHECK_MAX_MEMORY_MB",
+    "SEMCHECK_SARIF_SCHEMA", "SEMCHECK_JAX_CACHE",
+})
 
 
 def capture(path: str, devices: int, *, timeout: float | None = None, assumed: tuple[str, ...] = ()):
     """`capture.capture_script(path, devices, timeout=timeout, assumed=assumed)`, from the
-    cache when one is set (keyed by the assumed names too: they change what is captured)."""
+    cache when one is set (keyed by the assumed names too: they change what is captured).
+
+    A kept capture is one that finished (it was not stopped at its time); it serves a
+    caller whose time is at least what that capture took, since with that much time the
+    script would have finished too."""
     from semcheck.frontends import capture as capturing
 
     folder = os.environ.get(ENVIRONMENT)
-    full_time = timeout is None or timeout >= capturing.DEFAULT_TIMEOUT
-    if not folder or not full_time:
+    if not folder:
         return capturing.capture_script(path, devices, timeout=timeout, assumed=assumed)
     key = os.path.join(folder, _key(os.path.abspath(path), devices, assumed))
     with _locked(key + ".lock"):
         if os.path.exists(key + ".pickle"):
             with open(key + ".pickle", "rb") as f:
-                return pickle.load(f)
+                kept = pickle.load(f)
+            if timeout is None or timeout >= sum(kept.seconds.values()):
+                return kept
         outcome = capturing.capture_script(path, devices, timeout=timeout, assumed=assumed)
         if not outcome.timed_out:
             partial = f"{key}.{os.getpid()}.tmp"
@@ -56,9 +67,12 @@ def _key(path: str, devices: int, assumed: tuple[str, ...] = ()) -> str:
         digest.update(name.encode() + b"\0")
         with open(os.path.join(folder, name), "rb") as f:
             digest.update(hashlib.sha256(f.read()).digest())
-    for name in sorted(os.environ):
-        if name.startswith(_SEEN_PREFIXES) and name != ENVIRONMENT:
-            digest.update(f"{name}={os.environ[name]}".encode() + b"\0")
+    from semcheck.frontends.capture import child_environment
+
+    env = child_environment(devices)  # as the child sees it: a parent's device count is replaced
+    for name in sorted(env):
+        if name.startswith(_SEEN_PREFIXES) and name not in _UNSEEN:
+            digest.update(f"{name}={env[name]}".encode() + b"\0")
     return digest.hexdigest()
 
 
