@@ -88,6 +88,23 @@ def test_a_zero_byte_copy_on_a_regular_semaphore_adds_its_one_at_the_start():
     assert after.events == () and tuple(after.sems) == (1,)
 
 
+def test_a_zero_byte_copy_reads_as_complete_at_once_in_the_trace():
+    """Its trace step names no completion to come; a REGULAR semaphore's 1 is added at once."""
+    from semcheck.trace import build
+
+    for sem_kind, said in ((DMA, "signals nothing"), (None, "adds flag@d0 +1")):
+        p = _builder()
+        flag = p.semaphore("flag", sem_kind) if sem_kind else p.semaphore("flag")
+        buf = p.buffer("buf", (8, 128))
+        t = p.thread(0)
+        t.dma_start(buf.region(0, size=(0, 128)), buf.region(4, size=(0, 128)), recv_sem=flag, nbytes=0)
+        system = System(p.build())
+        [start] = system.initial_states()
+        [step] = build(system, start, [("t", 0)])
+        text = step.text
+        assert text.endswith(f"(zero bytes: complete at once, {said})"), text
+
+
 # --- kernels ------------------------------------------------------------------------------------
 
 
