@@ -371,3 +371,28 @@ def test_allocations_take_the_kernel_body_parameter_names():
     assert {"x_ref", "o_ref", "done"} <= names
     assert not any("refs[" in n for n in names)
 
+
+
+@pytest.mark.parametrize("rows", [4, 8])
+def test_a_view_across_tiled_dims_is_widened_and_its_race_uncertain_unless_it_fills_them(rows):
+    """A TilingTransform stores the logical (8, 128) tile as (1, 4, 8, 32); rows 0:4 of
+    the logical view span two allocation dims, kept whole, so the early read's race may be
+    one no run reaches (a warning, inconclusive). All 8 rows fill those dims: certain."""
+    def kernel(x_ref, o_ref, tile, barrier):
+        plgpu.copy_gmem_to_smem(x_ref, tile, barrier)
+        o_ref[0:rows] = tile[0:rows]
+        plgpu.barrier_wait(barrier)
+
+    scratch = [plgpu.SMEM((8, 128), jnp.float32, transforms=(plgpu.TilingTransform((8, 32)),)), plgpu.Barrier()]
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=scratch))
+    [load] = [i for i in body(p) if isinstance(i, ir.Load)]
+    assert (load.region.start, load.region.size) == ((0, 0, 0, 0), (1, 4, 8, 32))
+    result = check_protocol(p)
+    if rows == 4:
+        assert load.region.widened and "along dims 0, 2" in load.region.widened
+        assert result.verdict.value == "inconclusive"
+        assert [(v.kind, v.severity) for v in result.violations] == [("data_race", "warning")]
+    else:
+        assert load.region.widened is None
+        assert result.verdict.value == "violation"
+        assert [(v.kind, v.severity) for v in result.violations] == [("data_race", "error")]

@@ -70,9 +70,18 @@ def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tup
     sizes = list(ref.shape)
     groups = [[d] for d in range(rank)]  # the allocation dims behind each view dim
 
-    def widen(dims):
+    widened: list[str] = []  # why some dim is taken whole though the view may not fill it
+    loc = t.loc(eqn)
+
+    def whole(why: str) -> tuple[ir.Region, ir.Operand | None]:
+        return ir.Region(ref.alloc, (0,) * rank, tuple(ref.shape),
+                         widened=f"{what} at {loc} is {why}, taken as all of {ref.alloc}"), device
+
+    def widen(dims, fills: bool):
         for d in dims:
             starts[d], sizes[d] = 0, ref.shape[d]
+        if not fills:
+            widened.append(f"dims {', '.join(map(str, dims))}" if len(dims) > 1 else f"dim {dims[0]}")
 
     for transform in transforms:
         if isinstance(transform, NDIndexer):
@@ -89,22 +98,25 @@ def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tup
                     starts[d] = sym_op("add", starts[d], start)
                     sizes[d] = 1 if sliced is None else ((size - 1) * sliced.stride + 1 if size else 0)
                 else:
-                    widen(dims)
+                    extent = math.prod(ref.shape[d] for d in dims)
+                    widen(dims, fills=bool(sliced is not None and isinstance(start, int) and start == 0
+                                            and size == extent and sliced.stride == 1))
                 if sliced is not None:
                     kept.append(dims)
             groups = kept + groups[len(transform.indices):]
         elif isinstance(transform, gpu_core.UntilingTransform):
             r = len(transform.tiling)
             if len(groups) < 2 * r:
-                return ir.Region(ref.alloc, (0,) * rank, tuple(ref.shape)), device
+                return whole("an untiling semcheck cannot follow")
             groups = groups[:-2 * r] + [groups[-2 * r + i] + groups[-r + i] for i in range(r)]
         elif isinstance(transform, gpu_core.UnswizzleRef):
             continue
         elif isinstance(transform, gpu_core.PeerMemRef):
             continue  # the device, found above
         else:
-            return ir.Region(ref.alloc, (0,) * rank, tuple(ref.shape)), device
-    return ir.Region(ref.alloc, tuple(starts), tuple(sizes)), device
+            return whole(f"a view through {type(transform).__name__}")
+    why = f"{what} at {loc} is taken as all of {ref.alloc} along {', '.join(widened)}" if widened else None
+    return ir.Region(ref.alloc, tuple(starts), tuple(sizes), widened=why), device
 
 
 def _peer_device(t: GpuThreadLowering, eqn, ref: RefValue, transform, what: str) -> ir.Operand:
