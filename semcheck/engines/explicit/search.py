@@ -24,7 +24,7 @@ from semcheck.engines.explicit.independence import Independence
 from semcheck.engines.explicit.reduction import isolated_thread, stubborn_subset
 from semcheck.engines.explicit.store import StateStore
 from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
-from semcheck.semantics import Action, System
+from semcheck.semantics import Action, System, without_gc
 
 NAME = "explicit"
 
@@ -55,6 +55,13 @@ def explore(
     again. The state stored is the one reached, so every path is a path of the system; the
     images of each finding under the group are added at the end by replaying the image of
     its path (docs/search.md, "Symmetry")."""
+    with without_gc():  # the search's tables and states hold no cycles (`without_gc`)
+        return _explore(system, reduce=reduce, budget=budget, progress=progress, stop_at_first=stop_at_first,
+                        silence_reported_races=silence_reported_races, symmetry=symmetry)
+
+
+def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: ProgressFn | None,
+             stop_at_first: bool, silence_reported_races: bool, symmetry: bool | None) -> Exploration:
     monitor = Monitor(budget or Budget.from_env(), progress)
     found = Exploration(system)
     ind = Independence(system)
