@@ -21,7 +21,7 @@ from semcheck.engines.explicit import endless
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.engines.explicit.independence import Independence
-from semcheck.engines.explicit.reduction import isolated_thread, stubborn_subset
+from semcheck.engines.explicit.reduction import isolated_action, stubborn_subset
 from semcheck.engines.explicit.store import StateStore
 from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
 from semcheck.semantics import Action, System, without_gc
@@ -125,8 +125,8 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
             if ready is None:
                 ready = system.movable_threads(state)
             # most states have a thread whose action is a stubborn set of its own: then
-            # the pending completions need not be listed
-            chosen = isolated_thread(ind, state, ready) if reduce else None
+            # the pending completions need not be listed as actions
+            chosen = isolated_action(ind, state, ready) if reduce else None
             if chosen is not None:
                 enabled = chosen
             else:
@@ -139,7 +139,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                     break
                 continue
             if chosen is None:
-                chosen = stubborn_subset(ind, state, enabled, threads_tried=True) if reduce else enabled
+                chosen = stubborn_subset(ind, state, enabled, isolated_tried=True) if reduce else enabled
             asleep = sleep[i]
             done: list = []
             for action in chosen:
