@@ -159,7 +159,8 @@ def head_start_scale(system: System) -> float:
     search is about to finish (ring_allgather at 128 devices stored 81,665 states, and
     z3 joined at 50,000 only to be stopped)."""
     length = schedule_length(system)
-    return 1.0 if length is None else max(1.0, length / HEAD_START_STATES)
+    # a path of that many steps has one state more: the initial one
+    return 1.0 if length is None else max(1.0, (length + 1) / HEAD_START_STATES)
 
 
 class _Entrant:
