@@ -159,8 +159,9 @@ def head_start_scale(system: System) -> float:
     search is about to finish (ring_allgather at 128 devices stored 81,665 states, and
     z3 joined at 50,000 only to be stopped)."""
     length = schedule_length(system)
-    # a path of that many steps has one state more: the initial one
-    return 1.0 if length is None else max(1.0, (length + 1) / HEAD_START_STATES)
+    # a path of that many steps stores one state more (the initial one); z3 joins only a
+    # search that has stored more than that (`Milestone` is reached at its count)
+    return 1.0 if length is None else max(1.0, (length + 2) / HEAD_START_STATES)
 
 
 class _Entrant:
@@ -189,7 +190,7 @@ def _side_by_side(
     once the search is past its head start."""
     started = time.monotonic()
     scale = head_start_scale(system)
-    milestone = Milestone(int(HEAD_START_STATES * scale))
+    milestone = Milestone(math.ceil(HEAD_START_STATES * scale))
     by_search = _Entrant("explicit", replace(budget, milestone=milestone))
     by_solver = _Entrant("z3", budget)
     search_done = threading.Event()
