@@ -31,7 +31,9 @@ really run side by side on two cores for the part of z3's work that usually cost
 nothing is pickled, and stopping either is a flag. The price: while z3 encodes (Python) the
 two share the GIL, so the search slows down for that while; the head start is long enough
 (50,000 states, or 10 CPU seconds for a search whose states are slow) that checks the search finishes in a few seconds never pay it (the wheel's
-TPU all_gather at 8 devices stores 28,511).
+TPU all_gather at 8 devices stores 28,511). On a straight-line protocol longer than that, the
+head start is as long as one schedule (`head_start_scale`): a search kept to one path
+stores one state per step.
 
 The Result names the engine that decided (`Result.engine`), its stats count the work of
 every engine that ran (states from the explicit one, queries from z3), `Result.runs` has
@@ -47,6 +49,7 @@ from dataclasses import replace
 from typing import Callable
 
 from semcheck.engines.budget import Budget, Milestone, ProgressFn, StopSignal
+from semcheck import ir
 from semcheck.ir import Protocol
 from semcheck.result import EngineRun, Result, Stats, Verdict
 from semcheck.semantics import System
@@ -141,6 +144,29 @@ def _counting_probe(system: System, budget: Budget, progress: ProgressFn | None,
     return result, None
 
 
+def schedule_length(system: System) -> int | None:
+    """The most steps one complete schedule of a straight-line protocol can take: every
+    instruction once, and each copy's two completions (None with a jump: loops repeat)."""
+    if any(isinstance(instr, (ir.Branch, ir.Jump)) for body in system.bodies for instr in body):
+        return None
+    copies = sum(isinstance(instr, ir.DmaStart) for body in system.bodies for instr in body)
+    return instruction_count(system) + 2 * copies
+
+
+def head_start_scale(system: System) -> float:
+    """How much longer than `HEAD_START_STATES` / `HEAD_START` the search runs alone: at
+    least as long as one schedule of the protocol. A search the reduction keeps to one
+    path (the ring all-gather: 5 N^2 states at N devices, one per step) stores about one
+    state per step, and z3's encoding of such a protocol is as big as the protocol: joined
+    earlier, it encodes (in Python, sharing the GIL with the search) a protocol the
+    search is about to finish (ring_allgather at 128 devices stored 81,665 states, and
+    z3 joined at 50,000 only to be stopped)."""
+    length = schedule_length(system)
+    # a path of that many steps stores one state more (the initial one); z3 joins only a
+    # search that has stored more than that (`Milestone` is reached at its count)
+    return 1.0 if length is None else max(1.0, (length + 2) / HEAD_START_STATES)
+
+
 class _Entrant:
     """One engine's run in the race: its stop signal, its Result and when it came."""
 
@@ -166,7 +192,8 @@ def _side_by_side(
     """`probed`: `z3` hands back the counting probe's Result (a violation), which stands
     once the search is past its head start."""
     started = time.monotonic()
-    milestone = Milestone(HEAD_START_STATES)
+    scale = head_start_scale(system)
+    milestone = Milestone(math.ceil(HEAD_START_STATES * scale))
     by_search = _Entrant("explicit", replace(budget, milestone=milestone))
     by_solver = _Entrant("z3", budget)
     search_done = threading.Event()
@@ -176,7 +203,7 @@ def _side_by_side(
     def solve() -> None:
         # CPU seconds of this process (only the search runs meanwhile), so that a loaded
         # machine does not start z3 sooner than an idle one would.
-        head_start_ends = time.process_time() + HEAD_START
+        head_start_ends = time.process_time() + HEAD_START * scale
         while not milestone.reached.wait(min(STOP_POLL, max(0.0, head_start_ends - time.process_time()))):
             if search_done.is_set():
                 return  # the search ended within its head start: its Result stands

@@ -41,13 +41,34 @@ def isolated_thread(ind: Independence, state: State, ready: tuple[int, ...]) -> 
     return None
 
 
-def stubborn_subset(ind: Independence, state: State, enabled: list[Action], threads_tried: bool = False) -> list[Action]:
+def isolated_action(ind: Independence, state: State, ready: tuple[int, ...]) -> list[Action] | None:
+    """As `isolated_thread`, then the first pending completion found isolated, in the
+    order `System.enabled` lists them (threads, then distinct completions): what
+    `stubborn_subset` would choose, without listing every completion as an action first
+    (a ring has about one in flight per device). None: no enabled action is isolated."""
+    chosen = isolated_thread(ind, state, ready)
+    if chosen is not None or not state.events:
+        return chosen
+    ctx = _Context(ind, state, None)
+    previous = None
+    for event in state.events:  # sorted: identical completions are adjacent, one actor
+        if event == previous:
+            continue
+        previous = event
+        if ctx.isolated(("e", event)):
+            return [("e", event)]
+    return None
+
+
+def stubborn_subset(ind: Independence, state: State, enabled: list[Action], threads_tried: bool = False,
+                    isolated_tried: bool = False) -> list[Action]:
     """The enabled actions of a smallest stubborn set found from any enabled seed. With
-    `threads_tried`, the caller has found no thread's action isolated (`isolated_thread`)."""
+    `threads_tried`, the caller has found no thread's action isolated (`isolated_thread`);
+    with `isolated_tried`, no action at all (`isolated_action`)."""
     if len(enabled) <= 1:
         return enabled
     ctx = _Context(ind, state, enabled)
-    for seed in enabled:  # most actions conflict with nothing: a stubborn set of their own
+    for seed in () if isolated_tried else enabled:  # most actions conflict with nothing: a stubborn set of their own
         if threads_tried and seed[0] == "t":
             continue
         if ctx.isolated(seed):

@@ -21,10 +21,10 @@ from semcheck.engines.explicit import endless
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.engines.explicit.independence import Independence
-from semcheck.engines.explicit.reduction import isolated_thread, stubborn_subset
+from semcheck.engines.explicit.reduction import isolated_action, stubborn_subset
 from semcheck.engines.explicit.store import StateStore
 from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
-from semcheck.semantics import Action, System
+from semcheck.semantics import Action, System, without_gc
 
 NAME = "explicit"
 
@@ -55,6 +55,13 @@ def explore(
     again. The state stored is the one reached, so every path is a path of the system; the
     images of each finding under the group are added at the end by replaying the image of
     its path (docs/search.md, "Symmetry")."""
+    with without_gc():  # the search's tables and states hold no cycles (`without_gc`)
+        return _explore(system, reduce=reduce, budget=budget, progress=progress, stop_at_first=stop_at_first,
+                        silence_reported_races=silence_reported_races, symmetry=symmetry)
+
+
+def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: ProgressFn | None,
+             stop_at_first: bool, silence_reported_races: bool, symmetry: bool | None) -> Exploration:
     monitor = Monitor(budget or Budget.from_env(), progress)
     found = Exploration(system)
     ind = Independence(system)
@@ -118,8 +125,8 @@ def explore(
             if ready is None:
                 ready = system.movable_threads(state)
             # most states have a thread whose action is a stubborn set of its own: then
-            # the pending completions need not be listed
-            chosen = isolated_thread(ind, state, ready) if reduce else None
+            # the pending completions need not be listed as actions
+            chosen = isolated_action(ind, state, ready) if reduce else None
             if chosen is not None:
                 enabled = chosen
             else:
@@ -132,7 +139,7 @@ def explore(
                     break
                 continue
             if chosen is None:
-                chosen = stubborn_subset(ind, state, enabled, threads_tried=True) if reduce else enabled
+                chosen = stubborn_subset(ind, state, enabled, isolated_tried=True) if reduce else enabled
             asleep = sleep[i]
             done: list = []
             for action in chosen:

@@ -2,11 +2,17 @@
 
 A state's program counters and registers are one Python int per thread (a pointer each, 8
 bytes, in a tuple built anew by every step); here they are kept as machine arrays: 2 bytes
-per program counter, 8 per register value. Counts and pending completions are already
-sparse and stay as they are. Packing is exact, not hash compaction: a packed state unpacks
-to an equal state, and two states share a position only if they are equal, so nothing is
-omitted (no collision argument is needed). A value that does not fit its array (a
-register past 64 bits, a program longer than 32,000 instructions) keeps its tuple.
+per program counter, 8 per register value. The non-zero semaphore counts are one array
+of (id, count) pairs, and the pending completions one array of small ids: each distinct
+`Event` is numbered once, the first time the store sees it, and unpacking gives back that
+first object. A ring of N devices has about N completions in flight in every state, so
+hashing them as a tuple of tuples cost what N deep hashes cost, twice per state (looking
+up, then inserting), where hashing bytes costs next to nothing; and a key made only of
+bytes is no object the garbage collector has to visit again and again as the store grows.
+Packing is exact, not hash compaction: a packed state unpacks to an equal state, and two
+states share a position only if they are equal, so nothing is omitted (no collision
+argument is needed). A value that does not fit its array (a register or a count past 64
+bits, a program longer than 32,000 instructions) keeps its tuple.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 from array import array
 from itertools import chain
 
-from semcheck.semantics import State, System
+from semcheck.semantics import Counts, Event, State, System
 
 
 class StateStore:
@@ -26,16 +32,58 @@ class StateStore:
         self._pc_code = "h" if longest < 32_000 else "q"
         self._sizes = tuple(len(r) for r in system.registers)
         self._no_registers = tuple(() for _ in self._sizes)
+        self._sem_count = len(system.instances)
         self._index: dict[tuple, int] = {}
         self._packed: list[tuple] = []
+        # id -> the first Event object seen with that value; looked up by value, and by
+        # identity for those very objects (alive in `_events` for good, so an id() names
+        # one of them only): the events of an unpacked state are these objects, and a
+        # step keeps all but the one or two it changes, so most are found by identity
+        self._events: list[Event] = []
+        self._event_by_value: dict[Event, int] = {}
+        self._event_by_identity: dict[int, int] = {}
+        # the last events tuple packed or unpacked, with its ids: a successor by a step
+        # that moves no completion shares its state's tuple (kept alive here, so its id()
+        # is not reused meanwhile)
+        self._last_events: tuple[Event, ...] = ()
+        self._last_ids = b""
 
     def pack(self, state: State) -> tuple:
         pcs = _ints(self._pc_code, state.pcs)
         regs = _ints("q", chain.from_iterable(state.regs)) if any(self._sizes) else b""
-        return (pcs, regs, *state[2:])
+        sems = _ints("q", chain.from_iterable(state.sems.items)) if state.sems.items else b""
+        return (pcs, regs, sems, self._event_ids(state.events), *state[4:])
+
+    def _event_ids(self, events: tuple[Event, ...]) -> bytes:
+        if not events:
+            return b""
+        if events is self._last_events:  # a step that left the completions as they were
+            return self._last_ids
+        self._last_events, self._last_ids = events, self._event_ids_of(events)
+        return self._last_ids
+
+    def _event_ids_of(self, events: tuple[Event, ...]) -> bytes:
+        # the objects seen before by identity (no hashing of events at all); only the
+        # few a step created are looked up by value
+        ids: list = list(map(self._event_by_identity.get, map(id, events)))
+        k = _find_none(ids, 0)
+        while k >= 0:
+            ids[k] = self._event_id(events[k])
+            k = _find_none(ids, k + 1)
+        return array("I", ids).tobytes()
+
+    def _event_id(self, event: Event) -> int:
+        found = self._event_by_identity.get(id(event))
+        if found is None:
+            found = self._event_by_value.get(event)
+            if found is None:
+                found = self._event_by_value[event] = len(self._events)
+                self._events.append(event)
+                self._event_by_identity[id(event)] = found
+        return found
 
     def unpack(self, packed: tuple) -> State:
-        pcs, regs = packed[0], packed[1]
+        pcs, regs, sems, events = packed[0], packed[1], packed[2], packed[3]
         if isinstance(pcs, bytes):
             values = array(self._pc_code)
             values.frombytes(pcs)
@@ -56,7 +104,22 @@ class StateStore:
                 rebuilt.append(tuple(flat[at:at + size]))
                 at += size
             regs = tuple(rebuilt)
-        return State(pcs, regs, *packed[2:])
+        if isinstance(sems, bytes):
+            values = array("q")
+            values.frombytes(sems)
+            pairs = iter(values.tolist())
+            sems = Counts(self._sem_count, tuple(zip(pairs, pairs)))
+        elif not isinstance(sems, Counts):  # a count past 64 bits: kept as a tuple
+            pairs = iter(sems)
+            sems = Counts(self._sem_count, tuple(zip(pairs, pairs)))
+        if events:
+            ids = array("I")
+            ids.frombytes(events)
+            events = tuple(map(self._events.__getitem__, ids))
+            self._last_events, self._last_ids = events, packed[3]
+        else:
+            events = ()
+        return State(pcs, regs, sems, events, *packed[4:])
 
     def find(self, key: tuple) -> int | None:
         """The position of a packed key, if stored."""
@@ -87,3 +150,11 @@ def _ints(code: str, values) -> bytes | tuple:
         return array(code, values).tobytes()
     except OverflowError:
         return values
+
+
+def _find_none(values: list, start: int) -> int:
+    """The index of the first None from `start` on, or -1 (a scan in C)."""
+    try:
+        return values.index(None, start)
+    except ValueError:
+        return -1
