@@ -378,10 +378,10 @@ def test_a_view_across_tiled_dims_is_widened_and_its_race_uncertain_unless_it_fi
     """A TilingTransform stores the logical (8, 128) tile as (1, 4, 8, 32); rows 0:4 of
     the logical view span two allocation dims, kept whole, so the early read's race may be
     one no run reaches (a warning, inconclusive). All 8 rows fill those dims: certain."""
-    def kernel(x_ref, o_ref, tile, barrier):
-        plgpu.copy_gmem_to_smem(x_ref, tile, barrier)
-        o_ref[0:rows] = tile[0:rows]
-        plgpu.barrier_wait(barrier)
+    def kernel(x_ref, o_ref, tiled, landed):
+        plgpu.copy_gmem_to_smem(x_ref, tiled, landed)
+        o_ref[0:rows] = tiled[0:rows]
+        plgpu.barrier_wait(landed)
 
     scratch = [plgpu.SMEM((8, 128), jnp.float32, transforms=(plgpu.TilingTransform((8, 32)),)), plgpu.Barrier()]
     p = protocol(gpu_call(kernel, grid=(1,), scratch=scratch))

@@ -53,7 +53,7 @@ def warp_kernel(x_ref, o_ref):
                 for step in range(STEPS):
                     slot = step % SLOTS
                     plgpu.barrier_wait(loaded.at[slot])  # <- barrier_phase_overrun
-                    o_ref[step] = tiles[slot, 0, 0] * 2.0
+                    o_ref[step] = tiles[slot, 0, 0] * 2.0  # <- data_race
                     plgpu.barrier_arrive(consumed.at[slot])
 
 
