@@ -36,7 +36,7 @@ at 8 devices). The z3 engine's own time at 2/4/8 devices is 0.1-5 CPU s for ever
 
 At 8 devices the probe of moe_entry_left_only and moe_expert_pipeline_shared_send needs an
 ordered query, so the search runs: it decides the first within z3's head start; z3 decides
-the second after the head start of 10 CPU s (the table was measured with 60).
+the second after the head start of 25 CPU s (the table was measured with 60).
 """
 
 from __future__ import annotations
