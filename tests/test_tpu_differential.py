@@ -52,7 +52,7 @@ DEVICE_COUNTS = (2, 4)
 TIMEOUT = 30.0  # a run that has not finished by then may hang (most examples finish in ~3 s)
 CONFIRM_TIMEOUT = 150.0  # ... and one that does not finish in this second run hangs (MoE at 4 devices: ~30 s)
 
-_MENDED_INTERPRETER = """
+RUNNER = """
 import json, runpy, sys
 from jax.experimental.pallas import tpu as pltpu
 from jax._src.pallas.mosaic.interpret import shared_memory
@@ -68,29 +68,10 @@ def mend_zero_waits(wait):
     return mended
 
 shared_memory.Semaphore.wait = mend_zero_waits(shared_memory.Semaphore.wait)
-"""
-RUNNER = _MENDED_INTERPRETER + """
 pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(**json.loads(sys.argv[2])))
 sys.argv = [sys.argv[1]]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-# Several runs of one script in one process (JAX imported once, not once per run): the
-# interpreter's global state is reset before each (`reset_tpu_interpret_mode_state`, as
-# JAX's own tests do between kernels), and a line RUN_END after each says it finished.
-RUN_END = "=== semcheck: interpreter run finished ==="
-BATCH_RUNNER = _MENDED_INTERPRETER + """
-script = sys.argv[1]
-for params in json.loads(sys.argv[2]):
-    pltpu.reset_tpu_interpret_mode_state()
-    pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(**params))
-    sys.argv = [script]
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exit:
-        if exit.code not in (None, 0):
-            raise
-    print(%r, flush=True)
-""" % RUN_END
 
 REJECTED = {  # example -> what the interpreter says when it refuses the kernel
     "nondecrementing_poll.py": "Non-decrementing wait is not supported",
@@ -153,33 +134,6 @@ def run_interpreter(path: str, devices: int, params: dict, tail: int | None = 40
         return "hung", ""
     text = (proc.stdout or "") + (proc.stderr or "")
     return ("finished" if proc.returncode == 0 else "failed"), text[-tail:] if tail else text
-
-
-def run_interpreter_batch(path: str, devices: int, runs: list[dict]) -> list[tuple[str, str]]:
-    """`run_interpreter` for each of `runs` (interpreter params) in one process: each run's
-    ("finished" | "failed" | "hung", its whole output). A run that failed takes the
-    process's error output; those after it did not run and count as failed."""
-    import json
-
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = ROOT
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", BATCH_RUNNER, path, json.dumps(runs)],
-            env=env, capture_output=True, text=True, timeout=CONFIRM_TIMEOUT + TIMEOUT * len(runs),
-            cwd=os.path.dirname(path),
-        )
-    except subprocess.TimeoutExpired:
-        return [("hung", "")] * len(runs)
-    chunks = (proc.stdout or "").split(RUN_END + "\n")
-    finished = [("finished", chunk) for chunk in chunks[:-1]][:len(runs)]
-    if len(finished) == len(runs):
-        return finished
-    failed = ("failed", chunks[-1] + (proc.stderr or ""))
-    return finished + [failed] + [("failed", "did not run: an earlier run in its process failed")] * (
-        len(runs) - len(finished) - 1)
 
 
 @pytest.fixture(scope="module")
@@ -288,9 +242,10 @@ def interpreter_races(output: str, path: str) -> set[frozenset]:
 
 
 def assert_semcheck_reports(result, races: set[frozenset]) -> None:
-    """Each interpreter race must be a semcheck race between the same lines, unless
-    semcheck already reported a race at one of them: it reports each racing line once
-    (`System.silence`), so a second race at that line is knowingly not reported again.
+    """Each interpreter race must be a semcheck race between the same lines, or share a
+    line with one semcheck reported. (That allowance dates from when the explicit search
+    silenced both lines of a reported race; it now suppresses by pair and reports every
+    racing pair, so the allowance could go: not yet tightened, see the issue notes.)
 
     A race with the kernel boundary is a copy still landing when the kernel exits (nobody
     waited for it) against the copy-out of the output: semcheck reports that copy as a
@@ -330,19 +285,9 @@ def race_runs():
 def race_outcomes():
     prefetch(example_paths(), DEVICE_COUNTS)
     runs = race_runs()
-    batches: dict[tuple, list[int]] = {}  # (example, devices, config) -> indices of its runs
-    for k, (path, devices, _params, config) in enumerate(runs):
-        batches.setdefault((path, devices, config), []).append(k)
-
-    def run_batch(indices: list[int]) -> list[tuple[str, str]]:
-        path, devices = runs[indices[0]][0], runs[indices[0]][1]
-        return run_interpreter_batch(path, devices, [runs[k][2] for k in indices])
-
-    outcome_of: dict[int, tuple[str, str]] = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for indices, done in zip(batches.values(), pool.map(run_batch, batches.values())):
-            outcome_of.update(zip(indices, done))
-    return [(run, outcome_of[k]) for k, run in enumerate(runs)]
+        done = pool.map(lambda r: run_interpreter(r[0], r[1], r[2], tail=None), runs)
+        return [(run, outcome) for run, outcome in zip(runs, done)]
 
 
 @pytest.mark.slow
