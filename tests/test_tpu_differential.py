@@ -9,6 +9,9 @@ deadlock. For every example it can run, semcheck's verdict must agree with what 
 * semcheck reports a bad device id <=> the interpreter fails on an out-of-range index;
 * semcheck reports a copy window outside its buffer (`invalid_region`) <=> the interpreter
   fails on an out-of-bounds read or write;
+* semcheck reports a data race whose racy read sizes a later copy => the interpreter finishes,
+  or, in a schedule that loses the race, fails on that copy's window, sized from its
+  uninitialized memory (`RACE_FAILS_ON_UNINITIALIZED`);
 * a leftover semaphore is not a hang: the interpreter finishes (it only prints a line, and in
   its default on_wait mode never even runs a copy nobody waits for).
 
@@ -94,6 +97,17 @@ REJECTED = {  # example -> what the interpreter says when it refuses the kernel
 }
 
 
+# A racy read that the interpreter's schedule loses shows up as its uninitialized memory:
+# int32 reads INT32_MAX (`get_uninitialized_value`, jax/_src/pallas/mosaic/interpret/utils.py).
+# Where such a value sizes a later copy, the interpreter fails on that copy's window
+# (`start + 2147483647` as the stop) in the schedules that lose the race, and finishes in the
+# others: example -> what it prints then.
+RACE_FAILS_ON_UNINITIALIZED = {
+    # counts_smem is copied before a peer's histogram row arrived, so `received` is INT32_MAX
+    "moe_metadata_sem_unfenced.py": re.compile(r"slice\(\d+, 21474836(47|48|49|5\d), 1\).*but buffer has shape"),
+}
+
+
 def _has_parallel_grid(path: str) -> bool:
     return any(config_of(r) == MEGACORE for r in results(path, 2))
 
@@ -168,6 +182,8 @@ def test_semcheck_agrees_with_the_tpu_interpreter(outcomes, path, devices):
         assert outcome == "failed" and "out of bounds" in output, (outcome, output)
     elif "invalid_region" in kinds:
         assert outcome == "failed" and "Out-of-bounds" in output, (outcome, output)
+    elif name in RACE_FAILS_ON_UNINITIALIZED and outcome == "failed":
+        assert "data_race" in kinds and RACE_FAILS_ON_UNINITIALIZED[name].search(output), (kinds, output)
     else:
         assert outcome == "finished", (kinds, outcome, output)
         if not kinds:
@@ -295,9 +311,11 @@ def test_every_race_the_interpreter_reports_is_reported_by_semcheck(race_outcome
     races_seen, problems = 0, []
     for (path, devices, params, config), (outcome, output) in race_outcomes:
         where = (os.path.basename(path), devices, params["dma_execution_mode"], params["random_seed"])
-        if outcome != "finished":
+        lost_race = RACE_FAILS_ON_UNINITIALIZED.get(os.path.basename(path))
+        if outcome != "finished" and not (outcome == "failed" and lost_race and lost_race.search(output)):
             problems.append((where, outcome, output[-1000:]))
             continue
+        # (a run that failed on a lost race's uninitialized value still printed its races)
         races = interpreter_races(output, path)
         races_seen += len(races)
         [result] = [r for r in results(path, devices) if config_of(r) == config]
