@@ -896,16 +896,21 @@ class System:
 
         return bool(self.tables[t].future(pc, sid)[0] & X_INC)
 
-    def touches(self, t: int) -> frozenset[tuple]:
-        """Everything thread `t` may ever act on, through its own instructions or the copies
-        it starts: ("sem", instance), ("cell", memory cell) and ("input", name). Threads that
-        share none of these can never affect each other (`engines/components.py`)."""
-        base = self.cell_base
-        found: set[tuple[str, int | str]] = {("sem", r) if r < base else ("cell", r - base) for r in self.tables[t].reachable}
-        for instr in self.bodies[t]:
-            for op in _operands(instr):
-                found |= {("input", name) for name in ir.registers_of(op) if name in self.input_index}
-        return frozenset(found)
+    def touches(self, t: int) -> frozenset[int]:
+        """Every semaphore instance and memory cell (ids of one space: instances below
+        `cell_base`) thread `t` may ever act on, through its own instructions or the copies
+        it starts. Threads that share none of these, nor an input they read
+        (`inputs_read`), can never affect each other (`engines/components.py`)."""
+        return self.tables[t].reachable
+
+    def inputs_read(self, t: int) -> frozenset[str]:
+        """The protocol inputs thread `t`'s instructions read."""
+        if not self.input_index:  # most protocols have none: skip walking every operand
+            return frozenset()
+        return frozenset(
+            name for instr in self.bodies[t] for op in _operands(instr)
+            for name in ir.registers_of(op) if name in self.input_index
+        )
 
     def thread_name(self, t: int) -> str:
         th = self.threads[t]

@@ -55,12 +55,17 @@ def parts(system: System) -> list[tuple[int, ...]]:
             t = leader[t]
         return t
 
-    owner: dict[tuple, int] = {}
-    for t in range(len(system.threads)):
-        for resource in system.touches(t):
+    def join(owner: dict, resources, t: int) -> None:
+        for resource in resources:
             a, b = find(owner.setdefault(resource, t)), find(t)
             if a != b:
                 leader[max(a, b)] = min(a, b)
+
+    by_id: dict[int, int] = {}  # semaphore instance or memory cell -> first thread on it
+    by_input: dict[str, int] = {}
+    for t in range(len(system.threads)):
+        join(by_id, system.touches(t), t)
+        join(by_input, system.inputs_read(t), t)
     groups: dict[int, list[int]] = {}
     for t in range(len(system.threads)):
         groups.setdefault(find(t), []).append(t)
@@ -69,7 +74,7 @@ def parts(system: System) -> list[tuple[int, ...]]:
 
 def subprotocol(system: System, threads: tuple[int, ...]) -> ir.Protocol:
     """The protocol restricted to `threads`, with only the inputs they read."""
-    read = {name for t in threads for kind, name in system.touches(t) if kind == "input"}
+    read = {name for t in threads for name in system.inputs_read(t)}
     protocol = system.protocol
     return replace(
         protocol,

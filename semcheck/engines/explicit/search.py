@@ -119,7 +119,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
     try:
         while queue:
             i = queue.popleft()
-            state = states[i]
+            state = states.take(i)
             monitor.tick(len(states), transitions, len(queue), depth[i])
             ready = movable.pop(i, None)
             if ready is None:

@@ -47,6 +47,10 @@ class StateStore:
         # is not reused meanwhile)
         self._last_events: tuple[Event, ...] = ()
         self._last_ids = b""
+        # states added and not yet taken, as the objects reached (up to _KEPT of them): the
+        # search expands each state it adds once, soon after, and unpacking what it has just
+        # packed would only rebuild an equal state
+        self._kept: dict[int, State] = {}
 
     def pack(self, state: State) -> tuple:
         pcs = _ints(self._pc_code, state.pcs)
@@ -126,11 +130,24 @@ class StateStore:
         return self._index.get(key)
 
     def add(self, key: tuple, state: State, key_state: State) -> int:
-        """Store `state` under the packed `key` (of `key_state`); its position."""
+        """Store `state` under the packed `key` (of `key_state`); its position. The object
+        itself is kept for `take`, while few are."""
         position = len(self._packed)
         self._index[key] = position
         self._packed.append(key if state is key_state else self.pack(state))
+        if len(self._kept) < _KEPT:
+            self._kept[position] = state
         return position
+
+    def take(self, position: int) -> State:
+        """The state at `position`, to be expanded: the object `add` kept, if it still
+        holds it (once only), else unpacked."""
+        state = self._kept.pop(position, None)
+        if state is None:
+            return self.unpack(self._packed[position])
+        # a successor that moves no completion shares this tuple: its ids are known
+        self._last_events, self._last_ids = state.events, self._packed[position][3]
+        return state
 
     def holds(self, position: int, state: State | tuple) -> bool:
         """Whether the state stored at `position` is `state` (or its packed form)."""
@@ -142,6 +159,9 @@ class StateStore:
 
     def __len__(self) -> int:
         return len(self._packed)
+
+
+_KEPT = 4096  # states kept unpacked between `add` and `take`: a breadth-first frontier can be millions
 
 
 def _ints(code: str, values) -> bytes | tuple:
