@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from array import array
 from itertools import chain
+from operator import is_
 
 from semcheck.semantics import Counts, Event, State, System
 
@@ -61,10 +62,31 @@ class StateStore:
     def _event_ids(self, events: tuple[Event, ...]) -> bytes:
         if not events:
             return b""
-        if events is self._last_events:  # a step that left the completions as they were
+        last = self._last_events
+        if events is last:  # a step that left the completions as they were
             return self._last_ids
-        self._last_events, self._last_ids = events, self._event_ids_of(events)
-        return self._last_ids
+        if last:
+            ids = self._spliced(events, last, self._last_ids)
+        else:
+            ids = self._event_ids_of(events)
+        self._last_events, self._last_ids = events, ids
+        return ids
+
+    def _spliced(self, events: tuple[Event, ...], last: tuple[Event, ...], last_ids: bytes) -> bytes:
+        """The ids of `events` from those of `last`, the events of the state packed or
+        unpacked before (its parent, or a sibling): a step completes or starts a copy or
+        two, so the two tuples share all but a few objects at the ends, found by identity
+        in C; only the middle is looked up."""
+        shorter = min(len(events), len(last))
+        head = _first_false(list(map(is_, events, last)), shorter)
+        tail = min(_first_false(list(map(is_, reversed(events), reversed(last))), shorter), shorter - head)
+        middle = events[head:len(events) - tail]
+        width = array("I").itemsize
+        return b"".join((
+            last_ids[:head * width],
+            self._event_ids_of(middle) if middle else b"",
+            last_ids[(len(last) - tail) * width:] if tail else b"",
+        ))
 
     def _event_ids_of(self, events: tuple[Event, ...]) -> bytes:
         # the objects seen before by identity (no hashing of events at all); only the
@@ -170,6 +192,14 @@ def _ints(code: str, values) -> bytes | tuple:
         return array(code, values).tobytes()
     except OverflowError:
         return values
+
+
+def _first_false(flags: list, default: int) -> int:
+    """The index of the first False in `flags`, or `default` (a scan in C)."""
+    try:
+        return flags.index(False)
+    except ValueError:
+        return default
 
 
 def _find_none(values: list, start: int) -> int:
