@@ -1,8 +1,9 @@
 """Differential test against JAX's TPU interpreter (`interpret=pltpu.InterpretParams()`).
 
 Each example script runs unchanged in a subprocess with TPU interpret mode forced on
-(`pltpu.set_tpu_interpret_mode`), under a timeout, since the interpreter hangs forever on a
-deadlock. For every example it can run, semcheck's verdict must agree with what it does:
+(`pltpu.set_tpu_interpret_mode`), watched, since the interpreter hangs forever on a
+deadlock: a run is hung once its CPU time stops growing (a deadlocked wait sleeps on a
+condition variable), so a busy machine slows a run without making it look hung. For every example it can run, semcheck's verdict must agree with what it does:
 
 * semcheck reports a hang (deadlock / unsatisfied_wait) <=> the interpreter hangs;
 * semcheck says safe => the interpreter finishes;
@@ -45,6 +46,8 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -52,8 +55,11 @@ import pytest
 from tests.tpu_support import HANG_KINDS, MEGACORE, ROOT, config_of, device_counts, example_paths, prefetch, results
 
 DEVICE_COUNTS = (2, 4)
-TIMEOUT = 30.0  # a run that has not finished by then may hang (most examples finish in ~3 s)
-CONFIRM_TIMEOUT = 150.0  # ... and one that does not finish in this second run hangs (MoE at 4 devices: ~30 s)
+# A run is hung when it used less than IDLE_CPU seconds of CPU in the last HUNG_AFTER seconds
+# (a deadlocked interpreter: about 0.01 s; a live run on a loaded 2-core machine: seconds).
+HUNG_AFTER = 15.0
+IDLE_CPU = 0.3
+GIVE_UP = 900.0  # wall seconds after which a run still computing is "timed out", never "hung"
 
 RUNNER = """
 import json, runpy, sys
@@ -140,26 +146,59 @@ _outcomes: dict = {}
 
 
 def run_interpreter(path: str, devices: int, params: dict, tail: int | None = 4000) -> tuple[str, str]:
-    """("finished" | "hung" | "failed", output (its last `tail` characters))."""
+    """("finished" | "hung" | "failed" | "timed out", output (its last `tail` characters))."""
     import json
 
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT
-    for timeout in (TIMEOUT, CONFIRM_TIMEOUT):  # a suspected hang is confirmed by a longer run
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-c", RUNNER, path, json.dumps(params)],
-                env=env, capture_output=True, text=True, timeout=timeout, cwd=os.path.dirname(path),
-            )
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    else:
-        return "hung", ""
-    text = (proc.stdout or "") + (proc.stderr or "")
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUNNER, path, json.dumps(params)],
+            env=env, stdout=out, stderr=err, cwd=os.path.dirname(path),
+        )
+        stopped = _watch(proc)
+        if stopped is not None:
+            return stopped, ""
+        out.seek(0)
+        err.seek(0)
+        text = out.read().decode(errors="replace") + err.read().decode(errors="replace")
     return ("finished" if proc.returncode == 0 else "failed"), text[-tail:] if tail else text
+
+
+def _watch(proc: subprocess.Popen) -> str | None:
+    """Wait for `proc`; None once it exits, or why it was killed ("hung": its CPU time stood
+    still for HUNG_AFTER seconds; "timed out": still computing after GIVE_UP seconds)."""
+    started = time.monotonic()
+    progress_at, progress_cpu = started, 0.0
+    while True:
+        try:
+            proc.wait(timeout=1.0)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        cpu = _cpu_seconds(proc.pid)
+        if cpu is None:
+            continue  # it has just exited: the next wait reaps it
+        if cpu - progress_cpu >= IDLE_CPU:
+            progress_at, progress_cpu = now, cpu
+        stopped = "hung" if now - progress_at >= HUNG_AFTER else "timed out" if now - started >= GIVE_UP else None
+        if stopped is not None:
+            proc.kill()
+            proc.wait()
+            return stopped
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` and all its threads (/proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.fixture(scope="module")
