@@ -116,6 +116,15 @@ def union(into: dict[int, tuple[int, int]], more: Channels) -> None:
 # --- one thread's footprints, indexed by resource ------------------------------------------------
 
 
+def looping_pcs(body: tuple[ir.Instr, ...]) -> set[int]:
+    """Instructions that may run more than once: those inside a backward jump's range."""
+    looping: set[int] = set()
+    for pc, instr in enumerate(body):
+        if isinstance(instr, (ir.Branch, ir.Jump)) and instr.target <= pc:
+            looping.update(range(instr.target, pc + 1))
+    return looping
+
+
 def successors(pc: int, instr: ir.Instr) -> tuple[int, ...]:
     if isinstance(instr, ir.Cut):  # where lowering stopped: the thread goes no further
         return ()

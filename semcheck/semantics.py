@@ -50,7 +50,7 @@ from typing import Callable, NamedTuple
 
 from semcheck import intervals, ir
 from semcheck.errors import ProtocolError
-from semcheck.footprints import EMPTY, Footprint, ThreadTable
+from semcheck.footprints import EMPTY, Footprint, ThreadTable, looping_pcs
 from semcheck.ir import Backend, Scope, SemKind, SemOrigin, apply_op
 
 _NONE: frozenset[int] = frozenset()
@@ -275,7 +275,10 @@ def without_gc():
 class System:
     """A Protocol compiled for fast exploration."""
 
-    def __init__(self, protocol: ir.Protocol):
+    def __init__(self, protocol: ir.Protocol, *, exclude_ordered_pairs: bool = True):
+        """`exclude_ordered_pairs=False` keeps every overlapping pair in `racing_pairs`, even
+        those an order that holds in every schedule excludes (the tests' reference)."""
+        self._exclude_ordered_pairs = exclude_ordered_pairs
         with without_gc():  # its tables are acyclic: see `without_gc`
             self._build(protocol)
 
@@ -291,6 +294,7 @@ class System:
         # (t, pc) -> (side, issuer, start pc) of the completions its access may race with,
         # built on the first race check (`race_candidates`)
         self._race_copies: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] | None = None
+        self._racing_pairs: list[tuple[int, int, int, int]] | None = None
         self.instances: list[SemInstance] = []
         for decl in protocol.semaphores:
             if decl.name in self._allocs:
@@ -360,11 +364,24 @@ class System:
     def is_buffer_cell(self, cell: int) -> bool:
         return cell < self.lifecycle_base
 
-    def racing_pairs(self):
+    def racing_pairs(self) -> list[tuple[int, int, int, int]]:
         """(t, pc, copy_t, copy_pc): each access (load, store or copy start) that may race
         with the copy started at (copy_t, copy_pc): one of the two writes a cell the other
-        touches or overlaps. Copies are indexed by cell, so a collective with thousands of
-        copies is not compared pair by pair."""
+        touches or overlaps, and neither program order nor counting puts every such
+        completion of the copy before the access (`ordering.CopyOrder`). Copies are indexed
+        by cell, so a collective with thousands of copies is not compared pair by pair.
+        Computed once: the race checks, the reduction and the z3 encoding all ask."""
+        if self._racing_pairs is None:
+            pairs = list(self._overlapping_pairs())
+            if pairs and self._exclude_ordered_pairs:
+                from semcheck.ordering import CopyOrder
+
+                order = CopyOrder(self)
+                pairs = [pair for pair in pairs if not order.excludes(*pair)]
+            self._racing_pairs = pairs
+        return self._racing_pairs
+
+    def _overlapping_pairs(self):
         writing: dict[int, list[tuple[int, int]]] = {}  # cell -> copies that write it
         near: dict[int, list[tuple[int, int]]] = {}  # cell -> copies that touch or overlap it
         for t, body in enumerate(self.bodies):
@@ -378,7 +395,7 @@ class System:
                         if self.is_buffer_cell(cell):
                             near.setdefault(cell, []).append((t, pc))
         for t, body in enumerate(self.bodies):
-            looping = _looping_pcs(body)
+            looping = looping_pcs(body)
             for pc, instr in enumerate(body):
                 fp = self.footprints[t][pc]
                 found: set[tuple[int, int]] = set()
@@ -825,6 +842,10 @@ class System:
         return any(
             0 <= pc < len(body) and type(body[pc]) is ir.Cut for pc, body in zip(state.pcs, self.bodies)
         )
+
+    def completion_amount(self, sid: int, nbytes: int) -> int:
+        """What one completion of a copy of `nbytes` adds to semaphore instance `sid`."""
+        return dma_increment(self.instances[sid].decl, nbytes)
 
     def static_wait(self, t: int, pc: int) -> tuple[int, int] | None:
         """(semaphore, amount) of the wait at (t, pc) when both are constants, else None."""
@@ -1386,15 +1407,6 @@ FOOTPRINT_RULES: dict[type, Callable[..., Footprint]] = {
     ir.Store: _fp_store,
     ir.KernelEntry: _fp_entry,
 }
-
-
-def _looping_pcs(body: tuple[ir.Instr, ...]) -> set[int]:
-    """Instructions that may run more than once: those inside a backward jump's range."""
-    looping: set[int] = set()
-    for pc, instr in enumerate(body):
-        if isinstance(instr, (ir.Branch, ir.Jump)) and instr.target <= pc:
-            looping.update(range(instr.target, pc + 1))
-    return looping
 
 
 def _bits(mask: int):

@@ -215,7 +215,7 @@ def _side_by_side(
         if search_done.is_set():
             return
         solver_started.append(time.monotonic() - started)
-        # The same System: it is immutable (the search's silenced race lines live in its
+        # The same System: it is immutable (the search's reported racing pairs live in its
         # own `Independence`), so both engines read it at once.
         try:
             result = z3(system, by_solver.budget, progress, **options)

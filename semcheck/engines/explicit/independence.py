@@ -1,8 +1,8 @@
 """Which actions commute: the explicit engine's independence bookkeeping over a `System`.
 
 The System is immutable; what changes during a search lives here: the pairs of source
-lines whose race is reported (`report`), and the lines none of whose races is left to find
-(`silence`). Everything is indexed by resource (semaphore
+lines whose race is reported (`report`), after which the accesses of those two lines no
+longer order each other (`_MemoryView`). Everything is indexed by resource (semaphore
 instance or memory cell, `footprints.channels`), so a query costs what the few threads and
 completions touching that resource cost, however many devices the protocol has:
 
@@ -20,25 +20,26 @@ from dataclasses import dataclass
 
 from semcheck import ir
 from semcheck.footprints import (
-    X_DEC, X_INC, X_WRITE, Y_CHANGE, Y_NEAR, Y_WAITER, Channels, ThreadTable, channels, clash,
+    X_DEC, X_INC, X_WRITE, Y_CHANGE, Y_NEAR, Y_WAITER, Channels, Footprint, ThreadTable, channels, clash,
+    looping_pcs,
 )
 from semcheck.semantics import (
-    DATA_RACE, PLAIN_RACE, RECV, SEND, Action, Event, State, System, _looping_pcs, event_footprint,
+    DATA_RACE, PLAIN_RACE, RECV, SEND, Action, Event, State, System, event_footprint,
 )
 
 
 class Independence:
     def __init__(self, system: System):
         self.system = system
-        self.silenced: set[ir.Loc] = set()
         self.reported_pairs: set[frozenset[ir.Loc]] = set()
-        self._pairs_by_loc: dict[ir.Loc, frozenset[frozenset[ir.Loc]]] | None = None
+        self.memory = _MemoryView(system)
         self.tables: list[ThreadTable] = list(system.tables)
         touchers: dict[int, list[int]] = {}
         for t, table in enumerate(self.tables):
             for r in table.reachable:
                 touchers.setdefault(r, []).append(t)
-        # static: silencing only removes resources, so this stays a superset of who touches r
+        # who may touch r: a pair resource (`_MemoryView`) is given its cell's touchers
+        # when it is made, a superset of the threads that name it
         self.touchers: dict[int, tuple[int, ...]] = {r: tuple(ts) for r, ts in touchers.items()}
         self._event_channels: dict[Event, Channels] = {}
         self._copies_on = self._copy_index()
@@ -75,8 +76,9 @@ class Independence:
     def event_channels(self, event: Event) -> Channels:
         found = self._event_channels.get(event)
         if found is None:
-            fp = event_footprint(self.system, event, self.watched(event.issuer, event.start_pc))
-            found = self._event_channels[event] = channels(fp, self.system.cell_base)
+            fp = event_footprint(self.system, event)
+            loc = self.system.bodies[event.issuer][event.start_pc].loc
+            found = self._event_channels[event] = channels(self.memory.view(fp, loc), self.system.cell_base)
         return found
 
     def pending_on(self, events: tuple[Event, ...], r: int):
@@ -91,7 +93,7 @@ class Independence:
             self._pending_events, self._pending = events, {}
         found = self._pending.get(r)
         if found is None:
-            copies = self._copies_on.get(r) if events else None
+            copies = self._copies_on.get(self.memory.plain(r)) if events else None
             found = self._pending[r] = list(self._scan_pending(events, r, copies)) if copies else []
         return found
 
@@ -136,6 +138,7 @@ class Independence:
         read, so only an entry's or exit's write conflicts there. The pending
         completions need not be looked up when none could."""
         base = self.system.cell_base
+        r = self.memory.plain(r)
         if r < base:
             cx, cy = X_INC | X_DEC, Y_CHANGE | Y_WAITER
         elif self.system.is_buffer_cell(r - base):
@@ -347,7 +350,7 @@ class Independence:
         adders: dict[int, set[int]] = {}
         additions: dict[tuple[int, int], object] = {}
         for t, body in enumerate(system.bodies):
-            looping = _looping_pcs(body)
+            looping = looping_pcs(body)
             for pc, instr in enumerate(body):
                 fp = system.footprints[t][pc]
                 for sid in fp.inc:
@@ -401,52 +404,30 @@ class Independence:
 
     def watched(self, t: int, pc: int) -> bool:
         """Whether this instruction's line can still be in a race not yet reported."""
-        return self.system.bodies[t][pc].loc not in self.silenced
+        return self.memory.watched(self.system.bodies[t][pc].loc)
 
     def report(self, loc: ir.Loc | None, other: ir.Loc | None) -> bool:
         """The engine reported a data race between these two lines: later races between
-        the same two lines are dropped (`normalize`), and a line every one of whose possible
-        racing pairs is reported is no longer watched at all (`silence`). A line that may
-        still race with a line not yet reported stays watched, so a second pair sharing a
-        line with the first is still found."""
+        the same two lines are dropped (`normalize`), and from now on the accesses of the
+        one line order those of the other no more (`_MemoryView.report`): the pair's
+        schedules are not explored again, while every other pair either line may race in
+        keeps its dependencies, so a second pair sharing a line with the first is still
+        found."""
         pair = frozenset(loc_ for loc_ in (loc, other) if loc_ is not None)
         if not pair or pair in self.reported_pairs:
             return False
         self.reported_pairs.add(pair)
-        possible = self._possible_pairs()
-        self.silence(*(loc_ for loc_ in pair if possible.get(loc_, frozenset()) <= self.reported_pairs))
-        return True
-
-    def _possible_pairs(self) -> dict[ir.Loc, frozenset[frozenset[ir.Loc]]]:
-        """line -> every pair of lines it may race in (`System.racing_pairs` and
-        `System.plain_racing_pairs`, a superset of what any schedule reports)."""
-        if self._pairs_by_loc is None:
-            bodies = self.system.bodies
-            by_loc: dict[ir.Loc, set[frozenset[ir.Loc]]] = {}
-            for t, pc, u, upc in (*self.system.racing_pairs(), *self.system.plain_racing_pairs()):
-                pair = frozenset((bodies[t][pc].loc, bodies[u][upc].loc))
-                for loc in pair:
-                    by_loc.setdefault(loc, set()).add(pair)
-            self._pairs_by_loc = {loc: frozenset(pairs) for loc, pairs in by_loc.items()}
-        return self._pairs_by_loc
-
-    def silence(self, *locs: ir.Loc | None) -> bool:
-        """Stop watching these source lines for data races: their accesses no longer record
-        races and no longer order the search. Sound only for a line all of whose racing
-        pairs are reported (`report`); everything else stays exact, since the dependencies
-        that remain are still a superset of what the other properties need."""
-        new = {loc for loc in locs if loc is not None} - self.silenced
-        if not new:
-            return False
-        self.silenced |= new
+        changed = self.memory.report(pair)
+        if not changed:
+            return True
         system = self.system
         for t, body in enumerate(system.bodies):
-            if any(instr.loc in new for instr in body):
-                fps = [
-                    fp if self.watched(t, pc) else fp.without_cells(_buffer_cells(system, fp))
-                    for pc, fp in enumerate(system.footprints[t])
-                ]
-                self.tables[t] = ThreadTable(body, fps, system.cell_base)
+            if any(instr.loc in changed for instr in body):
+                fps = [self.memory.view(fp, body[pc].loc) for pc, fp in enumerate(system.footprints[t])]
+                self.tables[t] = table = ThreadTable(body, fps, system.cell_base)
+                for r in table.reachable:
+                    if r not in self.touchers:
+                        self.touchers[r] = self.touchers.get(self.memory.plain(r), ())
         self._event_channels.clear()
         self._pending_events, self._pending = None, {}
         self._sums_state, self._sums = None, {}
@@ -531,7 +512,7 @@ class Independence:
         system = self.system
         adders: dict[int, list] = {}
         for t, body in enumerate(system.bodies):
-            looping = _looping_pcs(body)
+            looping = looping_pcs(body)
             for pc, instr in enumerate(body):
                 if isinstance(instr, ir.DmaStart):
                     target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
@@ -625,10 +606,6 @@ def _constant_addition(system: System, t: int, instr: ir.Instr, sid: int) -> flo
     return None  # a wait or an entry whose amount may be negative, or anything else
 
 
-def _buffer_cells(system: System, fp) -> frozenset[int]:
-    return frozenset(c for c in fp.mread | fp.mwrite | fp.mnear if system.is_buffer_cell(c))
-
-
 def _blocking_sem(system: System, t: int, instr: ir.Instr) -> int | None:
     """The one semaphore a wait needs at least 1 of, when both are constants."""
     if isinstance(instr, ir.Wait):
@@ -642,3 +619,97 @@ def _blocking_sem(system: System, t: int, instr: ir.Instr) -> int | None:
         return None
     sids = system._candidates(t, ref)
     return next(iter(sids)) if len(sids) == 1 else None
+
+
+class _MemoryView:
+    """The buffer cells of each line's footprints as the search sees them once some racing
+    pairs are reported. Memory cells matter to the search only through data races (the
+    other properties look at semaphores and lifecycle cells), and a race is between two
+    source lines, so once a pair of lines is reported, an access of the one line need no
+    longer order an access of the other (their later races are dropped anyway), while it
+    must still order the accesses of every line it may race with and whose pair is not
+    reported.
+
+    Lines race in pairs (`System.racing_pairs`, `System.plain_racing_pairs`: a superset of
+    what any schedule shows). A line none of whose pairs is reported keeps its plain cells.
+    A line with a reported pair is *split*: each of its cells c becomes one resource per
+    pair {line, partner} not yet reported, `pair resource(c, pair)`, and a line that is not
+    split also names the pair resources of its split partners. Two accesses then share a
+    resource exactly when they share a cell and their lines' pair is possible and not
+    reported (two lines that are not split: their plain cell, as before any report; a
+    split one and any other: the pair resource of their pair). A line all of whose pairs
+    are reported names no buffer cell at all."""
+
+    def __init__(self, system: System):
+        self.system = system
+        self.buffer_cells = system.lifecycle_base  # cells below this are buffer cells
+        self.first_pair_resource = system.lifecycle_base + system.protocol.devices * system.protocol.cores
+        bodies = system.bodies
+        partners: dict[ir.Loc, set[ir.Loc]] = {}
+        for t, pc, u, upc in (*system.racing_pairs(), *system.plain_racing_pairs()):
+            a, b = bodies[t][pc].loc, bodies[u][upc].loc
+            partners.setdefault(a, set()).add(b)
+            partners.setdefault(b, set()).add(a)
+        self.partners = {loc: frozenset(found) for loc, found in partners.items()}
+        self.unreported = {loc: set(found) for loc, found in partners.items()}
+        self.split: set[ir.Loc] = set()
+        self._pair_ids: dict[frozenset[ir.Loc], int] = {}
+
+    def watched(self, loc: ir.Loc) -> bool:
+        """Whether the line may still be in a race not yet reported."""
+        return bool(self.unreported.get(loc))
+
+    def report(self, pair: frozenset[ir.Loc]) -> set[ir.Loc]:
+        """Take a reported pair out of the view: the lines whose footprints change (the
+        pair's lines and their partners)."""
+        a, b = (*pair, *pair)[:2]
+        if b not in self.unreported.get(a, ()):
+            return set()  # not a pair the static analysis knows: nothing orders it
+        self.unreported[a].discard(b)
+        self.unreported[b].discard(a)
+        self.split |= {a, b}
+        return {a, b} | self.partners[a] | self.partners[b]
+
+    def view(self, fp: Footprint, loc: ir.Loc) -> Footprint:
+        """`fp`, an action's footprint at line `loc`, with its buffer cells as the search
+        sees them now."""
+        if not self.split:
+            return fp
+        if loc in self.split:
+            pairs = [self._pair_id(loc, other) for other in self.unreported.get(loc, ())]
+            keep_plain = False
+        else:
+            pairs = [self._pair_id(loc, other) for other in self.partners.get(loc, ()) if other in self.split]
+            keep_plain = True
+            if not pairs:
+                return fp
+        return fp._replace(mread=self._cells(fp.mread, pairs, keep_plain),
+                           mwrite=self._cells(fp.mwrite, pairs, keep_plain),
+                           mnear=self._cells(fp.mnear, pairs, keep_plain))
+
+    def plain(self, r: int) -> int:
+        """The resource itself, or for a pair resource the cell it stands for (both offset
+        by `cell_base`, as `footprints.channels` numbers them)."""
+        base = self.system.cell_base
+        if r < base + self.first_pair_resource:
+            return r
+        return base + (r - base - self.first_pair_resource) % self.buffer_cells
+
+    def _cells(self, cells: frozenset[int], pairs: list[int], keep_plain: bool) -> frozenset[int]:
+        out = set()
+        for c in cells:
+            if c >= self.buffer_cells:  # a lifecycle cell: not a race's
+                out.add(c)
+                continue
+            if keep_plain:
+                out.add(c)
+            for k in pairs:
+                out.add(self.first_pair_resource + k * self.buffer_cells + c)
+        return frozenset(out)
+
+    def _pair_id(self, a: ir.Loc, b: ir.Loc) -> int:
+        key = frozenset((a, b))
+        found = self._pair_ids.get(key)
+        if found is None:
+            found = self._pair_ids[key] = len(self._pair_ids)
+        return found

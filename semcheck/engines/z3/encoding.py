@@ -610,7 +610,9 @@ class Encoding:
         for t, pc, ct, cpc in self._racing_pairs:
             tick()
             key = (Kind.DATA_RACE, frozenset((self.system.bodies[t][pc].loc, self.system.bodies[ct][cpc].loc)))
-            local = self.system.bodies[ct][cpc].send_sem is None
+            copy = self.system.bodies[ct][cpc]
+            assert isinstance(copy, ir.DmaStart)
+            local = copy.send_sem is None
             for access_node in by_pc[t].get(pc, ()):
                 for copy_node in by_pc[ct].get(cpc, ()):
                     if copy_node is access_node:
