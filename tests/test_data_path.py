@@ -354,6 +354,44 @@ def test_verify_in_process_takes_values_from_the_arguments_it_is_given():
     assert {(v.kind, v.device) for v in short.errors} == {("unsatisfied_wait", 1)}
 
 
+def _count_from_an_smem_operand(block: tuple[int, ...] | None):
+    """Each grid step signals and waits the count it loads from `count_ref`, an SMEM operand
+    of 2 counts per device, received whole (`block` None) or in blocks of `block`."""
+    def kernel(count_ref, o_ref, sem):
+        count = count_ref[0]
+        pl.semaphore_signal(sem, count)
+        pl.semaphore_wait(sem, count)
+
+    def per_device(counts):
+        spec = (pl.BlockSpec(memory_space=pltpu.SMEM) if block is None
+                else pl.BlockSpec(block, lambda i: (i,), memory_space=pltpu.SMEM))
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(counts.shape, counts.dtype), grid=(2,),
+            in_specs=[spec], out_specs=pl.BlockSpec(memory_space=pltpu.SMEM), scratch_shapes=[REGULAR],
+        )(counts)
+
+    from jax.sharding import PartitionSpec as P
+
+    return jax.shard_map(per_device, mesh=mesh((2,)), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+
+
+def test_a_value_loaded_from_a_blocked_operand_is_an_error_that_says_why_and_what_is_followed():
+    """The script's values of a blocked operand are not followed: the error said only that
+    neither they nor the thread's stores define the value, not why or what would be followed."""
+    import semcheck
+
+    counts = jnp.full((4,), 3, jnp.int32)
+    [blocked] = semcheck.verify(_count_from_an_smem_operand((1,)), counts, devices=2)
+    assert blocked.verdict.value == "error"
+    assert ("the value loaded from count_ref at " in blocked.error and "which this thread has not stored, and "
+            "the script's values of count_ref are not followed, because the kernel receives that operand "
+            "in blocks (a (1,) ref of the (2,) operand)" in blocked.error)
+    assert "only when the kernel's ref is the whole array (a BlockSpec with no block shape" in blocked.error
+    [whole] = semcheck.verify(_count_from_an_smem_operand(None), counts, devices=2)  # what the error suggests
+    assert whole.verdict.value == "safe", whole
+    assert {u.value for u in whole.data_uses} == {3}
+
+
 # --- against JAX's TPU interpreter ----------------------------------------------------------
 
 import pytest  # noqa: E402

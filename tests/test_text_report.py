@@ -80,3 +80,41 @@ def test_a_protocol_z3_declines_before_encoding_still_gets_its_verdict_line():
     assert r.stats.encoded_events is None and r.stats.solver_queries is not None
     [line] = [line for line in text.render([r]).splitlines() if line.startswith(r.verdict.value.upper())]
     assert "solver queries" in line and "events" not in line
+
+
+def _moe_like_checks():
+    """One kernel at 2 devices (safe) and 4 devices (an entry race), each with a data note of
+    its own and one note they share, as `moe_entry_left_only.py` gives."""
+    from semcheck.ir import Loc
+    from semcheck.result import Result, Stats, Verdict, Violation
+
+    shared = "collective_id=0 is set, so no default device barrier runs before the body"
+    def check(devices, verdict, violations):
+        own = f"the loaded ref at k.py:98 is taken from data on {devices} thread(s), values 0, 1"
+        return Result("moe", "k.py", 1, "tpu", "tpu", devices, 1, "explicit", verdict, violations,
+                      Stats(), notes=[shared, own])
+    entry = Violation("remote_before_entry", "error", "a peer may not have entered", 1, 0, Loc("k.py", 79))
+    return [check(2, Verdict.SAFE, []), check(4, Verdict.VIOLATION, [entry])], shared
+
+
+def test_each_note_says_which_device_counts_it_belongs_to():
+    """Notes of several checks were pooled without labels: the 2-device data notes read as
+    the 4-device violation's, and with expectations the 4-device notes were dropped."""
+    from semcheck.expectations import Expectation, judge
+
+    checks, shared = _moe_like_checks()
+    declared = [Expectation(frozenset(), where="k.py:15"), Expectation(frozenset({"remote_before_entry"}), where="k.py:15")]
+    for judgements in (None, [judge(r, e) for r, e in zip(checks, declared)]):
+        notes = [line for line in text.render(checks, judgements=judgements).splitlines() if line.startswith("  note")]
+        assert notes == [
+            f"  note [at 2, 4 devices]: {shared}",
+            "  note [at 2 devices]: the loaded ref at k.py:98 is taken from data on 2 thread(s), values 0, 1",
+            "  note [at 4 devices]: the loaded ref at k.py:98 is taken from data on 4 thread(s), values 0, 1",
+        ]
+    every = text.render(checks, judgements=[judge(r, e) for r, e in zip(checks, declared)], all_traces=True)
+    assert "on 4 thread(s)" in every  # a check as declared keeps its notes there too
+
+
+def test_a_kernel_checked_once_keeps_unlabelled_notes():
+    checks, shared = _moe_like_checks()
+    assert f"  note: {shared}" in text.render(checks[:1]).splitlines()

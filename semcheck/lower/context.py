@@ -123,6 +123,8 @@ class KernelContext:
     initial_data: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     data_seen: bool = False  # the script ran the kernel, so its operand values were captured
     data_withheld: frozenset[int] = frozenset()  # devices whose values may be an earlier kernel's zeros
+    # Operands whose values were seen but are not followed (blocked ones): device -> buffer -> why.
+    unfollowed_data: dict[int, dict[str, str]] = field(default_factory=dict)
     # Data moved by remote copies (schedule.py): where each thread reads data, what each
     # remote copy carries, and which payloads the canonical run landed before which read.
     read_points: dict[int, tuple] = field(default_factory=dict)  # id(instr) -> ((device, core), seq)
@@ -238,7 +240,8 @@ class ThreadLowering:
         self.emitter = Emitter()
         self.program_ids: tuple[int, ...] = ()
         self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile,
-                                   read_buffers=kernel.read_buffers, shared_written=kernel.shared_written)
+                                   read_buffers=kernel.read_buffers, shared_written=kernel.shared_written,
+                                   unfollowed=kernel.unfollowed_data.get(device, {}))
         self._reads = 0
         if device in kernel.data_withheld:
             self.memory.undefined = (

@@ -78,6 +78,8 @@ class ThreadMemory:
     read_buffers: set = field(default_factory=set)  # every buffer a read touched (kernel-wide)
     # Why an element nobody defined is unknown (said in errors when it decides the protocol).
     undefined: str = "which neither the script's operand values nor this thread's stores define"
+    # Operands whose script values were seen but are not followed: buffer -> why.
+    unfollowed: dict[str, str] = field(default_factory=dict)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -184,11 +186,16 @@ class ThreadMemory:
         if not bool(np.all(known)):
             if c.lost is not None:
                 return Opaque(f"{why}, where the kernel stored {c.lost}")
-            return Opaque(f"{why}, {self.undefined}")
+            return Opaque(f"{why}, {self._undefined(ref.alloc)}")
         value = _transform_read(c.value, concrete)
         if value is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         return Known(value, sources=c.sources | {DataSource(ref.alloc, c.from_script)})
+
+    def _undefined(self, buffer: str) -> str:
+        """Why an element of `buffer` that this thread has not stored is unknown."""
+        reason = self.unfollowed.get(buffer)
+        return f"which this thread has not stored, and {reason}" if reason else self.undefined
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -491,19 +498,52 @@ def initial_contents(refs: list[RefValue], data: dict[int, dict[int, Any]]) -> d
     """device -> buffer -> the script's values, for operands whose kernel ref is the whole
     operand (memory_space=ANY, SMEM scalar prefetch, a block as large as the array). A
     blocked operand is a different block at each grid step: not followed (its loads stay
-    opaque data)."""
+    opaque data; `unfollowed_operands` says why)."""
     initial: dict[int, dict[str, np.ndarray]] = {}
     for device, values in data.items():
         per_device = initial.setdefault(device, {})
         for k, array in values.items():
             ref = refs[k]
-            if ref.is_semaphore or tuple(np.shape(array)) != tuple(ref.shape):
-                continue
-            dtype = _numpy_dtype(ref.dtype)
-            if dtype is None or np.asarray(array).dtype != dtype:
-                continue
-            per_device[ref.alloc] = np.asarray(array)
+            if not ref.is_semaphore and not_followed(ref, array) is None:
+                per_device[ref.alloc] = np.asarray(array)
     return initial
+
+
+def unfollowed_operands(refs: list[RefValue], data: dict[int, dict[int, Any]]) -> dict[int, dict[str, str]]:
+    """device -> buffer -> why the script's values of that operand are not followed, so an
+    error on a value loaded from it says what the user can change."""
+    unfollowed: dict[int, dict[str, str]] = {}
+    for device, values in data.items():
+        for k, array in values.items():
+            why = None if refs[k].is_semaphore else not_followed(refs[k], array)
+            if why is not None:
+                unfollowed.setdefault(device, {})[refs[k].alloc] = why
+    return unfollowed
+
+
+def not_followed(ref: RefValue, array) -> str | None:
+    """Why the script's values `array` of an operand do not start its kernel ref (None:
+    they do)."""
+    shape = tuple(np.shape(array))
+    if shape != tuple(ref.shape):
+        # A pipelined block holds a different part of the operand at different grid steps,
+        # and which part is there when is not followed.
+        return (
+            f"the script's values of {ref.alloc} are not followed, because the kernel receives "
+            f"that operand in blocks (a {_shape_text(ref.shape)} ref of the {_shape_text(shape)} "
+            "operand): semcheck follows an operand's values only when the kernel's ref is the "
+            "whole array (a BlockSpec with no block shape, in memory space pl.ANY, SMEM or "
+            "VMEM, or a block as large as the array)"
+        )
+    dtype = _numpy_dtype(ref.dtype)
+    if dtype is None or np.asarray(array).dtype != dtype:
+        return (f"the script's values of {ref.alloc} are not followed, because they are "
+                f"{np.asarray(array).dtype} and the kernel's ref is {ref.dtype}")
+    return None
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 # Per-use notes shown; the rest are counted (every one is in Protocol.data_uses).
@@ -538,7 +578,10 @@ def data_notes(uses: Iterable[ir.DataUse]) -> list[str]:
             f"on {len(threads)} thread(s), values {shown}"
         )
     if len(grouped) > MAX_USE_NOTES:
-        notes.append(f"... and {len(grouped) - MAX_USE_NOTES} more values taken from data (Protocol.data_uses lists them all)")
+        # Said without pointing at the notes before it: a report showing several checks
+        # merges identical notes, so this one need not follow its own check's list.
+        notes.append(f"{len(grouped) - MAX_USE_NOTES} further values taken from data are not noted one by one "
+                     "(Protocol.data_uses lists them all)")
     return notes
 
 

@@ -29,7 +29,7 @@ from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
 from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, ThreadLowering
-from semcheck.lower.data import data_notes, initial_contents
+from semcheck.lower.data import data_notes, initial_contents, unfollowed_operands
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
@@ -358,6 +358,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
     ctx.data_seen = data_seen
     ctx.data_withheld = frozenset(set(range(ctx.mesh.size)) - set((data or {}).keys())) if data_seen else frozenset()
     ctx.initial_data = initial_contents(refs, data or {})
+    ctx.unfollowed_data = unfollowed_operands(refs, data or {})
     handed_in = [
         r.alloc for r, o in zip(refs[:n_inputs], origins) if r.is_semaphore and o is SemOrigin.ARGUMENT
     ]

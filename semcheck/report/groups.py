@@ -89,7 +89,11 @@ def check_label(r: Result) -> str:
 
 def checks_text(results: list[Result], refs) -> str:
     """ "2, 4, 8 devices" for the checks `refs` point at ("4, 8 devices (2 invocations)")."""
-    checks = [results[ref.result] for ref in refs]
+    return sizes_text([results[ref.result] for ref in refs])
+
+
+def sizes_text(checks: list[Result]) -> str:
+    """ "2, 4, 8 devices" for `checks` ("4, 8 devices (2 invocations)")."""
     invocations = sorted({r.invocations for r in checks})
     labels = list(dict.fromkeys(
         check_label(r) + (f" ({r.invocations} invocations)" if len(invocations) > 1 else "") for r in checks))

@@ -30,7 +30,8 @@ def render(
     `all_traces` shows every check's violations in full instead.
 
     With `judgements` (expectations judged), a check that got its declared verdict is one
-    line; an unexpected one is reported in full, with what was declared."""
+    line (and its notes, which qualify it); an unexpected one is reported in full, with what
+    was declared."""
     if all_traces:
         report = _render_every_check(results, max_trace_steps=max_trace_steps, judgements=judgements)
     else:
@@ -49,7 +50,7 @@ def _wrap_verdict_lines(report: str, width: int) -> str:
     for line in report.split("\n"):
         if len(line) > width and line.startswith(tuple(f"{w}:" for w in _VERDICT_WORDS.values())):
             out.extend(textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False))
-        elif len(line) > width and line.startswith("  note: "):
+        elif len(line) > width and line.startswith(("  note: ", "  note [")):
             out.extend(textwrap.wrap(line, width, subsequent_indent="        ", break_on_hyphens=False))
         else:
             out.append(line)
@@ -87,9 +88,21 @@ def _render_kernel(results: list[Result], indices: list[int], max_trace_steps: i
         lines.append("")
         lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, max_trace_steps=max_trace_steps,
                                       unit=core_unit(r.backend), seen_at=_seen_at(shown, problem)))
-    notes = dict.fromkeys(note for i in in_full for note in results[i].notes)
-    lines.extend(f"  note: {note}" for note in notes)
+    lines.extend(_note_lines(results, indices))
     return "\n".join(lines)
+
+
+def _note_lines(results: list[Result], indices: list[int]) -> list[str]:
+    """Each note of the kernel's checks once. A note describes one check (its threads, the
+    values its data gave), so when the kernel was checked more than once each note says
+    which checks it belongs to: "note [at 2, 4 devices]: ..." when several share it."""
+    owners: dict[str, list[Result]] = {}
+    for i in indices:
+        for note in dict.fromkeys(results[i].notes):
+            owners.setdefault(note, []).append(results[i])
+    if len(indices) == 1:
+        return [f"  note: {note}" for note in owners]
+    return [f"  note [at {groups.sizes_text(checks)}]: {note}" for note, checks in owners.items()]
 
 
 def _seen_at(results: list[Result], problem: groups.ProblemGroup) -> str:
@@ -105,7 +118,8 @@ def _render_every_check(results: list[Result], *, max_trace_steps: int, judgemen
     for i, r in enumerate(results):
         judgement = judgements[i] if judgements is not None else None
         if judgement is not None and judgement.matched and r.verdict is Verdict.VIOLATION:
-            blocks.append(verdict_line(r) + f"\n  expected: {_declared(judgement)}")
+            blocks.append("\n".join([verdict_line(r), f"  expected: {_declared(judgement)}",
+                                     *(f"  note: {note}" for note in r.notes)]))
             continue
         block = render_result(r, max_trace_steps=max_trace_steps)
         if judgement is not None and not judgement.matched:
