@@ -14,7 +14,7 @@ from semcheck import ir
 from semcheck.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
 from semcheck.result import BlockedWait
-from semcheck.semantics import Hazard, System, State, _Fault, must_be_zero_at_exit
+from semcheck.semantics import Hazard, SemInstance, System, State, _Fault, must_be_zero_at_exit
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class Finding:
     blocked: tuple[BlockedWait, ...] = ()
     cycle: tuple[int, ...] = ()
     other: ir.Loc | None = None  # the second source line of a race
-    other_start: tuple[int, int] | None = None  # (thread, pc) that started a race's copy in flight
+    # (thread, pc) that started the copy in flight a race is with, or a leftover's copy still landing
+    other_start: tuple[int, int] | None = None
     at_end: bool = False  # judged in a state where nothing can move (stuck, or a leftover at exit)
     loop_steps: int = 0  # a loop that spins for ever: how many of the trace's last steps repeat
 
@@ -112,16 +113,43 @@ def _early_arrival_finding(system: System, h) -> Finding:
 
 
 def _leftover_at_exit_finding(system: System, h) -> Finding:
+    """A later entry found what the previous invocation left: a count (located by the
+    engine at its last addition) or a copy still landing (located at the copy's start)."""
+    if h.other_pc >= 0:
+        return _landing_at_entry_finding(system, h)
     here = system.bodies[h.thread][h.pc]
-    sid = h.sem
-    inst = system.instances[sid]
+    inst = system.instances[h.sem]
     message = (
         f"semaphore leftover: when {system.thread_name(h.thread)} enters the kernel again at "
-        f"{here.loc}, {h.detail}; on TPU every {inst.decl.origin.value} semaphore must be back "
-        f"to 0 at exit (the runtime crashes otherwise). It is declared at {inst.decl.loc}."
+        f"{here.loc}, {h.detail}; {_zero_at_exit_rule(inst)}"
     )
-    key = (Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index)
-    return Finding(Kind.SEMAPHORE_LEFTOVER, key, h.thread, None, message, sem=sid)
+    return Finding(Kind.SEMAPHORE_LEFTOVER, _leftover_key(inst), h.thread, None, message, sem=h.sem)
+
+
+def _landing_at_entry_finding(system: System, h) -> Finding:
+    here = system.bodies[h.thread][h.pc]
+    start = system.bodies[h.other_thread][h.other_pc]
+    inst = system.instances[h.sem]
+    message = (
+        f"semaphore leftover: the copy {system.thread_name(h.other_thread)} started at {start.loc} "
+        f"in the previous invocation is still landing on {inst.label} when "
+        f"{system.thread_name(h.thread)} enters the kernel again at {here.loc}: nothing waited "
+        f"for it to land; {_zero_at_exit_rule(inst)}"
+    )
+    return Finding(Kind.SEMAPHORE_LEFTOVER, _leftover_key(inst), h.thread, start.loc, message, sem=h.sem,
+                   other_start=(h.other_thread, h.other_pc))
+
+
+def _zero_at_exit_rule(inst: SemInstance) -> str:
+    return (
+        f"on TPU every {inst.decl.origin.value} semaphore must be back to 0 at exit (the runtime "
+        f"crashes otherwise). It is declared at {inst.decl.loc}."
+    )
+
+
+def _leftover_key(inst: SemInstance) -> tuple:
+    """One leftover per semaphore declaration and index, however it was found."""
+    return (Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index)
 
 
 def _phase_overrun_finding(system: System, h) -> Finding:
@@ -385,8 +413,7 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
             ),
             None,
         )
-        key = (Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index)
-        out.append(Finding(Kind.SEMAPHORE_LEFTOVER, key, owner, None, message, sem=sid))
+        out.append(Finding(Kind.SEMAPHORE_LEFTOVER, _leftover_key(inst), owner, None, message, sem=sid))
     return out
 
 

@@ -216,6 +216,8 @@ def missing_lines(m, kernel_file: str = "") -> list[str]:
     """What could have changed the semaphore of a stuck wait or a leftover, and what did."""
     takes = m.needs is None
     state = f"holds {m.has}" if takes else f"needs {m.needs}, has {m.has}"
+    if m.in_flight:
+        state += f", and copies still landing add {m.in_flight}"
     verb = "take from" if takes else "add to"
     out = [f"    what could {verb} {m.semaphore} ({state}):"]
     wanted = [s for s in m.sites if s.adds != takes]
