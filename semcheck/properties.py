@@ -240,36 +240,33 @@ def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
     graph.add_nodes_from(range(len(blocked)))
     roots = []
     for i, (t, sid, _need, _have) in enumerate(blocked):
-        providers = [
-            j
-            for j, (q, *_rest) in enumerate(blocked)
-            if _may_add(system, state, q, sid, after_current=q == t)
-        ]
+        # No edge to the wait itself: what its own thread would add after it cannot run
+        # before it passes, so a wait only its own thread could satisfy is a root (an
+        # unsatisfied wait), not a cycle of one thread.
+        providers = [j for j, (q, *_rest) in enumerate(blocked) if j != i and system.may_add(q, state.pcs[q], sid)]
         graph.add_edges_from((i, j) for j in providers)
         if not providers:
             roots.append(i)
     findings = []
     for component in nx.strongly_connected_components(graph):
-        sub = graph.subgraph(component)
-        if len(component) == 1 and not sub.number_of_edges():
+        if len(component) == 1:
             continue
-        cycle = [edge[0] for edge in nx.find_cycle(sub)]
+        cycle = [edge[0] for edge in nx.find_cycle(graph.subgraph(component))]
         findings.append(_deadlock_finding(system, info, cycle))
     by_line: dict[ir.Loc | None, list[int]] = {}
     for i in roots:  # one wait stuck on many devices is one violation
         by_line.setdefault(info[i].location, []).append(i)
     for group in by_line.values():
-        findings.append(_unsatisfied_finding(info, group, graph))
+        own = [i for i in group if _adds_after_its_wait(system, state, *blocked[i][:2])]
+        findings.append(_unsatisfied_finding(info, group, graph, own))
     return findings
 
 
-def _may_add(system: System, state: State, t: int, sid: int, *, after_current: bool) -> bool:
-    """Whether thread t may still add to `sid`. A blocked wait cannot enable itself, so for
-    its own thread only what follows it counts (a wait whose amount may be negative would
-    otherwise count as adding to the very semaphore it waits on)."""
+def _adds_after_its_wait(system: System, state: State, t: int, sid: int) -> bool:
+    """Whether thread t, blocked at a wait on `sid`, would add to it after that wait (a
+    wait whose amount may be negative does not count as adding to the very semaphore it
+    waits on)."""
     pc, body = state.pcs[t], system.bodies[t]
-    if not after_current:
-        return system.may_add(t, pc, sid)
     return any(system.may_add(t, s, sid) for s in successors(pc, body[pc]) if s < len(body))
 
 
@@ -319,12 +316,15 @@ def _deadlock_finding(system: System, info: list[BlockedWait], cycle: list[int])
     )
 
 
-def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph) -> Finding:
+def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph, own: list[int]) -> Finding:
+    """`own`: the waits of `group` that only their own thread's later instructions could satisfy."""
     import networkx as nx
 
     b = info[group[0]]
     message = "unsatisfied wait: " + ";\n  ".join(_wait_text(info[i]) for i in group)
     message += ("; nothing left in the system can add to " + ("them" if len(group) > 1 else "it"))
+    if own:
+        message += _own_later_addition_text([info[i] for i in own], whole_group=len(own) == len(group))
     behind = sorted(set().union(*(nx.ancestors(graph, i) for i in group)) - set(group))
     if behind:
         message += ". Blocked behind:\n" + "\n".join(_behind_lines([info[i] for i in behind]))
@@ -333,6 +333,18 @@ def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph) -> Fi
         Kind.UNSATISFIED_WAIT, key, b.thread, b.location, message,
         sem=b.sem, blocked=tuple(info),
     )
+
+
+def _own_later_addition_text(waits: list[BlockedWait], *, whole_group: bool) -> str:
+    """Why a wait its own thread adds to later is not satisfied by it: that thread is the
+    one waiting, so what follows the wait never runs."""
+    if whole_group:
+        who = f"{waits[0].name} itself, after this wait" if len(waits) == 1 else "each waiting thread itself, after its wait"
+        return f" but {who}, which it never gets past"
+    names = ", ".join(b.name for b in waits[:4]) + (f" and {len(waits) - 4} more" if len(waits) > 4 else "")
+    one = len(waits) == 1
+    return (f"; {names} would add to {'its' if one else 'their'} own only after "
+            f"{'its' if one else 'their'} wait, which {'it never gets' if one else 'none gets'} past")
 
 
 def _behind_lines(waits: list[BlockedWait]) -> list[str]:
