@@ -93,11 +93,14 @@ def _render_kernel(results: list[Result], indices: list[int], max_trace_steps: i
 
 
 def _seen_at(results: list[Result], problem: groups.ProblemGroup) -> str:
-    """ "at 2 devices; also at 4, 8 devices" (empty for a kernel checked once)."""
-    if not problem.also:
+    """ "at 2 devices; also at 4, 8 devices" (empty for a problem found in one check only).
+    A problem found more than once in one check (a deadlock of each pair of devices) has
+    refs into the shown check too: that check is where it is, not where else it is."""
+    elsewhere = [ref for ref in problem.also if ref.result != problem.shown.result]
+    if not elsewhere:
         return ""
     here = groups.checks_text(results, [problem.shown])
-    return f"at {here}; also at {groups.checks_text(results, problem.also)}"
+    return f"at {here}; also at {groups.checks_text(results, elsewhere)}"
 
 
 def _render_every_check(results: list[Result], *, max_trace_steps: int, judgements) -> str:
