@@ -11,7 +11,7 @@ from semcheck.assumptions import Assumption
 from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, bounded_phase
 from semcheck.errors import LoadError, LoadTimedOut, ProtocolError
 from semcheck.frontends import load
-from semcheck.ir import Protocol
+from semcheck.ir import Loc, Protocol
 from semcheck.kinds import SEVERITY, Kind
 from semcheck.result import Result, Verdict, Violation
 
@@ -110,17 +110,17 @@ def _stem(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-def mesh_smaller_warning(protocol: Protocol, requested: int) -> Violation:
-    """The script ran with `requested` devices but the kernel's mesh used fewer: the larger
-    count was never checked, so a gate must not count it as covered."""
+def mesh_smaller_warning(mesh_devices: int, requested: int, loc: Loc | None) -> Violation:
+    """The script ran with `requested` devices but the kernel's mesh (at `loc`) used fewer:
+    the larger count was never checked, so a gate must not count it as covered."""
     return Violation(
         kind=Kind.MESH_SMALLER_THAN_DEVICES.value,
         severity=SEVERITY[Kind.MESH_SMALLER_THAN_DEVICES],
         message=(
-            f"the kernel's mesh has {protocol.devices} device(s) but the check ran with {requested}: "
+            f"the kernel's mesh has {mesh_devices} device(s) but the check ran with {requested}: "
             f"{requested} devices were not checked (build the mesh from all of jax.devices() to check "
             f"them, or leave {requested} out of --devices)"
         ),
-        device=None, core=None, location=protocol.loc,
+        device=None, core=None, location=loc,
     )
 

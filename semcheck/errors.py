@@ -19,6 +19,9 @@ class LoadError(Exception):
         # end in an `ir.Cut`), whose prefix is still checked (semcheck/prefix.py).
         self.prefixes: list[Protocol] = []
         self.kernel: str | None = None  # the kernel it is about, when a script had several
+        # The devices of that kernel's mesh, when the capture knew it (a smaller mesh than
+        # --devices checks fewer devices than were asked for).
+        self.devices: int | None = None
 
     def __str__(self) -> str:
         where = f"{self.loc}: " if self.loc else ""

@@ -14,7 +14,7 @@ from semcheck import ir
 from semcheck.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
 from semcheck.result import BlockedWait
-from semcheck.semantics import Hazard, System, State, _Fault, must_be_zero_at_exit
+from semcheck.semantics import Hazard, SemInstance, System, State, _Fault, must_be_zero_at_exit
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class Finding:
     blocked: tuple[BlockedWait, ...] = ()
     cycle: tuple[int, ...] = ()
     other: ir.Loc | None = None  # the second source line of a race
-    other_start: tuple[int, int] | None = None  # (thread, pc) that started a race's copy in flight
+    # (thread, pc) that started the copy in flight a race is with, or a leftover's copy still landing
+    other_start: tuple[int, int] | None = None
     at_end: bool = False  # judged in a state where nothing can move (stuck, or a leftover at exit)
     loop_steps: int = 0  # a loop that spins for ever: how many of the trace's last steps repeat
 
@@ -112,16 +113,43 @@ def _early_arrival_finding(system: System, h) -> Finding:
 
 
 def _leftover_at_exit_finding(system: System, h) -> Finding:
+    """A later entry found what the previous invocation left: a count (located by the
+    engine at its last addition) or a copy still landing (located at the copy's start)."""
+    if h.other_pc >= 0:
+        return _landing_at_entry_finding(system, h)
     here = system.bodies[h.thread][h.pc]
-    sid = h.sem
-    inst = system.instances[sid]
+    inst = system.instances[h.sem]
     message = (
         f"semaphore leftover: when {system.thread_name(h.thread)} enters the kernel again at "
-        f"{here.loc}, {h.detail}; on TPU every {inst.decl.origin.value} semaphore must be back "
-        f"to 0 at exit (the runtime crashes otherwise). It is declared at {inst.decl.loc}."
+        f"{here.loc}, {h.detail}; {_zero_at_exit_rule(inst)}"
     )
-    key = (Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index)
-    return Finding(Kind.SEMAPHORE_LEFTOVER, key, h.thread, None, message, sem=sid)
+    return Finding(Kind.SEMAPHORE_LEFTOVER, _leftover_key(inst), h.thread, None, message, sem=h.sem)
+
+
+def _landing_at_entry_finding(system: System, h) -> Finding:
+    here = system.bodies[h.thread][h.pc]
+    start = system.bodies[h.other_thread][h.other_pc]
+    inst = system.instances[h.sem]
+    message = (
+        f"semaphore leftover: the copy {system.thread_name(h.other_thread)} started at {start.loc} "
+        f"in the previous invocation is still landing on {inst.label} when "
+        f"{system.thread_name(h.thread)} enters the kernel again at {here.loc}: nothing waited "
+        f"for it to land; {_zero_at_exit_rule(inst)}"
+    )
+    return Finding(Kind.SEMAPHORE_LEFTOVER, _leftover_key(inst), h.thread, start.loc, message, sem=h.sem,
+                   other_start=(h.other_thread, h.other_pc))
+
+
+def _zero_at_exit_rule(inst: SemInstance) -> str:
+    return (
+        f"on TPU every {inst.decl.origin.value} semaphore must be back to 0 at exit (the runtime "
+        f"crashes otherwise). It is declared at {inst.decl.loc}."
+    )
+
+
+def _leftover_key(inst: SemInstance) -> tuple:
+    """One leftover per semaphore declaration and index, however it was found."""
+    return (Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index)
 
 
 def _phase_overrun_finding(system: System, h) -> Finding:
@@ -212,36 +240,33 @@ def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
     graph.add_nodes_from(range(len(blocked)))
     roots = []
     for i, (t, sid, _need, _have) in enumerate(blocked):
-        providers = [
-            j
-            for j, (q, *_rest) in enumerate(blocked)
-            if _may_add(system, state, q, sid, after_current=q == t)
-        ]
+        # No edge to the wait itself: what its own thread would add after it cannot run
+        # before it passes, so a wait only its own thread could satisfy is a root (an
+        # unsatisfied wait), not a cycle of one thread.
+        providers = [j for j, (q, *_rest) in enumerate(blocked) if j != i and system.may_add(q, state.pcs[q], sid)]
         graph.add_edges_from((i, j) for j in providers)
         if not providers:
             roots.append(i)
     findings = []
     for component in nx.strongly_connected_components(graph):
-        sub = graph.subgraph(component)
-        if len(component) == 1 and not sub.number_of_edges():
+        if len(component) == 1:
             continue
-        cycle = [edge[0] for edge in nx.find_cycle(sub)]
+        cycle = [edge[0] for edge in nx.find_cycle(graph.subgraph(component))]
         findings.append(_deadlock_finding(system, info, cycle))
     by_line: dict[ir.Loc | None, list[int]] = {}
     for i in roots:  # one wait stuck on many devices is one violation
         by_line.setdefault(info[i].location, []).append(i)
     for group in by_line.values():
-        findings.append(_unsatisfied_finding(info, group, graph))
+        own = [i for i in group if _adds_after_its_wait(system, state, *blocked[i][:2])]
+        findings.append(_unsatisfied_finding(info, group, graph, own))
     return findings
 
 
-def _may_add(system: System, state: State, t: int, sid: int, *, after_current: bool) -> bool:
-    """Whether thread t may still add to `sid`. A blocked wait cannot enable itself, so for
-    its own thread only what follows it counts (a wait whose amount may be negative would
-    otherwise count as adding to the very semaphore it waits on)."""
+def _adds_after_its_wait(system: System, state: State, t: int, sid: int) -> bool:
+    """Whether thread t, blocked at a wait on `sid`, would add to it after that wait (a
+    wait whose amount may be negative does not count as adding to the very semaphore it
+    waits on)."""
     pc, body = state.pcs[t], system.bodies[t]
-    if not after_current:
-        return system.may_add(t, pc, sid)
     return any(system.may_add(t, s, sid) for s in successors(pc, body[pc]) if s < len(body))
 
 
@@ -291,12 +316,15 @@ def _deadlock_finding(system: System, info: list[BlockedWait], cycle: list[int])
     )
 
 
-def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph) -> Finding:
+def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph, own: list[int]) -> Finding:
+    """`own`: the waits of `group` that only their own thread's later instructions could satisfy."""
     import networkx as nx
 
     b = info[group[0]]
     message = "unsatisfied wait: " + ";\n  ".join(_wait_text(info[i]) for i in group)
     message += ("; nothing left in the system can add to " + ("them" if len(group) > 1 else "it"))
+    if own:
+        message += _own_later_addition_text([info[i] for i in own], whole_group=len(own) == len(group))
     behind = sorted(set().union(*(nx.ancestors(graph, i) for i in group)) - set(group))
     if behind:
         message += ". Blocked behind:\n" + "\n".join(_behind_lines([info[i] for i in behind]))
@@ -305,6 +333,18 @@ def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph) -> Fi
         Kind.UNSATISFIED_WAIT, key, b.thread, b.location, message,
         sem=b.sem, blocked=tuple(info),
     )
+
+
+def _own_later_addition_text(waits: list[BlockedWait], *, whole_group: bool) -> str:
+    """Why a wait its own thread adds to later is not satisfied by it: that thread is the
+    one waiting, so what follows the wait never runs."""
+    if whole_group:
+        who = f"{waits[0].name} itself, after this wait" if len(waits) == 1 else "each waiting thread itself, after its wait"
+        return f" but {who}, which it never gets past"
+    names = ", ".join(b.name for b in waits[:4]) + (f" and {len(waits) - 4} more" if len(waits) > 4 else "")
+    one = len(waits) == 1
+    return (f"; {names} would add to {'its' if one else 'their'} own only after "
+            f"{'its' if one else 'their'} wait, which {'it never gets' if one else 'none gets'} past")
 
 
 def _behind_lines(waits: list[BlockedWait]) -> list[str]:
@@ -385,8 +425,7 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
             ),
             None,
         )
-        key = (Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index)
-        out.append(Finding(Kind.SEMAPHORE_LEFTOVER, key, owner, None, message, sem=sid))
+        out.append(Finding(Kind.SEMAPHORE_LEFTOVER, _leftover_key(inst), owner, None, message, sem=sid))
     return out
 
 

@@ -157,9 +157,10 @@ class MissingAction:
 
     semaphore: str  # as trace steps name it, e.g. "barrier@d7"
     needs: int | None  # what the wait needs (None for a leftover)
-    has: int  # what it holds in the final state
+    has: int  # what it holds in the final state (a leftover found at a later entry: just before it)
     sites: tuple[Site, ...]
     absent: tuple[AbsentSite, ...] = ()
+    in_flight: int = 0  # what copies still landing will add to it (a leftover found at a later entry)
 
 
 @dataclass(repr=False)
@@ -181,7 +182,8 @@ class Violation:
     # The semaphore's declared name (no index, no device): the same at every device count,
     # so one problem found at 2, 4 and 8 devices groups into one report.
     semaphore_name: str | None = None
-    racing_step: int | None = None  # for a data race: the trace step that started the copy in flight
+    # The trace step that started the copy in flight: a data race's, or a leftover's still landing.
+    racing_step: int | None = None
     loop_from: int | None = None  # for a loop that spins for ever: the trace repeats from this step on
     # For a stuck wait (each root wait) or a leftover: the sites that could change its semaphore.
     missing: list[MissingAction] = field(default_factory=list)

@@ -1226,7 +1226,8 @@ def _plain_race_detail(system: System, access: Access, other: Access) -> str:
 def _exec_entry(system: System, t: int, instr: ir.KernelEntry, state: State) -> State:
     """A fresh allocation of the core's semaphores. Entering again (a later invocation)
     first finds what the previous one left: a non-zero count, or one of its copies still
-    landing, is that invocation's leftover (TPU checks every semaphore at kernel exit)."""
+    landing, is that invocation's leftover (TPU checks every semaphore at kernel exit). A
+    copy's hazard names its start as the other party: that line is the leftover's cause."""
     reset = system.entry_resets(t)
     if not reset:
         return _advance(state, t)
@@ -1239,7 +1240,7 @@ def _exec_entry(system: System, t: int, instr: ir.KernelEntry, state: State) -> 
                    f"{system.instances[sid].label} holds {count} (left by the previous invocation)", sem=sid)
             for sid in reset if (count := state.sems[sid])
         ] + [
-            Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, -1,
+            Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.start_pc,
                    f"a copy of the previous invocation is still landing on {system.instances[e.sem].label}", sem=e.sem)
             for e in _distinct(state.events) if e.sem in resetting
         ]

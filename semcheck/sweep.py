@@ -27,6 +27,7 @@ from semcheck.result import Result
 if TYPE_CHECKING:
     from semcheck.checks import LoadReport
     from semcheck.frontends import Classification, LoadError
+    from semcheck.ir import Loc
 
 ProgressFor = Callable[[str, int], "ProgressFn | None"]
 
@@ -249,7 +250,7 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
     from semcheck import assumptions
     from semcheck.checks import (
         LoadReport, _error_text, _load_error_result, _load_within, _out_of_budget_loading, _stem,
-        check_protocol, error_result, mesh_smaller_warning,
+        check_protocol, error_result,
     )
     from semcheck.engines.budget import Budget, BudgetExceeded
     from semcheck.frontends import LoadError, NothingToCheck
@@ -296,14 +297,18 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
         for item in loaded:
             stopped = item if isinstance(item, LoadError) else None
             if stopped is not None and not stopped.prefixes:  # one kernel of the file cannot be lowered
-                results.append(_load_error_result(path, n, stopped, options.engine))
+                # What its mesh has, as a lowered kernel's result says (the capture knows it).
+                devices = stopped.devices or n
+                error = _load_error_result(path, devices, stopped, options.engine)
+                results.append(_noting_a_smaller_mesh(error, devices, n, stopped.loc))
                 continue
             for protocol in stopped.prefixes if stopped is not None else [item]:
                 try:
                     protocol = repeat(assumptions.apply(protocol, options.assume), options.invocations)
                 except ValueError as e:
-                    results.append(error_result(protocol.name, protocol.loc.file, protocol.loc.line,
-                                                n, str(e), options.engine))
+                    error = error_result(protocol.name, protocol.loc.file, protocol.loc.line,
+                                         protocol.devices, str(e), options.engine)
+                    results.append(_noting_a_smaller_mesh(error, protocol.devices, n, protocol.loc))
                     continue
                 progress = progress_for(protocol.name, n) if progress_for else None
                 result = check_protocol(protocol, engine=options.engine, budget=check_budget,
@@ -311,10 +316,18 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
                 result.invocations = options.invocations
                 if stopped is not None:  # lowering stopped part-way: what its prefix decides
                     result = prefix_result(result, protocol, _error_text(stopped), stopped.loc)
-                if protocol.devices < n:
-                    result.violations.append(mesh_smaller_warning(protocol, n))
-                results.append(result)
+                results.append(_noting_a_smaller_mesh(result, protocol.devices, n, protocol.loc))
     return TaskOutcome(task.index, results, len(protocols), names, report, n)
+
+
+def _noting_a_smaller_mesh(result: Result, mesh_devices: int, requested: int, loc: Loc | None) -> Result:
+    """`result` with a warning when the kernel's mesh has fewer devices than the check was
+    asked for (its result is of the mesh, not of `requested` devices), whatever its verdict."""
+    from semcheck.checks import mesh_smaller_warning
+
+    if mesh_devices < requested:
+        result.violations.append(mesh_smaller_warning(mesh_devices, requested, loc))
+    return result
 
 
 def check_assumed_names(tasks: list[Task], outcomes: list[TaskOutcome]) -> None:

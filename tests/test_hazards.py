@@ -182,3 +182,81 @@ def test_single_barrier_breaks_only_when_the_kernel_runs_twice():
     assert "remote_before_entry" in errors(repeat(_barrier_then_copy(False), 2))
     assert errors(repeat(_barrier_then_copy(True), 2)) == []
     assert errors(repeat(_barrier_then_copy(False, devices=4), 2)) == []  # the ring closes too soon
+
+
+def _ring_waiting_only_for_its_send(devices: int = 2):
+    """Each device copies its block to its right neighbour and waits only until its own
+    block has left (`wait_send`), never until the neighbour's block has landed."""
+    p = ProtocolBuilder("send_only", devices=devices)
+    barrier = p.barrier_semaphore()
+    send, recv = p.semaphore("send", DMA), p.semaphore("recv", DMA)
+    x, out = p.buffer("x", (8, 128)), p.buffer("out", (8, 128))
+    for d in range(devices):
+        t = p.thread(d)
+        t.signal(barrier, device=(d - 1) % devices)
+        t.wait(barrier)
+        t.dma_start(x.whole, out.whole, recv_sem=recv, send_sem=send, device=(d + 1) % devices).wait_send()
+    return p.build()
+
+
+def _copy_start_loc(protocol):
+    from semcheck import ir
+
+    [loc] = {i.loc for t in protocol.threads for i in t.body if isinstance(i, ir.DmaStart)}
+    return loc
+
+
+def test_a_copy_still_landing_at_the_next_entry_is_found_at_its_start():
+    """The entry that finds the copy names it: its start line, not the kernel's first line
+    (where the semaphore is declared), and no 'last addition' that never happened."""
+    from semcheck import ir
+    from semcheck.properties import hazard_findings
+    from semcheck.semantics import System
+
+    p = builder()
+    sem = p.semaphore("sem", DMA)
+    src, dst = p.buffer("src", (8, 128)), p.buffer("dst", (8, 128))
+    p.thread(0).dma_start(src.whole, dst.whole, recv_sem=sem)  # nobody waits for it
+    protocol = repeat(p.build(), 2)
+    assert isinstance(protocol.threads[0].body[3], ir.KernelEntry)
+    system = System(protocol)
+    state = system.initial_states()[0]
+    for _ in range(4):  # entry, start, exit, entry again: the copy is still in flight
+        state = system.step(state, ("t", 0))
+    [finding] = hazard_findings(system, state)
+    start = _copy_start_loc(protocol)
+    assert finding.kind.value == "semaphore_leftover" and finding.loc == start
+    assert finding.other_start == (0, 1)
+    assert f"the copy device 0 started at {start}" in finding.message and "still landing" in finding.message
+
+
+def test_both_engines_locate_a_leftover_copy_of_a_kernel_run_twice_at_its_start():
+    from semcheck.api import check_protocol
+    from semcheck.report.text import missing_lines
+
+    protocol = repeat(_ring_waiting_only_for_its_send(), 2)
+    start = _copy_start_loc(protocol)
+    for engine in ("explicit", "z3"):
+        [v] = [v for v in check_protocol(protocol, engine=engine).errors if v.kind == "semaphore_leftover"]
+        assert v.location == start, engine
+        if "still landing" in v.message:  # found in flight, or landed (then the count is its addition)
+            assert "The last addition" not in v.message, engine
+        else:
+            assert f"The last addition to it is at {start}." in v.message, engine
+        [takes] = v.missing
+        # what it held when the second entry found it, not after that entry reset it
+        assert takes.has + takes.in_flight == 4096, (engine, takes)
+        if takes.in_flight:
+            assert "still landing add 4096" in missing_lines(takes)[0], engine
+
+
+def test_a_count_left_at_the_next_entry_is_what_the_previous_invocation_left():
+    p = builder()
+    s = p.semaphore("s")
+    p.thread(0).signal(s)
+    [v] = check(repeat(p.build(), 2)).errors
+    assert v.kind == "semaphore_leftover" and "enters the kernel again" in v.message
+    assert v.location.line == p.build().threads[0].body[0].loc.line  # the signal
+    [takes] = v.missing
+    assert takes.has == 1  # what the entry found, not the 0 it leaves
+    assert takes.in_flight == 0

@@ -58,3 +58,30 @@ def test_json_groups_point_at_every_check_and_keep_results(capsys):
     assert group["kind"] == "unsatisfied_wait" and group["location"]["line"] == 30
     assert group["shown"] == group["checks"][0] and group["shown"]["devices"] == 2
     assert [(c["result"], c["violation"], c["devices"]) for c in group["checks"]] == [(0, 0, 2), (1, 0, 4)]
+
+
+def _pairs_deadlocking(devices: int):
+    """Devices 2k and 2k+1 each wait for the other's token before giving their own: one
+    deadlock per pair, each on its own semaphores, all at one line."""
+    from semcheck.model import ProtocolBuilder
+
+    p = ProtocolBuilder("pairs", devices=devices)
+    token = p.semaphore("token")
+    for d in range(devices):
+        t = p.thread(d)
+        t.wait(token)
+        t.signal(token, device=d ^ 1)
+    return p.build()
+
+
+def test_a_problem_found_twice_in_one_check_is_not_said_to_be_found_at_it_again():
+    from semcheck.api import check_protocol
+
+    four, eight = (check_protocol(_pairs_deadlocking(n)) for n in (4, 8))
+    assert [v.kind for v in four.errors] == ["deadlock", "deadlock"]  # one per pair
+    [group] = groups.group([four])
+    assert len(group.also) == 1  # the other pair: the same problem, in the same check
+    report = text.render([four])
+    assert report.count("error: deadlock") == 1 and "also at" not in report and "[at 4 devices" not in report
+    both = text.render([four, eight])
+    assert "[at 4 devices; also at 8 devices]" in both

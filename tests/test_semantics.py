@@ -222,3 +222,29 @@ def test_undeclared_semaphore_is_a_protocol_error():
     p.thread(0).signal(Sem("nope"))
     with pytest.raises(ProtocolError, match="undeclared semaphore 'nope'"):
         System(p.build())
+
+
+def _waits_before_its_own_copy(devices: int):
+    """Each device waits on a DMA semaphore, then starts the copy that would fill it."""
+    p = builder(devices)
+    sem = p.semaphore("sem", DMA)
+    src, dst = p.buffer("src", (8, 128)), p.buffer("dst", (8, 128))
+    for d in range(devices):
+        t = p.thread(d)
+        t.dma_wait(sem, 4096)
+        t.dma_start(src.whole, dst.whole, recv_sem=sem)
+    return p.build()
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_wait_only_its_own_later_copy_could_satisfy_is_unsatisfied_not_a_deadlock(devices):
+    """A thread cannot run what follows its own wait: that is no cycle of waits between
+    threads (deadlock), but a wait nothing left can satisfy, in both engines."""
+    from tests.agreement import assert_engines_agree
+
+    for exploration in assert_engines_agree(_waits_before_its_own_copy(devices)):
+        [finding] = [f for f, _, _ in exploration.findings.values()]  # one line stuck on every device
+        assert finding.kind.value == "unsatisfied_wait" and not finding.cycle
+        assert "cycle" not in finding.message
+        assert "itself, after " in finding.message and "which it never gets past" in finding.message
+        assert len(finding.blocked) == devices

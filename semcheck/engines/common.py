@@ -101,16 +101,14 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         distance = causal.relevance(system, states, actions, focus)
         for j, step in enumerate(steps):
             step.relevance = distance.get(j)
-    loc = finding.loc
+    loc, message = finding.loc, finding.message
     if loc is None and finding.sem is not None:
-        # A leftover is best shown where the last unbalanced addition happened.
-        adders = [s for s in steps if s.semaphore == system.instances[finding.sem].short
-                  and s.after is not None and s.before is not None and s.after > s.before]
-        loc = adders[-1].location if adders else system.instances[finding.sem].decl.loc
+        # A leftover count is best shown where the last unbalanced addition happened.
+        loc = _last_addition(system, steps, finding.sem)
+        if loc is not None and finding.kind is Kind.SEMAPHORE_LEFTOVER:
+            message += f" The last addition to it is at {loc}."
+        loc = loc or system.instances[finding.sem].decl.loc
     thread = system.threads[finding.thread] if finding.thread is not None else None
-    message = finding.message
-    if finding.kind is Kind.SEMAPHORE_LEFTOVER and loc is not None:
-        message += f" The last addition to it is at {loc}."
     return Violation(
         kind=finding.kind.value,
         severity=SEVERITY[finding.kind],
@@ -136,6 +134,14 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         identity=_identity(system, finding),
         at_end=finding.at_end,
     )
+
+
+def _last_addition(system: System, steps, sid: int):
+    """Where the trace last added to semaphore `sid`, or None if it never did."""
+    short = system.instances[sid].short
+    adders = [s for s in steps if s.semaphore == short
+              and s.after is not None and s.before is not None and s.after > s.before]
+    return adders[-1].location if adders else None
 
 
 def _focus(system: System, finding: Finding, length: int, racing_step: int | None) -> causal.Focus:
@@ -175,7 +181,9 @@ def _missing_actions(system: System, finding: Finding, states, actions) -> list:
                 out.append(missing.missing_action(system, states, actions, b.sem, b.needs, adds=True))
         return out
     if finding.kind is Kind.SEMAPHORE_LEFTOVER and finding.sem is not None:
-        takes = missing.missing_action(system, states, actions, finding.sem, None, adds=False)
+        # Found by a later entry, which resets the count: what it held is judged just before.
+        judged = states[-2] if not finding.at_end and len(states) > 1 else None
+        takes = missing.missing_action(system, states, actions, finding.sem, None, adds=False, judged=judged)
         adds = missing.missing_action(system, states, actions, finding.sem, None, adds=True)
         return [replace(takes, sites=takes.sites + tuple(s for s in adds.sites if s.ran))]
     return []

@@ -32,15 +32,18 @@ _WHAT = {
 
 
 def missing_action(
-    system: System, states: list[State], actions: list[Action], sid: int, needs: int | None, *, adds: bool
+    system: System, states: list[State], actions: list[Action], sid: int, needs: int | None, *, adds: bool,
+    judged: State | None = None,
 ) -> MissingAction:
     """The sites that could add to (`adds`) or take from semaphore `sid`, with what the
-    path `actions` (through `states`) did with them."""
+    path `actions` (through `states`) did with them, and what `sid` holds in `judged` (the
+    path's last state unless given)."""
     runs: dict[tuple[int, int], list[int]] = {}
     for j, (kind, what) in enumerate(actions):
         if kind == "t":
             runs.setdefault((what, states[j].pcs[what]), []).append(j + 1)
     final = states[-1]
+    judged = judged or final
     sites = []
     for t, body in enumerate(system.bodies):
         for pc, instr in enumerate(body):
@@ -58,9 +61,10 @@ def missing_action(
     return MissingAction(
         semaphore=system.instances[sid].short,
         needs=needs,
-        has=final.sems[sid],
+        has=judged.sems[sid],
         sites=tuple(sites[:_SHOWN_SITES]),
         absent=_absent_sites(system, sid) if adds else (),
+        in_flight=sum(e.inc for e in judged.events if e.sem == sid),
     )
 
 

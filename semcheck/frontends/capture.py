@@ -62,12 +62,14 @@ class KernelError:
     line: int = 0
     hint: str | None = None
     prefixes: list[ir.Protocol] = field(default_factory=list)  # lowered up to the error (LoadError.prefixes)
+    devices: int | None = None  # the kernel's mesh size (LoadError.devices)
 
     def to_load_error(self) -> LoadError:
         loc = ir.Loc(self.file, self.line) if self.file else None
         error = LoadError(self.message, loc, self.hint)
         error.kernel = self.kernel
         error.prefixes = list(self.prefixes)
+        error.devices = self.devices
         return error
 
 
@@ -283,7 +285,8 @@ def _kernel_error(capture, message, loc, hint) -> KernelError:
     jaxpr = capture.params.get("jaxpr") or (capture.params.get("jaxprs") or [None])[0]
     name = capture.params.get("name") or kernel_function(getattr(jaxpr, "debug_info", None))[0]
     loc = loc or capture.call_loc
-    return KernelError(name or capture.primitive, message, loc.file if loc else "", loc.line if loc else 0, hint)
+    return KernelError(name or capture.primitive, message, loc.file if loc else "", loc.line if loc else 0, hint,
+                       devices=capture.mesh.size)
 
 
 def _dedupe(protocols: list[ir.Protocol]) -> list[ir.Protocol]:

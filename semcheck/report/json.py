@@ -95,6 +95,7 @@ def missing_dict(m: MissingAction) -> dict:
         "semaphore": m.semaphore,
         "needs": m.needs,
         "has": m.has,
+        "in_flight": m.in_flight,
         "sites": [
             {"thread": s.thread, "location": location(s.location), "what": s.what, "adds": s.adds,
              "ran": s.ran, "step": s.step, "not_run": s.not_run}

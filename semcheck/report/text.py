@@ -106,11 +106,14 @@ def _note_lines(results: list[Result], indices: list[int]) -> list[str]:
 
 
 def _seen_at(results: list[Result], problem: groups.ProblemGroup) -> str:
-    """ "at 2 devices; also at 4, 8 devices" (empty for a kernel checked once)."""
-    if not problem.also:
+    """ "at 2 devices; also at 4, 8 devices" (empty for a problem found in one check only).
+    A problem found more than once in one check (a deadlock of each pair of devices) has
+    refs into the shown check too: that check is where it is, not where else it is."""
+    elsewhere = [ref for ref in problem.also if ref.result != problem.shown.result]
+    if not elsewhere:
         return ""
     here = groups.checks_text(results, [problem.shown])
-    return f"at {here}; also at {groups.checks_text(results, problem.also)}"
+    return f"at {here}; also at {groups.checks_text(results, elsewhere)}"
 
 
 def _render_every_check(results: list[Result], *, max_trace_steps: int, judgements) -> str:
@@ -230,6 +233,8 @@ def missing_lines(m, kernel_file: str = "") -> list[str]:
     """What could have changed the semaphore of a stuck wait or a leftover, and what did."""
     takes = m.needs is None
     state = f"holds {m.has}" if takes else f"needs {m.needs}, has {m.has}"
+    if m.in_flight:
+        state += f", and copies still landing add {m.in_flight}"
     verb = "take from" if takes else "add to"
     out = [f"    what could {verb} {m.semaphore} ({state}):"]
     wanted = [s for s in m.sites if s.adds != takes]
