@@ -7,7 +7,8 @@ devices. The interpreter runs only part of the GPU examples, and sees only part 
 do (docs/semantics.md, "JAX's Mosaic GPU interpreter"); each example is pinned to one of:
 
 * AGREES: the interpreter runs it, and reports a race exactly where semcheck reports a
-  `data_race`;
+  `data_race`: the same pairs of the example's lines (semcheck's access and the other access
+  it names), and none where semcheck finds none;
 * BLIND: it runs it, but its TMA stores are synchronous and `wait_smem_to_gmem` does nothing
   (`gpu_callbacks.copy_smem_to_gmem`, `jaxpr_interpret.py`: "TODO(jburnim): Make the copy
   async"), so it finds no race, whatever semcheck finds;
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -50,7 +52,11 @@ else:
     print(json.dumps({"races": bool(gpu_callbacks.get_races().races_found)}))
 """
 
-AGREES = ("tma_barrier.py", "tma_barrier_early_read.py")
+AGREES = (
+    "tma_barrier.py", "tma_barrier_early_read.py",
+    # the Pallas threads of one block, over a thread-collective SMEM buffer and mbarrier
+    "thread_exchange.py", "thread_exchange_no_wait.py",
+)
 BLIND = ("tma_store_reuse.py", "tma_store_reuse_early.py", "tma_store_read_only_wait.py")
 NO_SEMAPHORES = "No ir_type_handler for aval type"  # a GMEM semaphore operand or pl.get_global
 NO_WARPS = "Higher-order primitive core_map"
@@ -80,6 +86,11 @@ PHASE_ERROR = {
 
 
 def run_interpreted(name: str, raises: str | None = None) -> dict:
+    """The RUNNER's outcome for one example (`_run_interpreted`)."""
+    return _run_interpreted(name, raises)[0]
+
+
+def _run_interpreted(name: str, raises: str | None = None) -> tuple[dict, list[str]]:
     """The RUNNER's outcome for one example. `raises`: a message the interpreter prints on
     stderr when a callback raises it; once it is there, the run is over for this test.
 
@@ -104,7 +115,7 @@ def run_interpreted(name: str, raises: str | None = None) -> dict:
                 stderr_lines.append(line)
                 if raises is not None and raises in line:
                     process.kill()
-                    return {"error": line.strip()}
+                    return {"error": line.strip()}, []
             process.wait()
         finally:
             killer.cancel()
@@ -112,7 +123,42 @@ def run_interpreted(name: str, raises: str | None = None) -> dict:
         reader.join()
     lines = [line for line in stdout_lines if line.startswith("{")]
     assert lines, "".join(stdout_lines)[-2000:] + "".join(stderr_lines)[-2000:]
-    return json.loads(lines[-1])
+    return json.loads(lines[-1]), stdout_lines
+
+
+# One access of a race the interpreter prints (`race_detection_state.py`, `check_read` and
+# `check_write`): "  read of KEY[RANGE] from DEVICE, THREAD, FILE:LINE:COL (FUNCTION)"; the
+# second access of a report has no comma before FILE.
+_RACE_ACCESS = re.compile(r"^\s+(?:read|write) of .* from \d+, \d+,? (?P<file>\S+):(?P<line>\d+):\d+ ")
+
+
+def interpreted_race_lines(name: str) -> tuple[dict, set[frozenset[int]]]:
+    """The RUNNER's outcome for one example, and the pairs of the example's lines between
+    which the interpreter printed a race ("RACE DETECTED" and its two accesses, one report
+    per race it meets; every device has its own)."""
+    outcome, stdout_lines = _run_interpreted(name)
+    pairs: set[frozenset[int]] = set()
+    for k, line in enumerate(stdout_lines):
+        if line.startswith("RACE DETECTED"):
+            accesses = [_RACE_ACCESS.match(a) for a in stdout_lines[k + 1:k + 5]]
+            lines = [int(m["line"]) for m in accesses if m and os.path.basename(m["file"]) == name]
+            assert len(lines) == 2, stdout_lines[k:k + 5]  # both accesses are the example's own
+            pairs.add(frozenset(lines))
+    return outcome, pairs
+
+
+def semcheck_race_lines(name: str) -> set[frozenset[int]]:
+    """The pairs of lines of semcheck's data races: the access it reports at and each other
+    access it names (`Violation.related`)."""
+    path = os.path.join(ROOT, "examples", "gpu", name)
+    [r] = results(path, DEVICES)
+    assert r.error is None, r.error
+    pairs = set()
+    for v in r.violations:
+        if v.kind == "data_race":
+            assert v.related, v.message
+            pairs |= {frozenset({v.location.line, other.line}) for other in v.related}
+    return pairs
 
 
 def semcheck_races(name: str) -> bool:
@@ -132,9 +178,11 @@ def test_every_gpu_example_is_classified():
 
 @pytest.mark.parametrize("name", AGREES)
 def test_the_interpreter_finds_a_race_where_semcheck_does(name):
-    outcome = run_interpreted(name)
+    outcome, pairs = interpreted_race_lines(name)
     assert "error" not in outcome, outcome
     assert outcome["races"] == semcheck_races(name)
+    assert outcome["races"] == bool(pairs)
+    assert pairs == semcheck_race_lines(name)
     assert outcome["races"] == ("data_race" in expectation(os.path.join(ROOT, "examples", "gpu", name)).markers)
 
 
