@@ -318,6 +318,27 @@ def test_an_assumed_buffer_element_is_an_input_over_its_range_not_its_data():
     assert check_protocol(p).verdict.value == "safe"
 
 
+def test_an_assumed_element_of_a_blocked_operand_is_one_input_per_block():
+    """Grid step i holds block i of count_ref: step 0 signals its count, step 1 waits for
+    its own. The assumed count_ref[0] was one input per device, shared by both steps, so
+    the wait always matched the signal (a false "safe"); 3 then 4 hangs."""
+    from semcheck.frontends import LoadError
+
+    [p] = _load("assumed_count_per_block.py", 2)
+    assert not isinstance(p, LoadError), p
+    # z3 over the assumed 0..8; the explicit search over 3..4 (3 then 4 hangs), which keeps
+    # it to 16 input combinations instead of 9**4.
+    for engine, assume in (("z3", ()), ("explicit", [Assumption("count_ref[0]", 3, 4)])):
+        result = check_protocol(p, engine=engine, assume=assume)
+        hangs = [v for v in result.errors if v.kind == "unsatisfied_wait"]
+        assert hangs, (engine, result)
+        witness, device = hangs[0].inputs, hangs[0].device
+        assert witness[f"count_ref[0]@d{device} block (1,)"] > witness[f"count_ref[0]@d{device} block (0,)"], witness
+    assert sorted((i.name, i.lo, i.hi) for i in p.inputs) == [
+        (f"count_ref[0]@d{d} block ({b},)", 0, 8) for d in (0, 1) for b in (0, 1)]
+    assert any("one input per device and block" in n for n in p.notes), p.notes
+
+
 # --- semcheck.verify(fn, *args) in-process: the arguments' values ------------------------------
 
 
