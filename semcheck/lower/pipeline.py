@@ -124,6 +124,17 @@ def copy_in(t, blocks: list[PipelinedBlock], points: list, k: int, loc: ir.Loc) 
             t.emitter.emit(ir.Store(loc, ir.Region(block.buffer)))
 
 
+def drop_moved(t, blocks: list[PipelinedBlock], points: list, k: int) -> None:
+    """Before step k (after the first): the thread's memory forgets every block buffer that
+    now holds another block. An input block is refilled from the array, and an output
+    block's previous contents were written back, so a store into the previous block says
+    nothing about this one (all blocks, not only those DMAs touch: this is data, not race
+    checking)."""
+    for block in blocks:
+        if k > 0 and _changes(block, points, k, k - 1):
+            t.memory.drop(block.buffer)
+
+
 def copy_out(t, blocks: list[PipelinedBlock], points: list, k: int, loc: ir.Loc) -> None:
     """After step k: write back the output blocks whose next step moves on (or at the end)."""
     for block in blocks:
@@ -161,6 +172,9 @@ class Pipeline:
         differs between grid points (`PipelinedBlock.held_at`); None for any other buffer."""
         block = next((b for b in self.blocks.get(device, []) if b.buffer == buffer), None)
         return None if block is None else block.held_at(point)
+
+    def every(self, device: int) -> list[PipelinedBlock]:
+        return self.blocks.get(device, [])
 
     def copied(self, device: int) -> list[PipelinedBlock]:
         return [b for b in self.blocks.get(device, []) if b.buffer in self.touched]
