@@ -9,8 +9,11 @@ no more than "an int32"; the user knows better and says so, in the kernel or mod
 
 or on the command line, `semcheck verify kernel.py --assume tokens=0..64`, which overrides
 the file. A name also covers a family of inputs (`covers`): a scalar-prefetch element is one
-input per device (`counts_ref[0]@d3`), and `counts_ref[0]` bounds it on every device. Either way the range replaces the Input's own, by name, in every protocol the file
-produces, and every value in it is checked. A name that matches no input is an error.
+input per device (`counts_ref[0]@d3`), and `counts_ref[0]` bounds it on every device; the
+element of a blocked operand is one input per device and block (`counts_ref[0]@d3 block
+(1,)`), since each block is a different element of the array. Either way the range replaces
+the Input's own, by name, in every protocol the file produces, and every value in it is
+checked. A name that matches no input is an error.
 
 How frontends consume it: `frontends.load` runs each frontend inside `collecting()`, which
 gathers the `assume` calls the file makes while it is loaded, then `apply_all` applies them
@@ -79,11 +82,13 @@ def record(assumption: Assumption) -> Assumption:
 def covers(assumption_name: str, input_name: str) -> bool:
     """An assumption names an input exactly, or a family of them: `counts_ref[0]` covers
     the per-device inputs `counts_ref[0]@d0`, `counts_ref[0]@d1`, ...; `counts_ref` covers
-    every element of that operand on every device."""
+    every element of that operand on every device; `counts_ref[0]@d1` covers the per-block
+    inputs of a blocked operand's element on device 1 (`counts_ref[0]@d1 block (0,)`, ...)."""
     return (
         input_name == assumption_name
         or input_name.startswith(assumption_name + "@")
         or input_name.startswith(assumption_name + "[")
+        or input_name.startswith(assumption_name + " ")
     )
 
 

@@ -27,7 +27,7 @@ RING = os.path.join(ROOT, "models", "ring_allgather.py")
 @pytest.mark.parametrize(
     "spec, expected",
     [("tokens=0..64", ("tokens", 0, 64)), ("n=5", ("n", 5, 5)), ("off=-3..-1", ("off", -3, -1)),
-     ("sp[0]=1..2", ("sp[0]", 1, 2))],
+     ("sp[0]=1..2", ("sp[0]", 1, 2)), ("c[0]@d1 block (1,)=3..4", ("c[0]@d1 block (1,)", 3, 4))],
 )
 def test_parse(spec, expected):
     a = assumptions.parse(spec)
@@ -49,6 +49,17 @@ def test_apply_replaces_ranges_by_name_last_wins():
     q = assumptions.apply(p, [Assumption("a", 0, 10), Assumption("a", 2, 4)])
     assert [(i.name, i.lo, i.hi) for i in q.inputs] == [("a", 2, 4), ("b", 0, 3)]
     assert assumptions.apply(p, [Assumption("c", 0, 1)]) is p
+
+
+@pytest.mark.parametrize(
+    "assumed, covered",
+    [("c[0]", True), ("c", True), ("c[0]@d1", True), ("c[0]@d1 block (1,)", True),
+     ("c[0]@d1 block (0,)", False), ("c[0]@d", False), ("c[0]@d10", False), ("c[1]", False)],
+)
+def test_a_name_covers_the_per_block_inputs_of_a_blocked_operands_element(assumed, covered):
+    """The element of a blocked operand is one input per device and block."""
+    assert assumptions.covers(assumed, "c[0]@d1 block (1,)") is covered
+    assert not assumptions.covers("c[0]@d1", "c[0]@d10 block (1,)")
 
 
 def test_unknown_name_is_an_error():

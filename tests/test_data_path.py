@@ -318,6 +318,27 @@ def test_an_assumed_buffer_element_is_an_input_over_its_range_not_its_data():
     assert check_protocol(p).verdict.value == "safe"
 
 
+def test_an_assumed_element_of_a_blocked_operand_is_one_input_per_block():
+    """Grid step i holds block i of count_ref: step 0 signals its count, step 1 waits for
+    its own. The assumed count_ref[0] was one input per device, shared by both steps, so
+    the wait always matched the signal (a false "safe"); 3 then 4 hangs."""
+    from semcheck.frontends import LoadError
+
+    [p] = _load("assumed_count_per_block.py", 2)
+    assert not isinstance(p, LoadError), p
+    # z3 over the assumed 0..8; the explicit search over 3..4 (3 then 4 hangs), which keeps
+    # it to 16 input combinations instead of 9**4.
+    for engine, assume in (("z3", ()), ("explicit", [Assumption("count_ref[0]", 3, 4)])):
+        result = check_protocol(p, engine=engine, assume=assume)
+        hangs = [v for v in result.errors if v.kind == "unsatisfied_wait"]
+        assert hangs, (engine, result)
+        witness, device = hangs[0].inputs, hangs[0].device
+        assert witness[f"count_ref[0]@d{device} block (1,)"] > witness[f"count_ref[0]@d{device} block (0,)"], witness
+    assert sorted((i.name, i.lo, i.hi) for i in p.inputs) == [
+        (f"count_ref[0]@d{d} block ({b},)", 0, 8) for d in (0, 1) for b in (0, 1)]
+    assert any("one input per device and block" in n for n in p.notes), p.notes
+
+
 # --- semcheck.verify(fn, *args) in-process: the arguments' values ------------------------------
 
 
@@ -390,6 +411,51 @@ def test_a_value_loaded_from_a_blocked_operand_is_an_error_that_says_why_and_wha
     [whole] = semcheck.verify(_count_from_an_smem_operand(None), counts, devices=2)  # what the error suggests
     assert whole.verdict.value == "safe", whole
     assert {u.value for u in whole.data_uses} == {3}
+
+
+def _store_in_block_0_then_signal_from_block_1():
+    """Step 0 stores 5 into its block of count_ref; step 1 holds the next block, which the
+    pipeline copied in from the array, signals its count and waits for 5."""
+    def kernel(count_ref, o_ref, sem):
+        step = pl.program_id(0)
+
+        @pl.when(step == 0)
+        def _():
+            count_ref[0] = 5
+
+        @pl.when(step == 1)
+        def _():
+            pl.semaphore_signal(sem, count_ref[0])  # block 1's count, not step 0's 5
+            pl.semaphore_wait(sem, 5)
+
+    def per_device(counts):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(counts.shape, counts.dtype), grid=(2,),
+            in_specs=[pl.BlockSpec((1,), lambda i: (i,), memory_space=pltpu.SMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM), scratch_shapes=[REGULAR],
+        )(counts)
+
+    from jax.sharding import PartitionSpec as P
+
+    return jax.shard_map(per_device, mesh=mesh((2,)), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+
+
+def test_a_store_into_one_block_says_nothing_about_the_next_block():
+    """The thread's store at step 0 stayed known at step 1, though step 1 holds another
+    block (3 on every device here): the signal of 5 was taken from it, a false "safe"."""
+    import semcheck
+    from semcheck.frontends.capture import capture_function, lower_captures
+
+    fn, counts = _store_in_block_0_then_signal_from_block_1(), jnp.full((4,), 3, jnp.int32)
+    [unknown] = semcheck.verify(fn, counts, devices=2)
+    assert unknown.verdict.value == "error", unknown
+    assert "the value loaded from count_ref at " in unknown.error and "in blocks" in unknown.error
+    # Assumed, the element is block (1,)'s input at step 1, whatever step 0 stored.
+    [p], errors = lower_captures(capture_function(fn, counts, operand_values=True), assumed=["count_ref[0]"])
+    assert not errors, errors
+    assert sorted(i.name for i in p.inputs) == ["count_ref[0]@d0 block (1,)", "count_ref[0]@d1 block (1,)"]
+    result = check_protocol(p, engine="z3", assume=[Assumption("count_ref[0]", 0, 8)])
+    assert "unsatisfied_wait" in {v.kind for v in result.errors}, result
 
 
 # --- against JAX's TPU interpreter ----------------------------------------------------------

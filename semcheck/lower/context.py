@@ -187,39 +187,58 @@ class KernelContext:
         return name
 
     def scalar_input(self, buffer: str, index: tuple[int, ...], device: int, dtype, loc: ir.Loc,
-                     prefetch: bool = True) -> str:
+                     prefetch: bool = True, held: str | None = None) -> str:
         """The input holding element `index` of scalar-prefetch operand `buffer` on `device`
         (its value is the caller's, unknown at trace time, and may differ per device); with
-        `prefetch` False, an element of another buffer that semcheck.assume names."""
-        key = (buffer, index, device)
+        `prefetch` False, an element of another buffer that semcheck.assume names. `held`:
+        which block of a blocked operand the buffer holds (`ThreadLowering.block_held`), a
+        different array element, so a different input, per block."""
+        key = (buffer, index, device, held)
         if key not in self._scalar_inputs:
             info = np.iinfo(np.dtype(dtype)) if np.dtype(dtype) != np.bool_ else None
             lo, hi = (0, 1) if info is None else (int(info.min), int(info.max))
-            element = f"{buffer}[{', '.join(map(str, index))}]"
-            self._scalar_inputs[key] = name = f"{element}@d{device}"
+            self._scalar_inputs[key] = name = element_input_name(buffer, index, device, held)
             self._names.add(name)
             self.inputs.append(ir.Input(name, lo, hi, loc))
-            if prefetch:
-                self.note(
-                    f"{element} is a scalar-prefetch operand: one input per device ({element}@d0, ...), "
-                    f"every value of its type checked unless bounded with semcheck.assume({element!r}, lo, hi)"
-                )
-            else:
-                self.note(
-                    f"{element} is named by semcheck.assume or --assume: its initial value is one input per device "
-                    f"({element}@d0, ...), checked over the assumed range instead of the script's data"
-                )
+            self.note(_element_input_note(buffer, index, prefetch, blocked=held is not None))
         return self._scalar_inputs[key]
 
-    def is_assumed(self, buffer: str, index: tuple[int, ...], device: int) -> bool:
+    def is_assumed(self, input_name: str) -> bool:
         from semcheck.assumptions import covers
 
-        name = f"{buffer}[{', '.join(map(str, index))}]@d{device}"
-        return any(covers(a, name) for a in self.assumed)
+        return any(covers(a, input_name) for a in self.assumed)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
+
+
+def element_input_name(buffer: str, index: tuple[int, ...], device: int, held: str | None = None) -> str:
+    """`counts_ref[0]@d1`, or `counts_ref[0]@d1 block (2,)` for the element of a blocked
+    operand while the buffer holds block (2,) (see `scalar_input`)."""
+    name = f"{buffer}[{', '.join(map(str, index))}]@d{device}"
+    return name if held is None else f"{name} {held}"
+
+
+def _element_input_note(buffer: str, index: tuple[int, ...], prefetch: bool, blocked: bool) -> str:
+    element = f"{buffer}[{', '.join(map(str, index))}]"
+    if prefetch:
+        return (
+            f"{element} is a scalar-prefetch operand: one input per device ({element}@d0, ...), "
+            f"every value of its type checked unless bounded with semcheck.assume({element!r}, lo, hi)"
+        )
+    if not blocked:
+        return (
+            f"{element} is named by semcheck.assume or --assume: its initial value is one input per device "
+            f"({element}@d0, ...), checked over the assumed range instead of the script's data"
+        )
+    return (
+        f"{element} is named by semcheck.assume or --assume, and {buffer} is a blocked operand (at each grid "
+        f"step it holds the block of the array that its index map gives, so {element} is a different array "
+        f"element in each block): its initial value is one input per device and block ({element}@d<device> "
+        "block <block index>, or step <grid point> where semcheck does not know the block index), each "
+        "checked over the assumed range instead of the script's data"
+    )
 
 
 def _is_numpy(dtype) -> bool:
@@ -264,6 +283,12 @@ class ThreadLowering:
     def fresh_reg(self, hint: str = "r") -> str:
         self._next_reg += 1
         return f"{hint}{self._next_reg}"
+
+    def block_held(self, buffer: str) -> str | None:
+        """Which block of its operand `buffer` holds at the grid step being lowered, when it
+        holds different blocks at different steps (pipeline.PipelinedBlock.held_at)."""
+        pipeline = self.kernel.pipeline
+        return None if pipeline is None else pipeline.held_at(self.device, buffer, self.program_ids)
 
     def axis_value(self, name, eqn) -> int:
         """`lax.axis_index(name)` on this thread: a mesh coordinate, the core id, or a

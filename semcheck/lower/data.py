@@ -93,6 +93,12 @@ class ThreadMemory:
                 self.contents[ref.alloc] = _initial(ref.shape, dtype, self.initial.get(ref.alloc))
         return self.contents[ref.alloc]
 
+    def drop(self, buffer: str) -> None:
+        """`buffer` holds another block of its operand now (a grid step moved it on): what
+        this thread stored into or knew of the previous block is gone, and the buffer
+        starts over as its initial contents (unknown for a blocked operand)."""
+        self.contents.pop(buffer, None)
+
     def snapshot(self) -> dict:
         return dict(self.contents)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from semcheck import ir
-from semcheck.lower.context import ThreadLowering
+from semcheck.lower.context import ThreadLowering, element_input_name
 from semcheck.lower.interpreter import operand
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, known, sym_op
@@ -534,9 +534,11 @@ def _scalar_prefetch_element(t: ThreadLowering, eqn, ref: RefValue, reg: ir.Regi
         return None
     if t.memory.written_element(ref, reg):
         return None  # the kernel's own store defines it (data.py)
-    if not prefetch and not t.kernel.is_assumed(reg.buffer, element, t.device):
+    # A blocked operand's element is a different array element in each block it holds.
+    held = t.block_held(reg.buffer)
+    if not prefetch and not t.kernel.is_assumed(element_input_name(reg.buffer, element, t.device, held)):
         return None  # its value comes from the data (data.py)
-    name = t.kernel.scalar_input(reg.buffer, element, t.device, aval.dtype, t.loc(eqn), prefetch)
+    name = t.kernel.scalar_input(reg.buffer, element, t.device, aval.dtype, t.loc(eqn), prefetch, held)
     return Sym(ir.Reg(name), np.dtype(aval.dtype))
 
 

@@ -51,6 +51,22 @@ class PipelinedBlock:
     is_input: bool
     block_index: dict  # grid point -> tuple of block indices | None
 
+    def varies(self) -> bool:
+        """Whether the buffer holds different parts of its operand at different grid points
+        (or may: an index semcheck does not know)."""
+        indices = set(self.block_index.values())
+        return len(indices) > 1 or None in indices
+
+    def held_at(self, point: tuple[int, ...]) -> str | None:
+        """Which part of its operand the buffer holds at grid `point`, as input names say
+        it: "block (1,)" (the index map's block index), or "step (1,)" where the index
+        needs a value semcheck does not know (then each step is taken to hold its own);
+        None when it holds the same block at every point."""
+        if not self.varies():
+            return None
+        index = self.block_index.get(point)
+        return f"step {point}" if index is None else f"block {index}"
+
 
 def pipelined_blocks(grid_mapping, refs, n_index: int, buffers: dict, points, scalar_values) -> list[PipelinedBlock]:
     """The pallas_call's operands the pipeline copies per grid step. `refs` are the kernel's
@@ -108,6 +124,17 @@ def copy_in(t, blocks: list[PipelinedBlock], points: list, k: int, loc: ir.Loc) 
             t.emitter.emit(ir.Store(loc, ir.Region(block.buffer)))
 
 
+def drop_moved(t, blocks: list[PipelinedBlock], points: list, k: int) -> None:
+    """Before step k (after the first): the thread's memory forgets every block buffer that
+    now holds another block. An input block is refilled from the array, and an output
+    block's previous contents were written back, so a store into the previous block says
+    nothing about this one (all blocks, not only those DMAs touch: this is data, not race
+    checking)."""
+    for block in blocks:
+        if k > 0 and _changes(block, points, k, k - 1):
+            t.memory.drop(block.buffer)
+
+
 def copy_out(t, blocks: list[PipelinedBlock], points: list, k: int, loc: ir.Loc) -> None:
     """After step k: write back the output blocks whose next step moves on (or at the end)."""
     for block in blocks:
@@ -139,6 +166,15 @@ class Pipeline:
     blocks: dict  # device -> list[PipelinedBlock]
     loc: ir.Loc  # where the copies are reported: the pallas_call
     touched: set = field(default_factory=set)
+
+    def held_at(self, device: int, buffer: str, point: tuple[int, ...]) -> str | None:
+        """Which part of its operand `buffer` holds at grid `point` on `device`, when that
+        differs between grid points (`PipelinedBlock.held_at`); None for any other buffer."""
+        block = next((b for b in self.blocks.get(device, []) if b.buffer == buffer), None)
+        return None if block is None else block.held_at(point)
+
+    def every(self, device: int) -> list[PipelinedBlock]:
+        return self.blocks.get(device, [])
 
     def copied(self, device: int) -> list[PipelinedBlock]:
         return [b for b in self.blocks.get(device, []) if b.buffer in self.touched]

@@ -31,7 +31,7 @@ from semcheck.ir import Backend, SemKind, SemOrigin
 from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, ThreadLowering
 from semcheck.lower.data import data_notes, initial_contents, unfollowed_operands
 from semcheck.lower.interpreter import eval_jaxpr
-from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out
+from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 from semcheck.programs import handed_in_note, handed_out_note
 
@@ -499,9 +499,11 @@ def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
             if barrier:
                 _emit_device_barrier(t, devices)
             blocks = ctx.pipeline.copied(device) if ctx.pipeline is not None else []
+            every_block = ctx.pipeline.every(device) if ctx.pipeline is not None else []
             try:
                 for k, point in enumerate(points[core]):
                     t.program_ids = point
+                    drop_moved(t, every_block, points[core], k)
                     copy_in(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
                     eval_jaxpr(t, jaxpr, [], refs)
                     copy_out(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
