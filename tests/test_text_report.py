@@ -80,6 +80,11 @@ def test_a_protocol_z3_declines_before_encoding_still_gets_its_verdict_line():
     assert r.stats.encoded_events is None and r.stats.solver_queries is not None
     [line] = [line for line in text.render([r]).splitlines() if line.startswith(r.verdict.value.upper())]
     assert "solver queries" in line and "events" not in line
+    # ... and the line says why there is no verdict, not that a budget ran out
+    assert "does not model mbarrier phases" in line and "budget" not in line
+    from semcheck.report import concise
+
+    assert "does not model mbarrier phases" in concise.check_problem(r)
 
 
 def _moe_like_checks():

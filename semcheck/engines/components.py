@@ -157,6 +157,7 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
     notes: list[str] = []
     for result in results:
         notes += [n for n in result.notes if n not in notes]
+    stopped = next((r.exhausted for r in results if r.exhausted), None)
     return Result(
         **describing(protocol),
         engine="+".join(sorted({r.engine for r in results})) or "none",
@@ -172,6 +173,7 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
         ),
         notes=notes,
         runs=merge_runs(results),
+        exhausted=stopped,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from semcheck.ir import display_path
 from semcheck.report.findings import collect
+from semcheck.report.text import no_verdict_reason
 from semcheck.result import Result, Verdict
 
 
@@ -29,7 +30,7 @@ def check_problem(r: Result) -> str:
     """Why a check has no verdict, in one line."""
     if r.verdict is Verdict.ERROR:
         return (r.error or "could not be checked").strip().splitlines()[0]
-    return "; ".join(r.notes[:1]) or "a budget ran out before every schedule was explored"
+    return no_verdict_reason(r)
 
 
 def expected_violations(results: list[Result], judgements) -> set[int]:

@@ -138,6 +138,16 @@ def _declared(judgement) -> str:
     return f"{judgement.reason} at {judgement.expected.where}"
 
 
+def no_verdict_reason(r: Result) -> str:
+    """Why an inconclusive check has no verdict: what it could not justify, or why its
+    search stopped (a budget, or a construct the engine does not model yet)."""
+    if r.unjustified:
+        return r.unjustified
+    if r.exhausted:
+        return f"the search stopped early: {r.exhausted}"
+    return "a budget ran out before every schedule was explored"
+
+
 def verdict_line(r: Result) -> str:
     where = f"{display_path(r.file)}:{r.line}" if r.file else ""
     head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
@@ -151,7 +161,7 @@ def verdict_line(r: Result) -> str:
         kinds = sorted({v.kind for v in r.errors})
         detail = f"{len(r.errors)} violation{'s' if len(r.errors) != 1 else ''}: {', '.join(kinds)}"
     elif r.verdict is Verdict.INCONCLUSIVE:
-        detail = r.unjustified or "a budget ran out before every schedule was explored"
+        detail = no_verdict_reason(r)
     else:
         detail = r.error or "error"
     stats = ""
