@@ -134,8 +134,10 @@ def _peer_device(t: GpuThreadLowering, eqn, ref: RefValue, transform, what: str)
 
 # What the GPU frontend does not race-check, each with what JAX 0.10.2 says of it.
 REMOTE_TMA_STORE_NOTE = (
-    "a TMA store into a peer's memory (plgpu.copy_smem_to_gmem to a plgpu.remote_ref) is checked "
-    "for data races on its SMEM source only, not on the peer's GMEM it writes"
+    "a TMA store into a peer's memory (plgpu.copy_smem_to_gmem to a plgpu.remote_ref; "
+    "jax/_src/pallas/mosaic_gpu/primitives.py, JAX 0.10.2: its write is awaited by the issuing "
+    "thread's bulk group, not by the peer) is checked for data races on its SMEM source only, "
+    "not on the peer's GMEM it writes, which semcheck's IR cannot yet count on the issuer"
 )
 MULTIMEM_NOTE = (
     "multimem stores and reductions (plgpu.multimem_store, multimem_load_reduce in "
