@@ -187,3 +187,16 @@ def test_the_time_budget_stops_the_z3_encoder_while_it_merges_registers(monkeypa
     found = smt.explore(System(_input_dependent_loop(registers=40)), budget=Budget(timeout=60), unroll=30)
     assert found.exhausted == "time budget of 60 s ran out while encoding for z3"
     assert merged == ["began"] and found.solver_queries == 0
+
+
+def test_the_default_memory_budget_counts_what_the_process_already_holds(monkeypatch):
+    """A check that starts after an earlier one left the process large (Python and z3 keep
+    what they allocated) must not start over its budget: the default is what the process
+    holds plus half of what is free (paged attention's second check once stopped after 6 ms)."""
+    from semcheck.engines import budget as budget_module
+
+    monkeypatch.setattr(budget_module, "rss_mb", lambda: 11_000.0)
+    monkeypatch.setattr(budget_module, "_available_memory_mb", lambda: 12_000.0)
+    assert budget_module.memory_limit_mb(Budget()) == 17_000.0
+    assert budget_module.memory_limit_mb(Budget(max_memory_mb=4_000)) == 4_000  # what the user set
+    Monitor(Budget()).check()  # 11 GB held, 17 GB allowed: not out of budget

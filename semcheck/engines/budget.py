@@ -114,7 +114,7 @@ class Milestone:
 class Budget:
     max_states: int = DEFAULT_MAX_STATES
     timeout: float = DEFAULT_TIMEOUT  # seconds
-    max_memory_mb: float = 0.0  # 0: half of the memory available at start
+    max_memory_mb: float = 0.0  # 0: what the process holds plus half of what is free, at start
     stop: StopSignal | None = field(default=None, compare=False)  # set from outside to end the run
     # When the check must end (time.monotonic()): set once, when the check starts (by
     # `started`), so that every later phase shares what is left of `timeout`.
@@ -172,7 +172,12 @@ ProgressFn = Callable[[ProgressInfo], None]
 
 
 def memory_limit_mb(budget: Budget) -> float:
-    return budget.max_memory_mb or _available_memory_mb() / 2
+    """The resident size this process may reach during a check: `max_memory_mb`, or by
+    default what it already holds plus half of what the machine has free as the check
+    starts. (Not half of what is free alone: memory an earlier check of the same run
+    still holds, which Python and z3 keep rather than give back, would then count
+    against this one, and a later check could start already over its budget.)"""
+    return budget.max_memory_mb or rss_mb() + _available_memory_mb() / 2
 
 
 class Monitor:
