@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -458,9 +459,199 @@ def test_a_store_into_one_block_says_nothing_about_the_next_block():
     assert "unsatisfied_wait" in {v.kind for v in result.errors}, result
 
 
-# --- against JAX's TPU interpreter ----------------------------------------------------------
+# --- semcheck.assume: every read of the element, not only a load of it alone ----------------
 
-import pytest  # noqa: E402
+
+def _signal_a_count_of(read, scratch=()):
+    """Each device signals the count `read` takes from count_ref (an SMEM operand of 2 counts
+    per device, received whole), then waits for 3. A plain load of count_ref[0] comes first:
+    it makes the assumed input, so a name check of `assume("count_ref[0]", ...)` passes
+    whatever `read` does."""
+    def kernel(count_ref, o_ref, sem, *scratch_refs):
+        o_ref[0] = count_ref[0]
+        pl.semaphore_signal(sem, read(count_ref, *scratch_refs))
+        pl.semaphore_wait(sem, 3)
+
+    def per_device(counts):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(counts.shape, counts.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM), scratch_shapes=[REGULAR, *scratch],
+        )(counts)
+
+    from jax.sharding import PartitionSpec as P
+
+    return jax.shard_map(per_device, mesh=mesh((2,)), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+
+
+def _assumed_lowering(read, scratch=()) -> tuple[list[ir.Protocol], list]:
+    """The kernel of `_signal_a_count_of(read)` on counts of 3, lowered with count_ref[0] assumed."""
+    from semcheck.frontends.capture import capture_function, lower_captures
+
+    fn = _signal_a_count_of(read, scratch)
+    return lower_captures(capture_function(fn, jnp.full((4,), 3, jnp.int32), operand_values=True),
+                          assumed=["count_ref[0]"])
+
+
+def _whole_ref(count_ref):
+    return count_ref[...][0]  # a load of the whole ref, then its element 0 (slice, squeeze)
+
+
+def test_an_assumed_element_read_through_a_load_of_the_whole_ref_is_its_input():
+    """The whole-ref load read the script's 3 although count_ref[0] is assumed: the signal
+    was 3 and the wait for 3 always satisfied, a false "safe" (counts other than 3 hang)."""
+    [p], errors = _assumed_lowering(_whole_ref)
+    assert not errors, errors
+    assert sorted(i.name for i in p.inputs) == ["count_ref[0]@d0", "count_ref[0]@d1"]
+    assert not p.data_uses  # nothing was taken from the script's 3
+    for engine in ("explicit", "z3"):
+        result = check_protocol(p, engine=engine, assume=[Assumption("count_ref[0]", 0, 8)])
+        hangs = [v for v in result.errors if v.kind == "unsatisfied_wait"]
+        assert hangs, (engine, result)
+        assert hangs[0].inputs[f"count_ref[0]@d{hangs[0].device}"] < 3, (engine, hangs[0].inputs)
+
+
+def _slice(count_ref):
+    return count_ref[0:2][0]
+
+
+def _stored_whole_into_scratch(count_ref, buf):
+    buf[...] = count_ref[...]
+    return buf[0]
+
+
+def _copied_into_scratch(count_ref, buf, copy_sem):
+    copy = pltpu.make_async_copy(count_ref, buf, copy_sem)
+    copy.start()
+    copy.wait()
+    return buf[0]
+
+
+def _neighbour(count_ref):
+    return count_ref[...][1]  # not assumed: the script's value
+
+
+@pytest.mark.parametrize("read, scratch", [
+    (_slice, ()),
+    (_stored_whole_into_scratch, (pltpu.SMEM((2,), jnp.int32),)),
+    (_copied_into_scratch, (pltpu.SMEM((2,), jnp.int32), DMA)),
+], ids=["slice", "vector store into another buffer", "copy into another buffer"])
+def test_every_read_of_an_assumed_element_that_picks_it_out_is_its_input(read, scratch):
+    [p], errors = _assumed_lowering(read, scratch)
+    assert not errors, errors
+    for d in (0, 1):
+        [signal] = [s for s in instrs(p, ir.Signal, device=d) if s.sem.alloc == "sem"]
+        assert signal.inc == ir.Reg(f"count_ref[0]@d{d}"), signal
+    assert not p.data_uses
+
+
+def test_an_element_beside_an_assumed_one_is_still_the_scripts_value():
+    [p], errors = _assumed_lowering(_neighbour)
+    assert not errors, errors
+    assert {(u.what, u.value, u.script_inputs) for u in p.data_uses} == {("the signal increment", 3, ("count_ref",))}
+    assert check_protocol(p, assume=[Assumption("count_ref[0]", 0, 8)]).verdict.value == "safe"
+
+
+def _summed(count_ref):
+    return jnp.sum(count_ref[...])  # a sum of count_ref[0] and count_ref[1]
+
+
+def test_an_assumed_element_computed_on_as_an_array_is_an_error_naming_the_primitive():
+    """Only indexing picks an assumed element out of an array: a sum of one is an error that
+    says which primitive, where, and which element, never the script's value."""
+    _, [error] = _assumed_lowering(_summed)
+    assert error.line == line_of(HERE, "pl.semaphore_signal(sem, read(count_ref, *scratch_refs))"), error
+    line = line_of(HERE, "return jnp.sum(count_ref[...])")
+    assert f"the result of `reduce_sum` at {ir.Loc(HERE, line)}" in error.message, error.message
+    assert "which holds count_ref[0], whose initial value is a protocol input because semcheck.assume names it" \
+        in error.message, error.message
+
+
+def _chosen_by_a_run_time_branch(count_ref, sem):
+    counts = lax.cond(pl.semaphore_read(sem) == 0, lambda: count_ref[...], lambda: jnp.full((2,), 3, jnp.int32))
+    return counts[0]
+
+
+def test_an_array_holding_an_assumed_element_chosen_by_a_run_time_branch_is_an_error():
+    """The branch's result is one array or the other: it must not pass for the first
+    branch's array (whose element 0 is the input) when it is picked from."""
+    _, [error] = _assumed_lowering(_chosen_by_a_run_time_branch, (REGULAR,))
+    assert "the value loaded from count_ref at " in error.message and "count_ref[0], whose initial value is " \
+        "a protocol input because semcheck.assume names it" in error.message, error.message
+
+
+def _stored_under_a_run_time_branch(count_ref, sem):
+    @pl.when(pl.semaphore_read(sem) == 0)
+    def _():
+        count_ref[0] = 5
+
+    return count_ref[0]
+
+
+def _stored_in_a_run_time_loop(count_ref, sem):
+    def body(i, carry):
+        count_ref[0] = 5
+        return carry
+
+    lax.fori_loop(0, pl.semaphore_read(sem), body, 0)
+    return count_ref[0]
+
+
+@pytest.mark.parametrize("read", [_stored_under_a_run_time_branch, _stored_in_a_run_time_loop],
+                         ids=["branch", "loop"])
+def test_an_assumed_element_stored_on_some_paths_only_says_it_is_assumed(read):
+    """An assumed element the kernel stores to on some paths only holds its input or the
+    store's value: an error. Under a branch, the path that did not store held the script's
+    3 (a false verdict); after a loop, the error said that neither the script's operand
+    values nor the thread's stores define it, without a word of the assumption."""
+    _, [error] = _assumed_lowering(read, (REGULAR,))
+    assert "which holds count_ref[0]: semcheck.assume names it, so its initial value is a protocol input, but " \
+        "this thread stores to it on some paths only" in error.message, error.message
+    assert "neither the script's operand values nor" not in error.message
+
+
+def _signal_block_0s_count_wait_block_1s():
+    """Step 0 signals the count of its block of count_ref, step 1 waits for its own, both
+    through a load of the whole (one-element) block."""
+    def kernel(count_ref, o_ref, sem):
+        step = pl.program_id(0)
+
+        @pl.when(step == 0)
+        def _():
+            pl.semaphore_signal(sem, count_ref[...][0])
+
+        @pl.when(step == 1)
+        def _():
+            pl.semaphore_wait(sem, count_ref[...][0])
+
+    def per_device(counts):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(counts.shape, counts.dtype), grid=(2,),
+            in_specs=[pl.BlockSpec((1,), lambda i: (i,), memory_space=pltpu.SMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM), scratch_shapes=[REGULAR],
+        )(counts)
+
+    from jax.sharding import PartitionSpec as P
+
+    return jax.shard_map(per_device, mesh=mesh((2,)), in_specs=P("x"), out_specs=P("x"), check_vma=False)
+
+
+def test_an_assumed_element_of_a_blocked_operand_read_through_the_whole_block_is_that_blocks_input():
+    from semcheck.frontends.capture import capture_function, lower_captures
+
+    captured = capture_function(_signal_block_0s_count_wait_block_1s(), jnp.full((4,), 3, jnp.int32),
+                                operand_values=True)
+    [p], errors = lower_captures(captured, assumed=["count_ref[0]"])
+    assert not errors, errors
+    assert sorted(i.name for i in p.inputs) == [
+        f"count_ref[0]@d{d} block ({b},)" for d in (0, 1) for b in (0, 1)]
+    result = check_protocol(p, engine="z3", assume=[Assumption("count_ref[0]", 3, 4)])
+    [hang, *_] = [v for v in result.errors if v.kind == "unsatisfied_wait"]
+    d = hang.device
+    assert hang.inputs[f"count_ref[0]@d{d} block (1,)"] > hang.inputs[f"count_ref[0]@d{d} block (0,)"], hang.inputs
+
+
+# --- against JAX's TPU interpreter ----------------------------------------------------------
 
 # kernel script -> what the interpreter must do with it, from semcheck's verdict
 DIFFERENTIAL = {

@@ -9,6 +9,7 @@ and its instruction emitter.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,9 +19,9 @@ from semcheck.errors import LoadError
 from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.emitter import Emitter
 from semcheck.lower.source import Locator
-from semcheck.lower.data import ThreadMemory
+from semcheck.lower.data import AssumedElements, ThreadMemory
 from semcheck.lower.pipeline import HBM_SPACES, Pipeline
-from semcheck.lower.values import Known, RefValue
+from semcheck.lower.values import Known, RefValue, Sym
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,23 @@ class KernelContext:
 
         return any(covers(a, input_name) for a in self.assumed)
 
+    def assumed_elements(self, buffer: str, shape: tuple[int, ...], device: int,
+                         held: str | None = None) -> np.ndarray | None:
+        """Which elements of `buffer` semcheck.assume names on `device` (None: none), while
+        it holds block `held` of a blocked operand. Read off the names (`NAME`, `NAME[i, j]`,
+        `NAME[i, j]@dK`, `NAME[i, j]@dK block (b,)`), each element checked by the name of its
+        input as `is_assumed` checks it, rather than by naming every element of a large
+        buffer."""
+        mask = np.zeros(shape, bool)
+        for name in self.assumed:
+            if name == buffer:  # covers every element of the operand, on every device
+                mask[...] = True
+            index = _element_named(name, buffer)
+            if index is not None and len(index) == len(shape) and all(0 <= i < n for i, n in zip(index, shape)) \
+                    and self.is_assumed(element_input_name(buffer, index, device, held)):
+                mask[index] = True
+        return mask if mask.any() else None
+
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
@@ -218,6 +236,18 @@ def element_input_name(buffer: str, index: tuple[int, ...], device: int, held: s
     operand while the buffer holds block (2,) (see `scalar_input`)."""
     name = f"{buffer}[{', '.join(map(str, index))}]@d{device}"
     return name if held is None else f"{name} {held}"
+
+
+def _element_named(name: str, buffer: str) -> tuple[int, ...] | None:
+    """The index of the element of `buffer` that an assumption's `name` starts with
+    (`counts_ref[1, 2]@d0` -> (1, 2)), or None."""
+    match = re.match(rf"{re.escape(buffer)}\[([^\]]*)\]", name)
+    if match is None:
+        return None
+    try:
+        return tuple(int(part) for part in match[1].split(",") if part.strip())
+    except ValueError:
+        return None
 
 
 def _element_input_note(buffer: str, index: tuple[int, ...], prefetch: bool, blocked: bool) -> str:
@@ -260,7 +290,8 @@ class ThreadLowering:
         self.program_ids: tuple[int, ...] = ()
         self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile,
                                    read_buffers=kernel.read_buffers, shared_written=kernel.shared_written,
-                                   unfollowed=kernel.unfollowed_data.get(device, {}))
+                                   unfollowed=kernel.unfollowed_data.get(device, {}),
+                                   assumed=_ThreadsAssumedElements(self))
         self._reads = 0
         if device in kernel.data_withheld:
             self.memory.undefined = (
@@ -342,3 +373,23 @@ class ThreadLowering:
 
     def error(self, eqn, message: str, hint: str | None = None) -> LoadError:
         return LoadError(f"{eqn.primitive.name}: {message}", self.loc(eqn), hint)
+
+
+class _ThreadsAssumedElements(AssumedElements):
+    """The elements semcheck.assume names on one thread's device, and their inputs: the same
+    inputs a load of the element alone makes (`memory._scalar_prefetch_element`), one per
+    device, and per block of a blocked operand."""
+
+    def __init__(self, t: ThreadLowering):
+        self.t = t
+
+    def mask(self, buffer: str, shape: tuple[int, ...]) -> np.ndarray | None:
+        t = self.t
+        return t.kernel.assumed_elements(buffer, shape, t.device, t.block_held(buffer)) if t.kernel.assumed else None
+
+    def input(self, buffer: str, index: tuple[int, ...], dtype) -> Sym:
+        t = self.t
+        prefetch = buffer in t.kernel.scalar_operands
+        # Made where it is first read: the eqn being lowered is at t.context_loc.
+        name = t.kernel.scalar_input(buffer, index, t.device, dtype, t.context_loc, prefetch, t.block_held(buffer))
+        return Sym(ir.Reg(name), np.dtype(dtype))

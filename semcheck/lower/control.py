@@ -19,7 +19,7 @@ from semcheck.lower.context import ThreadLowering
 from semcheck.lower.data import ScalarMerge, element_operand
 from semcheck.lower.interpreter import eval_closed, eval_jaxpr, operand, unwrap, const_value
 from semcheck.lower.registry import rule
-from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, sym_op
+from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, sym_op, unknown_data
 
 # A loop whose trip count is known but this long is unrolled only this far.
 MAX_LOOP_ITERATIONS = 100_000
@@ -127,7 +127,7 @@ def _merge(t: ThreadLowering, eqn, results: list[list[Value]], slots) -> list[Va
             merged.append(Sym(ir.Reg(register), np.dtype(var.aval.dtype)))
             continue
         opaque = next((v for v in values if isinstance(v, Opaque)), None)
-        merged.append(opaque or Opaque(f"a value chosen by the branch at {t.loc(eqn)}"))
+        merged.append(unknown_data(opaque) if opaque is not None else Opaque(f"a value chosen by the branch at {t.loc(eqn)}"))
     return merged
 
 
@@ -221,14 +221,15 @@ def _scan_counts(params, inputs) -> tuple[int, int]:
 def _slice(x: Value, i: int) -> Value:
     if isinstance(x, Known):
         return Known(x.value[i], x.sources)
-    return x if isinstance(x, Opaque) else Opaque("a scanned-over value")
+    return unknown_data(x) if isinstance(x, Opaque) else Opaque("a scanned-over value")
 
 
 def _stack(values: list[Value]) -> Value:
     known = [v for v in values if isinstance(v, Known)]
     if values and len(known) == len(values):
         return Known(np.stack([v.value for v in known]), frozenset().union(*(v.sources for v in known)))
-    return next((v for v in values if isinstance(v, Opaque)), Opaque("a value stacked by a loop"))
+    opaque = next((v for v in values if isinstance(v, Opaque)), None)
+    return unknown_data(opaque) if opaque is not None else Opaque("a value stacked by a loop")
 
 
 def _settle(t: ThreadLowering, eqn, value: Value) -> Value:
@@ -289,7 +290,7 @@ def _ir_loop(t: ThreadLowering, eqn, cond_consts, body_consts, carry):
         values: list[Value] = []
         for i, v in enumerate(carry):
             if i in opaque:
-                values.append(v if isinstance(v, Opaque) else Opaque(f"a value carried by the loop at {loc}"))
+                values.append(unknown_data(v) if isinstance(v, Opaque) else Opaque(f"a value carried by the loop at {loc}"))
                 continue
             registers[i] = t.fresh_reg("l")
             em.emit(ir.Assign(loc, registers[i], operand(t, eqn, v, "a loop carry")))

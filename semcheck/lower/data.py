@@ -26,7 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from semcheck import ir
-from semcheck.lower.values import DataSource, Known, Opaque, RefValue, Sym, Value
+from semcheck.lower.values import DataSource, Known, Opaque, RefValue, RunTimeElements, Sym, Value
 
 # Buffers with more elements than this are not followed (their loads are opaque data):
 # copying them on every store would cost more than the protocol is worth.
@@ -59,6 +59,21 @@ def _initial(shape, dtype, data: np.ndarray | None) -> Contents:
     return Contents(value, known, {}, np.zeros(shape, bool), frozenset(), data is not None)
 
 
+class AssumedElements:
+    """Buffer elements whose initial value is a protocol input because `semcheck.assume`
+    names them: their contents start unknown, whatever the script passed, so that every read
+    of one gives its input or says why it cannot (never the script's value). The lowering
+    knows the names and makes the inputs (`context.ThreadLowering`); this default has none."""
+
+    def mask(self, buffer: str, shape: tuple[int, ...]) -> np.ndarray | None:
+        """Which elements of `buffer` are assumed (None: none is)."""
+        return None
+
+    def input(self, buffer: str, index: tuple[int, ...], dtype) -> Sym:
+        """The protocol input holding the initial value of assumed element `index`."""
+        raise NotImplementedError
+
+
 def _numpy_dtype(dtype):
     try:
         return np.dtype(dtype)
@@ -80,6 +95,8 @@ class ThreadMemory:
     undefined: str = "which neither the script's operand values nor this thread's stores define"
     # Operands whose script values were seen but are not followed: buffer -> why.
     unfollowed: dict[str, str] = field(default_factory=dict)
+    assumed: AssumedElements = field(default_factory=AssumedElements)
+    _assumed_masks: dict[str, np.ndarray | None] = field(default_factory=dict)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -90,14 +107,35 @@ class ThreadMemory:
             if ref.is_semaphore or dtype is None or size > DATA_LIMIT:
                 self.contents[ref.alloc] = None
             else:
-                self.contents[ref.alloc] = _initial(ref.shape, dtype, self.initial.get(ref.alloc))
+                self.contents[ref.alloc] = self._fresh(ref.alloc, ref.shape, dtype)
         return self.contents[ref.alloc]
+
+    def _fresh(self, buffer: str, shape, dtype) -> Contents:
+        """The initial contents: the script's values, except assumed elements (unknown: their
+        value is an input, which a read makes)."""
+        c = _initial(shape, dtype, self.initial.get(buffer))
+        mask = self._assumed_mask(buffer, c)
+        return c if mask is None else replace(c, known=c.known & ~mask)
+
+    def _assumed_mask(self, buffer: str, c: Contents) -> np.ndarray | None:
+        if buffer not in self._assumed_masks:
+            integer = np.issubdtype(c.value.dtype, np.integer) or c.value.dtype == np.bool_
+            # Only integer elements are ever inputs (a signal count, a size, a flag).
+            self._assumed_masks[buffer] = self.assumed.mask(buffer, c.value.shape) if integer else None
+        return self._assumed_masks[buffer]
+
+    def _inputs_held(self, buffer: str, c: Contents) -> np.ndarray | None:
+        """The assumed elements that still hold their input: no path of this thread stored them."""
+        mask = self._assumed_mask(buffer, c)
+        return None if mask is None else mask & ~c.written
 
     def drop(self, buffer: str) -> None:
         """`buffer` holds another block of its operand now (a grid step moved it on): what
         this thread stored into or knew of the previous block is gone, and the buffer
-        starts over as its initial contents (unknown for a blocked operand)."""
+        starts over as its initial contents (unknown for a blocked operand; an assumed
+        element is the new block's input, and an assumption may name that block alone)."""
         self.contents.pop(buffer, None)
+        self._assumed_masks.pop(buffer, None)
 
     def snapshot(self) -> dict:
         return dict(self.contents)
@@ -141,17 +179,20 @@ class ThreadMemory:
             elif any(v is None for v in versions):
                 missing = [v for v in versions if v is not None]
                 # A buffer first touched inside one branch: its other side is the initial.
-                joined[name] = _join_all(missing + [_initial_like(missing[0], self, name)]) if missing else None
+                joined[name] = _join_all(missing + [self._fresh_like(missing[0], name)]) if missing else None
             else:
                 joined[name] = _join_all([v for v in versions if v is not None])  # none is None here
         self.contents = joined
+
+    def _fresh_like(self, c: Contents, name: str) -> Contents:
+        return self._fresh(name, c.value.shape, c.value.dtype)
 
     def knows_as_much(self, snapshot: dict) -> bool:
         """Whether the memory knows every element `snapshot` knew, alike (a loop's head
         is stable once the join with the body's end no longer loses anything)."""
         for name in set(snapshot) | set(self.contents):
             b = self.contents.get(name)
-            a = snapshot[name] if name in snapshot else (None if b is None else _initial_like(b, self, name))
+            a = snapshot[name] if name in snapshot else (None if b is None else self._fresh_like(b, name))
             if a is b or a is None or b is None:
                 continue  # None: not followed at all
             if not (np.array_equal(a.known, b.known) and np.array_equal(a.written, b.written)
@@ -162,9 +203,11 @@ class ThreadMemory:
     # -- reads ---------------------------------------------------------------------------------
 
     def read(self, ref: RefValue, transforms: tuple, region: ir.Region, out_aval, why: str,
-             limit: int) -> Value:
+             limit: int, makes_inputs: bool = True) -> Value:
         """The value a load of `ref` through `transforms` (all of them, the ref's own
-        first) sees, or Opaque(why...)."""
+        first) sees, or Opaque(why...). `makes_inputs` False: the read of the old value a
+        store replaces, which makes no protocol input for an assumed element it sees (every
+        input multiplies the explicit engine's start states, and nothing loads this one)."""
         c = self.of(ref)
         if c is None:
             return Opaque(why)
@@ -173,14 +216,8 @@ class ThreadMemory:
             return Opaque(f"{why}, which another TensorCore of the chip copies into (shared HBM)")
         if ref.alloc in self.volatile:
             return Opaque(f"{why}, which a copy to a device known only at run time may write")
-        box = _box(region, ref.shape)
-        if c.symbolic:
-            hits = [k for k in c.symbolic if box is None or _inside(k, box)]
-            if hits:
-                exact = _element(region)
-                if exact is not None and exact in c.symbolic and tuple(out_aval.shape) == ():
-                    return c.symbolic[exact]
-                return Opaque(f"{why}, which holds a value known only at run time")
+        if self._holds_run_time(c, ref, region):
+            return self._read_run_time(c, ref, transforms, region, out_aval, why, limit, makes_inputs)
         if _read_size(out_aval, region) > limit:
             return Opaque(why)
         concrete = _concrete_transforms(tuple(transforms))
@@ -190,13 +227,107 @@ class ThreadMemory:
         if known is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         if not bool(np.all(known)):
-            if c.lost is not None:
-                return Opaque(f"{why}, where the kernel stored {c.lost}")
-            return Opaque(f"{why}, {self._undefined(ref.alloc)}")
+            positions = _transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
+            readable = positions is not None and positions.dtype == np.int32 and _only_indexing(concrete)
+            return self._unknown(c, ref, why, positions.ravel() if positions is not None and readable else None)
         value = _transform_read(c.value, concrete)
         if value is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         return Known(value, sources=c.sources | {DataSource(ref.alloc, c.from_script)})
+
+    def _unknown(self, c: Contents, ref: RefValue, why: str, flat: np.ndarray | None) -> Opaque:
+        """A read, of the elements at flat positions `flat` (None: not known), that sees an
+        element holding no value semcheck knows. Said of an assumed one first: it does not
+        hold its input either, since this thread may have stored to it."""
+        assumed = self._assumed_mask(ref.alloc, c)
+        if assumed is not None and flat is not None:
+            lost = np.flatnonzero((assumed & c.written & ~c.known).ravel()[flat])
+            if lost.size:
+                element = _element_text(ref.alloc, _unravel(int(flat[lost[0]]), c.value.shape))
+                return Opaque(
+                    f"{why}, which holds {element}: semcheck.assume names it, so its initial value is a "
+                    "protocol input, but this thread stores to it on some paths only (or stores a value "
+                    "semcheck does not follow), so it holds neither that input nor a known value"
+                )
+        if c.lost is not None:
+            return Opaque(f"{why}, where the kernel stored {c.lost}")
+        return Opaque(f"{why}, {self._undefined(ref.alloc)}")
+
+    # -- reads of elements known only at run time ----------------------------------------------
+
+    def _run_time_mask(self, c: Contents, ref: RefValue) -> np.ndarray | None:
+        """The elements known only at run time: registers this thread stored, and assumed
+        elements that still hold their input (None: there are none)."""
+        mask = self._inputs_held(ref.alloc, c)
+        if not c.symbolic:
+            return mask if mask is not None and mask.any() else None
+        mask = np.zeros(c.value.shape, bool) if mask is None else mask.copy()
+        for index in c.symbolic:
+            mask[index] = True
+        return mask
+
+    def _holds_run_time(self, c: Contents, ref: RefValue, region: ir.Region) -> bool:
+        """Whether the read may touch an element known only at run time."""
+        mask = self._run_time_mask(c, ref)
+        if mask is None:
+            return False
+        box = _box(region, ref.shape)
+        window = tuple(slice(lo, hi) for lo, hi in box) if box is not None else ...
+        return bool(np.any(mask[window]))
+
+    def _read_run_time(self, c: Contents, ref: RefValue, transforms: tuple, region: ir.Region, out_aval,
+                       why: str, limit: int, makes_inputs: bool) -> Value:
+        """A read that may touch elements known only at run time. JAX's reading of their
+        positions says which elements it sees: the run-time ones give their `Sym`s (a
+        scalar read, the one it sees), the others their known values."""
+        mask = self._run_time_mask(c, ref)
+        assert mask is not None, "only called when the read may touch one"
+        concrete = _concrete_transforms(tuple(transforms))
+        if concrete is None or not _only_indexing(concrete):
+            how = "at an index semcheck does not know" if concrete is None else "through a view that is not indexing"
+            return Opaque(f"{why}, {self._run_time_text(c, ref, np.flatnonzero(mask))}, and semcheck cannot "
+                          f"follow it through this read ({how})")
+        if _read_size(out_aval, region) > limit:
+            return Opaque(f"{why}, {self._run_time_text(c, ref, np.flatnonzero(mask))}")
+        positions = _transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
+        if positions is None or positions.dtype != np.int32:
+            return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
+        flat = positions.ravel()
+        run_time = mask.ravel()[flat]
+        if np.any(~c.known.ravel()[flat] & ~run_time):
+            return self._unknown(c, ref, why, flat)
+        value = c.value.ravel()[flat].reshape(positions.shape)
+        sources = c.sources | {DataSource(ref.alloc, c.from_script)}
+        if not np.any(run_time):
+            return Known(value, sources=sources)
+        if not makes_inputs and self._holds_input(c, ref, flat[run_time]):
+            return Opaque(f"{why}, {self._run_time_text(c, ref, flat[run_time])}, which the value a store "
+                          "replaces does not follow")
+        symbolic = {int(i): self._run_time_value(c, ref, int(flat[i])) for i in np.flatnonzero(run_time)}
+        if positions.shape == ():
+            return symbolic[0]
+        return RunTimeElements(f"{why}, {self._run_time_text(c, ref, flat[run_time])}", value, symbolic, sources)
+
+    def _holds_input(self, c: Contents, ref: RefValue, positions: np.ndarray) -> bool:
+        held = self._inputs_held(ref.alloc, c)
+        return held is not None and bool(np.any(held.ravel()[positions]))
+
+    def _run_time_value(self, c: Contents, ref: RefValue, position: int) -> Sym:
+        index = _unravel(position, c.value.shape)
+        if index in c.symbolic:
+            return c.symbolic[index]
+        return self.assumed.input(ref.alloc, index, c.value.dtype)
+
+    def _run_time_text(self, c: Contents, ref: RefValue, positions: np.ndarray) -> str:
+        """What the run-time elements at flat `positions` are, for the reason a value that
+        holds them cannot be followed."""
+        registers = {int(np.ravel_multi_index(index, c.value.shape)) for index in c.symbolic}
+        inputs = np.setdiff1d(positions, np.fromiter(registers, np.int64, len(registers)))
+        if not inputs.size:
+            return "which holds a value known only at run time"
+        more = f" (and {inputs.size - 1} more such elements)" if inputs.size > 1 else ""
+        first = _element_text(ref.alloc, _unravel(int(inputs[0]), c.value.shape))
+        return f"which holds {first}{more}, whose initial value is a protocol input because semcheck.assume names it"
 
     def _undefined(self, buffer: str) -> str:
         """Why an element of `buffer` that this thread has not stored is unknown."""
@@ -224,6 +355,9 @@ class ThreadMemory:
                 sources=c.sources | value.sources,
             )
             return
+        if isinstance(value, RunTimeElements) and concrete is not None and _only_indexing(concrete):
+            self._write_run_time(c, ref, concrete, region, value)
+            return
         if isinstance(value, Sym) and exact is not None:
             known, written = c.known.copy(), c.written.copy()
             known[exact], written[exact] = False, True
@@ -233,6 +367,29 @@ class ThreadMemory:
             return
         lost = value.why if isinstance(value, Opaque) else "a value at an index semcheck does not know"
         self.forget(ref, region, lost)
+
+    def _write_run_time(self, c: Contents, ref: RefValue, concrete: tuple, region: ir.Region,
+                        value: RunTimeElements) -> None:
+        """A store (or local copy) of an array holding elements known only at run time: JAX's
+        writing of their positions says where each lands, and there the element keeps its
+        `Sym` (an assumed element copied into another buffer is still its input)."""
+        size = value.value.size
+        landed = _transform_write(np.full(c.value.shape, -1, np.int32), concrete,
+                                  np.arange(size, dtype=np.int32).reshape(value.value.shape))
+        new_value = _transform_write(c.value, concrete, value.value)
+        if landed is None or new_value is None:
+            self.forget(ref, region, "a value through a view JAX's state discharge cannot write")
+            return
+        stored = landed >= 0
+        run_time = np.zeros(size, bool)
+        run_time[list(value.symbolic)] = True
+        known = c.known.copy()
+        known[stored] = ~run_time[landed[stored]]
+        symbolic = {k: v for k, v in c.symbolic.items() if not stored[k]}
+        for destination in np.flatnonzero(stored.ravel() & run_time[landed.ravel().clip(0)]):
+            symbolic[_unravel(int(destination), c.value.shape)] = value.symbolic[int(landed.ravel()[destination])]
+        self.contents[ref.alloc] = replace(c, value=new_value, known=known, written=c.written | stored,
+                                           symbolic=symbolic, sources=c.sources | value.sources)
 
     def forget(self, ref: RefValue, region: ir.Region, why: str | None = None) -> None:
         """The region now holds something semcheck does not know (or may have been written
@@ -249,7 +406,7 @@ class ThreadMemory:
 
     def add(self, ref: RefValue, transforms: tuple, region: ir.Region, value: Value, why: str, aval) -> None:
         """`addupdate`: read, add with JAX, write back."""
-        old = self.read(ref, transforms, region, aval, why, DATA_LIMIT)
+        old = self.read(ref, transforms, region, aval, why, DATA_LIMIT, makes_inputs=False)
         if isinstance(old, Known) and isinstance(value, Known):
             from jax import lax
 
@@ -298,10 +455,6 @@ def element_operand(c: "Contents | None", index: tuple[int, ...]):
     return None
 
 
-def _initial_like(c: Contents, memory: ThreadMemory, name: str) -> Contents:
-    return _initial(c.value.shape, c.value.dtype, memory.initial.get(name))
-
-
 def _join_all(versions: list[Contents]) -> Contents:
     first = versions[0]
     known = first.known.copy()
@@ -339,6 +492,22 @@ def _element(region: ir.Region) -> tuple[int, ...] | None:
             not isinstance(n, (int, np.integer)) or n != 1 for n in region.size):
         return None
     return tuple(int(s) for s in region.start if isinstance(s, (int, np.integer)))  # all are, as checked
+
+
+def _unravel(position: int, shape) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(position, shape))
+
+
+def _element_text(buffer: str, index: tuple[int, ...]) -> str:
+    return f"{buffer}[{', '.join(map(str, index))}]"
+
+
+def _only_indexing(transforms: tuple) -> bool:
+    """Whether every transform only picks elements (an `NDIndexer`), so that reading the
+    elements' positions through them says which elements a read sees (a bitcast would not)."""
+    from jax._src.state.indexing import NDIndexer
+
+    return all(isinstance(transform, NDIndexer) for transform in transforms)
 
 
 def _inside(index: tuple[int, ...], box) -> bool:

@@ -31,7 +31,7 @@ from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering
 from semcheck.lower.interpreter import const_value, eval_jaxpr, unwrap
 from semcheck.lower.registry import rule
-from semcheck.lower.values import Known, Opaque, RefValue
+from semcheck.lower.values import Known, Opaque, RefValue, unknown_data
 
 WARPS_PER_WARPGROUP = 4  # jax/_src/pallas/mosaic_gpu/core.py, WarpMesh._NUM_WARPS_PER_WARPGROUP
 
@@ -119,7 +119,7 @@ def _closed_over(t: GpuThreadLowering, eqn, values) -> list:
             raise t.error(eqn, "a warp-level core_map closes over a value known only at run time "
                           f"({v}); semcheck lowers each warp apart from its Pallas thread and cannot "
                           "hand it a register yet")
-    return list(values)
+    return [unknown_data(v) if isinstance(v, Opaque) else v for v in values]
 
 
 def _run_warps(t: GpuThreadLowering, eqn, mesh, jaxpr, consts: list, args: list) -> None:

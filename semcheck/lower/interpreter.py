@@ -17,10 +17,19 @@ import numpy as np
 from semcheck.errors import LoadError
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.registry import lookup
-from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value
+from semcheck.lower.values import Known, Opaque, RefValue, RunTimeElements, Sym, Value
 
 # Results with more elements than this are data, not protocol: they are never folded.
 FOLD_LIMIT = 4096
+
+# Primitives that only move their first operand's elements (the others, if any, are indices):
+# bound on the elements' positions instead of their values, JAX says which element lands
+# where, so an element known only at run time can be picked out of an array
+# (`count_ref[...][0]` is `slice` then `squeeze`). Not gather or pad: their fill and padding
+# values would pass for positions.
+MOVES_ELEMENTS = frozenset(
+    "slice squeeze reshape expand_dims broadcast_in_dim transpose rev dynamic_slice copy copy_p".split()
+)
 
 # Primitives with effects that cannot affect synchronization or memory (prints, hints,
 # PRNG state). Their outputs are opaque data.
@@ -119,6 +128,8 @@ def generic(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
             f"semcheck has no model of this effectful primitive (effects: {set(eqn.effects)})",
             hint="please report this primitive so a rule can be added",
         )
+    if any(isinstance(x, RunTimeElements) for x in inputs):
+        return [pick(t, eqn, inputs)]
     known = [x for x in inputs if isinstance(x, Known)]
     if len(known) == len(inputs) and name not in HARMLESS_EFFECTFUL:
         folded = fold(t, eqn, known)
@@ -129,6 +140,26 @@ def generic(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
             return [Opaque(why) for _ in eqn.outvars]
     why = opaque_reason(t, eqn, inputs)
     return [Opaque(why) for _ in eqn.outvars]
+
+
+def pick(t: ThreadLowering, eqn, inputs: list[Value]) -> Value:
+    """A primitive on an array holding elements known only at run time: one that only moves
+    elements is bound on their positions (`MOVES_ELEMENTS`), and the elements it picks are
+    its result; anything else loses them, and says so, naming itself and its line."""
+    name = eqn.primitive.name
+    held = next(x for x in inputs if isinstance(x, RunTimeElements))
+    lost = (f"the result of `{name}` at {t.loc(eqn)} on {held.why}: semcheck follows an element known only "
+            f"at run time through indexing that picks it out ({', '.join(sorted(MOVES_ELEMENTS))}), "
+            f"not through `{name}`")
+    data, *indices = inputs
+    known_indices = [x for x in indices if isinstance(x, Known)]
+    if name not in MOVES_ELEMENTS or len(eqn.outvars) != 1 or data is not held or len(known_indices) != len(indices):
+        return Opaque(lost)
+    positions = np.arange(held.value.size, dtype=np.int32).reshape(held.value.shape)
+    moved = fold(t, eqn, [Known(positions), *known_indices])
+    if not isinstance(moved, list) or not isinstance(moved[0], Known):
+        return Opaque(lost)
+    return held.pick(moved[0].value, lost)
 
 
 def opaque_reason(t: ThreadLowering, eqn, inputs: list[Value]) -> str:

@@ -552,7 +552,8 @@ def swap(t: ThreadLowering, eqn, inputs):
 
     store = ir.Store(t.loc(eqn), reg)
     _emit_read(t, store)
-    old = t.memory.read(target, all_transforms, reg, eqn.outvars[0].aval, _why(t, eqn, reg), FOLD_LIMIT)
+    old = t.memory.read(target, all_transforms, reg, eqn.outvars[0].aval, _why(t, eqn, reg), FOLD_LIMIT,
+                        makes_inputs=False)
     t.memory.write(target, all_transforms, reg, value)
     return [old]
 

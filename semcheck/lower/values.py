@@ -10,7 +10,8 @@ values are simply known:
   carry in a data-dependent loop); it holds an IR operand over registers.
 * `Opaque`: anything semcheck does not track (buffer contents, floats); it remembers why,
   so that if it ever decides a semaphore, a device id or a branch, the error can say
-  where precision was lost.
+  where precision was lost. `RunTimeElements` is one that indexing can still pick `Sym`
+  elements out of (an array loaded from a buffer holding an assumed element).
 * `RefValue`: a semaphore or a buffer allocation, plus the ref transforms (`.at[...]`)
   applied so far.
 
@@ -63,6 +64,44 @@ class Sym:
 @dataclass(frozen=True)
 class Opaque:
     why: str  # e.g. "the value loaded from x_ref at kernel.py:12"
+
+
+@dataclass(frozen=True, eq=False)
+class RunTimeElements(Opaque):
+    """An integer array read from a buffer, some of whose elements are known only at run
+    time: an element `semcheck.assume` names (its initial value is a protocol input), or a
+    register the kernel stored. `value` holds the other elements, `symbolic` maps the flat
+    position of each run-time one to its `Sym`.
+
+    It is an `Opaque` on purpose: a rule that does not look inside it treats it as data
+    semcheck does not know (`why` says what it holds), which is sound, and never sees the
+    placeholders in `value`. Only primitives that move elements without computing on them
+    pick elements out of it (`interpreter.pick`)."""
+
+    value: np.ndarray
+    symbolic: dict  # flat position -> Sym
+    sources: frozenset = frozenset()
+
+    def pick(self, positions: np.ndarray, lost: str) -> Value:
+        """The elements at flat `positions` (what a primitive that only moves elements made of
+        their positions), or Opaque(lost) when a position is not one of them."""
+        flat = positions.ravel()
+        if positions.dtype != np.int32 or flat.size and (flat.min() < 0 or flat.max() >= self.value.size):
+            return Opaque(lost)
+        value = self.value.ravel()[flat].reshape(positions.shape)
+        symbolic = {i: self.symbolic[int(p)] for i, p in enumerate(flat) if int(p) in self.symbolic}
+        if not symbolic:
+            return Known(value, self.sources)
+        if positions.shape == ():
+            return symbolic[0]
+        return RunTimeElements(self.why, value, symbolic, self.sources)
+
+
+def unknown_data(x: Opaque) -> Opaque:
+    """`x` as plain unknown data, for a value that is not `x` itself (one branch's result of
+    several, a loop carry on every iteration, a part of `x`, a value handed to another
+    thread): it must not keep the elements a `RunTimeElements` holds, which are not its own."""
+    return Opaque(x.why) if isinstance(x, RunTimeElements) else x
 
 
 @dataclass(frozen=True)
