@@ -42,6 +42,9 @@ def protocols(
         inputs.append(ir.Input("n", 0, draw(st.integers(0, 2)), LOC))
     regulars = [s for s in sems if s.kind is not SemKind.DMA]
     dmas = [s for s in sems if s.kind is SemKind.DMA]
+    # an mbarrier as likely as the other semaphores together: a phase overrun needs a
+    # phase wait and several arrivals on one barrier
+    regulars += [s for s in regulars if s.arrivals_per_phase] * (len(regulars) - 2)
 
     def device_operand():
         choice = draw(st.integers(0, 9))
@@ -101,10 +104,14 @@ def protocols(
                     body.append(cls(LOC, region(), device_operand() if draw(st.integers(0, 2)) == 0 else None))
                 if op == "signal":
                     decl = draw(st.sampled_from(regulars))
-                    body.append(ir.Signal(LOC, sem_ref(decl), amount()))
+                    # most arrivals on an mbarrier are the block's own (a cluster peer's are remote)
+                    remote_ok = not decl.arrivals_per_phase or draw(st.integers(0, 2)) == 0
+                    body.append(ir.Signal(LOC, sem_ref(decl, remote_ok), amount()))
                 elif op == "wait":
                     decl = draw(st.sampled_from(regulars))
-                    body.append(ir.Wait(LOC, sem_ref(decl, remote_ok=False), amount(), draw(st.booleans())))
+                    # a phase wait never decrements (Mosaic GPU's barrier_wait)
+                    decrement = not decl.arrivals_per_phase and draw(st.booleans())
+                    body.append(ir.Wait(LOC, sem_ref(decl, remote_ok=False), amount(), decrement))
                 elif op == "read":
                     decl = draw(st.sampled_from(regulars))
                     reg = f"r{len(body)}"

@@ -17,9 +17,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from semcheck.engines.explicit import search as explicit
 from semcheck.engines.z3 import engine as smt
 from semcheck.frontends import load
+from semcheck.frontends.capture_cache import capture
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree, kinds, verdict
 from tests.strategies import control_flow_protocols, protocols
+from tests.test_gpu_examples import EXAMPLES as GPU_EXAMPLES
 from tests.tpu_support import expectation
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
@@ -44,6 +46,18 @@ def test_engines_agree_on_model(path, devices):
     expected, _warnings = expectation(path).kinds_at(devices)  # its `# semcheck: expect` comments
     assert kinds(by_solver) == expected
     assert verdict(by_solver) == ("violation" if expected else "safe")
+
+
+@pytest.mark.parametrize("path", GPU_EXAMPLES, ids=os.path.basename)
+def test_engines_agree_on_gpu_example(path):
+    """Every GPU example at 2 devices, mbarrier phases and all (a phase overrun is z3's
+    question too): the same finding keys, and the kinds the example declares."""
+    outcome = capture(path, 2)
+    assert not outcome.errors, outcome.errors
+    for protocol in outcome.protocols:
+        _by_search, by_solver = assert_engines_agree(protocol)
+        errors, warnings = expectation(path).kinds_at(2, kernel=protocol.name)
+        assert kinds(by_solver) == errors | warnings
 
 
 def _agreement_test(strategy, examples: int):

@@ -199,8 +199,7 @@ def test_warp_threads_are_in_the_protocol_ir():
 
 def test_both_engines_find_the_same_racing_pairs_between_warps():
     """Two warps storing into one SMEM cell race; the Pallas thread's read after the join
-    races with neither. No mbarrier, so the z3 engine can take part (it does not model
-    mbarrier phases)."""
+    races with neither, in both engines."""
     from tests.agreement import assert_engines_agree
 
     def kernel(x_ref, o_ref, tile):

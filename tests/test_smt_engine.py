@@ -3,9 +3,11 @@ symbolic ids, short fault traces, budgets, and Results shaped like the explicit 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
+from hypothesis import HealthCheck
 
 from semcheck import ir
 from semcheck.api import check_protocol
@@ -14,9 +16,12 @@ from semcheck.engines.explicit import search as explicit
 from semcheck.engines.z3 import engine as smt
 from semcheck.engines.budget import Budget
 from semcheck.frontends import load
+from semcheck.kinds import Kind
 from semcheck.model import DMA, ProtocolBuilder
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree
+from tests.strategies import protocols
+from tests.tiers import example_counts, run_examples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MOE = os.path.join(ROOT, "models", "moe_dispatch_capacity.py")
@@ -379,25 +384,90 @@ def test_a_jump_over_a_kernel_entry_is_left_to_the_explicit_engine():
     assert check_protocol(protocol, engine="auto").engine == "explicit"
 
 
-def test_mbarrier_phases_are_left_to_the_explicit_engine():
-    """No z3 question asks for a barrier_phase_overrun yet: a protocol with a GPU mbarrier
-    gets inconclusive from z3, and auto hands it to the explicit engine, which finds it."""
-    done = ir.SemRef("done")
-    arrive = ir.Signal(at(1), done)
-    protocol = ir.Protocol(
-        name="overrun", backend=ir.Backend.GPU, devices=1, cores=2,
-        semaphores=(ir.SemDecl("done", ir.SemKind.MBARRIER, arrivals_per_phase=1, scope=ir.Scope.DEVICE),),
-        threads=(
-            ir.Thread(0, 0, (arrive, ir.Signal(at(2), done))),  # two phases complete
-            ir.Thread(0, 1, (ir.Wait(at(3), done, 1, decrement=False),)),  # waits for the first
-        ),
-        loc=LOC,
+def _phase_protocol(*threads: tuple[ir.Instr, ...], per_phase: int = 1) -> ir.Protocol:
+    """One block's Pallas threads sharing the mbarrier `full` (and `empty`, for a release)."""
+    decls = tuple(
+        ir.SemDecl(name, ir.SemKind.MBARRIER, arrivals_per_phase=per_phase, scope=ir.Scope.DEVICE)
+        for name in ("full", "empty")
     )
-    assert smt.unmodelled(System(protocol)) == "mbarrier phases (barrier_phase_overrun)"
-    assert check_protocol(protocol, engine="z3").verdict.value == "inconclusive"
-    by_auto = check_protocol(protocol, engine="auto")
-    assert by_auto.engine == "explicit"
-    assert {v.kind for v in by_auto.errors} == {"barrier_phase_overrun"}
+    return ir.Protocol(
+        name="phases", backend=ir.Backend.GPU, devices=1, cores=len(threads), semaphores=decls,
+        threads=tuple(ir.Thread(0, core, body) for core, body in enumerate(threads)), loc=LOC,
+    )
+
+
+FULL, EMPTY = ir.SemRef("full"), ir.SemRef("empty")
+
+
+def test_z3_finds_a_barrier_phase_overrun_as_the_explicit_engine_does():
+    """Two phases of `full` complete before the consumer waits for the first: z3 asks for
+    it (the count before the wait reaches the next phase's arrivals), and reports the
+    finding the explicit engine reports, at the wait, with a replayed path that ends there."""
+    protocol = _phase_protocol(
+        (ir.Signal(at(1), FULL), ir.Signal(at(2), FULL)),  # two phases complete
+        (ir.Wait(at(3), FULL, 1, decrement=False),),  # waits for the first
+    )
+    assert smt.unmodelled(System(protocol)) is None
+    by_search, by_solver = assert_engines_agree(protocol)
+    assert set(by_solver.findings) == {(Kind.BARRIER_PHASE_OVERRUN, at(3))}
+    result = check_protocol(protocol, engine="z3")
+    [overrun] = result.errors
+    assert (overrun.kind, overrun.location) == ("barrier_phase_overrun", at(3))
+    assert [s.location for s in overrun.trace] == [at(1), at(2), at(3)]  # both arrivals, then the wait
+    [by_explicit] = check_protocol(protocol, engine="explicit").errors
+    assert overrun.message == by_explicit.message
+    assert {v.kind for v in check_protocol(protocol, engine="auto").errors} == {"barrier_phase_overrun"}
+
+
+def test_a_pipeline_that_releases_its_slot_has_no_phase_overrun_by_z3():
+    """The producer arrives on `full` again only after the consumer arrived on `empty`, so
+    every phase wait sees its phase: z3 proves it safe; without the release the second
+    arrival can overrun the consumer's first wait."""
+    consumer = (
+        ir.Wait(at(11), FULL, 1, decrement=False), ir.Signal(at(12), EMPTY),
+        ir.Wait(at(13), FULL, 2, decrement=False),
+    )
+    released = _phase_protocol(
+        (ir.Signal(at(1), FULL), ir.Wait(at(2), EMPTY, 1, decrement=False), ir.Signal(at(3), FULL)), consumer,
+    )
+    by_search, by_solver = assert_engines_agree(released)
+    assert not by_solver.findings
+    assert check_protocol(released, engine="z3").verdict.value == "safe"
+    unreleased = _phase_protocol((ir.Signal(at(1), FULL), ir.Signal(at(3), FULL)), consumer)
+    by_search, by_solver = assert_engines_agree(unreleased)
+    assert set(by_solver.findings) == {(Kind.BARRIER_PHASE_OVERRUN, at(11))}
+
+
+def test_an_overrun_by_an_input_many_arrivals_is_found_for_those_values():
+    """One query covers every input value: with two arrivals per phase, the overrun needs
+    the arrival count from the input to reach the next phase (n >= 4)."""
+    protocol = dataclasses.replace(
+        _phase_protocol(
+            (ir.Signal(at(1), FULL, ir.Reg("n")),),
+            (ir.Wait(at(2), FULL, 2, decrement=False),),
+            per_phase=2,
+        ),
+        inputs=(ir.Input("n", 0, 9, LOC),),
+    )
+    by_search, by_solver = assert_engines_agree(protocol)
+    assert (Kind.BARRIER_PHASE_OVERRUN, at(2)) in by_solver.findings
+    [overrun] = [v for v in check_protocol(protocol, engine="z3").errors if v.kind == "barrier_phase_overrun"]
+    assert overrun.inputs["n"] >= 4
+
+
+@pytest.mark.parametrize("examples", example_counts(fast=30, slow=1000))
+def test_engines_agree_on_random_protocols_with_mbarriers(examples):
+    """Random GPU protocols with an mbarrier (phase waits, arrivals by signals and copies,
+    beside every other instruction): the same finding keys from both engines."""
+    overruns = []
+
+    def check(protocol):
+        by_search, _by_solver = assert_engines_agree(protocol)
+        overruns.append(any(key[0] == Kind.BARRIER_PHASE_OVERRUN for key in by_search.findings))
+
+    run_examples(check, protocols(with_mbarriers=True, backends=(ir.Backend.GPU,)), examples=examples,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    assert sum(overruns) >= examples // 100  # the overrun question is exercised, not only its absence
 
 
 def test_checks_from_several_threads_take_turns_with_z3():

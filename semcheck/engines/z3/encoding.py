@@ -25,8 +25,11 @@ and the constraints make it exactly a prefix the semantics can produce:
   copy's conflicting access, over symbolic regions as `System.resolve_region` gives them;
   a remote signal or copy completion positioned where a thread of the target core has not
   executed the entry of the sender's invocation or has executed the next one; an entry
-  after the first whose reset is non-zero or that a copy still lands on. Pairs a wait
-  statically orders (its semaphore's only adder is the other's completion) are left out.
+  after the first whose reset is non-zero or that a copy still lands on; a non-decrementing
+  wait on a GPU mbarrier whose count just before it reaches its value plus one more
+  phase's arrivals (barrier_phase_overrun: its parity-based wait cannot see its phase).
+  Pairs a wait statically orders (its semaphore's only adder is the other's completion)
+  are left out of the races.
 
 Two events whose relative order matters (one reads a count the other changes) never share a
 position, so sorting the executed events by position is an interleaving the semantics can
@@ -189,6 +192,7 @@ class Encoding:
             tick()
             self._encode_thread(t)
         self._order: Precedence | None = None
+        self.hazards: dict[tuple, SymBool] = {}  # filled from here on: readers find phase overruns
         for i, reader in enumerate(self.readers):
             if i % 256 == 0:
                 tick()
@@ -196,7 +200,6 @@ class Encoding:
         for entry in self.entries:
             tick()
             self._encode_reset(entry)
-        self.hazards: dict[tuple, SymBool] = {}
         self._dominators: dict[int, list[int]] = {}
         self._guard_cache: dict[int, set] = {}
         self._encode_races(tick)
@@ -482,6 +485,7 @@ class Encoding:
             if w.read_value is None:
                 waits.append(AND(cond, GE(exact, w.need)))
                 highs.append(AND(cond, GE(high, w.need)))
+                self._encode_phase_overrun(w, sid, cond, exact, high)
             else:
                 reads.append(ITE(cond, exact, 0))
                 lows.append(IMPLIES(cond, GE(w.read_value, low)))
@@ -492,6 +496,21 @@ class Encoding:
         else:
             self.ordering.append(IMPLIES(w.done, w.read_value == SUM(reads)))
             self.constraints.append(IMPLIES(w.done, AND(*lows, *highs)))
+
+    def _encode_phase_overrun(self, w: NodeVars, sid: int, cond: SymBool, exact: SymInt, high: SymInt) -> None:
+        """barrier_phase_overrun (`semantics._phase_overrun`): a non-decrementing wait on an
+        mbarrier passes while the count before it already holds the next phase's arrivals
+        too. `exact` decides; its positionless upper bound `high` is implied by it, and
+        lets the counting relaxation rule out an overrun that no count allows."""
+        instr = w.node.instr
+        per_phase = self.system.instances[sid].decl.arrivals_per_phase
+        if not per_phase or not isinstance(instr, ir.Wait) or instr.decrement:
+            return
+        assert w.need is not None, "a wait needs a count"
+        overrun = apply("add", w.need, per_phase)
+        self._add_hazard(
+            (Kind.BARRIER_PHASE_OVERRUN, instr.loc), AND(w.done, cond, GE(exact, overrun), GE(high, overrun)),
+        )
 
     def _count_before(self, w: NodeVars, sid: int) -> tuple[SymInt, SymInt, SymInt]:
         """The count of `sid` just before `w` (exact, with positions) and positionless

@@ -7,10 +7,12 @@ this module asks the questions, in turn:
    range), one query per fault not yet found;
 2. hazards, which a transition records in the state and never blocks on: a data race (an
    access while a conflicting copy is in flight), a remote signal or copy landing on a core
-   outside the sender's invocation (remote_before_entry), and a leftover that a later kernel
-   entry finds before it resets the core's semaphores; one query per finding not yet
-   found (each pair of racing lines is its own finding: the explicit engine watching every
-   line reports the same), each witness reported up to the step that recorded it;
+   outside the sender's invocation (remote_before_entry), a leftover that a later kernel
+   entry finds before it resets the core's semaphores, and a wait on a GPU mbarrier phase
+   that passes when the barrier has completed the next phase too (barrier_phase_overrun);
+   one query per finding not yet found (each pair of racing lines is its own finding: the
+   explicit engine watching every line reports the same), each witness reported up to the
+   step that recorded it;
 3. stuck states: a terminal cut in which some thread is blocked; each answer is replayed and
    classified (deadlock or unsatisfied wait) by `properties.terminal_findings`, then that
    configuration (where every thread stopped, and on which semaphore) is excluded, until no
@@ -187,8 +189,8 @@ class _Session:
                         self.found.add(finding, initial, causal_past(self.system, states, actions, j))
 
     def find_hazards(self) -> None:
-        """Data races, arrivals outside the kernel and leftovers found at a later entry: one
-        query for every such finding not yet found; each witness is replayed and every
+        """Data races, arrivals outside the kernel, leftovers found at a later entry and
+        mbarrier phase overruns: one query for every such finding not yet found; each witness is replayed and every
         hazard the semantics records along it is reported, with the path to where it was
         recorded."""
         remaining = {k: c for k, c in self.encoding.hazards.items() if c is not False}

@@ -12,10 +12,7 @@ def unmodelled(system: System) -> str | None:
     engine then answers inconclusive instead of a verdict that ignored it.
 
     The encoding counts a thread's executed kernel entries to know which invocation it is
-    in; that is `System.invocation_at` only when no jump skips an entry or runs one again.
-    GPU mbarriers: the encoding has no question for a phase overrun yet."""
-    if any(decl.arrivals_per_phase for decl in system.protocol.semaphores):
-        return "mbarrier phases (barrier_phase_overrun)"
+    in; that is `System.invocation_at` only when no jump skips an entry or runs one again."""
     for t, body in enumerate(system.bodies):
         if not system.has_lifecycle[t]:
             continue
