@@ -186,6 +186,9 @@ class BufferDecl:
     # An output of one kernel of a program that a later kernel takes (semcheck/programs.py):
     # a copy into it may land after the kernel that started the copy ended on the target.
     handed_on: bool = False
+    # The HBM array the Pallas pipeline writes a pipelined output's blocks back to (a chip's
+    # cores share it): a race on it is two cores writing back one block.
+    written_back: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +299,10 @@ class DmaStart(Instr):
     nbytes: Operand = 0
     device: Operand | None = None
     core: Operand | None = None
+    # The device whose memory `dst` is, when not the one whose semaphore counts the landing:
+    # a Mosaic GPU TMA store into a peer's GMEM (plgpu.remote_ref) is awaited by the
+    # issuer's bulk group. None: `dst` is on the copy's target (`device`, `core`).
+    dst_device: Operand | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,17 +178,20 @@ class ThreadBuilder:
         nbytes: ir.Operand | None = None,
         device=None,
         core=None,
+        dst_device=None,
     ) -> Copy:
+        """With `dst_device`, `dst` is that device's buffer while both completions count on
+        this thread's semaphores (a GPU TMA store into a peer's memory)."""
         if nbytes is None:
             nbytes = self.builder.nbytes(src)
-        if (device is None) != (send_sem is None) and core is None:
+        if (device is None) != (send_sem is None) and core is None and dst_device is None:
             raise ValueError(
                 "a remote copy (device=...) needs a send semaphore and a local one has none, "
                 "as in pltpu.make_async_remote_copy / make_async_copy"
             )
         self._emit(
             ir.DmaStart, src=src, dst=dst, recv_sem=recv_sem.ref(), send_sem=None if send_sem is None else send_sem.ref(),
-            nbytes=nbytes, device=device, core=core,
+            nbytes=nbytes, device=device, core=core, dst_device=dst_device,
         )
         return Copy(self, recv_sem, send_sem, nbytes)
 

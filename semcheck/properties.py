@@ -34,6 +34,7 @@ class Finding:
     other_start: tuple[int, int] | None = None
     at_end: bool = False  # judged in a state where nothing can move (stuck, or a leftover at exit)
     loop_steps: int = 0  # a loop that spins for ever: how many of the trace's last steps repeat
+    hint: str | None = None  # a fix more specific than the kind's (FIX_HINTS)
 
 
 # --- faults --------------------------------------------------------------------------------------
@@ -83,22 +84,35 @@ def _race_finding(system: System, h) -> Finding:
     ))
 
 
+PLAIN_RACE_HINT = (
+    "order the two accesses (a barrier, or a signal and the other thread's wait, between "
+    "them), or let each thread touch its own part of the buffer"
+)
+WRITE_BACK_RACE_HINT = (
+    "give each core its own output blocks: let the output's index map follow the parallel "
+    "grid dimensions, or mark the dimensions it does not follow \"arbitrary\""
+)
+
+
 def _plain_race_finding(system: System, h) -> Finding:
     here = system.bodies[h.thread][h.pc]
     there = system.bodies[h.other_thread][h.other_pc]
+    region = getattr(here, "region", None)
+    decl = system.buffer_decl(region.buffer) if region is not None else None
+    hint = WRITE_BACK_RACE_HINT if decl is not None and decl.written_back else PLAIN_RACE_HINT
     return _race_between(h, here, there, (
         f"data race: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
         f"{h.detail}: {system.thread_name(h.other_thread)} at {there.loc} "
         f"({_describe_instr(there)}), and nothing orders the two (a signal and wait, or a "
         f"barrier arrive and wait, between the store and the other thread's access)"
-    ))
+    ), hint)
 
 
-def _race_between(h, here: ir.Instr, there: ir.Instr, message: str) -> Finding:
+def _race_between(h, here: ir.Instr, there: ir.Instr, message: str, hint: str | None = None) -> Finding:
     """One data race per pair of lines, whatever the two accesses are."""
     key = (Kind.DATA_RACE, frozenset((here.loc, there.loc)))
     return Finding(Kind.DATA_RACE, key, h.thread, here.loc, message, other=there.loc,
-                   other_start=(h.other_thread, h.other_pc))
+                   other_start=(h.other_thread, h.other_pc), hint=hint)
 
 
 def _early_arrival_finding(system: System, h) -> Finding:

@@ -600,6 +600,10 @@ class System:
                         users.setdefault(bid, set()).add(t)
         return {bid: tuple(sorted(ts)) for bid, ts in users.items() if len(ts) > 1}
 
+    def buffer_decl(self, name: str) -> ir.BufferDecl | None:
+        entry = self._buffers.get(name)
+        return entry[0] if entry is not None else None
+
     def _static_key(self, region: ir.Region) -> tuple | None:
         """(starts, sizes) of a region with constant starts and sizes, as `resolve_region`
         gives them."""
@@ -1131,8 +1135,12 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
     nbytes = system.eval(instr.nbytes, t, state)
     pc = state.pcs[t]
     src = system.resolve_region(t, instr.src, state, write=False)
-    dst = system.resolve_region(t, instr.dst, state, write=True, device=landing.device,
-                                core=landing.core if landing.core is not None else system.threads[t].core)
+    if instr.dst_device is None:
+        dst = system.resolve_region(t, instr.dst, state, write=True, device=landing.device,
+                                    core=landing.core if landing.core is not None else system.threads[t].core)
+    else:
+        dst = system.resolve_region(t, instr.dst, state, write=True,
+                                    device=_device_in_mesh(system, system.eval(instr.dst_device, t, state)))
     for side, access in (("source", src), ("destination", dst)):
         _check_window(system, side, access)
     invocation = system.invocation_at[t][pc] if system.has_lifecycle[t] else 0
@@ -1183,7 +1191,10 @@ def _access_device(system: System, t: int, instr: ir.Load | ir.Store, state: Sta
     for a device id outside the mesh."""
     if instr.device is None:
         return None
-    device = system.eval(instr.device, t, state)
+    return _device_in_mesh(system, system.eval(instr.device, t, state))
+
+
+def _device_in_mesh(system: System, device: int) -> int:
     devices = system.protocol.devices
     if not 0 <= device < devices:
         raise _Fault(INVALID_DEVICE, f"device id {device} is outside the mesh of {devices} devices (0..{devices - 1})")
@@ -1354,7 +1365,10 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
         mask |= system._candidates(t, instr.send_sem)
     remote = instr.device is not None or instr.core is not None
     src, src_near = system._cell_candidates(t, instr.src)
-    dst, dst_near = system._cell_candidates(t, instr.dst, instr.device, instr.core)
+    if instr.dst_device is None:
+        dst, dst_near = system._cell_candidates(t, instr.dst, instr.device, instr.core)
+    else:
+        dst, dst_near = system._cell_candidates(t, instr.dst, instr.dst_device)
     life = system._lifecycle_candidates(t, instr.device, instr.core) if remote else _NONE
     negative = mask if _may_be_negative(system, t, instr.nbytes) else _NONE
     return Footprint(inc=mask, dec=negative, mread=src | life, mwrite=dst, mnear=src_near | dst_near | life)
@@ -1450,7 +1464,7 @@ def _operands(instr: ir.Instr) -> list[ir.Operand | None]:
     ops: list[ir.Operand | None] = []
     for ref in _sem_refs(instr):
         ops += [ref.index, ref.device, ref.core]
-    for name in ("inc", "value", "nbytes", "cond", "device", "core"):
+    for name in ("inc", "value", "nbytes", "cond", "device", "core", "dst_device"):
         if hasattr(instr, name):
             ops.append(getattr(instr, name))
     for name in ("region", "src", "dst"):
@@ -1464,6 +1478,8 @@ def _located_regions(instr: ir.Instr) -> list[tuple[ir.Region, ir.Operand | None
     """Each region an instruction touches, with the device and core it lives on (None:
     the thread's own)."""
     if isinstance(instr, ir.DmaStart):
+        if instr.dst_device is not None:
+            return [(instr.src, None, None), (instr.dst, instr.dst_device, None)]
         return [(instr.src, None, None), (instr.dst, instr.device, instr.core)]
     if isinstance(instr, (ir.Load, ir.Store)):
         return [(instr.region, instr.device, None)]

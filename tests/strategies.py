@@ -129,8 +129,11 @@ def protocols(
                     sided = remote or draw(st.integers(0, 3)) == 0
                     send = ir.SemRef(recv.name, index) if sided else None
                     target = device_operand() if remote else None
+                    # a local sided copy may write a peer's memory (a GPU TMA store into a
+                    # remote_ref: counted on the issuer's semaphores)
+                    peer = device_operand() if sided and not remote and draw(st.integers(0, 2)) == 0 else None
                     body.append(ir.DmaStart(
-                        LOC, region(), region(), ir.SemRef(recv.name, index), send, nbytes, target,
+                        LOC, region(), region(), ir.SemRef(recv.name, index), send, nbytes, target, dst_device=peer,
                     ))
                     if recv.kind is SemKind.DMA and draw(st.booleans()):
                         side = "send" if sided and draw(st.booleans()) else "recv"

@@ -67,6 +67,8 @@ REJECTED = {
     "ready_ring.py": NO_SEMAPHORES,
     "remote_store_ring.py": NO_SEMAPHORES,
     "remote_store_ring_no_wait.py": NO_SEMAPHORES,
+    "tma_store_ring.py": NO_SEMAPHORES,
+    "tma_store_ring_read_only_wait.py": NO_SEMAPHORES,
     # a warp-level core_map: the interpreter has no rule for it (jaxpr_interpret.py)
     "warp_producer_consumer.py": NO_WARPS,
     "warp_producer_consumer_early_read.py": NO_WARPS,

@@ -39,7 +39,7 @@ def test_the_gpu_protocols_each_have_an_example():
         "remote_store_ring", "remote_store_ring_no_wait",
         "warp_producer_consumer", "warp_producer_consumer_early_read",
         "warp_producer_consumer_no_release", "tcgen05_mma_pipeline", "tcgen05_mma_reload_early",
-        "thread_exchange", "thread_exchange_no_wait",
+        "thread_exchange", "thread_exchange_no_wait", "tma_store_ring", "tma_store_ring_read_only_wait",
     } <= names
 
 

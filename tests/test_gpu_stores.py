@@ -169,3 +169,52 @@ def test_a_tma_store_after_run_time_control_flow_is_an_error():
 
     e = error(gpu_call(kernel, grid=(1,), scratch=[plgpu.SMEM((128,), jnp.float32), plgpu.SemaphoreType.REGULAR]))
     assert "control flow known only at run time" in e.message
+
+
+def tma_store_ring(read_only: bool):
+    """Each device TMA-stores its tile into the right neighbour's inbox, waits for its bulk
+    group (read-only or not), signals the neighbour, waits for its left neighbour's signal
+    and loads its inbox."""
+    def kernel(x_ref, inbox_ref, tile, ready):
+        right = lax.rem(lax.axis_index("x") + 1, lax.axis_size("x"))
+        tile[...] = x_ref[...]
+        plgpu.copy_smem_to_gmem(tile, plgpu.remote_ref(inbox_ref, right))
+        plgpu.wait_smem_to_gmem(0, wait_read_only=read_only)
+        pl.semaphore_signal(ready, device_id=right)
+        pl.semaphore_wait(ready, 1)
+        x_ref[...] = inbox_ref[...]
+
+    return gpu_call(kernel, grid=(1,), scratch=[plgpu.SMEM((8, 128), jnp.float32), plgpu.SemaphoreType.REGULAR])
+
+
+def test_a_tma_store_into_a_peer_writes_the_peers_buffer_and_counts_on_the_issuers_group():
+    p = protocol(tma_store_ring(read_only=False), devices=4)
+    [copy] = [i for i in body(p, device=3) if isinstance(i, ir.DmaStart)]
+    assert (copy.src.buffer, copy.dst.buffer, copy.dst_device, copy.device) == ("tile", "inbox_ref", 0, None)
+    assert (copy.send_sem, copy.recv_sem) == (ir.SemRef("tma_store_read", 0), ir.SemRef("tma_store_written", 0))
+    assert any("TMA store into a peer's memory" in n and "race-checked on the peer's buffer" in n for n in p.notes)
+
+
+def test_a_tma_store_into_a_peer_published_after_a_read_only_wait_races_with_the_peers_load():
+    for read_only in (False, True):
+        p = protocol(tma_store_ring(read_only), devices=2)
+        copy_line = next(i.loc.line for i in body(p) if isinstance(i, ir.DmaStart))
+        load_line = [i.loc.line for i in body(p) if isinstance(i, ir.Load) and i.region.buffer == "inbox_ref"][0]
+        expected = ("violation", {frozenset((copy_line, load_line))}) if read_only else ("safe", set())
+        for options in ({"engine": "explicit"}, {"engine": "explicit", "reduce": False, "symmetry": False},
+                        {"engine": "z3"}):
+            result = check_protocol(p, **options)
+            assert (result.verdict.value, race_keys(result)) == expected, (read_only, options)
+
+
+def test_a_tma_store_into_a_device_outside_the_mesh_faults_in_both_engines():
+    p = ProtocolBuilder("outside", devices=2, cores=1, backend="gpu")
+    inbox = p.buffer("inbox", (1, 128), space="gmem", scope=Scope.DEVICE)
+    tile = p.buffer("tile", (1, 128), space="smem")
+    read, written = p.semaphore("read"), p.semaphore("written")
+    for d in range(2):
+        p.thread(d, 0).dma_start(tile.region(0, size=(1,)), inbox.region(0, size=(1,)), recv_sem=written,
+                                 send_sem=read, nbytes=4, dst_device=d + 1)
+    for engine in ("explicit", "z3"):
+        result = check_protocol(p.build(), engine=engine)
+        assert {v.kind for v in result.violations} == {"invalid_device_id"}, engine

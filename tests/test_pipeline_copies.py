@@ -18,9 +18,10 @@ from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import ir
 from semcheck.engines.explicit import search as explicit
+from semcheck.lower.pipeline import BlockDim, PipelinedBlock, hbm_region
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree, kinds
-from tests.tpu_kernels import instrs, mesh, protocols
+from tests.tpu_kernels import instrs, mesh, protocols, sharded
 
 BLOCK = (8, 128)
 STEPS = 4
@@ -101,6 +102,93 @@ def test_on_two_cores_each_core_copies_its_own_first_block_in(core, copies):
     assert any("Pallas pipeline" in note for note in two.notes)
 
 
+# --- the HBM side of a copy-out on a megacore chip -------------------------------------------------
+
+
+def accumulate(o_ref_index_map, grid=(STEPS,)):
+    """Each step adds its input block into an output block the index map picks; the grid is
+    "parallel" (split between the cores of a megacore chip)."""
+    def kernel(x_ref, o_ref):
+        o_ref[...] += x_ref[...]
+
+    def per_device(block):
+        return pl.pallas_call(
+            kernel, grid=grid, out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            in_specs=[pl.BlockSpec(BLOCK, lambda i: (i, 0))],
+            out_specs=pl.BlockSpec(BLOCK, o_ref_index_map),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        )(block)
+
+    return per_device
+
+
+def write_backs(protocol: ir.Protocol, core: int) -> list[tuple[tuple, tuple]]:
+    return [
+        (i.region.start, i.region.size)
+        for i in instrs(protocol, ir.Store, 0, core) if i.region.buffer == "o_ref (HBM array)"
+    ]
+
+
+def test_on_two_cores_each_output_block_is_written_back_to_its_region_of_the_shared_hbm_array():
+    """Steps (0, 1) on core 0 and (2, 3) on core 1, output blocks (i, 0): each core writes
+    back its own rows; on one core the HBM array is not part of the protocol."""
+    one, two = protocols(accumulate(lambda i: (i, 0)), mesh((1,)), rows=STEPS * 8)
+    assert [write_backs(two, core) for core in (0, 1)] == [
+        [((0, 0), (8, 128)), ((8, 0), (8, 128))],
+        [((16, 0), (8, 128)), ((24, 0), (8, 128))],
+    ]
+    [hbm] = [b for b in two.buffers if b.written_back]
+    assert (hbm.shape, hbm.scope) == ((32, 128), ir.Scope.DEVICE)
+    assert not any(b.written_back for b in one.buffers) and write_backs(one, 0) == []
+    result = explicit.explore(System(two))
+    assert (kinds(result), result.states) == (set(), 28)
+
+
+def test_two_cores_writing_back_one_output_block_race_on_the_hbm_array():
+    """An output block the index map keeps for the whole grid: a core writes it back once,
+    after its last step, and both cores write back the same rows."""
+    one, two = protocols(accumulate(lambda i: (0, 0)), mesh((1,)), rows=STEPS * 8)
+    assert write_backs(two, 0) == write_backs(two, 1) == [((0, 0), (8, 128))]
+    assert kinds(explicit.explore(System(one))) == set()
+    by_search, _ = assert_engines_agree(two)
+    assert kinds(by_search) == {"data_race"}
+    assert by_search.states == 27
+    full = explicit.explore(System(two), reduce=False, silence_reported_races=False)
+    assert kinds(full) == {"data_race"}
+
+
+def test_a_race_on_written_back_blocks_says_how_to_give_each_core_its_own_blocks():
+    from semcheck.api import verify
+    from semcheck.properties import WRITE_BACK_RACE_HINT
+
+    fn, x = sharded(accumulate(lambda i: (0, 0)), mesh((1,)), rows=STEPS * 8)
+    results = verify(fn, x)
+    [two] = [r for r in results if "2 TensorCores" in r.kernel]
+    [race] = two.errors
+    assert (race.kind, race.hint) == ("data_race", WRITE_BACK_RACE_HINT)
+    assert "o_ref (HBM array)" in race.message
+    assert any("HBM array of a pipelined output" in note for note in two.notes)
+
+
+@pytest.mark.parametrize("dims, index, region", [
+    # Blocked: the index counts blocks; the last block is cut at the array's edge.
+    ((BlockDim(8, False), BlockDim(128, False)), (2, 0), ((16, 0), (4, 128))),
+    # Squeezed and Element: the index is the start, in elements.
+    ((BlockDim(1, True), BlockDim(8, True)), (3, 5), ((3, 5), (1, 8))),
+])
+def test_a_block_index_becomes_its_region_of_the_hbm_array_as_the_interpreter_computes_it(dims, index, region):
+    block = PipelinedBlock("o", False, {(0,): index}, hbm="o (HBM array)", block_dims=dims, array_shape=(20, 128))
+    found = hbm_region(block, (0,))
+    assert (found.start, found.size, found.widened) == (*region, None)
+
+
+def test_an_unknown_output_block_index_writes_back_the_whole_array_widened():
+    block = PipelinedBlock("o", False, {(0,): None}, hbm="o (HBM array)",
+                           block_dims=(BlockDim(8, False),), array_shape=(32,))
+    found = hbm_region(block, (0,))
+    assert (found.start, found.size) == ((), ()) and found.widened
+
+
 # --- the example pair against JAX's TPU interpreter -----------------------------------------------
 
 @pytest.mark.slow
@@ -133,7 +221,8 @@ def test_the_interpreter_reports_the_copy_across_steps_against_its_pipeline_and_
 # Examples whose model these changes made bigger (pipeline copies, shared HBM), small enough
 # for both engines and the unreduced search at 2 devices.
 CHANGED_EXAMPLES = ("block_copy_across_steps.py", "block_copy_in_step.py", "shift_single_barrier.py",
-                    "chunked_shift.py", "core_barrier.py", "core_barrier_one_sided.py")
+                    "chunked_shift.py", "core_barrier.py", "core_barrier_one_sided.py",
+                    "megacore_row_sums.py", "megacore_row_sums_parallel_reduction.py")
 
 
 @pytest.mark.parametrize("name", CHANGED_EXAMPLES)

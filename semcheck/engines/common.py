@@ -129,7 +129,7 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         semaphore_name=system.instances[finding.sem].decl.name if finding.sem is not None else None,
         racing_step=racing_step,
         missing=_missing_actions(system, finding, states, actions),
-        hint=FIX_HINTS.get(finding.kind),
+        hint=finding.hint or FIX_HINTS.get(finding.kind),
         loop_from=len(steps) - finding.loop_steps + 1 if finding.loop_steps else None,
         identity=_identity(system, finding),
         at_end=finding.at_end,

@@ -134,10 +134,10 @@ def _peer_device(t: GpuThreadLowering, eqn, ref: RefValue, transform, what: str)
 
 # What the GPU frontend does not race-check, each with what JAX 0.10.2 says of it.
 REMOTE_TMA_STORE_NOTE = (
-    "a TMA store into a peer's memory (plgpu.copy_smem_to_gmem to a plgpu.remote_ref; "
-    "jax/_src/pallas/mosaic_gpu/primitives.py, JAX 0.10.2: its write is awaited by the issuing "
-    "thread's bulk group, not by the peer) is checked for data races on its SMEM source only, "
-    "not on the peer's GMEM it writes, which semcheck's IR cannot yet count on the issuer"
+    "a TMA store into a peer's memory (plgpu.copy_smem_to_gmem to a plgpu.remote_ref) writes "
+    "the peer's GMEM until the issuing thread's bulk group says it is done (JAX 0.10.2, "
+    "jax/_src/pallas/mosaic_gpu/primitives.py: the peer is not told), so it is race-checked "
+    "on the peer's buffer, awaited by the issuer's wait_smem_to_gmem"
 )
 MULTIMEM_NOTE = (
     "multimem stores and reductions (plgpu.multimem_store, multimem_load_reduce in "
@@ -298,7 +298,8 @@ def barrier_info(dtype) -> MBarrier | None:
 def copy_smem_to_gmem(t: GpuThreadLowering, eqn, inputs):
     """A TMA store: a copy that reads its SMEM source until its read completion and writes
     its GMEM destination until its write completion, both counted for the thread's open bulk
-    group. A store into a peer's memory keeps only its source read, as a load at the start."""
+    group. A store into a peer's memory writes the peer's buffer and is counted on the
+    issuer's group all the same."""
     params = eqn.params
     src, dst, *flat = inputs
     if params.get("has_user_predicate"):
@@ -318,18 +319,17 @@ def copy_smem_to_gmem(t: GpuThreadLowering, eqn, inputs):
                           "stores from the block's own shared memory)")
         dst_region, device = located_region(t, eqn, dst, "the store destination", dst_tr)
         if device is not None:
-            t.emitter.emit(ir.Load(t.loc(eqn), src_region))
             t.kernel.note(REMOTE_TMA_STORE_NOTE)
-        else:
-            reads, writes = _bulk_semaphores(t, eqn, len(t.bulk.sizes))
-            size = copy_bytes(t, eqn, transformed_aval(eqn, 0, params["src_transforms_treedef"], params))
-            t.emitter.emit(ir.DmaStart(
-                t.loc(eqn), src=src_region, dst=dst_region, recv_sem=writes, send_sem=reads,
-                # only a label: completions count 1 each on these REGULAR semaphores, and a
-                # TMA store is never empty
-                nbytes=max(size, 1),
-            ))
-            t.bulk.open += 1
+        reads, writes = _bulk_semaphores(t, eqn, len(t.bulk.sizes))
+        size = copy_bytes(t, eqn, transformed_aval(eqn, 0, params["src_transforms_treedef"], params))
+        t.emitter.emit(ir.DmaStart(
+            t.loc(eqn), src=src_region, dst=dst_region, recv_sem=writes, send_sem=reads,
+            # only a label: completions count 1 each on these REGULAR semaphores, and a
+            # TMA store is never empty
+            nbytes=max(size, 1),
+            dst_device=device,
+        ))
+        t.bulk.open += 1
     if params.get("commit_group", True):
         _commit(t)
     return []

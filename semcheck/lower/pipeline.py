@@ -43,6 +43,15 @@ HBM_SPACES = frozenset({"any", "hbm"})
 
 
 @dataclass(frozen=True)
+class BlockDim:
+    """One dim of a block: its size, and whether the index map gives its start in elements
+    (Squeezed, Element) rather than in blocks (Blocked)."""
+
+    size: int
+    index_is_start: bool
+
+
+@dataclass(frozen=True)
 class PipelinedBlock:
     """One BlockSpec'd operand in VMEM/SMEM: its block buffer and its block index per grid
     point (None where the index map needs a value semcheck does not know)."""
@@ -50,6 +59,11 @@ class PipelinedBlock:
     buffer: str
     is_input: bool
     block_index: dict  # grid point -> tuple of block indices | None
+    # An output's HBM array when the device's cores share it (more than one core), and how
+    # a block index becomes the start of its region there.
+    hbm: str | None = None
+    block_dims: tuple[BlockDim, ...] = ()
+    array_shape: tuple[int, ...] = ()
 
     def varies(self) -> bool:
         """Whether the buffer holds different parts of its operand at different grid points
@@ -68,10 +82,12 @@ class PipelinedBlock:
         return f"step {point}" if index is None else f"block {index}"
 
 
-def pipelined_blocks(grid_mapping, refs, n_index: int, buffers: dict, points, scalar_values) -> list[PipelinedBlock]:
+def pipelined_blocks(grid_mapping, refs, n_index: int, buffers: dict, points, scalar_values,
+                     shared_hbm: bool = False) -> list[PipelinedBlock]:
     """The pallas_call's operands the pipeline copies per grid step. `refs` are the kernel's
     refs (index operands first), `scalar_values` the script's scalar-prefetch operands
-    (index operand position -> array) where known."""
+    (index operand position -> array) where known. With `shared_hbm` (several cores per
+    device) each output names its HBM array, `hbm_name(buffer)`."""
     blocks = []
     every_point = sorted({p for core_points in points for p in core_points})
     for j, bm in enumerate(grid_mapping.block_mappings[:grid_mapping.num_inputs + grid_mapping.num_outputs]):
@@ -80,8 +96,42 @@ def pipelined_blocks(grid_mapping, refs, n_index: int, buffers: dict, points, sc
         if ref.is_semaphore or decl is None or decl.space in HBM_SPACES:
             continue
         index = {p: _block_index(bm, p, scalar_values) for p in every_point}
-        blocks.append(PipelinedBlock(ref.alloc, j < grid_mapping.num_inputs, index))
+        is_input = j < grid_mapping.num_inputs
+        shared = shared_hbm and not is_input
+        blocks.append(PipelinedBlock(
+            ref.alloc, is_input, index,
+            hbm=hbm_name(ref.alloc) if shared else None,
+            block_dims=_block_dims(bm) if shared else (),
+            array_shape=tuple(bm.array_aval.shape) if shared else (),
+        ))
     return blocks
+
+
+def hbm_name(buffer: str) -> str:
+    """The protocol's name for the HBM array a pipelined output's block is written back to."""
+    return f"{buffer} (HBM array)"
+
+
+def _block_dims(bm) -> tuple[BlockDim, ...]:
+    from jax._src.pallas import core as pallas_core
+
+    return tuple(
+        BlockDim(pallas_core.get_block_size(dim), not isinstance(dim, pallas_core.Blocked))
+        for dim in bm.block_shape
+    )
+
+
+def hbm_region(block: PipelinedBlock, point: tuple[int, ...]) -> ir.Region:
+    """The region of its HBM array that `block` is written back to after grid `point`: the
+    whole array, widened, when the block index needs a value semcheck does not know."""
+    assert block.hbm is not None
+    index = block.block_index.get(point)
+    if index is None or len(index) != len(block.block_dims):
+        return ir.Region(block.hbm, widened="the output's block index needs a value semcheck does not know")
+    starts = [i if dim.index_is_start else i * dim.size for i, dim in zip(index, block.block_dims)]
+    sizes = [max(0, min(dim.size, extent - start))
+             for start, dim, extent in zip(starts, block.block_dims, block.array_shape)]
+    return ir.Region(block.hbm, tuple(starts), tuple(sizes))
 
 
 def uses_scalar_prefetch(grid_mapping, grid_rank: int) -> bool:
@@ -140,6 +190,14 @@ def copy_out(t, blocks: list[PipelinedBlock], points: list, k: int, loc: ir.Loc)
     for block in blocks:
         if not block.is_input and _changes(block, points, k, k + 1):
             t.emitter.emit(ir.Load(loc, ir.Region(block.buffer)))
+
+
+def write_back(t, blocks: list[PipelinedBlock], points: list, k: int, loc: ir.Loc) -> None:
+    """After step k, on a chip whose cores share the outputs' HBM arrays: the copy-out's
+    write of each output block that moves on (or at the end) into its HBM array."""
+    for block in blocks:
+        if block.hbm is not None and _changes(block, points, k, k + 1):
+            t.emitter.emit(ir.Store(loc, hbm_region(block, points[k])))
 
 
 def _changes(block: PipelinedBlock, points: list, k: int, other: int) -> bool:

@@ -31,7 +31,7 @@ from semcheck.ir import Backend, SemKind, SemOrigin
 from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, ThreadLowering
 from semcheck.lower.data import data_notes, initial_contents, unfollowed_operands
 from semcheck.lower.interpreter import eval_jaxpr
-from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved
+from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 from semcheck.programs import handed_in_note, handed_out_note
 
@@ -414,9 +414,16 @@ def _pipeline(ctx: KernelContext, grid_mapping, refs, n_scalar: int, points, dat
         if per_device or shared is None:
             values = {k: data.get(device, {}).get(k) for k in range(n_scalar)} if per_device else {}
             values = {k: v for k, v in values.items() if v is not None}
-            shared = pipelined_blocks(grid_mapping, refs, n_scalar, ctx.buffers, points, values)
+            shared = pipelined_blocks(grid_mapping, refs, n_scalar, ctx.buffers, points, values,
+                                      shared_hbm=ctx.cores > 1)
         blocks[device] = shared
-    return Pipeline(blocks, call_loc or ctx.kernel_loc)
+    loc = call_loc or ctx.kernel_loc
+    for block in blocks.get(0, []):
+        if block.hbm is not None:
+            itemsize = ctx.buffers[block.buffer].itemsize
+            ctx.buffers[block.hbm] = ir.BufferDecl(block.hbm, block.array_shape, itemsize, "hbm", ir.Scope.DEVICE, loc,
+                                                   written_back=True)
+    return Pipeline(blocks, loc)
 
 
 # Lowerings of a kernel whose remote copies carry data, before its payloads must settle.
@@ -507,6 +514,7 @@ def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
                     copy_in(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
                     eval_jaxpr(t, jaxpr, [], refs)
                     copy_out(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
+                    write_back(t, every_block, points[core], k, ctx.pipeline.loc if every_block else ctx.kernel_loc)
                 t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
             except LoadError as e:  # the prefix before it is still checked (prefix.py)
                 t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
@@ -574,7 +582,18 @@ def modelling_notes(ctx: KernelContext, devices: int, barrier: bool) -> list[str
                 "operands did not give, so the block is taken to change at every grid step (copied "
                 "in or out at every step boundary); a race with those copies may not happen"
             )
-    shared = sorted(d.name for d in ctx.buffers.values() if d.scope is ir.Scope.DEVICE)
+    written_back = sorted(d.name for d in ctx.buffers.values() if d.written_back)
+    if written_back:
+        notes.append(
+            f"{', '.join(written_back)}: the HBM array of a pipelined output is one buffer of the chip, "
+            f"shared by its {ctx.cores} TensorCores; each core's copy-out of an output block after a "
+            "grid step is modelled as a write of that block's region of it at the pallas_call, so two "
+            "cores writing back the same block race (JAX 0.10.2's TPU interpreter stores each output "
+            "block into the HBM buffer it allocates once per device, and its race detector compares "
+            "the cores' stores: the grid loop of interpret_pallas_call in "
+            "jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py)"
+        )
+    shared = sorted(d.name for d in ctx.buffers.values() if d.scope is ir.Scope.DEVICE and not d.written_back)
     if ctx.cores > 1 and shared:
         notes.append(
             f"{', '.join(shared)}: a kernel operand in HBM is one buffer of the chip, shared by its "

@@ -374,6 +374,10 @@ class Encoding:
             send = self.resolve(nv.t, instr.send_sem, regs)
             sides.append((SEND, send))
             faults = {k: OR(faults[k], AND(recv.valid, send.faults[k])) for k in FAULT_KINDS}
+        places = None
+        if instr.dst_device is not None:  # a peer's memory (`semantics._device_in_mesh`)
+            places, inside = self._peer_places(nv.t, instr.dst, instr.dst_device, regs)
+            faults[INVALID_DEVICE] = OR(faults[INVALID_DEVICE], AND(*(NOT(f) for f in faults.values()), NOT(inside)))
         # Then the windows (`semantics._check_window`), once both semaphores resolved.
         outside = OR(self._outside(nv.t, instr.src, regs), self._outside(nv.t, instr.dst, regs))
         faults[INVALID_REGION] = AND(*(NOT(f) for f in faults.values()), outside)
@@ -400,8 +404,8 @@ class Encoding:
             self._add_change(completion.change)
         if (nv.t, nv.node.pc) in self._racing:
             thread = self.system.threads[nv.t]
-            landing = []
-            for sid, cond in recv.candidates:
+            landing = places or []
+            for sid, cond in recv.candidates if places is None else ():
                 inst = self.system.instances[sid]
                 core = inst.core if inst.core is not None else thread.core
                 landing.append((self.buffer_instance(instr.dst, inst.device, core), cond))
@@ -414,16 +418,23 @@ class Encoding:
         if instr.device is None:
             places = [(self.buffer_instance(instr.region, thread.device, thread.core), True)]
         else:  # a peer's buffer (`semantics._access_device`): faults outside the mesh
-            device = self.eval(instr.device, nv.t, regs)
-            inside = in_range(device, 0, self.protocol.devices)
+            places, inside = self._peer_places(nv.t, instr.region, instr.device, regs)
             nv.faults, nv.valid = {INVALID_DEVICE: NOT(inside)}, inside
-            devices = [device] if is_const(device) else range(self.protocol.devices)
-            places = [
-                (self.buffer_instance(instr.region, d, thread.core), EQ(device, d))
-                for d in devices if 0 <= d < self.protocol.devices
-            ]
         if (nv.t, nv.node.pc) in self._racing:
             nv.accesses = [self.region(nv.t, instr.region, regs, isinstance(instr, ir.Store), places)]
+
+    def _peer_places(self, t: int, region: ir.Region, device_op: ir.Operand, regs):
+        """The instances of `region` on the device `device_op` names (the thread's own core
+        there), each with the condition that it is the one, and whether the id is inside
+        the mesh."""
+        device = self.eval(device_op, t, regs)
+        core = self.system.threads[t].core
+        devices = [device] if is_const(device) else range(self.protocol.devices)
+        places = [
+            (self.buffer_instance(region, d, core), EQ(device, d))
+            for d in devices if 0 <= d < self.protocol.devices
+        ]
+        return places, in_range(device, 0, self.protocol.devices)
 
     def _entry(self, nv: NodeVars, instr: ir.KernelEntry, regs) -> None:
         """A fresh allocation: each reset semaphore changes by minus its count just before
