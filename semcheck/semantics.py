@@ -1131,6 +1131,8 @@ def _exec_assign(system: System, t: int, instr: ir.Assign, state: State) -> Stat
 def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) -> State:
     target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
     recv = system.resolve(t, target, state)
+    # As the z3 encoding orders them: both semaphores, then the peer, then the windows.
+    send = system.resolve(t, instr.send_sem, state) if instr.send_sem is not None else None
     landing = system.instances[recv]
     nbytes = system.eval(instr.nbytes, t, state)
     pc = state.pcs[t]
@@ -1145,10 +1147,9 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
         _check_window(system, side, access)
     invocation = system.invocation_at[t][pc] if system.has_lifecycle[t] else 0
     hazards = _with(state.hazards, *_races(system, state, t, [src, dst]))
-    if instr.send_sem is None:  # local: the source is read until the copy lands
+    if send is None:  # local: the source is read until the copy lands
         new = [Event(RECV, t, pc, recv, dma_increment(landing.decl, nbytes), (src, dst), invocation)]
     else:
-        send = system.resolve(t, instr.send_sem, state)
         new = [
             Event(RECV, t, pc, recv, dma_increment(landing.decl, nbytes), (dst,), invocation),
             Event(SEND, t, pc, send, dma_increment(system.instances[send].decl, nbytes), (src,), invocation),

@@ -108,6 +108,33 @@ def test_waiting_twice_for_one_copy_is_an_unsatisfied_wait(engine):
     assert {v.kind for v in r.errors} == {"unsatisfied_wait"}
 
 
+@pytest.mark.parametrize("devices, states, unreduced", [(2, 106, 1043), (3, 181, 24968)])
+def test_a_program_run_twice_repeats_the_whole_sequence_of_kernels(devices, states, unreduced):
+    """--invocations 2 on a program: start, send_done, recv_done, then all three again; the
+    start kernel's barrier semaphore persists across the two runs (it is the collective_id's),
+    its DMA semaphores are handed on afresh in each."""
+    from semcheck.invocations import repeat
+
+    twice = repeat(program(devices), 2)
+    entries = [i.kernel for i in twice.threads[0].body if isinstance(i, ir.KernelEntry)]
+    assert entries == ["start", "send_done", "recv_done"] * 2
+    for engine in ("explicit", "z3"):
+        assert check_protocol(twice, engine=engine).verdict.value == "safe", engine
+    assert check_protocol(twice, engine="explicit").stats.states == states
+    full = check_protocol(twice, engine="explicit", reduce=False, symmetry=False)
+    assert (full.verdict.value, full.stats.states) == ("safe", unreduced)
+
+
+@pytest.mark.parametrize("engine", ["explicit", "z3"])
+def test_waiting_twice_for_one_copy_in_a_program_run_twice_hangs_every_device(engine):
+    """The device stuck in the first run's second wait never signals the second run's
+    barrier, which its peers wait on: a deadlock across the two runs."""
+    from semcheck.invocations import repeat
+
+    r = check_protocol(repeat(program(2, recv_waits=2), 2), engine=engine)
+    assert {v.kind for v in r.errors} == {"deadlock"}
+
+
 def test_trace_steps_name_the_kernel_they_belong_to():
     r = check_protocol(program(2, recv_waits=2), engine="explicit")
     [violation] = r.errors
