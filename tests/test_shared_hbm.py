@@ -87,8 +87,10 @@ def test_a_pipelined_blocks_vmem_is_per_core_and_an_any_operand_is_the_chips():
 
     found = protocols(per_device, mesh((2,)), rows=16)
     assert [p.cores for p in found] == [1, 2]
-    for p in found:
-        assert scopes(p) == {"x_hbm": "device", "o_ref": "core"}
+    one, two = found
+    assert scopes(one) == {"x_hbm": "device", "o_ref": "core"}
+    # on two cores the output's blocks are written back into its HBM array, the chip's
+    assert scopes(two) == {"x_hbm": "device", "o_ref": "core", "o_ref (HBM array)": "device"}
 
 
 @pytest.mark.parametrize("devices", [1, 2])
