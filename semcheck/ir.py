@@ -304,6 +304,10 @@ class DmaStart(Instr):
     # issuer's bulk group. None: `dst` is on the copy's target (`device`, `core`).
     dst_device: Operand | None = None
 
+    def dst_place(self) -> tuple[Operand | None, Operand | None]:
+        """(device, core) whose memory `dst` is (None: the issuing thread's own)."""
+        return (self.dst_device, None) if self.dst_device is not None else (self.device, self.core)
+
 
 @dataclass(frozen=True, slots=True)
 class DmaWait(Instr):

@@ -1366,10 +1366,7 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
         mask |= system._candidates(t, instr.send_sem)
     remote = instr.device is not None or instr.core is not None
     src, src_near = system._cell_candidates(t, instr.src)
-    if instr.dst_device is None:
-        dst, dst_near = system._cell_candidates(t, instr.dst, instr.device, instr.core)
-    else:
-        dst, dst_near = system._cell_candidates(t, instr.dst, instr.dst_device)
+    dst, dst_near = system._cell_candidates(t, instr.dst, *instr.dst_place())
     life = system._lifecycle_candidates(t, instr.device, instr.core) if remote else _NONE
     negative = mask if _may_be_negative(system, t, instr.nbytes) else _NONE
     return Footprint(inc=mask, dec=negative, mread=src | life, mwrite=dst, mnear=src_near | dst_near | life)
@@ -1479,9 +1476,7 @@ def _located_regions(instr: ir.Instr) -> list[tuple[ir.Region, ir.Operand | None
     """Each region an instruction touches, with the device and core it lives on (None:
     the thread's own)."""
     if isinstance(instr, ir.DmaStart):
-        if instr.dst_device is not None:
-            return [(instr.src, None, None), (instr.dst, instr.dst_device, None)]
-        return [(instr.src, None, None), (instr.dst, instr.device, instr.core)]
+        return [(instr.src, None, None), (instr.dst, *instr.dst_place())]
     if isinstance(instr, (ir.Load, ir.Store)):
         return [(instr.region, instr.device, None)]
     return []

@@ -172,9 +172,10 @@ def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
         Completion("send" if e.side != RECV else "recv", system.instances[e.sem].short, e.inc) for e in new
     )
     parts = [f"{c.side} {c.semaphore} +{c.amount}" for c in step.completions]
-    if instr.device is not None or instr.dst_device is not None:
-        step.target_device = system.eval(instr.device if instr.dst_device is None else instr.dst_device, t, before)
-    core = None if instr.core is None or instr.dst_device is not None else system.eval(instr.core, t, before)
+    device, core = instr.dst_place()
+    if device is not None:
+        step.target_device = system.eval(device, t, before)
+    core = None if core is None else system.eval(core, t, before)
     step.src = _region(system, t, instr.src, before, write=False)
     step.dst = _region(system, t, instr.dst, before, write=True, device=step.target_device, core=core)
     # A resolved destination names its device (out[0:8]@d1); a bare buffer name needs it said.
