@@ -57,7 +57,8 @@ AGREES = (
     # the Pallas threads of one block, over a thread-collective SMEM buffer and mbarrier
     "thread_exchange.py", "thread_exchange_no_wait.py",
 )
-BLIND = ("tma_store_reuse.py", "tma_store_reuse_early.py", "tma_store_read_only_wait.py")
+BLIND = ("tma_store_reuse.py", "tma_store_reuse_early.py", "tma_store_read_only_wait.py",
+         "scoped_tile_handoff.py", "scoped_tile_handoff_no_read_wait.py")
 NO_SEMAPHORES = "No ir_type_handler for aval type"  # a GMEM semaphore operand or pl.get_global
 NO_WARPS = "Higher-order primitive core_map"
 REJECTED = {

@@ -21,6 +21,7 @@ from jax.experimental.pallas import tpu as pltpu
 from semcheck import ir
 from semcheck.api import check_protocol
 from semcheck.frontends.capture import capture_function, lower_captures
+from semcheck.lower.gpu_kernel import BLOCK_BARRIER
 from tests.tpu_kernels import line_of, mesh, sharded
 
 HERE = __file__
@@ -103,9 +104,28 @@ def test_grid_cluster_and_thread_axes_follow_the_block_and_thread():
                           thread_name="wg", scratch=[REGULAR]))
     assert p.cores == 4  # the grid counts clusters; Mosaic GPU launches grid * cluster blocks
     for t in p.threads:
-        [signal] = [i for i in t.body if isinstance(i, ir.Signal)]
+        [signal] = [i for i in t.body if isinstance(i, ir.Signal) and i.sem.alloc != BLOCK_BARRIER]
         g, c = divmod(t.core, 2)
         assert signal.inc == 100 * g + 10 * c + t.sub + 1
+
+
+def test_every_thread_collective_scope_begins_with_a_barrier_of_the_blocks_threads():
+    # Mosaic GPU emits gpu.barrier on entering a thread-collective run_scoped of a kernel with
+    # several threads (plgpu.kernel's own scratch scope included): the k-th entry of a thread
+    # waits for k arrivals of each thread. One thread needs no barrier.
+    def kernel(x_ref, o_ref, sem, axes=("wg",)):
+        for _ in range(2):
+            pl.run_scoped(lambda tile: None, plgpu.SMEM((8, 128), jnp.float32), collective_axes=axes)
+
+    p = protocol(gpu_call(kernel, num_threads=3, thread_name="wg", scratch=[REGULAR]))
+    [decl] = [d for d in p.semaphores if d.name == BLOCK_BARRIER]
+    assert (decl.kind, decl.scope, decl.arrivals_per_phase) == (ir.SemKind.MBARRIER, ir.Scope.CORE, 0)
+    for t in p.threads:
+        sync = [(type(i).__name__, i.value if isinstance(i, ir.Wait) else i.inc)
+                for i in t.body if isinstance(i, (ir.Signal, ir.Wait)) and i.sem.alloc == BLOCK_BARRIER]
+        assert sync == [("Signal", 1), ("Wait", 3), ("Signal", 1), ("Wait", 6), ("Signal", 1), ("Wait", 9)]
+    single = protocol(gpu_call(functools.partial(kernel, axes=()), scratch=[REGULAR]))
+    assert BLOCK_BARRIER not in {d.name for d in single.semaphores}
 
 
 def test_scratch_semaphores_are_per_block_and_get_global_is_per_launch():

@@ -153,13 +153,36 @@ def test_a_dropped_multicast_signal_is_an_unsatisfied_wait(tmp_path, module):
     assert result.errors[0].location.line == line_of(source, WAIT)
 
 
-def test_collective_matmul_is_safe_at_8_devices(tmp_path):
-    [result] = verify_path(wheel_driver(tmp_path, "collective_matmul_mgpu", sms=2), [8])
+def test_collective_matmul_is_safe_on_one_sm_at_8_devices(tmp_path):
+    # Between device steps the warpgroups meet at the barrier that begins the pipeline's
+    # thread-collective run_scoped, so the loader cannot refill the SMEM slot that the previous
+    # step's TMA store to the peer is still reading (without that barrier this is a race).
+    [result] = verify_path(wheel_driver(tmp_path, "collective_matmul_mgpu", sms=1), [8])
     assert result.error is None, result.error
     assert result.verdict.value == "safe", [v.message for v in result.violations]
-    assert (result.kernel, result.devices, result.cores) == ("kernel_body", 8, 2)
+    assert (result.kernel, result.devices, result.cores) == ("kernel_body", 8, 1)
     wheel_file = os.path.abspath(wheel_module("collective_matmul_mgpu").__file__)
     assert os.path.samefile(result.file, wheel_file)
+
+
+@pytest.mark.parametrize("devices, verdict", [(2, "safe"), (3, "violation"), (4, "violation")])
+def test_collective_matmul_on_two_sms_lets_a_fast_block_signal_for_a_slow_one(tmp_path, devices, verdict):
+    """A real race in the wheel's kernel (JAX 0.10.2, unchanged upstream in August 2026). The
+    wait for step k counts (k+1)*num_sms signals of any block of the sender, and a block with
+    nothing to send (no tile with n_idx == 0) signals at once. With two SMs and three devices,
+    the sender's idle block signals for step 0 and, having passed its own step-0 wait, for
+    step 1: two signals, so the receiver starts reading scratch slot 0 while the sender's
+    other block is still storing its tile into it. Two devices have no step 1 that sends."""
+    [result] = verify_path(wheel_driver(tmp_path, "collective_matmul_mgpu", sms=2), [devices])
+    assert result.error is None, result.error
+    assert result.verdict.value == verdict, [v.message for v in result.violations]
+    if verdict == "safe":
+        return
+    wheel_file = wheel_module("collective_matmul_mgpu").__file__
+    [race] = result.errors
+    assert race.kind == "data_race"
+    assert race.location.line == line_of(wheel_file, "plgpu.copy_smem_to_gmem(a_smem, send_ref.at[")
+    assert "writes scratch_ref on device" in race.message
 
 
 MATMUL_WAIT = "pl.semaphore_wait(received_sem, value=(device_offset + 1) * num_sms, decrement=False)"

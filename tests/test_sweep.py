@@ -47,6 +47,9 @@ def without_times(text: str) -> str:
         if any(HANDED_OVER in note for note in r.get("notes", [])):
             data["results"][k] = {key: r.get(key) for key in ("kernel", "file", "devices", "verdict")} | {
                 "kinds": sorted(v["kind"] for v in r.get("violations", []))}
+            # The groups are made from the results' findings: where one was decided by
+            # whichever engine came first, its witness (and so its group) may differ.
+            data.pop("groups", None)
     return TIMES.sub('"seconds": 0', json.dumps(data, indent=2, sort_keys=True))
 
 
@@ -89,12 +92,16 @@ def test_the_serial_report_has_times_to_normalise(serial):
 
 def test_the_sarif_of_the_whole_sweep_stays_small(serial):
     """Code flows keep the threads involved, and beyond the fewest devices only the essential
-    steps: the SARIF of models/ and examples/ stays well under code scanning's comfort zone
-    (benchmarks/gate.py prints the size of examples/ at 2, 4 and 8 devices). 428 KB for the 85
-    kernels of stop 20 (315 KB for 72 at stop 19, 200 KB for 62 before it); full code flows
-    were 718 KB for 5 findings."""
-    assert len(serial["all.sarif"].encode()) < 520_000
-    assert json.loads(serial["all.sarif"])["runs"][0]["results"]
+    steps, so each finding stays small however many kernels the sweep has: the largest of
+    models/ and examples/ at 2 and 4 devices is 46 KB (a data race of the MoE expert pipeline);
+    full code flows were about 140 KB per finding. The whole sweep (532 KB for 66 findings of
+    100 kernels) stays a tenth of code scanning's 10 MB upload limit
+    (benchmarks/gate.py prints the size of examples/ at 2, 4 and 8 devices)."""
+    sarif = json.loads(serial["all.sarif"])
+    results = sarif["runs"][0]["results"]
+    assert results
+    assert max(len(json.dumps(r, separators=(",", ":"))) for r in results) < 64_000
+    assert len(serial["all.sarif"].encode()) < 1_000_000
 
 
 def test_two_jobs_give_the_serial_report_byte_for_byte_but_the_times(serial, capsys, tmp_path, monkeypatch):

@@ -33,6 +33,11 @@ ZERO_FILL_NOTE = (
 )
 
 
+# The block-wide barrier (`gpu.barrier`, PTX `bar.sync 0`) that Mosaic GPU inserts, named as
+# no kernel's allocation can be.
+BLOCK_BARRIER = "block barrier (gpu.barrier)"
+
+
 def is_gpu_mesh(mesh) -> bool:
     return type(mesh).__module__.startswith("jax._src.pallas.mosaic_gpu") and hasattr(mesh, "num_threads")
 
@@ -59,6 +64,18 @@ class GpuKernelContext(KernelContext):
     # Pallas thread -> its warps' (fork, join) semaphores (gpu_warps.py)
     warp_semaphores: dict[int, tuple[str, str]] = field(default_factory=dict)
     gpu_compiler_params: object = None  # the kernel's plgpu.CompilerParams, if any
+
+    def block_barrier(self, loc: ir.Loc) -> str:
+        """The counter that stands for the block-wide `gpu.barrier` every Pallas thread of a
+        block meets (gpu_memory.run_scoped), declared at its first use. It is not phased: a
+        thread's k-th wait is for k arrivals of every thread, and the count cannot reach the
+        next phase's end before this thread arrives again, so no parity can be overrun (and
+        arrivals commute with the waits, as the reduction needs them to)."""
+        if BLOCK_BARRIER not in self.semaphores:
+            self.semaphores[BLOCK_BARRIER] = ir.SemDecl(
+                BLOCK_BARRIER, ir.SemKind.MBARRIER, 1, ir.SemOrigin.SCOPED, ir.Scope.CORE, None, loc,
+            )
+        return BLOCK_BARRIER
 
     def block_of(self, coords: dict[str, int]) -> int:
         """The linear block index of grid and cluster coordinates."""
@@ -102,6 +119,7 @@ class GpuThreadLowering(ThreadLowering):
         # tracks the parity per waiting thread).
         self.barrier_waits: dict[tuple[str, int], int] = {}
         self.scope_entries: dict[int, int] = {}  # run_scoped site -> times this thread entered it
+        self.block_syncs = 0  # block-wide barriers this thread has met (gpu_memory.run_scoped)
         self.bulk = BulkGroups()
         # Warp-level core_map (gpu_warps.py): while lowering a warp's body, (warp axis name,
         # warp index); the Pallas thread's warps 1-3 as threads of their own; for a warp

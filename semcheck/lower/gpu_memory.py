@@ -232,6 +232,8 @@ def run_scoped(t: GpuThreadLowering, eqn, inputs):
             "every block, use pl.get_global",
         )
     per_thread = not axes and t.kernel.num_threads > 1
+    if axes and t.kernel.num_threads > 1:
+        _sync_block(t, eqn)
     entry = t.scope_entries[id(eqn)] = t.scope_entries.get(id(eqn), -1) + 1
     jaxpr, consts = unwrap(params["jaxpr"])
     closed_over = [const_value(c) for c in consts] + list(inputs)
@@ -249,6 +251,32 @@ def run_scoped(t: GpuThreadLowering, eqn, inputs):
             ref = t.kernel.scoped[key] = declare_gpu_ref(t.kernel, base, var.aval, SemOrigin.SCOPED, t.loc(eqn))
         refs.append(ref)
     return eval_jaxpr(t, jaxpr, closed_over[:len(jaxpr.constvars)], refs)
+
+
+BLOCK_SYNC_NOTE = (
+    "a thread-collective pl.run_scoped in a kernel with several Pallas threads begins with a "
+    "barrier of all the block's threads, so that none reuses the memory of a scope another "
+    "has not left (gpu.barrier, JAX 0.10.2: jax/_src/pallas/mosaic_gpu/lowering.py, "
+    "_run_scoped_lowering_rule); semcheck models it as a count every thread adds to and "
+    "then waits on"
+)
+
+
+def _sync_block(t: GpuThreadLowering, eqn) -> None:
+    """Arrive at the block's barrier and wait until every thread has arrived as often: a
+    thread's k-th barrier (from 1) waits for k arrivals of each thread. The k is counted
+    while lowering, so the barrier must lie on the thread's one path."""
+    if t.emitter.has_control_flow():
+        raise t.error(eqn, "a thread-collective run_scoped after control flow known only at run "
+                      "time: Mosaic GPU begins it with a barrier of the block's threads, which "
+                      "semcheck counts while lowering and cannot follow along several paths yet",
+                      hint="bound loops and conditions by axis_index, program_id or constants")
+    name = t.kernel.block_barrier(t.loc(eqn))
+    t.kernel.note(BLOCK_SYNC_NOTE)
+    barrier = ir.SemRef(name, 0)
+    t.emitter.emit(ir.Signal(t.loc(eqn), barrier, 1))
+    t.block_syncs += 1
+    t.emitter.emit(ir.Wait(t.loc(eqn), barrier, t.block_syncs * t.kernel.num_threads, False))
 
 
 def declare_gpu_ref(ctx, base: str, aval, origin: SemOrigin, loc: ir.Loc) -> RefValue:
