@@ -135,6 +135,14 @@ class GpuThreadLowering(ThreadLowering):
         self.parent_phases_at_join: dict[tuple[str, int], int] | None = None
         self.tensor_core: Any = None  # gpu_tcgen05.TensorCore, at this thread's first tcgen05 operation
 
+    def require_straight_line(self, eqn, subject: str, counted: str) -> None:
+        """`counted` (what this thread numbers while lowering) must lie on the thread's one
+        path: after a branch or loop known only at run time the count would depend on it."""
+        if self.emitter.has_control_flow():
+            raise self.error(eqn, f"{subject} after control flow known only at run time: semcheck "
+                             f"{counted} while lowering and cannot follow them along several paths yet",
+                             hint="bound loops and conditions by axis_index, program_id or constants")
+
     def axis_value(self, name, eqn) -> int:
         if self.warp is not None:
             axis, warp = self.warp

@@ -266,11 +266,8 @@ def _sync_block(t: GpuThreadLowering, eqn) -> None:
     """Arrive at the block's barrier and wait until every thread has arrived as often: a
     thread's k-th barrier (from 1) waits for k arrivals of each thread. The k is counted
     while lowering, so the barrier must lie on the thread's one path."""
-    if t.emitter.has_control_flow():
-        raise t.error(eqn, "a thread-collective run_scoped after control flow known only at run "
-                      "time: Mosaic GPU begins it with a barrier of the block's threads, which "
-                      "semcheck counts while lowering and cannot follow along several paths yet",
-                      hint="bound loops and conditions by axis_index, program_id or constants")
+    t.require_straight_line(eqn, "a thread-collective run_scoped (Mosaic GPU begins it with a "
+                            "barrier of the block's threads)", "counts a thread's barriers")
     name = t.kernel.block_barrier(t.loc(eqn))
     t.kernel.note(BLOCK_SYNC_NOTE)
     barrier = ir.SemRef(name, 0)
@@ -401,13 +398,8 @@ def _commit(t: GpuThreadLowering) -> None:
 
 def _require_straight_line(t: GpuThreadLowering, eqn) -> None:
     """Bulk groups are numbered while lowering, so every TMA store, commit and wait of a
-    thread must lie on its one path: after a branch or loop known only at run time, the
-    number of groups committed would depend on the path taken."""
-    if t.emitter.has_control_flow():
-        raise t.error(eqn, f"{eqn.primitive.name} after control flow known only at run time: "
-                      "semcheck numbers a thread's TMA store groups while lowering and cannot "
-                      "follow them along several paths yet",
-                      hint="bound loops and conditions by axis_index, program_id or constants")
+    thread must lie on its one path."""
+    t.require_straight_line(eqn, eqn.primitive.name, "numbers a thread's TMA store groups")
 
 
 def _bulk_semaphores(t: GpuThreadLowering, eqn, group: int) -> tuple[ir.SemRef, ir.SemRef]:

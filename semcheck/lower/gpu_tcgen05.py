@@ -70,11 +70,7 @@ def _tensor_core(t: GpuThreadLowering, eqn) -> TensorCore:
 
 
 def _require_straight_line(t: GpuThreadLowering, eqn) -> None:
-    if t.emitter.has_control_flow():
-        raise t.error(eqn, f"{eqn.primitive.name} after control flow known only at run time: semcheck "
-                      "counts a thread's tcgen05 operations while lowering and cannot follow them "
-                      "along several paths yet",
-                      hint="bound loops and conditions by axis_index, program_id or constants")
+    t.require_straight_line(eqn, eqn.primitive.name, "counts a thread's tcgen05 operations")
 
 
 def _issue_read(t: GpuThreadLowering, eqn, region: ir.Region) -> None:
