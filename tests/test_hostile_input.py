@@ -466,6 +466,15 @@ def test_a_named_file_that_compiles_no_kernel_is_skipped_with_a_note(tmp_path):
 # --- interrupts ------------------------------------------------------------------------------
 
 
+def _as_from_a_terminal() -> None:
+    """Ctrl-C's default action in the child, as a terminal user's semcheck has it. A suite run
+    as a background job of a non-interactive shell (`.ci/run &`) inherits SIGINT ignored, and
+    Python then installs no KeyboardInterrupt handler: a background job must not see Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_an_interrupt_keeps_the_finished_results_marked_partial(tmp_path, signame):
     import signal
@@ -480,7 +489,8 @@ def test_an_interrupt_keeps_the_finished_results_marked_partial(tmp_path, signam
         [sys.executable, "-m", "semcheck", "verify", os.path.join(MODELS, "ring_allgather.py"),
          "--devices", "2,16", "--no-reduction", "--no-split", "--engine", "explicit",
          "--format", "json", "-o", str(report)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+        preexec_fn=_as_from_a_terminal)
     deadline = time.monotonic() + 120
     seen = ""
     while "[16 devices" not in seen and time.monotonic() < deadline:  # the progress line of the second check
