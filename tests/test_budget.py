@@ -44,6 +44,23 @@ def test_the_z3_encoding_honours_a_timeout_at_its_first_check():
     assert found.solver_queries == 0
 
 
+def test_the_search_tables_are_built_within_the_budget(monkeypatch):
+    """Building the independence tables (13 CPU s and 600 MB for the ring at 256 devices)
+    counts against the budget: one that never ends is stopped and the phase is named."""
+    from semcheck.engines.explicit import independence
+
+    class Endless(independence.Independence):
+        def __init__(self, system):
+            spins = 0
+            while spins < 10**12:  # pure Python that never looks at the clock
+                spins += 1
+
+    monkeypatch.setattr(explicit, "Independence", Endless)
+    found = explicit.explore(System(_ring()), budget=Budget(timeout=0.2))
+    assert found.exhausted == "time budget of 0.2 s ran out while building the search's independence and symmetry tables"
+    assert found.states == 0
+
+
 def test_memory_budget_in_the_search_and_the_encoding():
     found = explicit.explore(System(_ring()), budget=Budget(max_memory_mb=1))
     assert found.exhausted == "memory budget of 1 MB ran out"

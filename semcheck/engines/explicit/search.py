@@ -18,7 +18,7 @@ from collections import deque
 
 from semcheck.engines.explicit import symmetry as symmetries
 from semcheck.engines.explicit import endless
-from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
+from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn, bounded_phase, rss_mb
 from semcheck.engines.common import Exploration
 from semcheck.engines.explicit.independence import Independence
 from semcheck.engines.explicit.reduction import isolated_action, stubborn_subset
@@ -62,16 +62,28 @@ def explore(
 
 def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: ProgressFn | None,
              stop_at_first: bool, silence_reported_races: bool, symmetry: bool | None) -> Exploration:
-    monitor = Monitor(budget or Budget.from_env(), progress)
+    budget = (budget or Budget.from_env()).started()
+    monitor = Monitor(budget, progress)
     found = Exploration(system)
-    ind = Independence(system)
-    # With loops, the non-progress check (endless.py) needs the explored graph's edges.
-    edges: list[list] | None = [] if endless.loops(system) else None
-    group = None
-    if (reduce if symmetry is None else symmetry) and edges is None:
-        group = symmetries.rotations(system)
-        if group is not None:
-            found.notes.append(group.describe())
+    try:
+        monitor.check()  # a budget already spent: said as the search's own first check says it
+        # The tables are linear in the protocol but not free (at 256 devices about 13 CPU s
+        # and 600 MB): they count against the budget like the search itself.
+        with bounded_phase("building the search's independence and symmetry tables", budget,
+                           monitor.start, progress=progress):
+            ind = Independence(system)
+            # With loops, the non-progress check (endless.py) needs the explored graph's edges.
+            edges: list[list] | None = [] if endless.loops(system) else None
+            group = None
+            if (reduce if symmetry is None else symmetry) and edges is None:
+                group = symmetries.rotations(system)
+    except BudgetExceeded as exceeded:
+        found.exhausted = exceeded.reason
+        found.seconds = monitor.elapsed()
+        found.peak_memory_mb = max(monitor.peak_mb, rss_mb())
+        return found
+    if group is not None:
+        found.notes.append(group.describe())
     parent: list[int] = []
     via: list = []
     depth: list[int] = []
