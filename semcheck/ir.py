@@ -18,14 +18,43 @@ from typing import Callable, Union
 
 
 @dataclass(frozen=True, slots=True)
-class Loc:
-    """A source location in the user's file (a kernel or a model)."""
+class Frame:
+    """One call on the way from the kernel body to a source line: `line` of `file`, in the
+    function `function`."""
 
     file: str
     line: int
+    function: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Loc:
+    """A source location in the user's file (a kernel or a model). `chain`: when the line
+    lies in a helper the kernel body calls (a wrapper around a copy, in the user's own
+    files), the calls that led there, the helper's caller first and the kernel body's line
+    last; empty for a line of the kernel body itself. Two calls of one helper from
+    different lines are different locations."""
+
+    file: str
+    line: int
+    chain: tuple[Frame, ...] = ()
 
     def __str__(self) -> str:
-        return f"{display_path(self.file)}:{self.line}"
+        where = f"{display_path(self.file)}:{self.line}"
+        return f"{where} ({self.chain_text()})" if self.chain else where
+
+    def chain_text(self) -> str:
+        """"called from line 40 in kernel, ..." (a frame in another file names the file)."""
+        calls = []
+        for frame in self.chain:
+            at = (f"line {frame.line}" if os.path.abspath(frame.file) == os.path.abspath(self.file)
+                  else f"{display_path(frame.file)}:{frame.line}")
+            calls.append(f"{at} in {frame.function}" if frame.function else at)
+        return "called from " + ", from ".join(calls)
+
+    def bare(self) -> "Loc":
+        """The line alone, without the calls that led to it."""
+        return Loc(self.file, self.line) if self.chain else self
 
 
 def display_path(path: str) -> str:

@@ -14,6 +14,7 @@ from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering, MBarrier
 from semcheck.lower.interpreter import const_value, eval_jaxpr, operand, unwrap
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue
+from semcheck.jax_compat import jax_internal
 
 
 def split_flat(flat: list, *treedefs) -> list:
@@ -48,8 +49,9 @@ def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tup
     same buffer on the peer: Mosaic GPU lowers it to the symmetric address on that device
     (`LaunchContext.to_remote`, lowering.py `_handle_transforms`), which commutes with
     indexing (`PeerMemRef.commute_ndindexer`)."""
-    from jax._src.pallas.mosaic_gpu import core as gpu_core
-    from jax._src.state.indexing import NDIndexer, Slice
+    gpu_core = jax_internal("gpu_core")
+    NDIndexer = jax_internal("state_indexing").NDIndexer
+    Slice = jax_internal("state_indexing").Slice
 
     from semcheck.lower.memory import ref_of
     from semcheck.lower.values import Sym, sym_op
@@ -297,7 +299,7 @@ def declare_gpu_ref(ctx, base: str, aval, origin: SemOrigin, loc: ir.Loc) -> Ref
 
 
 def barrier_info(dtype) -> MBarrier | None:
-    from jax._src.pallas.mosaic_gpu import core as gpu_core
+    gpu_core = jax_internal("gpu_core")
 
     if isinstance(dtype, gpu_core.ClusterBarrierType):
         axes: list[str] = []
@@ -423,7 +425,7 @@ def _bulk_semaphores(t: GpuThreadLowering, eqn, group: int) -> tuple[ir.SemRef, 
 
 def transformed_aval(eqn, position, treedef, params):
     """The aval of operand `position` after its transforms, or None when it cannot be told."""
-    from jax._src.state.types import TransformedRef
+    TransformedRef = jax_internal("state_types").TransformedRef
 
     try:
         flat_avals = [v.aval for v in eqn.invars]

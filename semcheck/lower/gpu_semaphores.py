@@ -19,6 +19,7 @@ from semcheck.lower.memory import semaphore_ref
 from semcheck.lower.registry import rule
 from semcheck.lower.tpu import resolve_device
 from semcheck.lower.values import Known, RefValue
+from semcheck.jax_compat import jax_internal
 
 
 def _signal(t: GpuThreadLowering, eqn, sem, transforms, inc, device_id, device_id_type, what="signal"):
@@ -123,8 +124,8 @@ def get_global(t: GpuThreadLowering, eqn, inputs):
 
 
 def _is_gmem_semaphore(aval) -> bool:
-    from jax._src import dtypes
-    from jax._src.pallas import core as pl_core
+    dtypes = jax_internal("dtypes")
+    pl_core = jax_internal("pallas_core")
 
     space = str(getattr(getattr(aval, "memory_space", None), "value", getattr(aval, "memory_space", ""))).lower()
     dtype = getattr(aval, "dtype", None)
