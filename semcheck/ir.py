@@ -313,7 +313,7 @@ class Assign(Instr):
 
 @dataclass(frozen=True, slots=True)
 class DmaStart(Instr):
-    """Start a copy `src` (local) -> `dst` on (`device`, `core`).
+    """Start a copy `src` (local, unless `src_device`) -> `dst` on (`device`, `core`).
 
     Completion is not an instruction: the semantics schedules a send-side event (adds to
     `send_sem` on the issuer, when there is one: a remote copy, or a GPU TMA store whose
@@ -332,10 +332,17 @@ class DmaStart(Instr):
     # a Mosaic GPU TMA store into a peer's GMEM (plgpu.remote_ref) is awaited by the
     # issuer's bulk group. None: `dst` is on the copy's target (`device`, `core`).
     dst_device: Operand | None = None
+    # The device whose memory `src` is, when not the issuer's: a Mosaic GPU TMA load from a
+    # peer's GMEM (plgpu.remote_ref), read until the copy lands. None: the issuer's own.
+    src_device: Operand | None = None
 
     def dst_place(self) -> tuple[Operand | None, Operand | None]:
         """(device, core) whose memory `dst` is (None: the issuing thread's own)."""
         return (self.dst_device, None) if self.dst_device is not None else (self.device, self.core)
+
+    def src_place(self) -> tuple[Operand | None, Operand | None]:
+        """(device, core) whose memory `src` is (None: the issuing thread's own)."""
+        return self.src_device, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,10 +365,13 @@ class Load(Instr):
 
 @dataclass(frozen=True, slots=True)
 class Store(Instr):
-    """A plain write of `region` on `device` (as for `Load`)."""
+    """A plain write of `region` on `device` (as for `Load`). `atomic`: an atomic
+    read-modify-write of each element (a Mosaic GPU `plgpu.atomic_add`), which never races
+    with another atomic one and races with plain reads and writes like any write."""
 
     region: Region
     device: Operand | None = None
+    atomic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
