@@ -1245,7 +1245,7 @@ def _plain_access(system: System, t: int, instr: ir.Load | ir.Store, state: Stat
     device = _access_device(system, t, instr, state)
     store = isinstance(instr, ir.Store)
     access = system.resolve_region(t, instr.region, state, write=store, device=device)
-    return access._replace(atomic=True) if store and instr.atomic else access
+    return access._replace(atomic=True) if isinstance(instr, ir.Store) and instr.atomic else access
 
 
 def _plain_race_detail(system: System, access: Access, other: Access) -> str:
