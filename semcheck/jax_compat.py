@@ -134,13 +134,31 @@ def installed_version() -> str | None:
 
 def parse(version: str) -> tuple[int, ...]:
     """(0, 11, 1) of "0.11.1" or "0.11.1.dev20260808+cec06d1"."""
+    import re
+
     numbers = []
     for part in version.split("+")[0].split("."):
-        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
+        digits = re.match(r"\d+", part)
+        if digits is None:
             break
-        numbers.append(int(digits))
+        numbers.append(int(digits.group()))
+        if digits.end() < len(part):  # "0rc1": a pre-release of 0
+            break
     return tuple(numbers)
+
+
+_noticed = False
+
+
+def notice_once() -> str | None:
+    """`version_notice()` the first time it has something to say in this process, then None
+    (one line per run)."""
+    global _noticed
+    if _noticed:
+        return None
+    text = version_notice()
+    _noticed = text is not None
+    return text
 
 
 def version_notice(version: str | None = None) -> str | None:

@@ -1526,7 +1526,9 @@ def must_be_zero_at_exit(backend: Backend, decl: ir.SemDecl) -> bool:
     """TPU: scratch, scoped and barrier semaphores must be 0 when the kernel ends (the
     runtime crashes otherwise); a semaphore handed to a kernel outside the protocol is exempt,
     and one handed between the kernels of a program is judged when the program ends. GPU:
-    GMEM semaphores are zero-filled before each launch, so nothing is required."""
+    GMEM semaphores are zero-filled before each launch, so nothing is required, except of the
+    barrier semaphores (plgpu.get_barrier_semaphore), which the next kernel of the same
+    collective_id starts from."""
     if backend is Backend.GPU:
-        return False
+        return decl.origin is SemOrigin.BARRIER
     return decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED, SemOrigin.BARRIER, SemOrigin.HANDED_ON)

@@ -33,6 +33,13 @@ ZERO_FILL_NOTE = (
 )
 
 
+SKIPPED_BARRIER_NOTE = (
+    "skip_device_barrier=True (Mosaic GPU, JAX newer than 0.11): no cross-device barrier "
+    "orders the GMEM semaphores' zero fill before a peer's first signal, which semcheck "
+    "still assumes, so a signal that reaches a peer before its fill is not reported"
+)
+
+
 # The block-wide barrier (`gpu.barrier`, PTX `bar.sync 0`) that Mosaic GPU inserts, named as
 # no kernel's allocation can be.
 BLOCK_BARRIER = "block barrier (gpu.barrier)"

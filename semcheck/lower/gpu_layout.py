@@ -11,7 +11,7 @@ import re
 from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Backend, SemOrigin
-from semcheck.lower.gpu_kernel import GPU, ZERO_FILL_NOTE, GpuKernelContext, GpuThreadLowering
+from semcheck.lower.gpu_kernel import GPU, SKIPPED_BARRIER_NOTE, ZERO_FILL_NOTE, GpuKernelContext, GpuThreadLowering
 from semcheck.lower.gpu_memory import declare_gpu_ref
 from semcheck.lower import gpu_data
 from semcheck.lower.data import data_notes, initial_contents, unfollowed_operands
@@ -116,6 +116,8 @@ def _lower_once(capture, name: str, kernel_loc: ir.Loc, unfollowed: dict[str, st
         gpu_compiler_params=_gpu_compiler_params(params.get("compiler_params")),
     )
     ctx.note(ZERO_FILL_NOTE)
+    if getattr(ctx.gpu_compiler_params, "skip_device_barrier", False):
+        ctx.note(SKIPPED_BARRIER_NOTE)
     ctx.gpu_unfollowed = dict(unfollowed)
     n_in, n_out = capture.num_operands, len(params["out_avals"])
     invars = list(jaxpr.invars)

@@ -25,7 +25,9 @@ def _internal_patterns() -> re.Pattern[str]:
     import jax
 
     jax_dir = _package_dir(jax)
-    ops_dir = os.path.join(jax_dir, "experimental", "pallas", "ops") + os.sep
+    # The shipped kernels: jax/experimental/pallas/ops/, and jax/pallas/ops/ should the public
+    # jax.pallas namespace (JAX newer than 0.11) carry them.
+    ops_dirs = [os.path.join(jax_dir, *parts, "ops") + os.sep for parts in (("experimental", "pallas"), ("pallas",))]
     semcheck_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     excluded = [sysconfig.get_path("stdlib") + os.sep, semcheck_dir]
     try:
@@ -35,7 +37,8 @@ def _internal_patterns() -> re.Pattern[str]:
     except ImportError:  # pragma: no cover - jaxlib always comes with jax
         pass
     # Inside the jax package only the shipped ops are user code.
-    jax_own = f"^{re.escape(jax_dir)}(?!{re.escape(ops_dir[len(jax_dir):])})"
+    shipped = "|".join(re.escape(d[len(jax_dir):]) for d in ops_dirs)
+    jax_own = f"^{re.escape(jax_dir)}(?!{shipped})"
     return re.compile("|".join([jax_own] + [f"^{re.escape(p)}" for p in excluded]))
 
 
