@@ -322,3 +322,18 @@ def test_a_gpu_kernel_that_skips_the_device_barrier_says_what_its_check_assumes(
         assert not errors
         notes.append(any("skip_device_barrier=True" in note for note in p.notes))
     assert notes == [False, True]
+
+
+def test_a_missing_internal_met_while_the_script_runs_is_said_as_semchecks_own(tmp_path, monkeypatch):
+    """The capture hooks run inside the user's jitted code: when one meets an unknown JAX,
+    the script's failure is reported as semcheck's, with the version and the name."""
+    from semcheck.frontends import capture
+
+    script = tmp_path / "kernel.py"
+    script.write_text("from semcheck.jax_compat import JaxInternalMissing\n"
+                      "raise JaxInternalMissing('jax._src.pallas.mpmd.mpmd_map_p')\n")
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    why, where = capture._run_script(str(script))
+    assert why.startswith("semcheck stopped the script: JAX ") and "jax._src.pallas.mpmd.mpmd_map_p" in why
+    assert where is not None and where.line == 2

@@ -46,7 +46,7 @@ from typing import Callable
 
 from semcheck import ir
 from semcheck.errors import LoadError
-from semcheck.jax_compat import jax_internal
+from semcheck.jax_compat import JaxInternalMissing, jax_internal
 
 # A script that has not finished after this long is stopped; kernels captured by then are
 # still checked.
@@ -529,6 +529,8 @@ def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
     except SystemExit as e:
         if e.code not in (None, 0):
             return f"the script exited with status {e.code}", None
+    except JaxInternalMissing as e:  # semcheck's own hooks met a JAX they do not know
+        return f"semcheck stopped the script: {e.message}", _where(e)
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script is reported
         loc = _where(e)
         where = f" at {loc}" if loc else ""
