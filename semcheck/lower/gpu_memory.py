@@ -197,13 +197,14 @@ def swap(t: GpuThreadLowering, eqn, inputs):
     transforms = eqn.params["tree"].unflatten(flat)
     reg, device = located_region(t, eqn, ref, "the stored ref", transforms)
     t.emitter.emit(ir.Store(t.loc(eqn), reg, device))
-    old = _loaded(t, eqn, reg, device, ref, transforms)
     if device is None:  # the thread's own store: followed (a peer's is the peer's business)
         from semcheck.lower.memory import ref_of
 
         target, every = ref_of(t, eqn, ref, "the stored ref", transforms)
         t.memory.write(target, every, reg, value)
-    return old
+    # The value a store replaces is not followed: reading it would count as a read of the
+    # buffer (gpu_data.py), and `ref[...] = v` drops it.
+    return [Opaque(f"the value the store into {reg.buffer} at {t.loc(eqn)} replaced") for _ in eqn.outvars]
 
 
 # --- GPU primitives without synchronization meaning ------------------------------------------------
