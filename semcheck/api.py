@@ -11,6 +11,7 @@ bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Iterable, Iterator
 
 from semcheck.assumptions import Assumption
@@ -114,6 +115,18 @@ def _declares_expectations(path: str) -> bool:
         return True  # a malformed declaration still says the file is meant to be checked
 
 
+class JaxVersionWarning(UserWarning):
+    """This JAX is not one semcheck was tested with (semcheck/jax_compat.py)."""
+
+
+def _notice_jax_version() -> None:
+    from semcheck import jax_compat
+
+    notice = jax_compat.notice_once()
+    if notice:
+        warnings.warn(notice, JaxVersionWarning, stacklevel=3)
+
+
 def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,
            engine: str = "auto", budget: Budget | None = None, **options) -> list[Result]:
     """Check every Pallas kernel (TPU or Mosaic GPU) that `fn(*example_args)` calls, in this process.
@@ -140,6 +153,7 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
             "imported (e.g. at the top of conftest.py), or check a script with `semcheck verify "
             "FILE --devices N`, which runs it in a subprocess with N devices",
         )
+    _notice_jax_version()
     captures = capture_function(fn, *example_args, operand_values=True)
     if not captures:
         raise LoadError(

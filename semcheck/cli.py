@@ -191,6 +191,28 @@ def _is_lazy_usage_error(e: Exception) -> bool:
     return False
 
 
+def _notice_jax_version(results) -> None:
+    """One line when a kernel script was checked with a JAX semcheck was not tested with."""
+    from semcheck import jax_compat
+
+    if any(_ran_jax(r) for r in results) and (notice := jax_compat.notice_once()):
+        print(f"semcheck: note: {notice}", file=sys.stderr)
+
+
+def _ran_jax(result) -> bool:
+    if result.frontend in ("tpu", "gpu"):
+        return True
+    if result.frontend != "unknown" or not result.file.endswith(".py"):
+        return False
+    from semcheck.errors import LoadError
+    from semcheck.frontends import FileKind, classify
+
+    try:
+        return classify(result.file).kind is FileKind.KERNEL
+    except (LoadError, OSError):
+        return False
+
+
 def _verify(args) -> int:
     _warn_about_empty_folders(args.paths)
     budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
@@ -207,6 +229,7 @@ def _verify(args) -> int:
         **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args),
     ))
     _clear_progress()
+    _notice_jax_version(results)
     if summarize(skipped):
         print(f"semcheck: {summarize(skipped)}", file=sys.stderr)
     for near_miss in expectations.near_misses_in(sorted({r.file for r in results if r.file})):

@@ -18,14 +18,43 @@ from typing import Callable, Union
 
 
 @dataclass(frozen=True, slots=True)
-class Loc:
-    """A source location in the user's file (a kernel or a model)."""
+class Frame:
+    """One call on the way from the kernel body to a source line: `line` of `file`, in the
+    function `function`."""
 
     file: str
     line: int
+    function: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Loc:
+    """A source location in the user's file (a kernel or a model). `chain`: when the line
+    lies in a helper the kernel body calls (a wrapper around a copy, in the user's own
+    files), the calls that led there, the helper's caller first and the kernel body's line
+    last; empty for a line of the kernel body itself. Two calls of one helper from
+    different lines are different locations."""
+
+    file: str
+    line: int
+    chain: tuple[Frame, ...] = ()
 
     def __str__(self) -> str:
-        return f"{display_path(self.file)}:{self.line}"
+        where = f"{display_path(self.file)}:{self.line}"
+        return f"{where} ({self.chain_text()})" if self.chain else where
+
+    def chain_text(self) -> str:
+        """"called from line 40 in kernel, ..." (a frame in another file names the file)."""
+        calls = []
+        for frame in self.chain:
+            at = (f"line {frame.line}" if os.path.abspath(frame.file) == os.path.abspath(self.file)
+                  else f"{display_path(frame.file)}:{frame.line}")
+            calls.append(f"{at} in {frame.function}" if frame.function else at)
+        return "called from " + ", from ".join(calls)
+
+    def bare(self) -> "Loc":
+        """The line alone, without the calls that led to it."""
+        return Loc(self.file, self.line) if self.chain else self
 
 
 def display_path(path: str) -> str:
@@ -284,7 +313,7 @@ class Assign(Instr):
 
 @dataclass(frozen=True, slots=True)
 class DmaStart(Instr):
-    """Start a copy `src` (local) -> `dst` on (`device`, `core`).
+    """Start a copy `src` (local, unless `src_device`) -> `dst` on (`device`, `core`).
 
     Completion is not an instruction: the semantics schedules a send-side event (adds to
     `send_sem` on the issuer, when there is one: a remote copy, or a GPU TMA store whose
@@ -303,10 +332,17 @@ class DmaStart(Instr):
     # a Mosaic GPU TMA store into a peer's GMEM (plgpu.remote_ref) is awaited by the
     # issuer's bulk group. None: `dst` is on the copy's target (`device`, `core`).
     dst_device: Operand | None = None
+    # The device whose memory `src` is, when not the issuer's: a Mosaic GPU TMA load from a
+    # peer's GMEM (plgpu.remote_ref), read until the copy lands. None: the issuer's own.
+    src_device: Operand | None = None
 
     def dst_place(self) -> tuple[Operand | None, Operand | None]:
         """(device, core) whose memory `dst` is (None: the issuing thread's own)."""
         return (self.dst_device, None) if self.dst_device is not None else (self.device, self.core)
+
+    def src_place(self) -> tuple[Operand | None, Operand | None]:
+        """(device, core) whose memory `src` is (None: the issuing thread's own)."""
+        return self.src_device, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,10 +365,13 @@ class Load(Instr):
 
 @dataclass(frozen=True, slots=True)
 class Store(Instr):
-    """A plain write of `region` on `device` (as for `Load`)."""
+    """A plain write of `region` on `device` (as for `Load`). `atomic`: an atomic
+    read-modify-write of each element (a Mosaic GPU `plgpu.atomic_add`), which never races
+    with another atomic one and races with plain reads and writes like any write."""
 
     region: Region
     device: Operand | None = None
+    atomic: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,9 +179,11 @@ class ThreadBuilder:
         device=None,
         core=None,
         dst_device=None,
+        src_device=None,
     ) -> Copy:
         """With `dst_device`, `dst` is that device's buffer while both completions count on
-        this thread's semaphores (a GPU TMA store into a peer's memory)."""
+        this thread's semaphores (a GPU TMA store into a peer's memory); with `src_device`,
+        `src` is that device's buffer (a GPU TMA load from a peer's memory)."""
         if nbytes is None:
             nbytes = self.builder.nbytes(src)
         if (device is None) != (send_sem is None) and core is None and dst_device is None:
@@ -191,7 +193,7 @@ class ThreadBuilder:
             )
         self._emit(
             ir.DmaStart, src=src, dst=dst, recv_sem=recv_sem.ref(), send_sem=None if send_sem is None else send_sem.ref(),
-            nbytes=nbytes, device=device, core=core, dst_device=dst_device,
+            nbytes=nbytes, device=device, core=core, dst_device=dst_device, src_device=src_device,
         )
         return Copy(self, recv_sem, send_sem, nbytes)
 
@@ -202,9 +204,10 @@ class ThreadBuilder:
         """A plain read; with `device`, of that device's instance of the buffer."""
         self._emit(ir.Load, region=region, device=device)
 
-    def store(self, region: ir.Region, device: ir.Operand | None = None) -> None:
-        """A plain write; with `device`, of that device's instance of the buffer."""
-        self._emit(ir.Store, region=region, device=device)
+    def store(self, region: ir.Region, device: ir.Operand | None = None, *, atomic: bool = False) -> None:
+        """A plain write; with `device`, of that device's instance of the buffer. `atomic`:
+        an atomic read-modify-write (an atomic add), which races with plain accesses only."""
+        self._emit(ir.Store, region=region, device=device, atomic=atomic)
 
     def entry(self, kernel: str = "") -> None:
         self._emit(ir.KernelEntry, kernel=kernel)

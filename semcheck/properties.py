@@ -424,6 +424,13 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
                 f"received (a copy nobody waits for may still be landing). It is declared at "
                 f"{inst.decl.loc}."
             )
+        elif system.backend is ir.Backend.GPU:  # a barrier semaphore (plgpu.get_barrier_semaphore)
+            message = (
+                f"semaphore leftover: {inst.label} holds {count} when the kernel exits; Mosaic GPU's "
+                f"barrier semaphores are zeroed only before the module starts, so the next kernel "
+                f"with collective_id {inst.decl.collective_id} starts from it. It is declared at "
+                f"{inst.decl.loc}."
+            )
         else:
             message = (
                 f"semaphore leftover: {inst.label} holds {count} when the kernel exits (or it was "

@@ -79,12 +79,14 @@ SEND, RECV = 0, 1
 
 
 class Access(NamedTuple):
-    """A rectangular region of one buffer instance, read or written."""
+    """A rectangular region of one buffer instance, read or written (`atomic`: by an atomic
+    read-modify-write, `ir.Store.atomic`)."""
 
     write: bool
     buffer: int  # buffer instance
     starts: tuple[int, ...]
     sizes: tuple[int, ...]
+    atomic: bool = False
 
 
 class Event(NamedTuple):
@@ -248,6 +250,13 @@ def overlap(a: Access, b: Access) -> bool:
     return all(
         sa < sb + zb and sb < sa + za for sa, za, sb, zb in zip(a.starts, a.sizes, b.starts, b.sizes)
     )
+
+
+def conflict(a: Access, b: Access) -> bool:
+    """Whether two accesses race when nothing orders them: they share an element, one of
+    them writes it, and they are not both atomic (the hardware serializes atomic
+    read-modify-writes of an element, so any order of two gives the same result)."""
+    return (a.write or b.write) and not (a.atomic and b.atomic) and overlap(a, b)
 
 
 @contextmanager
@@ -453,7 +462,7 @@ class System:
                 and bid in self._region_instances(t, instr.region, instr.device)
             ]
             for (t, pc), (u, upc) in itertools.combinations(sites, 2):
-                if t == u or (t, pc, u, upc) in seen:
+                if t == u or (t, pc, u, upc) in seen or _both_atomic(self.bodies[t][pc], self.bodies[u][upc]):
                     continue
                 a, b = self.footprints[t][pc], self.footprints[u][upc]
                 if not (a.mwrite & b.mnear or b.mwrite & a.mnear):
@@ -1015,7 +1024,7 @@ def _races(system: "System", state: State, t: int, accesses: list[Access]) -> li
             if pending.buffer not in buffers:  # most copies in flight move other buffers
                 continue
             for access in accesses:
-                if (pending.write or access.write) and overlap(pending, access):
+                if conflict(pending, access):
                     found.append(Hazard(
                         DATA_RACE, t, pc, event.issuer, event.start_pc,
                         _race_detail(system, access, pending),
@@ -1023,9 +1032,13 @@ def _races(system: "System", state: State, t: int, accesses: list[Access]) -> li
     return found
 
 
+def _verb(access: Access) -> str:
+    return "atomically updates" if access.atomic else "writes" if access.write else "reads"
+
+
 def _race_detail(system: "System", access: Access, pending: Access) -> str:
     where = system.buffer_instances[access.buffer].label
-    verb = "writes" if access.write else "reads"
+    verb = _verb(access)
     other = "writes" if pending.write else "reads"
     return (
         f"{verb} {where} {_extent(access)} while a copy still in flight {other} "
@@ -1136,7 +1149,8 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
     landing = system.instances[recv]
     nbytes = system.eval(instr.nbytes, t, state)
     pc = state.pcs[t]
-    src = system.resolve_region(t, instr.src, state, write=False)
+    src_device = None if instr.src_device is None else _device_in_mesh(system, system.eval(instr.src_device, t, state))
+    src = system.resolve_region(t, instr.src, state, write=False, device=src_device)
     if instr.dst_device is None:
         dst = system.resolve_region(t, instr.dst, state, write=True, device=landing.device,
                                     core=landing.core if landing.core is not None else system.threads[t].core)
@@ -1203,8 +1217,7 @@ def _device_in_mesh(system: System, device: int) -> int:
 
 
 def _exec_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> State:
-    device = _access_device(system, t, instr, state)
-    access = system.resolve_region(t, instr.region, state, write=isinstance(instr, ir.Store), device=device)
+    access = _plain_access(system, t, instr, state)
     found = _races(system, state, t, [access]) + _plain_races(system, state, t, access)
     return _advance(state, t, hazards=_with(state.hazards, *found))
 
@@ -1219,19 +1232,26 @@ def _plain_races(system: System, state: State, t: int, access: Access) -> list[H
         if not isinstance(other, (ir.Load, ir.Store)):
             continue
         try:
-            device = _access_device(system, u, other, state)
+            theirs = _plain_access(system, u, other, state)
         except _Fault:
             continue  # it faults when it runs, touching nothing
-        theirs = system.resolve_region(u, other.region, state, write=isinstance(other, ir.Store), device=device)
-        if (theirs.write or access.write) and overlap(access, theirs):
+        if conflict(access, theirs):
             found.append(Hazard(PLAIN_RACE, t, state.pcs[t], u, state.pcs[u], _plain_race_detail(system, access, theirs)))
     return found
 
 
+def _plain_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> Access:
+    """The access a load or store of thread t makes (a _Fault for a device outside the mesh)."""
+    device = _access_device(system, t, instr, state)
+    store = isinstance(instr, ir.Store)
+    access = system.resolve_region(t, instr.region, state, write=store, device=device)
+    return access._replace(atomic=True) if isinstance(instr, ir.Store) and instr.atomic else access
+
+
 def _plain_race_detail(system: System, access: Access, other: Access) -> str:
     where = system.buffer_instances[access.buffer].label
-    verb = "writes" if access.write else "reads"
-    theirs = "write" if other.write else "read"
+    verb = _verb(access)
+    theirs = "atomically update" if other.atomic else "write" if other.write else "read"
     return f"{verb} {where} {_extent(access)} while another thread may {theirs} {_extent(other)} of it at the same time"
 
 
@@ -1365,7 +1385,7 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
     if instr.send_sem is not None:
         mask |= system._candidates(t, instr.send_sem)
     remote = instr.device is not None or instr.core is not None
-    src, src_near = system._cell_candidates(t, instr.src)
+    src, src_near = system._cell_candidates(t, instr.src, *instr.src_place())
     dst, dst_near = system._cell_candidates(t, instr.dst, *instr.dst_place())
     life = system._lifecycle_candidates(t, instr.device, instr.core) if remote else _NONE
     negative = mask if _may_be_negative(system, t, instr.nbytes) else _NONE
@@ -1462,7 +1482,7 @@ def _operands(instr: ir.Instr) -> list[ir.Operand | None]:
     ops: list[ir.Operand | None] = []
     for ref in _sem_refs(instr):
         ops += [ref.index, ref.device, ref.core]
-    for name in ("inc", "value", "nbytes", "cond", "device", "core", "dst_device"):
+    for name in ("inc", "value", "nbytes", "cond", "device", "core", "dst_device", "src_device"):
         if hasattr(instr, name):
             ops.append(getattr(instr, name))
     for name in ("region", "src", "dst"):
@@ -1472,11 +1492,15 @@ def _operands(instr: ir.Instr) -> list[ir.Operand | None]:
     return ops
 
 
+def _both_atomic(a: ir.Instr, b: ir.Instr) -> bool:
+    return isinstance(a, ir.Store) and isinstance(b, ir.Store) and a.atomic and b.atomic
+
+
 def _located_regions(instr: ir.Instr) -> list[tuple[ir.Region, ir.Operand | None, ir.Operand | None]]:
     """Each region an instruction touches, with the device and core it lives on (None:
     the thread's own)."""
     if isinstance(instr, ir.DmaStart):
-        return [(instr.src, None, None), (instr.dst, *instr.dst_place())]
+        return [(instr.src, *instr.src_place()), (instr.dst, *instr.dst_place())]
     if isinstance(instr, (ir.Load, ir.Store)):
         return [(instr.region, instr.device, None)]
     return []
@@ -1502,7 +1526,9 @@ def must_be_zero_at_exit(backend: Backend, decl: ir.SemDecl) -> bool:
     """TPU: scratch, scoped and barrier semaphores must be 0 when the kernel ends (the
     runtime crashes otherwise); a semaphore handed to a kernel outside the protocol is exempt,
     and one handed between the kernels of a program is judged when the program ends. GPU:
-    GMEM semaphores are zero-filled before each launch, so nothing is required."""
+    GMEM semaphores are zero-filled before each launch, so nothing is required, except of the
+    barrier semaphores (plgpu.get_barrier_semaphore), which the next kernel of the same
+    collective_id starts from."""
     if backend is Backend.GPU:
-        return False
+        return decl.origin is SemOrigin.BARRIER
     return decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED, SemOrigin.BARRIER, SemOrigin.HANDED_ON)

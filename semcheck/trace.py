@@ -176,7 +176,8 @@ def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
     if device is not None:
         step.target_device = system.eval(device, t, before)
     core = None if core is None else system.eval(core, t, before)
-    step.src = _region(system, t, instr.src, before, write=False)
+    src_device = None if instr.src_device is None else system.eval(instr.src_device, t, before)
+    step.src = _region(system, t, instr.src, before, write=False, device=src_device)
     step.dst = _region(system, t, instr.dst, before, write=True, device=step.target_device, core=core)
     # A resolved destination names its device (out[0:8]@d1); a bare buffer name needs it said.
     target = "" if step.target_device is None or step.dst is not None else f" to device {step.target_device}"
@@ -216,7 +217,8 @@ def _text_plain(system, before, after, t, instr, step) -> str:
     device = getattr(instr, "device", None)
     peer = None if device is None else system.eval(device, t, before)
     step.src = _region(system, t, region, before, write=isinstance(instr, ir.Store), device=peer)
-    return f"{step.event.value} {region.buffer}" + ("" if peer is None else f" on device {peer}")
+    what = "atomic update" if isinstance(instr, ir.Store) and instr.atomic else step.event.value
+    return f"{what} {region.buffer}" + ("" if peer is None else f" on device {peer}")
 
 
 def _describe_event(system: System, before: State, after: State, event, index: int) -> TraceStep:

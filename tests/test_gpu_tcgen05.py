@@ -12,6 +12,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from semcheck import ir
 from semcheck.api import check_protocol
 from tests.test_gpu_lowering import body, error, gpu_call, protocol
 from tests.tpu_kernels import line_of
@@ -116,13 +117,15 @@ def test_inline_mgpu_is_refused_at_its_line():
     assert e.file == HERE
 
 
-def test_atomics_are_refused_at_their_line():
+def test_atomics_lower_to_atomic_stores_at_their_line():
+    """Once refused (issue 19); modelled since issue 26 (tests/test_gpu_remote_atomics.py)."""
     def kernel(x_ref, o_ref):
         plgpu.atomic_add(o_ref.at[0, 0], jnp.float32(1))  # an atomic
 
-    e = error(gpu_call(kernel, grid=(1,)))
-    assert "plgpu atomics" in e.message
-    assert e.line == line_of(HERE, "plgpu.atomic_add(o_ref.at[0, 0], jnp.float32(1))  # an atomic")
+    p = protocol(gpu_call(kernel, grid=(1,)))
+    [store] = [i for i in body(p) if isinstance(i, ir.Store)]
+    assert store.atomic
+    assert store.loc.line == line_of(HERE, "plgpu.atomic_add(o_ref.at[0, 0], jnp.float32(1))  # an atomic")
 
 
 def test_a_store_through_cluster_ref_is_refused():

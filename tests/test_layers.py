@@ -3,7 +3,7 @@ layer above its own. The layers, bottom to top:
 
     vocabulary   ir, kinds, errors, version, intervals (and lower.registry, engines.budget)
     model        the builder API, assumptions, invocations, programs, result
-    frontends    lower/, capture, frontends/ (jaxpr -> IR; never the semantics)
+    frontends    lower/, capture, frontends/, jax_compat (jaxpr -> IR; never the semantics)
     semantics    semantics, properties, trace (IR -> transition system; never JAX)
     engines      engines/ (consume the semantics; never a frontend or a report)
     reports      report/, expectations (render Results; never the semantics)
@@ -28,6 +28,7 @@ LAYERS = [
     ("model", ("semcheck.model", "semcheck.assumptions", "semcheck.invocations", "semcheck.programs", "semcheck.result",
                "semcheck.prefix", "semcheck.provenance")),
     ("frontends", ("semcheck.lower", "semcheck.frontends.capture", "semcheck.operands", "semcheck.frontends",
+                   "semcheck.jax_compat",
                    "semcheck.core_entry")),
     ("semantics", ("semcheck.semantics", "semcheck.footprints", "semcheck.ordering", "semcheck.properties",
                    "semcheck.trace")),

@@ -46,6 +46,7 @@ from typing import Callable
 
 from semcheck import ir
 from semcheck.errors import LoadError
+from semcheck.jax_compat import JaxInternalMissing, jax_internal
 
 # A script that has not finished after this long is stopped; kernels captured by then are
 # still checked.
@@ -94,8 +95,9 @@ class CaptureOutcome:
 def capturing(record: Callable):
     """Within this block, compiling a pallas_call or mpmd_map on CPU records a KernelCapture
     through `record` instead of compiling the kernel."""
-    from jax._src.interpreters import mlir
-    from jax._src.pallas import mpmd, pallas_call
+    mlir = jax_internal("mlir")
+    mpmd = jax_internal("mpmd")
+    pallas_call = jax_internal("pallas_call")
 
     from semcheck.lower import KernelCapture, KernelFlow
     from semcheck.lower.source import loc_of_traceback
@@ -150,8 +152,8 @@ def capturing(record: Callable):
 def call_primitives() -> dict:
     """The primitives of a nested `jax.jit` and of a closed call, with the param that holds
     the called jaxpr."""
-    from jax._src import core as jax_core
-    from jax._src import pjit
+    jax_core = jax_internal("core")
+    pjit = jax_internal("pjit")
 
     return {pjit.jit_p: "jaxpr", jax_core.closed_call_p: "call_jaxpr"}
 
@@ -165,7 +167,7 @@ def _inlined_call(prim, param: str):
     earlier kernel returned, and two calls are one capture. Inlined, every call is its own
     capture among the values around it, so the program linking (semcheck/lower/program.py)
     follows a semaphore through the call. Calls without a kernel keep JAX's lowering."""
-    from jax._src.interpreters import mlir
+    mlir = jax_internal("mlir")
 
     def lowering_rule(ctx, *args, **params):
         closed = params[param]
@@ -193,9 +195,9 @@ def _zeros(ctx, in_nodes):
     """The kernel's outputs as zeros, so the script can go on. A semaphore output (a kernel
     handing a semaphore to the next one) is zeros of its physical type."""
     import numpy as np
-    from jax._src import core as jax_core
-    from jax._src import dtypes
-    from jax._src.interpreters import mlir
+    jax_core = jax_internal("core")
+    dtypes = jax_internal("dtypes")
+    mlir = jax_internal("mlir")
 
     del in_nodes
     outs = []
@@ -209,7 +211,7 @@ def _zeros(ctx, in_nodes):
 
 
 def _mesh_of_axis_context(axis_context):
-    from jax._src import sharding_impls
+    sharding_impls = jax_internal("sharding_impls")
 
     from semcheck.lower import MeshShape
 
@@ -230,7 +232,7 @@ def mesh_shape(mesh):
 def tpu_generation_for_cpu():
     """Let emit_pipeline ask for the TPU generation on CPU devices (pltpu's registry of
     device kinds is JAX's own extension point for this)."""
-    from jax._src.pallas.mosaic import tpu_info
+    tpu_info = jax_internal("tpu_info")
 
     if "cpu" in tpu_info.registry:
         yield
@@ -343,7 +345,7 @@ def with_operand_values(found: list, fn, args, kwargs) -> list:
 
 def _kernels_in_jaxpr(fn, args, kwargs) -> list:
     import jax
-    from jax._src import core as jax_core
+    jax_core = jax_internal("core")
 
     from semcheck.lower import KernelCapture, KernelFlow, MeshShape
     from semcheck.lower.interpreter import subjaxprs
@@ -527,6 +529,8 @@ def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
     except SystemExit as e:
         if e.code not in (None, 0):
             return f"the script exited with status {e.code}", None
+    except JaxInternalMissing as e:  # semcheck's own hooks met a JAX they do not know
+        return f"semcheck stopped the script: {e.message}", _where(e)
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script is reported
         loc = _where(e)
         where = f" at {loc}" if loc else ""

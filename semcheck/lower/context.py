@@ -18,10 +18,11 @@ from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.emitter import Emitter
-from semcheck.lower.source import Locator
+from semcheck.lower.source import KernelBody, Locator
 from semcheck.lower.data import AssumedElements, ThreadMemory
 from semcheck.lower.pipeline import HBM_SPACES, Pipeline
 from semcheck.lower.values import Known, RefValue, Sym
+from semcheck.jax_compat import jax_internal
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,9 @@ class MeshShape:
 
 def semaphore_kind(dtype) -> SemKind | None:
     """The semaphore kind of a ref's dtype, or None for a buffer."""
-    from jax._src import dtypes
-    from jax._src.pallas import core as pl_core
-    from jax._src.pallas.mosaic import core as tpu_core
+    dtypes = jax_internal("dtypes")
+    pl_core = jax_internal("pallas_core")
+    tpu_core = jax_internal("tpu_core")
 
     try:
         if not dtypes.issubdtype(dtype, pl_core.semaphore_dtype):
@@ -141,7 +142,8 @@ class KernelContext:
     data_uses: list[ir.DataUse] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.locate = Locator()
+        # A line in a helper the body calls names the calls from the body (ir.Loc.chain).
+        self.locate = Locator(KernelBody(self.name.split(" ")[0], self.kernel_loc))
         self._names: set[str] = set()
 
     # -- names and declarations --
@@ -178,7 +180,7 @@ class KernelContext:
             self.semaphores[name] = ir.SemDecl(
                 name, SemKind.BARRIER, 1, SemOrigin.BARRIER, Scope.CORE, self.collective_id, loc
             )
-        from jax._src.pallas import core as pl_core
+        pl_core = jax_internal("pallas_core")
 
         return RefValue(name, True, (), pl_core.BarrierSemaphore())
 

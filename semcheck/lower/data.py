@@ -27,6 +27,7 @@ import numpy as np
 
 from semcheck import ir
 from semcheck.lower.values import DataSource, Known, Opaque, RefValue, RunTimeElements, Sym, Value
+from semcheck.jax_compat import jax_internal
 
 # Buffers with more elements than this are not followed (their loads are opaque data):
 # copying them on every store would cost more than the protocol is worth.
@@ -505,7 +506,7 @@ def _element_text(buffer: str, index: tuple[int, ...]) -> str:
 def _only_indexing(transforms: tuple) -> bool:
     """Whether every transform only picks elements (an `NDIndexer`), so that reading the
     elements' positions through them says which elements a read sees (a bitcast would not)."""
-    from jax._src.state.indexing import NDIndexer
+    NDIndexer = jax_internal("state_indexing").NDIndexer
 
     return all(isinstance(transform, NDIndexer) for transform in transforms)
 
@@ -548,7 +549,7 @@ def _transform_read(array: np.ndarray, transforms) -> np.ndarray | None:
     if known is not _NOT_SEEN:
         return known
     import jax
-    from jax._src.state import discharge
+    discharge = jax_internal("state_discharge")
 
     try:
         with jax.ensure_compile_time_eval():
@@ -565,7 +566,7 @@ def _transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.nda
     if known is not _NOT_SEEN:
         return known
     import jax
-    from jax._src.state import discharge
+    discharge = jax_internal("state_discharge")
 
     try:
         with jax.ensure_compile_time_eval():
@@ -592,7 +593,7 @@ def _memo_key(kind: str, array: np.ndarray, transforms, *more: np.ndarray):
     """A hashable key for exactly these inputs, or None when one of them has no exact key
     (then JAX is asked every time)."""
     from jax import tree_util
-    from jax._src import config as jax_config
+    jax_config = jax_internal("config")
 
     leaves, tree = tree_util.tree_flatten(list(transforms))
     parts: list = [kind, tree, bool(jax_config.enable_x64.value)]  # x64 changes JAX's dtypes

@@ -12,8 +12,6 @@ REFUSED = {
                    "barriers, bar.sync / bar.arrive, any PTX), so what it synchronizes is unknown",
     "async_store_smem": "plgpu.async_store_smem (an asynchronous register-to-SMEM store) is not "
                         "modelled by semcheck yet",
-    "mgpu_atomic_store": "plgpu atomics (atomic_add, atomic_max, ...) are not modelled by semcheck "
-                         "yet: its race check has no atomic accesses",
     "query_cluster_cancel": "plgpu.try_cluster_cancel / query_cluster_cancel (dynamic block "
                             "scheduling) is not modelled by semcheck",
     "async_copy_scales_to_tmem": "plgpu.async_copy_scales_to_tmem is not modelled by semcheck yet",

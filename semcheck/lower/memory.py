@@ -25,11 +25,12 @@ from semcheck.lower.context import ThreadLowering, element_input_name
 from semcheck.lower.interpreter import operand
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, known, sym_op
+from semcheck.jax_compat import jax_internal
 
 
 def split_ref(value) -> tuple[object, tuple]:
     """(ref, transforms) of a ref operand that may be a TransformedRef."""
-    from jax._src.state.types import TransformedRef
+    TransformedRef = jax_internal("state_types").TransformedRef
 
     if isinstance(value, TransformedRef):
         inner, transforms = split_ref(value.ref)
@@ -98,7 +99,7 @@ def _find_select(value):
     rebuild(option) is the operand with that option in the selection's place; None when it
     has none. A selection is a TransformedRef over a tuple of refs with one SelectTransform
     (jax/_src/state/types.py); `.at[...]` on it wraps it in another TransformedRef."""
-    from jax._src.state.types import TransformedRef
+    TransformedRef = jax_internal("state_types").TransformedRef
 
     if not isinstance(value, TransformedRef):
         return None
@@ -181,7 +182,8 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
     indexes the view before it, so its starts count in that view's elements (scaled by its
     strides, offset by its starts). None when a transform is not indexing (only allowed
     when not exact)."""
-    from jax._src.state.indexing import NDIndexer, Slice
+    NDIndexer = jax_internal("state_indexing").NDIndexer
+    Slice = jax_internal("state_indexing").Slice
 
     view = _View([_Dim(0, 1, extent) for extent in ref.shape], list(range(len(ref.shape))),
                  [known(extent) for extent in ref.shape])
@@ -372,10 +374,11 @@ def _positions(ref: RefValue, transforms) -> tuple[np.ndarray, np.ndarray] | Non
     size is not known per thread, a window leaves its view (the caller then keeps the
     whole buffer, and JAX's clamping would hide that), or the buffer is too large."""
     import jax
-    from jax._src import dtypes
-    from jax._src.state import discharge
-    from jax._src.state.indexing import NDIndexer
-    from jax._src.state.types import BitcastTransform, ReshapeTransform
+    dtypes = jax_internal("dtypes")
+    discharge = jax_internal("state_discharge")
+    NDIndexer = jax_internal("state_indexing").NDIndexer
+    BitcastTransform = jax_internal("state_types").BitcastTransform
+    ReshapeTransform = jax_internal("state_types").ReshapeTransform
 
     from semcheck.lower.data import _concrete_transforms
 
@@ -413,7 +416,7 @@ def _positions(ref: RefValue, transforms) -> tuple[np.ndarray, np.ndarray] | Non
 
 
 def _inside_view(indexer, shape: tuple[int, ...]) -> bool:
-    from jax._src.state.indexing import Slice
+    Slice = jax_internal("state_indexing").Slice
 
     for index, extent in zip(indexer.indices, shape):
         if isinstance(index, Slice):

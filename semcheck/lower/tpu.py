@@ -30,6 +30,8 @@ def resolve_device(t: ThreadLowering, eqn, device_id, device_id_type, what: str)
     if device_id is None:
         return None, None
     mesh = t.kernel.mesh
+    if device_id_type is None:  # JAX newer than 0.11 lets the id's form decide
+        device_id_type = _implied_id_type(t, eqn, device_id, what)
     if _is_logical(device_id_type):
         if isinstance(device_id, (tuple, list, dict)):
             raise t.error(eqn, f"{what}: a LOGICAL device id must be a single integer")
@@ -58,6 +60,20 @@ def resolve_device(t: ThreadLowering, eqn, device_id, device_id_type, what: str)
             coord = operand(t, eqn, coord, f"the {what} device id")
         linear = sym_op("add", linear, sym_op("mul", coord, stride))
     return linear, core
+
+
+def _implied_id_type(t: ThreadLowering, eqn, device_id, what: str) -> str:
+    """`device_id_type=None` (the default of `pl.semaphore_signal` in JAX newer than 0.11): a
+    tuple or dict id names mesh coordinates; a single id is the same either way on a mesh of
+    one axis; on a mesh of several axes semcheck does not know which JAX means."""
+    if isinstance(device_id, (tuple, list, dict)) or len(t.kernel.mesh.axis_names) <= 1:
+        return "MESH"
+    from semcheck.jax_compat import installed_version
+
+    raise t.error(eqn, f"{what}: a single device id with device_id_type=None on a mesh of several axes "
+                  f"({', '.join(t.kernel.mesh.axis_names)}; JAX {installed_version()}): semcheck does not "
+                  "know whether it is a logical id or a mesh coordinate",
+                  hint="pass device_id_type=pl.DeviceIdType.LOGICAL, or a tuple or dict of mesh coordinates")
 
 
 def _dict_to_coords(t: ThreadLowering, eqn, ids: dict, what: str):
@@ -185,8 +201,28 @@ def dma_wait(t: ThreadLowering, eqn, inputs):
     return []
 
 
+BARRIER_TAG_NOTE = (
+    "pltpu.get_barrier_semaphore(tag=...) (JAX newer than 0.11: kernels that pass the same tag "
+    "get the same barrier semaphore from XLA) is checked as the kernel's barrier semaphore of "
+    "its collective_id; semcheck has read the API's documentation, not its lowering"
+)
+
+
 @rule("get_barrier_semaphore")
 def get_barrier_semaphore(t: ThreadLowering, eqn, inputs):
+    if eqn.params.get("tag") is not None:
+        if t.kernel.collective_id is None:
+            from semcheck.jax_compat import installed_version
+
+            raise t.error(
+                eqn,
+                f"get_barrier_semaphore(tag={eqn.params['tag']!r}) in a kernel without a collective_id "
+                f"(JAX {installed_version()}): semcheck does not know whether XLA runs the default "
+                "device barrier before such a kernel, which decides whether a peer's signal can "
+                "arrive before this device entered",
+                hint="set pltpu.CompilerParams(collective_id=...) as well, or report this kernel",
+            )
+        t.kernel.note(BARRIER_TAG_NOTE)
     if t.kernel.collective_id is None:
         raise t.error(
             eqn,

@@ -34,6 +34,7 @@ from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 from semcheck.programs import handed_in_note, handed_out_note
+from semcheck.jax_compat import jax_internal
 
 ARRIVE, RELEASE = "device_barrier.arrive", "device_barrier.release"
 
@@ -192,7 +193,7 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
             kernel_loc,
             hint="check each mesh's kernel with its own pl.kernel call",
         )
-    from jax._src.pallas.mosaic import core as tpu_core
+    tpu_core = jax_internal("tpu_core")
 
     from semcheck.lower.gpu_kernel import is_gpu_mesh
     from semcheck.lower.gpu_layout import lower_gpu_kernel
@@ -268,7 +269,7 @@ def _first_user_loc(jaxpr) -> ir.Loc | None:
 def _tpu_compiler_params(compiler_params, name, loc):
     if compiler_params is None:
         return None
-    from jax._src.pallas.mosaic import core as tpu_core
+    tpu_core = jax_internal("tpu_core")
 
     if not isinstance(compiler_params, tpu_core.CompilerParams):
         raise LoadError(
@@ -298,7 +299,7 @@ def _auto_collective_ids() -> str:
 
 
 def _uses_barrier_semaphore(jaxpr) -> bool:
-    from jax._src import core as jax_core
+    jax_core = jax_internal("core")
 
     return any(
         eqn.primitive.name == "get_barrier_semaphore"

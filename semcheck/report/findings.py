@@ -39,10 +39,15 @@ class FindingId:
     subject: str
     line_text: str
     occurrence: int = 0
+    # For a line in a helper the kernel calls: each calling line's text and occurrence
+    # (ir.Loc.chain), so that two calls of one helper are two findings. Empty otherwise,
+    # which leaves the fingerprints of lines in the kernel body as they were.
+    calls: str = ""
 
     @property
     def fingerprint(self) -> str:
-        key = "\0".join([self.kind, self.file, self.kernel, self.subject, self.line_text, str(self.occurrence)])
+        parts = [self.kind, self.file, self.kernel, self.subject, self.line_text, str(self.occurrence)]
+        key = "\0".join(parts + ([self.calls] if self.calls else []))
         return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -114,12 +119,12 @@ def collect(results: list[Result], root: str | None = None) -> list[Finding]:
             loc = violation.location or Loc(result.file, result.line)
             what = subject(violation)
             key = (result.kernel, os.path.abspath(result.file) if result.file else "", violation.kind,
-                   os.path.abspath(loc.file), loc.line, what)
+                   os.path.abspath(loc.file), loc.line, loc.chain, what)
             finding = groups.get(key)
             if finding is None:
                 text = _line_text(loc)
                 base = FindingId(violation.kind, relative_to_root(loc.file, root), result.kernel, what,
-                                 text, _occurrence(loc, text))
+                                 text, _occurrence(loc, text), _calls(loc))
                 finding = groups[key] = Finding(base, loc)
             finding.members.append((result, violation))
     return list(groups.values())
@@ -135,6 +140,16 @@ def _occurrence(loc: Loc, text: str) -> int:
     if not text:
         return 0
     return sum(line.strip() == text for line in linecache.getlines(loc.file)[: loc.line - 1])
+
+
+def _calls(loc: Loc) -> str:
+    """Each calling line of `loc`'s chain as its text and occurrence (see FindingId.calls)."""
+    calls = []
+    for frame in loc.chain:
+        at = Loc(frame.file, frame.line)
+        text = _line_text(at)
+        calls.append(f"{text}#{_occurrence(at, text)}")
+    return "\n".join(calls)
 
 
 def _line_text(loc: Loc) -> str:

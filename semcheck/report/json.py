@@ -20,7 +20,14 @@ def location(loc: Loc | None) -> dict | None: ...
 
 
 def location(loc: Loc | None) -> dict | None:
-    return None if loc is None else {"file": display_path(loc.file), "line": loc.line}
+    """{"file", "line"}, and for a line in a helper the kernel calls, "calls": the calls that
+    led there (the helper's caller first, the kernel body's line last; ir.Loc.chain)."""
+    if loc is None:
+        return None
+    out: dict = {"file": display_path(loc.file), "line": loc.line}
+    if loc.chain:
+        out["calls"] = [{"file": display_path(f.file), "line": f.line, "function": f.function} for f in loc.chain]
+    return out
 
 
 def step_dict(step: TraceStep) -> dict:

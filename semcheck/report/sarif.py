@@ -162,6 +162,7 @@ def _artifact(path: str, root: str) -> dict:
 def _related_locations(violation: Violation, primary: Loc, root: str) -> list[dict]:
     out: list[dict] = []
     seen = {primary}
+    _add_calls(out, primary, root, "this line")
     for b in violation.blocked:
         loc = b.location
         if loc is None or loc in seen:
@@ -173,7 +174,25 @@ def _related_locations(violation: Violation, primary: Loc, root: str) -> list[di
         if isinstance(loc, Loc) and loc not in seen:
             seen.add(loc)
             out.append(_location(loc, root, "the other access", len(out) + 1))
+            _add_calls(out, loc, root, "the other access")
     return out
+
+
+def _add_calls(out: list[dict], loc: Loc, root: str, what: str) -> None:
+    """The kernel's calls that led to `loc`, a line in a helper (ir.Loc.chain), as related
+    locations: the helper's caller first, the kernel body's line last."""
+    for frame in loc.chain:
+        where = f" in {frame.function}" if frame.function else ""
+        out.append(_location(Loc(frame.file, frame.line), root, f"{what} is reached from this call{where}",
+                             len(out) + 1))
+
+
+def _stack(loc: Loc, root: str) -> dict:
+    """A SARIF stack: the line itself, then each call that led to it (ir.Loc.chain)."""
+    frames = [{"location": _location(loc.bare(), root)}]
+    frames += [{"location": _location(Loc(f.file, f.line), root, f"called from {f.function}" if f.function else None)}
+               for f in loc.chain]
+    return {"message": {"text": f"{loc.bare()} {loc.chain_text()}"}, "frames": frames}
 
 
 Lane = tuple[int, int]  # (device, core): the thread a step or a blocked wait belongs to
@@ -239,13 +258,16 @@ def _code_flow(result: Result, violation: Violation, root: str, *, whole_threads
             continue
         lane = (b.device, b.core or 0, b.sub)
         names[lane] = b.name
-        threads.setdefault(lane, []).append({
+        blocked: dict = {
             "location": _location(b.location, root, f"blocked: {b.what} on {b.semaphore} needs "
                                                     f"{b.needs}, has {b.has}"),
             "executionOrder": order,
             "importance": "essential" if primary is None or i in primary else "important",
             "kinds": ["danger"],
-        })
+        }
+        if b.location.chain:
+            blocked["stack"] = _stack(b.location, root)
+        threads.setdefault(lane, []).append(blocked)
     if not threads:
         return None
     thread_flows = []
@@ -275,6 +297,8 @@ def _flow_step(step: TraceStep, violation: Violation, root: str) -> dict:
     }
     if fault:
         entry["kinds"] = ["danger"]
+    if step.location.chain:  # a line in a helper: the calls from the kernel body that led there
+        entry["stack"] = _stack(step.location, root)
     return entry
 
 

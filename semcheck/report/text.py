@@ -205,6 +205,7 @@ def render_violation(
     excerpt = source_excerpt(v.location)
     if excerpt and v.location is not None:
         lines.append(f"    {v.location.line:>5} | {excerpt}")
+        lines.extend(call_lines(v.location))
     lines.extend("    " + part for part in v.message.split("\n"))
     if v.inputs:
         values = ", ".join(f"{name} = {value}" for name, value in v.inputs.items())
@@ -306,13 +307,25 @@ def source_excerpt(loc: Loc | None) -> str:
     return linecache.getline(loc.file, loc.line).rstrip()
 
 
+def call_lines(loc: Loc) -> list[str]:
+    """For a line in a helper the kernel calls: each call that led there, with its source."""
+    out = []
+    for frame in loc.chain:
+        where = f" in {frame.function}" if frame.function else ""
+        call = linecache.getline(frame.file, frame.line).strip()
+        at = f"line {frame.line}" if frame.file == loc.file else f"{display_path(frame.file)}:{frame.line}"
+        out.append(f"          called at {at}{where}" + (f": {call}" if call else ""))
+    return out
+
+
 def _loc(loc: Loc | None) -> str:
-    return f"{display_path(loc.file)}:{loc.line}" if loc else "(no location)"
+    return str(loc) if loc else "(no location)"
 
 
 def _short_loc(loc: Loc | None, kernel_file: str) -> str:
     if loc is None:
         return ""
     if kernel_file and os.path.abspath(loc.file) == os.path.abspath(kernel_file):
-        return f"line {loc.line}"
+        outer = loc.chain[-1] if loc.chain else None  # the kernel body's line that called the helper
+        return f"line {loc.line}" + (f" from {outer.line}" if outer is not None and outer.file == loc.file else "")
     return _loc(loc)

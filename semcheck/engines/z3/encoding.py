@@ -378,6 +378,10 @@ class Encoding:
         if instr.dst_device is not None:  # a peer's memory (`semantics._device_in_mesh`)
             places, inside = self._peer_places(nv.t, instr.dst, instr.dst_device, regs)
             faults[INVALID_DEVICE] = OR(faults[INVALID_DEVICE], AND(*(NOT(f) for f in faults.values()), NOT(inside)))
+        src_places = None
+        if instr.src_device is not None:  # read from a peer's memory (a GPU TMA load from a remote_ref)
+            src_places, inside = self._peer_places(nv.t, instr.src, instr.src_device, regs)
+            faults[INVALID_DEVICE] = OR(faults[INVALID_DEVICE], AND(*(NOT(f) for f in faults.values()), NOT(inside)))
         # Then the windows (`semantics._check_window`), once both semaphores resolved.
         outside = OR(self._outside(nv.t, instr.src, regs), self._outside(nv.t, instr.dst, regs))
         faults[INVALID_REGION] = AND(*(NOT(f) for f in faults.values()), outside)
@@ -409,7 +413,8 @@ class Encoding:
                 inst = self.system.instances[sid]
                 core = inst.core if inst.core is not None else thread.core
                 landing.append((self.buffer_instance(instr.dst, inst.device, core), cond))
-            src = self.region(nv.t, instr.src, regs, False, [(self.buffer_instance(instr.src, thread.device, thread.core), True)])
+            reading = src_places or [(self.buffer_instance(instr.src, thread.device, thread.core), True)]
+            src = self.region(nv.t, instr.src, regs, False, reading)
             dst = self.region(nv.t, instr.dst, regs, True, landing)
             nv.accesses = [src, dst]
 
