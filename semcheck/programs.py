@@ -156,6 +156,8 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
         data_uses=tuple(u for kernel in kernels for u in kernel.data_uses),
         cores_enter_together=all(k.cores_enter_together for k in kernels),
         kernels=tuple(labels),
+        findings=tuple(dict.fromkeys(f for kernel in kernels for f in kernel.findings)),
+        dma_unit=first.dma_unit,
     )
 
 

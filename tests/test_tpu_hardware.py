@@ -233,6 +233,14 @@ def test_two_calls_in_one_function_are_one_program_when_the_first_leaves_its_cou
     assert len(alone) == 1 and not alone[0].kernels  # the two equal calls are one check
 
 
+def test_a_program_keeps_what_its_kernels_lowering_found():
+    call = per_device(check_in_then(drain=False), scratch=[REGULAR], disable_semaphore_checks=True)
+    [program] = protocols(lambda block: call(call(block)), mesh((2,)))
+    assert len(program.kernels) == 2 and program.dma_unit == tpu_facts.DMA_UNIT_BYTES
+    result = check_protocol(program)
+    assert [w.kind for w in result.warnings] == [Kind.LOWERED_AS_DECREMENTING.value]
+
+
 @pytest.mark.parametrize("devices", DEVICES)
 def test_a_barrier_semaphore_leftover_says_the_chip_carries_it_to_the_same_collective_id(devices):
     def kernel(x_hbm, o_hbm):
