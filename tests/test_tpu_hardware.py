@@ -284,6 +284,21 @@ def test_a_table_indexed_by_the_device_id_is_not_lowerable_with_jaxs_message(dev
     assert "iota" in error.hint and "SMEM" in error.hint
 
 
+def test_a_kernel_run_in_interpret_mode_is_still_lowered_for_tpu():
+    """interpret=True lowers through JAX's interpreter on any platform, which refuses
+    nothing; the kernel is still meant for a TPU, so the check lowers it for one."""
+    def call(block):
+        return pl.pallas_call(
+            peer_table_kernel, out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32), DMA, DMA], interpret=True,
+        )(block)
+
+    [protocol] = protocols(call, mesh((2,)))
+    [found] = protocol.findings
+    assert found.kind is Kind.NOT_LOWERABLE and "dynamic_slice" in found.message
+
+
 def test_a_kernel_jax_lowers_has_no_lowering_finding():
     _, result = checked(check_in_then(drain=False), 2, scratch=[REGULAR])
     assert Kind.NOT_LOWERABLE.value not in {v.kind for v in result.violations}

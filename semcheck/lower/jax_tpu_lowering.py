@@ -24,13 +24,14 @@ from dataclasses import dataclass
 
 from semcheck import ir
 
-# Where JAX's TPU lowering lives: an exception raised from these is the lowering's verdict
-# on the kernel, anything else a failure to ask it (then the note says so).
-_LOWERING_FILES = (
-    os.path.join("jax", "_src", "pallas", "mosaic") + os.sep,
-    os.path.join("jax", "_src", "tpu_custom_call.py"),
-    os.path.join("jax", "experimental", "mosaic") + os.sep,
-)
+# Where JAX's TPU lowering lives: an exception raised through these is the lowering's
+# verdict on the kernel, anything else a failure to ask it (then the note says so).
+_LOWERING_FILES = tuple(os.path.join("jax", *parts) for parts in (
+    ("_src", "pallas", "mosaic", "pallas_call_registration.py"),
+    ("_src", "pallas", "mosaic", "lowering.py"),
+    ("_src", "tpu_custom_call.py"),
+    ("experimental", "mosaic", ""),
+))
 
 # What to do about a rejection, by the words of JAX's message (the first that matches).
 ADVICE: tuple[tuple[str, str], ...] = (
@@ -46,6 +47,10 @@ ADVICE: tuple[tuple[str, str], ...] = (
     ("collective_id", (
         "set collective_id exactly when the kernel uses pltpu.get_barrier_semaphore (or pass "
         "allow_collective_id_without_custom_barrier=True)"
+    )),
+    ("only allowed on VMEM and SMEM", (
+        "copy the HBM ref into VMEM (a scratch buffer) with a DMA first (pltpu.sync_copy or "
+        "make_async_copy), or give the operand a VMEM BlockSpec"
     )),
     ("Unimplemented primitive", (
         "rewrite the operation JAX names with primitives Pallas TPU lowers (see the Pallas TPU "
@@ -99,7 +104,9 @@ def _rebound(capture):
     from jax.sharding import PartitionSpec as P
 
     primitive = {"pallas_call": pallas_call.pallas_call_p, "mpmd_map": mpmd.mpmd_map_p}[capture.primitive]
-    params = capture.params
+    params = dict(capture.params)
+    if params.get("interpret"):  # a kernel run in interpret mode here is still meant for a TPU
+        params["interpret"] = False
 
     def call(*operands):
         return primitive.bind(*operands, **params)
