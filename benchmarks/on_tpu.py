@@ -184,14 +184,18 @@ def _nondecrementing():
     return [call(kernel, scratch=[pltpu.SemaphoreType.REGULAR])]
 
 
-def _judge_halts(outs, error):
-    if outs is not None:
-        return "no error at exit with 1 left on a scratch semaphore", False
-    halted = error is not None and "nonzero value upon exit" in error
-    return (f"halted: {error}" if halted else f"failed otherwise: {error}"), halted
+def halts_with(words: str, ran: str):
+    """A judge for a probe semcheck expects to halt the core with an error saying `words`;
+    `ran` says what the probe did if it ends without one."""
+    def judge(outs, error):
+        if outs is not None:
+            return f"{ran} without error", False
+        halted = error is not None and words in error
+        return (f"halted: {error}" if halted else f"failed otherwise: {error}"), halted
+    return judge
 
 
-@probe("scratch_leftover_halts", _judge_halts)
+@probe("scratch_leftover_halts", halts_with("nonzero value upon exit", "exited with 1 left on a scratch semaphore"))
 def _scratch_leftover():
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
@@ -371,15 +375,7 @@ def _traced():
                  disable_semaphore_checks=True)]
 
 
-def _judge_scoped(outs, error):
-    if outs is not None:
-        (at_entry,) = _values(outs, 1)
-        return f"read {at_entry} at the scope's start; no error with 1 left at exit", False
-    halted = error is not None and "nonzero value upon exit" in error
-    return (f"halted with 1 left at exit: {error}" if halted else f"failed otherwise: {error}"), halted
-
-
-@probe("run_scoped_semaphore", _judge_scoped)
+@probe("run_scoped_semaphore", halts_with("nonzero value upon exit", "exited with 1 left on a run_scoped semaphore"))
 def _scoped():
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
@@ -417,14 +413,7 @@ def _index():
                  disable_semaphore_checks=True)]
 
 
-def _judge_window(outs, error):
-    if outs is not None:
-        return "a copy of rows 2044:2052 of 2048 ran without error", False
-    halted = error is not None and "BoundsCheck" in error
-    return (f"halted: {error}" if halted else f"failed otherwise: {error}"), halted
-
-
-@probe("dma_window_out_of_bounds", _judge_window)
+@probe("dma_window_out_of_bounds", halts_with("BoundsCheck", "a copy of rows 2044:2052 of 2048 ran"))
 def _window():
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu

@@ -28,7 +28,7 @@ from semcheck.semantics import System
 from tests.agreement import assert_engines_agree
 from tests.strategies import control_flow_protocols
 from tests.tiers import example_counts, run_examples
-from tests.tpu_kernels import line_of, mesh, protocols
+from tests.tpu_kernels import hbm_call, line_of, mesh, protocols
 
 REGULAR, DMA = pltpu.SemaphoreType.REGULAR, pltpu.SemaphoreType.DMA
 HERE = __file__
@@ -36,19 +36,9 @@ DEVICES = [2, 4]
 
 
 def per_device(kernel, *, scratch=(), **params):
-    """A pallas_call of `kernel(x_hbm, o_hbm, *scratch)` on the device's block."""
-
-    def call(block):
-        return pl.pallas_call(
-            kernel,
-            out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=list(scratch),
-            compiler_params=pltpu.CompilerParams(**params),
-        )(block)
-
-    return call
+    """A pallas_call of `kernel(x_hbm, o_hbm, *scratch)` on the device's block, with the
+    compiler params `params`."""
+    return hbm_call(kernel, scratch=scratch, compiler_params=pltpu.CompilerParams(**params))
 
 
 def checked(kernel, devices: int, **kw):

@@ -14,7 +14,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import ir
 from semcheck.lower.tpu_kernel import ARRIVE, RELEASE
-from tests.tpu_kernels import instrs, line_of, mesh, protocols
+from tests.tpu_kernels import hbm_call, instrs, line_of, mesh, protocols
 
 REGULAR, DMA = pltpu.SemaphoreType.REGULAR, pltpu.SemaphoreType.DMA
 HERE = __file__
@@ -25,20 +25,7 @@ def call(kernel, *, scratch=(), grid=(), collective_id=None, semantics=None, ski
     params = pltpu.CompilerParams(
         collective_id=collective_id, dimension_semantics=semantics, skip_device_barrier=skip_barrier
     )
-
-    def per_device(block):
-        return pl.pallas_call(
-            kernel,
-            out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=list(scratch),
-            grid=grid,
-            compiler_params=params,
-            **kw,
-        )(block)
-
-    return per_device
+    return hbm_call(kernel, scratch=scratch, compiler_params=params, grid=grid, **kw)
 
 
 def body_signals(protocol, device=0, core=0):

@@ -8,12 +8,10 @@ first-block copy is still writing it.
 
 moe_static_plan.py is the fix: one receive semaphore per generation.
 
-The plan's entries at a traced index (the device's own id) are read with `plan_entry`
-(select with iotas, then sum), not as `plan[my_id, d]`: indexing an array value at a traced
-index is a `dynamic_slice`, which Pallas TPU lowering does not implement ("Unimplemented
-primitive in Pallas TPU lowering for tc: dynamic_slice", on a TPU v5e with JAX 0.10.2, and
-semcheck's `not_lowerable` check finds it on the CPU), so the kernel as first written did
-not build for a TPU. The values, and so the verdict, are the same.
+It reads the plan's entries with `plan_entry` (iotas and a sum) for the reason
+moe_static_plan.py gives: `plan[my_id, d]` is a `dynamic_slice`, which Pallas TPU lowering
+does not implement, so the kernel as first written did not build for a TPU (semcheck's
+`not_lowerable`). The values, and the verdict, are the same.
 """
 
 # semcheck: expect data_race
