@@ -93,6 +93,10 @@ FIX_HINTS = {
 }
 
 
+# Findings of the lowering itself (ir.LoweringFinding): about the kernel, not a schedule, so
+# they have no trace and no counterexample to draw.
+LOWERING_KINDS = frozenset({Kind.NOT_LOWERABLE, Kind.LOWERED_AS_DECREMENTING})
+
 # What a thread hits when an instruction names something that does not exist.
 FAULT_KINDS = frozenset({
     Kind.INVALID_DEVICE_ID, Kind.INVALID_CORE_INDEX, Kind.INVALID_SEMAPHORE_INDEX, Kind.INVALID_REGION,

@@ -272,6 +272,9 @@ def test_a_table_indexed_by_the_device_id_is_not_lowerable_with_jaxs_message(dev
     assert "Unimplemented primitive in Pallas TPU lowering for tc: dynamic_slice" in error.message
     assert error.location.line == line_of(HERE, "peer = peers[me]")
     assert "iota" in error.hint and "SMEM" in error.hint
+    from semcheck.report.graph import graphs_for
+
+    assert graphs_for([result]) == []  # no schedule shows it: nothing for --graph to draw
 
 
 def test_a_kernel_run_in_interpret_mode_is_still_lowered_for_tpu():

@@ -12,7 +12,8 @@ the line JAX's error points at. Mosaic's own compiler (libtpu) does not run on a
 what only it rejects (e.g. a constant device id outside the mesh) is not found here.
 
 The outcome travels in the Protocol (`ir.Protocol.findings`, or a note when the lowering
-could not be asked), so the capture cache keeps it with the capture.
+could not be asked), so the capture cache keeps it with the capture. A kernel that semcheck
+cannot lower at all (a LoadError before any protocol) is not asked: its error stands alone.
 """
 
 from __future__ import annotations
