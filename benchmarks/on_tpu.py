@@ -15,7 +15,8 @@ No probe can block for ever: before every wait the kernel polls the semaphore wi
 probe that may leave a count behind runs with disable_semaphore_checks=True, so the leftover
 is read, not fatal). Each probe runs in a process of its own (the TPU is opened by one
 process at a time, and a kernel that halts the core fails every later computation of its
-process), with a timeout. The parent never imports JAX: it asks a child whether the default
+process), with a timeout; a probe of what one kernel leaves for the next runs its two
+kernels in that one process, since that is where the carry was seen. The parent never imports JAX: it asks a child whether the default
 backend is a TPU, and without one it says so and exits 1.
 
 It is not a test (CI has no TPU). `--lower` runs JAX's Pallas TPU lowering of every probe on
