@@ -310,7 +310,7 @@ def _draw(results, path: str) -> int:
         print(f"semcheck: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     if not written:
-        print("semcheck: no counterexample to draw: every check is free of errors", file=sys.stderr)
+        print("semcheck: no counterexample to draw: no check has an error that a schedule shows", file=sys.stderr)
     for name in written:
         print(f"semcheck: counterexample drawn to {name}", file=sys.stderr)
     return 0

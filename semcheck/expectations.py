@@ -3,7 +3,7 @@
 A declaration names the outcome a file is expected to have:
 
     # semcheck: expect deadlock                       (a comment in the kernel or model file)
-    # semcheck: expect semaphore_leftover, not_lowerable
+    # semcheck: expect unsatisfied_wait, lowered_as_decrementing
     # semcheck: expect unsatisfied_wait kernel=ring_bad devices=4,8
     # semcheck: expect unsatisfied_wait cores=2       (a kernel split over 2 TensorCores)
     # semcheck: expect remote_before_entry invocations=2  (under --invocations 2)
@@ -108,7 +108,7 @@ class Judgement:
 
 
 def parse_spec(spec: str, where: str, source: str = "comment") -> Expectation:
-    """Read `deadlock, not_lowerable kernel=k devices=2,4` (the text after `expect`)."""
+    """Read `deadlock, lowered_as_decrementing kernel=k devices=2,4` (the text after `expect`)."""
     qualifiers = {m["key"]: m["value"] for m in _QUALIFIER.finditer(spec)}
     kinds_text = _QUALIFIER.sub("", spec)
     words = [w for w in re.split(r"[\s,]+", kinds_text) if w]

@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Callable, Union
 
+from semcheck.kinds import Kind
+
 
 @dataclass(frozen=True, slots=True)
 class Frame:
@@ -200,6 +202,11 @@ class SemDecl:
     # MBARRIER: the arrivals that complete one phase. A non-decrementing wait on it is a
     # wait for the phase that ends at `value` arrivals.
     arrivals_per_phase: int = 0
+    # TPU: whether the chip checks at kernel exit that a scratch or scoped semaphore is 0 (and
+    # halts the core otherwise). False for a kernel compiled with disable_semaphore_checks=True:
+    # then nothing stops, and entering the next kernel does not zero it, so a leftover carries
+    # (semcheck/tpu_facts.py, `leftover_carries_without_checks`).
+    checked_at_exit: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,7 +332,7 @@ class DmaStart(Instr):
     dst: Region
     recv_sem: SemRef
     send_sem: SemRef | None = None
-    nbytes: Operand = 0
+    nbytes: Operand = 0  # what it adds to a DMA semaphore, in the protocol's `dma_unit`
     device: Operand | None = None
     core: Operand | None = None
     # The device whose memory `dst` is, when not the one whose semaphore counts the landing:
@@ -347,7 +354,8 @@ class DmaStart(Instr):
 
 @dataclass(frozen=True, slots=True)
 class DmaWait(Instr):
-    """Wait for `nbytes` on a local DMA semaphore (`side` is "send" or "recv")."""
+    """Wait for `nbytes` (in the protocol's `dma_unit`) on a local DMA semaphore (`side` is
+    "send" or "recv")."""
 
     sem: SemRef
     nbytes: Operand
@@ -474,6 +482,18 @@ class Ports:
     results: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class LoweringFinding:
+    """A finding the frontend makes while lowering, with no exploration: the backend's own
+    lowering rejects the kernel (`Kind.NOT_LOWERABLE`), or lowers a construct otherwise than
+    it reads (`Kind.LOWERED_AS_DECREMENTING`)."""
+
+    kind: Kind
+    loc: Loc
+    message: str
+    hint: str | None = None  # a fix more specific than the kind's
+
+
 @dataclass(frozen=True)
 class Protocol:
     """A closed system of threads, semaphores and buffers, ready to be checked."""
@@ -499,6 +519,11 @@ class Protocol:
     # A program of several kernels (semcheck/programs.py): the kernel each thread's n-th
     # KernelEntry enters, in program order. Empty for one kernel.
     kernels: tuple[str, ...] = field(default=())
+    findings: tuple[LoweringFinding, ...] = field(default=())  # reported as they are, at their line
+    # The bytes one count of a DMA semaphore stands for: what a copy of N bytes adds is
+    # ceil(N / dma_unit), and `DmaStart.nbytes` / `DmaWait.nbytes` are already in those units
+    # (the TPU frontend: 32, semcheck/tpu_facts.py; a model and the GPU: 1, bytes).
+    dma_unit: int = 1
 
     def semaphore(self, name: str) -> SemDecl:
         for decl in self.semaphores:

@@ -262,6 +262,16 @@ class ThreadBuilder:
         return ir.Thread(self.device, self.core, tuple(body), self.sub)
 
 
+# A model states its own semantics, so its non-decrementing waits are checked as written; a
+# TPU kernel written the same way would not run that way (semcheck/tpu_facts.py).
+MODEL_NONDECREMENTING_NOTE = (
+    "the model's waits with decrement=False are checked as non-decrementing, as the model "
+    "states; a TPU kernel written with semaphore_wait(decrement=False) decrements instead (JAX's "
+    "Pallas TPU lowering emits an ordinary tpu.sem_wait for it; observed on TPU v5e, JAX 0.10.2), "
+    "and semcheck checks such a kernel that way"
+)
+
+
 class ProtocolBuilder:
     def __init__(self, name: str, *, devices: int, cores: int = 1, backend: str | Backend = "tpu"):
         if devices < 1 or cores < 1:
@@ -285,8 +295,12 @@ class ProtocolBuilder:
         origin: SemOrigin = SemOrigin.SCRATCH,
         scope: Scope = Scope.CORE,
         collective_id: int | None = None,
+        checked_at_exit: bool = True,
     ) -> Sem:
-        self._sems.append(ir.SemDecl(name, kind, size, origin, scope, collective_id, caller_loc()))
+        """`checked_at_exit=False`: a scratch semaphore of a TPU kernel compiled with
+        disable_semaphore_checks=True, whose leftover carries into the next invocation."""
+        self._sems.append(ir.SemDecl(name, kind, size, origin, scope, collective_id, caller_loc(),
+                                     checked_at_exit=checked_at_exit))
         return Sem(name, size)
 
     def barrier_semaphore(self, name: str = "barrier", collective_id: int = 0) -> Sem:
@@ -330,6 +344,9 @@ class ProtocolBuilder:
 
     def build(self) -> ir.Protocol:
         threads = tuple(self._threads[k].build() for k in sorted(self._threads))
+        nondecrementing = any(isinstance(i, ir.Wait) and not i.decrement for th in threads for i in th.body)
+        if self.backend is Backend.TPU and nondecrementing and MODEL_NONDECREMENTING_NOTE not in self._notes:
+            self.note(MODEL_NONDECREMENTING_NOTE)
         return ir.Protocol(
             name=self.name,
             backend=self.backend,

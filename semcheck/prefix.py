@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from semcheck import ir
+from semcheck.kinds import Kind
 from semcheck.result import Result, Verdict
 
 
@@ -25,9 +26,11 @@ def prefix_result(checked: Result, protocol: ir.Protocol, message: str, loc: ir.
     stops = ir.cuts(protocol)
     where = sorted({str(cut.loc) for _thread, cut in stops})
     threads = len({(t.device, t.core, t.sub) for t, _cut in stops})
+    # A finding of the lowering (not_lowerable) is about the whole kernel, not a schedule.
+    before = [v for v in checked.errors if v.kind != Kind.NOT_LOWERABLE.value]
     found = (
         "the violations listed happen before it, whatever the rest of the kernel does"
-        if checked.errors
+        if before
         else "no data race, bad id or early arrival happens before it"
     )
     note = (

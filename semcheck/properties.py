@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from semcheck import ir
+from semcheck import ir, tpu_facts
 from semcheck.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
 from semcheck.result import BlockedWait
@@ -156,8 +156,8 @@ def _landing_at_entry_finding(system: System, h) -> Finding:
 
 def _zero_at_exit_rule(inst: SemInstance) -> str:
     return (
-        f"on TPU every {inst.decl.origin.value} semaphore must be back to 0 at exit (the runtime "
-        f"crashes otherwise). It is declared at {inst.decl.loc}."
+        f"on TPU every {inst.decl.origin.value} semaphore must be back to 0 at exit: "
+        f"{leftover_consequence(inst.decl)}. It is declared at {inst.decl.loc}."
     )
 
 
@@ -409,6 +409,15 @@ def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Fi
     return Finding(Kind.UNSATISFIED_WAIT, (Kind.UNSATISFIED_WAIT, loc), t, loc, message)
 
 
+def leftover_consequence(decl: ir.SemDecl) -> str:
+    """What the chip does with a leftover on `decl` (semcheck/tpu_facts.py)."""
+    if decl.origin is ir.SemOrigin.BARRIER:
+        return tpu_facts.BARRIER_LEFTOVER_CARRIES
+    if not decl.checked_at_exit:
+        return tpu_facts.LEFTOVER_CARRIES
+    return tpu_facts.LEFTOVER_HALTS
+
+
 def _leftover_findings(system: System, state: State) -> list[Finding]:
     out = []
     for sid, count in enumerate(state.sems):
@@ -434,9 +443,7 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
         else:
             message = (
                 f"semaphore leftover: {inst.label} holds {count} when the kernel exits (or it was "
-                f"added to after the kernel exited); on TPU every {inst.decl.origin.value} semaphore "
-                f"must be back to 0 at exit (the runtime crashes otherwise). It is declared at "
-                f"{inst.decl.loc}."
+                f"added to after the kernel exited); {_zero_at_exit_rule(inst)}"
             )
         owner = next(
             (
@@ -454,23 +461,13 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
 
 
 def static_findings(system: System) -> list[Finding]:
-    """Warnings that need no exploration: constructs the backend's compiler rejects."""
+    """Findings that need no exploration: what the frontend found while lowering (the
+    backend's own lowering rejects the kernel, or lowers a construct otherwise than it reads:
+    `ir.LoweringFinding`), each once, at its line."""
     out: dict[tuple, Finding] = {}
-    if system.backend is ir.Backend.TPU:
-        for t, body in enumerate(system.bodies):
-            for instr in body:
-                if isinstance(instr, ir.Wait) and not instr.decrement:
-                    key = (Kind.NOT_LOWERABLE, instr.loc)
-                    out.setdefault(
-                        key,
-                        Finding(
-                            Kind.NOT_LOWERABLE, key, t, instr.loc,
-                            f"semaphore_wait(decrement=False) at {instr.loc} traces, but TPU "
-                            "lowering rejects it ('Non-decrementing wait is not supported.'); "
-                            "semcheck analyzes it as a non-decrementing wait (Mosaic GPU "
-                            "semantics) so the rest of the protocol is still checked",
-                        ),
-                    )
+    for found in system.protocol.findings:
+        key = (found.kind, found.loc)
+        out.setdefault(key, Finding(found.kind, key, None, found.loc, found.message, hint=found.hint))
     return list(out.values())
 
 

@@ -333,7 +333,8 @@ class System:
             self._validate(t, thread)
         self._memory_cells()
         self.plain_sharers = self._plain_sharers()
-        self._entry_resets = self._reset_tables()
+        self._entry_checks = self._entry_tables(checked_only=False)
+        self._entry_resets = self._entry_tables(checked_only=True)
         self.footprints: list[list[Footprint]] = [
             [self._static_footprint(t, instr) for instr in body]
             for t, body in enumerate(self.bodies)
@@ -673,12 +674,15 @@ class System:
             if 0 <= d < self.protocol.devices and 0 <= c < self.protocol.cores
         )
 
-    def _reset_tables(self) -> list[tuple[int, ...]]:
-        """Per thread, the semaphores its kernel entry allocates afresh, in id order (one
-        pass over the instances, not one per thread)."""
+    def _entry_tables(self, checked_only: bool) -> list[tuple[int, ...]]:
+        """Per thread, its core's scratch and scoped semaphores (TPU), in id order (one pass
+        over the instances, not one per thread); with `checked_only`, those the chip checks
+        at exit. Entering a kernel again finds the leftovers of all of them; it zeroes only
+        the checked ones: one the chip does not check (disable_semaphore_checks=True) keeps
+        its count into the next kernel (semcheck/tpu_facts.py)."""
         by_core: dict[tuple[int, int | None], list[int]] = {}
         for sid, inst in enumerate(self.instances):
-            if inst.decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED):
+            if inst.decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED) and (inst.decl.checked_at_exit or not checked_only):
                 by_core.setdefault((inst.device, inst.core), []).append(sid)
         return [
             () if self.backend is not Backend.TPU or th.sub else tuple(by_core.get((th.device, th.core), ()))
@@ -686,9 +690,15 @@ class System:
         ]
 
     def entry_resets(self, t: int) -> tuple[int, ...]:
-        """The semaphores a thread's kernel entry allocates afresh (and its exit must find
-        at 0): its core's scratch and scoped semaphores, TPU only."""
+        """The semaphores a thread's kernel entry allocates afresh (zeroes): its core's
+        scratch and scoped semaphores that the chip checks at exit, TPU only."""
         return self._entry_resets[t]
+
+    def entry_checks(self, t: int) -> tuple[int, ...]:
+        """The semaphores whose count (or copy still landing) a thread's later kernel entry
+        reports as the previous invocation's leftover: every scratch and scoped semaphore of
+        its core, TPU only (a superset of `entry_resets`)."""
+        return self._entry_checks[t]
 
     def reset_on_entry(self, t: int) -> int:
         """`entry_resets` as a bitmask of instance ids."""
@@ -1259,22 +1269,25 @@ def _exec_entry(system: System, t: int, instr: ir.KernelEntry, state: State) -> 
     """A fresh allocation of the core's semaphores. Entering again (a later invocation)
     first finds what the previous one left: a non-zero count, or one of its copies still
     landing, is that invocation's leftover (TPU checks every semaphore at kernel exit). A
-    copy's hazard names its start as the other party: that line is the leftover's cause."""
-    reset = system.entry_resets(t)
-    if not reset:
+    copy's hazard names its start as the other party: that line is the leftover's cause.
+    A semaphore the chip does not check at exit (disable_semaphore_checks=True) is reported
+    the same way but not zeroed: its count carries into the new invocation."""
+    checked = system.entry_checks(t)
+    if not checked:
         return _advance(state, t)
     pc = state.pcs[t]
-    resetting = frozenset(reset)
+    resetting = frozenset(system.entry_resets(t))
+    watched = frozenset(checked)
     found: list[Hazard] = []
     if system.invocation_at[t][pc] >= 1:  # not the first entry
         found = [
             Hazard(LEFTOVER_AT_EXIT, t, pc, -1, -1,
                    f"{system.instances[sid].label} holds {count} (left by the previous invocation)", sem=sid)
-            for sid in reset if (count := state.sems[sid])
+            for sid in checked if (count := state.sems[sid])
         ] + [
             Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.start_pc,
                    f"a copy of the previous invocation is still landing on {system.instances[e.sem].label}", sem=e.sem)
-            for e in _distinct(state.events) if e.sem in resetting
+            for e in _distinct(state.events) if e.sem in watched
         ]
     return _advance(state, t, sems=state.sems.zeroed(resetting), hazards=_with(state.hazards, *found))
 
@@ -1408,7 +1421,7 @@ def _fp_entry(system: System, t: int, instr: ir.KernelEntry) -> Footprint:
     th = system.threads[t]
     own = frozenset(system.entry_resets(t))
     life = frozenset((system.lifecycle_cell(th.device, th.core),))
-    return Footprint(dec=own, read=own, mwrite=life, mnear=life)
+    return Footprint(dec=own, read=frozenset(system.entry_checks(t)), mwrite=life, mnear=life)
 
 
 def event_footprint(system: System, event: Event, watched: bool = True) -> Footprint:
@@ -1523,8 +1536,9 @@ def _registers_written(body: tuple[ir.Instr, ...]) -> dict[str, int]:
 
 
 def must_be_zero_at_exit(backend: Backend, decl: ir.SemDecl) -> bool:
-    """TPU: scratch, scoped and barrier semaphores must be 0 when the kernel ends (the
-    runtime crashes otherwise); a semaphore handed to a kernel outside the protocol is exempt,
+    """TPU: scratch, scoped and barrier semaphores must be 0 when the kernel ends (the chip
+    halts the core otherwise, or, unchecked, the count carries into the next kernel:
+    semcheck/tpu_facts.py); a semaphore handed to a kernel outside the protocol is exempt,
     and one handed between the kernels of a program is judged when the program ends. GPU:
     GMEM semaphores are zero-filled before each launch, so nothing is required, except of the
     barrier semaphores (plgpu.get_barrier_semaphore), which the next kernel of the same

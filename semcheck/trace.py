@@ -151,9 +151,15 @@ def _text_wait(system, before, after, t, instr, step) -> str:
     if isinstance(instr, ir.Wait) and not instr.decrement:
         return f"wait {inst.short} >= {need} without decrement (holds {step.before})"
     what = f"wait {inst.short} >= {need}" if isinstance(instr, ir.Wait) else (
-        f"dma_wait ({instr.side}) {inst.short} for {need} bytes"
+        f"dma_wait ({instr.side}) {inst.short} for {_amount(system, need)}"
     )
     return f"{what} ({step.before} -> {step.after})"
+
+
+def _amount(system, units: int) -> str:
+    """A DMA semaphore amount in the protocol's units (TPU: 32-byte units)."""
+    unit = system.protocol.dma_unit
+    return f"{units} bytes" if unit == 1 else f"{units} units of {unit} bytes"
 
 
 def _text_read(system, before, after, t, instr: ir.Read, step) -> str:

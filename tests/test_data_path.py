@@ -16,7 +16,17 @@ from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import check_protocol, ir
 from semcheck.assumptions import Assumption, apply
-from tests.tpu_kernels import instrs, line_of, mesh, protocols
+from tests.tpu_kernels import hbm_call, instrs, line_of, mesh, protocols
+
+# Several kernels here pick a route with `lax.top_k`, or load a vector from SMEM, to exercise
+# the data path; JAX's Pallas TPU lowering implements neither, so each of them is also
+# `not_lowerable` (lower/jax_tpu_lowering.py). These tests judge the synchronization.
+NOT_LOWERABLE = "not_lowerable"
+
+
+def sync_errors(result) -> set[str]:
+    """The error kinds of `result` beside JAX's TPU lowering's refusal of the kernel."""
+    return {v.kind for v in result.errors} - {NOT_LOWERABLE}
 
 HERE = __file__
 DMA = pltpu.SemaphoreType.DMA
@@ -151,16 +161,7 @@ def _routing_kernel(shift: int):
             device_id=(expert // LOCAL_EXPERTS,), device_id_type=pl.DeviceIdType.MESH,
         )
 
-    def per_device(block):
-        return pl.pallas_call(
-            kernel,
-            out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=[pltpu.SMEM((1,), jnp.int32), REGULAR((LOCAL_EXPERTS,))],
-        )(block)
-
-    return per_device
+    return hbm_call(kernel, scratch=[pltpu.SMEM((1,), jnp.int32), REGULAR((LOCAL_EXPERTS,))])
 
 
 def _expected_expert(me: int, n: int) -> int:
@@ -180,7 +181,7 @@ def test_routing_from_top_k_decides_the_target_device_and_semaphore():
     assert all(u.buffers == ("route_ref",) for u in p.data_uses)
     # Nobody waits: each routed signal is left over, on the semaphore the routing chose.
     result = check_protocol(p)
-    assert {v.kind for v in result.errors} == {"semaphore_leftover"}
+    assert {v.kind for v in result.errors} == {"semaphore_leftover", NOT_LOWERABLE}  # top_k
 
 
 def test_routing_past_the_last_device_is_an_invalid_device_id():
@@ -226,7 +227,8 @@ def test_routing_from_the_scripts_logits_is_evaluated_on_every_device():
         assert sorted(u.device for u in p.data_uses if u.what == "the signal device id") == list(range(devices))
         assert any(n.startswith("the verdict holds for the operand values the script passed") for n in p.notes)
         result = check_protocol(p)
-        assert result.verdict.value == "safe", result.violations
+        [refused] = result.errors  # the protocol is safe; JAX's TPU lowering refuses top_k
+        assert refused.kind == NOT_LOWERABLE and "top_k" in refused.message, result.violations
 
 
 def test_a_wait_on_the_semaphore_the_routing_does_not_signal_is_found():
@@ -234,7 +236,7 @@ def test_a_wait_on_the_semaphore_the_routing_does_not_signal_is_found():
 
     for result in verify_path(_script("routed_signal_wrong_wait.py"), [2, 4]):
         assert result.verdict.value == "violation"
-        assert {v.kind for v in result.errors} == {"unsatisfied_wait"}
+        assert sync_errors(result) == {"unsatisfied_wait"}
         assert any("taken from data" in n for n in result.notes)
 
 
@@ -549,7 +551,7 @@ def test_an_element_beside_an_assumed_one_is_still_the_scripts_value():
     [p], errors = _assumed_lowering(_neighbour)
     assert not errors, errors
     assert {(u.what, u.value, u.script_inputs) for u in p.data_uses} == {("the signal increment", 3, ("count_ref",))}
-    assert check_protocol(p, assume=[Assumption("count_ref[0]", 0, 8)]).verdict.value == "safe"
+    assert not sync_errors(check_protocol(p, assume=[Assumption("count_ref[0]", 0, 8)]))
 
 
 def _summed(count_ref):
@@ -709,9 +711,9 @@ def test_gathered_counts_size_and_place_each_senders_rows_in_the_inbox():
         [copy] = [c for c in instrs(p, ir.DmaStart, device=d) if c.dst.buffer == "inbox"]
         offset = sum(rows[j] for j in range(1, d))
         assert (copy.device, copy.dst.start[0], copy.dst.size[0]) == (0, offset, rows[d])
-        assert copy.nbytes == rows[d] * 128 * 4
+        assert copy.nbytes == rows[d] * 128 * 4 // 32  # in the DMA units of a TPU (32 bytes)
     [aggregate] = [w for w in instrs(p, ir.DmaWait, device=0) if w.sem.alloc == "recv_sem"]
-    assert aggregate.nbytes == 9 * 128 * 4  # one wait for every sender's bytes
+    assert aggregate.nbytes == 9 * 128 * 4 // 32  # one wait for every sender's bytes
     sized = [u for u in p.data_uses if "pl.ds size" in u.what]
     assert sized and all(u.script_inputs == ("mine_ref",) for u in sized)
     assert check_protocol(p).verdict.value == "safe"

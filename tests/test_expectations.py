@@ -87,7 +87,7 @@ def test_every_buggy_model_declares_its_verdict():
         "dma_wait_mismatch": {"unsatisfied_wait"},
         "ring_allgather_missing_signal": {"unsatisfied_wait"},
         "moe_dispatch_capacity": {"unsatisfied_wait"},
-        "nondec_poll_leak": {"semaphore_leftover", "not_lowerable"},
+        "nondec_poll_leak": {"semaphore_leftover"},
         "remote_out_of_range": {"invalid_device_id"},
         "double_buffer": set(),
         "nondec_poll": set(),
@@ -149,14 +149,14 @@ def test_equally_specific_disagreeing_declarations_are_an_error():
 
 def test_judging_compares_error_kinds_exactly_and_declared_warnings_as_required():
     deadlock = Expectation(frozenset({"deadlock"}))
-    with_warning = Expectation(frozenset({"semaphore_leftover", "not_lowerable"}))
+    with_warning = Expectation(frozenset({"semaphore_leftover", "lowered_as_decrementing"}))
     assert judge(result(["deadlock"]), deadlock).matched
     assert not judge(result(["deadlock", "semaphore_leftover"]), deadlock).matched
     assert not judge(result(["unsatisfied_wait"]), deadlock).matched
     assert judge(result(), None).matched  # no declaration: safe expected
-    assert judge(result(warnings=["not_lowerable"]), None).matched  # undeclared warnings never fail
+    assert judge(result(warnings=["lowered_as_decrementing"]), None).matched  # undeclared warnings never fail
     assert not judge(result(["deadlock"]), None).matched
-    assert judge(result(["semaphore_leftover"], ["not_lowerable"]), with_warning).matched
+    assert judge(result(["semaphore_leftover"], ["lowered_as_decrementing"]), with_warning).matched
     assert not judge(result(["semaphore_leftover"]), with_warning).matched
     fixed = judge(result(), deadlock)
     assert not fixed.matched and "expected deadlock, found safe" in fixed.reason and "update" in fixed.reason

@@ -186,14 +186,16 @@ def test_concise_is_one_line_per_finding(capsys, monkeypatch):
 def test_github_format_is_workflow_commands_at_repository_paths(capsys, monkeypatch):
     monkeypatch.chdir(MODELS)
     monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
-    code, out, _ = run(capsys, "circular_wait.py", "nondec_poll_leak.py", "--devices", "2", "--format", "github")
+    warned = os.path.join(ROOT, "examples", "tpu", "nondecrementing_poll_leftover.py")
+    code, out, _ = run(capsys, "circular_wait.py", "nondec_poll_leak.py", warned, "--devices", "2", "--format", "github")
     assert code == 1
     lines = out.splitlines()
     assert lines[0] == ("::error file=models/circular_wait.py,line=20,title=semcheck%3A deadlock::device 0 -> "
                         "device 1 -> device 0 wait for each other in a cycle; each wait can only be satisfied "
                         "by the next thread in the cycle, which is itself blocked (kernel circular_wait; 2 devices)")
-    assert lines[1].startswith("::error file=models/nondec_poll_leak.py,line=20,title=semcheck%3A semaphore_leftover::")
-    assert lines[2].startswith("::warning file=models/nondec_poll_leak.py,line=23,title=semcheck%3A not_lowerable::")
+    assert lines[1].startswith("::error file=models/nondec_poll_leak.py,line=26,title=semcheck%3A semaphore_leftover::")
+    assert lines[2].startswith("::warning file=examples/tpu/nondecrementing_poll_leftover.py,line=39,"
+                               "title=semcheck%3A lowered_as_decrementing::")
     assert len(lines) == 3
 
 

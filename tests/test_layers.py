@@ -1,7 +1,7 @@
 """The package's layers, read from its imports: no import cycle, and no module imports a
 layer above its own. The layers, bottom to top:
 
-    vocabulary   ir, kinds, errors, version, intervals (and lower.registry, engines.budget)
+    vocabulary   ir, kinds, errors, version, intervals, tpu_facts (and lower.registry, engines.budget)
     model        the builder API, assumptions, invocations, programs, result
     frontends    lower/, capture, frontends/, jax_compat (jaxpr -> IR; never the semantics)
     semantics    semantics, properties, trace (IR -> transition system; never JAX)
@@ -24,7 +24,7 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 LAYERS = [
     ("vocabulary", ("semcheck.ir", "semcheck.kinds", "semcheck.errors", "semcheck.version", "semcheck.intervals",
-                    "semcheck.lower.registry", "semcheck.engines.budget")),
+                    "semcheck.tpu_facts", "semcheck.lower.registry", "semcheck.engines.budget")),
     ("model", ("semcheck.model", "semcheck.assumptions", "semcheck.invocations", "semcheck.programs", "semcheck.result",
                "semcheck.prefix", "semcheck.provenance")),
     ("frontends", ("semcheck.lower", "semcheck.frontends.capture", "semcheck.operands", "semcheck.frontends",

@@ -34,7 +34,9 @@ def test_every_stuck_line_is_quoted():
 
 
 def test_summary_table_has_a_row_per_check_and_totals():
-    rs = results("ring_allgather", (2, 4)) + results("nondec_poll_leak", (2,)) + verify_path("no/such.py", [2])
+    warned = verify_path(os.path.join(ROOT, "examples", "tpu", "nondecrementing_poll_leftover.py"), [2])
+    rs = (results("ring_allgather", (2, 4)) + results("nondec_poll_leak", (2,)) + warned
+          + verify_path("no/such.py", [2]))
     table = summary.summary_table(rs)
     lines = table.splitlines()
     assert lines[1].split() == ["kernel", "devices", "verdict", "states", "time", "file"]
@@ -42,9 +44,9 @@ def test_summary_table_has_a_row_per_check_and_totals():
     assert rows[0][:3] == ["ring_allgather", "2", "safe"]
     assert rows[1][:2] == ["4", "safe"]  # the kernel's name is not repeated
     assert rows[2][:3] == ["nondec_poll_leak", "2", "semaphore_leftover"]
-    assert "(+not_lowerable)" in lines[5]
-    assert rows[3][:3] == ["such", "2", "error"]
-    assert lines[-1].strip().startswith("4 checks of 3 kernels: 2 safe, 1 violation, 1 error;")
+    assert rows[3][:3] == ["check_in_kernel", "2", "safe"] and "(+lowered_as_decrementing)" in lines[6]
+    assert rows[4][:3] == ["such", "2", "error"]
+    assert lines[-1].strip().startswith("5 checks of 4 kernels: 3 safe, 1 violation, 1 error;")
 
 
 def test_a_folder_run_ends_with_the_table():

@@ -23,7 +23,8 @@ can hide a kernel. The operand values come from one run of a fresh `jax.jit` of 
 the hooks (`with_operand_values`).
 
 While capturing, `emit_pipeline` needs to know the TPU generation (for tiling); semcheck
-registers the CPU device kind in `pltpu`'s TPU-info registry as a TPU v6e.
+registers the CPU device kind in `pltpu`'s TPU-info registry as a TPU v6e
+(`lower/tpu_hardware.py`, `tpu_generation_for_cpu`).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def capturing(record: Callable):
                 num_operands=len(in_nodes),
                 mesh=_mesh_of_axis_context(ctx.module_context.axis_context),
                 call_loc=loc_of_traceback(getattr(ctx, "traceback", None)),
+                in_avals=tuple(ctx.avals_in),
             )
             record(capture)
             from semcheck.operands import record_operands
@@ -138,6 +140,8 @@ def capturing(record: Callable):
             mlir.register_lowering(prim, hook(name), platform="cpu", cacheable=False)
         for prim, param in calls.items():
             mlir.register_lowering(prim, _inlined_call(prim, param), platform="cpu", cacheable=False)
+        from semcheck.lower.tpu_hardware import tpu_generation_for_cpu
+
         with tpu_generation_for_cpu():
             yield
     finally:
@@ -226,24 +230,6 @@ def mesh_shape(mesh):
     names = tuple(mesh.axis_names)
     shape = dict(mesh.shape)
     return MeshShape(names, tuple(int(shape[n]) for n in names))
-
-
-@contextlib.contextmanager
-def tpu_generation_for_cpu():
-    """Let emit_pipeline ask for the TPU generation on CPU devices (pltpu's registry of
-    device kinds is JAX's own extension point for this)."""
-    tpu_info = jax_internal("tpu_info")
-
-    if "cpu" in tpu_info.registry:
-        yield
-        return
-    tpu_info.registry["cpu"] = lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V6E, 1)
-    try:
-        yield
-    finally:
-        tpu_info.registry.pop("cpu", None)
-        if hasattr(tpu_info.get_tpu_info, "cache_clear"):  # forget the answer given while capturing
-            tpu_info.get_tpu_info.cache_clear()
 
 
 # --- lowering what was captured ------------------------------------------------------------
@@ -350,6 +336,7 @@ def _kernels_in_jaxpr(fn, args, kwargs) -> list:
     from semcheck.lower import KernelCapture, KernelFlow, MeshShape
     from semcheck.lower.interpreter import subjaxprs
     from semcheck.lower.source import loc_of_traceback
+    from semcheck.lower.tpu_hardware import tpu_generation_for_cpu
 
     with tpu_generation_for_cpu():
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
@@ -372,7 +359,8 @@ def _kernels_in_jaxpr(fn, args, kwargs) -> list:
                 found.append(
                     KernelCapture(name, dict(eqn.params), len(eqn.invars), mesh,
                                   loc_of_traceback(eqn.source_info.traceback),
-                                  flow=KernelFlow(scope, tuple(map(value, eqn.invars)), tuple(map(value, eqn.outvars))))
+                                  flow=KernelFlow(scope, tuple(map(value, eqn.invars)), tuple(map(value, eqn.outvars))),
+                                  in_avals=tuple(v.aval for v in eqn.invars))
                 )
                 continue
             if name in calls:

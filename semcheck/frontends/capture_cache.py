@@ -58,10 +58,15 @@ def capture(path: str, devices: int, *, timeout: float | None = None, assumed: t
         return outcome
 
 
+# What a kept capture holds: a capture made before a change of this is never served. 2: the
+# protocols carry JAX's own TPU lowering's answer (lower/jax_tpu_lowering.py).
+CAPTURE_FORMAT = "2"
+
+
 def _key(path: str, devices: int, assumed: tuple[str, ...] = ()) -> str:
     digest = hashlib.sha256()
     folder = os.path.dirname(path)
-    for part in (path, str(devices), *assumed):
+    for part in (CAPTURE_FORMAT, path, str(devices), *assumed):
         digest.update(part.encode() + b"\0")
     for name in sorted(n for n in os.listdir(folder) if n.endswith(".py")):
         digest.update(name.encode() + b"\0")

@@ -110,10 +110,14 @@ class KernelContext:
     collective_id: int | None = None
     skip_device_barrier: bool = False
     allow_unused_collective_id: bool = False
+    # pltpu.CompilerParams(disable_semaphore_checks=True) turns the chip's check that scratch
+    # semaphores are 0 at exit off: a leftover then carries into the next kernel.
+    semaphore_checks: bool = True
     semaphores: dict[str, ir.SemDecl] = field(default_factory=dict)
     buffers: dict[str, ir.BufferDecl] = field(default_factory=dict)
     inputs: list[ir.Input] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    findings: list[ir.LoweringFinding] = field(default_factory=list)
     # run_scoped allocations by site: a TPU site's list of refs, a GPU site's ref per argument
     scoped: dict[tuple, list[RefValue] | RefValue] = field(default_factory=dict)
     fold_cache: dict = field(default_factory=dict)
@@ -164,8 +168,9 @@ class KernelContext:
         kind = semaphore_kind(aval.dtype)
         name = self.unique(base)
         if kind is not None:
+            checked = self.semaphore_checks or origin not in (SemOrigin.SCRATCH, SemOrigin.SCOPED)
             self.semaphores[name] = ir.SemDecl(
-                name, kind, max(1, math.prod(shape)), origin, Scope.CORE, None, loc
+                name, kind, max(1, math.prod(shape)), origin, Scope.CORE, None, loc, checked_at_exit=checked
             )
             return RefValue(name, True, shape, aval.dtype)
         itemsize = getattr(np.dtype(aval.dtype), "itemsize", 4) if _is_numpy(aval.dtype) else 4
@@ -231,6 +236,11 @@ class KernelContext:
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
+
+    def finding(self, kind, loc: ir.Loc, message: str, hint: str | None = None) -> None:
+        """A finding of the lowering itself (`ir.LoweringFinding`), once per kind and line."""
+        if all((f.kind, f.loc) != (kind, loc) for f in self.findings):
+            self.findings.append(ir.LoweringFinding(kind, loc, message, hint))
 
 
 def element_input_name(buffer: str, index: tuple[int, ...], device: int, held: str | None = None) -> str:

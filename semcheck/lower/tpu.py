@@ -18,6 +18,7 @@ from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.memory import copy_data, for_each_selection, nbytes_of_window, region, semaphore_ref
 from semcheck.lower.registry import rule
+from semcheck.lower.tpu_hardware import dma_amount, nondecrementing_wait, note_by_hand
 from semcheck.lower.values import Known, Sym, sym_op
 
 
@@ -110,6 +111,7 @@ def semaphore_signal(t: ThreadLowering, eqn, inputs):
         raise t.error(eqn, "the signal gives a core both in its device id dict and as core_index")
     core = dict_core if core_index is None else operand(t, eqn, core_index, "the signal's core_index")
     ref = semaphore_ref(t, eqn, sem, "the signalled semaphore", transforms, device=device, core=core)
+    note_by_hand(t, ref.alloc)
     t.emitter.emit(ir.Signal(t.loc(eqn), ref, operand(t, eqn, inc, "the signal increment")))
     return []
 
@@ -125,9 +127,10 @@ def semaphore_wait(t: ThreadLowering, eqn, inputs):
     if not isinstance(decrement, Known):
         raise t.error(eqn, "the decrement flag is not a constant")
     ref = semaphore_ref(t, eqn, sem, "the waited semaphore", transforms)
-    t.emitter.emit(
-        ir.Wait(t.loc(eqn), ref, operand(t, eqn, value, "the wait value"), bool(decrement.value))
-    )
+    note_by_hand(t, ref.alloc)
+    # A non-decrementing wait is checked as JAX lowers it for TPU (lower/tpu_hardware.py).
+    decrements = bool(decrement.value) or nondecrementing_wait(t, eqn)
+    t.emitter.emit(ir.Wait(t.loc(eqn), ref, operand(t, eqn, value, "the wait value"), decrements))
     return []
 
 
@@ -135,6 +138,7 @@ def semaphore_wait(t: ThreadLowering, eqn, inputs):
 def semaphore_read(t: ThreadLowering, eqn, inputs):
     sem, transforms = eqn.params["args_tree"].unflatten(inputs)
     ref = semaphore_ref(t, eqn, sem, "the read semaphore", transforms)
+    note_by_hand(t, ref.alloc)
     register = t.fresh_reg("read")
     t.emitter.emit(ir.Read(t.loc(eqn), ref, register))
     return [Sym(ir.Reg(register), np.dtype(np.int32))]
@@ -162,8 +166,9 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             dst=region(t, eqn, dst, "the DMA destination"),
             recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
             send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
-            # Mosaic counts the bytes of the destination memref (docs/semantics.md, "DMAs").
-            nbytes=nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination"),
+            # Mosaic counts the bytes of the destination memref, in the chip's 32-byte units
+            # (docs/semantics.md, "DMAs" and "What the hardware does").
+            nbytes=dma_amount(t, nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination")),
             device=device,
             core=core,
         )
@@ -192,7 +197,7 @@ def dma_wait(t: ThreadLowering, eqn, inputs):
             ir.DmaWait(
                 t.loc(eqn),
                 semaphore_ref(t, eqn, sem, f"the DMA {side} semaphore waited on"),
-                nbytes_of_window(t, eqn, dst, avals[1], "the waited DMA's destination"),
+                dma_amount(t, nbytes_of_window(t, eqn, dst, avals[1], "the waited DMA's destination")),
                 side,
             )
         )

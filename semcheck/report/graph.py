@@ -44,6 +44,7 @@ import textwrap
 import networkx as nx
 
 from semcheck.ir import Loc, core_unit, thread_name
+from semcheck.kinds import LOWERING_KINDS
 from semcheck.result import BlockedWait, Result, StepEvent, TraceStep, Violation
 
 LANE, STEP, BLOCKED, COLLAPSED, AT_EXIT = "lane", "step", "blocked", "collapsed", "at_exit"
@@ -226,8 +227,10 @@ def _tooltip(loc: Loc | None) -> str:
 
 
 def graphs_for(results: list[Result]) -> list[tuple[Result, Violation]]:
-    """The counterexamples worth drawing: every error-severity violation of every result."""
-    return [(r, v) for r in results for v in r.errors]
+    """The counterexamples worth drawing: every error-severity violation of every result but
+    the lowering's own findings, which no schedule shows (`kinds.LOWERING_KINDS`)."""
+    lowering = {k.value for k in LOWERING_KINDS}
+    return [(r, v) for r in results for v in r.errors if v.kind not in lowering]
 
 
 # --- what matters ------------------------------------------------------------------------------
