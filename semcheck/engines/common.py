@@ -92,13 +92,11 @@ Entry = tuple[Finding, State, list[Action]]
 
 
 def first_counterexample(entries: list[Entry]) -> list[Entry]:
-    """The first error found and the findings on the very same path (one stuck state can
-    be a deadlock and an unsatisfied wait at once): what a check that stops at its first
-    counterexample reports. Without an error, every finding (there are none to stop at)."""
+    """The first error found: what a check that stops at its first counterexample reports
+    (one state can hold several, e.g. a leftover on every device at exit: the first stands
+    for them, and `--exhaustive` lists each). Without an error, every finding."""
     first = next((e for e in entries if SEVERITY[e[0].kind] == "error"), None)
-    if first is None:
-        return entries
-    return [e for e in entries if e is first or (e[1] == first[1] and e[2] == first[2])]
+    return entries if first is None else [first]
 
 
 def _with_causes(system: System, entries: list[Entry]) -> tuple[list[Entry], dict[tuple, tuple]]:
