@@ -15,7 +15,7 @@ from semcheck.engines.explicit import search
 from semcheck.engines import simulate
 from semcheck.frontends import load, model_file
 from semcheck.properties import Kind
-from semcheck.report import json as json_report, text
+from semcheck.report import json as json_report, sarif, text
 from semcheck.semantics import System
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,7 +82,7 @@ def test_consequences_are_linked_to_their_root_cause_and_reported_after_it():
     assert report[1]["caused_by"] == {"index": 0, "kind": "data_race",
                                       "location": json_report.location(cause.location)}
     lines = text.render([result])
-    assert lines.count("consequence: ") == 2 and "after the data_race at line 49 above" in lines
+    assert lines.count("consequence of the data_race at ") == 2 and "warp_producer_consumer_no_release.py:49 above" in lines
 
 
 def test_a_first_counterexample_that_is_a_consequence_is_reported_with_its_cause():
@@ -108,3 +108,20 @@ def test_the_default_cli_report_is_the_first_counterexample(capsys):
     code = cli.main(["verify", PIPELINE, "--devices", "2", "-q", "--exhaustive"])
     out = capsys.readouterr().out
     assert code == 1 and "3 violations: barrier_phase_overrun, data_race" in out and "first counterexample" not in out
+
+
+def test_a_copy_started_into_a_slot_still_being_read_is_the_root_cause_of_the_read_race():
+    """The TPU ring without capacity: the left neighbour's next copy into the landing slot
+    starts while the slot is still being read (line of `copy.start()`); the read of the
+    slot that then races with that copy follows from it."""
+    path = os.path.join(ROOT, "examples", "tpu", "allgather_ring_overwrite.py")
+    (protocol,) = load(path, 4)
+    result = check_protocol(protocol, engine="explicit", exhaustive=True)
+    lines = open(path).read().splitlines()
+    start_line = 1 + next(i for i, text in enumerate(lines) if "copy.start()  # <- data_race" in text)
+    read_line = 1 + next(i for i, text in enumerate(lines) if "o_ref[origin] = landing[...]" in text)
+    start, read = result.errors
+    assert (start.location.line, read.location.line) == (start_line, read_line)
+    assert read.caused_by is start and start.caused_by is None
+    [_, consequence] = json.loads(sarif.render([result]))["runs"][0]["results"]
+    assert consequence["properties"]["causedBy"]["line"] == start_line

@@ -194,6 +194,10 @@ class Portfolio:
         search = self._entrant("explicit", watch=width)
         try:
             result = self.engines["explicit"](self.system, search.budget, self.progress, **self.options)
+        except BaseException:  # Ctrl-C, a budget phase's exception, a bug: the others stop too
+            for other in self.entrants.values():
+                other.stop.stop("engine auto: the check was interrupted")
+            raise
         finally:
             search.turn.leave()
         self._finish(search, result)

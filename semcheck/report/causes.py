@@ -12,17 +12,21 @@ _SAID = {"simulate": "simulate (a seeded random walk, cut down to the steps the 
 
 
 def folded(v: Violation) -> list[str]:
-    """A consequence, under the cause reported just above it: where it is and what it is,
-    in two lines (its own trace passes through the cause's step; JSON and SARIF have it)."""
+    """A consequence, under the cause reported above it, in two lines after its own
+    header: what it follows from and what it is (its trace, which passes through the
+    cause's step, is in the JSON)."""
     cause = v.caused_by
     assert cause is not None
-    where = f"{display_path(v.location.file)}:{v.location.line}" if v.location else "(no location)"
-    cause_at = f" at line {cause.location.line}" if cause.location else ""
-    first = v.message.split("\n")[0]
+    cause_at = f" at {_where(cause)}" if cause.location else ""
     return [
-        f"    consequence: {v.kind} at {where}, after the {cause.kind}{cause_at} above:",
-        f"      {first}",
+        f"    consequence of the {cause.kind}{cause_at} above (its path passes through it):",
+        f"      {v.message.split(chr(10))[0]}",
     ]
+
+
+def _where(v: Violation) -> str:
+    assert v.location is not None
+    return f"{display_path(v.location.file)}:{v.location.line}"
 
 
 def provenance_lines(v: Violation) -> list[str]:
