@@ -21,7 +21,7 @@ from semcheck.semantics import System
 # The options each engine understands.
 ENGINE_OPTIONS: dict[str, frozenset[str]] = {
     "explicit": frozenset({"reduce", "stop_at_first", "silence_reported_races", "symmetry"}),
-    "z3": frozenset({"unroll", "report_ends", "counting_only", "stop_at_first"}),
+    "z3": frozenset({"unroll", "report_ends", "stop_at_first"}),
     "simulate": frozenset({"runs", "seed", "stop_at_first"}),
 }
 
