@@ -4,7 +4,9 @@
     result = verify_model(my_model, devices=4)
     assert result.verdict.value == "safe", result
 
-`verify_path` runs what `semcheck verify PATH` runs and returns every Result. `assume=`
+`verify_path` runs what `semcheck verify PATH` runs and returns every Result. Like the CLI,
+a check stops at its first counterexample; `exhaustive=True` (`--exhaustive`) reports every
+finding of every kind. `assume=`
 bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
 `verify(fn, *example_args)` checks the Pallas TPU kernels a function calls, in-process.
 """
@@ -73,6 +75,7 @@ def check_paths(
         reduce=options.pop("reduce", True), symmetry=options.pop("symmetry", True),
         split=options.pop("split", True), unroll=unroll,
         capture_timeout=capture_timeout, cores_enter_together=options.pop("cores_enter_together", True),
+        exhaustive=options.pop("exhaustive", False),
     )
     if options:
         raise TypeError(f"check_paths() got unexpected options: {', '.join(sorted(options))}")

@@ -88,9 +88,15 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
                         help="device counts to check (default: 2,4,8)")
     verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
                         help="how to decide: explicit (exhaustive search), z3 (SMT; every input value "
-                        "in one query), auto (default: explicit, and z3 beside it when the search "
-                        "outlasts its head start, first conclusive answer wins; z3 alone for wide "
-                        "inputs; the report names the engine that decided) or simulate (random schedules: finds bugs fast, never proves safe)")
+                        "in one query), auto (default: explicit, joined by simulate and z3 taking turns "
+                        "on one core once the search looks wide; the first counterexample or an "
+                        "exhaustive engine's verdict ends the check; z3 alone for wide inputs; the "
+                        "report names the engines that found what) or simulate (random schedules: "
+                        "finds bugs fast, never proves safe)")
+    verify.add_argument("--exhaustive", action=argparse.BooleanOptionalAction, default=False,
+                        help="report every finding of every kind (by default a check stops at its first "
+                        "counterexample, shown with its root cause, as SPIN and TLC do; a safe verdict "
+                        "means the same either way); --expectations implies it")
     verify.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=LO..HI",
                         help="check input NAME only for LO..HI (repeatable; overrides the file's "
                         "semcheck.assume and the input's own range; a NAME no input has is an error)")
@@ -226,6 +232,8 @@ def _verify(args) -> int:
         assume=args.assume, reduce=not args.no_reduction, symmetry=not args.no_symmetry,
         split=not args.no_split,
         invocations=args.invocations, skipped=skipped, cores_enter_together=args.assume_cores_enter_together,
+        # a gate judges every declared kind: it needs every finding (docs/engines.md, "The gate")
+        exhaustive=args.exhaustive or args.expectations,
         **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args),
     ))
     _clear_progress()

@@ -25,6 +25,13 @@ kinds (none for `safe`), and every declared warning kind must be among its warni
 warning that is not declared is still allowed: warnings never fail a run). A check with no
 declaration is expected to be safe. An `error` or `inconclusive` check never matches.
 
+`semcheck verify --expectations` runs every check exhaustively (`--exhaustive`): a
+declaration is the record of every bug a file has, and only an exhaustive check sees each
+kind; which counterexample comes first may depend on which engine of `--engine auto` gets
+there first, while the kinds an exhaustive check finds depend on the protocol alone. A
+Result that stopped at its first counterexample (`Result.first_only`, from the API's
+default) matches when the kinds it found are some of the declared ones.
+
 Which declaration applies to a check: comments in the file win over pyproject.toml; within
 one source the most specific matching declaration (most qualifiers) wins; two equally
 specific matching declarations that disagree are an error.
@@ -285,6 +292,10 @@ def judge(result: Result, expectation: Expectation | None) -> Judgement:
     if errors == want_errors and not missing_warnings:
         how = "as declared" if expectation else "as expected of a file with no declaration"
         return Judgement(expectation, True, f"{_words(declared)}, {how}")
+    if result.first_only and errors and errors < want_errors and not missing_warnings:
+        # a check that stopped at its first counterexample cannot have seen every kind
+        return Judgement(expectation, True, f"{_words(errors)} of the declared {_words(declared)} (the first "
+                         "counterexample; --exhaustive, which --expectations implies, checks every kind)")
     found = errors | (warnings & want_warnings)
     reason = f"expected {_words(declared)}, found {_words(found)}"
     if not errors and want_errors:

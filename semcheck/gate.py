@@ -71,6 +71,8 @@ def apply_project_defaults(verify: argparse.ArgumentParser, defaults: config.Def
         values["timeout"] = defaults.timeout
     if defaults.invocations is not None:
         values["invocations"] = defaults.invocations
+    if defaults.exhaustive is not None:
+        values["exhaustive"] = defaults.exhaustive
     verify.set_defaults(**values)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from semcheck import ir, tpu_facts
 from semcheck.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
-from semcheck.result import BlockedWait
+from semcheck.result import BlockedWait, Reading
 from semcheck.semantics import Hazard, SemInstance, System, State, _Fault, must_be_zero_at_exit
 
 
@@ -35,6 +35,7 @@ class Finding:
     at_end: bool = False  # judged in a state where nothing can move (stuck, or a leftover at exit)
     loop_steps: int = 0  # a loop that spins for ever: how many of the trace's last steps repeat
     hint: str | None = None  # a fix more specific than the kind's (FIX_HINTS)
+    rests_on: tuple[Reading, ...] = ()  # the disputed modelling readings it rests on
 
 
 # --- faults --------------------------------------------------------------------------------------
@@ -123,7 +124,13 @@ def _early_arrival_finding(system: System, h) -> Finding:
         f"handshake on the barrier semaphore (or the default device barrier) that shows the "
         f"peer has entered this invocation"
     )
-    return Finding(Kind.REMOTE_BEFORE_ENTRY, (Kind.REMOTE_BEFORE_ENTRY, here.loc), h.thread, here.loc, message)
+    readings: tuple[Reading, ...] = ()
+    if h.sem >= 0:
+        target = system.instances[h.sem]
+        readings = tuple(Reading(rule, switch)
+                         for rule, switch in system.arrival_readings(system.threads[h.thread], target))
+    return Finding(Kind.REMOTE_BEFORE_ENTRY, (Kind.REMOTE_BEFORE_ENTRY, here.loc), h.thread, here.loc, message,
+                   rests_on=readings)
 
 
 def _leftover_at_exit_finding(system: System, h) -> Finding:

@@ -163,6 +163,14 @@ class MissingAction:
     in_flight: int = 0  # what copies still landing will add to it (a leftover found at a later entry)
 
 
+@dataclass(frozen=True)
+class Reading:
+    """A disputed modelling rule a finding rests on, and the switch that takes the other one."""
+
+    rule: str  # what the check assumed, in words
+    switch: str | None  # the command-line switch that checks the other reading (None: none yet)
+
+
 @dataclass(repr=False)
 class Violation:
     kind: str
@@ -192,6 +200,17 @@ class Violation:
     # independent parts keeps one per identity. Not part of any report.
     identity: tuple | None = field(default=None, repr=False, compare=False)
     at_end: bool = field(default=False, repr=False, compare=False)  # judged where nothing can move
+    # The engines that found it (`--engine auto` runs several): the first one's trace is shown.
+    found_by: tuple[str, ...] = ()
+    # The violation its trace passes through first, which is its root cause (engines/causes.py):
+    # a copy or signal that reached a peer before it entered, a fault, ... None: it is a cause
+    # itself. The text report shows the cause first with this one folded under it; the JSON
+    # names the cause's index in the result's violations.
+    caused_by: "Violation | None" = field(default=None, repr=False, compare=False)
+    # The disputed modelling readings this finding rests on, each with the switch that takes
+    # the other reading (e.g. --no-assume-cores-enter-together): a user who accepts the
+    # other reading reruns with it to see what else the kernel has.
+    rests_on: tuple["Reading", ...] = ()
 
     def __repr__(self) -> str:
         where = f" at {self.location}" if self.location else ""
@@ -245,6 +264,9 @@ class Result:
     ends: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     exhausted: str | None = field(default=None, repr=False, compare=False)  # why the search stopped early
     runs: list[EngineRun] = field(default_factory=list)  # every engine that ran, when more than one did
+    # The check stopped at its first counterexample (the default; --exhaustive lists every
+    # finding): other violations may exist beside the one reported.
+    first_only: bool = False
     # Why the verdict is inconclusive when no budget ran out (a finding semcheck cannot justify).
     unjustified: str | None = None
     # The values deciding the protocol that were taken from the script's data (lower/data.py):

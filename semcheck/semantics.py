@@ -116,7 +116,7 @@ class Hazard(NamedTuple):
 
     (thread, pc) is the instruction that saw it (for an arriving copy: the copy's start);
     (other_thread, other_pc) the other party, or -1; `sem` the semaphore instance it is
-    about (a leftover count, an overrun barrier), or -1.
+    about (a leftover count, an overrun barrier, where an early arrival lands), or -1.
     """
 
     kind: str
@@ -774,14 +774,20 @@ class System:
     def arrival_basis(self, thread: ir.Thread, target: "SemInstance") -> str:
         """The disputable modelling choices an early arrival from `thread` at `target` rests on
         (docs/semantics.md), said at the finding; empty when it rests on none."""
-        said = []
+        return "".join(f" ({said})" for said, _switch in self.arrival_readings(thread, target))
+
+    def arrival_readings(self, thread: ir.Thread, target: "SemInstance") -> list[tuple[str, str | None]]:
+        """`arrival_basis` as (what the check assumed, the switch that takes the other reading,
+        None where there is none) pairs: the finding names them in fields too."""
+        said: list[tuple[str, str | None]] = []
         if target.device == thread.device and self.protocol.cores > 1:
-            said.append("this rests on reading the cores of one chip as entering the kernel on their "
-                        "own, --no-assume-cores-enter-together; JAX's own core barriers assume they enter together")
+            said.append(("this rests on reading the cores of one chip as entering the kernel on their "
+                         "own, --no-assume-cores-enter-together; JAX's own core barriers assume they enter together",
+                         "--assume-cores-enter-together"))
         if target.decl.kind is SemKind.BARRIER and target.decl.origin is not SemOrigin.BARRIER:
-            said.append(f"{target.decl.name} is a scratch SemaphoreType.BARRIER semaphore, checked as an "
-                        "ordinary scratch semaphore allocated at entry, as Mosaic lowers it")
-        return "".join(f" ({s})" for s in said)
+            said.append((f"{target.decl.name} is a scratch SemaphoreType.BARRIER semaphore, checked as an "
+                         "ordinary scratch semaphore allocated at entry, as Mosaic lowers it", None))
+        return said
 
     def arrival_problem(self, state: State, device: int, core: int | None, invocation: int,
                         late_ok: bool = False) -> str | None:
@@ -998,6 +1004,7 @@ def _complete(system: "System", state: State, event: Event) -> State:
                 REMOTE_BEFORE_ENTRY, event.issuer, event.start_pc, -1, -1,
                 f"the copy lands on {ir.thread_name(target.device, target.core, 0, system.protocol.cores)} "
                 f"{problem} the kernel{system.arrival_basis(issuer, target)}",
+                event.sem,
             ))
     return state._replace(sems=sems, events=tuple(events), hazards=hazards)
 
@@ -1107,6 +1114,7 @@ def _early_arrival(system: System, state: State, t: int, sid: int) -> tuple[Haza
     return _with(state.hazards, Hazard(
         REMOTE_BEFORE_ENTRY, t, pc, -1, -1,
         f"signals {target.label} {problem} the kernel{system.arrival_basis(thread, target)}",
+        sid,
     ))
 
 

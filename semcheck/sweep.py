@@ -51,9 +51,12 @@ class SweepOptions:
     unroll: int | None = None
     capture_timeout: float | None = None  # seconds a file may take to load (capture, model())
     cores_enter_together: bool = True  # the reading of core entry (semcheck/core_entry.py)
+    exhaustive: bool = False  # every finding, not only the first counterexample (engines.check)
 
     def check_options(self) -> dict:
-        options: dict[str, bool | int] = {"reduce": self.reduce, "split": self.split, "cores_enter_together": self.cores_enter_together}
+        options: dict[str, bool | int] = {"reduce": self.reduce, "split": self.split,
+                                          "cores_enter_together": self.cores_enter_together,
+                                          "exhaustive": self.exhaustive}
         if not self.symmetry:
             options["symmetry"] = False
         if self.unroll is not None:

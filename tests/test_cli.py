@@ -103,11 +103,18 @@ def test_a_violation_found_before_the_budget_ran_out_still_counts(tmp_path, caps
     path = tmp_path / "shallow_fault.py"
     path.write_text(SHALLOW_FAULT)
     code, out, _ = run(capsys, "verify", str(path), "--devices", "6", "--no-reduction",
-                       "--max-states", "2000", "--format", "json", "-q")
+                       "--max-states", "2000", "--format", "json", "-q", "--exhaustive")
     [r] = json.loads(out)["results"]
     assert (code, r["verdict"]) == (1, "violation")
     assert [v["kind"] for v in r["violations"]] == ["invalid_device_id"]
     assert "state budget" in r["notes"][0]  # and it says the search was cut short
+    # by default the check ends at that first counterexample, long before the budget
+    code, out, _ = run(capsys, "verify", str(path), "--devices", "6", "--no-reduction",
+                       "--max-states", "2000", "--format", "json", "-q")
+    [r] = json.loads(out)["results"]
+    assert (code, r["verdict"], r["first_only"]) == (1, "violation", True)
+    assert [v["kind"] for v in r["violations"]] == ["invalid_device_id"]
+    assert not any("state budget" in note for note in r["notes"])
 
 
 def test_missing_file_is_one_usage_error_exit_2(capsys):
@@ -160,7 +167,7 @@ def test_output_file_and_console_script(tmp_path):
 def test_no_symmetry_flag_turns_the_symmetry_reduction_off(capsys):
     def results(*flags):
         code, out, _ = run(capsys, "verify", model("ring_allgather_shared_recv"), "--devices", "4",
-                           "--engine", "explicit", "--format", "json", "-q", *flags)
+                           "--engine", "explicit", "--format", "json", "-q", "--exhaustive", *flags)
         [r] = json.loads(out)["results"]
         return code, r
 

@@ -1,6 +1,7 @@
 """Expected verdicts: declarations in comments and pyproject.toml, how a check is judged,
 and the exit codes of `semcheck verify --expectations`."""
 
+import json
 import os
 import re
 import textwrap
@@ -160,6 +161,32 @@ def test_judging_compares_error_kinds_exactly_and_declared_warnings_as_required(
     assert not judge(result(["semaphore_leftover"]), with_warning).matched
     fixed = judge(result(), deadlock)
     assert not fixed.matched and "expected deadlock, found safe" in fixed.reason and "update" in fixed.reason
+
+
+def test_a_first_counterexample_matches_when_its_kinds_are_some_of_the_declared():
+    both = Expectation(frozenset({"data_race", "barrier_phase_overrun"}))
+    first = result(["barrier_phase_overrun"])
+    assert not judge(first, both).matched  # an exhaustive check must have found both
+    first.first_only = True
+    j = judge(first, both)
+    assert j.matched and "first counterexample" in j.reason
+    first_wrong = result(["deadlock"])
+    first_wrong.first_only = True
+    assert not judge(first_wrong, both).matched
+
+
+def test_the_gate_runs_every_check_exhaustively(tmp_path, capsys):
+    """--expectations judges every declared kind, so it implies --exhaustive: the GPU
+    pipeline declares a race and a phase overrun, which a first counterexample never has
+    both of."""
+    example = os.path.join(ROOT, "examples", "gpu", "warp_producer_consumer_no_release.py")
+    code, out, _ = run(capsys, example, "--devices", "2", "--expectations", "--format", "json")
+    [r] = json.loads(out)["results"]
+    assert code == 0 and r["first_only"] is False
+    assert {v["kind"] for v in r["violations"]} == {"data_race", "barrier_phase_overrun"}
+    code, out, _ = run(capsys, example, "--devices", "2", "--format", "json")
+    [r] = json.loads(out)["results"]
+    assert code == 1 and r["first_only"] is True and len({v["kind"] for v in r["violations"]}) == 1
 
 
 @pytest.mark.parametrize("verdict", [Verdict.ERROR, Verdict.INCONCLUSIVE])

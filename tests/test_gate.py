@@ -290,7 +290,19 @@ def test_pyproject_defaults_apply_and_flags_override_them(capsys, repo):
     assert (result["devices"], result["engine"], result["stats"]["states"]) == (3, "explicit", 40)  # test_models (the counting cut)
 
 
+def test_pyproject_can_make_every_check_exhaustive(capsys, repo):
+    shutil.copy(os.path.join(MODELS, "nondec_poll_leak.py"), repo / "kernels" / "leak.py")
+    (repo / "pyproject.toml").write_text("[tool.semcheck]\nexhaustive = true\n")
+    code, out, _ = run(capsys, "kernels/leak.py", "--devices", "2", "--format", "json")
+    [result] = json.loads(out)["results"]
+    assert code == 1 and result["first_only"] is False
+    code, out, _ = run(capsys, "kernels/leak.py", "--devices", "2", "--format", "json", "--no-exhaustive")
+    [result] = json.loads(out)["results"]
+    assert code == 1 and result["first_only"] is True
+
+
 @pytest.mark.parametrize("line, message", [
+    ('exhaustive = "yes"', "exhaustive = 'yes': expected true or false"),
     ('devices = [0]', "devices = [0]: expected positive device counts"),
     ('engine = "fast"', "engine = 'fast': expected one of"),
     ('timeout = -1', "timeout = -1: expected a positive number of seconds"),

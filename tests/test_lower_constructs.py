@@ -185,7 +185,7 @@ def test_a_dma_sized_from_scalar_prefetch_is_symbolic():
     assert [_evaluate(start.nbytes, {rows.name: n}) for n in (0, 3)] == [0, 3 * ROW]
     assert start.src.size == (rows, 128) and start.dst.size == (rows, 128)
     bounded = apply(p, [Assumption("counts_ref[0]", 3, 5)])
-    result = check_protocol(bounded)
+    result = check_protocol(bounded, exhaustive=True)
     by_kind = {v.kind: v for v in result.errors}
     assert set(by_kind) == {"unsatisfied_wait", "semaphore_leftover"}
     assert 3 in by_kind["unsatisfied_wait"].inputs.values()

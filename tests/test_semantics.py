@@ -10,7 +10,8 @@ from semcheck.semantics import System
 
 
 def kinds(protocol, **options):
-    return sorted(v.kind for v in check(protocol, **options).violations)
+    """Every finding's kind: the whole search, not only its first counterexample."""
+    return sorted(v.kind for v in check(protocol, exhaustive=True, **options).violations)
 
 
 def builder(devices=1, cores=1, backend="tpu"):
@@ -186,7 +187,7 @@ def test_device_scope_semaphore_is_shared_by_all_cores_and_waiters_compete():
     p.thread(0, 0).signal(g)
     p.thread(0, 0).wait(g)
     p.thread(0, 1).wait(g)  # two takers, one token: whichever loses is stranded
-    result = check(p.build())
+    result = check(p.build(), exhaustive=True)
     # either block can lose: two stuck states, one per waiting line
     assert [v.kind for v in result.errors] == ["unsatisfied_wait", "unsatisfied_wait"]
     assert len({v.location for v in result.errors}) == 2

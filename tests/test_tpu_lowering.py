@@ -487,7 +487,7 @@ def test_a_scalar_prefetch_element_is_an_input_on_each_device():
     ]
     bounded = apply(p, [Assumption("flags_ref[0]", 1, 3)])
     assert [(i.lo, i.hi) for i in bounded.inputs] == [(1, 3), (1, 3)]
-    result = check_protocol(bounded)
+    result = check_protocol(bounded, exhaustive=True)
     by_kind = {v.kind: v for v in result.errors}
     assert set(by_kind) == {"unsatisfied_wait", "semaphore_leftover"}
     assert by_kind["unsatisfied_wait"].location.line == line_of(HERE, "pl.semaphore_wait(sem, 2)  # balanced")

@@ -142,7 +142,21 @@ def violation_dict(v: Violation) -> dict:
         out["hint"] = v.hint
     if v.loop_from is not None:
         out["loop_from"] = v.loop_from  # the trace's steps from here on repeat for ever
+    if v.found_by:
+        out["found_by"] = list(v.found_by)  # the engines that found it; the trace is the first one's
+    if v.rests_on:
+        out["rests_on"] = [{"rule": r.rule, "switch": r.switch} for r in v.rests_on]
     return out
+
+
+def _caused_by(r: Result, v: Violation) -> dict | None:
+    """The root cause of a consequence: its index in the result's violations (null when a
+    filter such as --baseline left it out), kind and location."""
+    cause = v.caused_by
+    if cause is None:
+        return None
+    index = next((i for i, w in enumerate(r.violations) if w is cause), None)
+    return {"index": index, "kind": cause.kind, "location": location(cause.location)}
 
 
 def result_dict(r: Result) -> dict:
@@ -157,7 +171,9 @@ def result_dict(r: Result) -> dict:
         "cores": r.cores,
         "engine": r.engine,
         "verdict": r.verdict.value,
-        "violations": [violation_dict(v) for v in r.violations],
+        "violations": [{**violation_dict(v), **({"caused_by": _caused_by(r, v)} if v.caused_by else {})}
+                       for v in r.violations],
+        "first_only": r.first_only,  # stopped at the first counterexample (--exhaustive: every finding)
         "stats": {
             "states": r.stats.states,
             "transitions": r.stats.transitions,

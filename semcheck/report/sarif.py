@@ -122,7 +122,8 @@ def _result(finding: Finding, rule_index: dict, expectation, root: str) -> dict:
         "locations": [_location(finding.location, root)],
         "partialFingerprints": {FINGERPRINT_KEY: finding.fingerprint},
         "properties": {"kernel": result.kernel, "devices": devices, "backend": result.frontend,
-                       "semantics": result.backend, "engine": result.engine},
+                       "semantics": result.backend, "engine": result.engine,
+                       **_provenance(violation, root)},
     }
     related = _related_locations(violation, finding.location, root)
     if related:
@@ -137,6 +138,20 @@ def _result(finding: Finding, rule_index: dict, expectation, root: str) -> dict:
             "status": "accepted",
             "justification": f"declared expected: {expectation.where}",
         }]
+    return out
+
+
+def _provenance(v, root: str) -> dict:
+    """Which engines found it, the root cause it follows from, the readings it rests on."""
+    out: dict = {}
+    if v.found_by:
+        out["foundBy"] = list(v.found_by)
+    if v.caused_by is not None and v.caused_by.location is not None:
+        out["causedBy"] = {"kind": v.caused_by.kind,
+                           "file": findings_module.relative_to_root(v.caused_by.location.file, root),
+                           "line": v.caused_by.location.line}
+    if v.rests_on:
+        out["restsOn"] = [{"rule": r.rule, "switch": r.switch} for r in v.rests_on]
     return out
 
 

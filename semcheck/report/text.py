@@ -9,7 +9,7 @@ import os
 import textwrap
 
 from semcheck.ir import Loc, core_unit, display_path, thread_name
-from semcheck.report import groups
+from semcheck.report import causes, groups
 from semcheck.report.summary import summary_table  # noqa: F401  (part of this module's API)
 from semcheck.result import Result, Verdict, Violation
 
@@ -181,7 +181,7 @@ def verdict_line(r: Result) -> str:
             f"  ({r.stats.states:,} states, {r.stats.transitions:,} transitions, "
             f"{r.stats.seconds:.2f} s, {r.engine})"
         )
-    return f"{word}: {head} {where}: {detail}{stats}"
+    return f"{word}: {head} {where}: {detail}{causes.first_only_text(r)}{stats}"
 
 
 def render_result(r: Result, *, max_trace_steps: int = 0) -> str:
@@ -202,11 +202,14 @@ def render_violation(
     who = thread_name(v.device, v.core, 0, cores, unit) if v.device is not None else "protocol"
     where = _loc(v.location)
     lines = [f"  {v.severity}: {v.kind} ({who}) at {where}" + (f"  [{seen_at}]" if seen_at else "")]
+    if v.caused_by is not None:  # reported under its root cause, just above
+        return lines + causes.folded(v)
     excerpt = source_excerpt(v.location)
     if excerpt and v.location is not None:
         lines.append(f"    {v.location.line:>5} | {excerpt}")
         lines.extend(call_lines(v.location))
     lines.extend("    " + part for part in v.message.split("\n"))
+    lines.extend(causes.provenance_lines(v))
     if v.inputs:
         values = ", ".join(f"{name} = {value}" for name, value in v.inputs.items())
         lines.append(f"    with inputs: {values}")
