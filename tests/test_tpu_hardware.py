@@ -43,7 +43,7 @@ def per_device(kernel, *, scratch=(), **params):
 
 def checked(kernel, devices: int, **kw):
     [protocol] = protocols(per_device(kernel, **kw), mesh((devices,)))
-    return protocol, check_protocol(protocol)
+    return protocol, check_protocol(protocol, exhaustive=True)
 
 
 def errors(result) -> set[str]:
@@ -205,8 +205,8 @@ def test_the_next_call_starts_with_the_leftover_and_its_wait_passes_early(device
     unchecked, _ = checked(leaky_ring, devices, scratch=LEAKY_SCRATCH, disable_semaphore_checks=True)
     checked_on, _ = checked(leaky_ring, devices, scratch=LEAKY_SCRATCH)
     for engine in ("explicit", "z3"):
-        assert errors(check_protocol(repeat(unchecked, 2), engine=engine)) == {"semaphore_leftover", "data_race"}
-        assert errors(check_protocol(repeat(checked_on, 2), engine=engine)) == {"semaphore_leftover"}  # zeroed
+        assert errors(check_protocol(repeat(unchecked, 2), engine=engine, exhaustive=True)) == {"semaphore_leftover", "data_race"}
+        assert errors(check_protocol(repeat(checked_on, 2), engine=engine, exhaustive=True)) == {"semaphore_leftover"}  # zeroed
 
 
 @pytest.mark.parametrize("devices", DEVICES)
@@ -218,7 +218,7 @@ def test_two_calls_in_one_function_are_one_program_when_the_first_leaves_its_cou
     [program] = protocols(twice(disable_semaphore_checks=True), mesh((devices,)))
     assert program.kernels and len(program.kernels) == 2
     assert "disable_semaphore_checks=True" in " ".join(program.notes)
-    assert errors(check_protocol(program)) == {"semaphore_leftover", "data_race"}
+    assert errors(check_protocol(program, exhaustive=True)) == {"semaphore_leftover", "data_race"}
     alone = protocols(twice(), mesh((devices,)))  # checks on: each call checked alone
     assert len(alone) == 1 and not alone[0].kernels  # the two equal calls are one check
 
@@ -227,7 +227,7 @@ def test_a_program_keeps_what_its_kernels_lowering_found():
     call = per_device(check_in_then(drain=False), scratch=[REGULAR], disable_semaphore_checks=True)
     [program] = protocols(lambda block: call(call(block)), mesh((2,)))
     assert len(program.kernels) == 2 and program.dma_unit == tpu_facts.DMA_UNIT_BYTES
-    result = check_protocol(program)
+    result = check_protocol(program, exhaustive=True)
     assert [w.kind for w in result.warnings] == [Kind.LOWERED_AS_DECREMENTING.value]
 
 
