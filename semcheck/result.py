@@ -163,6 +163,45 @@ class MissingAction:
     in_flight: int = 0  # what copies still landing will add to it (a leftover found at a later entry)
 
 
+class CauseKind(str, enum.Enum):
+    """The shapes of root cause semcheck names (`engines/diagnosis.py` finds them)."""
+
+    UNWAITED_COPY = "unwaited_copy"  # a copy that no wait ever takes: `site` is its start
+    UNCONSUMED_SIGNAL = "unconsumed_signal"  # a semaphore signalled and never waited on: `site` signals it
+    WRONG_SIGNALLER = "wrong_signaller"  # a wait before a copy fed by another device than the one the copy writes
+    WRONG_COPY = "wrong_copy"  # a reading wait satisfied by another copy than the one that writes the rows
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """What one or more violations come from, and what to change: the same cause found on
+    every device, at every device count, and behind several violations (a leftover and the
+    races it lets happen) is one problem. Every field is a source line, a semaphore
+    declaration or a device offset, so it is the same whatever device it was seen on."""
+
+    kind: CauseKind
+    site: Loc  # the copy's start (UNWAITED_COPY), the signal (UNCONSUMED_SIGNAL, WRONG_SIGNALLER), the wait (WRONG_COPY)
+    semaphore: str | None = None  # the declaration concerned
+    # UNWAITED_COPY: the sides no wait takes ("send", "recv"), and whether only the copy's
+    # last run is left (the wait at `wait` takes each earlier one: a loop's last copy).
+    sides: tuple[str, ...] = ()
+    last_only: bool = False
+    wait: Loc | None = None  # the wait concerned (WRONG_SIGNALLER, WRONG_COPY; UNWAITED_COPY with last_only)
+    by: Loc | None = None  # WRONG_COPY: the start of the copy that satisfied the wait
+    writer: Loc | None = None  # WRONG_COPY: the copy that writes the rows; WRONG_SIGNALLER: the copy the wait guards
+    # WRONG_SIGNALLER: whose signal fed the wait, and whose it needed (the device the copy
+    # writes to), as offsets from the waiting device (+1: the next device)
+    by_offset: int | None = None
+    want_offset: int | None = None
+    before: Loc | None = None  # UNCONSUMED_SIGNAL: where a wait belongs (before this line)
+
+    @property
+    def key(self) -> tuple:
+        """What makes two violations one problem."""
+        return (self.kind, self.site, self.semaphore, self.wait if self.kind is not CauseKind.UNWAITED_COPY else None,
+                self.by, self.writer, self.by_offset, self.want_offset)
+
+
 @dataclass(repr=False)
 class Violation:
     kind: str
@@ -188,6 +227,7 @@ class Violation:
     # For a stuck wait (each root wait) or a leftover: the sites that could change its semaphore.
     missing: list[MissingAction] = field(default_factory=list)
     hint: str | None = None  # how such a bug is usually fixed
+    cause: RootCause | None = None  # the root cause, where semcheck can name it (engines/diagnosis.py)
     # What makes two findings one violation (the finding's key): merging the Results of
     # independent parts keeps one per identity. Not part of any report.
     identity: tuple | None = field(default=None, repr=False, compare=False)

@@ -1,0 +1,355 @@
+"""Name the root cause of a violation, where the IR and the counterexample show one.
+
+A kernel with one line dropped can break in several places at once: a copy that is never
+waited for leaves its send and receive semaphores non-zero on every device and lets the
+reads after it race with it; a capacity semaphore nobody waits on is left non-zero and lets
+each sender run ahead of its receiver. Each of those is one problem, and its fix names the
+missing line. This module reads the violation's path (the trace steps, the states along
+it) and the protocol's programs, and returns a `RootCause` (result.py) or None; reports
+render it, and group the violations that share one.
+
+The causes, each from facts that can be checked against the IR:
+
+* `UNWAITED_COPY`: a copy start whose send or receive semaphore no wait in its thread's
+  program takes after it (the line's last run, at least). Found from a leftover whose
+  unconsumed additions all come from that line, and from a race that involves a copy
+  from it.
+* `UNCONSUMED_SIGNAL`: a semaphore that is signalled and never waited on anywhere in the
+  protocol. Found from a leftover of it, from a race whose writing copy could have been
+  held back by it (its target signals it to the copy's issuer), and from an early arrival
+  whose barrier semaphore is never waited on.
+* `WRONG_SIGNALLER`: a race whose writing copy was let go by a wait that another device's
+  signal satisfied, not the signal of the device the copy writes to.
+* `WRONG_COPY`: a race whose reading wait was satisfied by another copy than the one
+  that writes the rows it reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from semcheck import ir
+from semcheck.kinds import Kind
+from semcheck.result import CauseKind, RegionRef, RootCause, StepEvent, TraceStep
+from semcheck.semantics import Action, State, System
+
+_COMPLETIONS = (StepEvent.DMA_SEND_DONE, StepEvent.DMA_RECV_DONE)
+
+
+@dataclass(frozen=True)
+class Path:
+    """A counterexample as the diagnosis reads it: the path, its states and its steps."""
+
+    system: System
+    states: list[State]
+    actions: list[Action]
+    steps: list
+    racing_step: int | None  # a race's copy in flight: the step that started it
+
+    def site(self, index: int) -> tuple[int, int] | None:
+        """(thread, pc) of the instruction that trace step `index` (1-based) ran."""
+        kind, what = self.actions[index - 1]
+        return None if kind != "t" else (what, self.states[index - 1].pcs[what])
+
+    def step(self, index: int) -> TraceStep:
+        return self.steps[index - 1]
+
+
+def diagnose(system: System, finding, states: list[State], actions: list[Action], steps: list,
+             racing_step: int | None) -> RootCause | None:
+    """The root cause of `finding` on its path, or None where none of the known shapes fits."""
+    rule = _RULES.get(finding.kind)
+    if rule is None or not steps:
+        return None
+    return rule(Path(system, states, actions, steps, racing_step), finding)
+
+
+# --- leftovers -----------------------------------------------------------------------------------
+
+
+def _leftover(path: Path, finding) -> RootCause | None:
+    if finding.sem is None:
+        return None
+    system = path.system
+    inst = system.instances[finding.sem]
+    pending = _unconsumed_additions(path.steps, inst.short)
+    starts = [path.step(i).started_by for i in pending if path.step(i).event in _COMPLETIONS]
+    if pending and len(starts) == len(pending) and None not in starts:
+        lines = {path.step(s).location for s in starts if s is not None}
+        return unwaited_copy(system, lines.pop()) if len(lines) == 1 else None
+    if not _waited_anywhere(system, inst.decl.name):
+        return _unconsumed_signal(path, inst.decl.name, finding.sem)
+    return None
+
+
+def _unconsumed_additions(steps: list, short: str) -> list[int]:
+    """The trace steps whose additions to semaphore `short` no later take consumed."""
+    pending: list[int] = []
+    for s in steps:
+        if s.semaphore != short or s.before is None or s.after is None:
+            continue
+        if s.after > s.before and s.event is not StepEvent.ENTRY:
+            pending.append(s.index)
+        elif s.after < s.before:
+            pending = []
+    return pending
+
+
+def _unconsumed_signal(path: Path, decl: str, sid: int | None = None, before: ir.Loc | None = None) -> RootCause | None:
+    """UNCONSUMED_SIGNAL for `decl`: its signal line (one the trace ran on semaphore `sid`,
+    else any), and where a wait belongs when `before` is not given: before the first copy
+    or remote signal that the signalled device sends back to the signaller after running
+    the signal's line itself."""
+    system = path.system
+    signals = [s for s in path.steps if s.event is StepEvent.SIGNAL and s.semaphore is not None
+               and (sid is None or s.semaphore == system.instances[sid].short)
+               and _decl_of(system, path, s) == decl]
+    site = signals[0].location if signals else _static_signal(system, decl)
+    if site is None:
+        return None
+    if before is None and signals:
+        before = _where_wait_belongs(path, signals[0])
+    return RootCause(CauseKind.UNCONSUMED_SIGNAL, site, semaphore=decl, before=before)
+
+
+def _decl_of(system: System, path: Path, step: TraceStep) -> str | None:
+    where = path.site(step.index)
+    if where is None:
+        return None
+    instr = system.bodies[where[0]][where[1]]
+    sem = getattr(instr, "sem", None)
+    return sem.alloc if sem is not None else None
+
+
+def _static_signal(system: System, decl: str) -> ir.Loc | None:
+    for body in system.bodies:
+        for instr in body:
+            if isinstance(instr, ir.Signal) and instr.sem.alloc == decl:
+                return instr.loc
+    return None
+
+
+def _where_wait_belongs(path: Path, signal: TraceStep) -> ir.Loc | None:
+    """The signalled device's first copy into (or remote signal to) the signaller after it
+    ran the signal's own line: what the signal tells it it may now do."""
+    if signal.target_device is None or signal.device is None:
+        return None
+    receiver, signaller = signal.target_device, signal.device
+    ran_line = False
+    for s in path.steps:
+        if s.device != receiver or s.actor.startswith("DMA"):
+            continue
+        if s.location == signal.location and s.event is StepEvent.SIGNAL:
+            ran_line = True
+        elif ran_line and s.event in (StepEvent.DMA_START, StepEvent.SIGNAL) and s.target_device == signaller:
+            return s.location
+    return None
+
+
+def _waited_anywhere(system: System, decl: str) -> bool:
+    """Whether any instruction of the protocol waits on (or reads) an instance of `decl`."""
+    ids = _instances_of(system, decl)
+    for t, body in enumerate(system.bodies):
+        for pc, instr in enumerate(body):
+            if isinstance(instr, (ir.Wait, ir.DmaWait, ir.Read)):
+                fp = system.footprints[t][pc]
+                if (fp.dec | fp.wait | fp.read) & ids:
+                    return True
+    return False
+
+
+def _instances_of(system: System, decl: str) -> frozenset[int]:
+    return frozenset(i for i, inst in enumerate(system.instances) if inst.decl.name == decl)
+
+
+# --- copies never waited for ---------------------------------------------------------------------
+
+
+def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
+    """UNWAITED_COPY for the copy started at `loc`, when a thread that starts it has no wait
+    after its last start there on the copy's send semaphore, or the receiving thread none on
+    its receive semaphore (after its own start at `loc`, in a kernel every device runs alike).
+    `last_only` when the waits of some earlier start there are found: a loop's last copy."""
+    if loc is None:
+        return None
+    sides: set[str] = set()
+    waited_earlier: list[ir.Loc] = []
+    for t, body in enumerate(system.bodies):
+        starts = [pc for pc, instr in enumerate(body) if isinstance(instr, ir.DmaStart) and instr.loc == loc]
+        for k, pc in enumerate(starts):
+            for side, ids, owners in _sides(system, t, pc):
+                taken = [w for u in owners for w in _waits_on(system, u, ids) if w > _nth_start(system, u, loc, k)]
+                if k < len(starts) - 1:
+                    waited_earlier += [system.bodies[owners[0]][w].loc for w in taken[:1]]
+                elif not taken:
+                    sides.add(side)
+    if not sides:
+        return None
+    return RootCause(CauseKind.UNWAITED_COPY, loc, sides=tuple(s for s in ("send", "recv") if s in sides),
+                     last_only=bool(waited_earlier), wait=waited_earlier[0] if waited_earlier else None)
+
+
+def _sides(system: System, t: int, pc: int) -> list[tuple[str, frozenset[int], list[int]]]:
+    """(side, the semaphore instances the copy started at (t, pc) adds to on that side, the
+    threads that can wait on them) for its send and receive sides."""
+    instr = system.bodies[t][pc]
+    assert isinstance(instr, ir.DmaStart)
+    fp = system.footprints[t][pc].inc
+    device = system.threads[t].device
+    send = frozenset(i for i in fp if instr.send_sem is not None
+                     and system.instances[i].decl.name == instr.send_sem.alloc
+                     and system.instances[i].device == device)
+    recv = frozenset(i for i in fp if system.instances[i].decl.name == instr.recv_sem.alloc) - send
+    return [(side, ids, owners) for side, ids, owners in (("send", send, [t]), ("recv", recv, _owners(system, recv)))
+            if ids and owners]
+
+
+def _nth_start(system: System, t: int, loc: ir.Loc, k: int) -> int:
+    """The pc of thread `t`'s `k`-th start at `loc` (its last if it has fewer; -1 if none)."""
+    own = [pc for pc, i in enumerate(system.bodies[t]) if isinstance(i, ir.DmaStart) and i.loc == loc]
+    return own[min(k, len(own) - 1)] if own else -1
+
+
+def _owners(system: System, ids: frozenset[int]) -> list[int]:
+    """The threads that own (can wait on) semaphore instances `ids`."""
+    places = {(system.instances[i].device, system.instances[i].core) for i in ids}
+    return [t for t, th in enumerate(system.threads)
+            if (th.device, th.core) in places or (th.device, None) in places]
+
+
+def _waits_on(system: System, t: int, ids: frozenset[int]) -> list[int]:
+    return [pc for pc, instr in enumerate(system.bodies[t]) if isinstance(instr, (ir.Wait, ir.DmaWait))
+            and (system.footprints[t][pc].dec | system.footprints[t][pc].wait) & ids]
+
+
+# --- data races ----------------------------------------------------------------------------------
+
+
+def _race(path: Path, finding) -> RootCause | None:
+    if path.racing_step is None:
+        return None
+    access, copy = path.steps[-1], path.step(path.racing_step)
+    involved = [copy.location] + ([access.location] if access.event is StepEvent.DMA_START else [])
+    wrong_copy, writer = None, None
+    if _overlaps(copy.dst, copy, _regions(access)):
+        writer = copy
+        wrong_copy = _reading_wait_fed_elsewhere(path, access, copy)
+        if wrong_copy is not None:
+            writer = path.step(wrong_copy[1])
+            involved.append(writer.location)
+    elif access.event is StepEvent.DMA_START and _overlaps(access.dst, access, _regions(copy)):
+        writer = access
+    for loc in dict.fromkeys(involved):
+        cause = unwaited_copy(path.system, loc)
+        if cause is not None:
+            return cause
+    if writer is not None and writer.target_device is not None and writer.device is not None:
+        cause = _held_back_by(path, writer)
+        if cause is not None:
+            return cause
+    if wrong_copy is not None:
+        wait, by = wrong_copy
+        return RootCause(CauseKind.WRONG_COPY, path.step(wait).location, by=path.step(by).location,
+                         writer=copy.location)
+    return None
+
+
+def _regions(step: TraceStep) -> list[tuple[RegionRef, TraceStep]]:
+    return [(r, step) for r in (step.src, step.dst) if r is not None]
+
+
+def _overlaps(region: RegionRef | None, owner: TraceStep, others: list[tuple[RegionRef, TraceStep]]) -> bool:
+    if region is None:
+        return False
+    return any(_same_cells(region, owner, other, other_owner) for other, other_owner in others)
+
+
+def _same_cells(a: RegionRef, a_step: TraceStep, b: RegionRef, b_step: TraceStep) -> bool:
+    da = a.device if a.device is not None else a_step.device
+    db = b.device if b.device is not None else b_step.device
+    if a.buffer != b.buffer or da != db:
+        return False
+    return all(x < y + n and y < x + m for x, m, y, n in zip(a.starts, a.sizes, b.starts, b.sizes))
+
+
+def _reading_wait_fed_elsewhere(path: Path, access: TraceStep, copy: TraceStep) -> tuple[int, int] | None:
+    """(the wait, the start of the copy that satisfied it) when the accessing thread's last
+    wait on the racing copy's receive semaphore took another copy's completion."""
+    recv = [c.semaphore for c in copy.completions if c.side == "recv"]
+    if not recv:
+        return None
+    for s in reversed(path.steps[: access.index - 1]):
+        if s.actor != access.actor or s.event is not StepEvent.DMA_WAIT or s.semaphore != recv[0]:
+            continue
+        feeders = [path.step(i).started_by for i in s.fed_by if path.step(i).event in _COMPLETIONS]
+        if copy.index in feeders or None in feeders or not feeders:
+            return None
+        # A feeder that wrote these rows is the copy the wait was for: the racing copy is a
+        # later one that came too early (a sender ahead), not one the wait mistook.
+        if any(_overlaps(path.step(f).dst, path.step(f), _regions(access)) for f in feeders if f is not None):
+            return None
+        return s.index, feeders[-1]
+    return None
+
+
+def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
+    """Why the copy `writer` could start while its target was not ready: the target signals
+    a semaphore to the writer's device that nothing waits on, or the writer's last wait
+    before it was satisfied by another device than the target."""
+    system = path.system
+    issuer, target = writer.device, writer.target_device
+    assert issuer is not None and target is not None
+    for decl, loc in _signals_between(system, target, issuer):
+        if not _waited_anywhere(system, decl):
+            return RootCause(CauseKind.UNCONSUMED_SIGNAL, loc, semaphore=decl, before=writer.location)
+    for s in reversed(path.steps[: writer.index - 1]):
+        if s.actor != writer.actor or s.event is not StepEvent.WAIT:
+            continue
+        feeders = [path.step(i) for i in s.fed_by if path.step(i).event is StepEvent.SIGNAL]
+        remote = [f for f in feeders if f.device is not None and f.device != issuer]
+        if not remote or any(f.device == target for f in remote):
+            return None
+        n = system.protocol.devices
+        return RootCause(CauseKind.WRONG_SIGNALLER, remote[-1].location, semaphore=_decl_of(system, path, s),
+                         wait=s.location, writer=writer.location,
+                         by_offset=_offset(remote[-1].device - issuer, n), want_offset=_offset(target - issuer, n))
+    return None
+
+
+def _signals_between(system: System, source: int, target: int) -> list[tuple[str, ir.Loc]]:
+    """(declaration, line) of each signal a thread of device `source` may send to an
+    instance on device `target`."""
+    out: dict[str, ir.Loc] = {}
+    for t, body in enumerate(system.bodies):
+        if system.threads[t].device != source:
+            continue
+        for pc, instr in enumerate(body):
+            if isinstance(instr, ir.Signal) and any(
+                    system.instances[i].device == target for i in system.footprints[t][pc].inc):
+                out.setdefault(instr.sem.alloc, instr.loc)
+    return list(out.items())
+
+
+def _offset(delta: int, n: int) -> int:
+    """`delta` as the nearest offset around a ring of `n` devices (+1: the next device)."""
+    delta %= n
+    return delta - n if delta > n // 2 else delta
+
+
+# --- early arrivals ------------------------------------------------------------------------------
+
+
+def _early_arrival(path: Path, finding) -> RootCause | None:
+    """A handshake whose wait is missing: the barrier semaphore is signalled but nothing
+    waits on it, so nothing holds a device back until its peers have entered."""
+    for decl in path.system.protocol.semaphores:
+        if decl.origin is ir.SemOrigin.BARRIER and not _waited_anywhere(path.system, decl.name):
+            return _unconsumed_signal(path, decl.name, before=finding.loc)
+    return None
+
+
+_RULES = {
+    Kind.SEMAPHORE_LEFTOVER: _leftover,
+    Kind.DATA_RACE: _race,
+    Kind.REMOTE_BEFORE_ENTRY: _early_arrival,
+}
