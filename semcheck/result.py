@@ -79,6 +79,7 @@ class TraceStep:
     text: str  # the step in words
     location: Loc | None
     semaphore: str | None = None  # short label of the semaphore touched, e.g. "recv@d1c0"
+    declaration: str | None = None  # that semaphore's declared name, e.g. "recv"
     before: int | None = None
     after: int | None = None
     fed_by: tuple[int, ...] = ()  # steps whose additions this wait consumed
@@ -138,6 +139,10 @@ class Site:
     # Why a site that never ran did not: the thread is stuck before it, finished without
     # reaching it (a branch skipped it), or faulted. None when it ran.
     not_run: str | None = None
+    # The thread's device, and its core where a device has more than one thread (None:
+    # the device's only thread): what lets a report fold "device 0, device 1, ..." lists.
+    device: int | None = None
+    core: int | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,7 @@ class AbsentSite:
     what: str
     missing_on: tuple[str, ...]  # threads with no such instruction, e.g. ("device 0",)
     reaches: tuple[str, ...]  # the semaphores the line adds to on the threads that have it
+    missing_devices: tuple[int, ...] = ()  # the devices of `missing_on`, where each is a device's only thread
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,8 @@ class RootCause:
     by_offset: int | None = None
     want_offset: int | None = None
     before: Loc | None = None  # UNCONSUMED_SIGNAL: where a wait belongs (before this line)
+    # The trace steps of the violation it was found from that show it (not part of `key`).
+    steps: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def key(self) -> tuple:
@@ -290,6 +298,9 @@ class Result:
     # The values deciding the protocol that were taken from the script's data (lower/data.py):
     # what the result holds for, beside the notes that say it in words.
     data_uses: tuple[DataUse, ...] = ()
+    # Findings a --baseline knew and that were taken out of `violations`: a check left with
+    # none is `safe` for the gate, but its report says it has known findings.
+    known_findings: int = 0
 
     def __repr__(self) -> str:
         """One line: what was checked, the verdict, what was found and where."""

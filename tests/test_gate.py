@@ -85,8 +85,8 @@ def test_every_rule_has_a_full_description_help_and_a_help_page_in_the_repositor
     for rule in rules:
         assert rule["fullDescription"]["text"] != rule["shortDescription"]["text"]
         assert len(rule["fullDescription"]["text"]) > len(rule["shortDescription"]["text"])
-        page = re.search(r"/(docs/kinds/[a-z_]+\.md)$", rule["helpUri"]).group(1)
-        assert page == f"docs/kinds/{rule['id']}.md"
+        assert "helpUri" not in rule  # no link that may not resolve: the page itself is the help
+        page = f"docs/kinds/{rule['id']}.md"
         with open(os.path.join(ROOT, page), encoding="utf-8") as f:
             text = f.read()
         assert rule["help"]["markdown"] == text

@@ -26,7 +26,8 @@ The causes, each from facts that can be checked against the IR:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, replace
 
 from semcheck import ir
 from semcheck.kinds import Kind
@@ -76,7 +77,9 @@ def _leftover(path: Path, finding) -> RootCause | None:
     starts = [path.step(i).started_by for i in pending if path.step(i).event in _COMPLETIONS]
     if pending and len(starts) == len(pending) and None not in starts:
         lines = {path.step(s).location for s in starts if s is not None}
-        return unwaited_copy(system, lines.pop()) if len(lines) == 1 else None
+        cause = unwaited_copy(system, lines.pop()) if len(lines) == 1 else None
+        shown = [i for pair in zip(starts[-2:], pending[-2:]) for i in pair if i is not None]
+        return replace(cause, steps=tuple(sorted(shown))) if cause is not None else None
     if not _waited_anywhere(system, inst.decl.name):
         return _unconsumed_signal(path, inst.decl.name, finding.sem)
     return None
@@ -107,9 +110,13 @@ def _unconsumed_signal(path: Path, decl: str, sid: int | None = None, before: ir
     site = signals[0].location if signals else _static_signal(system, decl)
     if site is None:
         return None
+    shown = [s.index for s in signals[-3:]]
     if before is None and signals:
-        before = _where_wait_belongs(path, signals[0])
-    return RootCause(CauseKind.UNCONSUMED_SIGNAL, site, semaphore=decl, before=before)
+        belongs = _where_wait_belongs(path, signals[0])
+        if belongs is not None:
+            before = belongs.location
+            shown.append(belongs.index)
+    return RootCause(CauseKind.UNCONSUMED_SIGNAL, site, semaphore=decl, before=before, steps=tuple(sorted(shown)))
 
 
 def _decl_of(system: System, path: Path, step: TraceStep) -> str | None:
@@ -129,7 +136,7 @@ def _static_signal(system: System, decl: str) -> ir.Loc | None:
     return None
 
 
-def _where_wait_belongs(path: Path, signal: TraceStep) -> ir.Loc | None:
+def _where_wait_belongs(path: Path, signal: TraceStep) -> TraceStep | None:
     """The signalled device's first copy into (or remote signal to) the signaller after it
     ran the signal's own line: what the signal tells it it may now do."""
     if signal.target_device is None or signal.device is None:
@@ -142,7 +149,7 @@ def _where_wait_belongs(path: Path, signal: TraceStep) -> ir.Loc | None:
         if s.location == signal.location and s.event is StepEvent.SIGNAL:
             ran_line = True
         elif ran_line and s.event in (StepEvent.DMA_START, StepEvent.SIGNAL) and s.target_device == signaller:
-            return s.location
+            return s
     return None
 
 
@@ -222,6 +229,45 @@ def _waits_on(system: System, t: int, ids: frozenset[int]) -> list[int]:
             and (system.footprints[t][pc].dec | system.footprints[t][pc].wait) & ids]
 
 
+def feeders_of(steps: list, wait: TraceStep) -> list[TraceStep]:
+    """The additions a wait took, first in first out: a take consumes the oldest units
+    still on its semaphore (a trace step's `fed_by` lists every addition since the last
+    take, which says nothing about the rest a partial take leaves). A wait that takes
+    nothing (non-decrementing) is fed by every addition it saw."""
+    queue: deque[list] = deque()  # [step, units not yet taken]
+    for s in steps[: wait.index]:
+        if s.semaphore != wait.semaphore or s.before is None or s.after is None:
+            continue
+        if s.event is StepEvent.ENTRY:
+            queue.clear()
+            continue
+        delta = s.after - s.before
+        if delta > 0:
+            queue.append([s, delta])
+        if s is wait:
+            if delta >= 0:
+                return [entry[0] for entry in queue]
+            taken, need = [], -delta
+            while need > 0 and queue:
+                entry = queue[0]
+                use = min(need, entry[1])
+                entry[1] -= use
+                need -= use
+                taken.append(entry[0])
+                if entry[1] == 0:
+                    queue.popleft()
+            return taken
+        if delta < 0:
+            need = -delta
+            while need > 0 and queue:
+                use = min(need, queue[0][1])
+                queue[0][1] -= use
+                need -= use
+                if queue[0][1] == 0:
+                    queue.popleft()
+    return []
+
+
 # --- data races ----------------------------------------------------------------------------------
 
 
@@ -242,15 +288,18 @@ def _race(path: Path, finding) -> RootCause | None:
     for loc in dict.fromkeys(involved):
         cause = unwaited_copy(path.system, loc)
         if cause is not None:
-            return cause
+            shown = {copy.index, access.index} | ({writer.index} if writer is not None else set())
+            return replace(cause, steps=tuple(sorted(shown)))
     if writer is not None and writer.target_device is not None and writer.device is not None:
         cause = _held_back_by(path, writer)
         if cause is not None:
             return cause
-    if wrong_copy is not None:
+    waited_at = path.step(wrong_copy[0]).location if wrong_copy is not None else None
+    if wrong_copy is not None and waited_at is not None:
         wait, by = wrong_copy
-        return RootCause(CauseKind.WRONG_COPY, path.step(wait).location, by=path.step(by).location,
-                         writer=copy.location)
+        fed = [f.index for f in feeders_of(path.steps, path.step(wait))]
+        return RootCause(CauseKind.WRONG_COPY, waited_at, by=path.step(by).location,
+                         writer=copy.location, steps=tuple(sorted({wait, by, copy.index, *fed[-1:]})))
     return None
 
 
@@ -281,12 +330,13 @@ def _reading_wait_fed_elsewhere(path: Path, access: TraceStep, copy: TraceStep) 
     for s in reversed(path.steps[: access.index - 1]):
         if s.actor != access.actor or s.event is not StepEvent.DMA_WAIT or s.semaphore != recv[0]:
             continue
-        feeders = [path.step(i).started_by for i in s.fed_by if path.step(i).event in _COMPLETIONS]
-        if copy.index in feeders or None in feeders or not feeders:
+        started = [f.started_by for f in feeders_of(path.steps, s) if f.event in _COMPLETIONS]
+        feeders = [f for f in started if f is not None]
+        if copy.index in feeders or len(feeders) != len(started) or not feeders:
             return None
         # A feeder that wrote these rows is the copy the wait was for: the racing copy is a
         # later one that came too early (a sender ahead), not one the wait mistook.
-        if any(_overlaps(path.step(f).dst, path.step(f), _regions(access)) for f in feeders if f is not None):
+        if any(_overlaps(path.step(f).dst, path.step(f), _regions(access)) for f in feeders):
             return None
         return s.index, feeders[-1]
     return None
@@ -301,18 +351,24 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
     assert issuer is not None and target is not None
     for decl, loc in _signals_between(system, target, issuer):
         if not _waited_anywhere(system, decl):
-            return RootCause(CauseKind.UNCONSUMED_SIGNAL, loc, semaphore=decl, before=writer.location)
+            sent = [s.index for s in path.steps[: writer.index - 1] if s.event is StepEvent.SIGNAL
+                    and s.declaration == decl and s.device == target and s.target_device == issuer]
+            return RootCause(CauseKind.UNCONSUMED_SIGNAL, loc, semaphore=decl, before=writer.location,
+                             steps=tuple(sent[-2:]) + (writer.index,))
     for s in reversed(path.steps[: writer.index - 1]):
         if s.actor != writer.actor or s.event is not StepEvent.WAIT:
             continue
-        feeders = [path.step(i) for i in s.fed_by if path.step(i).event is StepEvent.SIGNAL]
+        feeders = [f for f in feeders_of(path.steps, s) if f.event is StepEvent.SIGNAL]
         remote = [f for f in feeders if f.device is not None and f.device != issuer]
         if not remote or any(f.device == target for f in remote):
             return None
-        n = system.protocol.devices
-        return RootCause(CauseKind.WRONG_SIGNALLER, remote[-1].location, semaphore=_decl_of(system, path, s),
+        signal, n = remote[-1], system.protocol.devices
+        if signal.location is None or signal.device is None:
+            return None
+        return RootCause(CauseKind.WRONG_SIGNALLER, signal.location, semaphore=_decl_of(system, path, s),
                          wait=s.location, writer=writer.location,
-                         by_offset=_offset(remote[-1].device - issuer, n), want_offset=_offset(target - issuer, n))
+                         by_offset=_offset(signal.device - issuer, n), want_offset=_offset(target - issuer, n),
+                         steps=(signal.index, s.index, writer.index))
     return None
 
 

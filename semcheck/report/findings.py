@@ -72,10 +72,18 @@ class Finding:
 
     @property
     def devices(self) -> list[int]:
-        return [r.devices for r, _ in self.members]
+        """The device counts it was found at, each once (a check can find it on several
+        semaphore instances or devices)."""
+        return sorted({r.devices for r, _ in self.members})
 
     @property
     def headline(self) -> str:
+        """What is wrong in one line: its root cause where one is named, else the first
+        sentence of its message."""
+        if self.violation.cause is not None:
+            from semcheck.report.causes import statement
+
+            return statement(self.violation.cause)
         return headline(self.violation.message, self.kind)
 
     @property
