@@ -250,12 +250,11 @@ def _verify(args) -> int:
     skipped: list = []
     results, interrupted = interrupts.collect(check_paths(  # keeps what finished on Ctrl-C, marked partial
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
-        on_done=position.done,
         on_load=None if args.quiet else capture_line_printer(sys.stderr, before=_clear_progress),
         assume=args.assume, reduce=not args.no_reduction, symmetry=not args.no_symmetry,
         split=not args.no_split,
         invocations=args.invocations, skipped=skipped, cores_enter_together=args.assume_cores_enter_together,
-        **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args),
+        **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args, position),
     ))
     _clear_progress()
     if summarize(skipped):

@@ -64,7 +64,7 @@ def test_text_report_shows_the_line_and_the_trace(capsys):
     assert "unsatisfied_wait (device 3) at " in out
     assert "|         t.wait(barrier, 2)" in out  # the source line itself
     # The trace is the stuck wait's happens-before past, no longer the whole (not shortest) path.
-    assert "trace to the stuck state: the 4 of its 37 steps that it depends on (33 elided):" in out
+    assert "trace to the stuck state (37 steps: 4 shown, 0 folded, 33 not involved; -v shows every step):" in out
     # the stuck thread's own history is in it (step numbers follow the reduced search's path)
     assert any(line.lstrip()[:1].isdigit() and ". device 3  signal" in line for line in out.splitlines())
 

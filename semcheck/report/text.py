@@ -45,12 +45,12 @@ def render(
         blocks = []
         for indices in _by_kernel(results):
             blocks.append(_render_kernel(results, indices, style, judgements))
+        notes = _notes_hidden(results, verbose)
+        if notes:
+            blocks[-1] += "\n" + notes
         if len(results) > 1 or judgements is not None:
             blocks.append(summary_table(results, judgements, problems=True))
         report = "\n\n".join(blocks) + "\n"
-    notes = _notes_hidden(results, verbose)
-    if notes:
-        report += notes + "\n"
     report = _wrap_verdict_lines(report, width) if width else report
     return colour.paint_report(report) if color else report
 
@@ -70,8 +70,10 @@ def _notes_hidden(results: list[Result], verbose: bool) -> str:
     count = len({note for r in results for note in r.notes})
     if not count:
         return ""
-    return (f"{count} modelling note{'s' if count != 1 else ''} (what the verdicts rest on): "
-            "shown with -v, and in --format json and sarif")
+    return f"  {count} modelling note{'s' if count != 1 else ''} {_NOTES_COUNTED}"
+
+
+_NOTES_COUNTED = "(what the verdicts rest on): shown with -v, and in --format json and sarif"
 
 
 def _wrap_verdict_lines(report: str, width: int) -> str:
@@ -80,7 +82,7 @@ def _wrap_verdict_lines(report: str, width: int) -> str:
     for line in report.split("\n"):
         if len(line) > width and line.startswith(tuple(f"{w}:" for w in _VERDICT_WORDS.values())):
             out.extend(textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False))
-        elif len(line) > width and line.startswith(("  note: ", "  note [")):
+        elif len(line) > width and (line.startswith(("  note: ", "  note [")) or _NOTES_COUNTED in line):
             out.extend(textwrap.wrap(line, width, subsequent_indent="        ", break_on_hyphens=False))
         else:
             out.append(line)
@@ -177,6 +179,9 @@ def _render_every_check(results: list[Result], style: Style, *, judgements) -> s
             block += f"\n  UNEXPECTED: {judgement.reason}" + (
                 f" (declared at {judgement.expected.where})" if judgement.expected else "")
         blocks.append(block)
+    notes = _notes_hidden(results, style.verbose)
+    if notes and blocks:
+        blocks[-1] += "\n" + notes
     if len(results) > 1 or judgements is not None:
         blocks.append(summary_table(results, judgements))
     return "\n\n".join(blocks) + "\n"
