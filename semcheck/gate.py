@@ -32,7 +32,8 @@ def add_arguments(verify: argparse.ArgumentParser) -> None:
                         "check); the report is the same as with -j 1, in the same order")
     verify.add_argument("--executor", choices=[e.value for e in Executor], default=Executor.LOCAL.value,
                         help="where the checks run: local (this machine, -j workers) or ray (a Ray "
-                        "cluster: --ray-address, or RAY_ADDRESS, or a local one started for the run)")
+                        "cluster: --ray-address, or RAY_ADDRESS, or a local one started for the run; "
+                        "default: local)")
     verify.add_argument("--ray-address", metavar="ADDR", default=None,
                         help="the Ray cluster to send checks to (e.g. ray://head:10001 or auto)")
     verify.add_argument("--baseline", metavar="FILE", default=None,

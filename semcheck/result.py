@@ -313,6 +313,17 @@ class Result:
         return (f"<Result {self.kernel} [{self.devices} devices{cores}, {self.backend}]: "
                 f"{self.verdict.value.upper()}{': ' + detail if detail else ''} ({work}, {self.engine})>")
 
+    def report(self, **options) -> str:
+        """The text report of this check, as `semcheck verify` prints it (options as
+        `report.text.render`'s: `verbose=True` for every trace step and the notes)."""
+        from semcheck.report import text
+
+        return text.render([self], **options)
+
+    def __str__(self) -> str:
+        """The text report: `assert result.verdict.value == "safe", result` shows what was found."""
+        return self.report().rstrip("\n")
+
     def _repr_html_(self) -> str:
         """A notebook shows the text report with each counterexample drawn inline (SVG)."""
         from semcheck.report import html as html_report

@@ -242,6 +242,12 @@ def test_baseline_hides_known_findings_and_gates_on_a_new_one(capsys, repo, fmt)
     assert [(r["kernel"], r["verdict"], r["violations"]) for r in results] == [
         ("circular_wait", "safe", []), ("twins", "safe", [])]
     assert results[1]["notes"][-1] == f"2 findings known from the baseline {baseline} not reported"
+    # The text report does not claim more than the gate knows: known findings are not "safe in any schedule".
+    code, out, _ = run(capsys, "kernels/", "--devices", "2", "--baseline", str(baseline))
+    verdicts = [line for line in out.splitlines() if line.startswith("SAFE: ")]
+    assert [line.split(": ", 2)[2].split("  (")[0] for line in verdicts] == [
+        "no new findings: 1 known from the baseline is not reported",
+        "no new findings: 2 known from the baseline are not reported"]
     # A new bug is reported, and only it.
     shutil.copy(os.path.join(MODELS, "ring_allgather_missing_signal.py"), repo / "kernels" / "ring_bug.py")
     code, out, _ = run(capsys, "kernels/", "--devices", "2", "--baseline", str(baseline), "--format", "concise")

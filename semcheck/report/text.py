@@ -267,8 +267,9 @@ def render_violation(
     if cause is not None:
         lines = [f"  {v.severity}: {causes.statement(cause)}" + (f"  [{seen_at}]" if seen_at else "")]
         lines.extend(_excerpt_lines(cause.site))
-        who = thread_name(v.device, v.core, 0, cores, unit) if v.device is not None else "the protocol"
-        lines.append(f"    found as: {found_as}" if found_as else f"    found as: {v.kind} on {who} at {_loc(v.location)}")
+        who = f" on {thread_name(v.device, v.core, 0, cores, unit)}" if v.device is not None else ""
+        lines.append(f"    found as: {found_as}" if found_as else
+                     f"    found as: {v.kind} at {_short_loc(v.location, kernel_file)}{who}")
     else:
         who = thread_name(v.device, v.core, 0, cores, unit) if v.device is not None else "protocol"
         lines = [f"  {v.severity}: {v.kind} ({who}) at {_loc(v.location)}" + (f"  [{seen_at}]" if seen_at else "")]
