@@ -3,8 +3,10 @@ and the fix, naming the line and the call that is missing."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from semcheck.ir import Loc
-from semcheck.result import CauseKind, RootCause
+from semcheck.result import CauseKind, RootCause, Violation
 
 
 def statement(cause: RootCause) -> str:
@@ -15,6 +17,16 @@ def statement(cause: RootCause) -> str:
 def fix(cause: RootCause) -> str:
     """What to change."""
     return _FIXES[cause.kind](cause)
+
+
+def found_as(violations: Iterable[Violation]) -> str:
+    """The violations one root cause was found as, by kind and line: "data_race at lines 57,
+    62; semaphore_leftover at line 54"."""
+    lines: dict[str, set[int]] = {}
+    for v in violations:
+        lines.setdefault(v.kind, set()).update([v.location.line] if v.location is not None else [])
+    return "; ".join(f"{kind} at line{'s' if len(at) > 1 else ''} {', '.join(map(str, sorted(at)))}" if at else kind
+                     for kind, at in lines.items())
 
 
 def _line(loc: Loc | None) -> str:

@@ -213,16 +213,13 @@ class Problem:
 
     @property
     def found_at(self) -> str:
-        """For a root cause found as several findings: "found as data_race at lines 57, 62,
+        """For a root cause found as several findings: "found as data_race at lines 57, 62;
         semaphore_leftover at line 54"; empty for one finding."""
         if len(self.findings) < 2:
             return ""
-        lines: dict[str, list[int]] = {}
-        for f in self.findings:
-            lines.setdefault(f.kind, []).append(f.location.line)
-        return "found as " + ", ".join(
-            f"{kind} at line{'s' if len(set(at)) > 1 else ''} {', '.join(map(str, sorted(set(at))))}"
-            for kind, at in lines.items())
+        from semcheck.report.causes import found_as
+
+        return "found as " + found_as(f.violation for f in self.findings)
 
 
 def problems(findings: list[Finding]) -> list[Problem]:

@@ -120,26 +120,19 @@ def _render_kernel(results: list[Result], indices: list[int], style: Style, judg
         lines.append("")
         lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, style=style, unit=core_unit(r.backend),
                                       seen_at=_seen_at(shown, problem), devices=r.devices,
-                                      found_as=_found_as(shown, problem, r.file)))
+                                      found_as=_found_as(shown, problem)))
     if style.verbose:
         lines.extend(_note_lines(results, indices))
     return "\n".join(lines)
 
 
-def _found_as(results: list[Result], problem: groups.ProblemGroup, kernel_file: str) -> str:
+def _found_as(results: list[Result], problem: groups.ProblemGroup) -> str:
     """For a problem with a root cause, the violations it was found as: "semaphore_leftover
     at line 54; data_race at lines 57, 62 (5 violations)"."""
     members = groups.members(results, problem)
     if problem.key.cause is None or len(members) < 2:
         return ""
-    lines: dict[str, list[int]] = {}
-    for _, v in members:
-        lines.setdefault(v.kind, [])
-        if v.location is not None and v.location.line not in lines[v.kind]:
-            lines[v.kind].append(v.location.line)
-    parts = [f"{kind} at line{'s' if len(at) > 1 else ''} {', '.join(map(str, sorted(at)))}" if at else kind
-             for kind, at in lines.items()]
-    return f"{'; '.join(parts)} ({len(members)} violations)"
+    return f"{causes.found_as(v for _, v in members)} ({len(members)} violations)"
 
 
 def _note_lines(results: list[Result], indices: list[int]) -> list[str]:
