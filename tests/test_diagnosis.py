@@ -132,3 +132,32 @@ def test_device_lists_fold():
     assert devices_text([3], 8) == "device 3"
     assert devices_text([0, 2, 3, 4, 7, 7], 8) == "devices 0, 2-4, 7"
     assert ranges([1, 2]) == "1, 2"
+
+
+def handshake_without_wait(devices: int):
+    """The entry handshake's wait dropped: each device signals its neighbours' barrier
+    semaphore and copies to its right neighbour at once."""
+    p = ProtocolBuilder("no_handshake_wait", devices=devices, backend="tpu")
+    barrier = p.barrier_semaphore()
+    send, recv = p.semaphore("send_sem", DMA), p.semaphore("recv_sem", DMA)
+    out = p.buffer("out", (devices, *BLOCK))
+    for d in range(devices):
+        t = p.thread(d)
+        t.entry()
+        t.signal(barrier, device=(d - 1) % devices)  # handshake
+        t.signal(barrier, device=(d + 1) % devices)
+        copy = t.dma_start(out.region(d), out.region(d), recv_sem=recv, send_sem=send, device=(d + 1) % devices)  # copy
+        copy.wait()
+        t.exit()
+    return p.build()
+
+
+def test_a_handshake_without_its_wait_is_one_problem_with_its_early_arrivals():
+    r = check_protocol(handshake_without_wait(4), engine="explicit")
+    signal, copy = line_of(handshake_without_wait, "# handshake"), line_of(handshake_without_wait, "# copy")
+    assert {v.kind for v in r.errors} == {"remote_before_entry", "semaphore_leftover"}
+    assert {(v.cause.kind, v.cause.semaphore, v.cause.site.line) for v in r.errors} == {
+        (CauseKind.UNCONSUMED_SIGNAL, "barrier", signal)}
+    [early] = [v for v in r.errors if v.kind == "remote_before_entry"]
+    assert early.cause.before.line == copy  # the wait belongs before the copy that arrives early
+    assert len(groups.group([r])) == 1
