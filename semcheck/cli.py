@@ -52,7 +52,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def did_you_mean(word: str, candidates: list[str]) -> str:
-    """ " (did you mean --devices?)" for a word close to one of `candidates`, else "". """
+    """ "; did you mean --devices?" for a word close to one of `candidates`, else "". """
     import difflib
 
     close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)

@@ -19,17 +19,27 @@ def line_of(fn, marker: str) -> int:
     return first + next(i for i, line in enumerate(source) if marker in line)
 
 
-def ring(devices: int, *, wait_send: bool = True, wait_recv: bool = True):
-    """Each device copies its block to its right neighbour, after a barrier handshake."""
-    p = ProtocolBuilder("ring", devices=devices, backend="tpu")
+def ring_threads(name: str, devices: int):
+    """A protocol builder with a barrier, a send and a receive semaphore and an output, and
+    each device's thread after its entry handshake with both neighbours."""
+    p = ProtocolBuilder(name, devices=devices, backend="tpu")
     barrier = p.barrier_semaphore()
-    send, recv = p.semaphore("send_sem", DMA), p.semaphore("recv_sem", DMA)
+    sems = p.semaphore("send_sem", DMA), p.semaphore("recv_sem", DMA)
     out = p.buffer("out", (devices, *BLOCK))
+    threads = []
     for d in range(devices):
         t = p.thread(d)
         t.signal(barrier, device=(d - 1) % devices)
         t.signal(barrier, device=(d + 1) % devices)
         t.wait(barrier, 2)
+        threads.append(t)
+    return p, sems, out, threads
+
+
+def ring(devices: int, *, wait_send: bool = True, wait_recv: bool = True):
+    """Each device copies its block to its right neighbour, after a barrier handshake."""
+    p, (send, recv), out, threads = ring_threads("ring", devices)
+    for d, t in enumerate(threads):
         copy = t.dma_start(out.region(d), out.region(d), recv_sem=recv, send_sem=send, device=(d + 1) % devices)  # start
         if wait_send:
             copy.wait_send()
@@ -40,15 +50,8 @@ def ring(devices: int, *, wait_send: bool = True, wait_recv: bool = True):
 
 def loop_ring(devices: int):
     """Copies in a loop, each waited for at the top of the next turn; the last one is not."""
-    p = ProtocolBuilder("loop_ring", devices=devices, backend="tpu")
-    barrier = p.barrier_semaphore()
-    send, recv = p.semaphore("send_sem", DMA), p.semaphore("recv_sem", DMA)
-    out = p.buffer("out", (devices, *BLOCK))
-    for d in range(devices):
-        t = p.thread(d)
-        t.signal(barrier, device=(d - 1) % devices)
-        t.signal(barrier, device=(d + 1) % devices)
-        t.wait(barrier, 2)
+    p, (send, recv), out, threads = ring_threads("loop_ring", devices)
+    for d, t in enumerate(threads):
         copy = None
         for step in range(devices - 1):
             if copy is not None:
