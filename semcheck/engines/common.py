@@ -130,7 +130,7 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         racing_step=racing_step,
         missing=_missing_actions(system, finding, states, actions),
         hint=finding.hint or FIX_HINTS.get(finding.kind),
-        cause=diagnosis.diagnose(system, finding, states, actions, steps, racing_step) if steps else None,
+        cause=diagnosis.diagnose(system, finding, steps, racing_step),
         loop_from=len(steps) - finding.loop_steps + 1 if finding.loop_steps else None,
         identity=_identity(system, finding),
         at_end=finding.at_end,

@@ -4,9 +4,10 @@ A kernel with one line dropped can break in several places at once: a copy that 
 waited for leaves its send and receive semaphores non-zero on every device and lets the
 reads after it race with it; a capacity semaphore nobody waits on is left non-zero and lets
 each sender run ahead of its receiver. Each of those is one problem, and its fix names the
-missing line. This module reads the violation's path (the trace steps, the states along
-it) and the protocol's programs, and returns a `RootCause` (result.py) or None; reports
-render it, and group the violations that share one.
+missing line. This module reads the violation's counterexample (its trace steps: what each
+did, what fed each wait, which start each completion belongs to) and the protocol's
+programs, and returns a `RootCause` (result.py) or None; reports render it, and group the
+violations that share one.
 
 The causes, each from facts that can be checked against the IR:
 
@@ -32,37 +33,30 @@ from dataclasses import dataclass, replace
 from semcheck import ir
 from semcheck.kinds import Kind
 from semcheck.result import CauseKind, RegionRef, RootCause, StepEvent, TraceStep
-from semcheck.semantics import Action, State, System
+from semcheck.semantics import System
 
 _COMPLETIONS = (StepEvent.DMA_SEND_DONE, StepEvent.DMA_RECV_DONE)
 
 
 @dataclass(frozen=True)
 class Path:
-    """A counterexample as the diagnosis reads it: the path, its states and its steps."""
+    """A counterexample as the diagnosis reads it: the protocol's system and the trace steps."""
 
     system: System
-    states: list[State]
-    actions: list[Action]
     steps: list
     racing_step: int | None  # a race's copy in flight: the step that started it
-
-    def site(self, index: int) -> tuple[int, int] | None:
-        """(thread, pc) of the instruction that trace step `index` (1-based) ran."""
-        kind, what = self.actions[index - 1]
-        return None if kind != "t" else (what, self.states[index - 1].pcs[what])
 
     def step(self, index: int) -> TraceStep:
         return self.steps[index - 1]
 
 
-def diagnose(system: System, finding, states: list[State], actions: list[Action], steps: list,
-             racing_step: int | None) -> RootCause | None:
-    """The root cause of `finding` on its path, or None where none of the known shapes fits."""
+def diagnose(system: System, finding, steps: list, racing_step: int | None) -> RootCause | None:
+    """The root cause of `finding`, from the trace `steps` of its counterexample and the
+    protocol's programs, or None where none of the known shapes fits."""
     rule = _RULES.get(finding.kind)
     if rule is None or not steps:
         return None
-    return rule(Path(system, states, actions, steps, racing_step), finding)
+    return rule(Path(system, steps, racing_step), finding)
 
 
 # --- leftovers -----------------------------------------------------------------------------------
@@ -106,7 +100,7 @@ def _unconsumed_signal(path: Path, decl: str, sid: int | None = None, before: ir
     system = path.system
     signals = [s for s in path.steps if s.event is StepEvent.SIGNAL and s.semaphore is not None
                and (sid is None or s.semaphore == system.instances[sid].short)
-               and _decl_of(system, path, s) == decl]
+               and s.declaration == decl]
     site = signals[0].location if signals else _static_signal(system, decl)
     if site is None:
         return None
@@ -117,15 +111,6 @@ def _unconsumed_signal(path: Path, decl: str, sid: int | None = None, before: ir
             before = belongs.location
             shown.append(belongs.index)
     return RootCause(CauseKind.UNCONSUMED_SIGNAL, site, semaphore=decl, before=before, steps=tuple(sorted(shown)))
-
-
-def _decl_of(system: System, path: Path, step: TraceStep) -> str | None:
-    where = path.site(step.index)
-    if where is None:
-        return None
-    instr = system.bodies[where[0]][where[1]]
-    sem = getattr(instr, "sem", None)
-    return sem.alloc if sem is not None else None
 
 
 def _static_signal(system: System, decl: str) -> ir.Loc | None:
@@ -365,7 +350,7 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
         signal, n = remote[-1], system.protocol.devices
         if signal.location is None or signal.device is None:
             return None
-        return RootCause(CauseKind.WRONG_SIGNALLER, signal.location, semaphore=_decl_of(system, path, s),
+        return RootCause(CauseKind.WRONG_SIGNALLER, signal.location, semaphore=s.declaration,
                          wait=s.location, writer=writer.location,
                          by_offset=_offset(signal.device - issuer, n), want_offset=_offset(target - issuer, n),
                          steps=(signal.index, s.index, writer.index))
