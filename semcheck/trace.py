@@ -120,7 +120,7 @@ def _hazard_note(before: State, after: State) -> str:
 
 def _note_sem(system: System, step: TraceStep, sid: int, before: State, after: State) -> str:
     inst = system.instances[sid]
-    step.semaphore = inst.short
+    step.semaphore, step.declaration = inst.short, inst.decl.name
     step.before, step.after = before.sems[sid], after.sems[sid]
     return f"{inst.short} {step.before} -> {step.after}"
 
@@ -142,7 +142,7 @@ def _text_wait(system, before, after, t, instr, step) -> str:
     sid = system.resolve(t, instr.sem, before)
     need = system.eval(instr.nbytes if isinstance(instr, ir.DmaWait) else instr.value, t, before)
     inst = system.instances[sid]
-    step.semaphore = inst.short
+    step.semaphore, step.declaration = inst.short, inst.decl.name
     step.before, step.after = before.sems[sid], after.sems[sid]
     step.need = need
     if isinstance(instr, ir.DmaWait):
@@ -165,7 +165,7 @@ def _amount(system, units: int) -> str:
 def _text_read(system, before, after, t, instr: ir.Read, step) -> str:
     sid = system.resolve(t, instr.sem, before)
     inst = system.instances[sid]
-    step.semaphore = inst.short
+    step.semaphore, step.declaration = inst.short, inst.decl.name
     step.before = step.after = before.sems[sid]
     return f"read {inst.short} = {before.sems[sid]} into {instr.dst}"
 

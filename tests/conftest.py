@@ -54,6 +54,8 @@ def pytest_unconfigure(config):
 # the many-examples twins of random tests (tests/tiers.py: `test_...[N-examples]`, the larger N).
 SLOW = {
     "tests/test_tpu_examples.py": "every TPU example at 2, 4 and 8 devices, and called twice",
+    "tests/test_broken_rings.py::test_one_dropped_line_is_one_problem_with_its_fix_at_8_devices":
+        "the guide's ring kernels broken one line at a time, each checked at 8 devices (20-100 CPU s each)",
     "tests/test_gpu_examples.py": "every GPU example at 2, 4 and 8 devices",
     "tests/test_gpu_reduction.py": "the reduction against the full search on every GPU example",
     "tests/test_tpu_differential.py": "JAX's TPU interpreter on every example",

@@ -43,11 +43,13 @@ LAYERS = [
 # defines; lower/schedule.py runs it in one canonical schedule rather than re-implement it
 # (docs/data-evaluation.md).
 # And a notebook displays a Result through `Result._repr_html_`, which renders it with the
-# report layer (imported when a notebook first displays one, never at start-up).
+# report layer (imported when a notebook first displays one, never at start-up); `str(result)`
+# and `result.report()` are its text report (imported when first asked for).
 # The Ray executor is an optional extra: the sweep imports it only when asked to run there.
 ALLOWED = {
     ("semcheck.lower.schedule", "semcheck.semantics"),
     ("semcheck.result", "semcheck.report.html"),
+    ("semcheck.result", "semcheck.report.text"),
     ("semcheck.sweep", "semcheck.sweep_ray"),
 }
 

@@ -77,7 +77,7 @@ class Declared:
         return any(SEVERITY[Kind(k)] == "error" for d in self.declarations for k in d.outcomes)
 
 
-_MARKER = re.compile(r"#\s*<-\s*(?P<kind>[a-z_]+)")
+_MARKER = re.compile(r"#\s*<-\s*(?P<kinds>[a-z_]+(?:\s*,\s*[a-z_]+)*)")
 
 
 def expectation(path: str) -> Declared:
@@ -86,7 +86,8 @@ def expectation(path: str) -> Declared:
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
             if m := _MARKER.search(line):
-                declared.markers.setdefault(m["kind"], set()).add(number)
+                for kind in re.split(r"\s*,\s*", m["kinds"]):
+                    declared.markers.setdefault(kind, set()).add(number)
     return declared
 
 

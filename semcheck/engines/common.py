@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from semcheck import trace as tracing
-from semcheck.engines import causal, causes, missing
+from semcheck.engines import causal, causes, diagnosis, missing
 from semcheck.properties import FAULT_KINDS, FIX_HINTS, SEVERITY, Finding, Kind, static_findings
 from semcheck.result import Result, Stats, Verdict, Violation
 from semcheck.semantics import Action, State, System
@@ -180,6 +180,7 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         racing_step=racing_step,
         missing=_missing_actions(system, finding, states, actions),
         hint=finding.hint or FIX_HINTS.get(finding.kind),
+        cause=diagnosis.diagnose(system, finding, steps, racing_step),
         loop_from=len(steps) - finding.loop_steps + 1 if finding.loop_steps else None,
         identity=_identity(system, finding),
         at_end=finding.at_end,

@@ -77,10 +77,18 @@ class Finding:
 
     @property
     def devices(self) -> list[int]:
-        return [r.devices for r, _ in self.members]
+        """The device counts it was found at, each once (a check can find it on several
+        semaphore instances or devices)."""
+        return sorted({r.devices for r, _ in self.members})
 
     @property
     def headline(self) -> str:
+        """What is wrong in one line: its root cause where one is named, else the first
+        sentence of its message."""
+        if self.violation.cause is not None:
+            from semcheck.report.causes import statement
+
+            return statement(self.violation.cause)
         return headline(self.violation.message, self.kind)
 
     @property
@@ -187,3 +195,53 @@ def relative_to_root(path: str, root: str) -> str:
     if absolute == root or absolute.startswith(root.rstrip(os.sep) + os.sep):
         return os.path.relpath(absolute, root).replace(os.sep, "/")
     return absolute
+
+
+@dataclass
+class Problem:
+    """The findings one root cause explains (a finding without a named cause is a problem of
+    its own): what the one-line formats (concise, github) print one line for."""
+
+    findings: list[Finding]
+
+    @property
+    def first(self) -> Finding:
+        return self.findings[0]
+
+    @property
+    def location(self) -> Loc:
+        cause = self.first.violation.cause
+        return cause.site if cause is not None else self.first.location
+
+    @property
+    def kind(self) -> str:
+        """The kind, or the kinds a root cause was found as: "data_race+semaphore_leftover"."""
+        return "+".join(dict.fromkeys(sorted(f.kind for f in self.findings)))
+
+    @property
+    def devices(self) -> list[int]:
+        return sorted({n for f in self.findings for n in f.devices})
+
+    @property
+    def members(self) -> list[tuple[Result, Violation]]:
+        return [m for f in self.findings for m in f.members]
+
+    @property
+    def found_at(self) -> str:
+        """For a root cause found as several findings: "found as data_race at lines 57, 62;
+        semaphore_leftover at line 54"; empty for one finding."""
+        if len(self.findings) < 2:
+            return ""
+        from semcheck.report.causes import found_as
+
+        return "found as " + found_as(f.violation for f in self.findings)
+
+
+def problems(findings: list[Finding]) -> list[Problem]:
+    """`findings` grouped by root cause, in the order first found."""
+    grouped: dict[object, Problem] = {}
+    for f in findings:
+        cause = f.violation.cause
+        key = (f.result.kernel, f.result.file, cause.key) if cause is not None else id(f)
+        grouped.setdefault(key, Problem([])).findings.append(f)
+    return list(grouped.values())

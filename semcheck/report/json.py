@@ -7,7 +7,7 @@ from typing import overload
 
 from semcheck.ir import DataUse, Loc, display_path
 from semcheck.report import groups
-from semcheck.result import BlockedWait, MissingAction, Result, TraceStep, Violation
+from semcheck.result import BlockedWait, MissingAction, Result, RootCause, TraceStep, Violation
 from semcheck.version import __version__
 
 
@@ -40,6 +40,7 @@ def step_dict(step: TraceStep) -> dict:
         "text": step.text,
         "location": location(step.location),
         "semaphore": step.semaphore,
+        "declaration": step.declaration,
         "before": step.before,
         "after": step.after,
         "fed_by": list(step.fed_by),
@@ -105,7 +106,7 @@ def missing_dict(m: MissingAction) -> dict:
         "in_flight": m.in_flight,
         "sites": [
             {"thread": s.thread, "location": location(s.location), "what": s.what, "adds": s.adds,
-             "ran": s.ran, "step": s.step, "not_run": s.not_run}
+             "ran": s.ran, "step": s.step, "not_run": s.not_run, "device": s.device, "core": s.core}
             for s in m.sites
         ],
         "absent": [
@@ -113,6 +114,28 @@ def missing_dict(m: MissingAction) -> dict:
              "reaches": list(a.reaches)}
             for a in m.absent
         ],
+    }
+
+
+def cause_dict(c: RootCause) -> dict:
+    """A root cause: its kind, lines and offsets, and the same in words (`statement`, `fix`)."""
+    from semcheck.report import causes
+
+    return {
+        "kind": c.kind.value,
+        "site": location(c.site),
+        "semaphore": c.semaphore,
+        "sides": list(c.sides),
+        "last_only": c.last_only,
+        "wait": location(c.wait),
+        "by": location(c.by),
+        "writer": location(c.writer),
+        "by_offset": c.by_offset,
+        "want_offset": c.want_offset,
+        "before": location(c.before),
+        "steps": list(c.steps),
+        "statement": causes.statement(c),
+        "fix": causes.fix(c),
     }
 
 
@@ -140,6 +163,8 @@ def violation_dict(v: Violation) -> dict:
         out["missing"] = [missing_dict(m) for m in v.missing]
     if v.hint:
         out["hint"] = v.hint
+    if v.cause is not None:
+        out["cause"] = cause_dict(v.cause)
     if v.loop_from is not None:
         out["loop_from"] = v.loop_from  # the trace's steps from here on repeat for ever
     if v.found_by:
@@ -264,6 +289,8 @@ def groups_list(results: list[Result]) -> list[dict]:
             "location": location(g.key.location),
             "semaphore": g.key.semaphore,
             "related": sorted((location(loc) for loc in g.key.related), key=lambda d: (d["file"], d["line"])),
+            "kinds": groups.violation_kinds(results, g),  # what a root cause's problem was found as
+            "cause": cause_dict(shown.cause) if g.key.cause is not None and shown.cause is not None else None,
             "shown": _ref_dict(results, g.shown),
             "checks": [_ref_dict(results, ref) for ref in g.refs],
         })

@@ -1,9 +1,9 @@
 """What each violation kind means, at length: SARIF rules' `fullDescription` and `help`.
 
 The help of a kind is its page in `docs/kinds/KIND.md` (what it means, a bad and a good
-pattern from this repository's `examples/` and `models/`, and the fix). When semcheck runs
-from an installed wheel without the docs beside it, the help is the full description and a
-link to the page.
+pattern from this repository's `examples/` and `models/`, and the fix). The pages travel
+with the package (`semcheck/kind_pages` links to `docs/kinds`, and the wheel holds them as
+package data), so a SARIF rule carries its whole page as its help wherever semcheck runs.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import os
 
 from semcheck.properties import Kind
 
-DOCS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "docs", "kinds")
+DOCS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kind_pages")
 
 FULL_DESCRIPTIONS: dict[Kind, str] = {
     Kind.DEADLOCK: (
@@ -106,8 +105,5 @@ def help_markdown(kind: Kind) -> str:
     try:
         with open(os.path.join(DOCS_DIR, f"{kind.value}.md"), encoding="utf-8") as f:
             return f.read()
-    except OSError:
-        from semcheck.version import REPOSITORY_URL, __version__
-
-        return (f"# {kind.value}\n\n{FULL_DESCRIPTIONS[kind]}\n\n"
-                f"See {REPOSITORY_URL}/blob/v{__version__}/{page_path(kind)}\n")
+    except OSError:  # a copy of the package without its pages: the description is the help
+        return f"# {kind.value}\n\n{FULL_DESCRIPTIONS[kind]}\n"

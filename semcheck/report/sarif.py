@@ -1,8 +1,8 @@
 """`--format sarif`: SARIF 2.1.0 for GitHub code scanning and other SARIF viewers.
 
 * One rule per violation kind (all of them, so a viewer can tell "checked, nothing found"
-  from "not checked"), with a full description, `help` (the kind's page in `docs/kinds/`,
-  in Markdown) and a `helpUri` to that page.
+  from "not checked"), with a full description and `help`: the kind's whole page from
+  `docs/kinds/`, in Markdown (the pages ship with the package, so no link has to resolve).
 * One result per finding (`report/findings.py`): the same violation at the same place found
   at 2, 4 and 8 devices is one result, with one code flow per device count. Its message
   starts with the headline (what an alert list shows), and its `partialFingerprints` carry
@@ -35,7 +35,8 @@ from semcheck.ir import Loc, core_unit, thread_name
 from semcheck.kinds import DESCRIPTIONS, SEVERITY, Kind
 from semcheck.report import findings as findings_module
 from semcheck.report.findings import FINGERPRINT_KEY, Finding
-from semcheck.report.kinds import FULL_DESCRIPTIONS, help_markdown, page_path
+from semcheck.report import causes
+from semcheck.report.kinds import FULL_DESCRIPTIONS, help_markdown
 from semcheck.version import REPOSITORY_URL, __version__
 from semcheck.result import Result, TraceStep, Verdict, Violation
 
@@ -101,7 +102,6 @@ def _rule(kind: Kind) -> dict:
         "shortDescription": {"text": DESCRIPTIONS[kind]},
         "fullDescription": {"text": FULL_DESCRIPTIONS[kind]},
         "help": {"text": FULL_DESCRIPTIONS[kind], "markdown": help_markdown(kind)},
-        "helpUri": f"{REPOSITORY_URL}/blob/v{__version__}/{page_path(kind)}",
         "defaultConfiguration": {"level": level},
         "properties": {"tags": ["concurrency", "pallas", "semaphore"], "problem.severity": level},
     }
@@ -112,7 +112,8 @@ def _result(finding: Finding, rule_index: dict, expectation, root: str) -> dict:
     devices = finding.devices
     counts = ", ".join(map(str, devices))
     rest = violation.message.strip()
-    message = (f"{finding.headline}.\n\n{rest}\n\n(kernel {result.kernel}; found with {counts} "
+    fix = f"\n\nFix: {causes.fix(violation.cause)}." if violation.cause is not None else ""
+    message = (f"{finding.headline}.\n\n{rest}{fix}\n\n(kernel {result.kernel}; found with {counts} "
                f"device{'s' if devices != [1] else ''})")
     out = {
         "ruleId": violation.kind,
@@ -128,7 +129,8 @@ def _result(finding: Finding, rule_index: dict, expectation, root: str) -> dict:
     related = _related_locations(violation, finding.location, root)
     if related:
         out["relatedLocations"] = related
-    flows = [flow for i, (r, v) in enumerate(finding.members)
+    first_per_check = list({r.devices: (r, v) for r, v in reversed(finding.members)}.values())[::-1]
+    flows = [flow for i, (r, v) in enumerate(first_per_check)
              if (flow := _code_flow(r, v, root, whole_threads=i == 0)) is not None]
     if flows:
         out["codeFlows"] = flows
