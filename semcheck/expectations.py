@@ -191,7 +191,10 @@ def near_misses(path: str) -> list[NearMiss]:
 
 
 def _comments(path: str):
-    """(line, text) of every real comment in the file (none if it cannot be tokenized)."""
+    """(line, text) of every real comment in the file (none if it cannot be tokenized, or
+    is no regular file: a named pipe would be waited on for ever)."""
+    if not os.path.isfile(path):
+        return []
     try:
         with open(path, "rb") as f:
             source = f.read()

@@ -79,12 +79,14 @@ class CaptureOutcome:
     errors: list[KernelError] = field(default_factory=list)
     captured: int = 0  # kernels JAX compiled
     script_error: str | None = None  # the script failed: why and where
-    script_error_loc: ir.Loc | None = None  # the script's own line that failed, if known
+    script_error_loc: ir.Loc | None = None  # the script's own line that failed (or exited), if known
     devices: int = 0  # devices the process had
     seconds: dict[str, float] = field(default_factory=dict)  # "jax import", "script", "lowering"
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # the same phases in CPU seconds
     assumptions: list = field(default_factory=list)  # the script's semcheck.assume calls
     timed_out: bool = False  # the script was stopped at the time it was given
+    exited: str | None = None  # the script ended itself with sys.exit(0) (or None): how and where
+    sources: dict[str, str] = field(default_factory=dict)  # user files it read -> digest (capture_cache.py)
 
 
 # --- the hooks ------------------------------------------------------------------------------
@@ -423,13 +425,11 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None,
     with tempfile.TemporaryDirectory(prefix="semcheck-") as tmp:
         output = os.path.join(tmp, "capture.pickle")
         env = child_environment(devices)
-        command = [sys.executable, "-c", _CHILD, "--devices", str(devices),
-                   "--output", output, "--timeout", str(timeout)]
-        command += [f"--assumed={name}" for name in assumed]
-        command.append(path)
-        stderr_path = os.path.join(tmp, "stderr.txt")
-        with open(os.path.join(tmp, "stdout.txt"), "wb") as out, open(stderr_path, "wb") as err:
-            returncode = _run_child(command, env, out, err, timeout + 120, path, devices)
+        argv = ["--devices", str(devices), "--output", output, "--timeout", str(timeout)]
+        argv += [f"--assumed={name}" for name in assumed]
+        argv.append(path)
+        stdout_path, stderr_path = os.path.join(tmp, "stdout.txt"), os.path.join(tmp, "stderr.txt")
+        returncode, imported = _run_capture_child(argv, env, stdout_path, stderr_path, timeout + 120, path, devices)
         if not os.path.exists(output):
             raise LoadError(
                 f"running {path} with {devices} devices ended ({_how_it_ended(returncode)}) before "
@@ -439,12 +439,51 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None,
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} to see why",
             )
         with open(output, "rb") as f:
-            return pickle.load(f)
+            outcome = pickle.load(f)
+        if imported:  # this capture waited for the capture server to import JAX
+            outcome.seconds = {"jax import": imported, **outcome.seconds}
+        return outcome
+
+
+# What the capture server imports once for all its children (frontends/capture_server.py),
+# and the function each child runs.
+SERVER_PRELOAD = ("jax", "jax.experimental.pallas", "jax.experimental.pallas.tpu",
+                  "jax.experimental.pallas.mosaic_gpu?", "semcheck.frontends.capture", "semcheck.lower.*",
+                  "semcheck.operands")
+_ENTRY = "semcheck.frontends.capture:child_main"
+
+
+def capture_server_address() -> str | None:
+    """The capture server this process's captures go to (started now if need be), for
+    processes that share it (a sweep's workers); None when there is none."""
+    from semcheck.frontends import capture_server
+
+    return capture_server.shared_address(child_environment(1), SERVER_PRELOAD)
+
+
+def _run_capture_child(argv, env, stdout_path: str, stderr_path: str, limit: float, path: str,
+                       devices: int) -> tuple[int, float]:
+    """The capture child's exit code, and the seconds spent importing JAX for it apart from
+    its own phases: a child forked by the capture server (capture_server.py), or where none
+    can serve, a subprocess of its own. Either is killed with everything it started when it
+    ends, after `limit` seconds, or when this process stops waiting (Ctrl-C, SIGTERM)."""
+    from semcheck.frontends import capture_server
+
+    try:
+        return capture_server.run(_ENTRY, argv, env, preload=SERVER_PRELOAD, stdout=stdout_path,
+                                  stderr=stderr_path, limit=limit)
+    except capture_server.Unavailable:
+        pass
+    except TimeoutError:
+        raise LoadError(f"running {path} with {devices} devices did not finish within {limit:.0f} s") from None
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        return _run_child([sys.executable, "-c", _CHILD, *argv], env, out, err, limit, path, devices), 0.0
 
 
 def _run_child(command, env, out, err, limit: float, path: str, devices: int) -> int:
-    """Start the capture child, wait up to `limit` seconds, and kill its session whatever happens."""
-    from semcheck.frontends.isolation import kill_group
+    """Start the capture child, wait up to `limit` seconds, and kill it and everything it
+    started whatever happens."""
+    from semcheck.frontends.processes import kill_tree
 
     proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                             start_new_session=True)
@@ -453,10 +492,10 @@ def _run_child(command, env, out, err, limit: float, path: str, devices: int) ->
     except subprocess.TimeoutExpired:
         raise LoadError(f"running {path} with {devices} devices did not finish within {limit:.0f} s") from None
     finally:
-        kill_group(proc.pid)  # the script's own children too, even when it ended normally
+        kill_tree(proc.pid)  # the script's own children too, even when it ended normally
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+        proc.wait()
 
 
 def _how_it_ended(returncode: int) -> str:
@@ -514,8 +553,9 @@ def _refuse_exit(code=0):
     raise _ScriptExit(code)
 
 
-def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
-    """Run the script as `python path` would; why it failed and where, or (None, None)."""
+def _run_script(path: str, exited: list[str | None]) -> tuple[str | None, ir.Loc | None]:
+    """Run the script as `python path` would; why it failed and where, or (None, None).
+    A script that ended itself with status 0 says how and where in `exited[0]`."""
     sys.argv = [path]
     sys.path.insert(0, os.path.dirname(path))
     os._exit = _refuse_exit
@@ -527,6 +567,9 @@ def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
     except SystemExit as e:
         if e.code not in (None, 0):
             return f"the script exited with status {e.code}", None
+        loc = _where(e)
+        exited[0] = f"the script exited with sys.exit({'' if e.code is None else e.code!r})"
+        return None, loc
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script is reported
         loc = _where(e)
         where = f" at {loc}" if loc else ""
@@ -576,6 +619,7 @@ def _child(args) -> int:
 
     os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS", ""), args.devices)
     started, started_cpu = time.perf_counter(), time.process_time()
+    imports_jax = "jax" not in sys.modules  # not in a child of the capture server, which imported it
     import jax
 
     use_compilation_cache(jax)
@@ -602,6 +646,10 @@ def _child(args) -> int:
             outcome.protocols, outcome.errors = lower_captures(
                 list(captures), assumed=[a.name for a in script_assumptions] + list(args.assumed))
             outcome.assumptions = list(script_assumptions)
+            outcome.exited = exited[0]
+            from semcheck.frontends.sources import user_sources
+
+            outcome.sources = user_sources(args.script)
             outcome.seconds = {
                 "jax import": imported - started,
                 "script": ran - imported,
@@ -612,6 +660,8 @@ def _child(args) -> int:
                 "script": ran_cpu - imported_cpu,
                 "lowering": time.process_time() - ran_cpu,
             }
+            if not imports_jax:
+                del outcome.seconds["jax import"], outcome.cpu_seconds["jax import"]
             with open(args.output, "wb") as f:
                 pickle.dump(outcome, f)
             done.set()
@@ -626,8 +676,9 @@ def _child(args) -> int:
     watchdog.start()
     from semcheck import assumptions
 
+    exited: list[str | None] = [None]
     with assumptions.collecting() as script_assumptions, capturing(captures.append):
-        script_error, where = _run_script(os.path.abspath(args.script))
+        script_error, where = _run_script(os.path.abspath(args.script), exited)
     watchdog.cancel()
     finish(script_error, where)
     return 0
@@ -693,7 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("script")
     args = parser.parse_args(argv)
     from semcheck.frontends.isolation import end_with_parent
+    from semcheck.frontends.processes import become_subreaper
 
+    become_subreaper()  # what the script starts and leaves (a daemon) stays below this process
     end_with_parent(os.getppid(), _real_exit)  # everything the script started ends with semcheck
     try:
         return _child(args)
@@ -711,13 +764,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def child_main() -> None:
-    """The capture child's entry point (see `_CHILD`). Flush and leave without running the
-    user's atexit handlers twice or waiting on their threads: everything semcheck needs is in
-    the output file by now."""
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
+def child_main(argv: list[str] | None = None) -> None:
+    """The capture child's entry point (see `_CHILD`, and the capture server's fork). Flush,
+    end every process the script started and left running, and leave without running the
+    user's atexit handlers twice or waiting on their threads: everything semcheck needs is
+    in the output file by now."""
+    from semcheck.frontends.processes import kill_descendants
+
+    code = main(argv)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a stream the script closed or replaced
+            pass
+    kill_descendants()
     _real_exit(code)
 
 
