@@ -10,6 +10,8 @@ shared, loaded machine changes them little.
 * **model file, start-up**: the whole process for one model file, less what the same load,
   check and report cost when repeated inside a warm process (`cli.main` called again): what
   a fresh process pays beyond the check. The least of `--repeat` runs.
+* `--baseline TREE` runs a checkout of another commit beside this one, interleaved, so that
+  the two columns see the same load (the machine is shared).
 * **kernel folder**: `--files` TPU examples (the first ones of examples/tpu in name order)
   at one device count, as one `semcheck verify FOLDER` run (-j 1) and as one run with -j 2;
   beside it each file alone (one process each), the slowest of those, and the checks alone
@@ -18,8 +20,10 @@ shared, loaded machine changes them little.
 
 The persistent JAX compilation cache (SEMCHECK_JAX_CACHE) is left as the user has it and
 warmed by a first run that is not counted; SEMCHECK_CAPTURE_CACHE is unset for every run.
-Python's bytecode cache matters to start-up: a run with PYTHONDONTWRITEBYTECODE and no
-__pycache__ compiles every module from source (about 40 ms more); the table says which.
+Python's bytecode cache matters to start-up: a process that finds no __pycache__ (a checkout
+run with PYTHONDONTWRITEBYTECODE, as in this project's sessions) compiles every module from
+source, about 40 ms more; so each tree's semcheck is byte-compiled first, as pip does when it
+installs a package.
 """
 
 from __future__ import annotations
@@ -33,57 +37,59 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = [("ring_allgather", 3), ("double_buffer", 5), ("nondecrementing_poll", 21)]
+MODELS = [("ring_allgather", 3), ("double_buffer", 5), ("nondec_poll", 21)]
 
 
 def environment() -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("SEMCHECK_CAPTURE_CACHE", None)
-    env.pop("SEMCHECK_DEBUG", None)
+    env = dict(os.environ)
+    for name in ("SEMCHECK_CAPTURE_CACHE", "SEMCHECK_DEBUG", "SEMCHECK_CAPTURE_SERVER", "PYTHONPATH"):
+        env.pop(name, None)
     return env
 
 
-def process_cpu(argv: list[str]) -> tuple[float, float, int]:
+def process_cpu(tree: str, argv: list[str]) -> tuple[float, float, int]:
     """CPU seconds (user + system, descendants it waited for included), wall seconds and the
-    exit code of `python -m semcheck ARGV`."""
+    exit code of `python -m semcheck ARGV` run from `tree` (a checkout: its semcheck is the
+    one imported, `python -m` putting the working directory first)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "semcheck", *argv], cwd=ROOT, env=environment(),
+    proc = subprocess.Popen([sys.executable, "-m", "semcheck", *argv], cwd=tree, env=environment(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_utime + usage.ru_stime, time.perf_counter() - started, proc.returncode
+    return usage.ru_utime + usage.ru_stime, time.perf_counter() - started, os.waitstatus_to_exitcode(status)
 
 
-def warm_cpu(argv: list[str], repeat: int) -> float:
-    """CPU seconds of `cli.main(argv)` in this process once it is warm (the least of `repeat`),
-    children included."""
-    import contextlib
-    import io
-    import resource
-
-    from semcheck import cli
-
-    def cpu() -> float:
-        own = resource.getrusage(resource.RUSAGE_SELF)
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-    best = float("inf")
-    for _ in range(repeat + 1):  # the first call warms (imports what the check needs)
-        before = cpu()
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            cli.main(list(argv))
-        best = min(best, cpu() - before)
-    return best
+_WARM = """
+import contextlib, io, resource, sys
+from semcheck import cli
+def cpu():
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+best = float("inf")
+for _ in range(int(sys.argv[1]) + 1):  # the first call warms (imports what the check needs)
+    before = cpu()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        cli.main(sys.argv[2:])
+    best = min(best, cpu() - before)
+print(best)
+"""
 
 
-def model_rows(repeat: int) -> list[tuple]:
+def warm_cpu(tree: str, argv: list[str], repeat: int) -> float:
+    """CPU seconds of `cli.main(argv)` in a process that has run it before (the least of
+    `repeat`), children included."""
+    out = subprocess.run([sys.executable, "-c", _WARM, str(repeat), *argv], cwd=tree, env=environment(),
+                         capture_output=True, text=True, check=True).stdout
+    return float(out.split()[-1])
+
+
+def model_rows(trees: dict[str, str], repeat: int) -> list[tuple]:
     rows = []
     for family, n in MODELS:
         argv = ["verify", os.path.join("models", f"{family}.py"), "--devices", str(n), "-q"]
-        whole = min(process_cpu(argv)[0] for _ in range(repeat))
-        check = warm_cpu(argv, repeat)
-        rows.append((f"{family}.py at {n}", whole, check, whole - check))
+        for label, tree in trees.items():
+            whole = min(process_cpu(tree, argv)[0] for _ in range(repeat))
+            check = warm_cpu(tree, argv, repeat)
+            rows.append((f"{family}.py at {n}{label}", whole, check, whole - check))
     return rows
 
 
@@ -108,31 +114,35 @@ def checks_cpu(files: list[str], devices: int) -> float:
     return time.process_time() - started
 
 
-def folder_rows(devices: int, count: int) -> list[tuple]:
+def folder_rows(trees: dict[str, str], devices: int, count: int) -> tuple[list[tuple], float]:
     files = kernel_files(count)
     if len(files) < count:
         raise SystemExit(f"examples/tpu has {len(files)} files, not {count}")
+    rows = []
+    slowest_of_all = 0.0
     with tempfile.TemporaryDirectory(prefix="semcheck-startup-") as tmp:
         for path in files:
             shutil.copy(path, tmp)
         common = ["--devices", str(devices), "-q", "--max-memory", "3000"]
-        process_cpu(["verify", tmp, *common])  # warm the JAX compilation cache
-        singles = {os.path.basename(p): process_cpu(["verify", os.path.join(tmp, os.path.basename(p)), *common])
-                   for p in files}
-        serial = process_cpu(["verify", tmp, *common])
-        parallel = process_cpu(["verify", tmp, *common, "-j", "2"])
+        for tree in trees.values():
+            process_cpu(tree, ["verify", tmp, *common])  # warm the JAX compilation cache
+        for label, tree in trees.items():
+            singles = {os.path.basename(p): process_cpu(tree, ["verify", os.path.join(tmp, os.path.basename(p)),
+                                                               *common]) for p in files}
+            serial = process_cpu(tree, ["verify", tmp, *common])
+            parallel = process_cpu(tree, ["verify", tmp, *common, "-j", "2"])
+            slowest_name, slowest = max(singles.items(), key=lambda item: item[1][0])
+            slowest_of_all = max(slowest_of_all, slowest[0])
+            rows += [
+                (f"{count} files, -j 1{label}", serial[0], serial[1], serial[2]),
+                (f"{count} files, -j 2{label}", parallel[0], parallel[1], parallel[2]),
+                (f"each file alone, summed{label}", sum(s[0] for s in singles.values()),
+                 sum(s[1] for s in singles.values()), max(s[2] for s in singles.values())),
+                (f"slowest file alone ({slowest_name}){label}", slowest[0], slowest[1], slowest[2]),
+            ]
         checks = checks_cpu(files, devices)
-    slowest_name, slowest = max(singles.items(), key=lambda item: item[1][0])
-    rows = [
-        (f"{count} files, -j 1", serial[0], serial[1], serial[2]),
-        (f"{count} files, -j 2", parallel[0], parallel[1], parallel[2]),
-        (f"each file alone, summed ({count} processes)", sum(s[0] for s in singles.values()),
-         sum(s[1] for s in singles.values()), max(s[2] for s in singles.values())),
-        (f"slowest file alone ({slowest_name})", slowest[0], slowest[1], slowest[2]),
-        ("the checks alone, in one process", checks, float("nan"), 0),
-    ]
-    target = 2 * slowest[0] + checks
-    return rows, target
+    rows.append(("the checks alone, in one process", checks, float("nan"), 0))
+    return rows, 2 * rows[3][1] + checks
 
 
 def main() -> int:
@@ -141,23 +151,32 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--models-only", action="store_true")
+    parser.add_argument("--baseline", metavar="TREE",
+                        help="also run a checkout of another commit (e.g. `git archive main | tar -x -C TREE`), "
+                             "interleaved with this one, so that both see the same load")
     args = parser.parse_args()
-    bytecode = "no bytecode cache" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "bytecode cache"
-    print(f"({bytecode}; load average {os.getloadavg()[0]:.1f})\n")
+    trees = {"": ROOT}
+    if args.baseline:
+        trees = {" (this tree)": ROOT, " (baseline)": os.path.abspath(args.baseline)}
+    for tree in trees.values():  # as an installed package has it (pip compiles on install)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "semcheck")], check=True,
+                       stdout=subprocess.DEVNULL)
+    print(f"(load average {os.getloadavg()[0]:.1f})\n")
     print("| model file | whole process CPU | load + check + report, warm | start-up |")
     print("|---|---|---|---|")
-    for name, whole, check, start in model_rows(args.repeat):
+    for name, whole, check, start in model_rows(trees, args.repeat):
         print(f"| {name} | {whole:.3f} s | {check:.3f} s | {start:.3f} s |")
     if args.models_only:
         return 0
-    rows, target = folder_rows(args.devices, args.files)
+    rows, target = folder_rows(trees, args.devices, args.files)
     print(f"\n| kernel scripts at {args.devices} devices | CPU | wall | exit |")
     print("|---|---|---|---|")
     for name, cpu, wall, code in rows:
         print(f"| {name} | {cpu:.2f} s | {wall:.1f} s | {code} |")
     folder = rows[0][1]
-    print(f"\nfolder -j 1: {folder:.2f} CPU s; target 2 x slowest + checks = {target:.2f} s: "
-          f"{'met' if folder <= target else 'NOT met'}")
+    print(f"\nfolder -j 1{next(iter(trees))}: {folder:.2f} CPU s; target 2 x its slowest file + checks = "
+          f"{target:.2f} s: {'met' if folder <= target else 'NOT met'}")
+    print(f"(load average {os.getloadavg()[0]:.1f} at the end)")
     return 0
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 
@@ -229,6 +228,8 @@ def _verify(args) -> int:
                "category": args.category}
     gate.write_sarif(args, results, options)
     if args.format == "text" and not args.output and sys.stdout.isatty():
+        import shutil
+
         options["width"] = shutil.get_terminal_size().columns  # verdict lines wrap to the terminal
     rendered = FORMATS[args.format](results, **options)
     written = True

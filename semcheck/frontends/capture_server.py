@@ -47,6 +47,7 @@ _OFF = ("off", "0", "no", "false")
 _IMPORT_TIME = ("JAX_", "JAXLIB_", "PYTHON", "LD_", "TF_", "OMP_", "OPENBLAS_", "MKL_", "NUMPY_")
 _START_TIMEOUT = 60.0  # seconds for the server to start Python and listen
 _MAX_REQUEST = 16 << 20
+_CANCEL_WAIT = 5.0  # seconds a requester that stops waiting waits for its capture to be killed
 
 
 class Unavailable(Exception):
@@ -86,7 +87,11 @@ def run(entry: str, argv: list[str], env: dict[str, str], *, preload: tuple[str,
             conn.sendall(json.dumps(request).encode() + b"\n")
         except OSError as e:
             raise Unavailable(f"the capture server at {address} cannot be reached: {e}") from None
-        reply = _read_line(conn, deadline)
+        try:
+            reply = _read_line(conn, deadline)
+        except BaseException:  # a timeout, Ctrl-C, SIGTERM: the child must be gone before this returns
+            _cancel(conn)
+            raise
     if not reply:  # the server ended (or was killed) while the capture ran
         _forget_own()
         raise Unavailable("the capture server ended")
@@ -94,6 +99,16 @@ def run(entry: str, argv: list[str], env: dict[str, str], *, preload: tuple[str,
     if "refused" in answer:
         raise Unavailable(answer["refused"])
     return int(answer["exit"]), float(answer.get("import_seconds", 0.0))
+
+
+def _cancel(conn: socket.socket) -> None:
+    """Tell the server to kill the capture (the end of this side of the connection), and
+    wait a little for it to say the child and all it started are gone."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        _read_line(conn, time.monotonic() + _CANCEL_WAIT)
+    except (OSError, TimeoutError):
+        pass
 
 
 def _read_line(conn: socket.socket, deadline: float) -> bytes:
@@ -281,7 +296,7 @@ class _Serving:
         self.selector.register(0, selectors.EVENT_READ, self._control)
         self.selector.register(self.wake_r, selectors.EVENT_READ, self._woken)
         self.reading: dict[socket.socket, bytearray] = {}
-        self.running: dict[int, socket.socket | None] = {}  # capture child -> its requester
+        self.running: dict[int, socket.socket] = {}  # capture child -> its requester
         self.child_of: dict[socket.socket, int] = {}
         self.stopping = False
         self.import_seconds = 0.0  # told to the first requester, who waited for it
@@ -332,11 +347,9 @@ class _Serving:
         except OSError:
             data = b""
         if conn in self.child_of:  # the requester stopped waiting: end its capture
-            if not data:
-                pid = self.child_of.pop(conn)
-                self.running[pid] = None
-                self._drop(conn)
-                processes.kill_tree(pid)
+            if not data:  # (it waits for the answer, sent once the child is reaped)
+                self.selector.unregister(conn)
+                processes.kill_tree(self.child_of[conn])
             return
         if not data:
             self._drop(conn)
@@ -374,7 +387,7 @@ class _Serving:
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             self.selector.close()
-            for conn in [self.listener, *self.reading, *self.child_of, *(c for c in self.running.values() if c)]:
+            for conn in [self.listener, *self.reading, *self.child_of]:
                 conn.close()
             for fd in (self.wake_r, self.wake_w):
                 os.close(fd)
@@ -412,12 +425,11 @@ class _Serving:
                 continue  # an orphan of an ended capture, killed below
             conn = self.running.pop(pid)
             self._kill_strays()  # what the child left behind was re-parented here
-            if conn is not None:
-                del self.child_of[conn]
-                answer = {"exit": os.waitstatus_to_exitcode(status)}
-                if self.import_seconds:
-                    answer["import_seconds"], self.import_seconds = self.import_seconds, 0.0
-                self._answer(conn, answer)
+            del self.child_of[conn]
+            answer = {"exit": os.waitstatus_to_exitcode(status)}
+            if self.import_seconds:
+                answer["import_seconds"], self.import_seconds = self.import_seconds, 0.0
+            self._answer(conn, answer)
 
     def _kill_strays(self) -> None:
         for pid in processes.children(os.getpid()):
