@@ -180,7 +180,12 @@ def _run_in_processes(tasks: list[Task], jobs: int, on_done, outcomes: dict[int,
 
     context = _process_context()
     # The workers' captures share one capture server: JAX is imported once, not per worker.
-    setup = {"initializer": _start_worker, "initargs": (_capture_server_address(tasks),)}
+    server = _capture_server_address(tasks)
+
+    def pool(workers: int):
+        return _stopped_on_interrupt(ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                                         initializer=_start_worker, initargs=(server,)))
+
     orphans: list[Task] = []  # tasks of a pool that broke when some worker of it died
 
     def finish(task: Task, outcome: TaskOutcome) -> None:
@@ -188,9 +193,8 @@ def _run_in_processes(tasks: list[Task], jobs: int, on_done, outcomes: dict[int,
         if on_done:
             on_done(task, outcome)
 
-    with _stopped_on_interrupt(ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context,
-                                                   **setup)) as pool:
-        futures = {pool.submit(run_task_safely, task): task for task in tasks}
+    with pool(min(jobs, len(tasks))) as workers:
+        futures = {workers.submit(run_task_safely, task): task for task in tasks}
         for future in as_completed(futures):
             try:
                 finish(futures[future], future.result())
@@ -201,7 +205,7 @@ def _run_in_processes(tasks: list[Task], jobs: int, on_done, outcomes: dict[int,
                                                                  f"{type(e).__name__}: {e}"))
     # Run each orphan again in a worker of its own: only a task that kills its worker fails.
     for task in sorted(orphans, key=lambda t: t.index):
-        with _stopped_on_interrupt(ProcessPoolExecutor(max_workers=1, mp_context=context, **setup)) as alone:
+        with pool(1) as alone:
             try:
                 outcome = alone.submit(run_task_safely, task).result()
             except Exception as e:
@@ -217,7 +221,7 @@ def _capture_server_address(tasks: list[Task]) -> str | None:
 
     if not any(t.classification is not None and t.classification.kind is FileKind.KERNEL for t in tasks):
         return None
-    from semcheck.frontends.capture import capture_server_address
+    from semcheck.frontends.capture_process import capture_server_address
 
     return capture_server_address()
 

@@ -33,7 +33,7 @@ def pytest_configure(config):
     if hasattr(config, "workerinput"):
         return
     if _SERVER not in os.environ:
-        from semcheck.frontends.capture import capture_server_address
+        from semcheck.frontends.capture_process import capture_server_address
 
         address = capture_server_address()
         if address:

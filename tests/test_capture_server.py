@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from semcheck.frontends import capture, capture_server
+from semcheck.frontends import capture, capture_process, capture_server
 from tests.test_hostile_input import kernel_script, pid_alive
 
 ENTRY = "semcheck.frontends.capture:child_main"
@@ -17,7 +17,7 @@ ENTRY = "semcheck.frontends.capture:child_main"
 @pytest.fixture
 def server():
     """A server of the test's own (not the session's), ended afterwards."""
-    started = capture_server.Server(capture.child_environment(1), capture.SERVER_PRELOAD)
+    started = capture_server.Server(capture.child_environment(1), capture_process.SERVER_PRELOAD)
     yield started
     started.close()
 
@@ -94,7 +94,7 @@ def test_a_capture_killed_by_its_script_is_reported_and_the_server_serves_on(ser
 
 
 def test_the_server_ends_with_its_owner_and_kills_what_it_runs(monkeypatch, tmp_path):
-    started = capture_server.Server(capture.child_environment(1), capture.SERVER_PRELOAD)
+    started = capture_server.Server(capture.child_environment(1), capture_process.SERVER_PRELOAD)
     marker = tmp_path / "pid"
     script = kernel_script(tmp_path, prefix=(
         f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"))

@@ -2,9 +2,10 @@
 `plgpu.Mesh`) of a user's script or function, through JAX's own tracing.
 
 Scripts (`semcheck verify kernel.py --devices N`): the script runs as `python kernel.py`
-would (its folder first on sys.path, `__name__ == "__main__"`) in a subprocess
-(`python -m semcheck.frontends.capture`), because the number of fake CPU devices
-(`XLA_FLAGS=--xla_force_host_platform_device_count=N`) must be set before JAX is imported.
+would (its folder first on sys.path, `__name__ == "__main__"`) in a child process of its
+own, because the number of fake CPU devices (`XLA_FLAGS=--xla_force_host_platform_device_count=N`)
+must be set before JAX starts its backend: a child forked by the run's capture server, which
+imported JAX once and started no backend, or a `python` subprocess (capture_process.py).
 In that process semcheck registers its own CPU lowering rules for `pallas_call` and
 `mpmd_map` (`pl.kernel`, `core_map`, and `plgpu.kernel`, whose mpmd_map sits inside a
 `custom_vmap_call` that CPU lowering inlines) with `mlir.register_lowering(..., platform="cpu")`,
@@ -33,10 +34,7 @@ import contextlib
 import dataclasses
 import os
 import pickle
-import re
 import runpy
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,6 +44,9 @@ from typing import Callable
 
 from semcheck import ir
 from semcheck.errors import LoadError
+from semcheck.frontends.capture_process import (  # noqa: F401 (child_environment: for the cache and tests)
+    capture_server_address, child_environment, how_it_ended, last_words, run_child, with_device_count,
+)
 
 # A script that has not finished after this long is stopped; kernels captured by then are
 # still checked.
@@ -398,19 +399,12 @@ def _kernels_in_jaxpr(fn, args, kwargs) -> list:
     return found
 
 
-# --- scripts, in a subprocess ---------------------------------------------------------------
-
-
-# The child is started with `-c` rather than `-m`: `python -m` puts the working directory
-# first on sys.path, so a `jax.py` there would be imported instead of JAX (`python FILE`
-# puts the script's folder first, not the cwd); `-c` puts "" there, which the child removes
-# before importing anything.
-_CHILD = "import sys; del sys.path[0]; from semcheck.frontends.capture import child_main; child_main()"
+# --- scripts, in a child process ----------------------------------------------------------------
 
 
 def capture_script(path: str, devices: int, *, timeout: float | None = None,
                    assumed: tuple[str, ...] = ()) -> CaptureOutcome:
-    """Run `path` with `devices` CPU devices in a subprocess and return what it captured.
+    """Run `path` with `devices` CPU devices in a child process and return what it captured.
     `timeout`: the time the script gets (at most DEFAULT_TIMEOUT; a check's budget passes
     what is left of it). `assumed`: the names `--assume` bounds; a buffer element they name
     stays a protocol input, as one the script's own `semcheck.assume` names does (the
@@ -429,11 +423,11 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None,
         argv += [f"--assumed={name}" for name in assumed]
         argv.append(path)
         stdout_path, stderr_path = os.path.join(tmp, "stdout.txt"), os.path.join(tmp, "stderr.txt")
-        returncode, imported = _run_capture_child(argv, env, stdout_path, stderr_path, timeout + 120, path, devices)
+        returncode, imported = run_child(argv, env, stdout_path, stderr_path, timeout + 120, path, devices)
         if not os.path.exists(output):
             raise LoadError(
-                f"running {path} with {devices} devices ended ({_how_it_ended(returncode)}) before "
-                "semcheck could report what it captured" + _last_words(stderr_path),
+                f"running {path} with {devices} devices ended ({how_it_ended(returncode)}) before "
+                "semcheck could report what it captured" + last_words(stderr_path),
                 ir.Loc(path, 0),
                 hint=f"run `python {ir.display_path(path)}` with "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} to see why",
@@ -443,99 +437,6 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None,
         if imported:  # this capture waited for the capture server to import JAX
             outcome.seconds = {"jax import": imported, **outcome.seconds}
         return outcome
-
-
-# What the capture server imports once for all its children (frontends/capture_server.py),
-# and the function each child runs.
-SERVER_PRELOAD = ("jax", "jax.experimental.pallas", "jax.experimental.pallas.tpu",
-                  "jax.experimental.pallas.mosaic_gpu?", "semcheck.frontends.capture", "semcheck.lower.*",
-                  "semcheck.operands")
-_ENTRY = "semcheck.frontends.capture:child_main"
-
-
-def capture_server_address() -> str | None:
-    """The capture server this process's captures go to (started now if need be), for
-    processes that share it (a sweep's workers); None when there is none."""
-    from semcheck.frontends import capture_server
-
-    return capture_server.shared_address(child_environment(1), SERVER_PRELOAD)
-
-
-def _run_capture_child(argv, env, stdout_path: str, stderr_path: str, limit: float, path: str,
-                       devices: int) -> tuple[int, float]:
-    """The capture child's exit code, and the seconds spent importing JAX for it apart from
-    its own phases: a child forked by the capture server (capture_server.py), or where none
-    can serve, a subprocess of its own. Either is killed with everything it started when it
-    ends, after `limit` seconds, or when this process stops waiting (Ctrl-C, SIGTERM)."""
-    from semcheck.frontends import capture_server
-
-    try:
-        return capture_server.run(_ENTRY, argv, env, preload=SERVER_PRELOAD, stdout=stdout_path,
-                                  stderr=stderr_path, limit=limit)
-    except capture_server.Unavailable:
-        pass
-    except TimeoutError:
-        raise LoadError(f"running {path} with {devices} devices did not finish within {limit:.0f} s") from None
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        return _run_child([sys.executable, "-c", _CHILD, *argv], env, out, err, limit, path, devices), 0.0
-
-
-def _run_child(command, env, out, err, limit: float, path: str, devices: int) -> int:
-    """Start the capture child, wait up to `limit` seconds, and kill it and everything it
-    started whatever happens."""
-    from semcheck.frontends.processes import kill_tree
-
-    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                            start_new_session=True)
-    try:
-        return proc.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
-        raise LoadError(f"running {path} with {devices} devices did not finish within {limit:.0f} s") from None
-    finally:
-        kill_tree(proc.pid)  # the script's own children too, even when it ended normally
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-
-
-def _how_it_ended(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
-
-
-def _last_words(stderr_path: str) -> str:
-    """The last line the child printed, unless it is part of a traceback (which says nothing
-    without the rest); the whole stderr with SEMCHECK_DEBUG."""
-    try:
-        with open(stderr_path, encoding="utf-8", errors="replace") as f:
-            lines = [line.rstrip() for line in f if line.strip()]
-    except OSError:
-        return ""
-    if os.environ.get("SEMCHECK_DEBUG"):
-        return ":\n" + "\n".join(lines[-40:])
-    if not lines or lines[-1].startswith((" ", "Traceback")):
-        return ""
-    return f"; its last words: {lines[-1][:200]}"
-
-
-def child_environment(devices: int) -> dict[str, str]:
-    """The environment the capture child runs in: this one, with semcheck importable, the
-    device count set and JAX on the CPU unless told otherwise."""
-    env = dict(os.environ)
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
-    env.setdefault("JAX_PLATFORMS", "cpu")
-    return env
-
-
-def with_device_count(flags: str, devices: int) -> str:
-    flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "", flags).strip()
-    return f"{flags} --xla_force_host_platform_device_count={devices}".strip()
 
 
 class _ScriptExit(BaseException):
@@ -614,7 +515,7 @@ def _where(e: BaseException) -> ir.Loc | None:
 
 
 def _child(args) -> int:
-    """The subprocess: run the script under the hooks, lower, write the outcome."""
+    """The child: run the script under the hooks, lower, write the outcome."""
     import time
 
     os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS", ""), args.devices)

@@ -92,7 +92,7 @@ def capture(path: str, devices: int, *, timeout: float | None = None, assumed: t
 
 
 def _request(path: str, devices: int, assumed: tuple[str, ...]) -> dict:
-    from semcheck.frontends.capture import child_environment
+    from semcheck.frontends.capture_process import child_environment
 
     env = child_environment(devices)  # as the child sees it: a parent's device count is replaced
     seen = {k: v for k, v in sorted(env.items()) if k.startswith(_SEEN_PREFIXES) and k not in _UNSEEN}

@@ -426,7 +426,7 @@ class _Serving:
             conn = self.running.pop(pid)
             self._kill_strays()  # what the child left behind was re-parented here
             del self.child_of[conn]
-            answer = {"exit": os.waitstatus_to_exitcode(status)}
+            answer: dict[str, float] = {"exit": os.waitstatus_to_exitcode(status)}
             if self.import_seconds:
                 answer["import_seconds"], self.import_seconds = self.import_seconds, 0.0
             self._answer(conn, answer)

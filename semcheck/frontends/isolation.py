@@ -108,7 +108,7 @@ def _read_answer(fd: int, timeout: float, user_file: str, what: str) -> bytes:
     import select
 
     deadline = time.monotonic() + timeout
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
