@@ -23,10 +23,11 @@ _CHILD = "import sys; del sys.path[0]; from semcheck.frontends.capture import ch
 
 # What the capture server imports once for all its children (frontends/capture_server.py),
 # and the function each child runs.
-SERVER_PRELOAD = ("jax", "jax.experimental.pallas", "jax.experimental.pallas.tpu",
-                  "jax.experimental.pallas.mosaic_gpu?", "jaxlib.mlir.dialects.mhlo?", "semcheck.frontends.capture",
-                  "semcheck.lower.*", "semcheck.operands", "semcheck.assumptions", "semcheck.frontends.isolation",
-                  "semcheck.frontends.sources")
+# (Mosaic GPU is not among them: 0.11 CPU s that a TPU script never needs; a script that
+# imports it has the server import it before its child is forked, see `_jax_imports`.)
+SERVER_PRELOAD = ("jax", "jax.experimental.pallas", "jax.experimental.pallas.tpu", "jaxlib.mlir.dialects.mhlo?",
+                  "semcheck.frontends.capture", "semcheck.lower.*", "semcheck.operands", "semcheck.assumptions",
+                  "semcheck.frontends.isolation", "semcheck.frontends.sources")
 _ENTRY = "semcheck.frontends.capture:child_main"
 
 
@@ -48,13 +49,33 @@ def run_child(argv, env, stdout_path: str, stderr_path: str, limit: float, path:
 
     try:
         return capture_server.run(_ENTRY, argv, env, preload=SERVER_PRELOAD, stdout=stdout_path,
-                                  stderr=stderr_path, limit=limit)
+                                  stderr=stderr_path, limit=limit, imports=_jax_imports(path))
     except capture_server.Unavailable:
         pass
     except TimeoutError:
         raise LoadError(f"running {path} with {devices} devices did not finish within {limit:.0f} s") from None
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         return _run_child([sys.executable, "-c", _CHILD, *argv], env, out, err, limit, path, devices), 0.0
+
+
+def _jax_imports(path: str) -> tuple[str, ...]:
+    """The modules of JAX the script's import statements name (for `from a.b import c`, also
+    `a.b.c`, which may be a module)."""
+    import ast
+
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*")
+    return tuple(sorted(n for n in names if n.startswith(("jax.", "jaxlib."))))
 
 
 def _run_child(command, env, out, err, limit: float, path: str, devices: int) -> int:

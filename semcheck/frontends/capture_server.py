@@ -68,18 +68,21 @@ def _package_root() -> str:
 
 
 def run(entry: str, argv: list[str], env: dict[str, str], *, preload: tuple[str, ...], stdout: str, stderr: str,
-        limit: float) -> tuple[int, float]:
+        limit: float, imports: tuple[str, ...] = ()) -> tuple[int, float]:
     """Run `entry` ("module:function", called with `argv`; it must end the process) in a
     child forked by the server, in `env` and this working directory; its exit code, and the
-    seconds the server spent importing `preload` while this request waited. TimeoutError
-    after `limit` seconds (the child is killed). A server this process starts imports
-    `preload` (module names; `package.*` is every module of the package, a trailing `?`
-    one that may be missing) and runs in `env`."""
+    seconds the server spent importing while this request waited. TimeoutError after
+    `limit` seconds (the child is killed). A server this process starts imports `preload`
+    (module names; `package.*` is every module of the package, a trailing `?` one that may
+    be missing) and runs in `env`. `imports`: modules of JAX the child will import (the
+    script's own imports); the server imports those it has not yet, before it forks, so
+    that later children inherit them too (only `jax.*` and `jaxlib.*`: a library imports
+    without side effects, a user's module might not)."""
     address = shared_address(env, preload)
     if address is None:
         raise Unavailable("no capture server")
     request = {"entry": entry, "argv": argv, "env": env, "cwd": os.getcwd(), "stdout": stdout, "stderr": stderr,
-               "fingerprint": fingerprint(env)}
+               "fingerprint": fingerprint(env), "imports": list(imports)}
     deadline = time.monotonic() + limit
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         try:
@@ -299,7 +302,9 @@ class _Serving:
         self.running: dict[int, socket.socket] = {}  # capture child -> its requester
         self.child_of: dict[socket.socket, int] = {}
         self.stopping = False
-        self.import_seconds = 0.0  # told to the first requester, who waited for it
+        self.import_seconds = 0.0  # the preload's, told to the first requester, who waited for it
+        self.waited: dict[int, float] = {}  # capture child -> seconds its request waited for imports
+        self.tried: set[str] = set()  # names a request asked to import
 
     def _stop(self, *_) -> None:
         self.stopping = True
@@ -371,9 +376,17 @@ class _Serving:
         if request.get("fingerprint") != self.mine:
             self._answer(conn, {"refused": "the request's environment differs from the server's where JAX reads it"})
             return
+        started = time.monotonic()
+        wanted = [name for name in request.get("imports", ()) if isinstance(name, str)
+                  and name.startswith(("jax.", "jaxlib.")) and name not in sys.modules and name not in self.tried]
+        _import([f"{name}?" for name in wanted])
+        self.tried.update(wanted)  # (`from jax import numpy` names jax.numpy; `from jax import jit`, no module)
+        waited = time.monotonic() - started if wanted else 0.0
         pid = os.fork()
         if pid == 0:
             self._become_capture(request)  # never returns
+        self.waited[pid] = waited + self.import_seconds
+        self.import_seconds = 0.0
         self.running[pid] = conn
         self.child_of[conn] = pid
 
@@ -427,8 +440,9 @@ class _Serving:
             self._kill_strays()  # what the child left behind was re-parented here
             del self.child_of[conn]
             answer: dict[str, float] = {"exit": os.waitstatus_to_exitcode(status)}
-            if self.import_seconds:
-                answer["import_seconds"], self.import_seconds = self.import_seconds, 0.0
+            waited = self.waited.pop(pid, 0.0)
+            if waited:
+                answer["import_seconds"] = waited
             self._answer(conn, answer)
 
     def _kill_strays(self) -> None:
