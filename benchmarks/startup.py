@@ -18,6 +18,45 @@ shared, loaded machine changes them little.
   (every kernel's check_protocol, in this process, from a capture made beforehand). The
   target: the folder under 2x the slowest single file plus the checks.
 
+Measured (`--repeat 5 --baseline` main 98a1bc9, this tree 3899a2d; 2 cores,
+load average 2.7 at the start and 0.9 at the end, JAX 0.10.2, bytecode compiled):
+
+| model file | whole process CPU | load + check + report, warm | start-up |
+|---|---|---|---|
+| ring_allgather.py at 3 (this tree) | 0.106 s | 0.014 s | 0.092 s |
+| ring_allgather.py at 3 (main) | 0.100 s | 0.014 s | 0.086 s |
+| double_buffer.py at 5 (this tree) | 0.108 s | 0.016 s | 0.093 s |
+| double_buffer.py at 5 (main) | 0.106 s | 0.019 s | 0.087 s |
+| nondec_poll.py at 21 (this tree) | 0.095 s | 0.012 s | 0.084 s |
+| nondec_poll.py at 21 (main) | 0.102 s | 0.014 s | 0.088 s |
+
+| 20 TPU examples at 2 devices | CPU | wall |
+|---|---|---|
+| one run of the folder, -j 1 (this tree) | 5.87 s | 11.2 s |
+| one run of the folder, -j 2 (this tree) | 5.79 s | 6.2 s |
+| each file alone, 20 runs summed (this tree) | 19.95 s | 22.9 s |
+| slowest file alone, double_buffer_parallel_grid.py (this tree) | 1.39 s | 1.6 s |
+| one run of the folder, -j 1 (main) | 17.21 s | 21.1 s |
+| one run of the folder, -j 2 (main) | 15.86 s | 10.9 s |
+| each file alone, 20 runs summed (main) | 20.20 s | 23.4 s |
+| slowest file alone (main) | 1.59 s | 1.8 s |
+| the checks alone, in one process | 0.33 s | |
+
+A folder costs a third of what it did (JAX and Pallas imported once, by the capture server,
+instead of once per capture: 0.35-0.4 CPU s each), and a single file what it did. Issue 28's
+target, the folder under 2 x its slowest file + the checks (3.1 s here), is not met: what is
+left per capture is JAX's own work in the child, about 0.22 CPU s (tracing and compiling the
+script's jitted function, 0.13 s; the lowering's eager evaluation of the kernel's data, 0.04
+to 0.3 s, each primitive at each shape a jit compile even when the persistent cache holds
+the executable), which a fork cannot share: every child starts its own backend.
+
+Start-up did not change, and is not under issue 28's 60 ms: of the 85-92 ms, Python's own
+start is 16 (10 of it site-packages' .pth files, the editable install's finder among them),
+and of the 61 ms the process then spends, creating semcheck's 67 dataclasses at import is 25
+(26 of them in ir.py, 10 ms: `dataclasses` compiles each generated method from source). A model file is still loaded in
+a forked child (3-5 ms of CPU): loaded in semcheck's process, a hang in C code or a thread
+the file leaves running could not be stopped (docs/capture.md).
+
 The persistent JAX compilation cache (SEMCHECK_JAX_CACHE) is left as the user has it and
 warmed by a first run that is not counted; SEMCHECK_CAPTURE_CACHE is unset for every run.
 Python's bytecode cache matters to start-up: a process that finds no __pycache__ (a checkout

@@ -717,3 +717,23 @@ def test_a_violation_before_the_lowering_stops_is_a_violation(tmp_path):
     assert (proc.returncode, result["verdict"]) == (1, "violation"), proc.stderr
     assert "unsatisfied_wait" in {v["kind"] for v in result["violations"]}
     assert any("lowering stopped at" in n and "it stopped there because dma_wait" in n for n in result["notes"])
+
+
+def test_the_builder_takes_any_whole_number_and_keeps_what_it_was_given():
+    """numpy integers (a model computing ids with numpy) are whole numbers; what the builder
+    records is a plain int, so the protocol is the one built from ints."""
+    import numpy as np
+
+    from semcheck.model import ModelError, ProtocolBuilder
+
+    def build(number):
+        p = ProtocolBuilder("n", devices=number(2))
+        ready = p.semaphore("ready", size=number(2))
+        t = p.thread(number(1))
+        t.signal(ready[number(1)], number(3), device=number(0))
+        t.wait(ready[number(1)], number(3))
+        return p.build()
+
+    assert build(np.int64) == build(int)
+    with pytest.raises(ModelError, match="the number of devices must be a whole number, got True"):
+        ProtocolBuilder("b", devices=True)
