@@ -44,6 +44,7 @@ from typing import Callable
 
 from semcheck import ir
 from semcheck.errors import LoadError
+
 from semcheck.frontends.capture_process import (  # noqa: F401 (child_environment: for the cache and tests)
     capture_server_address, child_environment, how_it_ended, last_words, run_child, with_device_count,
 )
