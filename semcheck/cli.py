@@ -1,8 +1,9 @@
 """`semcheck verify PATH...`: argument parsing, progress and exit codes; nothing else.
 
 Exit codes: 0 every check verified safe; 1 at least one violation; 2 error (cannot load or
-trace, unsupported construct, bad usage); 3 inconclusive (a budget ran out); 130 / 143
-interrupted by Ctrl-C / SIGTERM (the checks that finished are still reported, marked partial).
+trace, unsupported construct, bad usage); 3 inconclusive (a budget ran out); 130 / 143 / 129
+interrupted by Ctrl-C / SIGTERM / SIGHUP (the checks that finished are still reported, marked
+partial).
 
 With --expectations, each check is judged against the verdict declared for its file
 (`semcheck/expectations.py`): 0 every check matched its declaration; 1 some check did not;
@@ -78,7 +79,7 @@ def _verify_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def _device_counts(text: str) -> list[int]:
     try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
+        counts = [int(part) for part in text.split(",")]  # an empty part (2,,4) is a typo too
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated device counts like 2,4,8, got {text!r}")
     if not counts or any(n < 1 for n in counts):
@@ -108,7 +109,7 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
         prog="semcheck",
         description="Model-check the synchronization protocol of Pallas kernels and semcheck models.",
         epilog=f"violation kinds:\n{kinds}\n\nexit codes: 0 safe, 1 violation, 2 error, 3 inconclusive, "
-        "130/143 interrupted (Ctrl-C/SIGTERM; what finished is reported, marked partial)",
+        "130/143/129 interrupted (Ctrl-C/SIGTERM/SIGHUP; what finished is reported, marked partial)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"semcheck {__version__}")

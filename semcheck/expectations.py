@@ -51,11 +51,6 @@ from semcheck.ir import Loc
 from semcheck.kinds import SEVERITY, Kind
 from semcheck.result import Result, Verdict
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
 SAFE = "safe"
 _COMMENT = re.compile(r"#\s*semcheck:\s*expect\b(?P<spec>.*)$")
 # A comment that looks meant for semcheck: `# semcheck expect ...`, `# semcheck: expected ...`.
@@ -198,7 +193,10 @@ def near_misses(path: str) -> list[NearMiss]:
 
 
 def _comments(path: str):
-    """(line, text) of every real comment in the file (none if it cannot be tokenized)."""
+    """(line, text) of every real comment in the file (none if it cannot be tokenized, or
+    is no regular file: a named pipe would be waited on for ever)."""
+    if not os.path.isfile(path):
+        return []
     try:
         with open(path, "rb") as f:
             source = f.read()
@@ -244,10 +242,18 @@ def declared_in_pyproject(path: str) -> list[Expectation]:
 
 
 def _semcheck_table(pyproject: str) -> dict | None:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+
     try:
         with open(pyproject, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
+            raw = f.read()
+        if b"semcheck" not in raw:  # no table of ours: not worth a TOML parser's start-up
+            return None
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ExpectationError(f"{pyproject}: cannot read: {e}") from None
     table = data.get("tool", {}).get("semcheck")
     return table if isinstance(table, dict) else None

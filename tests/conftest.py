@@ -20,14 +20,26 @@ os.environ.setdefault("SEMCHECK_TIMEOUT", "86400")
 # Each (script, device count) is captured once per test session and shared by every module,
 # every xdist worker and every `-j N` sweep worker (semcheck/frontends/capture_cache.py): the
 # controller makes the folder before the workers start, and they inherit it from the
-# environment.
+# environment. And every capture of the session, in this process, a worker or a `semcheck`
+# subprocess a test starts, is a child forked by one capture server that imported JAX once
+# (semcheck/frontends/capture_server.py), which the controller starts and ends.
 _CAPTURES = "SEMCHECK_CAPTURE_CACHE"
+_SERVER = "SEMCHECK_CAPTURE_SERVER"
 
 
 def pytest_configure(config):
     import tempfile
 
-    if _CAPTURES in os.environ or hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput"):
+        return
+    if _SERVER not in os.environ:
+        from semcheck.frontends.capture_process import capture_server_address
+
+        address = capture_server_address()
+        if address:
+            os.environ[_SERVER] = address
+            config._semcheck_server = address
+    if _CAPTURES in os.environ:
         return
     try:
         parent = str(config.cache.mkdir("semcheck-captures"))
@@ -44,6 +56,11 @@ def pytest_unconfigure(config):
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop(_CAPTURES, None)
+    if getattr(config, "_semcheck_server", None):
+        from semcheck.frontends import capture_server
+
+        capture_server.close_own()
+        os.environ.pop(_SERVER, None)
 
 
 # The slow tier: what captures every example at several device counts, runs JAX's own

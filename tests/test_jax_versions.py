@@ -25,7 +25,7 @@ from semcheck.lower.context import KernelContext, MeshShape, ThreadLowering
 from semcheck.lower.gpu_kernel import GPU, GpuKernelContext, GpuThreadLowering
 from semcheck.lower.interpreter import dispatch
 from semcheck.lower.values import Known, RefValue
-from semcheck.model import ProtocolBuilder
+from semcheck.model import ProtocolBuilder, Sem
 from tests.test_cli import ROOT, model
 
 LOC = ir.Loc(__file__, 1)
@@ -268,8 +268,7 @@ def test_a_gpu_barrier_semaphore_left_non_zero_is_a_leftover_and_a_scratch_one_i
         p = ProtocolBuilder("gpu_barrier", devices=2, cores=1, backend="gpu")
         p._sems.append(ir.SemDecl("sems", SemKind.GPU_GLOBAL, 4, origin, Scope.DEVICE, 3, LOC))
         for d in range(2):
-            p.thread(d, 0).signal(SimpleNamespace(ref=lambda device=None, core=None: ir.SemRef("sems", 0, device, core)),
-                                  1, device=1 - d)
+            p.thread(d, 0).signal(Sem("sems", 4), 1, device=1 - d)
         return p.build()
 
     leftover = check_protocol(protocol(SemOrigin.BARRIER))
@@ -334,6 +333,6 @@ def test_a_missing_internal_met_while_the_script_runs_is_said_as_semchecks_own(t
                       "raise JaxInternalMissing('jax._src.pallas.mpmd.mpmd_map_p')\n")
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))
-    why, where = capture._run_script(str(script))
+    why, where = capture._run_script(str(script), [None])
     assert why.startswith("semcheck stopped the script: JAX ") and "jax._src.pallas.mpmd.mpmd_map_p" in why
     assert where is not None and where.line == 2

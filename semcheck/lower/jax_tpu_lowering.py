@@ -173,10 +173,11 @@ def with_outcome(protocol: ir.Protocol, outcome: TpuLowering, kernel_loc: ir.Loc
     if outcome.rejected is None:
         return protocol
     loc = outcome.loc or kernel_loc
+    said = outcome.rejected if outcome.rejected.endswith((".", "!", "?")) else outcome.rejected + "."
     found = ir.LoweringFinding(
         Kind.NOT_LOWERABLE, loc,
         f"not lowerable: JAX {jax.__version__}'s own Pallas TPU lowering (run here on the CPU for "
-        f"the TPU platform) rejects the kernel at {loc}: {outcome.rejected} It does not build for "
+        f"the TPU platform) rejects the kernel at {loc}: {said} It does not build for "
         "a TPU as written; semcheck checked its protocol anyway",
         hint=advice(outcome.rejected),
     )
