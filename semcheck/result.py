@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from semcheck.ir import DataUse, Loc
+from semcheck.ir import DataUse, Input, Loc
 
 
 class Verdict(str, enum.Enum):
@@ -222,6 +222,20 @@ class EngineRun:
     stopped: str | None = None
 
 
+@dataclass(frozen=True)
+class CheckedValues:
+    """What the verdict holds for: the values the script passed for the operands in
+    `script` (concrete, per device and per call, as the capture saw them: they decided the
+    protocol), and every value of each input in `ranges` (one the user assumed, or every
+    value of its type where semcheck had no value: docs/data-evaluation.md)."""
+
+    script: tuple[str, ...] = ()
+    ranges: tuple[Input, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.script or self.ranges)
+
+
 @dataclass(repr=False)
 class Result:
     kernel: str
@@ -250,6 +264,7 @@ class Result:
     # The values deciding the protocol that were taken from the script's data (lower/data.py):
     # what the result holds for, beside the notes that say it in words.
     data_uses: tuple[DataUse, ...] = ()
+    values: CheckedValues = field(default_factory=CheckedValues)
 
     def __repr__(self) -> str:
         """One line: what was checked, the verdict, what was found and where."""

@@ -581,7 +581,7 @@ def test_an_array_holding_an_assumed_element_chosen_by_a_run_time_branch_is_an_e
 
 
 def _stored_under_a_run_time_branch(count_ref, sem):
-    @pl.when(pl.semaphore_read(sem) == 0)
+    @pl.when(pl.semaphore_read(sem) == 1)  # never taken: the semaphore reads 0 here
     def _():
         count_ref[0] = 5
 
@@ -597,14 +597,28 @@ def _stored_in_a_run_time_loop(count_ref, sem):
     return count_ref[0]
 
 
-@pytest.mark.parametrize("read", [_stored_under_a_run_time_branch, _stored_in_a_run_time_loop],
-                         ids=["branch", "loop"])
-def test_an_assumed_element_stored_on_some_paths_only_says_it_is_assumed(read):
-    """An assumed element the kernel stores to on some paths only holds its input or the
-    store's value: an error. Under a branch, the path that did not store held the script's
-    3 (a false verdict); after a loop, the error said that neither the script's operand
-    values nor the thread's stores define it, without a word of the assumption."""
-    _, [error] = _assumed_lowering(read, (REGULAR,))
+def test_an_assumed_element_stored_under_a_run_time_branch_holds_its_input_or_the_store():
+    """After a branch the lowering cannot decide, an assumed element one side stored to is a
+    register each side assigns: the input on the side that left it, 5 on the other (as a
+    cond's outputs are). Once this was an error, and before that the side that did not
+    store held the script's 3 (a false verdict). The branch is never taken, so the signal is
+    the input, and the wait for 3 hangs below 3 and leaves credits over above it."""
+    [p], errors = _assumed_lowering(_stored_under_a_run_time_branch, (REGULAR,))
+    assert not errors, errors
+    assert sorted(i.name for i in p.inputs) == ["count_ref[0]@d0", "count_ref[0]@d1"]
+    assert check_protocol(p, engine="explicit", assume=[Assumption("count_ref[0]", 3, 3)]).verdict.value == "safe"
+    for engine in ("explicit", "z3"):
+        result = check_protocol(p, engine=engine, assume=[Assumption("count_ref[0]", 0, 8)])
+        assert {v.kind for v in result.errors} == {"unsatisfied_wait", "semaphore_leftover"}, (engine, result)
+        hang = next(v for v in result.errors if v.kind == "unsatisfied_wait")
+        assert hang.inputs[f"count_ref[0]@d{hang.device}"] < 3, (engine, hang.inputs)
+
+
+def test_an_assumed_element_stored_in_a_run_time_loop_says_it_is_assumed():
+    """An assumed element a loop of run-time length stores to holds its input or the
+    store's value at the loop's head: an error. It once said that neither the script's
+    operand values nor the thread's stores define it, without a word of the assumption."""
+    _, [error] = _assumed_lowering(_stored_in_a_run_time_loop, (REGULAR,))
     assert "which holds count_ref[0]: semcheck.assume names it, so its initial value is a protocol input, but " \
         "this thread stores to it on some paths only" in error.message, error.message
     assert "neither the script's operand values nor" not in error.message

@@ -233,7 +233,8 @@ class ThreadMemory:
         value = _transform_read(c.value, concrete)
         if value is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
-        return Known(value, sources=c.sources | {DataSource(ref.alloc, c.from_script)})
+        written = _transform_read(c.written, concrete)
+        return Known(value, sources=c.sources | {DataSource(ref.alloc, _from_script(c, written))})
 
     def _unknown(self, c: Contents, ref: RefValue, why: str, flat: np.ndarray | None) -> Opaque:
         """A read, of the elements at flat positions `flat` (None: not known), that sees an
@@ -297,7 +298,7 @@ class ThreadMemory:
         if np.any(~c.known.ravel()[flat] & ~run_time):
             return self._unknown(c, ref, why, flat)
         value = c.value.ravel()[flat].reshape(positions.shape)
-        sources = c.sources | {DataSource(ref.alloc, c.from_script)}
+        sources = c.sources | {DataSource(ref.alloc, _from_script(c, c.written.ravel()[flat]))}
         if not np.any(run_time):
             return Known(value, sources=sources)
         if not makes_inputs and self._holds_input(c, ref, flat[run_time]):
@@ -307,6 +308,15 @@ class ThreadMemory:
         if positions.shape == ():
             return symbolic[0]
         return RunTimeElements(f"{why}, {self._run_time_text(c, ref, flat[run_time])}", value, symbolic, sources)
+
+    def held_input(self, buffer: str, index: tuple[int, ...], c: "Contents | None") -> Sym | None:
+        """The protocol input element `index` of `buffer` still holds in contents `c` (an
+        assumed element, or a scalar-prefetch one whose script value is not known, that no
+        path stored to), or None."""
+        held = None if c is None else self._inputs_held(buffer, c)
+        if held is None or not held[index]:
+            return None
+        return self.assumed.input(buffer, index, c.value.dtype)
 
     def _holds_input(self, c: Contents, ref: RefValue, positions: np.ndarray) -> bool:
         held = self._inputs_held(ref.alloc, c)
@@ -445,7 +455,7 @@ class ScalarMerge:
 
 def element_operand(c: "Contents | None", index: tuple[int, ...]):
     """An integer element as an IR operand: its known value or its register; None when it
-    holds neither (unknown, or a prefetch element never written: the caller's input)."""
+    holds neither (unknown, or an input element never written: `ThreadMemory.held_input`)."""
     if c is None:
         return None
     if index in c.symbolic:
@@ -453,6 +463,14 @@ def element_operand(c: "Contents | None", index: tuple[int, ...]):
     if c.known[index]:
         return int(c.value[index])
     return None
+
+
+def _from_script(c: Contents, written: np.ndarray | None) -> bool:
+    """Whether a read of the elements whose `written` marks are given sees a value the
+    script passed: some element it sees holds the buffer's initial (script) contents. One
+    the kernel stored (a flag it cleared at an earlier grid step) is the kernel's value,
+    whatever the script passed; what a stored value was computed from is in `c.sources`."""
+    return c.from_script and (written is None or not bool(np.all(written)))
 
 
 def _join_all(versions: list[Contents]) -> Contents:
