@@ -743,30 +743,30 @@ def test_senders_landing_at_the_same_offset_race_in_the_inbox():
 
 
 def test_the_memo_of_reads_and_writes_gives_what_jax_gives():
-    """lower/data.py keeps JAX's answers by their exact inputs: the same read again is the
+    """lower/discharge.py keeps JAX's answers by their exact inputs: the same read again is the
     same array (read-only), a read of other contents or at another index is asked anew, and
     every answer equals JAX's own without the memo."""
     from jax._src.state import indexing
 
-    from semcheck.lower import data
+    from semcheck.lower import discharge
 
     def indexer(start, size, shape):
         return indexing.NDIndexer((indexing.Slice(np.int32(start), size), indexing.Slice(0, shape[1])),
                                   shape, ())
 
-    data._MEMO.clear()
+    discharge._MEMO.clear()
     a = np.arange(32, dtype=np.int32).reshape(8, 4)
-    first = data._transform_read(a, [indexer(2, 3, a.shape)])
-    assert data._transform_read(a, [indexer(2, 3, a.shape)]) is first and not first.flags.writeable
+    first = discharge.transform_read(a, [indexer(2, 3, a.shape)])
+    assert discharge.transform_read(a, [indexer(2, 3, a.shape)]) is first and not first.flags.writeable
     np.testing.assert_array_equal(first, a[2:5])
-    np.testing.assert_array_equal(data._transform_read(a, [indexer(3, 3, a.shape)]), a[3:6])
-    np.testing.assert_array_equal(data._transform_read(a + 1, [indexer(2, 3, a.shape)]), a[2:5] + 1)
+    np.testing.assert_array_equal(discharge.transform_read(a, [indexer(3, 3, a.shape)]), a[3:6])
+    np.testing.assert_array_equal(discharge.transform_read(a + 1, [indexer(2, 3, a.shape)]), a[2:5] + 1)
     value = np.full((3, 4), -1, np.int32)
-    written = data._transform_write(a, [indexer(1, 3, a.shape)], value)
-    assert data._transform_write(a, [indexer(1, 3, a.shape)], value) is written
+    written = discharge.transform_write(a, [indexer(1, 3, a.shape)], value)
+    assert discharge.transform_write(a, [indexer(1, 3, a.shape)], value) is written
     expected = a.copy()
     expected[1:4] = -1
     np.testing.assert_array_equal(written, expected)
-    np.testing.assert_array_equal(data._transform_write(a, [indexer(1, 3, a.shape)], value + 5)[1:4], 4)
-    data._MEMO.clear()
-    assert data._transform_read(a, [indexer(2, 3, a.shape)]) is not first
+    np.testing.assert_array_equal(discharge.transform_write(a, [indexer(1, 3, a.shape)], value + 5)[1:4], 4)
+    discharge._MEMO.clear()
+    assert discharge.transform_read(a, [indexer(2, 3, a.shape)]) is not first

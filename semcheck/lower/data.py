@@ -26,6 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from semcheck import ir
+from semcheck.lower.discharge import transform_read, transform_write
 from semcheck.lower.values import DataSource, Known, Opaque, RefValue, RunTimeElements, Sym, Value
 
 # Buffers with more elements than this are not followed (their loads are opaque data):
@@ -155,6 +156,9 @@ class ThreadMemory:
             versions = [s.get(name) for s in snapshots]
             if joined is None or all(v is joined for v in versions) or joined.value.size > MERGE_LIMIT:
                 continue
+            # A buffer first touched inside one branch: on the others it is as it started.
+            versions = [self._fresh_like(joined, name) if v is None and name not in s else v
+                        for v, s in zip(versions, snapshots)]
             if not (np.issubdtype(joined.value.dtype, np.integer) or joined.value.dtype == np.bool_):
                 continue
             symbolic = dict(joined.symbolic)
@@ -223,17 +227,17 @@ class ThreadMemory:
         concrete = _concrete_transforms(tuple(transforms))
         if concrete is None:
             return Opaque(f"{why} (at an index semcheck does not know)")
-        known = _transform_read(c.known, concrete)
+        known = transform_read(c.known, concrete)
         if known is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         if not bool(np.all(known)):
-            positions = _transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
+            positions = transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
             readable = positions is not None and positions.dtype == np.int32 and _only_indexing(concrete)
             return self._unknown(c, ref, why, positions.ravel() if positions is not None and readable else None)
-        value = _transform_read(c.value, concrete)
+        value = transform_read(c.value, concrete)
         if value is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
-        written = _transform_read(c.written, concrete)
+        written = transform_read(c.written, concrete)
         return Known(value, sources=c.sources | {DataSource(ref.alloc, _from_script(c, written))})
 
     def _unknown(self, c: Contents, ref: RefValue, why: str, flat: np.ndarray | None) -> Opaque:
@@ -290,7 +294,7 @@ class ThreadMemory:
                           f"follow it through this read ({how})")
         if _read_size(out_aval, region) > limit:
             return Opaque(f"{why}, {self._run_time_text(c, ref, np.flatnonzero(mask))}")
-        positions = _transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
+        positions = transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
         if positions is None or positions.dtype != np.int32:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         flat = positions.ravel()
@@ -353,9 +357,9 @@ class ThreadMemory:
         concrete = _concrete_transforms(tuple(transforms))
         exact = _element(region)
         if isinstance(value, Known) and concrete is not None:
-            new_value = _transform_write(c.value, concrete, value.value)
-            known = _transform_write(c.known, concrete, np.ones(value.value.shape, bool))
-            written = _transform_write(c.written, concrete, np.ones(value.value.shape, bool))
+            new_value = transform_write(c.value, concrete, value.value)
+            known = transform_write(c.known, concrete, np.ones(value.value.shape, bool))
+            written = transform_write(c.written, concrete, np.ones(value.value.shape, bool))
             if new_value is None or known is None or written is None:
                 self.forget(ref, region, "a value through a view JAX's state discharge cannot write")
                 return
@@ -384,9 +388,9 @@ class ThreadMemory:
         writing of their positions says where each lands, and there the element keeps its
         `Sym` (an assumed element copied into another buffer is still its input)."""
         size = value.value.size
-        landed = _transform_write(np.full(c.value.shape, -1, np.int32), concrete,
+        landed = transform_write(np.full(c.value.shape, -1, np.int32), concrete,
                                   np.arange(size, dtype=np.int32).reshape(value.value.shape))
-        new_value = _transform_write(c.value, concrete, value.value)
+        new_value = transform_write(c.value, concrete, value.value)
         if landed is None or new_value is None:
             self.forget(ref, region, "a value through a view JAX's state discharge cannot write")
             return
@@ -556,112 +560,6 @@ def _concrete_transforms(transforms: tuple) -> tuple | None:
 
 def _is_value(x) -> bool:
     return isinstance(x, (Known, Sym, Opaque, RefValue))
-
-
-def _transform_read(array: np.ndarray, transforms) -> np.ndarray | None:
-    """`array` seen through `transforms`, by JAX; None when JAX refuses (then the value is
-    simply not known: a data read never fails the lowering)."""
-    key = _memo_key("read", array, transforms)
-    known = _recalled(key)
-    if known is not _NOT_SEEN:
-        return known
-    import jax
-    from jax._src.state import discharge
-
-    try:
-        with jax.ensure_compile_time_eval():
-            result = np.asarray(discharge.transform_array(array, list(transforms)))
-    except Exception:  # noqa: BLE001 - JAX's refusal means "not known", said where it is used
-        result = None
-    return _remember(key, result)
-
-
-def _transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.ndarray | None:
-    value = np.asarray(value, array.dtype)
-    key = _memo_key("write", array, transforms, value)
-    known = _recalled(key)
-    if known is not _NOT_SEEN:
-        return known
-    import jax
-    from jax._src.state import discharge
-
-    try:
-        with jax.ensure_compile_time_eval():
-            _old, new = discharge.transform_swap_array(array, list(transforms), value)
-        result = np.asarray(new)
-    except Exception:  # noqa: BLE001 - as above
-        result = None
-    return _remember(key, result)
-
-
-# JAX's answers to the reads and writes above, by their exact inputs. Each one is an eager
-# dispatch of a few primitives (milliseconds), and the same ones recur: every device's
-# thread runs the same body on mostly the same contents, and a kernel whose copied data is
-# followed is lowered again until the data settles (tpu_kernel._lower_with_copied_data),
-# which repeats the previous pass's reads and writes. The functions are pure, so an answer
-# found once is the answer; it is kept read-only, since the caller shares it.
-_MEMO: dict = {}
-_MEMO_BYTES = [0]
-_MEMO_LIMIT = 64 << 20  # bytes of arrays kept (keys and answers); past it the memo starts over
-_EXACT_KEY_BYTES = 4096  # contents up to this size are part of the key as they are; larger, by digest
-
-
-def _memo_key(kind: str, array: np.ndarray, transforms, *more: np.ndarray):
-    """A hashable key for exactly these inputs, or None when one of them has no exact key
-    (then JAX is asked every time)."""
-    from jax import tree_util
-    from jax._src import config as jax_config
-
-    leaves, tree = tree_util.tree_flatten(list(transforms))
-    parts: list = [kind, tree, bool(jax_config.enable_x64.value)]  # x64 changes JAX's dtypes
-    for leaf in (array, *leaves, *more):
-        if isinstance(leaf, (np.ndarray, np.generic)):
-            if leaf.dtype.hasobject:
-                return None
-            parts.append(_array_key(np.asarray(leaf)))
-        elif leaf is None or isinstance(leaf, (bool, int, float, str)):
-            parts.append((type(leaf).__name__, leaf))
-        else:
-            return None
-    key = tuple(parts)
-    try:
-        hash(key)
-    except TypeError:  # a transform with unhashable static data
-        return None
-    return key
-
-
-def _array_key(a: np.ndarray) -> tuple:
-    data = a.tobytes()
-    if len(data) > _EXACT_KEY_BYTES:
-        import hashlib
-
-        data = hashlib.blake2b(data, digest_size=32).digest()
-    return (a.dtype.str, a.shape, data)
-
-
-_NOT_SEEN = object()
-
-
-def _recalled(key):
-    """The answer kept for `key`, or _NOT_SEEN (one lookup: another thread may clear the memo)."""
-    return _NOT_SEEN if key is None else _MEMO.get(key, _NOT_SEEN)
-
-
-def _remember(key, result: np.ndarray | None) -> np.ndarray | None:
-    if key is None:
-        return result
-    if result is not None:
-        if result.flags.writeable:
-            result = result.copy()
-            result.flags.writeable = False
-        _MEMO_BYTES[0] += result.nbytes + sum(len(p[2]) for p in key if isinstance(p, tuple) and len(p) == 3
-                                              and isinstance(p[2], bytes))
-    if _MEMO_BYTES[0] > _MEMO_LIMIT:
-        _MEMO.clear()
-        _MEMO_BYTES[0] = 0
-    _MEMO[key] = result
-    return result
 
 
 def _read_size(aval, region: ir.Region) -> int:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from semcheck import ir
-from semcheck.lower.context import ThreadLowering, element_input_name
+from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, known, sym_op
