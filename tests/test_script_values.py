@@ -187,3 +187,47 @@ def test_a_while_over_a_prefetched_table_and_its_ds_sizes_take_the_scripts_value
     result = check_protocol(p)
     assert result.verdict.value == "safe", result.violations
     assert result.values.script == ("table_ref",)
+
+
+def _pick_kernel(state_ref, x_hbm, o_hbm, sem):
+    """Signals the count a table (state_ref[1:], (2, 2, 3) here) holds for the slot in
+    state_ref[0] and waits for 2: the read's index is known only at run time once the
+    slot is a range."""
+    count = state_ref[1 + state_ref[0]]  # <- picked by the slot
+    pl.semaphore_signal(sem, count)
+    pl.semaphore_wait(sem, 2)
+
+
+def test_an_element_picked_by_an_assumed_index_is_exact_for_every_index():
+    """The read is the sum over the table of (index == k) * element k, so every slot gives
+    its own count: slots 0 and 1 are safe, slot 2 leaves 1 over. It was data semcheck could
+    not know, and the lowering stopped at the signal."""
+    [p] = _run(_prefetched(_pick_kernel, (0, 2, 2, 3), [pltpu.SemaphoreType.REGULAR]), assumed=["state_ref[0]"])
+    assert sorted(i.name for i in p.inputs) == ["state_ref[0]@d0", "state_ref[0]@d1"]
+    for engine in ("explicit", "z3"):
+        safe = check_protocol(p, engine=engine, assume=[Assumption("state_ref[0]", 0, 1)])
+        assert safe.verdict.value == "safe", (engine, safe.violations)
+        wider = check_protocol(p, engine=engine, assume=[Assumption("state_ref[0]", 0, 2)])
+        [leftover] = [v for v in wider.errors if v.kind == "semaphore_leftover"]
+        assert {v.kind for v in wider.errors} == {"semaphore_leftover"}, (engine, wider.errors)
+        assert leftover.inputs[f"state_ref[0]@d{leftover.device}"] == 2, (engine, leftover.inputs)
+
+
+def _past_the_end_kernel(state_ref, x_hbm, o_hbm, sem):
+    count = state_ref[pl.program_id(0) + 4]  # <- one past the end: JAX clamps it to element 3
+    pl.semaphore_signal(sem, count)
+    pl.semaphore_wait(sem, 2)
+
+
+def test_a_read_past_the_end_of_an_assumed_operand_sees_the_element_jax_clamps_to():
+    """Paged attention before jax-ml/jax 0e690c1a88 read lengths_ref[batch_size]. JAX's
+    discharge clamps the index, so with the script's values the read sees the last element;
+    with the operand assumed it must see that element's input, not 'data semcheck cannot
+    know' (which made a branch an unconstrained input and gave findings no run has)."""
+    [p] = _run(_prefetched(_past_the_end_kernel, (0, 0, 0, 2), [pltpu.SemaphoreType.REGULAR]))
+    assert p.inputs == () and check_protocol(p).verdict.value == "safe"
+    [q] = _run(_prefetched(_past_the_end_kernel, (0, 0, 0, 2), [pltpu.SemaphoreType.REGULAR]), assumed=["state_ref"])
+    assert sorted(i.name for i in q.inputs) == ["state_ref[3]@d0", "state_ref[3]@d1"]
+    assert check_protocol(q, assume=[Assumption("state_ref", 2, 2)]).verdict.value == "safe"
+    hang = check_protocol(q, assume=[Assumption("state_ref", 0, 3)])
+    assert {v.kind for v in hang.errors} == {"unsatisfied_wait", "semaphore_leftover"}

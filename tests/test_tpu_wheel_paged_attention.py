@@ -145,7 +145,7 @@ def test_wheel_paged_attention_is_safe_for_the_scripts_values(tmp_path, inline, 
         assert os.path.samefile(r.file, wheel_source()[0])
 
 
-def _before_0e690c1a88(tmp_path) -> tuple[str, str]:
+def _before_0e690c1a88(tmp_path, inline: bool = True) -> tuple[str, str]:
     """The wheel's paged attention with one DMA semaphore for every copy of k and v, as it was
     before jax-ml/jax 0e690c1a88 gave each of them one per slot."""
     _, source = wheel_source()
@@ -155,7 +155,7 @@ def _before_0e690c1a88(tmp_path) -> tuple[str, str]:
         source = source.replace(site, "k_sems.at[0],")
     module = tmp_path / "pa_one_semaphore.py"
     module.write_text(source)
-    return str(module), _driver(tmp_path, PAGED_DRIVER, import_line="import pa_one_semaphore as pa", inline=True)
+    return str(module), _driver(tmp_path, PAGED_DRIVER, import_line="import pa_one_semaphore as pa", inline=inline)
 
 
 def test_paged_attention_before_its_semaphore_fix_races_and_the_race_is_an_error(tmp_path):
@@ -180,3 +180,37 @@ def test_wheel_ragged_paged_attention_is_safe_for_the_scripts_values(tmp_path):
     assert result.values.script == ("cu_q_lens_ref", "kv_lens_ref", "num_seqs_ref", "page_indices_ref",
                                     "seq_buf_idx_ref")
     assert result.values.ranges == ()
+
+
+EVERY_INPUT = [("init_flag_ref", 1, 1), ("buffer_index_ref", 0, 1), ("lengths_ref", 0, 64)]
+
+
+def _for_every_input(driver: str):
+    from semcheck.assumptions import Assumption
+
+    return verify_path(driver, [1], engine="z3", assume=[Assumption(*a) for a in EVERY_INPUT])
+
+
+def test_paged_attention_for_every_length_and_slot(tmp_path):
+    """Asked for every input instead (`--assume lengths_ref=0..64 --assume
+    buffer_index_ref=0..1 --assume init_flag_ref=1`), the grid variant is still safe: the
+    lengths read at a run-time batch index are exact expressions over the four inputs, and
+    the stored buffer index a register of each branch. Before, that read was data semcheck
+    could not know, the branch it decides an unconstrained input, and z3 found hangs and
+    leftovers no run has."""
+    results = _for_every_input(_driver(tmp_path, PAGED_DRIVER, import_line=WHEEL_IMPORT, inline=False))
+    assert [r.verdict.value for r in results] == ["safe", "safe"], [r.violations or r.error for r in results]
+    for r in results:
+        assert r.values.script == ("page_indices_ref",)
+        assert sorted({(i.name.split("@")[0], i.lo, i.hi, i.assumed) for i in r.values.ranges}) == [
+            ("buffer_index_ref[0]", 0, 1, True), ("init_flag_ref[0]", 1, 1, True)] + [
+            (f"lengths_ref[{k}]", 0, 64, True) for k in range(4)]
+
+
+def test_paged_attention_before_its_semaphore_fix_races_for_every_length_and_slot(tmp_path):
+    module, driver = _before_0e690c1a88(tmp_path, inline=False)
+    start, load = line_of(module, "async_copy.start()"), line_of(module, "jax_array = self._vmem_buffer[...]")
+    for r in _for_every_input(driver):
+        assert r.verdict.value == "violation", r.error
+        assert {v.kind for v in r.errors} == {"data_race"}, [v.message for v in r.errors]
+        assert {v.location.line for v in r.errors} <= {start, load}

@@ -226,7 +226,8 @@ class ThreadMemory:
             return Opaque(why)
         concrete = _concrete_transforms(tuple(transforms))
         if concrete is None:
-            return Opaque(f"{why} (at an index semcheck does not know)")
+            picked = self._element_at_run_time_index(c, ref, transforms, out_aval)
+            return picked if picked is not None else Opaque(f"{why} (at an index semcheck does not know)")
         known = transform_read(c.known, concrete)
         if known is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
@@ -272,12 +273,15 @@ class ThreadMemory:
         return mask
 
     def _holds_run_time(self, c: Contents, ref: RefValue, region: ir.Region) -> bool:
-        """Whether the read may touch an element known only at run time."""
+        """Whether the read may touch an element known only at run time. A region outside
+        the buffer (a read past its end, which JAX's discharge clamps back into it) may
+        touch any element."""
         mask = self._run_time_mask(c, ref)
         if mask is None:
             return False
         box = _box(region, ref.shape)
-        window = tuple(slice(lo, hi) for lo, hi in box) if box is not None else ...
+        outside = box is not None and any(lo >= hi for lo, hi in box)
+        window = tuple(slice(lo, hi) for lo, hi in box) if box is not None and not outside else ...
         return bool(np.any(mask[window]))
 
     def _read_run_time(self, c: Contents, ref: RefValue, transforms: tuple, region: ir.Region, out_aval,
@@ -288,6 +292,9 @@ class ThreadMemory:
         mask = self._run_time_mask(c, ref)
         assert mask is not None, "only called when the read may touch one"
         concrete = _concrete_transforms(tuple(transforms))
+        picked = self._element_at_run_time_index(c, ref, transforms, out_aval) if concrete is None else None
+        if picked is not None:
+            return picked
         if concrete is None or not _only_indexing(concrete):
             how = "at an index semcheck does not know" if concrete is None else "through a view that is not indexing"
             return Opaque(f"{why}, {self._run_time_text(c, ref, np.flatnonzero(mask))}, and semcheck cannot "
@@ -312,6 +319,52 @@ class ThreadMemory:
         if positions.shape == ():
             return symbolic[0]
         return RunTimeElements(f"{why}, {self._run_time_text(c, ref, flat[run_time])}", value, symbolic, sources)
+
+    def _element_at_run_time_index(self, c: Contents, ref: RefValue, transforms: tuple, out_aval) -> Sym | None:
+        """One integer element of a small buffer, picked by an index known only at run time
+        (a register: `lengths_ref[b]` with `b` an assumed value or a loop's carry), as the
+        expression sum_k (index == k) * element_k over the buffer's elements, each its known
+        value or its register. None when the read is not a single element at scalar indices
+        of such a buffer, or an element holds neither. An index outside the buffer picks what
+        JAX's discharge of the read picks for a concrete one (`transform_read`: a negative
+        index counts from the end, then it is clamped into the dim), so both paths agree."""
+        from jax._src.state.indexing import NDIndexer
+
+        from semcheck.lower.values import sym_op
+
+        shape = c.value.shape
+        if tuple(getattr(out_aval, "shape", (None,))) != () or c.value.size > MERGE_LIMIT or len(transforms) != 1:
+            return None
+        if not (np.issubdtype(c.value.dtype, np.integer) or c.value.dtype == np.bool_):
+            return None
+        [indexer] = transforms
+        if not isinstance(indexer, NDIndexer) or len(indexer.indices) != len(shape):
+            return None
+        indices: list[ir.Operand] = []
+        for index, extent in zip(indexer.indices, shape):
+            if isinstance(index, Sym):
+                wrapped = sym_op("add", index.op, sym_op("mul", sym_op("lt", index.op, 0), extent))
+                indices.append(sym_op("min", sym_op("max", wrapped, 0), extent - 1))
+            elif isinstance(index, Known) and index.value.size == 1:
+                indices.append(int(index.value.reshape(())))
+            elif isinstance(index, (int, np.integer)):
+                indices.append(int(index))
+            else:  # a slice, an array of indices, data semcheck does not know
+                return None
+        run_time = self._run_time_mask(c, ref)
+        picked: ir.Operand = 0
+        for position, element in enumerate(np.ndindex(*shape)):
+            if run_time is not None and run_time[element]:
+                value: ir.Operand = self._run_time_value(c, ref, position).op
+            elif c.known[element]:
+                value = int(c.value[element])
+            else:
+                return None
+            chosen: ir.Operand = 1
+            for index, coordinate in zip(indices, element):
+                chosen = sym_op("mul", chosen, sym_op("eq", index, coordinate))
+            picked = sym_op("add", picked, sym_op("mul", chosen, value))
+        return Sym(picked, np.dtype(out_aval.dtype))
 
     def held_input(self, buffer: str, index: tuple[int, ...], c: "Contents | None") -> Sym | None:
         """The protocol input element `index` of `buffer` still holds in contents `c` (an
