@@ -370,7 +370,9 @@ class ThreadMemory:
         """The protocol input element `index` of `buffer` still holds in contents `c` (an
         assumed element, or a scalar-prefetch one whose script value is not known, that no
         path stored to), or None."""
-        held = None if c is None else self._inputs_held(buffer, c)
+        if c is None:
+            return None
+        held = self._inputs_held(buffer, c)
         if held is None or not held[index]:
             return None
         return self.assumed.input(buffer, index, c.value.dtype)
