@@ -69,6 +69,7 @@ DEFAULT_EXAMPLES = (
     "moe_dispatch_combine", "moe_entry_left_only", "moe_metadata_sem_unfenced", "moe_mailbox_zeroed_late",
     "moe_expert_pipeline", "moe_expert_pipeline_shared_send", "moe_static_plan", "moe_generation_shared_sem",
     "smem_slot_double_buffer", "smem_slot_advanced_early", "prefetch_init_flag",
+    "prefetch_state_across_heads", "prefetch_state_restarted_per_head",
 )
 
 

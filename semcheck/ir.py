@@ -236,6 +236,9 @@ class Input:
     lo: int
     hi: int
     loc: Loc = UNKNOWN_LOC
+    # The range is one semcheck.assume or --assume gave (assumptions.apply), not the
+    # producer's own (often no more than "an int32").
+    assumed: bool = False
 
     def __post_init__(self):
         # An empty range has no value to check: every engine would say "safe" after 0 states.

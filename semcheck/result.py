@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from semcheck.ir import DataUse, Loc
+from semcheck.ir import DataUse, Input, Loc
 
 
 class Verdict(str, enum.Enum):
@@ -289,6 +289,20 @@ class EngineRun:
     stopped: str | None = None
 
 
+@dataclass(frozen=True)
+class CheckedValues:
+    """What the verdict holds for: the values the script passed for the operands in
+    `script` (concrete, per device and per call, as the capture saw them: they decided the
+    protocol), and every value of each input in `ranges` (one the user assumed, or every
+    value of its type where semcheck had no value: docs/data-evaluation.md)."""
+
+    script: tuple[str, ...] = ()
+    ranges: tuple[Input, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.script or self.ranges)
+
+
 @dataclass(repr=False)
 class Result:
     kernel: str
@@ -323,6 +337,7 @@ class Result:
     # Findings a --baseline knew and that were taken out of `violations`: a check left with
     # none is `safe` for the gate, but its report says it has known findings.
     known_findings: int = 0
+    values: CheckedValues = field(default_factory=CheckedValues)
 
     def __repr__(self) -> str:
         """One line: what was checked, the verdict, what was found and where."""

@@ -80,6 +80,7 @@ SLOW = {
     "tests/test_sweep.py": "models/ and examples/ swept serially, with -j 2 and on Ray",
     "tests/test_tpu_wheel_all_gather.py": "the JAX wheel's all-gather kernel at several device counts",
     "tests/test_gpu_wheel_collectives.py": "the JAX wheel's GPU collectives at several device counts",
+    "tests/test_tpu_wheel_paged_attention.py": "the JAX wheel's paged-attention kernels captured as a user runs them",
     "tests/test_engines_agree.py": "explicit and z3 on every model and on thousands of random protocols",
     "tests/test_reduction.py": "the reduction against the full search on hundreds of random protocols",
     "tests/test_components.py": "split against whole searches on hundreds of random protocols",

@@ -583,7 +583,7 @@ def test_an_array_holding_an_assumed_element_chosen_by_a_run_time_branch_is_an_e
 
 
 def _stored_under_a_run_time_branch(count_ref, sem):
-    @pl.when(pl.semaphore_read(sem) == 0)
+    @pl.when(pl.semaphore_read(sem) == 1)  # never taken: the semaphore reads 0 here
     def _():
         count_ref[0] = 5
 
@@ -599,14 +599,28 @@ def _stored_in_a_run_time_loop(count_ref, sem):
     return count_ref[0]
 
 
-@pytest.mark.parametrize("read", [_stored_under_a_run_time_branch, _stored_in_a_run_time_loop],
-                         ids=["branch", "loop"])
-def test_an_assumed_element_stored_on_some_paths_only_says_it_is_assumed(read):
-    """An assumed element the kernel stores to on some paths only holds its input or the
-    store's value: an error. Under a branch, the path that did not store held the script's
-    3 (a false verdict); after a loop, the error said that neither the script's operand
-    values nor the thread's stores define it, without a word of the assumption."""
-    _, [error] = _assumed_lowering(read, (REGULAR,))
+def test_an_assumed_element_stored_under_a_run_time_branch_holds_its_input_or_the_store():
+    """After a branch the lowering cannot decide, an assumed element one side stored to is a
+    register each side assigns: the input on the side that left it, 5 on the other (as a
+    cond's outputs are). Once this was an error, and before that the side that did not
+    store held the script's 3 (a false verdict). The branch is never taken, so the signal is
+    the input, and the wait for 3 hangs below 3 and leaves credits over above it."""
+    [p], errors = _assumed_lowering(_stored_under_a_run_time_branch, (REGULAR,))
+    assert not errors, errors
+    assert sorted(i.name for i in p.inputs) == ["count_ref[0]@d0", "count_ref[0]@d1"]
+    assert check_protocol(p, engine="explicit", assume=[Assumption("count_ref[0]", 3, 3)]).verdict.value == "safe"
+    for engine in ("explicit", "z3"):
+        result = check_protocol(p, engine=engine, assume=[Assumption("count_ref[0]", 0, 8)])
+        assert {v.kind for v in result.errors} == {"unsatisfied_wait", "semaphore_leftover"}, (engine, result)
+        hang = next(v for v in result.errors if v.kind == "unsatisfied_wait")
+        assert hang.inputs[f"count_ref[0]@d{hang.device}"] < 3, (engine, hang.inputs)
+
+
+def test_an_assumed_element_stored_in_a_run_time_loop_says_it_is_assumed():
+    """An assumed element a loop of run-time length stores to holds its input or the
+    store's value at the loop's head: an error. It once said that neither the script's
+    operand values nor the thread's stores define it, without a word of the assumption."""
+    _, [error] = _assumed_lowering(_stored_in_a_run_time_loop, (REGULAR,))
     assert "which holds count_ref[0]: semcheck.assume names it, so its initial value is a protocol input, but " \
         "this thread stores to it on some paths only" in error.message, error.message
     assert "neither the script's operand values nor" not in error.message
@@ -731,30 +745,30 @@ def test_senders_landing_at_the_same_offset_race_in_the_inbox():
 
 
 def test_the_memo_of_reads_and_writes_gives_what_jax_gives():
-    """lower/data.py keeps JAX's answers by their exact inputs: the same read again is the
+    """lower/discharge.py keeps JAX's answers by their exact inputs: the same read again is the
     same array (read-only), a read of other contents or at another index is asked anew, and
     every answer equals JAX's own without the memo."""
     from jax._src.state import indexing
 
-    from semcheck.lower import data
+    from semcheck.lower import discharge
 
     def indexer(start, size, shape):
         return indexing.NDIndexer((indexing.Slice(np.int32(start), size), indexing.Slice(0, shape[1])),
                                   shape, ())
 
-    data._MEMO.clear()
+    discharge._MEMO.clear()
     a = np.arange(32, dtype=np.int32).reshape(8, 4)
-    first = data._transform_read(a, [indexer(2, 3, a.shape)])
-    assert data._transform_read(a, [indexer(2, 3, a.shape)]) is first and not first.flags.writeable
+    first = discharge.transform_read(a, [indexer(2, 3, a.shape)])
+    assert discharge.transform_read(a, [indexer(2, 3, a.shape)]) is first and not first.flags.writeable
     np.testing.assert_array_equal(first, a[2:5])
-    np.testing.assert_array_equal(data._transform_read(a, [indexer(3, 3, a.shape)]), a[3:6])
-    np.testing.assert_array_equal(data._transform_read(a + 1, [indexer(2, 3, a.shape)]), a[2:5] + 1)
+    np.testing.assert_array_equal(discharge.transform_read(a, [indexer(3, 3, a.shape)]), a[3:6])
+    np.testing.assert_array_equal(discharge.transform_read(a + 1, [indexer(2, 3, a.shape)]), a[2:5] + 1)
     value = np.full((3, 4), -1, np.int32)
-    written = data._transform_write(a, [indexer(1, 3, a.shape)], value)
-    assert data._transform_write(a, [indexer(1, 3, a.shape)], value) is written
+    written = discharge.transform_write(a, [indexer(1, 3, a.shape)], value)
+    assert discharge.transform_write(a, [indexer(1, 3, a.shape)], value) is written
     expected = a.copy()
     expected[1:4] = -1
     np.testing.assert_array_equal(written, expected)
-    np.testing.assert_array_equal(data._transform_write(a, [indexer(1, 3, a.shape)], value + 5)[1:4], 4)
-    data._MEMO.clear()
-    assert data._transform_read(a, [indexer(2, 3, a.shape)]) is not first
+    np.testing.assert_array_equal(discharge.transform_write(a, [indexer(1, 3, a.shape)], value + 5)[1:4], 4)
+    discharge._MEMO.clear()
+    assert discharge.transform_read(a, [indexer(2, 3, a.shape)]) is not first

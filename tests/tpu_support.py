@@ -85,7 +85,7 @@ def expectation(path: str) -> Declared:
     assert declared.declarations, f"{path} declares no expected verdict: add a `# semcheck: expect ...` comment"
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
-            if m := _MARKER.search(line):
+            for m in _MARKER.finditer(line):  # `# <- a, b`, or two markers `# <- a  # <- b`
                 for kind in re.split(r"\s*,\s*", m["kinds"]):
                     declared.markers.setdefault(kind, set()).add(number)
     return declared

@@ -121,7 +121,8 @@ class KernelContext:
     # run_scoped allocations by site: a TPU site's list of refs, a GPU site's ref per argument
     scoped: dict[tuple, list[RefValue] | RefValue] = field(default_factory=dict)
     fold_cache: dict = field(default_factory=dict)
-    # Scalar-prefetch operands: an integer loaded from one is a protocol input per device.
+    # Scalar-prefetch operands: like any operand they hold the script's values; where the
+    # capture saw none, each integer element is a protocol input per device over its type.
     scalar_operands: frozenset[str] = frozenset()
     _scalar_inputs: dict[tuple, str] = field(default_factory=dict)
     # The operand values the script passed: device -> buffer -> array (empty when the
@@ -195,12 +196,12 @@ class KernelContext:
         return name
 
     def scalar_input(self, buffer: str, index: tuple[int, ...], device: int, dtype, loc: ir.Loc,
-                     prefetch: bool = True, held: str | None = None) -> str:
-        """The input holding element `index` of scalar-prefetch operand `buffer` on `device`
-        (its value is the caller's, unknown at trace time, and may differ per device); with
-        `prefetch` False, an element of another buffer that semcheck.assume names. `held`:
-        which block of a blocked operand the buffer holds (`ThreadLowering.block_held`), a
-        different array element, so a different input, per block."""
+                     held: str | None = None) -> str:
+        """The input holding the initial value of element `index` of `buffer` on `device`:
+        an element semcheck.assume names, or one of a scalar-prefetch operand whose script
+        value the capture did not see (`prefetch_unseen`). `held`: which block of a blocked
+        operand the buffer holds (`ThreadLowering.block_held`), a different array element,
+        so a different input, per block."""
         key = (buffer, index, device, held)
         if key not in self._scalar_inputs:
             info = np.iinfo(np.dtype(dtype)) if np.dtype(dtype) != np.bool_ else None
@@ -208,8 +209,22 @@ class KernelContext:
             self._scalar_inputs[key] = name = element_input_name(buffer, index, device, held)
             self._names.add(name)
             self.inputs.append(ir.Input(name, lo, hi, loc))
-            self.note(_element_input_note(buffer, index, prefetch, blocked=held is not None))
+            unseen = None if self.is_assumed(name) else self.prefetch_unseen(buffer, device)
+            self.note(_element_input_note(buffer, index, unseen, blocked=held is not None))
         return self._scalar_inputs[key]
+
+    def prefetch_unseen(self, buffer: str, device: int) -> str | None:
+        """Why the script's values of scalar-prefetch operand `buffer` on `device` are not
+        known (None: they are, or `buffer` is no scalar-prefetch operand). Then its elements
+        are protocol inputs over their type, which covers whatever the script passes."""
+        if buffer not in self.scalar_operands or buffer in self.initial_data.get(device, {}):
+            return None
+        if not self.data_seen:
+            return "the kernel was traced but not run, so the capture saw no operand values"
+        if device in self.data_withheld:
+            return ("another kernel ran first on that device, and semcheck's capture replaces kernel outputs "
+                    "with zeros, so the value seen may be one")
+        return "the capture saw no value of it on that device"
 
     def is_assumed(self, input_name: str) -> bool:
         from semcheck.assumptions import covers
@@ -262,12 +277,13 @@ def _element_named(name: str, buffer: str) -> tuple[int, ...] | None:
         return None
 
 
-def _element_input_note(buffer: str, index: tuple[int, ...], prefetch: bool, blocked: bool) -> str:
+def _element_input_note(buffer: str, index: tuple[int, ...], unseen: str | None, blocked: bool) -> str:
     element = f"{buffer}[{', '.join(map(str, index))}]"
-    if prefetch:
+    if unseen is not None:
         return (
-            f"{element} is a scalar-prefetch operand: one input per device ({element}@d0, ...), "
-            f"every value of its type checked unless bounded with semcheck.assume({element!r}, lo, hi)"
+            f"{element} is a scalar-prefetch operand whose script value is not known ({unseen}): one input per "
+            f"device ({element}@d0, ...), every value of its type checked unless bounded with "
+            f"semcheck.assume({element!r}, lo, hi)"
         )
     if not blocked:
         return (
@@ -388,20 +404,21 @@ class ThreadLowering:
 
 
 class _ThreadsAssumedElements(AssumedElements):
-    """The elements semcheck.assume names on one thread's device, and their inputs: the same
-    inputs a load of the element alone makes (`memory._scalar_prefetch_element`), one per
-    device, and per block of a blocked operand."""
+    """The elements whose initial value is a protocol input on one thread's device: those
+    semcheck.assume names, and those of a scalar-prefetch operand whose script values the
+    capture did not see. One input per device, and per block of a blocked operand."""
 
     def __init__(self, t: ThreadLowering):
         self.t = t
 
     def mask(self, buffer: str, shape: tuple[int, ...]) -> np.ndarray | None:
         t = self.t
+        if t.kernel.prefetch_unseen(buffer, t.device) is not None:
+            return np.ones(shape, bool)
         return t.kernel.assumed_elements(buffer, shape, t.device, t.block_held(buffer)) if t.kernel.assumed else None
 
     def input(self, buffer: str, index: tuple[int, ...], dtype) -> Sym:
         t = self.t
-        prefetch = buffer in t.kernel.scalar_operands
         # Made where it is first read: the eqn being lowered is at t.context_loc.
-        name = t.kernel.scalar_input(buffer, index, t.device, dtype, t.context_loc, prefetch, t.block_held(buffer))
+        name = t.kernel.scalar_input(buffer, index, t.device, dtype, t.context_loc, t.block_held(buffer))
         return Sym(ir.Reg(name), np.dtype(dtype))

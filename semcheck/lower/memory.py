@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from semcheck import ir
-from semcheck.lower.context import ThreadLowering, element_input_name
+from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, known, sym_op
@@ -462,9 +462,6 @@ def _load(t: ThreadLowering, eqn, value, what: str, transforms) -> tuple[ir.Regi
     _emit_read(t, ir.Load(t.loc(eqn), reg))
     ref, all_transforms = ref_of(t, eqn, value, what, transforms)
     [out] = eqn.outvars[:1]
-    scalar = _scalar_prefetch_element(t, eqn, ref, reg)
-    if scalar is not None:
-        return reg, scalar
     return reg, t.memory.read(ref, all_transforms, reg, out.aval, _why(t, eqn, reg), FOLD_LIMIT)
 
 
@@ -518,31 +515,6 @@ def get(t: ThreadLowering, eqn, inputs):
     transforms = eqn.params["tree"].unflatten(flat)
     _reg, loaded = _load(t, eqn, ref, "the loaded ref", transforms)
     return [loaded]
-
-
-def _scalar_prefetch_element(t: ThreadLowering, eqn, ref: RefValue, reg: ir.Region) -> Sym | None:
-    """One integer element of a scalar-prefetch operand the kernel has not written: the
-    caller's value, so a protocol input (a signal count or wait value may depend on it)."""
-    [out] = eqn.outvars[:1]
-    aval = out.aval
-    prefetch = reg.buffer in t.kernel.scalar_operands
-    if tuple(aval.shape) != () or not (prefetch or t.kernel.assumed):
-        return None
-    if not (np.issubdtype(aval.dtype, np.integer) or aval.dtype == np.bool_):
-        return None
-    element = tuple(x for x in reg.start if isinstance(x, int))
-    if len(element) != len(reg.start) or any(size != 1 for size in reg.size):
-        return None  # an element chosen at run time: its value stays untracked
-    if not reg.start and math.prod(t.kernel.buffers[reg.buffer].shape) != 1:
-        return None
-    if t.memory.written_element(ref, reg):
-        return None  # the kernel's own store defines it (data.py)
-    # A blocked operand's element is a different array element in each block it holds.
-    held = t.block_held(reg.buffer)
-    if not prefetch and not t.kernel.is_assumed(element_input_name(reg.buffer, element, t.device, held)):
-        return None  # its value comes from the data (data.py)
-    name = t.kernel.scalar_input(reg.buffer, element, t.device, aval.dtype, t.loc(eqn), prefetch, held)
-    return Sym(ir.Reg(name), np.dtype(aval.dtype))
 
 
 @rule("swap")

@@ -209,6 +209,16 @@ def result_dict(r: Result) -> dict:
         "error": r.error,
         "notes": r.notes,
         "data_uses": [data_use_dict(u) for u in r.data_uses],
+        "values": values_dict(r),
+    }
+
+
+def values_dict(r: Result) -> dict:
+    """What the verdict holds for (result.CheckedValues): the operands whose script values
+    decided the protocol, and every input checked over a range."""
+    return {
+        "script": list(r.values.script),
+        "ranges": [{"name": i.name, "lo": i.lo, "hi": i.hi, "assumed": i.assumed} for i in r.values.ranges],
     }
 
 

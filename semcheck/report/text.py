@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -104,6 +105,7 @@ def _render_kernel(results: list[Result], indices: list[int], style: Style, judg
         r = results[i]
         judgement = judgements[i] if judgements is not None else None
         lines.append(verdict_line(r))
+        lines.extend(values_lines(r))
         if judgement is not None and judgement.matched and r.verdict is Verdict.VIOLATION:
             lines.append(f"  expected: {_declared(judgement)}")
             continue
@@ -164,7 +166,7 @@ def _render_every_check(results: list[Result], style: Style, *, judgements) -> s
     for i, r in enumerate(results):
         judgement = judgements[i] if judgements is not None else None
         if judgement is not None and judgement.matched and r.verdict is Verdict.VIOLATION:
-            blocks.append("\n".join([verdict_line(r), f"  expected: {_declared(judgement)}",
+            blocks.append("\n".join([verdict_line(r), *values_lines(r), f"  expected: {_declared(judgement)}",
                                      *(f"  note: {note}" for note in r.notes if style.verbose)]))
             continue
         block = render_result(r, style=style)
@@ -237,9 +239,45 @@ def verdict_line(r: Result) -> str:
     return f"{word}: {head} {where}: {detail}{origins.first_only_text(r)}{stats}"
 
 
+# Operands or ranges named in the values line; the rest are counted (the JSON lists them all).
+VALUES_SHOWN = 3
+_INT_RANGES = {(-(1 << 31), (1 << 31) - 1): "int32", (0, (1 << 32) - 1): "uint32",
+               (-(1 << 63), (1 << 63) - 1): "int64", (-(1 << 15), (1 << 15) - 1): "int16",
+               (-(1 << 7), (1 << 7) - 1): "int8", (0, 255): "uint8"}
+
+
+def values_lines(r: Result) -> list[str]:
+    """One short line saying what the verdict holds for (result.CheckedValues): the
+    operands whose script values decided the protocol, and the inputs checked over a range,
+    one per family (`init_flag_ref[0]` for its per-device inputs `init_flag_ref[0]@d0`, ...)."""
+    values = r.values
+    if not values:
+        return []
+    parts = []
+    if values.script:
+        parts.append(f"as the script passed {_few(list(values.script))}")
+    if values.ranges:
+        families = dict.fromkeys(
+            (re.sub(r"@d\d+", "", i.name), i.lo, i.hi, i.assumed) for i in values.ranges)
+        parts.append("over ranges " + _few([
+            f"{name} {_range_text(lo, hi)}{' (assumed)' if assumed else ''}" for name, lo, hi, assumed in families]))
+    return ["  values: " + "; ".join(parts)]
+
+
+def _range_text(lo: int, hi: int) -> str:
+    kind = _INT_RANGES.get((lo, hi))
+    return f"any {kind}" if kind else f"{lo}..{hi}"
+
+
+def _few(names: list[str]) -> str:
+    if len(names) <= VALUES_SHOWN + 1:  # "and 1 more" would be no shorter
+        return ", ".join(names)
+    return ", ".join(names[:VALUES_SHOWN]) + f" and {len(names) - VALUES_SHOWN} more"
+
+
 def render_result(r: Result, *, max_trace_steps: int = 0, style: Style | None = None) -> str:
     style = style or Style(max_trace_steps=max_trace_steps)
-    lines = [verdict_line(r)]
+    lines = [verdict_line(r), *values_lines(r)]
     for v in r.errors + r.warnings:
         lines.append("")
         lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, style=style, unit=core_unit(r.backend),
