@@ -139,7 +139,7 @@ def _describe(template, ob, goal, pcs, prog, n, k1, k2, p_access) -> list[Certif
         anchors["k2"] = k2
     if ob.copy.seg is Seg.BODY:
         anchors["k1"] = k1
-    placed = {}
+    placed: dict[int, tuple[Step, int] | None] = {}
     for o, pc in pcs.items():
         if pc >= len(prog):
             continue  # finished: no different from a device outside the window
@@ -150,7 +150,7 @@ def _describe(template, ob, goal, pcs, prog, n, k1, k2, p_access) -> list[Certif
         placed[o] = (step, k)
     variants = []
     for choice in ("nearest", *anchors):
-        points = []
+        points: list[tuple[int, Point]] = []
         for o, found in sorted(placed.items()):
             if found is None:
                 points.append((o, ("cap",)))

@@ -196,10 +196,10 @@ def _instr_problem(instr: ir.Instr) -> str | None:
         return "a non-decrementing wait is not covered"
     if isinstance(instr, (ir.Load, ir.Store)) and instr.device is not None:
         return "a load or store of another device's memory is not covered"
-    if isinstance(instr, ir.DmaStart) and (instr.dst_device is not None or instr.core is not None):
+    if isinstance(instr, ir.DmaStart) and (instr.dst_device is not None or instr.core not in (None, 0)):
         return "a copy to another core or into a third device's memory is not covered"
     for ref in _semrefs(instr):
-        if ref.core is not None:
+        if ref.core not in (None, 0):  # one core per device: core 0 is the device's only one
             return "a semaphore of another core is not covered"
     for value in _leaves(instr):
         if isinstance(value, (ir.Reg, ir.BinOp)):
@@ -240,8 +240,8 @@ def _full_rank(region: ir.Region, shape: tuple[int, ...]) -> ir.Region:
 
 
 def _normalized(instr: ir.Instr, shapes: Mapping[str, tuple[int, ...]]) -> ir.Instr:
-    changes = {f.name: _full_rank(v, shapes[v.buffer]) for f in fields(instr)
-               if isinstance(v := getattr(instr, f.name), ir.Region)}
+    changes: dict[str, Any] = {f.name: _full_rank(v, shapes[v.buffer]) for f in fields(instr)
+                               if isinstance(v := getattr(instr, f.name), ir.Region)}
     return replace(instr, **changes) if changes else instr  # type: ignore[type-var]
 
 
