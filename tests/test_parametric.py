@@ -162,6 +162,7 @@ def _indexed_by_device(n):
 # --- the symmetric run decides blocking and leftovers ------------------------------------------------------
 
 
+@functools.cache
 def _in_class(name):
     try:
         return _fit(MUTANTS[name][0])
@@ -169,14 +170,22 @@ def _in_class(name):
         return None
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+def _blocking_mutants():
+    """The mutants of one template, except those that race or arrive early: a schedule that
+    races reaches end states the lockstep run never does, but the race is the finding (and
+    searching all of them is slow); blocking and leftovers are compared where they decide."""
+    return sorted(name for name, (_, expected) in MUTANTS.items()
+                  if not (isinstance(expected, tuple) and expected[0] in ("data_race", "remote_before_entry"))
+                  and _in_class(name) is not None)
+
+
+@pytest.mark.parametrize("name", _blocking_mutants())
 def test_symmetric_run_is_where_every_schedule_ends(name):
     """Every maximal run ends where the lockstep run ends (docs/parametric.md): it stops at a
     wait exactly where the explicit search finds a device blocked for good, and its final
     counts are a leftover exactly where the search finds one."""
     template = _in_class(name)
-    if template is None:
-        pytest.skip("not one template: nothing to compare")
+    assert template is not None
     model = MUTANTS[name][0]
     for n in range(max(2, template.holds_from), 7):
         stuck, counts = runs.symmetric_run(template, n)
@@ -223,11 +232,11 @@ def _agree(name, counts):
         assert outcome.smallest == smallest
         assert kind in {v.kind for v in outcome.result.errors}
         assert outcome.result.devices == smallest
-        for n in counts:
+        for n in (n for n in counts if n <= smallest):  # what makes it the smallest
             verdict, kinds = _explicit(name, n)
             if n < smallest:
                 assert verdict is Verdict.SAFE, n
-            elif n == smallest:
+            else:
                 assert verdict is Verdict.VIOLATION and kind in kinds, (n, kinds)
         if outcome.proof is not None and outcome.proof.holds:  # a proof is only ever for counts that pass
             assert smallest < outcome.proof.from_n
