@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from typing import Sequence
 
 N_MOD = 0  # `modulus` of a term taken mod N
@@ -172,36 +171,53 @@ def _mod_forms(samples: Sequence[Sample]):
 
 def _fit_linear(samples: Sequence[Sample], columns) -> tuple[int, ...] | None:
     """Integer coefficients x with columns(d, k, n) . x == value for every sample (unknowns
-    that the samples cannot tell apart are 0), or None."""
+    that the samples cannot tell apart are 0), or None. Solved on a spread of the samples
+    and checked on all of them (most candidate forms fail on the first few); the whole set
+    is solved only when the spread could not tell every unknown apart."""
     rows = [(columns(d, k, n), v) for d, k, n, v in samples]
+    if len(rows) > 32:
+        spread = rows[:: max(1, len(rows) // 24)] + rows[:4] + rows[-4:]
+        found, full_rank = _solve(spread)
+        if found is not None and all(sum(a * b for a, b in zip(row, found)) == v for row, v in rows):
+            return found
+        if full_rank:
+            return None
+    found, _ = _solve(rows)
+    if found is None or any(sum(a * b for a, b in zip(row, found)) != v for row, v in rows):
+        return None
+    return found
+
+
+def _solve(rows) -> tuple[tuple[int, ...] | None, bool]:
+    """Integer coefficients solving `rows` (free unknowns 0), and whether the rows fix every
+    unknown; (None, _) when no integer solution fits. Floating point with partial pivoting
+    (the values are small integers, at most five unknowns); the caller checks the rounded
+    answer exactly, row by row, so rounding can only cost a fit, never make a wrong one."""
     width = len(rows[0][0])
-    basis: list[tuple[list[Fraction], Fraction]] = []  # reduced rows (pivot column first nonzero)
+    basis: list[tuple[list[float], float]] = []
     pivots: list[int] = []
     for row, v in rows:
-        r = [Fraction(x) for x in row]
-        rv = Fraction(v)
+        r = [float(x) for x in row]
+        rv = float(v)
         for (brow, bv), p in zip(basis, pivots):
             if r[p]:
                 f = r[p] / brow[p]
                 r = [a - f * b for a, b in zip(r, brow)]
                 rv -= f * bv
-        lead = next((i for i, x in enumerate(r) if x), None)
-        if lead is None:
-            if rv:
-                return None  # inconsistent
+        lead = max(range(width), key=lambda i: abs(r[i]))
+        if abs(r[lead]) < 1e-9:
+            if abs(rv) > 1e-6:
+                return None, True  # inconsistent
             continue
         basis.append((r, rv))
         pivots.append(lead)
         if len(basis) == width:
             break
-    # back-substitute, free unknowns 0
-    x = [Fraction(0)] * width
-    for (brow, bv), p in sorted(zip(basis, pivots), key=lambda bp: -bp[1]):
-        x[p] = (bv - sum(brow[i] * x[i] for i in range(p + 1, width))) / brow[p]
-    if any(c.denominator != 1 for c in x):
-        return None
-    coeffs = tuple(int(c) for c in x)
-    for row, v in rows:
-        if sum(a * b for a, b in zip(row, coeffs)) != v:
-            return None
-    return coeffs
+    x = [0.0] * width
+    for (brow, bv), p in reversed(list(zip(basis, pivots))):
+        x[p] = (bv - sum(brow[i] * x[i] for i in range(width) if i != p)) / brow[p]
+    full = len(basis) == width
+    rounded = tuple(round(c) for c in x)
+    if any(abs(c - r) > 1e-6 for c, r in zip(x, rounded)):
+        return None, full
+    return rounded, full
