@@ -28,9 +28,12 @@ def _handshake(t, barrier, left, right, sides=("left", "right")):
 
 def allgather(n, *, shared_recv=False, barrier=True, one_sided_barrier=False, wait_recv_first=False,
               wait_send=True, wait_recv=True, to_left=False, slot_shift=0, recv_index_shift=0, rounds_shift=0,
-              entry=True):
+              entry=True, default_barrier=False):
     p = ProtocolBuilder("allgather", devices=n, backend="tpu")
     bar = p.barrier_semaphore(collective_id=0)
+    if default_barrier:  # as semcheck/lower/tpu_kernel.py models XLA's barrier before the body
+        arrive = p.barrier_semaphore("device_barrier.arrive", collective_id=1)
+        release = p.barrier_semaphore("device_barrier.release", collective_id=2)
     send = p.semaphore("send_sem", DMA)
     recv = p.semaphore("recv_sem", DMA, size=1 if shared_recv else max(n - 1, 1))
     out = p.buffer("out", (n, *BLOCK))
@@ -39,6 +42,13 @@ def allgather(n, *, shared_recv=False, barrier=True, one_sided_barrier=False, wa
         left, right = (d - 1) % n, (d + 1) % n
         if entry:
             t.entry("allgather")
+        if default_barrier:
+            t.signal(arrive, device=0, core=0)
+            if d == 0:
+                t.wait(arrive, n)
+                for e in range(n):
+                    t.signal(release, device=e, core=0)
+            t.wait(release)
         if barrier:
             _handshake(t, bar, left, right, ("right",) if one_sided_barrier else ("left", "right"))
         for step in range(n - 1 + rounds_shift):
@@ -226,6 +236,7 @@ MUTANTS = {
     "allgather": (allgather, "safe"),
     "allgather_shared_recv": (partial(allgather, shared_recv=True), ("data_race", 3)),
     "allgather_no_barrier": (partial(allgather, barrier=False), ("remote_before_entry", 2)),
+    "allgather_default_barrier": (partial(allgather, barrier=False, default_barrier=True), "safe"),
     "allgather_one_sided_barrier": (partial(allgather, one_sided_barrier=True), ("unsatisfied_wait", 2)),
     "allgather_wait_recv_first": (partial(allgather, wait_recv_first=True), ("deadlock", 2)),
     "allgather_no_wait_send": (partial(allgather, wait_send=False), ("semaphore_leftover", 2)),

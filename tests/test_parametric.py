@@ -101,6 +101,19 @@ def test_template_of_the_ring_allgather():
     assert t.offsets() == {-1, 0, 1}
 
 
+def test_default_device_barrier_is_taken_out():
+    """XLA's barrier before the body, as the TPU lowering models it (device 0 runs more of it):
+    taken out of the template, and with it every early-arrival ordering."""
+    from semcheck.lower import tpu_kernel
+    from semcheck.parametric import template
+
+    assert (template.BARRIER_ARRIVE, template.BARRIER_RELEASE) == (tpu_kernel.ARRIVE, tpu_kernel.RELEASE)
+    t = _fit(lambda n: allgather(n, barrier=False, default_barrier=True))
+    assert t.entered_together and len(t.pro) == 1 and "device_barrier.arrive" not in t.sem_decls
+    stripped, had = template.without_default_barrier(allgather(4, barrier=False, default_barrier=True))
+    assert had and [t.body for t in stripped.threads] == [t.body for t in allgather(4, barrier=False).threads]
+
+
 def test_template_counts_below_the_fit_may_differ():
     t = _fit(lambda n: permute(n, handshake=n != 2))
     assert t.holds_from == 3 and t.confirmed_at == (3, 8)

@@ -80,7 +80,7 @@ def obligations(template: Template) -> list[Obligation]:
                     if a is d and offset == 0 and d.seg is not Seg.BODY:
                         continue  # the copy's own start
                     out.append(Obligation("data_race", d, a, offset, side, area, touching))
-    if template.pro and template.pro[0].op is Op.ENTRY:
+    if template.pro and template.pro[0].op is Op.ENTRY and not template.entered_together:
         entry = template.pro[0]
         for s in template.steps:
             if s.op is Op.SIGNAL and s.sem is not None and s.sem.offset:

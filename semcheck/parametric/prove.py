@@ -38,7 +38,9 @@ class Proof:
             "(the symmetric run, where every wait gets what the steps before it add), every semaphore "
             f"index and copy window lies inside its allocation, and each of {self.obligations} pairs of steps "
             "that could race or arrive early is ordered (a blocking certificate over a window of "
-            f"{self.window} neighbouring devices, {self.certificates} in all, {self.queries} queries); "
+            f"{self.window} neighbouring devices, {self.certificates} in all, {self.queries} queries)"
+            + ("; no device runs the body before every device entered (the default device barrier, "
+               "taken out of the template)" if template.entered_together else "") + "; "
             "the argument, and what it assumes, is docs/parametric.md"
         )
 

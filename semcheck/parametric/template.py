@@ -133,6 +133,9 @@ class Template:
     fitted_at: tuple[int, ...]
     confirmed_at: tuple[int, ...]
     holds_from: int  # the smallest captured N from which every capture fits
+    # The default device barrier runs before the body (`without_default_barrier`): no signal
+    # or copy of the body can reach a device that has not entered the kernel.
+    entered_together: bool = False
 
     def trips(self, n: int) -> int:
         return self.trip_a * n + self.trip_b
@@ -225,6 +228,47 @@ def _leaves(value: Any) -> Iterable[Any]:
         yield value
 
 
+# --- the default device barrier ---------------------------------------------------------------------
+
+# The semaphores of the barrier XLA runs before the body when a kernel sets no collective_id,
+# as semcheck/lower/tpu_kernel.py models it (ARRIVE, RELEASE there; a test holds them equal):
+# every device signals `arrive` on device 0, device 0 waits for all and signals `release` on
+# each, every device waits for its `release`. Device 0 runs more of it than the others, so the
+# programs are not rotations of one another; but it is one global barrier whatever N is.
+BARRIER_ARRIVE, BARRIER_RELEASE = "device_barrier.arrive", "device_barrier.release"
+
+
+def without_default_barrier(p: ir.Protocol) -> tuple[ir.Protocol, bool]:
+    """`p` with the default device barrier taken out of every thread, and whether it had one.
+
+    Taking it out only removes synchronization: every schedule of `p` is one of the result's
+    (so a race or block the proof excludes there is excluded in `p`), and it never blocks (every
+    device reaches it right after entering), so the two end where the other ends. What it adds
+    is that no device runs any of the body before every device entered: the early arrivals it
+    rules out are not asked of the proof (`Template.entered_together`)."""
+    names = {d.name for d in p.semaphores}
+    if not {BARRIER_ARRIVE, BARRIER_RELEASE} <= names or p.cores != 1:
+        return p, False
+    threads = []
+    for t in p.threads:
+        body = t.body
+        expected = [ir.Signal(body[0].loc, ir.SemRef(BARRIER_ARRIVE, 0, 0, 0), 1)]
+        if t.device == 0:
+            expected.append(ir.Wait(body[0].loc, ir.SemRef(BARRIER_ARRIVE), p.devices))
+            expected += [ir.Signal(body[0].loc, ir.SemRef(BARRIER_RELEASE, 0, e, 0), 1) for e in range(p.devices)]
+        expected.append(ir.Wait(body[0].loc, ir.SemRef(BARRIER_RELEASE), 1))
+        head = len(expected)
+        if not isinstance(body[0], ir.KernelEntry) or list(body[1:1 + head]) != [
+                replace(e, loc=i.loc) for e, i in zip(expected, body[1:1 + head])]:
+            return p, False
+        uses = [i for i in body[1 + head:] for ref in _semrefs(i) if ref.alloc in (BARRIER_ARRIVE, BARRIER_RELEASE)]
+        if uses:
+            return p, False
+        threads.append(replace(t, body=body[:1] + body[1 + head:]))
+    semaphores = tuple(d for d in p.semaphores if d.name not in (BARRIER_ARRIVE, BARRIER_RELEASE))
+    return replace(p, threads=tuple(threads), semaphores=semaphores), True
+
+
 # --- shapes and holes -----------------------------------------------------------------------------
 
 
@@ -315,6 +359,11 @@ def fit_template(protocols: Mapping[int, ir.Protocol], fit_at: Iterable[int]) ->
     """The template of the family, fitted at the counts `fit_at` and confirmed at every
     other count of `protocols` from the smallest that fits on (`holds_from`)."""
     fit_at = sorted(fit_at)
+    stripped = {n: without_default_barrier(p) for n, p in protocols.items()}
+    protocols = {n: p for n, (p, _) in stripped.items()}
+    barrier = {had for _, had in stripped.values()}
+    if len(barrier) != 1:
+        raise NotParametric("the default device barrier runs at some device counts and not at others")
     for n in sorted(protocols):
         problem = class_problem(protocols[n])
         if problem:
@@ -338,7 +387,8 @@ def fit_template(protocols: Mapping[int, ir.Protocol], fit_at: Iterable[int]) ->
             raise NotParametric(f"the template fitted at N = {_counts(fit_at)} does not hold at N = {n}: {problem}")
         else:
             break  # small counts may differ (N = 2: both neighbours are one device): checked one by one
-    return replace(template, confirmed_at=tuple(sorted(confirmed)), holds_from=holds_from)
+    return replace(template, confirmed_at=tuple(sorted(confirmed)), holds_from=holds_from,
+                   entered_together=barrier.pop())
 
 
 def _counts(ns: Iterable[int]) -> str:
@@ -573,6 +623,7 @@ def instantiate(template: Template, n: int) -> list[list[tuple[Step, int]]]:
 def _mismatch(template: Template, p: ir.Protocol) -> str | None:
     """How `p` departs from the template at its N, or None when it is the template there."""
     n = p.devices
+    p, _ = without_default_barrier(p)
     problem = class_problem(p)
     if problem:
         return problem
