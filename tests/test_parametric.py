@@ -354,3 +354,13 @@ def test_every_count_of_a_template_segment_names_are_stable():
     t = _fit(allreduce)
     assert t.shape_text() == "a prologue of 8 instructions, a loop of N rounds of 10, an epilogue of 1"
     assert {s.seg for s in t.steps} == {Seg.PRO, Seg.BODY, Seg.EPI}
+
+
+def test_python_api_devices_all():
+    import semcheck
+
+    proved = semcheck.verify_model(allgather, devices="all")
+    assert proved.verdict is Verdict.SAFE and proved.engine == "parametric" and proved.devices == 0
+    (found,) = semcheck.verify_path(os.path.join(ROOT, "models", "ring_allgather_shared_recv.py"), devices="all")
+    assert found.verdict is Verdict.VIOLATION and found.devices == 3
+    assert found.notes[0] == "data_race at N = 3, the smallest device count with a violation (N = 2 is safe)"

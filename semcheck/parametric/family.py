@@ -21,7 +21,7 @@ from semcheck.engines.budget import Budget
 from semcheck.errors import LoadError
 from semcheck.ir import Protocol
 from semcheck.parametric.prove import Proof, prove
-from semcheck.parametric.template import NotParametric, Template, fit_template
+from semcheck.parametric.template import NotParametric, Template, counts_text, fit_template
 from semcheck.result import Result, Stats, Verdict
 
 DOCS = "docs/parametric.md"
@@ -131,7 +131,7 @@ class _Family:
             if result.verdict is not Verdict.SAFE:
                 return self._stopped_at(result, n, checked, template, proof, start,
                                         f"for N >= {proof.from_n} the kernel is proved safe ({DOCS})")
-        below = (f"N = {_counts(checked)} checked one by one (explicit search); " if checked else "")
+        below = (f"N = {counts_text(checked)} checked one by one (explicit search); " if checked else "")
         claim = "safe for every device count N >= 2"
         notes = [f"{claim}: {below}{proof.argument(template)}", *_assumptions(template)]
         result = Result(
@@ -175,9 +175,9 @@ class _Family:
             kinds = ", ".join(sorted({v.kind for v in result.errors}))
             claim = f"{kinds} at N = {n}, the smallest device count with a violation"
             if smaller:
-                claim += f" (N = {_counts(smaller)} {'is' if len(smaller) == 1 else 'are'} safe)"
+                claim += f" (N = {counts_text(smaller)} {'is' if len(smaller) == 1 else 'are'} safe)"
             if len(checked) > 1 and max(checked) > n:
-                claim += f"; N = {_counts(m for m in checked if m > n)} searched because {why}"
+                claim += f"; N = {counts_text(m for m in checked if m > n)} searched because {why}"
         else:
             claim = f"no verdict at N = {n}: {result.error or result.exhausted or result.unjustified}"
         notes = [claim, why] if result.verdict is Verdict.VIOLATION and why not in claim else [claim]
@@ -188,7 +188,7 @@ class _Family:
     def _inconclusive(self, sample: Protocol, why: str, checked: dict[int, Verdict],
                       template: Template | None = None, proof: Proof | None = None, start: float = 0.0) -> Outcome:
         safe = [n for n, v in checked.items() if v is Verdict.SAFE]
-        searched = f"; no violation at N = {_counts(safe)} (explicit search)" if safe else ""
+        searched = f"; no violation at N = {counts_text(safe)} (explicit search)" if safe else ""
         claim = f"inconclusive for every device count: {why}{searched}"
         result = Result(
             kernel=sample.name, file=sample.loc.file, line=sample.loc.line, frontend=sample.frontend,
@@ -203,12 +203,6 @@ class _Family:
         result = error_result("", self.path, 0, 0, message, "parametric")
         return Outcome(result.kernel, self.path, Verdict.ERROR, f"error: {message}", result)
 
-
-def _counts(ns) -> str:
-    ns = sorted(ns)
-    if len(ns) > 2 and ns == list(range(ns[0], ns[-1] + 1)):
-        return f"{ns[0]}..{ns[-1]}"
-    return ", ".join(map(str, ns))
 
 
 def _assumptions(template: Template) -> list[str]:

@@ -31,7 +31,7 @@ from semcheck import ir
 from semcheck.parametric import runs
 from semcheck.parametric.counting import smallest_n
 from semcheck.parametric.symbolic import END, Context, Where
-from semcheck.parametric.template import Area, Op, Seg, Step, Template
+from semcheck.parametric.template import Area, Op, Seg, Step, Template, counts_text
 from semcheck.semantics import RECV, SEND
 
 FORBID, CAP = "forbid", "cap"
@@ -274,6 +274,7 @@ def prove(template: Template, ob: Obligation, n_min: int, give_up_above: int = 1
     certs: list[Certificate] = []
     queries = 0
     n_start = max(n_min, abs(ob.offset) + 1)
+    missing: list[int] = []  # counts at which no certificate was found (left to the explicit search)
     for _ in range(MAX_ROUNDS):
         sym = _Symbols(template, ob, n_start)
         constraints = sym.domain(n_start)
@@ -291,9 +292,11 @@ def prove(template: Template, ob: Obligation, n_min: int, give_up_above: int = 1
         new = [c for c in found if c not in certs]
         if not new:
             if found or n >= give_up_above:
-                where = f"at N = {n}" + (f", rounds {k1} and {k2}" if template.body else "")
+                missing.append(n)
+                rounds = f" (rounds {k1} and {k2} at N = {n})" if template.body else ""
                 return Outcome(ob, None, len(certs), queries, 0,
-                               failure=f"no blocking certificate for {ob.text()} {where}")
+                               failure=f"no blocking certificate for {ob.text()} at N = {counts_text(missing)}{rounds}")
+            missing.append(n)
             n_start = n + 1
             continue
         certs.extend(new)

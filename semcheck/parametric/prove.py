@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from semcheck.parametric import counting, ordering
-from semcheck.parametric.template import Template
+from semcheck.parametric.template import Template, counts_text
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Proof:
         """The note a proved result carries."""
         return (
             f"for N >= {self.from_n} every device runs one program ({template.shape_text()}; fitted at "
-            f"N = {_counts(template.fitted_at)}" + (f", confirmed at N = {_counts(template.confirmed_at)}"
+            f"N = {counts_text(template.fitted_at)}" + (f", confirmed at N = {counts_text(template.confirmed_at)}"
                                                     if template.confirmed_at else "")
             + "), and z3 proved for every such N: no device blocks for good and every semaphore ends at 0 "
             "(the symmetric run, where every wait gets what the steps before it add), every semaphore "
@@ -44,12 +44,6 @@ class Proof:
             "the argument, and what it assumes, is docs/parametric.md"
         )
 
-
-def _counts(ns) -> str:
-    ns = sorted(ns)
-    if len(ns) > 2 and ns == list(range(ns[0], ns[-1] + 1)):
-        return f"{ns[0]}..{ns[-1]}"
-    return ", ".join(map(str, ns))
 
 
 def prove(template: Template, n_min: int = 2, give_up_above: int = 12) -> Proof:

@@ -252,7 +252,7 @@ def without_default_barrier(p: ir.Protocol) -> tuple[ir.Protocol, bool]:
     threads = []
     for t in p.threads:
         body = t.body
-        expected = [ir.Signal(body[0].loc, ir.SemRef(BARRIER_ARRIVE, 0, 0, 0), 1)]
+        expected: list[ir.Instr] = [ir.Signal(body[0].loc, ir.SemRef(BARRIER_ARRIVE, 0, 0, 0), 1)]
         if t.device == 0:
             expected.append(ir.Wait(body[0].loc, ir.SemRef(BARRIER_ARRIVE), p.devices))
             expected += [ir.Signal(body[0].loc, ir.SemRef(BARRIER_RELEASE, 0, e, 0), 1) for e in range(p.devices)]
@@ -384,14 +384,15 @@ def fit_template(protocols: Mapping[int, ir.Protocol], fit_at: Iterable[int]) ->
             if n < holds_from:
                 holds_from = n
         elif n > min(fit_at):
-            raise NotParametric(f"the template fitted at N = {_counts(fit_at)} does not hold at N = {n}: {problem}")
+            raise NotParametric(f"the template fitted at N = {counts_text(fit_at)} does not hold at N = {n}: {problem}")
         else:
             break  # small counts may differ (N = 2: both neighbours are one device): checked one by one
     return replace(template, confirmed_at=tuple(sorted(confirmed)), holds_from=holds_from,
                    entered_together=barrier.pop())
 
 
-def _counts(ns: Iterable[int]) -> str:
+def counts_text(ns: Iterable[int]) -> str:
+    """Device counts as a person reads them: "2..8", or "2, 3, 8"."""
     ns = sorted(ns)
     if len(ns) > 2 and ns == list(range(ns[0], ns[-1] + 1)):
         return f"{ns[0]}..{ns[-1]}"
