@@ -49,7 +49,8 @@ def verify_path(paths: str | Iterable[str], devices: Iterable[int] | str = (2, 4
             raise TypeError(f"verify_path(devices='all') takes no options, got {', '.join(sorted(options))}")
         return [o.result for path in discover([paths] if isinstance(paths, str) else list(paths))
                 for o in every_count(path)]
-    assert not isinstance(devices, str), f"devices={devices!r}: a list of counts, or 'all'"
+    if isinstance(devices, str):
+        raise TypeError(f"devices={devices!r}: give device counts, or 'all'")
     return list(check_paths(paths, devices, **options))
 
 

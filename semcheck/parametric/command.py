@@ -50,7 +50,10 @@ def run(args) -> int:
     for path in discover(args.paths):
         if not args.quiet:
             print(f"semcheck: {path}: every device count (loading at N = 2..8, proving, checking)", file=sys.stderr)
-        outcomes.extend(every_count(path, options))
+        found = every_count(path, options)
+        if not found and not args.quiet:
+            print(f"semcheck: {path}: no kernel at any device count, skipped", file=sys.stderr)
+        outcomes.extend(found)
     if not outcomes:
         print("semcheck: error: nothing to check: no kernel scripts or models in " + ", ".join(args.paths),
               file=sys.stderr)
@@ -77,7 +80,7 @@ def render_text(outcomes: list[Outcome]) -> str:
     blocks = []
     for o in outcomes:
         r = o.result
-        where = f"{display_path(r.file)}:{r.line}" if r.file else ""
+        where = (f"{display_path(r.file)}:{r.line}" if r.line else display_path(r.file)) if r.file else ""
         lines = [f"{_HEADS[o.verdict]}: {o.kernel} {where}: {o.claim}"]
         if o.verdict is Verdict.VIOLATION:
             lines += ["", text.render_result(r)]

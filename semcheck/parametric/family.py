@@ -18,7 +18,7 @@ from typing import Callable
 
 from semcheck.checks import check_protocol, error_result
 from semcheck.engines.budget import Budget
-from semcheck.errors import LoadError
+from semcheck.errors import LoadError, NothingToCheck
 from semcheck.ir import Protocol
 from semcheck.parametric.prove import Proof, prove
 from semcheck.parametric.template import NotParametric, Template, counts_text, fit_template
@@ -90,6 +90,8 @@ class _Family:
     def outcomes(self) -> list[Outcome]:
         counts = sorted(set(self.options.fit_at) | set(self.options.confirm_at))
         kernels = {n: self.at(n) for n in counts}
+        if all(isinstance(item, NothingToCheck) for items in kernels.values() for item in items):
+            return []  # no kernel at any count: not a kernel script (a folder walk's helper file)
         widths = {len(items) for items in kernels.values()}
         if len(widths) != 1:
             first = next(p for items in kernels.values() for p in items if isinstance(p, Protocol))
@@ -200,8 +202,11 @@ class _Family:
         return Outcome(sample.name, sample.loc.file, Verdict.INCONCLUSIVE, claim, result, checked, proof, template)
 
     def _error(self, message: str) -> Outcome:
-        result = error_result("", self.path, 0, 0, message, "parametric")
-        return Outcome(result.kernel, self.path, Verdict.ERROR, f"error: {message}", result)
+        import os
+
+        kernel = os.path.splitext(os.path.basename(self.path))[0]
+        result = error_result(kernel, self.path, 0, 0, message, "parametric")
+        return Outcome(kernel, self.path, Verdict.ERROR, message, result)
 
 
 

@@ -29,8 +29,7 @@ import z3
 
 from semcheck import ir
 from semcheck.parametric import runs
-from semcheck.parametric.counting import smallest_n
-from semcheck.parametric.symbolic import END, Context, Where
+from semcheck.parametric.symbolic import Context, Where
 from semcheck.parametric.template import Area, Op, Seg, Step, Template, counts_text
 from semcheck.semantics import RECV, SEND
 
@@ -313,5 +312,3 @@ def _smallest_point(constraints: list, sym: _Symbols) -> tuple[int, int, int] | 
     m = opt.model()
     return tuple(m.eval(v, model_completion=True).as_long() for v in (sym.n, sym.k1, sym.k2))  # type: ignore[return-value]
 
-
-__all__ = ["END", "Obligation", "Outcome", "obligations", "prove", "smallest_n"]

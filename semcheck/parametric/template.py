@@ -613,14 +613,6 @@ def _offset(device: Expr | None, instr: ir.Instr, op: Op) -> int:
 # --- confirming ----------------------------------------------------------------------------------------
 
 
-def instantiate(template: Template, n: int) -> list[list[tuple[Step, int]]]:
-    """Every device's program at `n`: (step, round) per position."""
-    trips = template.trips(n)
-    program = [(s, 0) for s in template.pro] + [(s, k) for k in range(trips) for s in template.body]
-    program += [(s, 0) for s in template.epi]
-    return [program for _ in range(n)]
-
-
 def _mismatch(template: Template, p: ir.Protocol) -> str | None:
     """How `p` departs from the template at its N, or None when it is the template there."""
     n = p.devices
