@@ -364,3 +364,14 @@ def test_python_api_devices_all():
     (found,) = semcheck.verify_path(os.path.join(ROOT, "models", "ring_allgather_shared_recv.py"), devices="all")
     assert found.verdict is Verdict.VIOLATION and found.devices == 3
     assert found.notes[0] == "data_race at N = 3, the smallest device count with a violation (N = 2 is safe)"
+
+
+def test_no_answer_from_z3_is_no_proof(monkeypatch):
+    """A query z3 cannot decide (its time ran out) proves nothing: the template is not proved."""
+    from semcheck.parametric import prove
+
+    template = _fit(allgather)
+    monkeypatch.setattr(z3.Optimize, "check", lambda self, *a: z3.unknown)
+    proof = prove.prove(template)
+    assert not proof.holds
+    assert any("z3 gave no answer within 30 s" in gap for gap in proof.gaps)

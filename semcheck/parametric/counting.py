@@ -32,14 +32,32 @@ class Gap:
     smallest: int
 
 
-def smallest_n(constraints: list, n) -> int | None:
-    """The smallest N satisfying `constraints`, or None when none does."""
+QUERY_TIMEOUT_MS = 30_000
+
+
+class Undecided(Exception):
+    """z3 gave no answer to a query (its time ran out): nothing is proved by it."""
+
+
+def smallest_model(constraints: list, n) -> z3.ModelRef | None:
+    """A model of `constraints` with the smallest N, or None when they have none (unsat: the
+    one answer a proof rests on). Raises Undecided when z3 cannot tell."""
     opt = z3.Optimize()
+    opt.set(timeout=QUERY_TIMEOUT_MS)
     opt.add(*constraints)
     opt.minimize(n)
-    if opt.check() != z3.sat:
+    answer = opt.check()
+    if answer == z3.unsat:
         return None
-    return opt.model().eval(n, model_completion=True).as_long()
+    if answer != z3.sat:
+        raise Undecided(f"z3 gave no answer within {QUERY_TIMEOUT_MS // 1000} s ({opt.reason_unknown()})")
+    return opt.model()
+
+
+def smallest_n(constraints: list, n) -> int | None:
+    """The smallest N satisfying `constraints`, or None when none does."""
+    model = smallest_model(constraints, n)
+    return None if model is None else model.eval(n, model_completion=True).as_long()
 
 
 def _domain(template: Template, n, n_min: int) -> list:

@@ -29,6 +29,7 @@ import z3
 
 from semcheck import ir
 from semcheck.parametric import runs
+from semcheck.parametric.counting import Undecided, smallest_model
 from semcheck.parametric.symbolic import Context, Where
 from semcheck.parametric.template import Area, Op, Seg, Step, Template, counts_text
 from semcheck.semantics import RECV, SEND
@@ -282,7 +283,10 @@ def prove(template: Template, ob: Obligation, n_min: int, give_up_above: int = 1
         if valid:
             constraints.append(z3.Not(z3.Or(*valid)))
         queries += 1
-        model = _smallest_point(constraints, sym)
+        try:
+            model = _smallest_point(constraints, sym)
+        except Undecided as e:
+            return Outcome(ob, None, len(certs), queries, 0, failure=f"{ob.text()}: {e}")
         if model is None:
             window = max((c.span + 1 for c in certs), default=1)
             return Outcome(ob, n_start, len(certs), queries, window)
@@ -304,11 +308,8 @@ def prove(template: Template, ob: Obligation, n_min: int, give_up_above: int = 1
 
 
 def _smallest_point(constraints: list, sym: _Symbols) -> tuple[int, int, int] | None:
-    opt = z3.Optimize()
-    opt.add(*constraints)
-    opt.minimize(sym.n)
-    if opt.check() != z3.sat:
+    m = smallest_model(constraints, sym.n)
+    if m is None:
         return None
-    m = opt.model()
     return tuple(m.eval(v, model_completion=True).as_long() for v in (sym.n, sym.k1, sym.k2))  # type: ignore[return-value]
 

@@ -57,10 +57,14 @@ def prove(template: Template, n_min: int = 2, give_up_above: int = 12) -> Proof:
     window = max([1] + [o.window for o in outcomes])
     gaps = [o.failure or "" for o in failed]
     kinds = ["data_race" if o.obligation.kind == "data_race" else "remote_before_entry" for o in failed]
-    counted = [(kind, gap) for kind, finder in (("blocks", counting.blocking_gaps),
-                                                ("semaphore_leftover", counting.leftover_gaps),
-                                                ("fault", counting.fault_gaps))
-               for gap in finder(template, from_n)]
+    counted = []
+    for kind, finder in (("blocks", counting.blocking_gaps), ("semaphore_leftover", counting.leftover_gaps),
+                         ("fault", counting.fault_gaps)):
+        try:
+            counted += [(kind, gap) for gap in finder(template, from_n)]
+        except counting.Undecided as e:
+            gaps.append(f"what counting decides ({kind}): {e}")
+            kinds.append(kind)
     gaps += [f"{gap.what} (from N = {gap.smallest})" for _, gap in counted]
     kinds += [kind for kind, _ in counted]
     smallest = min((gap.smallest for _, gap in counted), default=None)
