@@ -406,10 +406,11 @@ def _check_same_program(row, n: int, p: ir.Protocol) -> None:
         if theirs == first:
             continue
         at = next((i for i, (a, b) in enumerate(zip(first, theirs)) if a != b), min(len(first), len(theirs)))
-        where = _instr_text(p, device, at) if at < len(theirs) else _instr_text(p, 0, at)
+        sides = [_instr_text(p, d, at) if at < len(row) else f"device {d}: its end"
+                 for d, row in ((0, first), (device, theirs))]
         raise NotParametric(
-            f"at N = {n}, device {device} does not run device 0's program: they differ from instruction "
-            f"{at} on ({where}; {len(first)} instructions on device 0, {len(theirs)} on device {device})"
+            f"at N = {n}, device {device} does not run device 0's program: they part at instruction {at} "
+            f"({sides[0]}; {sides[1]})"
         )
 
 
