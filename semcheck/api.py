@@ -29,14 +29,31 @@ from semcheck.result import Result
 
 
 def verify_model(
-    model: Callable[[int], Protocol] | Protocol, devices: int = 4, **options
+    model: Callable[[int], Protocol] | Protocol, devices: int | str = 4, **options
 ) -> Result:
-    protocol = model if isinstance(model, Protocol) else model(devices)
+    """`devices="all"`: every device count, as `--devices all` (docs/parametric.md)."""
+    if devices == "all" and not isinstance(model, Protocol):
+        from semcheck.parametric.family import every_count_of
+
+        return every_count_of(model).result
+    protocol = model if isinstance(model, Protocol) else model(int(devices))
     return check_protocol(protocol, **options)
 
 
-def verify_path(paths: str | Iterable[str], devices: Iterable[int] = (2, 4, 8), **options) -> list[Result]:
-    """Every Result for the files at `paths`: `check_paths`, collected (same options)."""
+def verify_path(paths: str | Iterable[str], devices: Iterable[int] | str = (2, 4, 8), **options) -> list[Result]:
+    """Every Result for the files at `paths`: `check_paths`, collected (same options).
+    `devices="all"`: one Result per kernel for every device count, as `--devices all`
+    (`semcheck.parametric.family.every_count` gives the whole outcome)."""
+    if devices == "all":
+        from semcheck.frontends import discover
+        from semcheck.parametric.family import every_count
+
+        if options:
+            raise TypeError(f"verify_path(devices='all') takes no options, got {', '.join(sorted(options))}")
+        return [o.result for path in discover([paths] if isinstance(paths, str) else list(paths))
+                for o in every_count(path)]
+    if isinstance(devices, str):
+        raise TypeError(f"devices={devices!r}: give device counts, or 'all'")
     return list(check_paths(paths, devices, **options))
 
 

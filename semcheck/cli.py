@@ -77,7 +77,9 @@ def _verify_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return sub.choices["verify"]
 
 
-def _device_counts(text: str) -> list[int]:
+def _device_counts(text: str) -> list[int] | str:
+    if text.strip().lower() == "all":  # every device count: semcheck/parametric (docs/parametric.md)
+        return "all"
     try:
         counts = [int(part) for part in text.split(",")]  # an empty part (2,,4) is a typo too
     except ValueError:
@@ -122,8 +124,10 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     )
     verify.add_argument("paths", nargs="*", metavar="PATH",
                         help="a kernel script, a model file, or a folder (default: [tool.semcheck] paths)")
-    verify.add_argument("--devices", type=_device_counts, default=[2, 4, 8], metavar="N[,N...]",
-                        help="device counts to check (default: 2,4,8)")
+    verify.add_argument("--devices", type=_device_counts, default=[2, 4, 8], metavar="N[,N...]|all",
+                        help="device counts to check (default: 2,4,8); `all`: every device count, proved "
+                        "for a kernel whose devices run one program in d and N, else the smallest N that "
+                        "fails (docs/parametric.md)")
     verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
                         help="how to decide: explicit (exhaustive search), z3 (SMT; every input value "
                         "in one query), auto (default: explicit, joined by simulate and z3 taking turns "
@@ -271,6 +275,10 @@ def _ran_jax(result) -> bool:
 
 def _verify(args) -> int:
     _warn_about_empty_folders(args.paths)
+    if args.devices == "all":
+        from semcheck.parametric import command
+
+        return command.run(args)
     budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
     from semcheck.report.feedback import Position, capture_line_printer
 

@@ -32,10 +32,11 @@ LAYERS = [
                    "semcheck.core_entry")),
     ("semantics", ("semcheck.semantics", "semcheck.footprints", "semcheck.ordering", "semcheck.properties",
                    "semcheck.trace")),
-    ("engines", ("semcheck.engines",)),
+    ("engines", ("semcheck.engines", "semcheck.parametric")),
     ("reports", ("semcheck.report", "semcheck.expectations")),
     ("entry", ("semcheck.cli_options", "semcheck.interrupts", "semcheck.checks", "semcheck.sweep", "semcheck.sweep_ray", "semcheck.config", "semcheck.gate",
-               "semcheck.api", "semcheck.testing", "semcheck.cli", "semcheck.__main__", "semcheck")),
+               "semcheck.api", "semcheck.testing", "semcheck.cli", "semcheck.__main__",
+               "semcheck.parametric.family", "semcheck.parametric.command", "semcheck")),
 ]
 
 # The one place a frontend consults the semantics: evaluating the kernel's data needs to know
