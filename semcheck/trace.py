@@ -115,7 +115,9 @@ def _kernel_at(system: System, t: int, pc: int) -> str | None:
 
 def _hazard_note(before: State, after: State) -> str:
     new = [h for h in after.hazards if h not in before.hazards]
-    return "".join(f"  -- {h.kind.upper().replace('_', ' ')}: {h.detail}" for h in new)
+    # two hazards can read alike (one access against two copies in flight over the same rows)
+    said = dict.fromkeys(f"  -- {h.kind.upper().replace('_', ' ')}: {h.detail}" for h in new)
+    return "".join(said)
 
 
 def _note_sem(system: System, step: TraceStep, sid: int, before: State, after: State) -> str:
