@@ -26,7 +26,15 @@ covers all of them, so:
 Exits 1 if any row is UNSOUND, 2 if nothing was selected (a check of nothing must not
 pass). Slow: each mutant's interpreter run starts JAX (a few seconds each).
 
-MEASURED_PLACEHOLDER
+Measured at 77f19d3 on the shared 2-core machine (load 5-11 from other jobs):
+`--devices 2` (the first 6 statements of each example): 191 mutants of 42 safe examples in
+19 minutes: 183 agree (the interpreter hung on 90, semcheck found a hang in all 90; it
+reported a race or failed on 32, semcheck found an error in all; it finished 61, and
+semcheck found an error in 57 of them: leftovers and early arrivals the interpreter only
+prints or cannot see; the other 4 remove a wait of a ring step that never runs at 2 devices),
+8 are kernels the interpreter refuses (non-decrementing waits, `semaphore_read`), none
+unsound. `--devices 4 --only capacity`, where a ring's later-step waits run: 12 mutants of 2
+examples, all agree (a removed capacity wait is a `data_race` in both), 76 s.
 """
 
 from __future__ import annotations
