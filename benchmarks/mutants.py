@@ -78,7 +78,7 @@ class Mutant:
 class Row:
     mutant: Mutant
     semcheck: str  # "safe" or the error kinds found
-    interpreter: str  # finished / hung / race / failed
+    interpreter: str  # finished / hung / race / failed / stalled / timed out
     status: str
 
 
