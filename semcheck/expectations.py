@@ -81,11 +81,16 @@ class Expectation:
         return sum(q is not None for q in qualifiers)
 
     def applies_to(self, result: Result) -> bool:
+        return self.applies(result.kernel, result.devices, result.cores, result.invocations)
+
+    def applies(self, kernel: str | None, devices: int, cores: int, invocations: int) -> bool:
+        """Whether it covers a check of `kernel` (None: a kernel no declaration names) at
+        `devices` devices on `cores` cores, run `invocations` times."""
         return (
-            (self.kernel is None or self.kernel == result.kernel)
-            and (self.devices is None or result.devices in self.devices)
-            and (self.cores is None or result.cores in self.cores)
-            and (self.invocations is None or result.invocations in self.invocations)
+            (self.kernel is None or self.kernel == kernel)
+            and (self.devices is None or devices in self.devices)
+            and (self.cores is None or cores in self.cores)
+            and (self.invocations is None or invocations in self.invocations)
         )
 
     def describe(self) -> str:
@@ -267,24 +272,39 @@ def declarations_for(path: str) -> list[Expectation]:
 
 
 def expectation_for(result: Result, declarations: list[Expectation]) -> Expectation | None:
+    return declaration_for(declarations, result.kernel, result.devices, result.cores, result.invocations)
+
+
+def declaration_for(declarations: list[Expectation], kernel: str | None, devices: int, cores: int = 1,
+                    invocations: int = 1) -> Expectation | None:
+    """The declaration that applies to a check (comments before pyproject.toml, the most
+    specific first), before the check has run: `benchmarks/mutants.py` picks the examples
+    declared safe by it."""
     for source in ("comment", "pyproject"):
-        matching = [d for d in declarations if d.source == source and d.applies_to(result)]
+        matching = [d for d in declarations if d.source == source and d.applies(kernel, devices, cores, invocations)]
         if not matching:
             continue
         best = max(d.specificity for d in matching)
         top = [d for d in matching if d.specificity == best]
         if len({d.outcomes for d in top}) > 1:
             raise ExpectationError(
-                f"conflicting expectations for {result.kernel} at {result.devices} devices: "
+                f"conflicting expectations for {kernel} at {devices} devices: "
                 + "; ".join(f"{d.where} says {d.describe()}" for d in top)
             )
         return top[0]
     return None
 
 
+def declared_errors(expectation: Expectation | None) -> frozenset[str]:
+    """The error kinds a declaration expects (none for `safe`, for warnings only, or for no
+    declaration at all)."""
+    outcomes = expectation.outcomes if expectation else frozenset()
+    return frozenset(k for k in outcomes if SEVERITY[Kind(k)] == "error")
+
+
 def judge(result: Result, expectation: Expectation | None) -> Judgement:
     declared = expectation.outcomes if expectation else frozenset()
-    want_errors = {k for k in declared if SEVERITY[Kind(k)] == "error"}
+    want_errors = declared_errors(expectation)
     want_warnings = declared - want_errors
     if result.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE):
         return Judgement(expectation, False, f"expected {_words(declared)}, but the check ended {result.verdict.value}")

@@ -6,7 +6,7 @@ instruction does. Every rule is stated, with its sources, in docs/semantics.md:
 
 * signal: atomically add `inc` to the target semaphore; never blocks. Without a core
   index the target core is the signaller's own (JAX's TPU interpreter uses core 0 instead;
-  see the note in the README).
+  see docs/semantics.md, "Choices worth knowing").
 * wait: enabled iff `count >= value`; a decrementing wait then subtracts `value`.
 * dma_start: schedules a receive-side completion on the target's receive semaphore and,
   for a remote copy, a send-side completion on the issuer's send semaphore. Completions are

@@ -138,6 +138,24 @@ def test_an_invocations_declaration_applies_only_under_that_many_invocations():
     assert expectations.expectation_for(repeated, [once, twice]) is once
 
 
+def test_the_declaration_for_a_check_is_known_before_it_runs():
+    """`declaration_for` answers for a check described by its kernel, device count, cores and
+    invocations (benchmarks/mutants.py picks its safe examples so), as for a Result."""
+    general = parse_spec("remote_before_entry", "f.py:1")
+    two = parse_spec("safe devices=2", "f.py:2")
+    racy_on_two_cores = parse_spec("data_race cores=2", "f.py:3")
+    warned = parse_spec("lowered_as_decrementing", "f.py:4")
+    declared = [general, two, racy_on_two_cores]
+    assert expectations.declaration_for(declared, None, 2) is two
+    assert expectations.declaration_for(declared, None, 4) is general
+    assert expectations.declaration_for(declared, "k", 4, cores=2) is racy_on_two_cores
+    assert expectations.declaration_for(declared, None, 2, invocations=2) is two
+    assert expectations.declared_errors(two) == frozenset()
+    assert expectations.declared_errors(general) == {"remote_before_entry"}
+    assert expectations.declared_errors(warned) == frozenset()  # a warning is no error
+    assert expectations.declared_errors(None) == frozenset()  # nothing declared: safe expected
+
+
 def test_equally_specific_disagreeing_declarations_are_an_error():
     a = Expectation(frozenset({"deadlock"}), where="f.py:1")
     b = Expectation(frozenset({"unsatisfied_wait"}), where="f.py:2")

@@ -91,7 +91,7 @@ PHASE_ERROR = {
     "warp_specialized_pipeline_no_release.py": "Barrier arrival was completed again before previous completion was observed",
     # semcheck: safe. The interpreter also requires every waiting thread to have observed
     # every completed phase when a scoped barrier is deallocated, which semcheck does not
-    # check yet (README, "Phase rule"): the consumer thread waits only on phases it uses.
+    # check yet (docs/gpu.md, "Phase rule"): the consumer thread waits only on phases it uses.
     "warp_specialized_pipeline.py": "did not observe all phases",
 }
 

@@ -1,5 +1,5 @@
 """Mosaic GPU constructs semcheck does not model, each refused with an error that names it
-and the kernel's line (never a silent "safe"). README, "Mosaic GPU kernel scripts", lists
+and the kernel's line (never a silent "safe"). docs/gpu.md, "What the GPU frontend models", lists
 them. Names are JAX 0.10.2's primitive names (jax/_src/pallas/mosaic_gpu/primitives.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`--format json`: one object, `{"semcheck": version, "results": [...]}` (the JSON contract in the README)."""
+"""`--format json`: one object, `{"semcheck": version, "results": [...]}` (the JSON contract in docs/formats.md)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import shlex
 import subprocess
 import sys
 
-# Exit codes of semcheck verify (README, "Usage"): which ones fail the step for each fail-on.
+# Exit codes of semcheck verify (docs/cli.md, "Synopsis and exit codes"): which ones fail the step for each fail-on.
 FAILING = {
     "violation": {1, 2},
     "inconclusive": {1, 2, 3},
