@@ -320,12 +320,14 @@ def _judge_rounding(outs, error):
         return f"failed: {error}", None
     seen = [_values([o], 2) for o in outs]
     text = ", ".join(f"{cols * 4} B -> {read} (left {left})" for (_, cols), (read, left) in zip(ODD_SIZES, seen))
-    return text, all(read == tpu_facts.dma_units(cols * 4) for (_, cols), (read, _left) in zip(ODD_SIZES, seen))
+    # semcheck's rule for such kernels counts bytes, so a copy and the wait through its own
+    # descriptor must balance; what each size reads is printed for the rule still to learn
+    return text, all(left == 0 for _read, left in seen)
 
 
 @probe("dma_unit_rounding", _judge_rounding)
 def _rounding():
-    return [_copy_and_read(rows, cols, tpu_facts.dma_units(rows * cols * 4)) for rows, cols in ODD_SIZES]
+    return [_copy_and_read(rows, cols, -(-rows * cols * 4 // tpu_facts.DMA_UNIT_BYTES)) for rows, cols in ODD_SIZES]
 
 
 def _judge_zero(outs, error):

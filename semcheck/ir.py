@@ -524,8 +524,9 @@ class Protocol:
     kernels: tuple[str, ...] = field(default=())
     findings: tuple[LoweringFinding, ...] = field(default=())  # reported as they are, at their line
     # The bytes one count of a DMA semaphore stands for: what a copy of N bytes adds is
-    # ceil(N / dma_unit), and `DmaStart.nbytes` / `DmaWait.nbytes` are already in those units
-    # (the TPU frontend: 32, semcheck/tpu_facts.py; a model and the GPU: 1, bytes).
+    # N / dma_unit, and `DmaStart.nbytes` / `DmaWait.nbytes` are already in those units (the
+    # TPU frontend: 32 when every size is whole units, else 1, lower/tpu_hardware.py; a
+    # model and the GPU: 1, bytes).
     dma_unit: int = 1
 
     def semaphore(self, name: str) -> SemDecl:

@@ -100,6 +100,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
             )
     if first.backend is not ir.Backend.TPU:
         raise ValueError(f"programs of several kernels are modelled for TPU only: {GPU_PROGRAM_REASON}")
+    kernels = _in_one_dma_unit(kernels)
     labels = _labels(kernels)
     names: list[dict[str, str]] = []  # per kernel: its declaration -> the program's
     semaphores: dict[str, ir.SemDecl] = {}
@@ -159,6 +160,23 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
         findings=tuple(dict.fromkeys(f for kernel in kernels for f in kernel.findings)),
         dma_unit=first.dma_unit,
     )
+
+
+def _in_one_dma_unit(kernels: Sequence[ir.Protocol]) -> list[ir.Protocol]:
+    """The kernels with their copies' amounts in the smallest DMA unit any of them counts
+    (a kernel that copies sizes of odd bytes counts bytes: lower/tpu_hardware.py), so a
+    semaphore carried or handed from one to the next counts the same unit."""
+    unit = min(k.dma_unit for k in kernels)
+
+    def scaled(instr: ir.Instr, factor: int) -> ir.Instr:
+        if isinstance(instr, (ir.DmaStart, ir.DmaWait)):
+            return dataclasses.replace(instr, nbytes=instr.nbytes * factor if isinstance(instr.nbytes, int)
+                                       else ir.BinOp("mul", factor, instr.nbytes))
+        return instr
+
+    return [k if k.dma_unit == unit else dataclasses.replace(
+        k, dma_unit=unit, threads=tuple(dataclasses.replace(t, body=tuple(scaled(i, k.dma_unit // unit) for i in t.body))
+                                        for t in k.threads)) for k in kernels]
 
 
 def carried_places(before: ir.Protocol, after: ir.Protocol) -> dict[str, str]:

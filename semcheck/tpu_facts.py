@@ -111,9 +111,10 @@ DMA_UNIT_BYTES = 32
 
 
 def dma_units(nbytes: int) -> int:
-    """What a copy of `nbytes` adds to (and its wait takes from) a DMA semaphore: whole
-    32-byte units, a partial one counted as one (an unobserved choice: `dma_unit_rounding`)."""
-    return -(-nbytes // DMA_UNIT_BYTES)
+    """What a copy of `nbytes`, a whole number of 32-byte units, adds to (and its wait takes
+    from) a DMA semaphore (the rounding of other sizes: `dma_unit_rounding`)."""
+    assert nbytes % DMA_UNIT_BYTES == 0, nbytes
+    return nbytes // DMA_UNIT_BYTES
 
 
 DMA_UNIT_NOTE = (
@@ -122,9 +123,17 @@ DMA_UNIT_NOTE = (
     "a DMA semaphore are in those units; a copy and its wait balance as before"
 )
 DMA_ROUNDING_NOTE = (
-    f"a copy of a size that is not a multiple of {DMA_UNIT_BYTES} bytes (or whose size is known only "
-    f"at run time) is taken to count ceil(bytes / {DMA_UNIT_BYTES}) units: how the chip rounds was not "
-    "observed"
+    f"this kernel copies sizes that are not a whole number of {DMA_UNIT_BYTES}-byte units (first at {{where}}), "
+    "and how the chip counts those on a DMA semaphore was not observed: semcheck counts its DMA "
+    "semaphores in bytes, as JAX's interpreter does, so every copy and the wait for it balance "
+    "exactly however the sizes add up (a per-copy rounding would make a wait through one "
+    "descriptor for several copies differ by up to a unit each)"
+)
+DMA_ROUNDING_BY_HAND_NOTE = (
+    "the values this kernel reads, signals or waits by hand on a DMA semaphore are taken as bytes, "
+    f"since it copies sizes that are not whole {DMA_UNIT_BYTES}-byte units; on the chip they are "
+    f"in {DMA_UNIT_BYTES}-byte units, rounded in a way not observed: a verdict that rests on such a "
+    "value is worth checking on hardware"
 )
 
 
@@ -170,7 +179,8 @@ FACTS: tuple[Fact, ...] = (
          "its wait takes the same",
          f"{OBSERVED} (512 B to 1 MiB)", True),
     Fact("dma_unit_rounding",
-         f"a copy of a size that is not a multiple of {DMA_UNIT_BYTES} B adds ceil(bytes / {DMA_UNIT_BYTES})",
+         f"a kernel with a copy of a size that is not a multiple of {DMA_UNIT_BYTES} B has its DMA "
+         "semaphores counted in bytes (copies and waits balance as JAX's interpreter counts them)",
          "a guess: not observed", False),
     Fact("zero_size_dma",
          "a copy of 0 bytes completes at once and adds nothing to its semaphores",

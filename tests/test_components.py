@@ -215,6 +215,6 @@ def test_the_cli_progress_line_names_the_part(capsys):
     from semcheck import cli
     from semcheck.engines.budget import ProgressInfo
 
-    show = cli._progress_printer("barrier_kernel", 8)
+    show = cli._progress_printer(None, None)("barrier_kernel", 8)
     show(ProgressInfo(states=1_500, transitions=0, seconds=5.0, frontier=1, depth=2, part="part 3 of 8"))
     assert "barrier_kernel [8 devices, part 3 of 8]: 1,500 states" in capsys.readouterr().err

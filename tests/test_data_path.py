@@ -14,7 +14,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from semcheck import check_protocol, ir
+from semcheck import check_protocol as _check_protocol
+from semcheck import ir
 from semcheck.assumptions import Assumption, apply
 from tests.tpu_kernels import hbm_call, instrs, line_of, mesh, protocols
 
@@ -29,6 +30,13 @@ def sync_errors(result) -> set[str]:
     return {v.kind for v in result.errors} - {NOT_LOWERABLE}
 
 HERE = __file__
+
+
+def check_protocol(protocol, **options):
+    """Every finding: these tests assert each kind a kernel has, not its first counterexample."""
+    return _check_protocol(protocol, exhaustive=True, **options)
+
+
 DMA = pltpu.SemaphoreType.DMA
 REGULAR = pltpu.SemaphoreType.REGULAR
 STEPS = 3
@@ -234,7 +242,7 @@ def test_routing_from_the_scripts_logits_is_evaluated_on_every_device():
 def test_a_wait_on_the_semaphore_the_routing_does_not_signal_is_found():
     from semcheck.api import verify_path
 
-    for result in verify_path(_script("routed_signal_wrong_wait.py"), [2, 4]):
+    for result in verify_path(_script("routed_signal_wrong_wait.py"), [2, 4], exhaustive=True):
         assert result.verdict.value == "violation"
         assert sync_errors(result) == {"unsatisfied_wait"}
         assert any("taken from data" in n for n in result.notes)
@@ -404,12 +412,12 @@ def test_a_value_loaded_from_a_blocked_operand_is_an_error_that_says_why_and_wha
     neither they nor the thread's stores define the value, not why or what would be followed."""
     import semcheck
 
-    counts = jnp.full((4,), 3, jnp.int32)
-    [blocked] = semcheck.verify(_count_from_an_smem_operand((1,)), counts, devices=2)
+    counts = jnp.full((512,), 3, jnp.int32)  # blocks of 128: a rank-1 block TPU lowering takes
+    [blocked] = semcheck.verify(_count_from_an_smem_operand((128,)), counts, devices=2)
     assert blocked.verdict.value == "error"
     assert ("the value loaded from count_ref at " in blocked.error and "which this thread has not stored, and "
             "the script's values of count_ref are not followed, because the kernel receives that operand "
-            "in blocks (a (1,) ref of the (2,) operand)" in blocked.error)
+            "in blocks (a (128,) ref of the (256,) operand)" in blocked.error)
     assert "only when the kernel's ref is the whole array (a BlockSpec with no block shape" in blocked.error
     [whole] = semcheck.verify(_count_from_an_smem_operand(None), counts, devices=2)  # what the error suggests
     assert whole.verdict.value == "safe", whole
@@ -434,7 +442,7 @@ def _store_in_block_0_then_signal_from_block_1():
     def per_device(counts):
         return pl.pallas_call(
             kernel, out_shape=jax.ShapeDtypeStruct(counts.shape, counts.dtype), grid=(2,),
-            in_specs=[pl.BlockSpec((1,), lambda i: (i,), memory_space=pltpu.SMEM)],
+            in_specs=[pl.BlockSpec((128,), lambda i: (i,), memory_space=pltpu.SMEM)],
             out_specs=pl.BlockSpec(memory_space=pltpu.SMEM), scratch_shapes=[REGULAR],
         )(counts)
 
@@ -449,7 +457,7 @@ def test_a_store_into_one_block_says_nothing_about_the_next_block():
     import semcheck
     from semcheck.frontends.capture import capture_function, lower_captures
 
-    fn, counts = _store_in_block_0_then_signal_from_block_1(), jnp.full((4,), 3, jnp.int32)
+    fn, counts = _store_in_block_0_then_signal_from_block_1(), jnp.full((512,), 3, jnp.int32)
     [unknown] = semcheck.verify(fn, counts, devices=2)
     assert unknown.verdict.value == "error", unknown
     assert "the value loaded from count_ref at " in unknown.error and "in blocks" in unknown.error
@@ -693,7 +701,7 @@ def run_interpreter():
 def test_the_tpu_interpreter_does_what_the_evaluated_verdict_says(name, run_interpreter):
     from semcheck.api import verify_path
 
-    [result] = verify_path(_script(name), [2])
+    [result] = verify_path(_script(name), [2], exhaustive=True)
     kinds = {v.kind for v in result.errors}
     expected = "hung" if kinds & {"deadlock", "unsatisfied_wait"} else "finished"
     assert expected == DIFFERENTIAL[name], (name, kinds)
@@ -725,9 +733,9 @@ def test_gathered_counts_size_and_place_each_senders_rows_in_the_inbox():
         [copy] = [c for c in instrs(p, ir.DmaStart, device=d) if c.dst.buffer == "inbox"]
         offset = sum(rows[j] for j in range(1, d))
         assert (copy.device, copy.dst.start[0], copy.dst.size[0]) == (0, offset, rows[d])
-        assert copy.nbytes == rows[d] * 128 * 4 // 32  # in the DMA units of a TPU (32 bytes)
+        assert copy.nbytes == rows[d] * 128 * 4 // p.dma_unit  # in the unit its DMA semaphores count
     [aggregate] = [w for w in instrs(p, ir.DmaWait, device=0) if w.sem.alloc == "recv_sem"]
-    assert aggregate.nbytes == 9 * 128 * 4 // 32  # one wait for every sender's bytes
+    assert aggregate.nbytes == 9 * 128 * 4 // p.dma_unit  # one wait for every sender's bytes
     sized = [u for u in p.data_uses if "pl.ds size" in u.what]
     assert sized and all(u.script_inputs == ("mine_ref",) for u in sized)
     assert check_protocol(p).verdict.value == "safe"
@@ -736,7 +744,7 @@ def test_gathered_counts_size_and_place_each_senders_rows_in_the_inbox():
 def test_senders_landing_at_the_same_offset_race_in_the_inbox():
     from semcheck.api import verify_path
 
-    two, four = verify_path(_script("gathered_sizes_same_offset.py"), [2, 4])
+    two, four = verify_path(_script("gathered_sizes_same_offset.py"), [2, 4], exhaustive=True)
     assert two.verdict.value == "safe"  # one sender: nothing to overlap with
     assert {v.kind for v in four.errors} == {"data_race"}
 

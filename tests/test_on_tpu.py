@@ -54,7 +54,8 @@ def test_every_probe_kernel_lowers_for_tpu(on_tpu):
     ("dma_semaphore_unit", [[n, 0] for _, n in [(1, 512), (8, 4096), (16, 8192), (64, 32768), (2048, 1 << 20)]],
      None, False),  # bytes
     ("dma_unit_rounding", [[1, 0], [4, 0], [2, 0], [5, 0]], None, True),
-    ("dma_unit_rounding", [[0, 0], [3, 0], [1, 0], [5, 0]], None, False),  # rounded down
+    ("dma_unit_rounding", [[0, 0], [3, 0], [1, 0], [5, 0]], None, True),  # rounded down, balanced
+    ("dma_unit_rounding", [[1, 1], [4, 0], [2, 0], [5, 0]], None, False),  # a wait left a unit
     ("dma_window_out_of_bounds", None, "BoundsCheck 3 ... dma.hbm_to_vmem", True),
     ("remote_to_own_device", [[1, 128, 128]], None, True),
     ("barrier_leftover_carries", [[1], [1]], None, True),

@@ -473,6 +473,6 @@ def test_the_wheel_all_gathers_races_are_reported_by_both(tmp_path, devices, mod
     copy_lines = {n for n, text in enumerate(open(wheel, encoding="utf-8"), start=1)
                   if "_dma = pltpu.async_remote_copy(" in text}
     assert {race - {INTERLEAVED} for race in races} <= {frozenset([line]) for line in copy_lines}
-    [result] = verify_path(str(driver), [devices])
+    [result] = verify_path(str(driver), [devices], exhaustive=True)
     assert_semcheck_reports(result, races)
     assert {v.location.line for v in result.errors if v.kind == "data_race"} == copy_lines

@@ -90,7 +90,7 @@ def test_wheel_all_gather_has_no_race_with_two_devices(tmp_path):
 @pytest.mark.parametrize("devices", [4, 8])
 def test_wheel_all_gather_races_at_both_remote_copies(tmp_path, devices):
     driver = write_driver(tmp_path, "from jax.experimental.pallas.ops.tpu import all_gather as ag")
-    [result] = verify_path(driver, [devices])
+    [result] = verify_path(driver, [devices], exhaustive=True)
     wheel_file, _ = wheel_source()
     races = [v for v in result.errors if v.kind == "data_race"]
     assert {v.kind for v in result.errors} == {"data_race"}
@@ -110,7 +110,7 @@ def test_the_explicit_search_finds_both_races_without_exploring_pairs_no_schedul
     happens-before order them: semcheck/ordering.py). Explored as if they could, the search
     took 4,690 states at 4 devices and 338,501 at 8."""
     driver = write_driver(tmp_path, "from jax.experimental.pallas.ops.tpu import all_gather as ag")
-    [result] = verify_path(driver, [devices], engine="explicit")
+    [result] = verify_path(driver, [devices], engine="explicit", exhaustive=True)
     wheel_file, _ = wheel_source()
     assert sorted(v.location.line for v in result.errors) == sorted(remote_copy_lines(wheel_file).values())
     assert result.stats.states == states
@@ -180,7 +180,7 @@ def test_dropped_wait_in_the_loop_leaves_bytes_on_the_semaphores(tmp_path):
         'with jax.named_scope("wait_right_dma"):\n        right_dma.wait()',
         'with jax.named_scope("wait_right_dma"):\n        pass',
     )
-    by_devices = {r.devices: r for r in verify_path(driver, [2, 4])}
+    by_devices = {r.devices: r for r in verify_path(driver, [2, 4], exhaustive=True)}
     # With two devices the loop runs once, so there is no earlier copy to wait for.
     assert not {v.kind for v in by_devices[2].errors} & SYNC_KINDS
     # The kernel's own race (see above) is still there; the mutation adds the leftovers.
@@ -193,5 +193,5 @@ def test_dropped_wait_in_the_loop_leaves_bytes_on_the_semaphores(tmp_path):
 
 def test_dropped_final_wait_leaves_bytes_on_the_semaphores(tmp_path):
     driver, _ = mutant(tmp_path, "    left_dma.wait()\n\n", "\n\n")
-    [result] = verify_path(driver, [4])
+    [result] = verify_path(driver, [4], exhaustive=True)
     assert {v.kind for v in result.errors} - {"data_race"} == {"semaphore_leftover"}

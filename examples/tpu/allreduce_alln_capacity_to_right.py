@@ -69,14 +69,14 @@ def all_reduce_kernel(x_ref, o_ref, hbm_slots, local_sem, recv_sem, send_sem, ca
     pl.semaphore_signal(capacity, 1, device_id=(right,), device_id_type=pl.DeviceIdType.MESH)  # the bug
 
     local = pltpu.make_async_copy(src_ref=hbm_slots.at[working], dst_ref=landing, sem=local_sem)
-    local.start()
+    local.start()  # <- data_race
 
     pl.semaphore_wait(capacity, 1)
     onward = pltpu.make_async_remote_copy(
         src_ref=hbm_slots.at[working], dst_ref=hbm_slots.at[receiving], send_sem=send_sem,
         recv_sem=recv_sem, device_id=(right,), device_id_type=pl.DeviceIdType.MESH,
     )
-    onward.start()
+    onward.start()  # <- data_race
     local.wait()
     o_ref[...] += landing[...]
     onward.wait()

@@ -36,7 +36,7 @@ def enter_with_neighbours(left, right):
     pl.semaphore_wait(barrier, 2)
 
 
-def all_reduce_kernel(x_ref, o_ref, slots, local_sem, send_sem, recv_sem, capacity, incoming):
+def all_reduce_kernel(x_ref, o_ref, slots, local_sem, send_sem, recv_sem, capacity, incoming):  # <- not_lowerable
     step = pl.program_id(0)
     work = lax.rem(step, 2)
     spare = 1 - work

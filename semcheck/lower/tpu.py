@@ -166,9 +166,10 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             dst=region(t, eqn, dst, "the DMA destination"),
             recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
             send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
-            # Mosaic counts the bytes of the destination memref, in the chip's 32-byte units
-            # (docs/semantics.md, "DMAs" and "What the hardware does").
-            nbytes=dma_amount(t, nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination")),
+            # Mosaic counts the bytes of the destination memref, turned into the chip's
+            # 32-byte units for the whole kernel by `in_dma_units` (docs/semantics.md, "DMAs"
+            # and "What the hardware does").
+            nbytes=dma_amount(t, eqn, nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination")),
             device=device,
             core=core,
         )
@@ -197,7 +198,7 @@ def dma_wait(t: ThreadLowering, eqn, inputs):
             ir.DmaWait(
                 t.loc(eqn),
                 semaphore_ref(t, eqn, sem, f"the DMA {side} semaphore waited on"),
-                dma_amount(t, nbytes_of_window(t, eqn, dst, avals[1], "the waited DMA's destination")),
+                dma_amount(t, eqn, nbytes_of_window(t, eqn, dst, avals[1], "the waited DMA's destination")),
                 side,
             )
         )

@@ -5,6 +5,7 @@ notes a result that rests on them carries."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 import functools
 
 from semcheck import ir
@@ -13,8 +14,8 @@ from semcheck.kinds import Kind
 from semcheck.lower.context import KernelContext, ThreadLowering
 from semcheck.lower.values import sym_op
 from semcheck.tpu_facts import (
-    DMA_ROUNDING_NOTE, DMA_UNIT_BYTES, DMA_UNIT_NOTE, LEFTOVER_CARRIES, LOWERING_RULE, NonDecrementingWait,
-    dma_units, nondecrementing_wait_rule, parse_version,
+    DMA_ROUNDING_BY_HAND_NOTE, DMA_ROUNDING_NOTE, DMA_UNIT_BYTES, DMA_UNIT_NOTE, LEFTOVER_CARRIES, LOWERING_RULE,
+    NonDecrementingWait, dma_units, nondecrementing_wait_rule, parse_version,
 )
 
 
@@ -51,19 +52,43 @@ def nondecrementing_wait(t: ThreadLowering, eqn) -> bool:
     return False
 
 
-def dma_amount(t: ThreadLowering, nbytes: ir.Operand) -> ir.Operand:
-    """What a copy of `nbytes` adds to a DMA semaphore on TPU (and its wait takes): 32-byte
-    units, a partial unit counted whole (`tpu_facts.dma_units`), noted where that rounding
-    can matter."""
+def dma_amount(t: ThreadLowering, eqn, nbytes: ir.Operand) -> ir.Operand:
+    """What a copy of `nbytes` adds to a DMA semaphore (and its wait takes), in bytes for now:
+    `in_dma_units` turns the kernel's amounts into the chip's 32-byte units once every size
+    is known to be whole units. A size that is not is remembered here."""
+    whole = (nbytes % DMA_UNIT_BYTES == 0 if isinstance(nbytes, int)
+             else _constant_factor(nbytes)[0] % DMA_UNIT_BYTES == 0)
+    if not whole:
+        t.kernel.dma_sizes_not_whole_units.append(t.loc(eqn))
+    return nbytes
+
+
+def in_dma_units(ctx: KernelContext, threads: list[ir.Thread]) -> tuple[list[ir.Thread], int]:
+    """The threads with every copy's and wait's amount in the unit the kernel's DMA
+    semaphores count, and that unit: the chip's 32 bytes (observed on TPU v5e) when every
+    size is whole units, else bytes (how the chip rounds other sizes was not observed, and
+    counting bytes keeps each copy and its waits balanced as written)."""
+    if ctx.dma_sizes_not_whole_units:
+        ctx.note(DMA_ROUNDING_NOTE.format(where=ctx.dma_sizes_not_whole_units[0]))
+        if ctx.dma_by_hand:
+            ctx.note(DMA_ROUNDING_BY_HAND_NOTE)
+        return threads, 1
+    if ctx.dma_by_hand:
+        ctx.note(DMA_UNIT_NOTE)
+    return [replace(th, body=tuple(_in_units(i) for i in th.body)) for th in threads], DMA_UNIT_BYTES
+
+
+def _in_units(instr: ir.Instr) -> ir.Instr:
+    if isinstance(instr, (ir.DmaStart, ir.DmaWait)):
+        return replace(instr, nbytes=_units(instr.nbytes))
+    return instr
+
+
+def _units(nbytes: ir.Operand) -> ir.Operand:
     if isinstance(nbytes, int):
-        if nbytes % DMA_UNIT_BYTES:
-            t.kernel.note(DMA_ROUNDING_NOTE)
         return dma_units(nbytes)
     factor, rest = _constant_factor(nbytes)
-    if factor % DMA_UNIT_BYTES == 0:  # whole units for every run-time size
-        return sym_op("mul", factor // DMA_UNIT_BYTES, rest)
-    t.kernel.note(DMA_ROUNDING_NOTE)
-    return sym_op("floordiv", sym_op("add", nbytes, DMA_UNIT_BYTES - 1), DMA_UNIT_BYTES)
+    return sym_op("mul", factor // DMA_UNIT_BYTES, rest)
 
 
 def _constant_factor(op: ir.Operand) -> tuple[int, ir.Operand]:
@@ -79,10 +104,11 @@ def _constant_factor(op: ir.Operand) -> tuple[int, ir.Operand]:
 
 
 def note_by_hand(t: ThreadLowering, alloc: str) -> None:
-    """A signal, wait or read by hand of a DMA semaphore sees the chip's unit: say so."""
+    """A signal, wait or read by hand of a DMA semaphore sees the unit it counts: remember it
+    for `in_dma_units`'s note."""
     decl = t.kernel.semaphores.get(alloc)
     if decl is not None and decl.kind is ir.SemKind.DMA:
-        t.kernel.note(DMA_UNIT_NOTE)
+        t.kernel.dma_by_hand = True
 
 
 def hardware_notes(ctx: KernelContext) -> list[str]:

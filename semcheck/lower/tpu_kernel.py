@@ -33,10 +33,9 @@ from semcheck.lower.data import data_notes, initial_contents, unfollowed_operand
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
-from semcheck.lower.tpu_hardware import hardware_notes
+from semcheck.lower.tpu_hardware import hardware_notes, in_dma_units
 from semcheck.programs import handed_in_note, handed_out_note
 from semcheck.jax_compat import jax_internal
-from semcheck.tpu_facts import DMA_UNIT_BYTES
 
 ARRIVE, RELEASE = "device_barrier.arrive", "device_barrier.release"
 
@@ -389,7 +388,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
     if grid_mapping is not None:
         ctx.pipeline = _pipeline(ctx, grid_mapping, refs, n_scalar, points, data or {}, call_loc)
     barrier = _declare_default_barrier(ctx, devices)
-    threads = _lower_with_copied_data(ctx, jaxpr, refs, points, barrier)
+    threads, dma_unit = in_dma_units(ctx, _lower_with_copied_data(ctx, jaxpr, refs, points, barrier))
     for note in modelling_notes(ctx, devices, barrier) + hardware_notes(ctx):
         ctx.note(note)
     unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
@@ -414,7 +413,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
         data_uses=tuple(ctx.data_uses),
         findings=tuple(ctx.findings),
-        dma_unit=DMA_UNIT_BYTES,
+        dma_unit=dma_unit,
         ports=ir.Ports(
             operands=("",) * n_leading + tuple(r.alloc for r in refs[:n_inputs]),
             results=tuple(r.alloc for r in refs[n_inputs:n_inputs + n_results]),
