@@ -411,7 +411,8 @@ def check_assumed_names(tasks: list[Task], outcomes: list[TaskOutcome]) -> None:
 
 class _working_directory:
     def __init__(self, path: str):
-        self.path, self.previous = path, None
+        self.path: str = path
+        self.previous: str | None = None
 
     def __enter__(self):
         if os.path.realpath(os.getcwd()) != os.path.realpath(self.path):

@@ -72,7 +72,7 @@ def _signals(encoding: Encoding, thread: int):
 
 def test_second_barrier_needs_every_signal_of_both_rounds():
     encoding = Encoding(System(metadata_then_scatter(3)), 8)
-    order = encoding._precedence()
+    order = encoding.precedence()
     first_wait, _meta_recv, _meta_send, second_wait, *_ = _waits(encoding, 0)
     for peer in range(3):
         signals = [s for s in _signals(encoding, peer) if s.target.candidates[0][0] == _waits(encoding, 0)[0].target.candidates[0][0]]
@@ -97,7 +97,7 @@ def test_a_wait_either_of_two_signals_can_satisfy_names_neither():
     b.thread(2).signal(sem, device=0)
     b.thread(0).wait(sem, 1)
     encoding = Encoding(System(b.build()), 8)
-    order = encoding._precedence()
+    order = encoding.precedence()
     [wait] = _waits(encoding, 0)
     [one], [other] = _signals(encoding, 1), _signals(encoding, 2)
     assert not order.precedes(one, wait) and not order.precedes(other, wait)
@@ -111,7 +111,7 @@ def test_needing_both_signals_names_both():
     b.thread(2).signal(sem, device=0)
     b.thread(0).wait(sem, 2)
     encoding = Encoding(System(b.build()), 8)
-    order = encoding._precedence()
+    order = encoding.precedence()
     [wait] = _waits(encoding, 0)
     assert order.precedes(_signals(encoding, 1)[0], wait) and order.precedes(_signals(encoding, 2)[0], wait)
 
@@ -124,7 +124,7 @@ def test_a_count_that_can_go_negative_proves_nothing():
     b.thread(2).signal(sem, -1, device=0)
     b.thread(0).wait(sem, 1)
     encoding = Encoding(System(b.build()), 8)
-    assert list(encoding._precedence().counted()) == []
+    assert list(encoding.precedence().counted()) == []
 
 
 @pytest.mark.parametrize("devices", [2, 3])

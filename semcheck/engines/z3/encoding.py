@@ -46,14 +46,17 @@ non-zero semaphore at exit, or a path past the unrolling bound.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from typing import Callable
-from fractions import Fraction
 
 import z3
 
 from semcheck import ir
 from semcheck.engines.z3 import unroll as unrolling
+from semcheck.engines.z3 import hazards
+from semcheck.engines.z3.events import (
+    Change, Completion, NodeVars, SymAccess, Target, named, negate, negative_part, position_of, position_var,
+    positive_part, same, holds, int_value, change_of, event_of,
+)
 from semcheck.engines.z3.precedence import Precedence
 from semcheck.engines.z3.terms import AND, EQ, GE, IMPLIES, ITE, LT, NOT, OR, SUM, SymBool, SymInt, apply, in_range, is_const, truth
 from semcheck.properties import Kind
@@ -61,7 +64,7 @@ from semcheck.semantics import (
     INVALID_CORE, INVALID_DEVICE, INVALID_REGION, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
     _bits, dma_increment, must_be_zero_at_exit,
 )
-from semcheck.ir import Backend, Scope
+from semcheck.ir import Scope
 
 FAULT_KINDS = (INVALID_DEVICE, INVALID_CORE, INVALID_SEM_INDEX)
 
@@ -69,92 +72,6 @@ FAULT_KINDS = (INVALID_DEVICE, INVALID_CORE, INVALID_SEM_INDEX)
 # completions it schedules, or by resetting it at kernel entry); these, and accesses that
 # may race, need a position of their own.
 _TOUCHING = (ir.Signal, ir.Wait, ir.DmaWait, ir.Read, ir.DmaStart, ir.KernelEntry)
-
-
-@dataclass
-class SymAccess:
-    """`semantics.Access` with symbolic parts: the buffer instance is one of `candidates`
-    (each with the condition under which it is the one)."""
-
-    write: bool
-    candidates: list[tuple[int, SymBool]]
-    starts: tuple[SymInt, ...]
-    sizes: tuple[SymInt, ...]
-
-
-@dataclass
-class Target:
-    """Where a semaphore reference lands: candidate instances, each with the condition under
-    which it is the one, and the condition of each fault kind."""
-
-    candidates: list[tuple[int, SymBool]]
-    faults: dict[str, SymBool]
-
-    @property
-    def valid(self) -> SymBool:
-        return AND(*(NOT(f) for f in self.faults.values()))
-
-
-@dataclass(eq=False)
-class NodeVars:
-    t: int
-    node: unrolling.Node
-    reach: SymBool = False
-    fires: SymBool = False
-    pos: z3.ArithRef | None = None
-    valid: SymBool = True
-    faults: dict[str, SymBool] = field(default_factory=dict)
-    regs_out: dict[str, SymInt] = field(default_factory=dict)
-    taken: dict[tuple[int, int], SymBool] = field(default_factory=dict)  # successor key -> guard
-    target: Target | None = None  # the semaphore a wait, read or signal names
-    need: SymInt | None = None  # what a wait needs
-    read_value: z3.ArithRef | None = None
-    regs_in: dict[str, SymInt] = field(default_factory=dict)
-    completions: dict[int, "Completion"] = field(default_factory=dict)  # side -> its completion
-    accesses: list[SymAccess] = field(default_factory=list)  # what a load, store or copy touches
-    resets: dict[int, z3.ArithRef] = field(default_factory=dict)  # entry: sid -> -(count before)
-    # entry: sid -> count before, of a semaphore the entry keeps (not checked at exit)
-    held: dict[int, z3.ArithRef] = field(default_factory=dict)
-
-    _done: SymBool | None = None
-    _final: SymBool | None = None
-
-    @property
-    def done(self) -> SymBool:
-        """Executed without fault."""
-        if self._done is None:
-            self._done = AND(self.fires, self.valid)
-        return self._done
-
-    @property
-    def final(self) -> SymBool:
-        """The thread stops here: reached, not executed."""
-        if self._final is None:
-            self._final = AND(self.reach, NOT(self.fires))
-        return self._final
-
-
-@dataclass(eq=False)
-class Change:
-    """An event that may add to (or take from) a semaphore count."""
-
-    thread: int  # the thread that executes it, or that started the DMA
-    done: SymBool
-    candidates: list[tuple[int, SymBool]]
-    delta: SymInt
-    pos: z3.ArithRef
-    node: NodeVars  # the executing occurrence, or the DMA start for a completion
-    completion: "Completion | None" = None
-
-
-@dataclass(eq=False)
-class Completion:
-    start: NodeVars
-    side: int  # SEND or RECV
-    done: z3.BoolRef
-    pos: z3.ArithRef
-    change: Change | None = None
-    empty: SymBool = False  # the copy moves 0 bytes: this side completes as it starts
 
 
 class Encoding:
@@ -185,10 +102,10 @@ class Encoding:
         self._final_counts: dict[int, SymInt] = {}
         self._terminal: SymBool | None = None
         self._other_sums: dict[tuple[int, int], tuple[SymInt, SymInt]] = {}
-        self._racing_pairs = list(system.racing_pairs())
-        self._plain_pairs = list(system.plain_racing_pairs())
-        self._racing = {(t, pc) for t, pc, _, _ in self._racing_pairs + self._plain_pairs}
-        self._racing |= {(t, pc) for _, _, t, pc in self._racing_pairs + self._plain_pairs}
+        self.racing_pairs = list(system.racing_pairs())
+        self.plain_pairs = list(system.plain_racing_pairs())
+        self._racing = {(t, pc) for t, pc, _, _ in self.racing_pairs + self.plain_pairs}
+        self._racing |= {(t, pc) for _, _, t, pc in self.racing_pairs + self.plain_pairs}
         self.entries: list[NodeVars] = []
         for t in range(len(system.threads)):
             tick()
@@ -204,9 +121,9 @@ class Encoding:
             self._encode_reset(entry)
         self._dominators: dict[int, list[int]] = {}
         self._guard_cache: dict[int, set] = {}
-        self._encode_races(tick)
-        self._encode_arrivals()
-        self._encode_entry_leftovers()
+        hazards.encode_races(self, tick)
+        hazards.encode_arrivals(self)
+        hazards.encode_entry_leftovers(self)
         self._encode_precedences()
 
     # -- sizes, for stats --
@@ -270,7 +187,7 @@ class Encoding:
         if len(node.preds) == 1 and not isinstance(node.instr, _TOUCHING) and not racing:
             nv.pos = row[node.preds[0]].pos
             return
-        nv.pos = _position_var(f"pos_t{nv.t}_n{node.index}")
+        nv.pos = position_var(f"pos_t{nv.t}_n{node.index}")
         for p in node.preds:
             before = row[p]
             self.ordering.append(IMPLIES(before.taken[node.key], before.pos < nv.pos))
@@ -281,7 +198,7 @@ class Encoding:
             self._tick()
             values = [p.regs_out[name] for p in preds]
             first = values[0]
-            if all(_same(v, first) for v in values[1:]):
+            if all(same(v, first) for v in values[1:]):
                 merged[name] = first
                 continue
             var = z3.Int(f"reg_t{t}_n{nv.node.index}_{name}")
@@ -350,13 +267,13 @@ class Encoding:
         nv.need = self.eval(instr.value, nv.t, regs)
         self.readers.append(nv)
         if instr.decrement:
-            self._add_change(Change(nv.t, nv.done, target.candidates, _negate(nv.need), nv.pos, nv))
+            self._add_change(Change(nv.t, nv.done, target.candidates, negate(nv.need), nv.pos, nv))
 
     def _dma_wait(self, nv: NodeVars, instr: ir.DmaWait, regs) -> None:
         target = self._use_target(nv, self.resolve(nv.t, instr.sem, regs))
         nv.need = self.eval(instr.nbytes, nv.t, regs)
         self.readers.append(nv)
-        self._add_change(Change(nv.t, nv.done, target.candidates, _negate(nv.need), nv.pos, nv))
+        self._add_change(Change(nv.t, nv.done, target.candidates, negate(nv.need), nv.pos, nv))
 
     def _read(self, nv: NodeVars, instr: ir.Read, regs) -> None:
         self._use_target(nv, self.resolve(nv.t, instr.sem, regs))
@@ -394,7 +311,7 @@ class Encoding:
         empty = EQ(nbytes, 0)
         for side, target in sides:
             done = z3.Bool(f"dma_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
-            pos = _position_var(f"pos_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
+            pos = position_var(f"pos_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
             self.constraints.append(IMPLIES(done, nv.done))
             self.constraints.append(IMPLIES(AND(empty, nv.done), done))
             self.ordering.append(IMPLIES(AND(done, NOT(empty)), nv.pos < pos))
@@ -501,8 +418,8 @@ class Encoding:
         against `w` is open, and at least the same with the negative parts. So counting
         alone knows that a wait nothing could have fed did not pass."""
         waits, reads, lows, highs = [], [], [], []
-        for sid, cond in _named(w).candidates:
-            exact, low, high = self._count_before(w, sid)
+        for sid, cond in named(w).candidates:
+            exact, low, high = self.count_before(w, sid)
             if w.read_value is None:
                 waits.append(AND(cond, GE(exact, w.need)))
                 highs.append(AND(cond, GE(high, w.need)))
@@ -529,19 +446,19 @@ class Encoding:
             return
         assert w.need is not None, "a wait needs a count"
         overrun = apply("add", w.need, per_phase)
-        self._add_hazard(
+        self.add_hazard(
             (Kind.BARRIER_PHASE_OVERRUN, instr.loc), AND(w.done, cond, GE(exact, overrun), GE(high, overrun)),
         )
 
-    def _count_before(self, w: NodeVars, sid: int) -> tuple[SymInt, SymInt, SymInt]:
+    def count_before(self, w: NodeVars, sid: int) -> tuple[SymInt, SymInt, SymInt]:
         """The count of `sid` just before `w` (exact, with positions) and positionless
         lower and upper bounds of it. The bounds leave out the changes that counting proves
         come after `w` whenever they happen (precedence.py): a copy that lands only after
         the wait's own barrier cannot have fed it."""
         exact = []
-        order = self._precedence()
+        order = self.precedence()
         changes = self.changes.get(sid, ())
-        later = {id(change) for change, _ in changes if order.precedes(w, _event(change))}
+        later = {id(change) for change, _ in changes if order.precedes(w, event_of(change))}
         if any(change.thread != w.t and id(change) in later for change, _ in changes):
             others_low, others_high = self._sums_of(
                 [(change, cond) for change, cond in changes if change.thread != w.t and id(change) not in later]
@@ -569,15 +486,15 @@ class Encoding:
             self._separate(w.pos, change.pos)
             if id(change) in later:
                 continue
-            low.append(ITE(AND(change.done, cond), _negative_part(change.delta), 0))
-            high.append(ITE(AND(change.done, cond), _positive_part(change.delta), 0))
+            low.append(ITE(AND(change.done, cond), negative_part(change.delta), 0))
+            high.append(ITE(AND(change.done, cond), positive_part(change.delta), 0))
         return SUM(exact), SUM(low), SUM(high)
 
     @staticmethod
     def _sums_of(changes) -> tuple[SymInt, SymInt]:
         """(negative, positive) parts of `changes` that executed."""
-        neg = [ITE(AND(change.done, cond), _negative_part(change.delta), 0) for change, cond in changes]
-        pos = [ITE(AND(change.done, cond), _positive_part(change.delta), 0) for change, cond in changes]
+        neg = [ITE(AND(change.done, cond), negative_part(change.delta), 0) for change, cond in changes]
+        pos = [ITE(AND(change.done, cond), positive_part(change.delta), 0) for change, cond in changes]
         return SUM(neg), SUM(pos)
 
     def _others(self, sid: int, t: int) -> tuple[SymInt, SymInt]:
@@ -588,8 +505,8 @@ class Encoding:
             neg, pos = [], []
             for change, cond in self.changes.get(sid, ()):
                 if change.thread != t:
-                    neg.append(ITE(AND(change.done, cond), _negative_part(change.delta), 0))
-                    pos.append(ITE(AND(change.done, cond), _positive_part(change.delta), 0))
+                    neg.append(ITE(AND(change.done, cond), negative_part(change.delta), 0))
+                    pos.append(ITE(AND(change.done, cond), positive_part(change.delta), 0))
             sums = []
             for name, terms in (("neg", neg), ("pos", pos)):
                 total = SUM(terms)
@@ -613,111 +530,34 @@ class Encoding:
         """Exactly (with positions) minus the count just before the entry, and within the
         positionless bounds of that count for the relaxation."""
         for sid, reset in entry.resets.items():
-            exact, low, high = self._count_before(entry, sid)
-            self.ordering.append(IMPLIES(entry.done, reset == _negate(exact)))
-            self.constraints.append(IMPLIES(entry.done, AND(GE(reset, _negate(high)), GE(_negate(low), reset))))
+            exact, low, high = self.count_before(entry, sid)
+            self.ordering.append(IMPLIES(entry.done, reset == negate(exact)))
+            self.constraints.append(IMPLIES(entry.done, AND(GE(reset, negate(high)), GE(negate(low), reset))))
             self.constraints.append(IMPLIES(NOT(entry.done), reset == 0))
         for sid, held in entry.held.items():
-            exact, low, high = self._count_before(entry, sid)
+            exact, low, high = self.count_before(entry, sid)
             self.ordering.append(IMPLIES(entry.done, held == exact))
             self.constraints.append(IMPLIES(entry.done, AND(GE(held, low), GE(high, held))))
             self.constraints.append(IMPLIES(NOT(entry.done), held == 0))
 
     # -- hazards: what a transition records in the state (semantics `Hazard`) --
 
-    def _before(self, a: z3.ArithRef, b: z3.ArithRef) -> SymBool:
+    def before(self, a: z3.ArithRef, b: z3.ArithRef) -> SymBool:
         """pos a < pos b, for two events whose order decides a hazard (never tied)."""
         self._separate(a, b)
         return LT(a, b)
 
-    def _in_flight(self, completion: "Completion", at: z3.ArithRef) -> SymBool:
+    def in_flight(self, completion: "Completion", at: z3.ArithRef) -> SymBool:
         """The copy was started before position `at` and this side of it has not completed."""
         return AND(
             completion.start.done,
-            self._before(completion.start.pos, at),
-            NOT(AND(completion.done, self._before(completion.pos, at))),
+            self.before(completion.start.pos, at),
+            NOT(AND(completion.done, self.before(completion.pos, at))),
         )
 
-    def _add_hazard(self, key: tuple, condition: SymBool) -> None:
+    def add_hazard(self, key: tuple, condition: SymBool) -> None:
         if condition is not False:
             self.hazards[key] = OR(self.hazards.get(key, False), condition)
-
-    def _encode_races(self, tick: Callable[[], None]) -> None:
-        """data_race: an access executes while a pending copy access conflicts with it
-        (`semantics._races`), one condition per pair of source lines."""
-        by_pc: list[dict[int, list[NodeVars]]] = []
-        for row in self.nodes:
-            table: dict[int, list[NodeVars]] = {}
-            for nv in row:
-                if nv.node.kind == unrolling.INSTR:
-                    table.setdefault(nv.node.pc, []).append(nv)
-            by_pc.append(table)
-        for t, pc, ct, cpc in self._racing_pairs:
-            tick()
-            key = (Kind.DATA_RACE, frozenset((self.system.bodies[t][pc].loc, self.system.bodies[ct][cpc].loc)))
-            copy = self.system.bodies[ct][cpc]
-            assert isinstance(copy, ir.DmaStart)
-            local = copy.send_sem is None
-            for access_node in by_pc[t].get(pc, ()):
-                for copy_node in by_pc[ct].get(cpc, ()):
-                    if copy_node is access_node:
-                        continue
-                    src, dst = copy_node.accesses
-                    pending = [(RECV, [src, dst])] if local else [(RECV, [dst]), (SEND, [src])]
-                    for side, copy_accesses in pending:
-                        if self._ordered_apart(access_node, copy_node, copy_node.completions[side]):
-                            continue
-                        conflicts = OR(*(
-                            _overlap(mine, theirs)
-                            for mine in access_node.accesses for theirs in copy_accesses
-                            if mine.write or theirs.write
-                        ))
-                        if conflicts is False:
-                            continue
-                        self._add_hazard(key, AND(
-                            access_node.done, conflicts,
-                            self._in_flight(copy_node.completions[side], access_node.pos),
-                        ))
-
-        for t, pc, u, upc in self._plain_pairs:
-            tick()
-            key = (Kind.DATA_RACE, frozenset((self.system.bodies[t][pc].loc, self.system.bodies[u][upc].loc)))
-            for mine in by_pc[t].get(pc, ()):
-                for theirs in by_pc[u].get(upc, ()):
-                    conflicts = OR(*(
-                        _overlap(x, y) for x in mine.accesses for y in theirs.accesses if x.write or y.write
-                    ))
-                    if conflicts is False:
-                        continue
-                    both = AND(mine.done, theirs.done, conflicts)
-                    self._add_hazard(key, AND(both, OR(
-                        self._waiting_at(theirs, mine), self._waiting_at(mine, theirs)
-                    )))
-
-    def _waiting_at(self, nv: NodeVars, other: NodeVars) -> SymBool:
-        """`nv`'s thread sits at `nv` when `other` executes: `other` runs first, and the
-        step of `nv`'s thread that led to `nv` ran before `other` (`semantics._plain_races`
-        checks exactly that two accesses are enabled together)."""
-        row = self.nodes[nv.t]
-        arrived = OR(*(
-            AND(row[p].taken[nv.node.key], self._before(row[p].pos, other.pos)) for p in nv.node.preds
-        )) if nv.node.preds else True
-        return AND(self._before(other.pos, nv.pos), arrived)
-
-    def _ordered_apart(self, access: NodeVars, copy: NodeVars, completion: "Completion") -> bool:
-        """Whether the copy's `completion` is sure to happen before `access`, or the copy to
-        start after it, in every execution (so they cannot race): the access or the copy
-        lies behind a wait that only the other's completion can satisfy, or behind the
-        other in its own thread. Proving this statically spares the race question the
-        ordered solver on collectives that give each step its own semaphore."""
-        if completion in self._guards(access):
-            return True
-        if copy.t == access.t and self._dominates(access, copy):
-            return True
-        if any(c in self._guards(copy) for c in access.completions.values()):
-            return True
-        order = self._precedence()
-        return order.precedes(completion, access) or order.precedes(access, copy)
 
     def _encode_precedences(self) -> None:
         """What counting proves about every execution (precedence.py), stated for both
@@ -725,16 +565,16 @@ class Encoding:
         needed executed, which its positionless bounds cannot see (they count a change
         that can only come later as if it could come first); the ordered one gets the
         positions of those changes without deriving them from the sums."""
-        for earlier, wait in self._precedence().counted():
+        for earlier, wait in self.precedence().counted():
             self.constraints.append(IMPLIES(wait.done, earlier.done))
             self.ordering.append(IMPLIES(wait.done, earlier.pos < wait.pos))
 
-    def _precedence(self) -> Precedence:
+    def precedence(self) -> Precedence:
         if self._order is None:
             self._order = Precedence(self, self._tick)
         return self._order
 
-    def _dominates(self, a: NodeVars, b: NodeVars) -> bool:
+    def dominates(self, a: NodeVars, b: NodeVars) -> bool:
         """a lies on every path to b (same thread)."""
         table = self._dominators.get(a.t)
         if table is None:
@@ -748,7 +588,7 @@ class Encoding:
             self._dominators[a.t] = table
         return bool(table[b.node.index] >> a.node.index & 1) and a is not b
 
-    def _guards(self, nv: NodeVars) -> set:
+    def guards(self, nv: NodeVars) -> set:
         """Completions that happen before `nv` in every execution that reaches it: each the
         only thing that can raise the count of a semaphore that a wait on every path to `nv`
         needs at least 1 of."""
@@ -756,11 +596,11 @@ class Encoding:
         if found is None:
             found = set()
             for w in self.nodes[nv.t]:
-                if w.need is None or w.read_value is not None or not self._dominates(w, nv):
+                if w.need is None or w.read_value is not None or not self.dominates(w, nv):
                     continue
-                if not (is_const(w.need) and w.need >= 1 and len(_named(w).candidates) == 1):
+                if not (is_const(w.need) and w.need >= 1 and len(named(w).candidates) == 1):
                     continue
-                sid, cond = _named(w).candidates[0]
+                sid, cond = named(w).candidates[0]
                 adder = self._sole_adder(sid) if cond is True else None
                 if adder is not None:
                     found.add(adder)
@@ -786,88 +626,6 @@ class Encoding:
             else:
                 return None
         return adder
-
-    def _entered(self, q: int, invocation: int, at: z3.ArithRef, event: "NodeVars | Completion") -> SymBool:
-        """Thread q executed its entry into `invocation` before position `at`, the position of
-        `event`."""
-        if invocation == 0:
-            return True
-        entering = self.system.invocation_at[q]
-        entries = [e for e in self.entries if e.t == q and entering[e.node.pc] + 1 == invocation]
-        if any(self._precedence().precedes(e, event) for e in entries):
-            return True  # whenever `event` happens (counting, see precedence.py)
-        return OR(*(AND(e.done, self._before(e.pos, at)) for e in entries))
-
-    def _faulted_before(self, q: int, at: z3.ArithRef) -> SymBool:
-        return OR(*(
-            AND(nv.fires, NOT(nv.valid), self._before(nv.pos, at))
-            for nv in self.nodes[q] if nv.node.kind == unrolling.INSTR and nv.valid is not True
-        ))
-
-    def _arrival_problem(self, device: int, core: int | None, invocation: int, at: z3.ArithRef,
-                         event: "NodeVars | Completion", late_ok: bool = False) -> SymBool:
-        """`System.arrival_problem` at position `at`: some thread of the target core is in
-        another invocation (entries are never skipped or repeated, see `smt.unmodelled`, so
-        the invocation a thread is in counts the entries it executed); with `late_ok`, only
-        an earlier one."""
-        system = self.system
-        cores = range(self.protocol.cores) if core is None else (core,)
-        problems = []
-        for c in cores:
-            for q in system.core_threads.get((device, c), ()):
-                if not system.has_lifecycle[q]:
-                    continue
-                not_yet = NOT(self._entered(q, invocation, at, event))
-                elsewhere = not_yet if late_ok else OR(not_yet, self._entered(q, invocation + 1, at, event))
-                problems.append(AND(NOT(self._faulted_before(q, at)), elsewhere))
-        return OR(*problems)
-
-    def _encode_arrivals(self) -> None:
-        """remote_before_entry: a signal to another core's kernel-lifetime semaphore, or a
-        copy landing on another core, while that core is not in the sender's invocation."""
-        system = self.system
-        exempt = ir.OUTLIVES_KERNEL
-        for t, row in enumerate(self.nodes):
-            if not system.has_lifecycle[t]:
-                continue
-            thread = system.threads[t]
-            for nv in row:
-                instr = nv.node.instr
-                if nv.node.kind != unrolling.INSTR or instr is None:
-                    continue
-                invocation = system.invocation_at[t][nv.node.pc]
-                key = (Kind.REMOTE_BEFORE_ENTRY, instr.loc)
-                if isinstance(instr, ir.Signal) and system.backend is Backend.TPU:
-                    for sid, cond in _named(nv).candidates:
-                        inst = system.instances[sid]
-                        if inst.decl.origin in exempt or system.enters_with(thread, inst.device, inst.core):
-                            continue
-                        problem = self._arrival_problem(inst.device, inst.core, invocation, nv.pos, nv)
-                        self._add_hazard(key, AND(nv.done, cond, problem))
-                elif isinstance(instr, ir.DmaStart) and invocation:
-                    landing = nv.completions[RECV]
-                    for sid, cond in _change(landing).candidates:
-                        inst = system.instances[sid]
-                        if system.enters_with(thread, inst.device, inst.core):
-                            continue
-                        problem = self._arrival_problem(inst.device, inst.core, invocation, landing.pos, landing,
-                                                        late_ok=system.lands_in_handed_on(t, nv.node.pc))
-                        self._add_hazard(key, AND(landing.done, cond, problem))
-
-    def _encode_entry_leftovers(self) -> None:
-        """semaphore_leftover at a later entry: a reset semaphore holds a count, or a copy
-        is still landing on it (`semantics._exec_entry`)."""
-        for entry in self.entries:
-            if self.system.invocation_at[entry.t][entry.node.pc] < 1:
-                continue
-            for sid, count in (*entry.resets.items(), *entry.held.items()):
-                inst = self.system.instances[sid]
-                landing = [
-                    AND(cond, self._in_flight(c, entry.pos))
-                    for c in self.completions for s, cond in _change(c).candidates if s == sid
-                ]
-                left = OR(NOT(EQ(count, 0)), *landing)
-                self._add_hazard((Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index), AND(entry.done, left))
 
     def final_count(self, sid: int) -> SymInt:
         if sid not in self._final_counts:
@@ -923,7 +681,7 @@ class Encoding:
         """The wait at `nv` cannot pass in the final state (and would not fault)."""
         return AND(
             nv.valid,
-            OR(*(AND(cond, LT(self.final_count(sid), nv.need)) for sid, cond in _named(nv).candidates)),
+            OR(*(AND(cond, LT(self.final_count(sid), nv.need)) for sid, cond in named(nv).candidates)),
         )
 
     def some_thread_blocked(self) -> SymBool:
@@ -972,22 +730,22 @@ class Encoding:
     def decode(self, model: z3.ModelRef) -> tuple[tuple[int, ...], list[tuple[Action, int | None, int | None]]]:
         """Input values and the executed actions, each with its thread and pc (None for a
         DMA completion), in an order the semantics can replay."""
-        inputs = tuple(_int(model, v) for v in self.inputs)
+        inputs = tuple(int_value(model, v) for v in self.inputs)
         keyed: list[tuple[tuple, tuple, int | None, int | None]] = []
         for t, row in enumerate(self.nodes):
             nv = row[0]
-            while nv.node.kind == unrolling.INSTR and _holds(model, nv.fires):
-                keyed.append(((_position(model, nv.pos), 0, t, nv.node.index), ("t", t), t, nv.node.pc))
-                if not _holds(model, nv.valid):
+            while nv.node.kind == unrolling.INSTR and holds(model, nv.fires):
+                keyed.append(((position_of(model, nv.pos), 0, t, nv.node.index), ("t", t), t, nv.node.pc))
+                if not holds(model, nv.valid):
                     break
-                key = next(k for k, guard in nv.taken.items() if _holds(model, guard))
+                key = next(k for k, guard in nv.taken.items() if holds(model, guard))
                 nv = row[self.unrolled[t].by_key[key].index]
         for c in self.completions:
-            if not _holds(model, c.done) or _holds(model, c.empty):
+            if not holds(model, c.done) or holds(model, c.empty):
                 continue  # not yet, or part of its start's step (semantics._complete_at_start)
-            sid = next(s for s, cond in _change(c).candidates if _holds(model, cond))
-            event = Event(c.side, c.start.t, c.start.node.pc, sid, _int(model, _change(c).delta))
-            keyed.append(((_position(model, c.pos), 1, c.start.t, c.start.node.index), ("e", event), None, None))
+            sid = next(s for s, cond in change_of(c).candidates if holds(model, cond))
+            event = Event(c.side, c.start.t, c.start.node.pc, sid, int_value(model, change_of(c).delta))
+            keyed.append(((position_of(model, c.pos), 1, c.start.t, c.start.node.index), ("e", event), None, None))
         keyed.sort(key=lambda item: item[0])
         return inputs, [(action, t, pc) for _, action, t, pc in keyed]
 
@@ -1003,79 +761,3 @@ _RULES: dict[type, Callable[..., None]] = {
     ir.Assign: Encoding._assign,
     ir.DmaStart: Encoding._dma_start,
 }
-
-
-def _overlap(a: SymAccess, b: SymAccess) -> SymBool:
-    """`semantics.overlap` of two symbolic accesses."""
-    options = []
-    for bid_a, cond_a in a.candidates:
-        for bid_b, cond_b in b.candidates:
-            if bid_a != bid_b:
-                continue
-            nonempty = [GE(size, 1) for size in a.sizes + b.sizes]
-            if len(a.starts) != len(b.starts):
-                options.append(AND(cond_a, cond_b, *nonempty))
-                continue
-            options.append(AND(cond_a, cond_b, *nonempty, *(
-                AND(LT(sa, apply("add", sb, zb)), LT(sb, apply("add", sa, za)))
-                for sa, za, sb, zb in zip(a.starts, a.sizes, b.starts, b.sizes)
-            )))
-    return OR(*options)
-
-
-def _position_var(name: str) -> z3.ArithRef:
-    """Positions only need a total order, so they are rationals: linear real arithmetic is
-    cheaper for the solver than integers, and between two positions there is always room."""
-    return z3.Real(name)
-
-
-def _position(model: z3.ModelRef, pos: z3.ArithRef):
-    value = model.eval(pos, model_completion=True)
-    return Fraction(value.numerator_as_long(), value.denominator_as_long())
-
-
-def _positive_part(x: SymInt) -> SymInt:
-    return max(x, 0) if is_const(x) else ITE(x > 0, x, 0)
-
-
-def _negative_part(x: SymInt) -> SymInt:
-    return min(x, 0) if is_const(x) else ITE(x < 0, x, 0)
-
-
-def _negate(x: SymInt) -> SymInt:
-    return -x
-
-
-def _named(nv: NodeVars) -> Target:
-    """The semaphore a wait, read or signal node names (set when the node was encoded)."""
-    assert nv.target is not None, "a node that names no semaphore"
-    return nv.target
-
-
-def _event(change: Change) -> "NodeVars | Completion":
-    """The event that makes `change`: its completion, or the occurrence that executes it."""
-    return change.completion if change.completion is not None else change.node
-
-
-def _change(c: Completion) -> Change:
-    """What a completion adds (set once its start was encoded)."""
-    assert c.change is not None, "a completion whose start was not encoded"
-    return c.change
-
-
-def _same(a: SymInt, b: SymInt) -> bool:
-    if is_const(a) or is_const(b):
-        return is_const(a) and is_const(b) and a == b
-    return isinstance(a, z3.ExprRef) and a.eq(b)
-
-
-def _holds(model: z3.ModelRef, x: SymBool) -> bool:
-    if isinstance(x, bool):
-        return x
-    return z3.is_true(model.eval(x, model_completion=True))
-
-
-def _int(model: z3.ModelRef, x: SymInt) -> int:
-    if is_const(x):
-        return int(x)
-    return model.eval(x, model_completion=True).as_long()
