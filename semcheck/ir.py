@@ -176,6 +176,12 @@ class SemOrigin(str, enum.Enum):
     HANDED_ON = "handed_on"
 
 
+# The semaphores of the barrier XLA runs before a TPU kernel's body when the kernel sets no
+# collective_id (lower/tpu_kernel.py emits it); the core-entry pass and the parametric
+# template recognise that barrier by these names.
+DEVICE_BARRIER_ARRIVE, DEVICE_BARRIER_RELEASE = "device_barrier.arrive", "device_barrier.release"
+
+
 # Allocations that outlive one kernel invocation: no entry resets them, and a signal or copy
 # reaching them from another invocation is no early arrival.
 OUTLIVES_KERNEL = (SemOrigin.BARRIER, SemOrigin.ARGUMENT, SemOrigin.HANDED_ON)

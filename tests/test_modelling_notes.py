@@ -12,8 +12,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import ir
-from semcheck.checks import check_protocol
-from semcheck.core_entry import ARRIVE as CORE_ARRIVE
+from semcheck.run.checks import check_protocol
+from semcheck.passes.core_entry import ARRIVE as CORE_ARRIVE
 from semcheck.result import Verdict
 from tests.tpu_kernels import mesh, protocols
 
@@ -90,7 +90,7 @@ def test_joint_entry_is_added_only_where_cores_talk_and_no_device_barrier_holds_
         pltpu.sync_copy(x_hbm.at[rows], o_hbm.at[rows])
 
     [quiet] = protocols(core_kernel(silent, collective_id=7), mesh((2,)), rows=8 * CORES)
-    from semcheck.core_entry import apply
+    from semcheck.passes.core_entry import apply
 
     def has_joint_entry(p):
         return CORE_ARRIVE in {d.name for d in apply(p).semaphores}
@@ -104,7 +104,7 @@ def test_joint_entry_is_added_only_where_cores_talk_and_no_device_barrier_holds_
 
 
 def test_joint_entry_holds_across_invocations():
-    from semcheck.invocations import repeat
+    from semcheck.passes.invocations import repeat
 
     [p] = protocols(core_kernel(jax_core_local_barrier, collective_id=7), mesh((2,)), rows=8 * CORES)
     twice = repeat(p, 2)

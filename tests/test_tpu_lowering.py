@@ -475,7 +475,7 @@ def test_a_scalar_prefetch_element_is_an_input_on_each_device():
     """A signal count read from a scalar-prefetch operand is the caller's value: one input
     per device, over the whole int32 range until the user bounds it by the element's name."""
     from semcheck import check_protocol
-    from semcheck.assumptions import Assumption, apply
+    from semcheck.passes.assumptions import Assumption, apply
 
     def kernel(flags_ref, x_ref, o_ref, sem):
         pl.semaphore_signal(sem, flags_ref[0])

@@ -118,7 +118,7 @@ def capturing(record: Callable):
                 in_avals=tuple(ctx.avals_in),
             )
             record(capture)
-            from semcheck.operands import record_operands
+            from semcheck.frontends.operands import record_operands
 
             record_operands(ctx, in_nodes, capture)
             outs = _zeros(ctx, in_nodes)
@@ -129,7 +129,7 @@ def capturing(record: Callable):
 
         return lowering_rule
 
-    from semcheck.operands import forget_runs
+    from semcheck.frontends.operands import forget_runs
 
     forget_runs()
     table = mlir._platform_specific_lowerings["cpu"]
@@ -568,7 +568,7 @@ def _child(args) -> int:
     watchdog = threading.Timer(args.timeout, on_timeout)
     watchdog.daemon = True
     watchdog.start()
-    from semcheck import assumptions
+    from semcheck.passes import assumptions
 
     exited: list[str | None] = [None]
     with assumptions.collecting() as script_assumptions, capturing(captures.append):

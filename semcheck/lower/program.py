@@ -20,7 +20,7 @@ The composition itself is `semcheck/programs.py`.
 from __future__ import annotations
 
 from semcheck import ir
-from semcheck.programs import Handover, carried_places, compose, gpu_program_note
+from semcheck.passes.programs import Handover, carried_places, compose, gpu_program_note
 
 
 def link_programs(captures: list, lowered: list[list[ir.Protocol]]) -> list[ir.Protocol]:

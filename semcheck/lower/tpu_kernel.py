@@ -34,10 +34,10 @@ from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 from semcheck.lower.tpu_hardware import hardware_notes, in_dma_units
-from semcheck.programs import handed_in_note, handed_out_note
+from semcheck.passes.programs import handed_in_note, handed_out_note
 from semcheck.jax_compat import jax_internal
 
-ARRIVE, RELEASE = "device_barrier.arrive", "device_barrier.release"
+ARRIVE, RELEASE = ir.DEVICE_BARRIER_ARRIVE, ir.DEVICE_BARRIER_RELEASE
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,12 @@ import shutil
 import sys
 import time
 
-from semcheck import cli_options, config, expectations, gate, interrupts
+from semcheck.cli import config, gate, interrupts, options as cli_options
+from semcheck.run import expectations
 from semcheck.api import check_paths
 from semcheck.version import __version__
-from semcheck.assumptions import AssumptionError, parse as parse_assumption
-from semcheck.cli_options import for_argparse
+from semcheck.passes.assumptions import AssumptionError, parse as parse_assumption
+from semcheck.cli.options import for_argparse
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import DEFAULT_MAX_STATES, DEFAULT_TIMEOUT, Budget, ProgressInfo
 from semcheck.frontends import discover
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # Usage errors of modules the CLI imports only when an option asks for them (the baseline
 # reader, the Ray executor): a module not imported cannot have raised its error.
-_LAZY_USAGE_ERRORS = (("semcheck.report.baseline", "BaselineError"), ("semcheck.sweep_ray", "RayUnavailable"))
+_LAZY_USAGE_ERRORS = (("semcheck.report.baseline", "BaselineError"), ("semcheck.run.sweep_ray", "RayUnavailable"))
 
 
 def _is_lazy_usage_error(e: Exception) -> bool:

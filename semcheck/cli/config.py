@@ -46,7 +46,7 @@ class Defaults:
 
 
 def load(cwd: str | None = None) -> Defaults:
-    from semcheck.expectations import ExpectationError, _semcheck_table, find_pyproject
+    from semcheck.run.expectations import ExpectationError, _semcheck_table, find_pyproject
 
     cwd = os.path.abspath(cwd or os.getcwd())
     try:
