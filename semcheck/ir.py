@@ -171,7 +171,7 @@ class SemOrigin(str, enum.Enum):
     BARRIER = "barrier"  # get_barrier_semaphore: global, persistent, keyed by collective_id
     GLOBAL = "global"  # pl.get_global (GPU): one per launch, shared by every block
     ARGUMENT = "argument"  # passed into or out of the kernel: outlives it
-    # An output of one kernel of a program that a later kernel of it takes (semcheck/programs.py):
+    # An output of one kernel of a program that a later kernel of it takes (semcheck/passes/programs.py):
     # outlives each kernel, and must be back to 0, with no copy still landing, when the program ends.
     HANDED_ON = "handed_on"
 
@@ -225,7 +225,7 @@ class BufferDecl:
     space: str = "any"
     scope: Scope = Scope.CORE
     loc: Loc = UNKNOWN_LOC
-    # An output of one kernel of a program that a later kernel takes (semcheck/programs.py):
+    # An output of one kernel of a program that a later kernel takes (semcheck/passes/programs.py):
     # a copy into it may land after the kernel that started the copy ended on the target.
     handed_on: bool = False
     # The HBM array the Pallas pipeline writes a pipelined output's blocks back to (a chip's
@@ -525,7 +525,7 @@ class Protocol:
     # --no-assume-cores-enter-together takes the other reading).
     cores_enter_together: bool = True
     ports: Ports = field(default=Ports())
-    # A program of several kernels (semcheck/programs.py): the kernel each thread's n-th
+    # A program of several kernels (semcheck/passes/programs.py): the kernel each thread's n-th
     # KernelEntry enters, in program order. Empty for one kernel.
     kernels: tuple[str, ...] = field(default=())
     findings: tuple[LoweringFinding, ...] = field(default=())  # reported as they are, at their line

@@ -1,7 +1,7 @@
 """Every modelling choice a verdict can rest on is stated in the result, with its basis in
 JAX 0.10.2's source, and only when the kernel relies on it; and the reading of how the
 TensorCores of one chip enter a kernel decides JAX's own core-local barrier, in both
-engines (semcheck/core_entry.py, docs/semantics.md)."""
+engines (semcheck/passes/core_entry.py, docs/semantics.md)."""
 
 from __future__ import annotations
 

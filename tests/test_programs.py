@@ -1,4 +1,4 @@
-"""Programs of several kernels (semcheck/programs.py): kernels run one after another on every
+"""Programs of several kernels (semcheck/passes/programs.py): kernels run one after another on every
 device, checked as one protocol, with what one hands to the next carried across.
 
 The protocols here are the IR of JAX's async remote copy (tests/pallas/tpu_pallas_async_test.py

@@ -399,7 +399,7 @@ def test_semaphores_passed_between_kernels_are_arguments():
 
     from semcheck import check_protocol
 
-    # One program (semcheck/programs.py): the consumer's semaphore is the producer's, so its
+    # One program (semcheck/passes/programs.py): the consumer's semaphore is the producer's, so its
     # wait is satisfied by the producer's signal, and the count is judged at the program's end.
     [program] = protocols(per_device, mesh((2,)))
     assert program.kernels == ("producer", "consumer")

@@ -6,7 +6,7 @@ interrupted by Ctrl-C / SIGTERM / SIGHUP (the checks that finished are still rep
 partial).
 
 With --expectations, each check is judged against the verdict declared for its file
-(`semcheck/expectations.py`): 0 every check matched its declaration; 1 some check did not;
+(`semcheck/run/expectations.py`): 0 every check matched its declaration; 1 some check did not;
 2 some check errored (or a declaration is malformed); 3 some check was inconclusive and
 none of the above.
 """

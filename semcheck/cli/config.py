@@ -8,7 +8,7 @@
     invocations = 1
     exhaustive = false                # true: every finding, not only the first counterexample
 
-    [tool.semcheck.expect]            # expected verdicts (semcheck/expectations.py)
+    [tool.semcheck.expect]            # expected verdicts (semcheck/run/expectations.py)
     "kernels/ring_bug.py" = "deadlock"
 
 The nearest pyproject.toml with a `[tool.semcheck]` table at or above the working

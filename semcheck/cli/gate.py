@@ -1,6 +1,6 @@
 """The CI-gate side of `semcheck verify`: project defaults (`[tool.semcheck]`), parallel and
 distributed sweeps (`-j`, `--executor ray`), `--baseline`, `--summary` and `--category`.
-Kept apart from cli.py so that the run loop there stays one call per step."""
+Kept apart from command.py so that the run loop there stays one call per step."""
 
 from __future__ import annotations
 

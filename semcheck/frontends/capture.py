@@ -312,7 +312,7 @@ def capture_function(fn, *args, operand_values: bool = False, **kwargs) -> list:
 def with_operand_values(found: list, fn, args, kwargs) -> list:
     """`found` (from the jaxpr) with the operand values the kernels receive when `fn` runs on
     `args`: a fresh `jax.jit` of `fn` runs once under the capture hooks, as a script's
-    kernels run (operands.py), so each kernel's operands reach a callback per device. The
+    kernels run (frontends/operands.py), so each kernel's operands reach a callback per device. The
     run's kernels are matched to `found` by position, primitive and operand count; if they
     do not match (a kernel a cache hid, a function that fails when run), `found` stays
     without values, and a value that needs them is an error that says so."""
@@ -619,7 +619,7 @@ def use_compilation_cache(jax) -> None:
 
 
 def _settle_callbacks() -> None:
-    """Wait for the operand callbacks of kernels the script ran (semcheck/operands.py)."""
+    """Wait for the operand callbacks of kernels the script ran (semcheck/frontends/operands.py)."""
     import jax
 
     try:

@@ -61,7 +61,7 @@ class KernelCapture:
     mesh: MeshShape = field(default_factory=MeshShape)
     call_loc: ir.Loc | None = None
     # What the script passed when it ran the kernel: device -> operand index -> array
-    # (semcheck/operands.py); empty when the kernel was compiled but never run.
+    # (semcheck/frontends/operands.py); empty when the kernel was compiled but never run.
     operand_values: dict = field(default_factory=dict)
     # Names the script's semcheck.assume calls bound: a buffer element they name stays a
     # protocol input (checked over the range) instead of its value in the data.
@@ -515,7 +515,7 @@ def _landed_in(arrivals: dict, buffers: set[str]) -> dict:
 
 def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
     """Every thread; one that stops at an unsupported construct ends in an ir.Cut, and the
-    prefix before it is still checked (prefix.py)."""
+    prefix before it is still checked (run/prefix.py)."""
     devices = ctx.mesh.size
     threads = []
     for device in range(devices):
@@ -535,7 +535,7 @@ def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
                     copy_out(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
                     write_back(t, every_block, points[core], k, ctx.pipeline.loc if every_block else ctx.kernel_loc)
                 t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
-            except LoadError as e:  # the prefix before it is still checked (prefix.py)
+            except LoadError as e:  # the prefix before it is still checked (run/prefix.py)
                 t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
             threads.append(ir.Thread(device, core, t.emitter.build()))
     return threads

@@ -29,7 +29,7 @@ def check_protocol(
     **options,
 ) -> Result:
     """`cores_enter_together`: the reading of how the TensorCores of one chip enter a kernel
-    (semcheck/core_entry.py; False is --no-assume-cores-enter-together). `exhaustive`: every
+    (semcheck/passes/core_entry.py; False is --no-assume-cores-enter-together). `exhaustive`: every
     finding of every kind, instead of stopping at the first counterexample (`engines.check`)."""
     from semcheck.passes import core_entry
 

@@ -38,7 +38,7 @@ class SweepOptions:
     split: bool = True
     unroll: int | None = None
     capture_timeout: float | None = None  # seconds a file may take to load (capture, model())
-    cores_enter_together: bool = True  # the reading of core entry (semcheck/core_entry.py)
+    cores_enter_together: bool = True  # the reading of core entry (semcheck/passes/core_entry.py)
     exhaustive: bool = False  # every finding, not only the first counterexample (engines.check)
 
     def check_options(self) -> dict:
