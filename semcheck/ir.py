@@ -560,8 +560,9 @@ def _fast_pickling(cls: type) -> None:
         for name, value in zip(names, state):
             object.__setattr__(self, name, value)
 
-    setattr(cls, "__getstate__", getstate)
-    setattr(cls, "__setstate__", setstate)
+    # setattr, not assignment: mypy rejects assigning a method to a class.
+    setattr(cls, "__getstate__", getstate)  # noqa: B010
+    setattr(cls, "__setstate__", setstate)  # noqa: B010
 
 
 for _cls in list(globals().values()):

@@ -29,7 +29,7 @@ LAYERS = [
     ("model", ("semcheck.model", "semcheck.passes", "semcheck.result")),
     ("frontends", ("semcheck.lower", "semcheck.frontends", "semcheck.jax_compat")),
     ("semantics", ("semcheck.semantics", "semcheck.footprints", "semcheck.ordering", "semcheck.properties",
-                   "semcheck.trace")),
+                   "semcheck.trace", "semcheck.cells", "semcheck.instances", "semcheck.resource_index")),
     ("engines", ("semcheck.engines", "semcheck.parametric")),
     ("reports", ("semcheck.report",)),
     ("run", ("semcheck.run", "semcheck.parametric.family", "semcheck.parametric.command")),

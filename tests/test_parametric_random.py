@@ -55,7 +55,7 @@ def rings(draw):
     return spec
 
 
-def build(n: int, spec: dict):
+def build(n: int, spec: dict):  # noqa: C901
     p = ProtocolBuilder("random_ring", devices=n, backend="tpu")
     barrier = p.barrier_semaphore(collective_id=0)
     send = p.semaphore("send_sem", DMA)

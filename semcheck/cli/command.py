@@ -84,7 +84,7 @@ def _device_counts(text: str) -> list[int] | str:
     try:
         counts = [int(part) for part in text.split(",")]  # an empty part (2,,4) is a typo too
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated device counts like 2,4,8, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated device counts like 2,4,8, got {text!r}") from None
     if not counts or any(n < 1 for n in counts):
         raise argparse.ArgumentTypeError(f"device counts must be positive, got {text!r}")
     return counts
@@ -274,7 +274,7 @@ def _ran_jax(result) -> bool:
         return False
 
 
-def _verify(args) -> int:
+def _verify(args) -> int:  # noqa: C901
     _warn_about_empty_folders(args.paths)
     if args.devices == "all":
         from semcheck.parametric import command

@@ -45,7 +45,7 @@ class Defaults:
                 f"(known: {', '.join(KNOWN_KEYS)})" for key in self.unknown_keys]
 
 
-def load(cwd: str | None = None) -> Defaults:
+def load(cwd: str | None = None) -> Defaults:  # noqa: C901
     from semcheck.run.expectations import ExpectationError, _semcheck_table, find_pyproject
 
     cwd = os.path.abspath(cwd or os.getcwd())

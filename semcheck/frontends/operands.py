@@ -107,17 +107,19 @@ def _operands_primitive():
             if config.use_shardy_partitioner.value:
                 sharding = jax_callback._get_sdy_array_list_for_callbacks(ctx.avals_out)
             else:
-                sharding = xc.OpSharding()
-                sharding.type = xc.OpSharding.Type.MANUAL
+                manual = xc.OpSharding()
+                manual.type = xc.OpSharding.Type.MANUAL
+                sharding = manual
         elif isinstance(axis_context, sharding_impls.ShardingContext):
             if config.use_shardy_partitioner.value:
                 sharding = sharding_impls.SdyArrayList((sharding_impls.SdyArray(
                     mesh_shape=(), dim_shardings=(), logical_device_ids=(0,)),))
             else:
-                sharding = xc.OpSharding()
-                sharding.type = xc.OpSharding.Type.MAXIMAL
-                sharding.tile_assignment_dimensions = [1]
-                sharding.tile_assignment_devices = [0]
+                maximal = xc.OpSharding()
+                maximal.type = xc.OpSharding.Type.MAXIMAL
+                maximal.tile_assignment_dimensions = [1]
+                maximal.tile_assignment_devices = [0]
+                sharding = maximal
 
         def host(*buffers):
             callback(*buffers)

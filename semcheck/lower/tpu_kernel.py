@@ -307,10 +307,7 @@ AUTO_COLLECTIVE_BASE_ID = 7000
 def _auto_collective_ids() -> str:
     import jax
 
-    try:
-        return str(getattr(jax.config, "jax_pallas_auto_assign_collective_ids"))
-    except AttributeError:
-        return "no"
+    return str(getattr(jax.config, "jax_pallas_auto_assign_collective_ids", "no"))
 
 
 def _uses_barrier_semaphore(jaxpr) -> bool:
@@ -480,7 +477,7 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
         fed = {b for use in ctx.data_uses for b in use.buffers}
         # Only payloads into buffers that fed a protocol value must agree: a ring's payload
         # moves one hop per lowering and decides nothing (unless a thread was cut short).
-        decisive = (lambda landed: landed) if cut else (lambda landed: _landed_in(landed, fed))
+        decisive = (lambda landed: landed) if cut else (lambda landed, fed=fed: _landed_in(landed, fed))
         if settled and same_arrivals(decisive(arrivals), decisive(ctx.arrivals)):
             if arrived & fed and ctx.inputs:
                 raise LoadError(

@@ -189,7 +189,8 @@ def _noting_a_smaller_mesh(result: Result, mesh_devices: int, requested: int, lo
 
 class _working_directory:
     def __init__(self, path: str):
-        self.path, self.previous = path, None
+        self.path = path
+        self.previous: str | None = None
 
     def __enter__(self):
         if os.path.realpath(os.getcwd()) != os.path.realpath(self.path):
