@@ -51,7 +51,7 @@ def run_case(model: str, devices: int, engine: str, assume: str | None, timeout:
 
 def child(model: str, devices: int, engine: str, assume: str, timeout: float) -> None:
     sys.path.insert(0, ROOT)
-    from semcheck import assumptions
+    from semcheck.passes import assumptions
     from semcheck.api import check_protocol
     from semcheck.engines import explicit, smt  # noqa: F401  (imports are not engine time)
     from semcheck.engines.budget import Budget

@@ -337,7 +337,7 @@ class Row:
     status: str
 
 
-def run_case(case: Case, base: Path) -> Row:
+def run_case(case: Case, base: Path) -> Row:  # noqa: C901
     folder = base / "".join(c if c.isalnum() else "_" for c in case.name)[:60]
     folder.mkdir(parents=True)
     for relative, contents in case.files.items():

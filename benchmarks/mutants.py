@@ -3,7 +3,7 @@
     python benchmarks/mutants.py [--devices 2] [--only NAME] [--workers 2] [--max-per-example N]
 
 The safe examples are those of `examples/tpu/` whose `# semcheck: expect` declarations
-(read by `semcheck.expectations`, as the gate reads them) give no error kind to any check at
+(read by `semcheck.run.expectations`, as the gate reads them) give no error kind to any check at
 the device count: `expect safe`, or only warnings such as `lowered_as_decrementing`.
 A mutant deletes one synchronization statement of such an example (a semaphore signal or
 wait, a DMA wait or start, a `pltpu.core_barrier`), leaving `pass` in its place: the first
@@ -54,7 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from semcheck import expectations  # noqa: E402
+from semcheck.run import expectations  # noqa: E402
 from tests.test_tpu_differential import run_interpreter  # noqa: E402
 
 EXAMPLES = ROOT / "examples" / "tpu"
@@ -85,7 +85,7 @@ class Row:
 def declared_errors(path: Path, devices: int) -> set[str]:
     """The error kinds the file's `# semcheck: expect` declarations (or its pyproject.toml's)
     give any of its checks at `devices` devices in one invocation, as the gate reads them
-    (`semcheck.expectations`). A TPU kernel is checked on one core, and on two for a parallel
+    (`semcheck.run.expectations`). A TPU kernel is checked on one core, and on two for a parallel
     grid: a file safe on one core and declared racy on two is not a safe example. A kernel no
     declaration names stands for the file's other kernels."""
     declarations = expectations.declarations_for(str(path))

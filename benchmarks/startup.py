@@ -139,7 +139,7 @@ def kernel_files(count: int) -> list[str]:
 
 def checks_cpu(files: list[str], devices: int) -> float:
     """The checks of every kernel of `files`, in this process, captured beforehand."""
-    from semcheck.checks import check_protocol
+    from semcheck.run.checks import check_protocol
     from semcheck.frontends import load
     from semcheck.errors import LoadError
 

@@ -7,7 +7,7 @@
 `verify_path` runs what `semcheck verify PATH` runs and returns every Result. Like the CLI,
 a check stops at its first counterexample; `exhaustive=True` (`--exhaustive`) reports every
 finding of every kind. `assume=`
-bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
+bounds protocol inputs by name (see `semcheck.passes.assumptions`), as `--assume` does;
 `verify(fn, *example_args)` checks the Pallas TPU kernels a function calls, in-process.
 """
 
@@ -16,15 +16,15 @@ from __future__ import annotations
 import warnings
 from typing import Callable, Iterable, Iterator
 
-from semcheck.assumptions import Assumption
-from semcheck.checks import (  # noqa: F401 (LoadReport, error_result: part of the API)
+from semcheck.passes.assumptions import Assumption
+from semcheck.run.checks import (  # noqa: F401 (LoadReport, error_result: part of the API)
     LoadReport, _error_text, _load_error_result, _stem, check_protocol, error_result,
 )
 from semcheck.engines.budget import Budget, ProgressFn
 from semcheck.frontends import LoadError, Skipped
 from semcheck.frontends.discovery import Why
 from semcheck.ir import Protocol
-from semcheck.prefix import prefix_result
+from semcheck.run.prefix import prefix_result
 from semcheck.result import Result
 
 
@@ -76,18 +76,19 @@ def check_paths(
 ) -> Iterator[Result]:
     """What `semcheck verify PATH...` runs, file by file, one file's Results as soon as its
     checks are done (so an interrupted run keeps what it has). Every (file, device count) is
-    one task of a sweep (`semcheck.sweep`), run here, on `jobs` local processes or on Ray;
+    one task of a sweep (`semcheck.run.sweep`), run here, on `jobs` local processes or on Ray;
     each task loads its file within the check's budget and checks each of its kernels.
 
     Files a folder walk left out, and files that compiled no kernel at any device count
     (unless they declare expectations), are appended to `skipped` when it is given; a file
     that cannot be read as Python gives one error Result, not one per count. `on_load`
     hears how each (file, device count) loaded (`LoadReport`), as its task finishes."""
-    from semcheck import sweep
+    from semcheck.run import sweep
+    from semcheck.run.tasks import SweepOptions
 
     unroll = options.pop("unroll", None)
     capture_timeout = options.pop("capture_timeout", None)
-    sweep_options = sweep.SweepOptions(
+    sweep_options = SweepOptions(
         engine=engine, budget=budget, assume=tuple(assume), invocations=invocations,
         reduce=options.pop("reduce", True), symmetry=options.pop("symmetry", True),
         split=options.pop("split", True), unroll=unroll,
@@ -127,7 +128,7 @@ def check_paths(
 
 
 def _declares_expectations(path: str) -> bool:
-    from semcheck import expectations
+    from semcheck.run import expectations
 
     try:
         return bool(expectations.declarations_for(path))

@@ -16,7 +16,7 @@ class LoadError(Exception):
         super().__init__(message)
         self.message, self.loc, self.hint = message, loc, hint
         # A kernel whose lowering stopped part-way: its protocols up to the stop (threads
-        # end in an `ir.Cut`), whose prefix is still checked (semcheck/prefix.py).
+        # end in an `ir.Cut`), whose prefix is still checked (semcheck/run/prefix.py).
         self.prefixes: list[Protocol] = []
         self.kernel: str | None = None  # the kernel it is about, when a script had several
         # The devices of that kernel's mesh, when the capture knew it (a smaller mesh than

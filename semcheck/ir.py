@@ -171,9 +171,15 @@ class SemOrigin(str, enum.Enum):
     BARRIER = "barrier"  # get_barrier_semaphore: global, persistent, keyed by collective_id
     GLOBAL = "global"  # pl.get_global (GPU): one per launch, shared by every block
     ARGUMENT = "argument"  # passed into or out of the kernel: outlives it
-    # An output of one kernel of a program that a later kernel of it takes (semcheck/programs.py):
+    # An output of one kernel of a program that a later kernel of it takes (semcheck/passes/programs.py):
     # outlives each kernel, and must be back to 0, with no copy still landing, when the program ends.
     HANDED_ON = "handed_on"
+
+
+# The semaphores of the barrier XLA runs before a TPU kernel's body when the kernel sets no
+# collective_id (lower/tpu_kernel.py emits it); the core-entry pass and the parametric
+# template recognise that barrier by these names.
+DEVICE_BARRIER_ARRIVE, DEVICE_BARRIER_RELEASE = "device_barrier.arrive", "device_barrier.release"
 
 
 # Allocations that outlive one kernel invocation: no entry resets them, and a signal or copy
@@ -219,7 +225,7 @@ class BufferDecl:
     space: str = "any"
     scope: Scope = Scope.CORE
     loc: Loc = UNKNOWN_LOC
-    # An output of one kernel of a program that a later kernel takes (semcheck/programs.py):
+    # An output of one kernel of a program that a later kernel takes (semcheck/passes/programs.py):
     # a copy into it may land after the kernel that started the copy ended on the target.
     handed_on: bool = False
     # The HBM array the Pallas pipeline writes a pipelined output's blocks back to (a chip's
@@ -519,7 +525,7 @@ class Protocol:
     # --no-assume-cores-enter-together takes the other reading).
     cores_enter_together: bool = True
     ports: Ports = field(default=Ports())
-    # A program of several kernels (semcheck/programs.py): the kernel each thread's n-th
+    # A program of several kernels (semcheck/passes/programs.py): the kernel each thread's n-th
     # KernelEntry enters, in program order. Empty for one kernel.
     kernels: tuple[str, ...] = field(default=())
     findings: tuple[LoweringFinding, ...] = field(default=())  # reported as they are, at their line
@@ -554,8 +560,9 @@ def _fast_pickling(cls: type) -> None:
         for name, value in zip(names, state):
             object.__setattr__(self, name, value)
 
-    setattr(cls, "__getstate__", getstate)
-    setattr(cls, "__setstate__", setstate)
+    # setattr, not assignment: mypy rejects assigning a method to a class.
+    setattr(cls, "__getstate__", getstate)  # noqa: B010
+    setattr(cls, "__setstate__", setstate)  # noqa: B010
 
 
 for _cls in list(globals().values()):

@@ -260,7 +260,7 @@ def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
     graph = nx.DiGraph()
     graph.add_nodes_from(range(len(blocked)))
     roots = []
-    for i, (t, sid, _need, _have) in enumerate(blocked):
+    for i, (_t, sid, _need, _have) in enumerate(blocked):
         # No edge to the wait itself: what its own thread would add after it cannot run
         # before it passes, so a wait only its own thread could satisfy is a root (an
         # unsatisfied wait), not a cycle of one thread.

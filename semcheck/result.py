@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Callable
 
 from semcheck.ir import DataUse, Input, Loc
 
@@ -353,9 +354,7 @@ class Result:
     def report(self, **options) -> str:
         """The text report of this check, as `semcheck verify` prints it (options as
         `report.text.render`'s: `verbose=True` for every trace step and the notes)."""
-        from semcheck.report import text
-
-        return text.render([self], **options)
+        return _installed().text(self, **options)
 
     def __str__(self) -> str:
         """The text report: `assert result.verdict.value == "safe", result` shows what was found."""
@@ -363,9 +362,7 @@ class Result:
 
     def _repr_html_(self) -> str:
         """A notebook shows the text report with each counterexample drawn inline (SVG)."""
-        from semcheck.report import html as html_report
-
-        return html_report.render(self)
+        return _installed().html(self)
 
     @property
     def errors(self) -> list[Violation]:
@@ -374,3 +371,29 @@ class Result:
     @property
     def warnings(self) -> list[Violation]:
         return [v for v in self.violations if v.severity == "warning"]
+
+
+@dataclass(frozen=True)
+class Renderers:
+    """How a Result shows itself: its text report (`str(result)`, `result.report()`) and its
+    notebook display (`_repr_html_`). The report layer renders; it sits above this module, so
+    the package installs these (semcheck/__init__.py, which Python runs before any module of
+    the package, importing the reports only when a Result is first shown)."""
+
+    text: Callable[..., str]  # (result, **options) -> the text report
+    html: Callable[[Result], str]
+
+
+_renderers: Renderers | None = None
+
+
+def install_renderers(renderers: Renderers) -> None:
+    global _renderers
+    _renderers = renderers
+
+
+def _installed() -> Renderers:
+    if _renderers is None:
+        raise RuntimeError("no renderers installed for Result: semcheck/__init__.py installs them")
+    return _renderers
+

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterable, Union
 
-from semcheck import expectations
+from semcheck.run import expectations
 from semcheck.api import check_protocol, verify_path
 from semcheck.ir import Protocol
 from semcheck.report import text

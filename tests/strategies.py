@@ -26,7 +26,7 @@ def plain_access(draw, loc: ir.Loc, region: ir.Region, device) -> ir.Instr:
 
 
 @st.composite
-def protocols(
+def protocols(  # noqa: C901
     draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, with_inputs: bool = True,
     with_lifecycle: bool = True, with_mbarriers: bool = False,
     backends: tuple[Backend, ...] = (Backend.TPU, Backend.GPU),
@@ -210,155 +210,163 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
     threads = []
     for device in range(devices):
         for core in range(cores):
-            body: list = []  # instructions; branch/jump targets patched at the end
-            registers: list[str] = []
-
-            def value(small: bool = True) -> ir.Operand:
-                """A constant, an input, a register, or arithmetic on them."""
-                choices = ["const", "const"]
-                if inputs:
-                    choices += ["input", "input_arith"]
-                if registers:
-                    choices += ["register"]
-                kind = draw(st.sampled_from(choices))
-                if kind == "const":
-                    return draw(st.integers(0, 2 if small else 3))
-                if kind == "input":
-                    return ir.Reg(draw(st.sampled_from(inputs)).name)
-                if kind == "register":
-                    return ir.BinOp("min", ir.Reg(draw(st.sampled_from(registers))), 2)
-                op = draw(st.sampled_from(["add", "sub", "mul", "floordiv", "mod", "max"]))
-                return ir.BinOp(op, ir.Reg(draw(st.sampled_from(inputs)).name), draw(st.integers(-1, 2)))
-
-            def index_operand(decl) -> ir.Operand:
-                if decl.size == 1 and draw(st.integers(0, 3)):
-                    return 0
-                if draw(st.booleans()):
-                    return draw(st.integers(0, decl.size - 1))
-                return ir.BinOp("mod", value(), decl.size + draw(st.integers(0, 1)))
-
-            def device_operand() -> ir.Operand | None:
-                choice = draw(st.integers(0, 5))
-                if choice <= 2:
-                    return None
-                if choice == 3:
-                    return draw(st.integers(0, devices))  # `devices` is out of range
-                return ir.BinOp("mod", value(), devices + draw(st.integers(0, 1)))
-
-            def core_operand(decl) -> ir.Operand | None:
-                if decl.scope is Scope.DEVICE or draw(st.integers(0, 2)):
-                    return None
-                return draw(st.integers(0, cores)) if draw(st.booleans()) else value()
-
-            def fresh_register(prefix: str) -> str:
-                name = f"{prefix}{len(registers)}"
-                registers.append(name)
-                return name
-
-            def region() -> ir.Region:
-                """The whole buffer, or one row of `mem`, possibly computed (then it may lie
-                outside the buffer, and overlap nothing)."""
-                if draw(st.integers(0, 2)) == 0:
-                    return ir.Region("buf")
-                row = draw(st.integers(0, 2)) if draw(st.booleans()) else value()
-                return ir.Region("mem", (row,), (1,))
-
-            def simple() -> None:
-                op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma", "assign", "access"]))
-                if op == "signal":
-                    decl = draw(st.sampled_from(regulars))
-                    ref = ir.SemRef(decl.name, index_operand(decl), device_operand(), core_operand(decl))
-                    body.append(ir.Signal(loc(), ref, value()))
-                elif op == "wait":
-                    decl = draw(st.sampled_from(regulars))
-                    ref = ir.SemRef(decl.name, index_operand(decl))
-                    body.append(ir.Wait(loc(), ref, value(), draw(st.booleans())))
-                elif op == "read":
-                    decl = draw(st.sampled_from(regulars))
-                    body.append(ir.Read(loc(), ir.SemRef(decl.name, index_operand(decl)), fresh_register("r")))
-                elif op == "assign":
-                    body.append(ir.Assign(loc(), fresh_register("v"), value(small=False)))
-                elif op == "access":
-                    device = device_operand() if draw(st.integers(0, 2)) == 0 else None
-                    body.append(plain_access(draw, loc(), region(), device))
-                else:
-                    recv = draw(st.sampled_from(dmas or regulars))
-                    remote = draw(st.booleans())
-                    nbytes = draw(st.sampled_from([4, 8])) if draw(st.booleans()) else value()
-                    index = index_operand(recv)
-                    send = ir.SemRef(recv.name, index) if remote else None
-                    target = device_operand() if remote else None
-                    body.append(ir.DmaStart(
-                        loc(), region(), region(), ir.SemRef(recv.name, index), send, nbytes, target,
-                    ))
-                    if recv.kind is SemKind.DMA and draw(st.booleans()):
-                        side = "send" if remote and draw(st.booleans()) else "recv"
-                        body.append(ir.DmaWait(loc(), ir.SemRef(recv.name, index), nbytes, side))
-
-            def if_else() -> None:
-                cond = ir.BinOp(draw(st.sampled_from(["lt", "ge", "eq"])), value(), draw(st.integers(0, 2)))
-                branch = len(body)
-                body.append(None)  # Branch to the else part, patched below
-                simple()
-                jump = None
-                if draw(st.booleans()):
-                    jump = len(body)
-                    body.append(None)  # Jump over the else part
-                else_start = len(body)
-                simple()
-                body[branch] = ir.Branch(loc(), cond, else_start)
-                if jump is not None:
-                    body[jump] = ir.Jump(loc(), len(body))
-
-            def counted_loop() -> None:
-                counter = fresh_register("i")
-                body.append(ir.Assign(loc(), counter, 0))
-                top = len(body)
-                for _ in range(draw(st.integers(1, 2))):
-                    simple()
-                body.append(ir.Assign(loc(), counter, ir.BinOp("add", ir.Reg(counter), 1)))
-                bound = draw(st.integers(1, 3)) if not inputs or draw(st.booleans()) else ir.BinOp(
-                    "min", ir.Reg(draw(st.sampled_from(inputs)).name), 3
-                )
-                body.append(ir.Branch(loc(), ir.BinOp("lt", ir.Reg(counter), bound), top))
-
-            def retry_loop() -> None:
-                """Poll a count with semaphore_read, at most twice, until it reaches k."""
-                counter = fresh_register("i")
-                decl = draw(st.sampled_from(regulars))
-                body.append(ir.Assign(loc(), counter, 0))
-                top = len(body)
-                seen = fresh_register("r")
-                body.append(ir.Read(loc(), ir.SemRef(decl.name, index_operand(decl)), seen))
-                exit_branch = len(body)
-                body.append(None)
-                if draw(st.booleans()):
-                    simple()
-                body.append(ir.Assign(loc(), counter, ir.BinOp("add", ir.Reg(counter), 1)))
-                body.append(ir.Branch(loc(), ir.BinOp("lt", ir.Reg(counter), 2), top))
-                body[exit_branch] = ir.Branch(loc(), ir.BinOp("ge", ir.Reg(seen), draw(st.integers(1, 2))), len(body))
-
-            loops = 0
-            lifecycle = backend is Backend.TPU and draw(st.integers(0, 2)) == 0
-            if lifecycle:  # targets count from here: the entry is instruction 0
-                body.append(ir.KernelEntry(loc()))
-            for _ in range(draw(st.integers(0, max_blocks))):
-                shape = draw(st.sampled_from(["simple", "simple", "simple", "if", "loop", "retry"]))
-                if shape in ("loop", "retry") and loops < 2:
-                    loops += 1
-                    (counted_loop if shape == "loop" else retry_loop)()
-                elif shape == "if":
-                    if_else()
-                else:
-                    simple()
-            if lifecycle:
-                body.append(ir.KernelExit(loc()))
-            threads.append(ir.Thread(device, core, tuple(body)))
+            threads.append(ir.Thread(device, core, _control_flow_body(
+                draw, loc, backend, devices, cores, inputs, regulars, dmas, max_blocks)))
     return ir.Protocol(
         name="random_control_flow", backend=backend, devices=devices, cores=cores,
         threads=tuple(threads), semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
         buffers=(ir.BufferDecl("buf"), ir.BufferDecl("mem", (3, 4))),
     )
+
+
+def _control_flow_body(draw, loc, backend, devices: int, cores: int, inputs: list, regulars: list, dmas: list,  # noqa: C901
+                       max_blocks: int) -> tuple:
+    """One thread's program for `control_flow_protocols` (a function of its own, so the
+    helpers below close over this thread's body and registers, not a loop's)."""
+    body: list = []  # instructions; branch/jump targets patched at the end
+    registers: list[str] = []
+
+    def value(small: bool = True) -> ir.Operand:
+        """A constant, an input, a register, or arithmetic on them."""
+        choices = ["const", "const"]
+        if inputs:
+            choices += ["input", "input_arith"]
+        if registers:
+            choices += ["register"]
+        kind = draw(st.sampled_from(choices))
+        if kind == "const":
+            return draw(st.integers(0, 2 if small else 3))
+        if kind == "input":
+            return ir.Reg(draw(st.sampled_from(inputs)).name)
+        if kind == "register":
+            return ir.BinOp("min", ir.Reg(draw(st.sampled_from(registers))), 2)
+        op = draw(st.sampled_from(["add", "sub", "mul", "floordiv", "mod", "max"]))
+        return ir.BinOp(op, ir.Reg(draw(st.sampled_from(inputs)).name), draw(st.integers(-1, 2)))
+
+    def index_operand(decl) -> ir.Operand:
+        if decl.size == 1 and draw(st.integers(0, 3)):
+            return 0
+        if draw(st.booleans()):
+            return draw(st.integers(0, decl.size - 1))
+        return ir.BinOp("mod", value(), decl.size + draw(st.integers(0, 1)))
+
+    def device_operand() -> ir.Operand | None:
+        choice = draw(st.integers(0, 5))
+        if choice <= 2:
+            return None
+        if choice == 3:
+            return draw(st.integers(0, devices))  # `devices` is out of range
+        return ir.BinOp("mod", value(), devices + draw(st.integers(0, 1)))
+
+    def core_operand(decl) -> ir.Operand | None:
+        if decl.scope is Scope.DEVICE or draw(st.integers(0, 2)):
+            return None
+        return draw(st.integers(0, cores)) if draw(st.booleans()) else value()
+
+    def fresh_register(prefix: str) -> str:
+        name = f"{prefix}{len(registers)}"
+        registers.append(name)
+        return name
+
+    def region() -> ir.Region:
+        """The whole buffer, or one row of `mem`, possibly computed (then it may lie
+        outside the buffer, and overlap nothing)."""
+        if draw(st.integers(0, 2)) == 0:
+            return ir.Region("buf")
+        row = draw(st.integers(0, 2)) if draw(st.booleans()) else value()
+        return ir.Region("mem", (row,), (1,))
+
+    def simple() -> None:
+        op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma", "assign", "access"]))
+        if op == "signal":
+            decl = draw(st.sampled_from(regulars))
+            ref = ir.SemRef(decl.name, index_operand(decl), device_operand(), core_operand(decl))
+            body.append(ir.Signal(loc(), ref, value()))
+        elif op == "wait":
+            decl = draw(st.sampled_from(regulars))
+            ref = ir.SemRef(decl.name, index_operand(decl))
+            body.append(ir.Wait(loc(), ref, value(), draw(st.booleans())))
+        elif op == "read":
+            decl = draw(st.sampled_from(regulars))
+            body.append(ir.Read(loc(), ir.SemRef(decl.name, index_operand(decl)), fresh_register("r")))
+        elif op == "assign":
+            body.append(ir.Assign(loc(), fresh_register("v"), value(small=False)))
+        elif op == "access":
+            device = device_operand() if draw(st.integers(0, 2)) == 0 else None
+            body.append(plain_access(draw, loc(), region(), device))
+        else:
+            recv = draw(st.sampled_from(dmas or regulars))
+            remote = draw(st.booleans())
+            nbytes = draw(st.sampled_from([4, 8])) if draw(st.booleans()) else value()
+            index = index_operand(recv)
+            send = ir.SemRef(recv.name, index) if remote else None
+            target = device_operand() if remote else None
+            body.append(ir.DmaStart(
+                loc(), region(), region(), ir.SemRef(recv.name, index), send, nbytes, target,
+            ))
+            if recv.kind is SemKind.DMA and draw(st.booleans()):
+                side = "send" if remote and draw(st.booleans()) else "recv"
+                body.append(ir.DmaWait(loc(), ir.SemRef(recv.name, index), nbytes, side))
+
+    def if_else() -> None:
+        cond = ir.BinOp(draw(st.sampled_from(["lt", "ge", "eq"])), value(), draw(st.integers(0, 2)))
+        branch = len(body)
+        body.append(None)  # Branch to the else part, patched below
+        simple()
+        jump = None
+        if draw(st.booleans()):
+            jump = len(body)
+            body.append(None)  # Jump over the else part
+        else_start = len(body)
+        simple()
+        body[branch] = ir.Branch(loc(), cond, else_start)
+        if jump is not None:
+            body[jump] = ir.Jump(loc(), len(body))
+
+    def counted_loop() -> None:
+        counter = fresh_register("i")
+        body.append(ir.Assign(loc(), counter, 0))
+        top = len(body)
+        for _ in range(draw(st.integers(1, 2))):
+            simple()
+        body.append(ir.Assign(loc(), counter, ir.BinOp("add", ir.Reg(counter), 1)))
+        bound = draw(st.integers(1, 3)) if not inputs or draw(st.booleans()) else ir.BinOp(
+            "min", ir.Reg(draw(st.sampled_from(inputs)).name), 3
+        )
+        body.append(ir.Branch(loc(), ir.BinOp("lt", ir.Reg(counter), bound), top))
+
+    def retry_loop() -> None:
+        """Poll a count with semaphore_read, at most twice, until it reaches k."""
+        counter = fresh_register("i")
+        decl = draw(st.sampled_from(regulars))
+        body.append(ir.Assign(loc(), counter, 0))
+        top = len(body)
+        seen = fresh_register("r")
+        body.append(ir.Read(loc(), ir.SemRef(decl.name, index_operand(decl)), seen))
+        exit_branch = len(body)
+        body.append(None)
+        if draw(st.booleans()):
+            simple()
+        body.append(ir.Assign(loc(), counter, ir.BinOp("add", ir.Reg(counter), 1)))
+        body.append(ir.Branch(loc(), ir.BinOp("lt", ir.Reg(counter), 2), top))
+        body[exit_branch] = ir.Branch(loc(), ir.BinOp("ge", ir.Reg(seen), draw(st.integers(1, 2))), len(body))
+
+    loops = 0
+    lifecycle = backend is Backend.TPU and draw(st.integers(0, 2)) == 0
+    if lifecycle:  # targets count from here: the entry is instruction 0
+        body.append(ir.KernelEntry(loc()))
+    for _ in range(draw(st.integers(0, max_blocks))):
+        shape = draw(st.sampled_from(["simple", "simple", "simple", "if", "loop", "retry"]))
+        if shape in ("loop", "retry") and loops < 2:
+            loops += 1
+            (counted_loop if shape == "loop" else retry_loop)()
+        elif shape == "if":
+            if_else()
+        else:
+            simple()
+    if lifecycle:
+        body.append(ir.KernelExit(loc()))
+    return tuple(body)
 
 
 def _wrong_amount(wait: ir.Instr) -> ir.Instr:

@@ -10,8 +10,9 @@ import textwrap
 import pytest
 
 import semcheck
-from semcheck import assumptions, cli, ir
-from semcheck.assumptions import Assumption, AssumptionError
+from semcheck import cli, ir
+from semcheck.passes import assumptions
+from semcheck.passes.assumptions import Assumption, AssumptionError
 from semcheck.engines import auto
 from semcheck.frontends import LoadError, load
 from semcheck.api import check_protocol

@@ -104,7 +104,7 @@ def test_a_model_file_that_never_returns_is_inconclusive(tmp_path):
 def test_loading_counts_against_the_check(monkeypatch):
     """The check's clock starts when its file starts loading: a load that took the whole
     budget leaves the engine none."""
-    import semcheck.checks as checks
+    import semcheck.run.checks as checks
 
     real = checks.load
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from semcheck import cli
+from semcheck.cli import command
 from semcheck.api import verify_path
 from semcheck.kinds import DESCRIPTIONS
 from semcheck.engines import budget as budget_module
@@ -210,12 +211,12 @@ def test_a_misspelt_choice_and_a_bad_value_are_one_line_each(capsys):
 def test_help_columns_do_not_collide_and_defaults_are_shown():
     import argparse
 
-    parser = cli.build_parser()
+    parser = command.build_parser()
     epilog = parser.epilog.split("violation kinds:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert len(epilog) == len(DESCRIPTIONS)
     for line, (kind, _) in zip(epilog, DESCRIPTIONS.items()):
         assert line.startswith(f"  {kind.value}  ")  # at least two spaces before the description
-    verify = cli._verify_parser(parser)
+    verify = command._verify_parser(parser)
     for action in verify._actions:
         if action.option_strings and action.default not in (None, False, argparse.SUPPRESS, []):
             assert "default" in action.help, action.option_strings

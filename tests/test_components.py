@@ -212,9 +212,9 @@ def test_progress_counts_the_whole_check_and_names_the_part():
 
 
 def test_the_cli_progress_line_names_the_part(capsys):
-    from semcheck import cli
+    from semcheck.cli import command
     from semcheck.engines.budget import ProgressInfo
 
-    show = cli._progress_printer(None, None)("barrier_kernel", 8)
+    show = command._progress_printer(None, None)("barrier_kernel", 8)
     show(ProgressInfo(states=1_500, transitions=0, seconds=5.0, frontier=1, depth=2, part="part 3 of 8"))
     assert "barrier_kernel [8 devices, part 3 of 8]: 1,500 states" in capsys.readouterr().err

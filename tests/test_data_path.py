@@ -16,7 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import check_protocol as _check_protocol
 from semcheck import ir
-from semcheck.assumptions import Assumption, apply
+from semcheck.passes.assumptions import Assumption, apply
 from tests.tpu_kernels import hbm_call, instrs, line_of, mesh, protocols
 
 # Several kernels here pick a route with `lax.top_k`, or load a vector from SMEM, to exercise

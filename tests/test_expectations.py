@@ -8,8 +8,9 @@ import textwrap
 
 import pytest
 
-from semcheck import cli, expectations
-from semcheck.expectations import Expectation, ExpectationError, judge, parse_spec
+from semcheck import cli
+from semcheck.run import expectations
+from semcheck.run.expectations import Expectation, ExpectationError, judge, parse_spec
 from semcheck.result import Result, Stats, Verdict, Violation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,7 +4,7 @@ terminal."""
 
 import os
 
-from semcheck import cli
+from semcheck.cli import command
 from semcheck.api import LoadReport, verify_path
 from semcheck.engines.budget import Budget, ProgressInfo
 from semcheck.report import feedback, text
@@ -36,8 +36,8 @@ def test_verify_path_reports_every_load():
 
 def test_off_a_terminal_progress_is_logged_at_most_every_15_seconds(monkeypatch, capsys):
     clock = [1000.0]
-    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
-    show = cli._progress_printer(Position(total=1), Budget(timeout=600))("ring", 4)
+    monkeypatch.setattr(command.time, "monotonic", lambda: clock[0])
+    show = command._progress_printer(Position(total=1), Budget(timeout=600))("ring", 4)
     for second in range(40):  # a progress report every second for 40 s
         clock[0] = 1000.0 + second
         show(ProgressInfo(states=second * 100, transitions=0, seconds=second, frontier=1, depth=1))

@@ -80,7 +80,7 @@ def test_every_example_declares_its_verdict_once(path):
 def test_the_gate_accepts_every_example():
     """`semcheck verify examples/gpu --expectations` passes: each buggy kernel fails the way
     it declares, each correct one is safe."""
-    from semcheck import expectations
+    from semcheck.run import expectations
 
     found = [r for path, devices in CHECKS for r in results(path, devices)]
     for r, judgement in zip(found, expectations.judge_all(found)):

@@ -53,7 +53,7 @@ def lane_devices(graph):
 
 
 def test_every_shipped_buggy_model_is_covered():
-    from semcheck.expectations import declared_in_file
+    from semcheck.run.expectations import declared_in_file
 
     declared = {
         name[:-3]
@@ -220,7 +220,7 @@ def test_dot_text_pins_nodes_and_paints_the_cycle_red():
 def declared_bugs():
     """Every model and example file that declares an error-severity violation, with the
     device count and invocation count its declarations name (4 and 1 when they name none)."""
-    from semcheck.expectations import declared_in_file
+    from semcheck.run.expectations import declared_in_file
     from semcheck.frontends import discover
     from semcheck.properties import SEVERITY, Kind
 

@@ -1,7 +1,7 @@
 """Data races, arrivals outside the kernel, and the exit check, one rule at a time."""
 
 from semcheck.engines import check
-from semcheck.invocations import repeat
+from semcheck.passes.invocations import repeat
 from semcheck.model import DMA, ProtocolBuilder
 
 

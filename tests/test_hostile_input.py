@@ -14,7 +14,8 @@ import textwrap
 import pytest
 
 import semcheck
-from semcheck import cli, expectations
+from semcheck import cli
+from semcheck.run import expectations
 from semcheck.frontends import discover
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(semcheck.__file__)))

@@ -16,7 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import check_protocol, ir
 from semcheck.engines import check
-from semcheck.invocations import repeat
+from semcheck.passes.invocations import repeat
 from semcheck.model import DMA, ProtocolBuilder
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree, kinds
@@ -171,7 +171,7 @@ def test_a_dma_sized_per_thread_has_exact_bytes_and_regions():
 def test_a_dma_sized_from_scalar_prefetch_is_symbolic():
     """The byte count and the window follow the caller's value: a wait for a fixed 4 rows
     matches only a count of 4 (else it hangs, or leaves bytes over)."""
-    from semcheck.assumptions import Assumption, apply
+    from semcheck.passes.assumptions import Assumption, apply
 
     def kernel(counts_ref, x_ref, o_ref, sem):
         rows = counts_ref[0]
@@ -428,7 +428,7 @@ def test_a_run_time_semaphore_index_outside_the_array_is_invalid_semaphore_index
         pl.semaphore_signal(sems.at[slot_ref[0]], 1)  # <- slot from scalar prefetch
         pl.semaphore_wait(sems.at[slot_ref[0]], 1)
 
-    from semcheck.assumptions import Assumption, apply
+    from semcheck.passes.assumptions import Assumption, apply
 
     [p] = protocols(_call(kernel, [REGULAR_SEM((2,))], prefetch=[1]), mesh((2,)))
     assert check_protocol(apply(p, [Assumption("slot_ref[0]", 0, 1)])).verdict.value == "safe"

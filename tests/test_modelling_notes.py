@@ -1,7 +1,7 @@
 """Every modelling choice a verdict can rest on is stated in the result, with its basis in
 JAX 0.10.2's source, and only when the kernel relies on it; and the reading of how the
 TensorCores of one chip enter a kernel decides JAX's own core-local barrier, in both
-engines (semcheck/core_entry.py, docs/semantics.md)."""
+engines (semcheck/passes/core_entry.py, docs/semantics.md)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import ir
-from semcheck.checks import check_protocol
-from semcheck.core_entry import ARRIVE as CORE_ARRIVE
+from semcheck.run.checks import check_protocol
+from semcheck.passes.core_entry import ARRIVE as CORE_ARRIVE
 from semcheck.result import Verdict
 from tests.tpu_kernels import mesh, protocols
 
@@ -90,7 +90,7 @@ def test_joint_entry_is_added_only_where_cores_talk_and_no_device_barrier_holds_
         pltpu.sync_copy(x_hbm.at[rows], o_hbm.at[rows])
 
     [quiet] = protocols(core_kernel(silent, collective_id=7), mesh((2,)), rows=8 * CORES)
-    from semcheck.core_entry import apply
+    from semcheck.passes.core_entry import apply
 
     def has_joint_entry(p):
         return CORE_ARRIVE in {d.name for d in apply(p).semaphores}
@@ -104,7 +104,7 @@ def test_joint_entry_is_added_only_where_cores_talk_and_no_device_barrier_holds_
 
 
 def test_joint_entry_holds_across_invocations():
-    from semcheck.invocations import repeat
+    from semcheck.passes.invocations import repeat
 
     [p] = protocols(core_kernel(jax_core_local_barrier, collective_id=7), mesh((2,)), rows=8 * CORES)
     twice = repeat(p, 2)

@@ -1,5 +1,5 @@
 """benchmarks/mutants.py picks the examples declared safe by their `# semcheck: expect`
-lines (read by semcheck.expectations, as the gate reads them), and fails when it picks
+lines (read by semcheck.run.expectations, as the gate reads them), and fails when it picks
 nothing, so a changed declaration format cannot make it check zero mutants and pass."""
 
 import importlib.util

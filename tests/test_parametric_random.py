@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from semcheck.checks import check_protocol
+from semcheck.run.checks import check_protocol
 from semcheck.model import DMA, REGULAR, ProtocolBuilder
 from semcheck.parametric.family import EveryCount, every_count_of
 from semcheck.result import Verdict
@@ -55,7 +55,7 @@ def rings(draw):
     return spec
 
 
-def build(n: int, spec: dict):
+def build(n: int, spec: dict):  # noqa: C901
     p = ProtocolBuilder("random_ring", devices=n, backend="tpu")
     barrier = p.barrier_semaphore(collective_id=0)
     send = p.semaphore("send_sem", DMA)

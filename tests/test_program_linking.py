@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from semcheck.checks import check_protocol
+from semcheck.run.checks import check_protocol
 from tests.tpu_support import ROOT
 
 EXAMPLES = os.path.join(ROOT, "examples", "tpu")
@@ -192,7 +192,7 @@ def _gpu_signal_then_wait(x):
 
 
 def test_gpu_kernels_passing_a_semaphore_are_each_checked_alone_and_never_a_violation():
-    from semcheck.programs import GPU_PROGRAM_REASON, gpu_program_note
+    from semcheck.passes.programs import GPU_PROGRAM_REASON, gpu_program_note
 
     signal, wait = _protocols(_gpu_signal_then_wait, 2)
     assert (signal.name, wait.name) == ("gpu_signal_kernel", "gpu_wait_kernel")

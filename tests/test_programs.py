@@ -1,4 +1,4 @@
-"""Programs of several kernels (semcheck/programs.py): kernels run one after another on every
+"""Programs of several kernels (semcheck/passes/programs.py): kernels run one after another on every
 device, checked as one protocol, with what one hands to the next carried across.
 
 The protocols here are the IR of JAX's async remote copy (tests/pallas/tpu_pallas_async_test.py
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, assume
 
 from semcheck import ir
-from semcheck.checks import check_protocol
-from semcheck.programs import Handover, compose, handed_in_note, shared_barrier_name
+from semcheck.run.checks import check_protocol
+from semcheck.passes.programs import Handover, compose, handed_in_note, shared_barrier_name
 from tests.strategies import protocols
 from tests.tiers import example_counts, run_examples
 
@@ -113,7 +113,7 @@ def test_a_program_run_twice_repeats_the_whole_sequence_of_kernels(devices, stat
     """--invocations 2 on a program: start, send_done, recv_done, then all three again; the
     start kernel's barrier semaphore persists across the two runs (it is the collective_id's),
     its DMA semaphores are handed on afresh in each."""
-    from semcheck.invocations import repeat
+    from semcheck.passes.invocations import repeat
 
     twice = repeat(program(devices), 2)
     entries = [i.kernel for i in twice.threads[0].body if isinstance(i, ir.KernelEntry)]
@@ -129,7 +129,7 @@ def test_a_program_run_twice_repeats_the_whole_sequence_of_kernels(devices, stat
 def test_waiting_twice_for_one_copy_in_a_program_run_twice_hangs_every_device(engine):
     """The device stuck in the first run's second wait never signals the second run's
     barrier, which its peers wait on: a deadlock across the two runs."""
-    from semcheck.invocations import repeat
+    from semcheck.passes.invocations import repeat
 
     r = check_protocol(repeat(program(2, recv_waits=2), 2), engine=engine)
     assert {v.kind for v in r.errors} == {"deadlock"}

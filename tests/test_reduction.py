@@ -164,7 +164,7 @@ def test_a_future_up_to_stops_is_the_union_of_the_instructions_before_them(proto
     """`ThreadTable.future_before` answers from next-occurrence tables per bit; it must be
     exactly the union of what the instructions from pc up to the first stop touch."""
     system = System(protocol)
-    for t, table in enumerate(system.tables):
+    for table in system.tables:
         n = len(table.own)
         pc = data.draw(st.integers(0, n), label="pc")
         stops = tuple(sorted(data.draw(st.sets(st.integers(0, n), max_size=3), label="stops")))

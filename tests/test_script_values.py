@@ -19,7 +19,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import PartitionSpec as P
 
 from semcheck import check_protocol, ir
-from semcheck.assumptions import Assumption
+from semcheck.passes.assumptions import Assumption
 from semcheck.report import json as json_report
 from semcheck.report import text
 from semcheck.result import CheckedValues

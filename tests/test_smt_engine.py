@@ -11,7 +11,7 @@ from hypothesis import HealthCheck
 
 from semcheck import ir
 from semcheck.api import check_protocol
-from semcheck.assumptions import Assumption
+from semcheck.passes.assumptions import Assumption
 from semcheck.engines.explicit import search as explicit
 from semcheck.engines.z3 import engine as smt
 from semcheck.engines.budget import Budget
@@ -359,7 +359,7 @@ def test_shared_receive_semaphore_races_by_z3(devices):
 def test_a_ring_run_twice_agrees_with_the_explicit_engine():
     """Kernel entry resets the scratch semaphores of each invocation; the ring stays safe
     when run twice (its barrier handshake orders the invocations)."""
-    from semcheck.invocations import repeat
+    from semcheck.passes.invocations import repeat
 
     (ring,) = load(os.path.join(ROOT, "models", "ring_allgather.py"), 3)
     by_search, by_solver = assert_engines_agree(repeat(ring, 2))

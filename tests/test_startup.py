@@ -39,7 +39,7 @@ def test_checking_a_safe_model_imports_no_heavy_dependency():
     assert "semcheck.engines.z3.engine" not in modules and "semcheck.frontends.capture" not in modules
     # A check in this process needs no worker pool and no --baseline reader.
     lazy = {"multiprocessing", "concurrent.futures.process", "semcheck.report.baseline", "semcheck.report.sarif",
-            "semcheck.sweep_ray"}
+            "semcheck.run.sweep_ray"}
     assert not lazy & modules, sorted(lazy & modules)
 
 
@@ -112,7 +112,8 @@ def test_the_capture_child_keeps_jax_compiles_where_semcheck_jax_cache_says(tmp_
 
 def test_ray_missing_is_still_a_usage_error(monkeypatch, capsys):
     """The Ray executor is imported when --executor ray is given; its error stays exit 2."""
-    from semcheck import cli, sweep_ray
+    from semcheck import cli
+    from semcheck.run import sweep_ray
 
     def no_ray(*args, **kwargs):
         raise sweep_ray.RayUnavailable("--executor ray needs Ray: pip install 'semcheck[ray]'")

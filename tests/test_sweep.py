@@ -137,7 +137,8 @@ def test_with_jax_loaded_workers_come_from_a_clean_forkserver(serial, tmp_path):
     script = textwrap.dedent(f'''
         import sys
         import jax  # noqa: F401
-        from semcheck import cli, sweep
+        from semcheck import cli
+        from semcheck.run import sweep
 
         if __name__ == "__main__":
             assert sweep._process_context().get_start_method() == "forkserver"

@@ -3,12 +3,12 @@
 A kernel that cannot be lowered (with no prefix to check) or cannot be repeated
 (`--invocations` on Mosaic GPU) still ran on its mesh; its error result has the mesh's
 device count and, when that is smaller than --devices, the same mesh_smaller_than_devices
-warning a checked kernel gets. `sweep.run_task` is run here on a load that is faked (no
+warning a checked kernel gets. `tasks.run_task` is run here on a load that is faked (no
 capture), so these need no JAX."""
 
 import pytest
 
-from semcheck import checks, sweep
+from semcheck.run import checks, tasks
 from semcheck.errors import LoadError
 from semcheck.ir import Loc
 from semcheck.model import ProtocolBuilder
@@ -16,8 +16,8 @@ from semcheck.model import ProtocolBuilder
 
 def _run(monkeypatch, tmp_path, loaded, requested, **options):
     monkeypatch.setattr(checks, "_load_within", lambda *args, **kwargs: loaded)
-    task = sweep.Task(0, "kernel.py", requested, sweep.SweepOptions(**options), str(tmp_path))
-    return sweep.run_task(task).results
+    task = tasks.Task(0, "kernel.py", requested, tasks.SweepOptions(**options), str(tmp_path))
+    return tasks.run_task(task).results
 
 
 def _lowering_error(mesh_devices):

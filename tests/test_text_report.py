@@ -119,7 +119,7 @@ def _moe_like_checks():
 def test_each_note_says_which_device_counts_it_belongs_to():
     """Notes of several checks were pooled without labels: the 2-device data notes read as
     the 4-device violation's, and with expectations the 4-device notes were dropped."""
-    from semcheck.expectations import Expectation, judge
+    from semcheck.run.expectations import Expectation, judge
 
     checks, shared = _moe_like_checks()
     declared = [Expectation(frozenset(), where="k.py:15"), Expectation(frozenset({"remote_before_entry"}), where="k.py:15")]

@@ -22,7 +22,7 @@ from jax.experimental.pallas import tpu as pltpu
 from semcheck import check_protocol, ir, tpu_facts
 from semcheck.engines.budget import Budget
 from semcheck.engines.explicit import search as explicit
-from semcheck.invocations import repeat
+from semcheck.passes.invocations import repeat
 from semcheck.kinds import Kind
 from semcheck.semantics import System
 from tests.agreement import assert_engines_agree

@@ -399,7 +399,7 @@ def test_semaphores_passed_between_kernels_are_arguments():
 
     from semcheck import check_protocol
 
-    # One program (semcheck/programs.py): the consumer's semaphore is the producer's, so its
+    # One program (semcheck/passes/programs.py): the consumer's semaphore is the producer's, so its
     # wait is satisfied by the producer's signal, and the count is judged at the program's end.
     [program] = protocols(per_device, mesh((2,)))
     assert program.kernels == ("producer", "consumer")
@@ -475,7 +475,7 @@ def test_a_scalar_prefetch_element_is_an_input_on_each_device():
     """A signal count read from a scalar-prefetch operand is the caller's value: one input
     per device, over the whole int32 range until the user bounds it by the element's name."""
     from semcheck import check_protocol
-    from semcheck.assumptions import Assumption, apply
+    from semcheck.passes.assumptions import Assumption, apply
 
     def kernel(flags_ref, x_ref, o_ref, sem):
         pl.semaphore_signal(sem, flags_ref[0])

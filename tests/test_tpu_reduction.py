@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from semcheck import core_entry
+from semcheck.passes import core_entry
 from semcheck.engines.budget import Budget
 from semcheck.engines.explicit import search as explicit
 from semcheck.frontends import capture_cache

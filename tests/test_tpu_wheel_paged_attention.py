@@ -186,7 +186,7 @@ EVERY_INPUT = [("init_flag_ref", 1, 1), ("buffer_index_ref", 0, 1), ("lengths_re
 
 
 def _for_every_input(driver: str):
-    from semcheck.assumptions import Assumption
+    from semcheck.passes.assumptions import Assumption
 
     return verify_path(driver, [1], engine="z3", assume=[Assumption(*a) for a in EVERY_INPUT])
 

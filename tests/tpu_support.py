@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from semcheck import expectations
+from semcheck.run import expectations
 from semcheck.api import verify_path
 from semcheck.kinds import SEVERITY, Kind
 
@@ -44,7 +44,7 @@ def example_paths() -> list[str]:
 @dataclass
 class Declared:
     """What a model or example declares: its `# semcheck: expect` comments (the gate's own
-    declarations, read by semcheck.expectations, so the tests and `semcheck verify
+    declarations, read by semcheck.run.expectations, so the tests and `semcheck verify
     --expectations` hold every file to one statement) and the lines it marks `# <- kind`
     (where each violation is reported)."""
 

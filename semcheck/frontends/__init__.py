@@ -136,9 +136,9 @@ def kind_of(path: str) -> str:
 
 def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
     """The protocols `path` describes at `devices` devices, with the file's own
-    `semcheck.assume(...)` bounds applied to their inputs (see assumptions.py). A kernel
+    `semcheck.assume(...)` bounds applied to their inputs (see passes/assumptions.py). A kernel
     script gives a LoadError in place of each kernel that cannot be lowered."""
-    from semcheck import assumptions
+    from semcheck.passes import assumptions
 
     classification = options.pop("classification", None) or classify(path)
     with assumptions.collecting() as assumed:

@@ -118,7 +118,7 @@ def capturing(record: Callable):
                 in_avals=tuple(ctx.avals_in),
             )
             record(capture)
-            from semcheck.operands import record_operands
+            from semcheck.frontends.operands import record_operands
 
             record_operands(ctx, in_nodes, capture)
             outs = _zeros(ctx, in_nodes)
@@ -129,7 +129,7 @@ def capturing(record: Callable):
 
         return lowering_rule
 
-    from semcheck.operands import forget_runs
+    from semcheck.frontends.operands import forget_runs
 
     forget_runs()
     table = mlir._platform_specific_lowerings["cpu"]
@@ -312,7 +312,7 @@ def capture_function(fn, *args, operand_values: bool = False, **kwargs) -> list:
 def with_operand_values(found: list, fn, args, kwargs) -> list:
     """`found` (from the jaxpr) with the operand values the kernels receive when `fn` runs on
     `args`: a fresh `jax.jit` of `fn` runs once under the capture hooks, as a script's
-    kernels run (operands.py), so each kernel's operands reach a callback per device. The
+    kernels run (frontends/operands.py), so each kernel's operands reach a callback per device. The
     run's kernels are matched to `found` by position, primitive and operand count; if they
     do not match (a kernel a cache hid, a function that fails when run), `found` stays
     without values, and a value that needs them is an error that says so."""
@@ -568,7 +568,7 @@ def _child(args) -> int:
     watchdog = threading.Timer(args.timeout, on_timeout)
     watchdog.daemon = True
     watchdog.start()
-    from semcheck import assumptions
+    from semcheck.passes import assumptions
 
     exited: list[str | None] = [None]
     with assumptions.collecting() as script_assumptions, capturing(captures.append):
@@ -619,7 +619,7 @@ def use_compilation_cache(jax) -> None:
 
 
 def _settle_callbacks() -> None:
-    """Wait for the operand callbacks of kernels the script ran (semcheck/operands.py)."""
+    """Wait for the operand callbacks of kernels the script ran (semcheck/frontends/operands.py)."""
     import jax
 
     try:

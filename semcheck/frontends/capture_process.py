@@ -26,7 +26,7 @@ _CHILD = "import sys; del sys.path[0]; from semcheck.frontends.capture import ch
 # (Mosaic GPU is not among them: 0.11 CPU s that a TPU script never needs; a script that
 # imports it has the server import it before its child is forked, see `_jax_imports`.)
 SERVER_PRELOAD = ("jax", "jax.experimental.pallas", "jax.experimental.pallas.tpu", "jaxlib.mlir.dialects.mhlo?",
-                  "semcheck.frontends.capture", "semcheck.lower.*", "semcheck.operands", "semcheck.assumptions",
+                  "semcheck.frontends.capture", "semcheck.lower.*", "semcheck.frontends.operands", "semcheck.passes.assumptions",
                   "semcheck.frontends.isolation", "semcheck.frontends.sources")
 _ENTRY = "semcheck.frontends.capture:child_main"
 

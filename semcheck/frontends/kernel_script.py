@@ -65,7 +65,7 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
 def _reassume(made_by_the_script) -> None:
     """The script ran in the capture subprocess; its `semcheck.assume` calls count here, in
     the load that `frontends.load` is collecting."""
-    from semcheck import assumptions
+    from semcheck.passes import assumptions
 
     for a in made_by_the_script:
         assumptions.record(a)

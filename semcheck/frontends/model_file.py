@@ -16,7 +16,7 @@ from semcheck.model import ModelError
 
 
 def load(path: str, devices: int, *, timeout: float | None = None) -> Protocol:
-    from semcheck import assumptions
+    from semcheck.passes import assumptions
 
     protocol, assumed = call_isolated(
         _load_here, path, devices, user_file=path, what=f"loading the model file (model({devices}))",
@@ -29,7 +29,7 @@ def load(path: str, devices: int, *, timeout: float | None = None) -> Protocol:
 
 def _load_here(path: str, devices: int):
     """In the child: the Protocol and the assumptions the file made."""
-    from semcheck import assumptions
+    from semcheck.passes import assumptions
 
     with assumptions.collecting() as assumed:
         protocol = load_in_process(path, devices)

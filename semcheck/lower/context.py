@@ -231,7 +231,7 @@ class KernelContext:
         return "the capture saw no value of it on that device"
 
     def is_assumed(self, input_name: str) -> bool:
-        from semcheck.assumptions import covers
+        from semcheck.passes.assumptions import covers
 
         return any(covers(a, input_name) for a in self.assumed)
 

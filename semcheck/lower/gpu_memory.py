@@ -39,7 +39,7 @@ def smem_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> ir.Reg
     return region if device is None else None
 
 
-def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tuple[ir.Region, ir.Operand | None]:
+def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tuple[ir.Region, ir.Operand | None]:  # noqa: C901
     """The region of a buffer a GPU view covers, and the device it lives on (None: the
     thread's own). `plgpu.TilingTransform` stores a logical
     (..., m, n) buffer as (..., m/tm, n/tn, tm, tn) and swizzling permutes bytes within a

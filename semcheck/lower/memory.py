@@ -198,7 +198,7 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
             return None
         kept: list[int] = []
         sizes: list[Value] = []
-        for dim, index, size in zip(view.kept, transform.indices, view.sizes):
+        for dim, index, _ in zip(view.kept, transform.indices, view.sizes):
             d = view.dims[dim]
             extent = d.count if isinstance(d.count, int) else ref.shape[dim]
             if isinstance(index, Slice):

@@ -14,13 +14,13 @@ lowered inline while capturing (frontends/capture.py, `_inlined_call`), so its k
 share the caller's scope and a semaphore followed through the call links them. Separate
 top-level calls cannot hand a semaphore on in JAX 0.10.2 (a jitted function cannot return
 one: frontends/capture.py, `SEMAPHORE_RESULT`), so there is nothing to link across them.
-The composition itself is `semcheck/programs.py`.
+The composition itself is `semcheck/passes/programs.py`.
 """
 
 from __future__ import annotations
 
 from semcheck import ir
-from semcheck.programs import Handover, carried_places, compose, gpu_program_note
+from semcheck.passes.programs import Handover, carried_places, compose, gpu_program_note
 
 
 def link_programs(captures: list, lowered: list[list[ir.Protocol]]) -> list[ir.Protocol]:

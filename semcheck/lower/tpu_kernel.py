@@ -34,10 +34,10 @@ from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 from semcheck.lower.tpu_hardware import hardware_notes, in_dma_units
-from semcheck.programs import handed_in_note, handed_out_note
+from semcheck.passes.programs import handed_in_note, handed_out_note
 from semcheck.jax_compat import jax_internal
 
-ARRIVE, RELEASE = "device_barrier.arrive", "device_barrier.release"
+ARRIVE, RELEASE = ir.DEVICE_BARRIER_ARRIVE, ir.DEVICE_BARRIER_RELEASE
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class KernelCapture:
     mesh: MeshShape = field(default_factory=MeshShape)
     call_loc: ir.Loc | None = None
     # What the script passed when it ran the kernel: device -> operand index -> array
-    # (semcheck/operands.py); empty when the kernel was compiled but never run.
+    # (semcheck/frontends/operands.py); empty when the kernel was compiled but never run.
     operand_values: dict = field(default_factory=dict)
     # Names the script's semcheck.assume calls bound: a buffer element they name stays a
     # protocol input (checked over the range) instead of its value in the data.
@@ -307,10 +307,7 @@ AUTO_COLLECTIVE_BASE_ID = 7000
 def _auto_collective_ids() -> str:
     import jax
 
-    try:
-        return str(getattr(jax.config, "jax_pallas_auto_assign_collective_ids"))
-    except AttributeError:
-        return "no"
+    return str(getattr(jax.config, "jax_pallas_auto_assign_collective_ids", "no"))
 
 
 def _uses_barrier_semaphore(jaxpr) -> bool:
@@ -480,7 +477,7 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
         fed = {b for use in ctx.data_uses for b in use.buffers}
         # Only payloads into buffers that fed a protocol value must agree: a ring's payload
         # moves one hop per lowering and decides nothing (unless a thread was cut short).
-        decisive = (lambda landed: landed) if cut else (lambda landed: _landed_in(landed, fed))
+        decisive = (lambda landed: landed) if cut else (lambda landed, fed=fed: _landed_in(landed, fed))
         if settled and same_arrivals(decisive(arrivals), decisive(ctx.arrivals)):
             if arrived & fed and ctx.inputs:
                 raise LoadError(
@@ -515,7 +512,7 @@ def _landed_in(arrivals: dict, buffers: set[str]) -> dict:
 
 def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
     """Every thread; one that stops at an unsupported construct ends in an ir.Cut, and the
-    prefix before it is still checked (prefix.py)."""
+    prefix before it is still checked (run/prefix.py)."""
     devices = ctx.mesh.size
     threads = []
     for device in range(devices):
@@ -535,7 +532,7 @@ def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
                     copy_out(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
                     write_back(t, every_block, points[core], k, ctx.pipeline.loc if every_block else ctx.kernel_loc)
                 t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
-            except LoadError as e:  # the prefix before it is still checked (prefix.py)
+            except LoadError as e:  # the prefix before it is still checked (run/prefix.py)
                 t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
             threads.append(ir.Thread(device, core, t.emitter.build()))
     return threads

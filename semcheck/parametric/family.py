@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from semcheck.checks import check_protocol, error_result
+from semcheck.run.checks import check_protocol, error_result
 from semcheck.engines.budget import Budget
 from semcheck.errors import LoadError, NothingToCheck
 from semcheck.ir import Protocol

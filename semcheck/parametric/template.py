@@ -231,11 +231,11 @@ def _leaves(value: Any) -> Iterable[Any]:
 # --- the default device barrier ---------------------------------------------------------------------
 
 # The semaphores of the barrier XLA runs before the body when a kernel sets no collective_id,
-# as semcheck/lower/tpu_kernel.py models it (ARRIVE, RELEASE there; a test holds them equal):
+# as semcheck/lower/tpu_kernel.py models it (its semaphores named in ir.py):
 # every device signals `arrive` on device 0, device 0 waits for all and signals `release` on
 # each, every device waits for its `release`. Device 0 runs more of it than the others, so the
 # programs are not rotations of one another; but it is one global barrier whatever N is.
-BARRIER_ARRIVE, BARRIER_RELEASE = "device_barrier.arrive", "device_barrier.release"
+BARRIER_ARRIVE, BARRIER_RELEASE = ir.DEVICE_BARRIER_ARRIVE, ir.DEVICE_BARRIER_RELEASE
 
 
 def without_default_barrier(p: ir.Protocol) -> tuple[ir.Protocol, bool]:

@@ -60,7 +60,7 @@ LABEL_WIDTH = 40
 LaneKey = tuple  # (device, core, sub)
 
 
-def counterexample_graph(
+def counterexample_graph(  # noqa: C901
     result: Result, violation: Violation, *, fold_above: int = FOLD_LANES_LONGER_THAN
 ) -> nx.DiGraph:
     graph = nx.DiGraph(
@@ -134,7 +134,7 @@ def counterexample_graph(
         (key, _rest_lane_label(rest_lanes, result.cores, unit) if key == REST else _lane_label(key, result.cores, unit))
         for key in lane_order
     ]
-    for order, key in enumerate(lane_order):
+    for key in lane_order:
         for position, node in enumerate(lanes[key]):
             graph.nodes[node]["order"] = position
         for earlier, later in zip(lanes[key], lanes[key][1:]):
@@ -360,44 +360,47 @@ def _fold(graph: nx.DiGraph, lanes: dict[LaneKey, list[str]], fold_above: int) -
         run: list[str] = []
         last_step = max((n for n in nodes if graph.nodes[n]["kind"] == STEP), default=None,
                         key=lambda n: graph.nodes[n]["step"])
-
-        def flush() -> None:
-            relevant = any(graph.nodes[n]["relevant"] for n in run)
-            if not run or (relevant and len(run) < MIN_RUN):
-                new_nodes.extend(run)
-            else:
-                fold = f"f{run[0][1:]}"
-                steps = [graph.nodes[n]["step"] for n in run]
-                lines = sorted({graph.nodes[n]["line"] for n in run if graph.nodes[n]["line"]})
-                count = f"{len(run)} step{'s' if len(run) != 1 else ''}"
-                span = f"#{steps[0]}-#{steps[-1]}" if len(steps) > 1 else f"#{steps[0]}"
-                graph.add_node(
-                    fold, kind=COLLAPSED, lane=key, steps=steps, line=None, highlight=None, relevant=relevant,
-                    label=f"... {count} ({span})\n{_lines_text(lines)}", tooltip="",
-                )
-                for n in run:
-                    folded[n] = fold
-                    graph.remove_node(n)
-                new_nodes.append(fold)
-            run.clear()
-
         for n in nodes:
             data = graph.nodes[n]
             is_step = data["kind"] == STEP and data["highlight"] != "fault"
             if is_step and not data["relevant"]:
                 if run and graph.nodes[run[-1]]["relevant"]:
-                    flush()  # a run is all relevant or all not: the two fold differently
+                    # a run is all relevant or all not: the two fold differently
+                    _flush(graph, key, run, new_nodes, folded)
                 run.append(n)
             elif is_step and long_lane and data["highlight"] is None and n != last_step:
                 if run and not graph.nodes[run[-1]]["relevant"]:
-                    flush()
+                    _flush(graph, key, run, new_nodes, folded)
                 run.append(n)
             else:
-                flush()
+                _flush(graph, key, run, new_nodes, folded)
                 new_nodes.append(n)
-        flush()
+        _flush(graph, key, run, new_nodes, folded)
         lanes[key] = new_nodes
     return folded
+
+
+def _flush(graph: nx.DiGraph, key: LaneKey, run: list[str], new_nodes: list[str], folded: dict[str, str]) -> None:
+    """End a run of `_fold`: a fold node in place of its steps (in `new_nodes`), or the steps
+    themselves when they are relevant and too few to fold; `run` is emptied."""
+    relevant = any(graph.nodes[n]["relevant"] for n in run)
+    if not run or (relevant and len(run) < MIN_RUN):
+        new_nodes.extend(run)
+    else:
+        fold = f"f{run[0][1:]}"
+        steps = [graph.nodes[n]["step"] for n in run]
+        lines = sorted({graph.nodes[n]["line"] for n in run if graph.nodes[n]["line"]})
+        count = f"{len(run)} step{'s' if len(run) != 1 else ''}"
+        span = f"#{steps[0]}-#{steps[-1]}" if len(steps) > 1 else f"#{steps[0]}"
+        graph.add_node(
+            fold, kind=COLLAPSED, lane=key, steps=steps, line=None, highlight=None, relevant=relevant,
+            label=f"... {count} ({span})\n{_lines_text(lines)}", tooltip="",
+        )
+        for n in run:
+            folded[n] = fold
+            graph.remove_node(n)
+        new_nodes.append(fold)
+    run.clear()
 
 
 def _lines_text(lines: list[int]) -> str:

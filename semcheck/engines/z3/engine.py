@@ -405,7 +405,7 @@ class _Session:
                 states += tracing.replay(self.system, states[-1], actions[-1:])[1:]
             except AssertionError as e:
                 raise EncodingMismatch(f"the solver's execution does not replay: {e}") from None
-        for j, (action, t, pc) in enumerate(decoded):
+        for j, (_action, t, pc) in enumerate(decoded):
             if t is not None and states[j].pcs[t] != pc:
                 raise EncodingMismatch(
                     f"step {j + 1}: the solver has thread {t} at pc {pc}, the replay at {states[j].pcs[t]}"

@@ -169,7 +169,7 @@ def _mod(a: SymInt, b: SymInt) -> SymInt:
     return ITE(EQ(b, 0), 0, a - b * q)
 
 
-def apply(op: str, a: SymInt, b: SymInt) -> SymInt:
+def apply(op: str, a: SymInt, b: SymInt) -> SymInt:  # noqa: C901
     """`semantics.apply_op` lifted to symbolic operands."""
     if is_const(a) and is_const(b):
         return apply_op(op, int(a), int(b))

@@ -1,13 +1,14 @@
 """Checking one protocol, and loading one file for its checks: what the Python API and a
-sweep's tasks (`semcheck.sweep`, on this machine or a Ray worker) share."""
+sweep's tasks (`semcheck.run.sweep`, on this machine or a Ray worker) share."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from semcheck import assumptions, engines
-from semcheck.assumptions import Assumption
+from semcheck import engines
+from semcheck.passes import assumptions
+from semcheck.passes.assumptions import Assumption
 from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, bounded_phase
 from semcheck.errors import LoadError, LoadTimedOut, ProtocolError
 from semcheck.frontends import load
@@ -28,9 +29,9 @@ def check_protocol(
     **options,
 ) -> Result:
     """`cores_enter_together`: the reading of how the TensorCores of one chip enter a kernel
-    (semcheck/core_entry.py; False is --no-assume-cores-enter-together). `exhaustive`: every
+    (semcheck/passes/core_entry.py; False is --no-assume-cores-enter-together). `exhaustive`: every
     finding of every kind, instead of stopping at the first counterexample (`engines.check`)."""
-    from semcheck import core_entry
+    from semcheck.passes import core_entry
 
     protocol = core_entry.apply(protocol, cores_enter_together)
     assume = list(assume)
@@ -41,8 +42,8 @@ def check_protocol(
         result = engines.check(protocol, engine, budget=budget, progress=progress, exhaustive=exhaustive, **options)
     except ProtocolError as e:
         return error_result(protocol.name, protocol.loc.file, protocol.loc.line, protocol.devices, str(e), engine)
-    from semcheck.programs import outside_producers
-    from semcheck.provenance import uncertain_races, with_data_race_note
+    from semcheck.passes.programs import outside_producers
+    from semcheck.run.provenance import uncertain_races, with_data_race_note
 
     return with_data_race_note(protocol, uncertain_races(protocol, outside_producers(protocol, result)))
 

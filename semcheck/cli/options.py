@@ -162,7 +162,7 @@ def check_all(args) -> None:
     for option, what in (("output", "-o"), ("graph", "--graph"), ("summary", "--summary"), ("sarif", "--sarif")):
         if getattr(args, option, None):
             check_writable(getattr(args, option), what)
-    from semcheck.gate import SUMMARY_VARIABLE
+    from semcheck.cli.gate import SUMMARY_VARIABLE
 
     if os.environ.get(SUMMARY_VARIABLE):  # appended to after the run, as CI's job summary
         check_writable(os.environ[SUMMARY_VARIABLE], f"the file ${SUMMARY_VARIABLE} names,")

@@ -8,7 +8,7 @@
     invocations = 1
     exhaustive = false                # true: every finding, not only the first counterexample
 
-    [tool.semcheck.expect]            # expected verdicts (semcheck/expectations.py)
+    [tool.semcheck.expect]            # expected verdicts (semcheck/run/expectations.py)
     "kernels/ring_bug.py" = "deadlock"
 
 The nearest pyproject.toml with a `[tool.semcheck]` table at or above the working
@@ -45,8 +45,8 @@ class Defaults:
                 f"(known: {', '.join(KNOWN_KEYS)})" for key in self.unknown_keys]
 
 
-def load(cwd: str | None = None) -> Defaults:
-    from semcheck.expectations import ExpectationError, _semcheck_table, find_pyproject
+def load(cwd: str | None = None) -> Defaults:  # noqa: C901
+    from semcheck.run.expectations import ExpectationError, _semcheck_table, find_pyproject
 
     cwd = os.path.abspath(cwd or os.getcwd())
     try:

@@ -1,6 +1,6 @@
 """The CI-gate side of `semcheck verify`: project defaults (`[tool.semcheck]`), parallel and
 distributed sweeps (`-j`, `--executor ray`), `--baseline`, `--summary` and `--category`.
-Kept apart from cli.py so that the run loop there stays one call per step."""
+Kept apart from command.py so that the run loop there stays one call per step."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import argparse
 import os
 import sys
 
-from semcheck import config
+from semcheck.cli import config
 from semcheck.result import Result, Verdict
-from semcheck.sweep import Executor, Task, TaskOutcome
+from semcheck.run.sweep import Executor
+from semcheck.run.tasks import Task, TaskOutcome
 
 SUMMARY_VARIABLE = "GITHUB_STEP_SUMMARY"
 
@@ -123,7 +124,7 @@ def judged_verdict(full: Result, shown: Result, judgement) -> Verdict:
     """What a check counts as under --expectations (judged on its full findings), when a
     baseline may have hidden some: a mismatch made only of findings the baseline knows
     passes, like any known finding."""
-    from semcheck.expectations import effective_verdict
+    from semcheck.run.expectations import effective_verdict
 
     verdict = effective_verdict(full, judgement)
     if verdict is Verdict.VIOLATION and shown is not full and not shown.errors:

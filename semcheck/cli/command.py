@@ -6,7 +6,7 @@ interrupted by Ctrl-C / SIGTERM / SIGHUP (the checks that finished are still rep
 partial).
 
 With --expectations, each check is judged against the verdict declared for its file
-(`semcheck/expectations.py`): 0 every check matched its declaration; 1 some check did not;
+(`semcheck/run/expectations.py`): 0 every check matched its declaration; 1 some check did not;
 2 some check errored (or a declaration is malformed); 3 some check was inconclusive and
 none of the above.
 """
@@ -19,11 +19,12 @@ import shutil
 import sys
 import time
 
-from semcheck import cli_options, config, expectations, gate, interrupts
+from semcheck.cli import config, gate, interrupts, options as cli_options
+from semcheck.run import expectations
 from semcheck.api import check_paths
 from semcheck.version import __version__
-from semcheck.assumptions import AssumptionError, parse as parse_assumption
-from semcheck.cli_options import for_argparse
+from semcheck.passes.assumptions import AssumptionError, parse as parse_assumption
+from semcheck.cli.options import for_argparse
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import DEFAULT_MAX_STATES, DEFAULT_TIMEOUT, Budget, ProgressInfo
 from semcheck.frontends import discover
@@ -83,7 +84,7 @@ def _device_counts(text: str) -> list[int] | str:
     try:
         counts = [int(part) for part in text.split(",")]  # an empty part (2,,4) is a typo too
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated device counts like 2,4,8, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated device counts like 2,4,8, got {text!r}") from None
     if not counts or any(n < 1 for n in counts):
         raise argparse.ArgumentTypeError(f"device counts must be positive, got {text!r}")
     return counts
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # Usage errors of modules the CLI imports only when an option asks for them (the baseline
 # reader, the Ray executor): a module not imported cannot have raised its error.
-_LAZY_USAGE_ERRORS = (("semcheck.report.baseline", "BaselineError"), ("semcheck.sweep_ray", "RayUnavailable"))
+_LAZY_USAGE_ERRORS = (("semcheck.report.baseline", "BaselineError"), ("semcheck.run.sweep_ray", "RayUnavailable"))
 
 
 def _is_lazy_usage_error(e: Exception) -> bool:
@@ -273,7 +274,7 @@ def _ran_jax(result) -> bool:
         return False
 
 
-def _verify(args) -> int:
+def _verify(args) -> int:  # noqa: C901
     _warn_about_empty_folders(args.paths)
     if args.devices == "all":
         from semcheck.parametric import command

@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import enum
 import os
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from semcheck.assumptions import Assumption, covers
-from semcheck.engines.budget import Budget, ProgressFn
+from semcheck.passes.assumptions import covers
 from semcheck.result import Result
+from semcheck.run.tasks import ProgressFor, SweepOptions, Task, TaskOutcome, failed, run_task_safely
 
 if TYPE_CHECKING:
-    from semcheck.checks import LoadReport
-    from semcheck.frontends import Classification, LoadError
-    from semcheck.ir import Loc
-
-ProgressFor = Callable[[str, int], "ProgressFn | None"]
+    from semcheck.run.checks import LoadReport
 
 
 class Executor(str, enum.Enum):
@@ -37,60 +32,10 @@ class Executor(str, enum.Enum):
     RAY = "ray"
 
 
-@dataclass(frozen=True)
-class SweepOptions:
-    """How every check of the sweep runs: what `semcheck verify`'s flags say."""
-
-    engine: str = "auto"
-    budget: Budget | None = None
-    assume: tuple[Assumption, ...] = ()
-    invocations: int = 1
-    reduce: bool = True
-    symmetry: bool = True  # rotations of the device axis (engines/explicit/symmetry.py), when reducing
-    split: bool = True
-    unroll: int | None = None
-    capture_timeout: float | None = None  # seconds a file may take to load (capture, model())
-    cores_enter_together: bool = True  # the reading of core entry (semcheck/core_entry.py)
-    exhaustive: bool = False  # every finding, not only the first counterexample (engines.check)
-
-    def check_options(self) -> dict:
-        options: dict[str, bool | int] = {"reduce": self.reduce, "split": self.split,
-                                          "cores_enter_together": self.cores_enter_together,
-                                          "exhaustive": self.exhaustive}
-        if not self.symmetry:
-            options["symmetry"] = False
-        if self.unroll is not None:
-            options["unroll"] = self.unroll
-        return options
-
-
-@dataclass(frozen=True)
-class Task:
-    index: int  # position in the serial order
-    path: str  # as the user gave it (relative to `cwd`)
-    devices: int
-    options: SweepOptions
-    cwd: str
-    classification: "Classification | None" = None  # how the file reads (model or kernel script)
-    file_error: "LoadError | None" = None  # the file cannot be read as Python: this one task says so
-
-
 @dataclass
 class Plan:
     tasks: list[Task]
     skipped: list  # frontends.Skipped: what the folder walk left out
-
-
-@dataclass
-class TaskOutcome:
-    index: int
-    results: list[Result]
-    # For --assume's name check: how many kernels the file gave, and the names of their inputs.
-    loaded: int = 0
-    input_names: frozenset[str] = field(default_factory=frozenset)
-    load: "LoadReport | None" = None  # how loading went (a capture line)
-    devices: int = 0
-    nothing_to_check: str | None = None  # the script ran and compiled no kernel: why
 
 
 def default_jobs() -> int:
@@ -144,7 +89,7 @@ def iterate(tasks: list[Task], *, jobs: int = 1, executor: Executor = Executor.L
                 told(task, outcome)
 
     if executor is Executor.RAY:
-        from semcheck import sweep_ray
+        from semcheck.run import sweep_ray
 
         outcomes = sweep_ray.run(tasks, address=ray_address, on_done=on_done)
     elif jobs <= 1 or len(tasks) <= 1:
@@ -278,125 +223,15 @@ def _process_context():
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["semcheck.sweep", "semcheck.api", "semcheck.engines"])
+        context.set_forkserver_preload(["semcheck.run.sweep", "semcheck.api", "semcheck.engines"])
         return context
     return multiprocessing.get_context("spawn")
-
-
-def run_task_safely(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome:
-    """`run_task`, with anything it raises turned into an error Result (a worker must
-    always send an answer back)."""
-    from semcheck.assumptions import AssumptionError
-
-    try:
-        return run_task(task, progress_for)
-    except AssumptionError:
-        raise
-    except Exception as e:
-        detail = traceback.format_exception_only(type(e), e)[-1].strip()
-        return failed(task, f"internal error while checking it: {detail}")
-
-
-def failed(task: Task, message: str) -> TaskOutcome:
-    from semcheck.checks import error_result
-
-    kernel = os.path.splitext(os.path.basename(task.path))[0]
-    return TaskOutcome(task.index, [error_result(kernel, task.path, 0, task.devices, message, task.options.engine)])
-
-
-def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome:
-    """Load `task.path` at `task.devices` devices and check each of its kernels (of a kernel
-    whose lowering stopped part-way, what its prefix decides). Loading is part of each
-    check's time budget: the check's clock starts when its file begins to load."""
-    import time
-
-    from semcheck import assumptions
-    from semcheck.checks import (
-        LoadReport, _error_text, _load_error_result, _load_within, _out_of_budget_loading, _stem,
-        check_protocol, error_result,
-    )
-    from semcheck.engines.budget import Budget, BudgetExceeded
-    from semcheck.frontends import LoadError, NothingToCheck
-    from semcheck.invocations import repeat
-    from semcheck.prefix import prefix_result
-
-    options = task.options
-    budget = options.budget or Budget.from_env()
-    path, n = task.path, task.devices
-    if task.file_error is not None:  # not Python: one error for the file
-        return TaskOutcome(task.index, [_load_error_result(path, n, task.file_error, options.engine)], devices=n)
-    phases: dict[str, float] = {}
-    captured = [1]
-
-    def heard(seconds: dict[str, float], kernels: int) -> None:
-        phases.update(seconds)
-        captured[0] = kernels
-
-    with _working_directory(task.cwd):
-        started = time.monotonic()
-        progress = progress_for(_stem(path), n) if progress_for else None
-        try:
-            file_budget = budget.started(started)
-            if options.capture_timeout is not None and file_budget.deadline is not None:  # the caller's own limit on loading, if tighter
-                from dataclasses import replace
-
-                file_budget = replace(file_budget, deadline=min(file_budget.deadline, started + options.capture_timeout))
-            loaded = _load_within(path, n, file_budget, progress, on_phases=heard,
-                                  classification=task.classification,
-                                  assumed=tuple(a.name for a in options.assume))
-        except NothingToCheck as e:
-            report = LoadReport(path, n, time.monotonic() - started, 0, phases, False)
-            return TaskOutcome(task.index, [], load=report, devices=n, nothing_to_check=_error_text(e))
-        except (LoadError, BudgetExceeded) as e:
-            seconds = time.monotonic() - started
-            result = (_load_error_result(path, n, e, options.engine) if isinstance(e, LoadError)
-                      else _out_of_budget_loading(path, n, e.reason, options.engine, seconds))
-            return TaskOutcome(task.index, [result], load=LoadReport(path, n, seconds, captured[0], phases, True))
-        report = LoadReport(path, n, time.monotonic() - started, captured[0], phases, False)
-        protocols = [q for p in loaded for q in (p.prefixes if isinstance(p, LoadError) else [p])]
-        names = frozenset(inp.name for p in protocols for inp in p.inputs)
-        check_budget = budget.started(started)
-        results = []
-        for item in loaded:
-            stopped = item if isinstance(item, LoadError) else None
-            if stopped is not None and not stopped.prefixes:  # one kernel of the file cannot be lowered
-                # What its mesh has, as a lowered kernel's result says (the capture knows it).
-                devices = stopped.devices or n
-                error = _load_error_result(path, devices, stopped, options.engine)
-                results.append(_noting_a_smaller_mesh(error, devices, n, stopped.loc))
-                continue
-            for protocol in stopped.prefixes if stopped is not None else [item]:
-                try:
-                    protocol = repeat(assumptions.apply(protocol, options.assume), options.invocations)
-                except ValueError as e:
-                    error = error_result(protocol.name, protocol.loc.file, protocol.loc.line,
-                                         protocol.devices, str(e), options.engine)
-                    results.append(_noting_a_smaller_mesh(error, protocol.devices, n, protocol.loc))
-                    continue
-                progress = progress_for(protocol.name, n) if progress_for else None
-                result = check_protocol(protocol, engine=options.engine, budget=check_budget,
-                                        progress=progress, **options.check_options())
-                result.invocations = options.invocations
-                if stopped is not None:  # lowering stopped part-way: what its prefix decides
-                    result = prefix_result(result, protocol, _error_text(stopped), stopped.loc)
-                results.append(_noting_a_smaller_mesh(result, protocol.devices, n, protocol.loc))
-    return TaskOutcome(task.index, results, len(protocols), names, report, n)
-
-
-def _noting_a_smaller_mesh(result: Result, mesh_devices: int, requested: int, loc: Loc | None) -> Result:
-    """`result` with a warning when the kernel's mesh has fewer devices than the check was
-    asked for (its result is of the mesh, not of `requested` devices), whatever its verdict."""
-    from semcheck.checks import mesh_smaller_warning
-
-    if mesh_devices < requested:
-        result.violations.append(mesh_smaller_warning(mesh_devices, requested, loc))
-    return result
 
 
 def check_assumed_names(tasks: list[Task], outcomes: list[TaskOutcome]) -> None:
     """An `--assume` that names no input of any checked kernel is an error (a typo must not
     leave the full range in place). Nothing loaded at all: the load errors say why."""
-    from semcheck.assumptions import AssumptionError
+    from semcheck.passes.assumptions import AssumptionError
 
     if not tasks or not tasks[0].options.assume or not any(o.loaded for o in outcomes):
         return
@@ -407,18 +242,3 @@ def check_assumed_names(tasks: list[Task], outcomes: list[TaskOutcome]) -> None:
             inputs = ", ".join(sorted(known)) or "none"
             raise AssumptionError(f"{where}assume {a}: there is no input named {a.name!r} in the "
                                   f"checked kernels and models (inputs: {inputs})")
-
-
-class _working_directory:
-    def __init__(self, path: str):
-        self.path: str = path
-        self.previous: str | None = None
-
-    def __enter__(self):
-        if os.path.realpath(os.getcwd()) != os.path.realpath(self.path):
-            self.previous = os.getcwd()
-            os.chdir(self.path)
-
-    def __exit__(self, *exc):
-        if self.previous is not None:
-            os.chdir(self.previous)

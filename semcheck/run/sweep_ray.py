@@ -1,5 +1,6 @@
 """`--executor ray`: the sweep's tasks as Ray tasks, one CPU each, results streamed back
-as they finish (and put back in serial order by `semcheck.sweep`).
+as they finish (and put back in serial order by `semcheck.run.sweep`, which imports this
+module only when asked to run there; both take the task types from `semcheck.run.tasks`).
 
 Where the cluster is: `--ray-address ADDR` (e.g. `ray://head:10001`, or `auto` for the
 cluster this machine belongs to), else `RAY_ADDRESS`, else a Ray already initialized in
@@ -17,7 +18,7 @@ import logging
 import os
 from typing import Any, Callable
 
-from semcheck.sweep import Task, TaskOutcome, failed, run_task_safely
+from semcheck.run.tasks import Task, TaskOutcome, failed, run_task_safely
 
 
 class RayUnavailable(Exception):

@@ -89,9 +89,7 @@ def _talks_across_cores(protocol: ir.Protocol) -> bool:
 
 
 def _has_default_barrier(protocol: ir.Protocol) -> bool:
-    from semcheck.lower.tpu_kernel import ARRIVE as DEVICE_ARRIVE
-
-    return any(d.name == DEVICE_ARRIVE for d in protocol.semaphores)
+    return any(d.name == ir.DEVICE_BARRIER_ARRIVE for d in protocol.semaphores)
 
 
 def _with_joint_entry(protocol: ir.Protocol) -> ir.Protocol:
