@@ -1,3 +1,3 @@
-from semcheck.cli import main
+from semcheck.cli import run
 
-raise SystemExit(main())
+run()
