@@ -18,13 +18,12 @@ from typing import Callable, Iterable, Iterator
 
 from semcheck.passes.assumptions import Assumption
 from semcheck.run.checks import (  # noqa: F401 (LoadReport, error_result: part of the API)
-    LoadReport, _error_text, _load_error_result, _stem, check_protocol, error_result,
+    LoadReport, check_loaded, check_protocol, error_result, load_error_result, stem,
 )
 from semcheck.engines.budget import Budget, ProgressFn
 from semcheck.frontends import LoadError, Skipped
 from semcheck.frontends.discovery import Why
 from semcheck.ir import Protocol
-from semcheck.run.prefix import prefix_result
 from semcheck.result import Result
 
 
@@ -123,7 +122,7 @@ def check_paths(
             skipped.append(Skipped(path, Why.NO_KERNEL))
         else:  # declared to hold a kernel, or compiled one at other counts
             for o in empty:
-                yield error_result(_stem(path), path, 0, o.devices, o.nothing_to_check, engine)
+                yield error_result(stem(path), path, 0, o.devices, o.nothing_to_check, engine)
         empty, seen = [], 0
 
 
@@ -182,7 +181,6 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
             hint="pass the function that calls the kernel inside jax.shard_map",
         )
     protocols, errors = lower_captures(captures, tpu_cores=tpu_cores)
-    results = []
     for protocol in protocols:
         if devices is not None and protocol.devices != devices:
             raise LoadError(
@@ -191,12 +189,8 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
                 protocol.loc,
                 hint="build the mesh from jax.devices()[:devices]",
             )
-        results.append(check_protocol(protocol, engine=engine, budget=budget, **options))
-    for e in errors:
-        error = e.to_load_error()
-        if not error.prefixes:
-            results.append(_load_error_result(e.file, 0, error, engine, kernel=e.kernel))
-        for protocol in error.prefixes:  # lowering stopped part-way: what its prefix decides
-            checked = check_protocol(protocol, engine=engine, budget=budget, **options)
-            results.append(prefix_result(checked, protocol, _error_text(error), error.loc))
-    return results
+    return check_loaded(
+        [*protocols, *(e.to_load_error() for e in errors)],
+        lambda protocol: check_protocol(protocol, engine=engine, budget=budget, **options),
+        lambda error: load_error_result(error.loc.file if error.loc else "", 0, error, engine),
+    )

@@ -15,7 +15,7 @@ from semcheck.model import ProtocolBuilder
 
 
 def _run(monkeypatch, tmp_path, loaded, requested, **options):
-    monkeypatch.setattr(checks, "_load_within", lambda *args, **kwargs: loaded)
+    monkeypatch.setattr(checks, "load_within", lambda *args, **kwargs: loaded)
     task = tasks.Task(0, "kernel.py", requested, tasks.SweepOptions(**options), str(tmp_path))
     return tasks.run_task(task).results
 

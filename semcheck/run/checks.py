@@ -4,7 +4,7 @@ sweep's tasks (`semcheck.run.sweep`, on this machine or a Ray worker) share."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 from semcheck import engines
 from semcheck.passes import assumptions
@@ -63,7 +63,7 @@ class LoadReport:
 CAPTURE_GRACE = 2.0
 
 
-def _load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | None = None, **options) -> list:
+def load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | None = None, **options) -> list:
     """`load`, within what is left of `budget`: the capture subprocess is told the time left
     (it stops the script then and lowers what it captured), and the whole load runs under
     `bounded_phase`, which also stops a model file's own code and a capture that overruns."""
@@ -78,25 +78,25 @@ def _load_within(path: str, devices: int, budget: Budget, progress: ProgressFn |
             raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while {what}") from None
 
 
-def _out_of_budget_loading(path: str, devices: int, reason: str, engine: str, seconds: float) -> Result:
+def out_of_budget_loading(path: str, devices: int, reason: str, engine: str, seconds: float) -> Result:
     from semcheck.result import Stats
 
     return Result(
-        kernel=_stem(path), file=path, line=0, frontend="unknown", backend="unknown", devices=devices,
+        kernel=stem(path), file=path, line=0, frontend="unknown", backend="unknown", devices=devices,
         cores=0, engine=engine, verdict=Verdict.INCONCLUSIVE, stats=Stats(seconds=round(seconds, 4)),
         notes=[f"no verdict: {reason}"],
         exhausted=reason,
     )
 
 
-def _load_error_result(path: str, devices: int, e: LoadError, engine: str, kernel: str | None = None) -> Result:
+def load_error_result(path: str, devices: int, e: LoadError, engine: str, kernel: str | None = None) -> Result:
     """An error Result located where the LoadError points (or at the file)."""
     file = e.loc.file if e.loc else path
-    kernel = kernel or getattr(e, "kernel", None) or _stem(path)
-    return error_result(kernel, file, e.loc.line if e.loc else 0, devices, _error_text(e), engine)
+    kernel = kernel or getattr(e, "kernel", None) or stem(path)
+    return error_result(kernel, file, e.loc.line if e.loc else 0, devices, error_text(e), engine)
 
 
-def _error_text(e: LoadError) -> str:
+def error_text(e: LoadError) -> str:
     return e.message + (f"\n  hint: {e.hint}" if e.hint else "")
 
 
@@ -107,10 +107,29 @@ def error_result(kernel: str, file: str, line: int, devices: int, message: str, 
     )
 
 
-def _stem(path: str) -> str:
+def stem(path: str) -> str:
     import os
 
     return os.path.splitext(os.path.basename(path))[0]
+
+
+def check_loaded(loaded: Sequence[Protocol | LoadError], check: Callable[[Protocol], Result],
+                 unlowered: Callable[[LoadError], Result]) -> list[Result]:
+    """One Result per kernel a file or function gave, in order: `check` of each protocol;
+    for a kernel whose lowering stopped part-way, `check` of each prefix it has, turned into
+    what that prefix decides (`prefix.prefix_result`); for one with no prefix, `unlowered`."""
+    from semcheck.run.prefix import prefix_result
+
+    results = []
+    for item in loaded:
+        if not isinstance(item, LoadError):
+            results.append(check(item))
+        elif not item.prefixes:
+            results.append(unlowered(item))
+        else:
+            results += [prefix_result(check(protocol), protocol, error_text(item), item.loc)
+                        for protocol in item.prefixes]
+    return results
 
 
 def mesh_smaller_warning(mesh_devices: int, requested: int, loc: Loc | None) -> Violation:

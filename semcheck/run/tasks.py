@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from semcheck.engines.budget import Budget, ProgressFn
 from semcheck.passes.assumptions import Assumption
+from semcheck.ir import Protocol
 from semcheck.result import Result
 
 if TYPE_CHECKING:
@@ -106,19 +107,18 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
 
     from semcheck.passes import assumptions
     from semcheck.run.checks import (
-        LoadReport, _error_text, _load_error_result, _load_within, _out_of_budget_loading, _stem,
-        check_protocol, error_result,
+        LoadReport, check_loaded, check_protocol, error_result, error_text, load_error_result, load_within,
+        out_of_budget_loading, stem,
     )
     from semcheck.engines.budget import Budget, BudgetExceeded
     from semcheck.frontends import LoadError, NothingToCheck
     from semcheck.passes.invocations import repeat
-    from semcheck.run.prefix import prefix_result
 
     options = task.options
     budget = options.budget or Budget.from_env()
     path, n = task.path, task.devices
     if task.file_error is not None:  # not Python: one error for the file
-        return TaskOutcome(task.index, [_load_error_result(path, n, task.file_error, options.engine)], devices=n)
+        return TaskOutcome(task.index, [load_error_result(path, n, task.file_error, options.engine)], devices=n)
     phases: dict[str, float] = {}
     captured = [1]
 
@@ -128,52 +128,47 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
 
     with _working_directory(task.cwd):
         started = time.monotonic()
-        progress = progress_for(_stem(path), n) if progress_for else None
+        progress = progress_for(stem(path), n) if progress_for else None
         try:
             file_budget = budget.started(started)
             if options.capture_timeout is not None and file_budget.deadline is not None:  # the caller's own limit on loading, if tighter
                 from dataclasses import replace
 
                 file_budget = replace(file_budget, deadline=min(file_budget.deadline, started + options.capture_timeout))
-            loaded = _load_within(path, n, file_budget, progress, on_phases=heard,
+            loaded = load_within(path, n, file_budget, progress, on_phases=heard,
                                   classification=task.classification,
                                   assumed=tuple(a.name for a in options.assume))
         except NothingToCheck as e:
             report = LoadReport(path, n, time.monotonic() - started, 0, phases, False)
-            return TaskOutcome(task.index, [], load=report, devices=n, nothing_to_check=_error_text(e))
+            return TaskOutcome(task.index, [], load=report, devices=n, nothing_to_check=error_text(e))
         except (LoadError, BudgetExceeded) as e:
             seconds = time.monotonic() - started
-            result = (_load_error_result(path, n, e, options.engine) if isinstance(e, LoadError)
-                      else _out_of_budget_loading(path, n, e.reason, options.engine, seconds))
+            result = (load_error_result(path, n, e, options.engine) if isinstance(e, LoadError)
+                      else out_of_budget_loading(path, n, e.reason, options.engine, seconds))
             return TaskOutcome(task.index, [result], load=LoadReport(path, n, seconds, captured[0], phases, True))
         report = LoadReport(path, n, time.monotonic() - started, captured[0], phases, False)
         protocols = [q for p in loaded for q in (p.prefixes if isinstance(p, LoadError) else [p])]
         names = frozenset(inp.name for p in protocols for inp in p.inputs)
         check_budget = budget.started(started)
-        results = []
-        for item in loaded:
-            stopped = item if isinstance(item, LoadError) else None
-            if stopped is not None and not stopped.prefixes:  # one kernel of the file cannot be lowered
-                # What its mesh has, as a lowered kernel's result says (the capture knows it).
-                devices = stopped.devices or n
-                error = _load_error_result(path, devices, stopped, options.engine)
-                results.append(_noting_a_smaller_mesh(error, devices, n, stopped.loc))
-                continue
-            for protocol in stopped.prefixes if stopped is not None else [item]:
-                try:
-                    protocol = repeat(assumptions.apply(protocol, options.assume), options.invocations)
-                except ValueError as e:
-                    error = error_result(protocol.name, protocol.loc.file, protocol.loc.line,
-                                         protocol.devices, str(e), options.engine)
-                    results.append(_noting_a_smaller_mesh(error, protocol.devices, n, protocol.loc))
-                    continue
-                progress = progress_for(protocol.name, n) if progress_for else None
-                result = check_protocol(protocol, engine=options.engine, budget=check_budget,
-                                        progress=progress, **options.check_options())
-                result.invocations = options.invocations
-                if stopped is not None:  # lowering stopped part-way: what its prefix decides
-                    result = prefix_result(result, protocol, _error_text(stopped), stopped.loc)
-                results.append(_noting_a_smaller_mesh(result, protocol.devices, n, protocol.loc))
+        def unlowered(stopped: LoadError) -> Result:  # what its mesh has, as a capture knows it
+            devices = stopped.devices or n
+            return _noting_a_smaller_mesh(load_error_result(path, devices, stopped, options.engine), devices, n,
+                                          stopped.loc)
+
+        def check(protocol: Protocol) -> Result:
+            try:
+                protocol = repeat(assumptions.apply(protocol, options.assume), options.invocations)
+            except ValueError as e:
+                error = error_result(protocol.name, protocol.loc.file, protocol.loc.line,
+                                     protocol.devices, str(e), options.engine)
+                return _noting_a_smaller_mesh(error, protocol.devices, n, protocol.loc)
+            progress = progress_for(protocol.name, n) if progress_for else None
+            result = check_protocol(protocol, engine=options.engine, budget=check_budget,
+                                    progress=progress, **options.check_options())
+            result.invocations = options.invocations
+            return _noting_a_smaller_mesh(result, protocol.devices, n, protocol.loc)
+
+        results = check_loaded(loaded, check, unlowered)
     return TaskOutcome(task.index, results, len(protocols), names, report, n)
 
 
