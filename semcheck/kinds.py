@@ -8,6 +8,9 @@ import enum
 
 
 class Kind(str, enum.Enum):
+    """A violation's kind; its value is the name JSON, SARIF and the docs use, and what
+    `str()` and f-strings give (as a 3.11 `StrEnum` would; semcheck runs on 3.10 too)."""
+
     DEADLOCK = "deadlock"
     UNSATISFIED_WAIT = "unsatisfied_wait"
     SEMAPHORE_LEFTOVER = "semaphore_leftover"
@@ -21,6 +24,12 @@ class Kind(str, enum.Enum):
     NOT_LOWERABLE = "not_lowerable"
     LOWERED_AS_DECREMENTING = "lowered_as_decrementing"
     MESH_SMALLER_THAN_DEVICES = "mesh_smaller_than_devices"
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str.__str__(self), spec)
 
 
 SEVERITY = {kind: "error" for kind in Kind} | {

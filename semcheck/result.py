@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from semcheck.ir import DataUse, Input, Loc
+from semcheck.kinds import Kind
 
 
 class Verdict(str, enum.Enum):
@@ -221,7 +222,7 @@ class RootCause:
 
 @dataclass(repr=False)
 class Violation:
-    kind: str
+    kind: Kind  # a kind's name (as JSON gives it) is taken too, and made the Kind
     severity: str  # "error" or "warning"
     message: str
     device: int | None
@@ -260,6 +261,9 @@ class Violation:
     # the other reading (e.g. --no-assume-cores-enter-together): a user who accepts the
     # other reading reruns with it to see what else the kernel has.
     rests_on: tuple["Reading", ...] = ()
+
+    def __post_init__(self) -> None:
+        self.kind = Kind(self.kind)
 
     def __repr__(self) -> str:
         where = f" at {self.location}" if self.location else ""

@@ -160,7 +160,7 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         loc = loc or system.instances[finding.sem].decl.loc
     thread = system.threads[finding.thread] if finding.thread is not None else None
     return Violation(
-        kind=finding.kind.value,
+        kind=finding.kind,
         severity=SEVERITY[finding.kind],
         message=message,
         device=thread.device if thread else None,

@@ -136,7 +136,7 @@ def mesh_smaller_warning(mesh_devices: int, requested: int, loc: Loc | None) -> 
     """The script ran with `requested` devices but the kernel's mesh (at `loc`) used fewer:
     the larger count was never checked, so a gate must not count it as covered."""
     return Violation(
-        kind=Kind.MESH_SMALLER_THAN_DEVICES.value,
+        kind=Kind.MESH_SMALLER_THAN_DEVICES,
         severity=SEVERITY[Kind.MESH_SMALLER_THAN_DEVICES],
         message=(
             f"the kernel's mesh has {mesh_devices} device(s) but the check ran with {requested}: "
