@@ -30,7 +30,7 @@ LAYERS = [
     ("frontends", ("semcheck.lower", "semcheck.frontends.capture", "semcheck.operands", "semcheck.frontends",
                    "semcheck.core_entry")),
     ("semantics", ("semcheck.semantics", "semcheck.footprints", "semcheck.ordering", "semcheck.properties",
-                   "semcheck.trace")),
+                   "semcheck.trace", "semcheck.cells", "semcheck.instances", "semcheck.resource_index")),
     ("engines", ("semcheck.engines",)),
     ("reports", ("semcheck.report", "semcheck.expectations")),
     ("entry", ("semcheck.cli_options", "semcheck.interrupts", "semcheck.checks", "semcheck.sweep", "semcheck.sweep_ray", "semcheck.config", "semcheck.gate",
