@@ -61,10 +61,17 @@ def parts(system: System) -> list[tuple[int, ...]]:
             if a != b:
                 leader[max(a, b)] = min(a, b)
 
-    by_id: dict[int, int] = {}  # semaphore instance or memory cell -> first thread on it
+    # threads that share a semaphore instance or memory cell (`System.touchers`: resource ->
+    # its threads, two arrays; a dict of every resource cost 200 MB for the ring at 1024)
+    for _resource, threads in system.touchers:
+        first = find(threads[0])
+        for t in threads[1:]:
+            a, b = first, find(t)
+            if a != b:
+                leader[max(a, b)] = min(a, b)
+                first = min(a, b)
     by_input: dict[str, int] = {}
     for t in range(len(system.threads)):
-        join(by_id, system.touches(t), t)
         join(by_input, system.inputs_read(t), t)
     groups: dict[int, list[int]] = {}
     for t in range(len(system.threads)):

@@ -23,7 +23,7 @@ from semcheck.footprints import M_INC, M_MWRITE, ThreadTable, looping_pcs
 from semcheck.resource_index import ResourceIndex
 from semcheck.semantics import RECV, SEND, Event, System
 
-_KEPT = 65_536
+_KEPT = 8_192
 _NONE, _SEVERAL = -1, -2  # `_only`: no adder yet; more than one, or one that is not a copy started once
 
 Entries = tuple[tuple[frozenset[int], tuple[tuple[int, ...], ...]], ...]

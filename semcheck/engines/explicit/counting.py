@@ -23,7 +23,7 @@ from semcheck.footprints import M_INC, ThreadTable, looping_pcs
 from semcheck.semantics import System, dma_increment
 
 UNBOUNDED = object()  # an addition of an unknown amount, or one in a loop
-_KEPT = 65_536  # sums and adder sets kept at once
+_KEPT = 8_192  # sums and adder sets kept at once
 
 
 class IntLists:

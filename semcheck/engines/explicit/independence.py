@@ -30,7 +30,7 @@ from semcheck.footprints import (
 )
 from semcheck.semantics import DATA_RACE, PLAIN_RACE, Action, Event, State, System, event_footprint
 
-_KEPT = 65_536  # answers kept per kind before the cache starts again
+_KEPT = 8_192  # answers kept per kind before the cache starts again
 
 
 class Independence:
