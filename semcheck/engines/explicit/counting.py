@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from semcheck import ir
 from semcheck.footprints import M_INC, ThreadTable, looping_pcs
@@ -24,6 +24,12 @@ from semcheck.semantics import System, dma_increment
 
 UNBOUNDED = object()  # an addition of an unknown amount, or one in a loop
 _KEPT = 8_192  # sums and adder sets kept at once
+
+
+class Run(NamedTuple):
+    lo: int  # where the run starts in the codes
+    size: int
+    base: int  # key * width: a code less this is the value
 
 
 class IntLists:
@@ -36,12 +42,33 @@ class IntLists:
         self._keys = array("q", sorted({key for key, _value in pairs}))
 
     def get(self, key: int) -> list[int] | None:
+        run = self.run(key)
+        if run is None:
+            return None
+        return [code - run.base for code in self._codes[run.lo:run.lo + run.size]]
+
+    def run(self, key: int) -> "Run | None":
+        """Where key's values lie, without listing them (a ring thread's waits that one
+        neighbour feeds are N of them: `from_` and `at` read only what they need)."""
         width, codes = self._width, self._codes
         lo = bisect_left(codes, key * width)
         hi = bisect_left(codes, (key + 1) * width, lo)
-        if lo == hi:
-            return None
-        return [code - key * width for code in codes[lo:hi]]
+        return Run(lo, hi - lo, key * width) if hi > lo else None
+
+    def position(self, run: "Run", value: int) -> int:
+        """The index (within the run) of its first value at least `value`."""
+        return bisect_left(self._codes, run.base + value, run.lo, run.lo + run.size) - run.lo
+
+    def at(self, run: "Run", i: int) -> int:
+        return self._codes[run.lo + i] - run.base
+
+    def from_(self, key: int, value: int, limit: int) -> list[int]:
+        """Key's first `limit` values at least `value`."""
+        run = self.run(key)
+        if run is None:
+            return []
+        start = run.lo + self.position(run, value)
+        return [code - run.base for code in self._codes[start:min(start + limit, run.lo + run.size)]]
 
     def __len__(self) -> int:
         return len(self._keys)

@@ -168,10 +168,7 @@ class Independence:
         for index, keys in ((entries.by_adder, still), (entries.by_sem, still_sems)):
             # whichever is smaller is walked: a big set's members, or t's few adders
             for key in (keys if len(keys) <= len(index) else [key for key in index if key in keys]):
-                found = index.get(key)
-                if found is not None:
-                    lo = bisect_left(found, k)
-                    chosen.update(found[lo:lo + limit])
+                chosen.update(index.from_(key, k, limit))
         tried = sorted(chosen)[:limit]
         for j in tried:
             stop, sid, need, adders = entries.entry(j)
@@ -201,24 +198,24 @@ class Independence:
         index = counted.by_adder
         found: set[int] = set()
         for a in (still if len(still) <= len(index) else [a for a in index if a in still]):
-            listed = index.get(a)
+            listed = index.run(a)  # t's waits a may add to: `index.at(listed, i)`, i < listed.size
             if listed is None:
                 continue
             at = pcs[a]
             if at < 0:
                 continue  # a thread that ended adds nothing
-            lo = bisect_left(listed, k)
-            if lo == len(listed):
+            lo = index.position(listed, k)
+            if lo == listed.size:
                 continue
             last, ordered = self._feeds(t, a)
             if ordered:
                 i = max(lo, bisect_left(last, at))
             else:
                 i = lo
-                while i < len(listed) and last[i] < at:
+                while i < listed.size and last[i] < at:
                     i += 1
-            if i < len(listed) and listed[i] not in tried:
-                found.add(listed[i])
+            if i < listed.size and index.at(listed, i) not in tried:
+                found.add(index.at(listed, i))
         return sorted(found)[:limit]
 
     def _feeds(self, t: int, a: int) -> tuple[list[float], bool]:
