@@ -375,12 +375,17 @@ class System:
         by cell, so a collective with thousands of copies is not compared pair by pair.
         Computed once: the race checks, the reduction and the z3 encoding all ask."""
         if self._racing_pairs is None:
-            pairs = list(self._overlapping_pairs())
-            if pairs and self._exclude_ordered_pairs:
-                from semcheck.ordering import CopyOrder
+            from semcheck.ordering import CopyOrder
 
-                order = CopyOrder(self)
-                pairs = [pair for pair in pairs if not order.excludes(*pair)]
+            pairs = []
+            order = None  # made at the first pair: most protocols without copies have none
+            for pair in self._overlapping_pairs():  # a ring of N devices has 2N^2: not all kept
+                if self._exclude_ordered_pairs:
+                    if order is None:
+                        order = CopyOrder(self)
+                    if order.excludes(*pair):
+                        continue
+                pairs.append(pair)
             self._racing_pairs = pairs
         return self._racing_pairs
 
