@@ -177,6 +177,8 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
             peak_memory_mb=max((r.stats.peak_memory_mb or 0.0 for r in results), default=0.0) or None,
             encoded_events=_sum_known(r.stats.encoded_events for r in results),
             solver_queries=_sum_known(r.stats.solver_queries for r in results),
+            stored_states=_sum_known(r.stats.stored_states for r in results),
+            store_bytes=_sum_known(r.stats.store_bytes for r in results),
         ),
         notes=notes,
         runs=merge_runs(results),

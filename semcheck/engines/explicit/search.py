@@ -147,6 +147,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
             if ended_on_path is not None:  # the whole reduced graph is one path: nothing stored
                 found.states = len(path) + 1
                 found.transitions = transitions
+                found.stored_states, found.store_bytes = 0, 0
                 if group is not None:
                     _add_images(system, ind, group, found, silence_reported_races)
                 found.seconds = monitor.elapsed()
@@ -257,6 +258,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
         _add_images(system, ind, group, found, silence_reported_races)
     found.states = on_path + len(states)
     found.transitions = transitions
+    found.stored_states, found.store_bytes = len(states), states.nbytes() + tree.nbytes()
     found.seconds = monitor.elapsed()
     found.peak_memory_mb = monitor.peak_mb
     return found
