@@ -85,7 +85,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
     if group is not None:
         found.notes.append(group.describe())
     states = StateStore(system)  # position -> state, in a tree of shared pairs; looked up by key
-    tree = SearchTree(states)  # position -> parent, action, depth, sleep set
+    tree = SearchTree(states)  # position -> parent, action, sleep set
     # queued state -> threads that can move in it (while few are queued: else found again)
     movable: dict[int, tuple[int, ...]] = {}
     queue = Fifo()
@@ -127,8 +127,8 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
     def store(state: State, key_state: State, sleeping: frozenset, at_depth: int,
               ready: tuple[int, ...] | None) -> int:
         position = states.add(states.pack(key_state), state, key_state)
-        tree.add(-1, None, at_depth, sleeping)
-        queue.append(position)
+        tree.add(-1, None, sleeping)
+        queue.append(position, at_depth)
         if ready is not None:
             movable[position] = ready
         if edges is not None:
@@ -171,9 +171,9 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
 
     try:
         while queue:
-            i = queue.popleft()
+            i, depth = queue.popleft()
             state = states.take(i)
-            monitor.tick(on_path + len(states), transitions, len(queue), tree.depth[i])
+            monitor.tick(on_path + len(states), transitions, len(queue), depth)
             kept = movable.pop(i, None)
             ready = system.movable_threads(state) if kept is None else kept
             # most states have a thread whose action is a stubborn set of its own: then
@@ -217,8 +217,8 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 j = states.find(key)
                 if j is None:
                     j = states.add(key, successor, key_state)
-                    tree.add(i, action, tree.depth[i] + 1, inherited)
-                    queue.append(j)
+                    tree.add(i, action, inherited)
+                    queue.append(j, depth + 1)
                     if len(movable) < _MOVABLE_KEPT:
                         movable[j] = system.movable_after(state, ready, action, successor)
                     if edges is not None:
@@ -232,10 +232,10 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                     # so it is expanded again with none asleep
                     if tree.sleep(j):
                         tree.set_sleep(j, frozenset())
-                        queue.append(j)
+                        queue.append(j, depth + 1)  # queued again at this path's depth (its first was no longer)
                 elif not tree.sleep(j) <= inherited:
                     tree.set_sleep(j, tree.sleep(j) & inherited)
-                    queue.append(j)
+                    queue.append(j, depth + 1)
                 if edges is not None:
                     edges[i].append((j, action))
             if stop_at_first and found.has_errors:

@@ -1,87 +1,109 @@
 """The explicit search's visited states, kept exactly in a tree of shared pairs.
 
-A state is laid out as a vector of integers, in four parts: every thread's pc and its
-registers; the non-zero semaphore counts (how many, then (id, count) pairs); the pending
-completions (how many, then each one's number: each distinct `Event` is numbered once, the
-first time the store sees it); and the faults, inputs and hazards with how many counts and
-completions there are (one number for each distinct combination). Each part is folded
-pairwise into a binary tree whose nodes are interned: a node is the pair of its children's
-ids, kept once in a table of machine integers (`_Pairs`), and the four parts' roots make
-the state's root (pcs, (completions, (counts, the rest))) (tree compression, as
-LTSmin stores states: Laarman, van de Pol, Weber, "Parallel recursive state compression
-for free", SPIN 2011). A successor differs from its parent in a pc or two, a count and a
-completion or two, so most of its nodes already exist: it costs the few new nodes on the
-paths from what changed to the root, 20 bytes each, where a packed copy of the whole
-state cost 400 to 1,300 bytes.
+A state is laid out as four parts of integers: every thread's pc (two to a leaf), its
+registers and the inputs; the pending completions (each distinct `Event` numbered once, the
+first time the store sees it); the non-zero semaphore counts as (id, count) pairs; and a
+tail: the faults and hazards (one number for each distinct combination: most states have
+none) with the lengths of the two parts that vary. Each part is folded pairwise into a
+binary tree whose nodes are interned: a node is the pair of its children's ids, kept once
+in a table of machine integers (`_Pairs`), and the state's key is the pair of its pcs' root
+and the node (completions, (counts, tail)), one 64-bit integer not interned itself (tree
+compression, as LTSmin stores states: Laarman, van de Pol, Weber, "Parallel recursive state
+compression for free", SPIN 2011). A successor differs from its parent in a pc or two, a
+count and a completion or two, so most of its nodes already exist: it costs the few new
+nodes on the paths from what changed to the root, 13 to 16 bytes each with their index
+(3.0 a state for the ring all-reduce without capacity at 8 devices, 4.2 for the one with
+capacity, twice: with the key, its index and the search's records 80 to 90 bytes a state,
+where a packed copy of the whole state cost 500 to 600).
 
 It is exact, not hash compaction: interning is by the pair's value, so two states get the
 same root exactly when their vectors are equal, and a root unpacks to an equal state.
 Nothing is omitted, so no probability needs stating. Values that do not fit 31 bits (a big
-count or register) are numbered in a side table first.
+count, register or input) are numbered in a side table first.
 
-The search's own per-state bookkeeping (parent, action, depth, sleep set, queue) is kept
-in machine arrays too (`SearchTree`, `Fifo`): one Python int, list slot and tuple per
-state cost more than the state itself.
+What does not grow with the states is kept once: the numbered completions (their accesses
+shared between equal ones), the big values, the fault combinations, and the search's
+distinct sleep sets; `nbytes` counts them too, so a search of a few thousand states pays
+some tens of bytes a state for them (`allreduce_ring.py` at 8 devices, twice: 416
+completions in 96 KB, 43 bytes for each of its 2,296 states, beside the 88 that each
+state's nodes, key and records cost).
+
+The search's own per-state bookkeeping (parent, action, sleep set, and the queue with each
+queued state's depth) is kept in machine arrays too (`SearchTree`, `Fifo`): one Python int,
+list slot and tuple per state cost more than the state itself.
 """
 
 from __future__ import annotations
 
+import sys
 from array import array
 from itertools import chain
 from operator import is_
 
 from semcheck.semantics import Action, Counts, Event, State, System
 
-_MULTIPLIER = 0x9E3779B97F4A7C15  # Fibonacci hashing of a pair's 64-bit key
+_MULTIPLIER = 0x9E3779B97F4A7C15  # Fibonacci hashing of a 64-bit key
 _MASK64 = (1 << 64) - 1
 _SMALL = 1 << 31  # values below this are their own leaves; others are numbered past it
+_FIRST_SLOTS = 1024
+_SPLIT = 32  # a root is one 64-bit key: its two halves
+
+
+def _slot(key: int, size: int) -> int:
+    """Where `key` goes in a table of `size` slots: its Fibonacci hash scaled to the size
+    (multiply-shift, so the size need not be a power of two)."""
+    return (((key * _MULTIPLIER) & _MASK64) * size) >> 64
+
+
+def _grown(size: int) -> int:
+    """The next table size: half as big again, so a table is between half and three
+    quarters full (doubling left it between three eighths and three quarters: 4 bytes a
+    slot, that was 2 bytes more per entry on average)."""
+    return size + size // 2
 
 
 class _Pairs:
     """Interned pairs of 32-bit ids: `intern(a, b)` gives the same id for the same pair,
     ids numbered from 0 in order of first interning. Open addressing with linear probing in
-    machine arrays: 8 bytes a pair for the pair itself and 5 to 11 for the index, which is
-    kept at most three quarters full."""
+    machine arrays: 8 bytes a pair for the pair itself and 5.3 to 8 for the index (4 bytes
+    a slot, kept at most three quarters full)."""
 
     def __init__(self) -> None:
         self.keys = array("Q")  # id -> a << 32 | b
-        self._bits = 10
-        self._slots = array("i", [-1]) * (1 << self._bits)
+        self._slots = array("i", [-1]) * _FIRST_SLOTS
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def intern(self, a: int, b: int) -> int:
         key = a << 32 | b
-        shift = 64 - self._bits
-        mask = (1 << self._bits) - 1
         slots, keys = self._slots, self.keys
-        i = ((key * _MULTIPLIER) & _MASK64) >> shift
+        size = len(slots)
+        i = (((key * _MULTIPLIER) & _MASK64) * size) >> 64
         while True:
             found = slots[i]
             if found < 0:
                 found = len(keys)
                 keys.append(key)
                 slots[i] = found
-                if 4 * len(keys) > 3 * mask:
+                if 4 * len(keys) > 3 * size:
                     self._grow()
                 return found
             if keys[found] == key:
                 return found
-            i = (i + 1) & mask
+            i = i + 1 if i + 1 < size else 0
 
     def pair(self, node: int) -> tuple[int, int]:
         key = self.keys[node]
         return key >> 32, key & 0xFFFFFFFF
 
     def _grow(self) -> None:
-        self._bits += 1
-        shift, mask = 64 - self._bits, (1 << self._bits) - 1
-        slots = self._slots = array("i", [-1]) * (1 << self._bits)
+        size = _grown(len(self._slots))
+        slots = self._slots = array("i", [-1]) * size
         for node, key in enumerate(self.keys):
-            i = ((key * _MULTIPLIER) & _MASK64) >> shift
+            i = _slot(key, size)
             while slots[i] >= 0:
-                i = (i + 1) & mask
+                i = i + 1 if i + 1 < size else 0
             slots[i] = node
 
     def nbytes(self) -> int:
@@ -94,39 +116,37 @@ class _Positions:
 
     def __init__(self, keys: array):
         self._keys = keys
-        self._bits = 10
-        self._slots = array("i", [-1]) * (1 << self._bits)
+        self._slots = array("i", [-1]) * _FIRST_SLOTS
         self._count = 0
 
     def find(self, key: int) -> int | None:
-        mask = (1 << self._bits) - 1
         slots, keys = self._slots, self._keys
-        i = ((key * _MULTIPLIER) & _MASK64) >> (64 - self._bits)
+        size = len(slots)
+        i = (((key * _MULTIPLIER) & _MASK64) * size) >> 64
         while True:
             found = slots[i]
             if found < 0:
                 return None
             if keys[found] == key:
                 return found
-            i = (i + 1) & mask
+            i = i + 1 if i + 1 < size else 0
 
     def add(self, key: int, position: int) -> None:
         """`position` (whose key is `key`, not yet present) under `key`."""
         self._count += 1
-        if 4 * self._count > 3 * (1 << self._bits):
-            self._bits += 1
-            self._slots = array("i", [-1]) * (1 << self._bits)
+        if 4 * self._count > 3 * len(self._slots):
+            self._slots = array("i", [-1]) * _grown(len(self._slots))
             for known in range(len(self._keys)):
                 if known != position:
                     self._place(self._keys[known], known)
         self._place(key, position)
 
     def _place(self, key: int, position: int) -> None:
-        mask = (1 << self._bits) - 1
         slots = self._slots
-        i = ((key * _MULTIPLIER) & _MASK64) >> (64 - self._bits)
+        size = len(slots)
+        i = _slot(key, size)
         while slots[i] >= 0:
-            i = (i + 1) & mask
+            i = i + 1 if i + 1 < size else 0
         slots[i] = position
 
     def nbytes(self) -> int:
@@ -141,25 +161,31 @@ class StateStore:
     def __init__(self, system: System):
         self._threads = len(system.bodies)
         self._sizes = tuple(len(r) for r in system.registers)
+        self._inputs = len(system.protocol.inputs)
         self._sem_count = len(system.instances)
         self._pairs = _Pairs()
         # two program counters to a leaf when every one fits 15 bits (the pc + 1 of each)
         self._paired_pcs = max((len(body) for body in system.bodies), default=0) + 1 < 1 << 15
-        self._keys = array("I")  # position -> the root it is looked up by
-        self._roots: array | None = None  # position -> the root of the state there, once one differs
+        self._keys = array("Q")  # position -> the root it is looked up by
+        # position -> the root of the state there, where it is not its key (under symmetry,
+        # a state reached where the search branches is looked up by its orbit's least
+        # image): a few in a dict, an array once many are
+        self._other_roots: dict[int, int] = {}
+        self._roots: array | None = None
         self._index = _Positions(self._keys)  # key -> position
         self._big: dict[int, int] = {}  # a value that does not fit 31 bits -> its number
         self._big_values: list[int] = []
-        # faults, inputs and hazards: each distinct combination numbered once
+        # faults and hazards: each distinct combination numbered once (most states have none)
         self._rest: dict[tuple, int] = {}
         self._rest_values: list[tuple] = []
-        # id -> the first Event object seen with that value; looked up by value, and by
-        # identity for those very objects (alive in `_events` for good, so an id() names
-        # one of them only): the events of an unpacked state are these objects, and a
-        # step keeps all but the one or two it changes, so most are found by identity
+        # id -> the Event with that value, kept as the store's own copy whose accesses are
+        # shared with every other event's of equal value (a protocol has many completions
+        # and few distinct regions: 416 and 56 for the ring all-reduce at 8 devices, x2);
+        # looked up by value (a map by identity as well saved no measurable time, since
+        # `_spliced` finds most by identity already, and cost 100 bytes an event)
         self._events: list[Event] = []
         self._event_by_value: dict[Event, int] = {}
-        self._event_by_identity: dict[int, int] = {}
+        self._accesses: dict[tuple, tuple] = {}
         # the last events tuple packed or unpacked, with its numbers: a successor by a step
         # that moves no completion shares its state's tuple (kept alive here, so its id()
         # is not reused meanwhile)
@@ -181,16 +207,20 @@ class StateStore:
             own = [own[k] << 15 | own[k + 1] for k in range(0, len(own) - 1, 2)] + own[len(own) - len(own) % 2:]
         if any(self._sizes):
             own.extend(map(leaf, chain.from_iterable(state.regs)))
+        own.extend(map(leaf, state.inputs))
         items = state.sems.items
         sems = list(map(leaf, chain.from_iterable(items)))
         events = list(self._event_ids(state.events))
-        rest = (state.faults, state.inputs, state.hazards, len(items), len(events))
+        rest = (state.faults, state.hazards)
         number = self._rest.get(rest)
         if number is None:
             number = self._rest[rest] = len(self._rest_values)
             self._rest_values.append(rest)
-        # what changes least goes deepest: most steps move a pc and a completion, few a count
-        return intern(self._fold(own), intern(self._fold(events), intern(self._fold(sems), number)))
+        # the lengths of the two parts that vary (which the shapes of their trees follow)
+        tail = intern(number, intern(leaf(len(items)), leaf(len(events))))
+        # what changes least goes deepest: most steps move a pc and a completion, few a
+        # count; the root is not interned: its two halves are the state's key
+        return self._fold(own) << _SPLIT | intern(self._fold(events), intern(self._fold(sems), tail))
 
     def _fold(self, values: list[int]) -> int:
         """The root of `values`' tree: pairs folded level by level, an odd last one carried
@@ -257,24 +287,21 @@ class StateStore:
             (last_ids[len(last) - tail:] if tail else [])
 
     def _event_ids_of(self, events: tuple[Event, ...]) -> list[int]:
-        # the objects seen before by identity (no hashing of events at all); only the
-        # few a step created are looked up by value
-        ids: list = list(map(self._event_by_identity.get, map(id, events)))
+        ids: list = list(map(self._event_by_value.get, events))
         k = _find_none(ids, 0)
-        while k >= 0:
+        while k >= 0:  # only the few a step created are new
             ids[k] = self.event_id(events[k])
             k = _find_none(ids, k + 1)
         return ids
 
     def event_id(self, event: Event) -> int:
         """The number of a pending completion (numbered when first seen)."""
-        found = self._event_by_identity.get(id(event))
+        found = self._event_by_value.get(event)
         if found is None:
-            found = self._event_by_value.get(event)
-            if found is None:
-                found = self._event_by_value[event] = len(self._events)
-                self._events.append(event)
-                self._event_by_identity[id(event)] = found
+            accesses = self._accesses.setdefault(event.accesses, event.accesses)
+            own = event if accesses is event.accesses else event._replace(accesses=accesses)
+            found = self._event_by_value[own] = len(self._events)
+            self._events.append(own)
         return found
 
     def event(self, number: int) -> Event:
@@ -284,26 +311,30 @@ class StateStore:
 
     def unpack(self, root: int) -> State:
         pair = self._pairs.pair
-        own_root, right = pair(root)
+        own_root, right = root >> _SPLIT, root & 0xFFFFFFFF
         events_root, last = pair(right)
-        sems_root, rest = pair(last)
+        sems_root, tail = pair(last)
+        rest, lengths = pair(tail)
+        count_items, count_events = map(self._value, pair(lengths))
         threads, registers = self._threads, sum(self._sizes)
         leaves = (threads + 1) // 2 if self._paired_pcs else threads
-        own = self._unfold(own_root, leaves + registers)
+        own = self._unfold(own_root, leaves + registers + self._inputs)
         if self._paired_pcs:
             unpaired: list[int] = []
             for leaf in own[:threads // 2]:
                 unpaired += (leaf >> 15, leaf & 0x7FFF)
             own = unpaired + own[threads // 2:]  # an odd last pc is a leaf of its own
         pcs = tuple(pc - 1 for pc in own[:threads])
+        values = [self._value(v) for v in own[len(own) - registers - self._inputs:]]
+        inputs = tuple(values[registers:])
         if registers:
-            flat, at, regs = [self._value(v) for v in own[threads:]], 0, []
+            flat, at, regs = values, 0, []
             for size in self._sizes:
                 regs.append(tuple(flat[at:at + size]))
                 at += size
         else:
             regs = [() for _ in self._sizes]
-        faults, inputs, hazards, count_items, count_events = self._rest_values[rest]
+        faults, hazards = self._rest_values[rest]
         flat_sems = [self._value(v) for v in self._unfold(sems_root, 2 * count_items)]
         pairs = iter(flat_sems)
         sems = Counts(self._sem_count, tuple(zip(pairs, pairs)))
@@ -326,16 +357,24 @@ class StateStore:
         self._keys.append(key)
         self._index.add(key, position)
         root = key if state is key_state else self.pack(state)
-        if root != key and self._roots is None:  # the first state stored under another's key
-            self._roots = array("I", self._keys[:position])
         if self._roots is not None:
             self._roots.append(root)
+        elif root != key:
+            self._other_roots[position] = root
+            if len(self._other_roots) > _SPARSE_ROOTS and len(self._other_roots) * 12 > len(self._keys):
+                # a dict entry costs about 12 times an array's: an array for every position
+                self._roots = array("Q", self._keys)
+                for at, other in self._other_roots.items():
+                    self._roots[at] = other
+                self._other_roots = {}
         if len(self._kept) < _KEPT:
             self._kept[position] = state
         return position
 
     def _root(self, position: int) -> int:
-        return self._keys[position] if self._roots is None else self._roots[position]
+        if self._roots is not None:
+            return self._roots[position]
+        return self._other_roots.get(position, self._keys[position])
 
     def take(self, position: int) -> State:
         """The state at `position`, to be expanded: the object `add` kept, if it still
@@ -357,84 +396,132 @@ class StateStore:
         return len(self._keys)
 
     def nbytes(self) -> int:
-        """The memory the store holds for its states' trees and positions (the numbered
-        events, big values and fault combinations are few and kept apart)."""
+        """The memory the store holds for its states: the trees, the keys and their index,
+        and the side tables (the numbered completions, big values and combinations of
+        faults, inputs and hazards), those as Python objects, measured. Not counted: the
+        states kept unpacked between `add` and `take` (at most `_KEPT`, whatever the
+        number of states)."""
         roots = self._roots.itemsize * len(self._roots) if self._roots is not None else 0
-        return self._pairs.nbytes() + self._index.nbytes() + self._keys.itemsize * len(self._keys) + roots
+        sides = deep_size((self._other_roots, self._big, self._big_values, self._rest, self._rest_values,
+                           self._events, self._event_by_value, self._accesses))
+        return self._pairs.nbytes() + self._index.nbytes() + self._keys.itemsize * len(self._keys) + roots + sides
 
 
 class SearchTree:
     """Per stored state: its parent's position (-1: a root), the action that reached it,
-    its depth and its sleep set. The action is one machine integer (a thread's action as
-    the thread, a completion as -2 minus its number in the store); each distinct sleep set
-    is kept once and named by its number."""
+    and its sleep set. An action is one machine integer (a thread's action as the thread,
+    a completion as -2 minus its number in the store); each distinct sleep set is kept once,
+    as the sorted tuple of its actions' integers, and named by its number (two bytes while
+    there are fewer than 65,536 of them). A state's depth travels with it in the queue
+    (`Fifo`), not stored: 10 bytes a state, and the distinct sleep sets."""
 
     def __init__(self, store: StateStore):
         self._store = store
-        self.parent, self.depth = array("i"), array("i")
-        self._via, self._sleep = array("i"), array("i")
-        self._sleep_sets: list[frozenset] = [frozenset()]
-        self._sleep_ids: dict[frozenset, int] = {frozenset(): 0}
+        self.parent, self._via, self._sleep = array("i"), array("i"), array("H")
+        self._sleep_sets: list[tuple[int, ...]] = [()]
+        self._sleep_ids: dict[tuple[int, ...], int] = {(): 0}
+        self._decoded: dict[int, frozenset] = {0: frozenset()}  # the sets asked for lately
 
-    def add(self, parent: int, action: Action | None, depth: int, sleep: frozenset) -> None:
+    def add(self, parent: int, action: Action | None, sleep: frozenset) -> None:
         self.parent.append(parent)
-        self.depth.append(depth)
-        if action is None:
-            self._via.append(-1)
-        else:
-            kind, what = action
-            self._via.append(what if kind == "t" else -2 - self._store.event_id(what))
-        self._sleep.append(self._sleep_id(sleep))
+        self._via.append(-1 if action is None else self._code(action))
+        number = self._sleep_id(sleep)  # first: it may widen the array
+        self._sleep.append(number)
+
+    def _code(self, action: Action) -> int:
+        kind, what = action
+        return what if kind == "t" else -2 - self._store.event_id(what)
+
+    def _action(self, code: int) -> Action:
+        return ("t", code) if code >= 0 else ("e", self._store.event(-2 - code))
 
     def via(self, i: int) -> Action | None:
         code = self._via[i]
-        if code == -1:
-            return None
-        return ("t", code) if code >= 0 else ("e", self._store.event(-2 - code))
+        return None if code == -1 else self._action(code)
 
     def sleep(self, i: int) -> frozenset:
-        return self._sleep_sets[self._sleep[i]]
+        number = self._sleep[i]
+        found = self._decoded.get(number)
+        if found is None:
+            if len(self._decoded) >= _DECODED_KEPT:
+                self._decoded = {0: frozenset()}
+            found = self._decoded[number] = frozenset(map(self._action, self._sleep_sets[number]))
+        return found
 
     def set_sleep(self, i: int, sleep: frozenset) -> None:
         self._sleep[i] = self._sleep_id(sleep)
 
     def _sleep_id(self, sleep: frozenset) -> int:
-        found = self._sleep_ids.get(sleep)
+        if not sleep:
+            return 0
+        codes = tuple(sorted(map(self._code, sleep)))
+        found = self._sleep_ids.get(codes)
         if found is None:
-            found = self._sleep_ids[sleep] = len(self._sleep_sets)
-            self._sleep_sets.append(sleep)
+            found = self._sleep_ids[codes] = len(self._sleep_sets)
+            self._sleep_sets.append(codes)
+            if found == 1 << 16 and self._sleep.typecode == "H":
+                self._sleep = array("i", self._sleep)  # more sleep sets than two bytes name
         return found
 
     def nbytes(self) -> int:
-        return sum(a.itemsize * len(a) for a in (self.parent, self.depth, self._via, self._sleep))
+        """The arrays and the distinct sleep sets (as Python objects, measured)."""
+        arrays = sum(a.itemsize * len(a) for a in (self.parent, self._via, self._sleep))
+        return arrays + deep_size((self._sleep_sets, self._sleep_ids))
 
 
 class Fifo:
-    """The breadth-first queue of positions, as a machine array read from a moving head."""
+    """The breadth-first queue of positions, each with its depth (the length of the path
+    that queued it), as machine arrays read from a moving head."""
 
     def __init__(self) -> None:
-        self._items = array("i")
+        self._items, self._depths = array("i"), array("i")
         self._head = 0
 
-    def append(self, position: int) -> None:
+    def append(self, position: int, depth: int) -> None:
         self._items.append(position)
+        self._depths.append(depth)
 
-    def popleft(self) -> int:
-        position = self._items[self._head]
-        self._head += 1
-        if self._head >= 65_536 and 2 * self._head >= len(self._items):
-            del self._items[:self._head]  # what was read, dropped now and then
+    def popleft(self) -> tuple[int, int]:
+        """The first position queued and its depth."""
+        head = self._head
+        position, depth = self._items[head], self._depths[head]
+        self._head = head = head + 1
+        if head >= 65_536 and 2 * head >= len(self._items):
+            del self._items[:head]  # what was read, dropped now and then
+            del self._depths[:head]
             self._head = 0
-        return position
+        return position, depth
 
     def clear(self) -> None:
-        self._items, self._head = array("i"), 0
+        self._items, self._depths, self._head = array("i"), array("i"), 0
 
     def __len__(self) -> int:
         return len(self._items) - self._head
 
 
 _KEPT = 4096  # states kept unpacked between `add` and `take`: a breadth-first frontier can be millions
+_DECODED_KEPT = 1024  # sleep sets kept decoded, of those asked for lately
+_SPARSE_ROOTS = 256  # roots other than their keys kept in a dict, up to this many or a twelfth of the states
+
+
+def deep_size(obj) -> int:
+    """The bytes of `obj` and of every container and value it holds, each object counted
+    once (`sys.getsizeof`: what a table of Python objects really costs)."""
+    seen: set[int] = set()
+    total = 0
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (tuple, list, set, frozenset)):
+            stack.extend(item)
+    return total
 
 
 def _first_false(flags: list, default: int) -> int:
