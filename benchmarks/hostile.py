@@ -1,13 +1,16 @@
-"""Run semcheck on every kind of bad input and print what it did (issue 17's sweep).
+"""Run semcheck on every kind of bad input and print what it did (issue 17's and issue 30's
+sweep).
 
     python benchmarks/hostile.py [--only SUBSTRING] [--skip-kernels]
 
 Each case builds its files in a temporary folder, runs `python -m semcheck verify ...` in a
 process of its own and prints a row: the case, the exit code, the first line of output,
 and what was expected. A row is UNSOUND when semcheck exited 0 (a gate would pass) where
-it should not have, MISMATCH for any other unexpected exit code or missing text. The
-script exits 1 if any row is not ok. Kernel-script cases start JAX in a subprocess (a few
-seconds each); `--skip-kernels` leaves them out.
+it should not have, MISMATCH for any other unexpected exit code or missing text, SLOW when
+it ended but later than its limit allows (a signal that did not stop it at once), and LEFT
+BEHIND when a process the case's files started (each writes its pid to a `.pids` file) is
+still alive a few seconds after semcheck ended. The script exits 1 if any row is not ok.
+Kernel-script cases start JAX (a few seconds each); `--skip-kernels` leaves them out.
 """
 
 from __future__ import annotations
@@ -82,27 +85,105 @@ class Case:
     argv: list[str]  # after `verify`; {dir} is the case's folder
     expected: int  # exit code
     text: str = ""  # must appear in stdout + stderr
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # {dir} is the case's folder
     cwd: str = ""  # relative to the case's folder
     kernel: bool = False  # starts JAX
     send: Callable[[subprocess.Popen, Path], None] | None = None  # e.g. a signal once ready
     limit: float = 300.0
     stdin_open: bool = False  # semcheck's stdin stays open while it runs, as a terminal's would
+    prepare: Callable[[Path, dict], None] | None = None  # before the run: (folder, environment)
+    stopped_within: float | None = None  # seconds from `send` to semcheck's end
 
 
 def kernel(prefix: str = "", devices: str = "") -> str:
     return prefix + KERNEL.format(devices=devices)
 
 
-def wait_for_file_then(sig: int, marker: str):
+def wait_for_file_then(sig: int, *markers: str):
     def send(proc: subprocess.Popen, folder: Path) -> None:
         deadline = time.monotonic() + 120
-        while not (folder / marker).exists() and time.monotonic() < deadline:
+        while not all((folder / m).exists() for m in markers) and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(0.2)
+        time.sleep(0.3)
         proc.send_signal(sig)
 
     return send
+
+
+# A script that starts a daemon (a process in a session of its own, which a kill of the
+# script's session does not reach) and records both pids for the LEFT BEHIND check.
+DAEMON = """\
+import os, subprocess
+_daemon = subprocess.Popen(["sleep", "600"], start_new_session=True)
+with open(__file__ + ".pids", "a") as _f:
+    _f.write(f"{_daemon.pid}\\n{os.getpid()}\\n")
+"""
+SLEEPS = DAEMON + "import time\nopen(__file__ + '.started', 'w').close()\ntime.sleep(600)\n"
+MOE = ROOT / "examples" / "tpu" / "moe_dispatch_combine.py"
+# Issue 30's MoE mutant: device d's barrier signals removed; a hang is found before the
+# lowering stops at a DMA wait whose size depends on data.
+MOE_HANG = MOE.read_text(encoding="utf-8").replace(
+    "            pl.semaphore_signal(barrier, 1, device_id=(d,))\n", "            pass\n", 1)
+
+BAD_MODEL = """\
+from semcheck.model import ProtocolBuilder
+
+
+def model(devices):
+    p = ProtocolBuilder("bad", devices=devices, backend="tpu")
+    ready = p.semaphore("ready")
+    {line}
+    for d in range(devices):
+        t = p.thread(d)
+        t.signal(ready)
+        t.wait(ready, 1)
+    return p.build()
+"""
+
+
+def bad_model(line: str) -> str:
+    return BAD_MODEL.format(line=line)
+
+
+def semcheck_once(folder: Path, env: dict, *argv: str) -> None:
+    subprocess.run([sys.executable, "-m", "semcheck", "verify", *argv], cwd=ROOT, env=env,
+                   stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
+
+
+def cached_then(damage: Callable[[Path, Path], None], *scripts: str):
+    """Capture `scripts` into the case's cache folder, then damage the kept entries."""
+    def prepare(folder: Path, env: dict) -> None:
+        cache = folder / "cache"
+        cache.mkdir()
+        for script in scripts:
+            semcheck_once(folder, env, str(folder / script), "--devices", "2")
+        damage(folder, cache)
+
+    return prepare
+
+
+def garbage(folder: Path, cache: Path) -> None:
+    for entry in cache.glob("*.capture"):
+        entry.write_bytes(b"\x80\x04garbage, not a capture")
+
+
+def truncated(folder: Path, cache: Path) -> None:
+    for entry in cache.glob("*.capture"):
+        entry.write_bytes(entry.read_bytes()[:-11])
+
+
+def swapped(folder: Path, cache: Path) -> None:
+    """The safe kernel's entry copied over the deadlocking kernel's (the issue's SAFE, exit 0)."""
+    entries = sorted(cache.glob("*.capture"), key=lambda p: b"safe.py" in p.read_bytes())
+    bad, good = entries
+    bad.write_bytes(good.read_bytes())
+
+
+def fifo(name: str):
+    def prepare(folder: Path, env: dict) -> None:
+        os.mkfifo(folder / name)
+
+    return prepare
 
 
 def after_progress_then(sig: int, needle: str):
@@ -191,6 +272,59 @@ CASES = [
          ["{dir}/helpers.py", SAFE, "--devices", "2"], 0, "compiles no Pallas kernel", kernel=True),
     Case("named helper module alone", {"helpers.py": "import jax\n\ndef f(x):\n    return x\n"},
          ["{dir}/helpers.py", "--devices", "2"], 2, "nothing to check", kernel=True),
+    # issue 30: signals with -j, the capture cache, bad model IR, output paths, FIFOs, daemons
+    Case("SIGTERM during captures with -j 2", {"a.py": kernel(SLEEPS), "b.py": kernel(SLEEPS)},
+         ["{dir}", "-j", "2", "--devices", "2"], 143, "interrupted (SIGTERM)", kernel=True,
+         send=wait_for_file_then(signal.SIGTERM, "a.py.started", "b.py.started"), stopped_within=10),
+    Case("SIGHUP during captures with -j 2", {"a.py": kernel(SLEEPS), "b.py": kernel(SLEEPS)},
+         ["{dir}", "-j", "2", "--devices", "2"], 129, "interrupted (SIGHUP)", kernel=True,
+         send=wait_for_file_then(signal.SIGHUP, "a.py.started", "b.py.started"), stopped_within=10),
+    Case("semcheck killed (SIGKILL) during captures with -j 2", {"a.py": kernel(SLEEPS), "b.py": kernel(SLEEPS)},
+         ["{dir}", "-j", "2", "--devices", "2"], -9, kernel=True, limit=60,
+         send=wait_for_file_then(signal.SIGKILL, "a.py.started", "b.py.started"), stopped_within=10),
+    Case("SIGHUP after one check finished", {}, [SAFE, "--devices", "2,8", "--no-reduction", "--no-split"],
+         129, "interrupted (SIGHUP)", send=after_progress_then(signal.SIGHUP, "[8 devices")),
+    Case("script daemonizes a process", {"k.py": kernel(DAEMON)}, ["{dir}/k.py", "--devices", "2"], 0,
+         "SAFE: handshake_kernel", kernel=True),
+    Case("capture cache entry is garbage", {"k.py": kernel()}, ["{dir}/k.py", "--devices", "2"], 0,
+         "discarded the kept capture", env={"SEMCHECK_CAPTURE_CACHE": "{dir}/cache"}, kernel=True,
+         prepare=cached_then(garbage, "k.py")),
+    Case("capture cache entry is truncated", {"k.py": kernel()}, ["{dir}/k.py", "--devices", "2"], 0,
+         "discarded the kept capture", env={"SEMCHECK_CAPTURE_CACHE": "{dir}/cache"}, kernel=True,
+         prepare=cached_then(truncated, "k.py")),
+    Case("capture cache entry of another kernel copied over a deadlock's",
+         {"safe.py": kernel(), "deadlock.py": kernel().replace("pl.semaphore_wait(ready, 1)",
+                                                                "pl.semaphore_wait(ready, 2)")},
+         ["{dir}/deadlock.py", "--devices", "2"], 1, "made for another script",
+         env={"SEMCHECK_CAPTURE_CACHE": "{dir}/cache"}, kernel=True, prepare=cached_then(swapped, "safe.py",
+                                                                                       "deadlock.py")),
+    Case("SEMCHECK_CAPTURE_CACHE is a file", {}, [SAFE], 2, "SEMCHECK_CAPTURE_CACHE",
+         env={"SEMCHECK_CAPTURE_CACHE": SAFE}),
+    Case("SEMCHECK_CAPTURE_CACHE is a missing folder", {}, [SAFE], 2, "SEMCHECK_CAPTURE_CACHE",
+         env={"SEMCHECK_CAPTURE_CACHE": "{dir}/no/such/folder"}),
+    Case("model with a negative buffer shape", {"m.py": bad_model('p.buffer("b", (-4, 8))')},
+         ["{dir}/m.py", "--devices", "2"], 2, "m.py:7: bad model"),
+    Case("model signals 1.5", {"m.py": bad_model("p.thread(0).signal(ready, 1.5)")},
+         ["{dir}/m.py", "--devices", "2"], 2, "m.py:7: bad model"),
+    Case('model signals device="left"', {"m.py": bad_model('p.thread(0).signal(ready, device="left")')},
+         ["{dir}/m.py", "--devices", "2"], 2, "m.py:7: bad model"),
+    Case("model with a semaphore array of size -1", {"m.py": bad_model('p.semaphore("s", size=-1)')},
+         ["{dir}/m.py", "--devices", "2"], 2, "m.py:7: bad model"),
+    Case("model with a thread on device 9 of 2", {"m.py": bad_model("p.thread(9)")},
+         ["{dir}/m.py", "--devices", "2"], 2, "m.py:7: bad model"),
+    Case("--summary into a missing folder", {}, [SAFE, "--summary", "{dir}/no/s.md"], 2, "does not exist"),
+    Case("--sarif into a missing folder", {}, [SAFE, "--sarif", "{dir}/no/s.sarif"], 2, "does not exist"),
+    Case("a FIFO as the path", {}, ["{dir}/pipe.py", "--devices", "2"], 2, "named pipe", prepare=fifo("pipe.py"),
+         limit=60),
+    Case("a FIFO in a folder beside a safe model", {"ok.py": SAFE_MODEL}, ["{dir}", "--devices", "2"], 2,
+         "named pipe", prepare=fifo("pipe.py"), limit=60),
+    Case("-o is a FIFO nothing reads", {}, [SAFE, "-o", "{dir}/out.json"], 2, "named pipe",
+         prepare=fifo("out.json"), limit=60),
+    Case("--devices 2,,4", {}, [SAFE, "--devices", "2,,4"], 2, "2,,4"),
+    Case("script calls sys.exit(0) before its kernel", {"k.py": kernel("import sys\nsys.exit(0)\n")},
+         ["{dir}/k.py", "--devices", "2"], 2, "exited with sys.exit(0) before any Pallas kernel", kernel=True),
+    Case("MoE mutant that hangs before the lowering stops", {"moe.py": MOE_HANG}, ["{dir}/moe.py", "--devices", "2"],
+         1, "unsatisfied wait", kernel=True),
 ]
 
 
@@ -216,11 +350,16 @@ def run_case(case: Case, base: Path) -> Row:
     if ".gitignore" in case.files:
         subprocess.run(["git", "init", "-q", str(folder)], check=True)
     argv = [a.replace("{dir}", str(folder)) for a in case.argv]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **case.env)
-    env.pop("SEMCHECK_DEBUG", None)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for name in ("SEMCHECK_DEBUG", "SEMCHECK_CAPTURE_CACHE", "SEMCHECK_CAPTURE_SERVER"):
+        env.pop(name, None)
+    if case.prepare:
+        case.prepare(folder, dict(env, **{k: v.replace("{dir}", str(folder)) for k, v in case.env.items()}))
+    env.update({k: v.replace("{dir}", str(folder)) for k, v in case.env.items()})
     cwd = folder / case.cwd if case.cwd else ROOT
     cwd.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "semcheck", "verify", *argv]
+    stopping = None
     if case.stdin_open:
         out, err, code = _run_with_stdin_open(command, cwd, env, folder, case.limit)
     else:
@@ -228,13 +367,18 @@ def run_case(case: Case, base: Path) -> Row:
                                 stderr=subprocess.PIPE, text=True)
         if case.send:
             case.send(proc, folder)
+            stopping = time.monotonic()
         try:
             out, err = proc.communicate(timeout=case.limit)
             code = proc.returncode
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # still running, or gone and its orphans hold its output open
             proc.kill()
-            out, err = proc.communicate()
+            try:
+                out, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                out, err = "", ""
             code = None
+    took = time.monotonic() - stopping if stopping is not None else 0.0
     text = out + err
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("semcheck: error")]
@@ -246,11 +390,34 @@ def run_case(case: Case, base: Path) -> Row:
         status = "UNSOUND"
     else:
         status = "MISMATCH"
+    if status == "ok" and case.stopped_within is not None and took > case.stopped_within:
+        status = f"SLOW ({took:.0f} s)"
+    if status == "ok" and _left_behind(folder):
+        status = "LEFT BEHIND"
     if "-o" in case.argv and case.expected != 0 and code is not None:
         out_file = Path(argv[argv.index("-o") + 1])
         if case.name.startswith(("model -o", "Ctrl-C")) and not out_file.is_file():
             status = "MISMATCH (no -o file)"
     return Row(case.name, code, first[:78], expected, status)
+
+
+def _left_behind(folder: Path, grace: float = 5.0) -> list[int]:
+    """The pids the case's files recorded that are still alive after `grace` seconds."""
+    pids = [int(p) for f in folder.rglob("*.pids") for p in f.read_text().split()]
+    deadline = time.monotonic() + grace
+    while True:
+        alive = [p for p in pids if _alive(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _run_with_stdin_open(command, cwd, env, folder: Path, limit: float):

@@ -37,6 +37,21 @@ at 8 devices). The z3 engine's own time at 2/4/8 devices is 0.1-5 CPU s for ever
 At 8 devices the probe of moe_entry_left_only and moe_expert_pipeline_shared_send needs an
 ordered query, so the search runs: it decides the first within z3's head start; z3 decides
 the second after the head start of 25 CPU s (the table was measured with 60).
+
+Issue 28 (auto as a portfolio, docs/engines.md): `--devices 8`, load 8-12 on 2 cores.
+Before: main 98a1bc9 (the counting probe, then the search alone for 25 CPU s); after: the
+search alone while narrow, simulate and z3 taking turns with it once it looks wide, the
+first counterexample ending the check. CPU s of the whole process:
+
+    example                          before  engine    after  engine
+    moe_dispatch_combine             4.3     z3        5.3    z3         safe
+    moe_entry_left_only              29.9    z3        4.4    explicit   remote_before_entry
+    moe_metadata_sem_unfenced        4.5     z3        5.4    z3         data_race
+    moe_mailbox_zeroed_late          4.9     z3        5.4    z3         data_race
+    moe_expert_pipeline              4.8     z3        6.1    z3         safe
+    moe_expert_pipeline_shared_send  34.8    z3        7.3    z3         data_race
+    moe_static_plan                  1.7     explicit  1.7    explicit   safe
+    moe_generation_shared_sem        27.2    z3        2.1    simulate   data_race
 """
 
 from __future__ import annotations
@@ -54,6 +69,7 @@ DEFAULT_EXAMPLES = (
     "moe_dispatch_combine", "moe_entry_left_only", "moe_metadata_sem_unfenced", "moe_mailbox_zeroed_late",
     "moe_expert_pipeline", "moe_expert_pipeline_shared_send", "moe_static_plan", "moe_generation_shared_sem",
     "smem_slot_double_buffer", "smem_slot_advanced_early", "prefetch_init_flag",
+    "prefetch_state_across_heads", "prefetch_state_restarted_per_head",
 )
 
 

@@ -2,19 +2,39 @@
 
     python benchmarks/mutants.py [--devices 2] [--only NAME] [--workers 2] [--max-per-example N]
 
-A mutant deletes one synchronization statement of a safe example in `examples/tpu/` (a
-semaphore signal or wait, a DMA wait or start, a `pltpu.core_barrier`), leaving `pass` in its
-place. Each mutant is checked with `semcheck verify --engine explicit` and run in JAX's TPU
-interpreter (`pltpu.InterpretParams(detect_races=True)`, under a timeout, since it hangs
-forever on a deadlock). The interpreter runs one schedule; semcheck covers all of them, so:
+The safe examples are those of `examples/tpu/` whose `# semcheck: expect` declarations
+(read by `semcheck.expectations`, as the gate reads them) give no error kind to any check at
+the device count: `expect safe`, or only warnings such as `lowered_as_decrementing`.
+A mutant deletes one synchronization statement of such an example (a semaphore signal or
+wait, a DMA wait or start, a `pltpu.core_barrier`), leaving `pass` in its place: the first
+`--max-per-example` of them in line order. Every mutant is checked by one `semcheck verify
+--engine explicit` run (a check stops at its first counterexample: all a mutant needs is "an
+error found or not"), and run in JAX's TPU interpreter (`pltpu.InterpretParams(
+detect_races=True)`, two cores for a parallel grid) under the differential test's watcher
+(`tests/test_tpu_differential.py`: hung once its CPU time stops with a thread in a semaphore
+wait; a 0-byte wait before any signal mended). The interpreter runs one schedule; semcheck
+covers all of them, so:
 
 * UNSOUND: the interpreter hangs, reports a race or fails, and semcheck finds no error;
 * ok: semcheck finds an error whenever the interpreter does (semcheck may find more: a
   schedule the interpreter did not take, or a leftover semaphore it only prints);
 * rejected: the interpreter refuses the original kernel (non-decrementing waits,
-  `semaphore_read`), so its mutants are not compared.
+  `semaphore_read`), so its mutants are not compared;
+* inconclusive: semcheck ran out of budget and the interpreter did not finish;
+* no interpreter verdict: the interpreter stalled in XLA's runtime or ran past its limit.
 
-Exits 1 if any row is UNSOUND. Slow: each mutant starts JAX twice (a few seconds each).
+Exits 1 if any row is UNSOUND, 2 if nothing was selected (a check of nothing must not
+pass). Slow: each mutant's interpreter run starts JAX (a few seconds each).
+
+Measured at 77f19d3 on the shared 2-core machine (load 5-11 from other jobs):
+`--devices 2` (the first 6 statements of each example): 191 mutants of 42 safe examples in
+19 minutes: 183 agree (the interpreter hung on 90, semcheck found a hang in all 90; it
+reported a race or failed on 32, semcheck found an error in all; it finished 61, and
+semcheck found an error in 57 of them: leftovers and early arrivals the interpreter only
+prints or cannot see; the other 4 remove a wait of a ring step that never runs at 2 devices),
+8 are kernels the interpreter refuses (non-decrementing waits, `semaphore_read`), none
+unsound. `--devices 4 --only capacity`, where a ring's later-step waits run: 12 mutants of 2
+examples, all agree (a removed capacity wait is a `data_race` in both), 76 s.
 """
 
 from __future__ import annotations
@@ -32,16 +52,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples" / "tpu"
-TIMEOUT = 60.0  # an interpreter run that has not finished by then hangs (examples take ~3-10 s)
+sys.path.insert(0, str(ROOT))
 
-RUNNER = """
-import json, runpy, sys
-from jax.experimental.pallas import tpu as pltpu
-pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(**json.loads(sys.argv[2])))
-sys.argv = [sys.argv[1]]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+from semcheck import expectations  # noqa: E402
+from tests.test_tpu_differential import run_interpreter  # noqa: E402
+
+EXAMPLES = ROOT / "examples" / "tpu"
 
 # Statements whose removal changes the protocol.
 SYNC_CALL = re.compile(
@@ -62,19 +78,27 @@ class Mutant:
 class Row:
     mutant: Mutant
     semcheck: str  # "safe" or the error kinds found
-    interpreter: str  # finished / hung / race / failed
+    interpreter: str  # finished / hung / race / failed / stalled / timed out
     status: str
 
 
-def safe_examples() -> list[Path]:
-    """Examples whose docstring promises `safe` for every documented check."""
-    found = []
-    for path in sorted(EXAMPLES.glob("*.py")):
-        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
-        verdicts = re.findall(r"^Expected verdict[^:]*: (\w+)", doc, re.M)
-        if verdicts and set(verdicts) == {"safe"}:
-            found.append(path)
-    return found
+def declared_errors(path: Path, devices: int) -> set[str]:
+    """The error kinds the file's `# semcheck: expect` declarations (or its pyproject.toml's)
+    give any of its checks at `devices` devices in one invocation, as the gate reads them
+    (`semcheck.expectations`). A TPU kernel is checked on one core, and on two for a parallel
+    grid: a file safe on one core and declared racy on two is not a safe example. A kernel no
+    declaration names stands for the file's other kernels."""
+    declarations = expectations.declarations_for(str(path))
+    errors: set[str] = set()
+    for kernel in {d.kernel for d in declarations} | {None}:
+        for cores in (1, 2):
+            errors |= expectations.declared_errors(expectations.declaration_for(declarations, kernel, devices, cores))
+    return errors
+
+
+def safe_examples(devices: int) -> list[Path]:
+    """Examples of `examples/tpu/` declared safe (warnings allowed) for every check at `devices`."""
+    return [path for path in sorted(EXAMPLES.glob("*.py")) if not declared_errors(path, devices)]
 
 
 def mutants_of(path: Path, limit: int) -> list[Mutant]:
@@ -92,20 +116,32 @@ def mutants_of(path: Path, limit: int) -> list[Mutant]:
         if not SYNC_CALL.search(text):
             continue
         indent = text[: len(text) - len(text.lstrip())]
-        mutated = lines[: node.lineno - 1] + [f"{indent}pass  # semcheck mutant: removed {text.strip()}"] + lines[node.lineno:]
+        mutated = lines[: node.lineno - 1] + [f"{indent}pass  # mutant: removed {text.strip()}"] + lines[node.lineno:]
         out.append(Mutant(path.name, node.lineno, text.strip(), "\n".join(mutated) + "\n"))
     return sorted(out, key=lambda m: m.line)[:limit]
 
 
-def run_semcheck(path: Path, devices: int) -> str:
+def run_semcheck(folder: Path, devices: int) -> dict[str, str]:
+    """Every mutant in `folder`, checked by one `semcheck verify` (JAX imported once, each
+    capture a fork of its capture server): file name -> "safe", the error kinds found, or why
+    there is no verdict. A check stops at its first counterexample (the default): a mutant
+    needs only "an error found or not"."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "semcheck", "verify", str(path), "--devices", str(devices), "--engine", "explicit",
-         "--format", "json", "-q"], capture_output=True, text=True, env=env, timeout=900)
+        [sys.executable, "-m", "semcheck", "verify", str(folder), "--devices", str(devices), "--engine", "explicit",
+         "--format", "json", "-q", "--timeout", "600", "--max-memory", "3000"],
+        capture_output=True, text=True, env=env)
     try:
         results = json.loads(proc.stdout)["results"]
     except (json.JSONDecodeError, KeyError):
-        return f"no report (exit {proc.returncode})"
+        return {path.name: f"no report (exit {proc.returncode})" for path in folder.glob("*.py")}
+    by_file: dict[str, list[dict]] = {}
+    for result in results:
+        by_file.setdefault(Path(result["file"]).name, []).append(result)
+    return {name: summary(checks) for name, checks in by_file.items()}
+
+
+def summary(results: list[dict]) -> str:
     if any(r["verdict"] == "error" for r in results):
         return "error: " + next(r["error"] for r in results if r["verdict"] == "error").splitlines()[0][:60]
     kinds = sorted({v["kind"] for r in results for v in r["violations"] if v["severity"] == "error"})
@@ -114,32 +150,21 @@ def run_semcheck(path: Path, devices: int) -> str:
     return ", ".join(kinds) or "safe"
 
 
-def run_interpreter(path: Path, devices: int, parallel_grid: bool) -> tuple[str, str]:
-    params = {"detect_races": True}
-    if parallel_grid:
-        params["num_cores_or_threads"] = 2
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(ROOT))
-    try:
-        proc = subprocess.run([sys.executable, "-c", RUNNER, str(path), json.dumps(params)], env=env,
-                              capture_output=True, text=True, timeout=TIMEOUT, cwd=path.parent)
-    except subprocess.TimeoutExpired:
-        return "hung", ""
-    text = (proc.stdout or "") + (proc.stderr or "")
-    if "RACE DETECTED" in text:
-        return "race", text
-    return ("finished" if proc.returncode == 0 else "failed"), text
+def mutant_file(mutant: Mutant) -> str:
+    return f"{Path(mutant.example).stem}_L{mutant.line}.py"
 
 
-def judge(mutant: Mutant, folder: Path, devices: int, parallel_grid: bool) -> Row:
-    path = folder / f"{Path(mutant.example).stem}_L{mutant.line}.py"
-    path.write_text(mutant.source, encoding="utf-8")
-    found = run_semcheck(path, devices)
-    outcome, text = run_interpreter(path, devices, parallel_grid)
+def judge(mutant: Mutant, found: str, folder: Path, devices: int, parallel_grid: bool) -> Row:
+    params = {"detect_races": True} | ({"num_cores_or_threads": 2} if parallel_grid else {})
+    outcome, text = run_interpreter(str(folder / mutant_file(mutant)), devices, params, tail=None)
+    if outcome == "finished" and "RACE DETECTED" in text:
+        outcome = "race"
     if outcome == "failed" and any(r in text for r in INTERPRETER_REFUSES):
         status = "rejected"
     elif found.startswith(("error", "no report")):
         status = "semcheck error"
+    elif outcome in ("stalled", "timed out"):
+        status = "no interpreter verdict"
     elif outcome != "finished" and found in ("safe", "inconclusive"):
         status = "UNSOUND" if found == "safe" else "inconclusive"
     else:
@@ -154,16 +179,27 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-per-example", type=int, default=6)
     args = parser.parse_args()
-    examples = [p for p in safe_examples() if args.only in p.name]
+    examples = [p for p in safe_examples(args.devices) if args.only in p.name]
     work = []
     for path in examples:
         text = path.read_text(encoding="utf-8")
         parallel = "parallel" in text and "dimension_semantics" in text
         work.extend((m, parallel) for m in mutants_of(path, args.max_per_example))
     print(f"{len(work)} mutants of {len(examples)} safe examples at {args.devices} devices", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="semcheck-mutants-") as tmp, \
-            ThreadPoolExecutor(max_workers=args.workers) as pool:
-        rows = list(pool.map(lambda w: judge(w[0], Path(tmp), args.devices, w[1]), work))
+    if not work:
+        # A check of nothing must not pass: a changed declaration format or a typo in --only.
+        print(f"mutants: nothing to check: {len(examples)} examples of {EXAMPLES} are declared safe at "
+              f"{args.devices} devices (`# semcheck: expect safe`) and match --only {args.only!r}, "
+              "with no synchronization statement to remove", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="semcheck-mutants-") as tmp:
+        folder = Path(tmp)
+        for mutant, _ in work:
+            (folder / mutant_file(mutant)).write_text(mutant.source, encoding="utf-8")
+        found = run_semcheck(folder, args.devices)
+        with ThreadPoolExecutor(max_workers=args.workers) as pool:
+            rows = list(pool.map(
+                lambda w: judge(w[0], found.get(mutant_file(w[0]), "no report"), folder, args.devices, w[1]), work))
     header = ("mutant", "removed", "semcheck", "interpreter", "status")
     cells = [(f"{r.mutant.example}:{r.mutant.line}", r.mutant.statement[:48], r.semcheck[:40], r.interpreter, r.status)
              for r in rows]

@@ -4,13 +4,16 @@
     result = verify_model(my_model, devices=4)
     assert result.verdict.value == "safe", result
 
-`verify_path` runs what `semcheck verify PATH` runs and returns every Result. `assume=`
+`verify_path` runs what `semcheck verify PATH` runs and returns every Result. Like the CLI,
+a check stops at its first counterexample; `exhaustive=True` (`--exhaustive`) reports every
+finding of every kind. `assume=`
 bounds protocol inputs by name (see `semcheck.assumptions`), as `--assume` does;
 `verify(fn, *example_args)` checks the Pallas TPU kernels a function calls, in-process.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Iterable, Iterator
 
 from semcheck.assumptions import Assumption
@@ -26,14 +29,31 @@ from semcheck.result import Result
 
 
 def verify_model(
-    model: Callable[[int], Protocol] | Protocol, devices: int = 4, **options
+    model: Callable[[int], Protocol] | Protocol, devices: int | str = 4, **options
 ) -> Result:
-    protocol = model if isinstance(model, Protocol) else model(devices)
+    """`devices="all"`: every device count, as `--devices all` (docs/parametric.md)."""
+    if devices == "all" and not isinstance(model, Protocol):
+        from semcheck.parametric.family import every_count_of
+
+        return every_count_of(model).result
+    protocol = model if isinstance(model, Protocol) else model(int(devices))
     return check_protocol(protocol, **options)
 
 
-def verify_path(paths: str | Iterable[str], devices: Iterable[int] = (2, 4, 8), **options) -> list[Result]:
-    """Every Result for the files at `paths`: `check_paths`, collected (same options)."""
+def verify_path(paths: str | Iterable[str], devices: Iterable[int] | str = (2, 4, 8), **options) -> list[Result]:
+    """Every Result for the files at `paths`: `check_paths`, collected (same options).
+    `devices="all"`: one Result per kernel for every device count, as `--devices all`
+    (`semcheck.parametric.family.every_count` gives the whole outcome)."""
+    if devices == "all":
+        from semcheck.frontends import discover
+        from semcheck.parametric.family import every_count
+
+        if options:
+            raise TypeError(f"verify_path(devices='all') takes no options, got {', '.join(sorted(options))}")
+        return [o.result for path in discover([paths] if isinstance(paths, str) else list(paths))
+                for o in every_count(path)]
+    if isinstance(devices, str):
+        raise TypeError(f"devices={devices!r}: give device counts, or 'all'")
     return list(check_paths(paths, devices, **options))
 
 
@@ -72,6 +92,7 @@ def check_paths(
         reduce=options.pop("reduce", True), symmetry=options.pop("symmetry", True),
         split=options.pop("split", True), unroll=unroll,
         capture_timeout=capture_timeout, cores_enter_together=options.pop("cores_enter_together", True),
+        exhaustive=options.pop("exhaustive", False),
     )
     if options:
         raise TypeError(f"check_paths() got unexpected options: {', '.join(sorted(options))}")
@@ -114,6 +135,18 @@ def _declares_expectations(path: str) -> bool:
         return True  # a malformed declaration still says the file is meant to be checked
 
 
+class JaxVersionWarning(UserWarning):
+    """This JAX is not one semcheck was tested with (semcheck/jax_compat.py)."""
+
+
+def _notice_jax_version() -> None:
+    from semcheck import jax_compat
+
+    notice = jax_compat.notice_once()
+    if notice:
+        warnings.warn(notice, JaxVersionWarning, stacklevel=3)
+
+
 def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,
            engine: str = "auto", budget: Budget | None = None, **options) -> list[Result]:
     """Check every Pallas kernel (TPU or Mosaic GPU) that `fn(*example_args)` calls, in this process.
@@ -140,6 +173,7 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
             "imported (e.g. at the top of conftest.py), or check a script with `semcheck verify "
             "FILE --devices N`, which runs it in a subprocess with N devices",
         )
+    _notice_jax_version()
     captures = capture_function(fn, *example_args, operand_values=True)
     if not captures:
         raise LoadError(

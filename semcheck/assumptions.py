@@ -125,7 +125,7 @@ def apply(protocol: ir.Protocol, assumptions: Iterable[Assumption]) -> ir.Protoc
     for inp in protocol.inputs:
         for a in assumptions:  # later assumptions win
             if covers(a.name, inp.name):
-                inp = replace(inp, lo=a.lo, hi=a.hi)
+                inp = replace(inp, lo=a.lo, hi=a.hi, assumed=True)
         assumed.append(inp)
     inputs = tuple(assumed)
     return protocol if inputs == protocol.inputs else replace(protocol, inputs=inputs)

@@ -24,10 +24,12 @@ def check_protocol(
     progress: ProgressFn | None = None,
     assume: Iterable[Assumption] = (),
     cores_enter_together: bool = True,
+    exhaustive: bool = False,
     **options,
 ) -> Result:
     """`cores_enter_together`: the reading of how the TensorCores of one chip enter a kernel
-    (semcheck/core_entry.py; False is --no-assume-cores-enter-together)."""
+    (semcheck/core_entry.py; False is --no-assume-cores-enter-together). `exhaustive`: every
+    finding of every kind, instead of stopping at the first counterexample (`engines.check`)."""
     from semcheck import core_entry
 
     protocol = core_entry.apply(protocol, cores_enter_together)
@@ -36,7 +38,7 @@ def check_protocol(
         assumptions.check_names([protocol], assume, source=f"protocol {protocol.name}")
         protocol = assumptions.apply(protocol, assume)
     try:
-        result = engines.check(protocol, engine, budget=budget, progress=progress, **options)
+        result = engines.check(protocol, engine, budget=budget, progress=progress, exhaustive=exhaustive, **options)
     except ProtocolError as e:
         return error_result(protocol.name, protocol.loc.file, protocol.loc.line, protocol.devices, str(e), engine)
     from semcheck.programs import outside_producers

@@ -1,8 +1,9 @@
 """`semcheck verify PATH...`: argument parsing, progress and exit codes; nothing else.
 
 Exit codes: 0 every check verified safe; 1 at least one violation; 2 error (cannot load or
-trace, unsupported construct, bad usage); 3 inconclusive (a budget ran out); 130 / 143
-interrupted by Ctrl-C / SIGTERM (the checks that finished are still reported, marked partial).
+trace, unsupported construct, bad usage); 3 inconclusive (a budget ran out); 130 / 143 / 129
+interrupted by Ctrl-C / SIGTERM / SIGHUP (the checks that finished are still reported, marked
+partial).
 
 With --expectations, each check is judged against the verdict declared for its file
 (`semcheck/expectations.py`): 0 every check matched its declaration; 1 some check did not;
@@ -24,7 +25,7 @@ from semcheck.version import __version__
 from semcheck.assumptions import AssumptionError, parse as parse_assumption
 from semcheck.cli_options import for_argparse
 from semcheck.engines import ENGINES
-from semcheck.engines.budget import Budget, ProgressInfo
+from semcheck.engines.budget import DEFAULT_MAX_STATES, DEFAULT_TIMEOUT, Budget, ProgressInfo
 from semcheck.frontends import discover
 from semcheck.frontends.discovery import summarize
 from semcheck.kinds import DESCRIPTIONS
@@ -35,14 +36,52 @@ EXIT_USAGE = 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # usage errors exit 2, like every other error
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"semcheck: error: {message}\n")
+    """Usage errors are one line (exit 2, like every other error), with a "did you mean"
+    for a misspelt option or choice; `--help` has the whole usage."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"semcheck: error: {message} (semcheck {self._command()}--help lists the options)\n")
+
+    def _command(self) -> str:
+        return "verify " if self.prog.endswith(" verify") else ""
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices})"
+                                         + did_you_mean(str(value), [str(c) for c in action.choices]))
 
 
-def _device_counts(text: str) -> list[int]:
+def did_you_mean(word: str, candidates: list[str]) -> str:
+    """ "; did you mean --devices?" for a word close to one of `candidates`, else "". """
+    import difflib
+
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _unknown_options(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """The usage error for arguments no option takes, naming the option each one is close to."""
+    options = [o for action in _verify_parser(parser)._actions for o in action.option_strings]
+    parts = []
+    for extra in extras:
+        name = extra.split("=", 1)[0]
+        hint = did_you_mean(name, options) if name.startswith("-") else ""
+        parts.append(f"{extra}{hint}")
+    what = "unknown option" if all(e.startswith("-") for e in extras) else "unrecognized argument"
+    return f"{what}{'s' if len(extras) > 1 else ''}: {', '.join(parts)}"
+
+
+def _verify_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["verify"]
+
+
+def _device_counts(text: str) -> list[int] | str:
+    if text.strip().lower() == "all":  # every device count: semcheck/parametric (docs/parametric.md)
+        return "all"
     try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
+        counts = [int(part) for part in text.split(",")]  # an empty part (2,,4) is a typo too
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated device counts like 2,4,8, got {text!r}")
     if not counts or any(n < 1 for n in counts):
@@ -66,12 +105,13 @@ def _graph_file(text: str) -> str:
 
 
 def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentParser:
-    kinds = "\n".join(f"  {k.value:<24}{d}" for k, d in DESCRIPTIONS.items())
+    column = max(len(k.value) for k in DESCRIPTIONS) + 2
+    kinds = "\n".join(f"  {k.value:<{column}}{d}" for k, d in DESCRIPTIONS.items())
     parser = _Parser(
         prog="semcheck",
         description="Model-check the synchronization protocol of Pallas kernels and semcheck models.",
         epilog=f"violation kinds:\n{kinds}\n\nexit codes: 0 safe, 1 violation, 2 error, 3 inconclusive, "
-        "130/143 interrupted (Ctrl-C/SIGTERM; what finished is reported, marked partial)",
+        "130/143/129 interrupted (Ctrl-C/SIGTERM/SIGHUP; what finished is reported, marked partial)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"semcheck {__version__}")
@@ -84,13 +124,21 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     )
     verify.add_argument("paths", nargs="*", metavar="PATH",
                         help="a kernel script, a model file, or a folder (default: [tool.semcheck] paths)")
-    verify.add_argument("--devices", type=_device_counts, default=[2, 4, 8], metavar="N[,N...]",
-                        help="device counts to check (default: 2,4,8)")
+    verify.add_argument("--devices", type=_device_counts, default=[2, 4, 8], metavar="N[,N...]|all",
+                        help="device counts to check (default: 2,4,8); `all`: every device count, proved "
+                        "for a kernel whose devices run one program in d and N, else the smallest N that "
+                        "fails (docs/parametric.md)")
     verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
                         help="how to decide: explicit (exhaustive search), z3 (SMT; every input value "
-                        "in one query), auto (default: explicit, and z3 beside it when the search "
-                        "outlasts its head start, first conclusive answer wins; z3 alone for wide "
-                        "inputs; the report names the engine that decided) or simulate (random schedules: finds bugs fast, never proves safe)")
+                        "in one query), auto (default: explicit, joined by simulate and z3 taking turns "
+                        "on one core once the search looks wide; the first counterexample or an "
+                        "exhaustive engine's verdict ends the check; z3 alone for wide inputs; the "
+                        "report names the engines that found what) or simulate (random schedules: "
+                        "finds bugs fast, never proves safe)")
+    verify.add_argument("--exhaustive", action=argparse.BooleanOptionalAction, default=False,
+                        help="report every finding of every kind (by default a check stops at its first "
+                        "counterexample, shown with its root cause, as SPIN and TLC do; a safe verdict "
+                        "means the same either way); --expectations and --baseline imply it")
     verify.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=LO..HI",
                         help="check input NAME only for LO..HI (repeatable; overrides the file's "
                         "semcheck.assume and the input's own range; a NAME no input has is an error)")
@@ -100,11 +148,14 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
                         "can run longer makes the verdict inconclusive, never safe")
     verify.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default: text)")
     verify.add_argument("-o", "--output", metavar="FILE",
-                        help="write the report to FILE (the text report still goes to stdout)")
+                        help="write the report to FILE instead of stdout (default: stdout); with a "
+                        "--format other than text, stdout still gets the text report unless -q")
     verify.add_argument("--max-states", type=for_argparse(cli_options.positive_int), default=None, metavar="N",
-                        help="stop with verdict inconclusive after N states (env SEMCHECK_MAX_STATES)")
+                        help="stop with verdict inconclusive after N states (default: SEMCHECK_MAX_STATES, "
+                        f"else {DEFAULT_MAX_STATES:,})")
     verify.add_argument("--timeout", type=for_argparse(cli_options.positive_seconds), default=None, metavar="S",
-                        help="stop with verdict inconclusive after S seconds per check (env SEMCHECK_TIMEOUT)")
+                        help="stop with verdict inconclusive after S seconds per check (default: "
+                        f"SEMCHECK_TIMEOUT, else {DEFAULT_TIMEOUT:g})")
     verify.add_argument("--max-memory", type=for_argparse(cli_options.positive_megabytes), default=None, metavar="MB",
                         help="stop with verdict inconclusive above MB of memory (default: half of what is free)")
     verify.add_argument("--invocations", type=for_argparse(cli_options.positive_int), default=1, metavar="K",
@@ -126,7 +177,8 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
                         "parts (by default each part is checked on its own; for cross-checking)")
     verify.add_argument("--max-trace-steps", type=for_argparse(cli_options.non_negative_int), default=0, metavar="N",
                         help="print only the N steps of each trace closest to the violation in its "
-                        "causal past (default: every step it depends on)")
+                        "causal past, unfolded (default: the closest few, the rest folded; with -v every "
+                        "step it depends on)")
     verify.add_argument("--all-traces", action="store_true",
                         help="report every check's violations in full (by default one problem found "
                         "at several device counts is shown once, at the smallest)")
@@ -138,6 +190,9 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
                         "(# semcheck: expect KIND, or [tool.semcheck.expect] in pyproject.toml): "
                         "exit 0 when every check matches, 1 when one does not")
     verify.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    verify.add_argument("-v", "--verbose", action="store_true",
+                        help="text report: every step of each trace the violation depends on, and the "
+                        "modelling notes each verdict rests on (by default counted; always in json and sarif)")
     gate.add_arguments(verify)
     if defaults is not None:
         gate.apply_project_defaults(verify, defaults)
@@ -152,7 +207,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     for warning in defaults.warnings():
         print(warning, file=sys.stderr)
-    args = build_parser(defaults).parse_args(argv)
+    parser = build_parser(defaults)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        print(f"semcheck: error: {_unknown_options(parser, extras)} (semcheck verify --help lists the options)",
+              file=sys.stderr)
+        return EXIT_USAGE
     problem = gate.usage_problem(args)
     if problem:
         print(f"semcheck: error: {problem}", file=sys.stderr)
@@ -191,12 +251,39 @@ def _is_lazy_usage_error(e: Exception) -> bool:
     return False
 
 
+def _notice_jax_version(results) -> None:
+    """One line when a kernel script was checked with a JAX semcheck was not tested with."""
+    from semcheck import jax_compat
+
+    if any(_ran_jax(r) for r in results) and (notice := jax_compat.notice_once()):
+        print(f"semcheck: note: {notice}", file=sys.stderr)
+
+
+def _ran_jax(result) -> bool:
+    if result.frontend in ("tpu", "gpu"):
+        return True
+    if result.frontend != "unknown" or not result.file.endswith(".py"):
+        return False
+    from semcheck.errors import LoadError
+    from semcheck.frontends import FileKind, classify
+
+    try:
+        return classify(result.file).kind is FileKind.KERNEL
+    except (LoadError, OSError):
+        return False
+
+
 def _verify(args) -> int:
     _warn_about_empty_folders(args.paths)
-    budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
-    progress_for = None if args.quiet else _progress_printer
-    from semcheck.report.feedback import capture_line_printer
+    if args.devices == "all":
+        from semcheck.parametric import command
 
+        return command.run(args)
+    budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
+    from semcheck.report.feedback import Position, capture_line_printer
+
+    position = Position(total=len(discover(args.paths)) * len(args.devices))
+    progress_for = None if args.quiet else _progress_printer(position, budget)
     skipped: list = []
     results, interrupted = interrupts.collect(check_paths(  # keeps what finished on Ctrl-C, marked partial
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
@@ -204,9 +291,13 @@ def _verify(args) -> int:
         assume=args.assume, reduce=not args.no_reduction, symmetry=not args.no_symmetry,
         split=not args.no_split,
         invocations=args.invocations, skipped=skipped, cores_enter_together=args.assume_cores_enter_together,
-        **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args),
+        # a gate judges every declared kind, and a baseline hides only known findings: both need
+        # every finding, or a new bug behind a known first one would pass (docs/engines.md, "The gate")
+        exhaustive=args.exhaustive or args.expectations or args.baseline is not None,
+        **({} if args.unroll is None else {"unroll": args.unroll}), **gate.sweep_arguments(args, position),
     ))
     _clear_progress()
+    _notice_jax_version(results)
     if summarize(skipped):
         print(f"semcheck: {summarize(skipped)}", file=sys.stderr)
     for near_miss in expectations.near_misses_in(sorted({r.file for r in results if r.file})):
@@ -225,11 +316,15 @@ def _verify(args) -> int:
             return EXIT_USAGE
     gate.write_summary(args, results, judgements, hidden)
     options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements, "all_traces": args.all_traces,
-               "category": args.category}
+               "category": args.category, "verbose": args.verbose}
     gate.write_sarif(args, results, options)
     if args.format == "text" and not args.output and sys.stdout.isatty():
         options["width"] = shutil.get_terminal_size().columns  # verdict lines wrap to the terminal
     rendered = FORMATS[args.format](results, **options)
+    from semcheck.report import colour
+
+    if colour.wanted(sys.stdout):  # only what goes to a terminal: never -o's file, never a pipe
+        options["color"] = True
     written = True
     if args.output:
         try:
@@ -241,6 +336,8 @@ def _verify(args) -> int:
         if not written or (not args.quiet and args.format != "text"):
             sys.stdout.write(rendered if not written else FORMATS["text"](results, **options))
     else:
+        if options.get("color") and args.format == "text":
+            rendered = FORMATS["text"](results, **options)
         sys.stdout.write(rendered if rendered.endswith("\n") else rendered + "\n")
     if args.graph:
         code = _draw(results, args.graph)
@@ -287,7 +384,7 @@ def _draw(results, path: str) -> int:
         print(f"semcheck: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     if not written:
-        print("semcheck: no counterexample to draw: every check is free of errors", file=sys.stderr)
+        print("semcheck: no counterexample to draw: no check has an error that a schedule shows", file=sys.stderr)
     for name in written:
         print(f"semcheck: counterexample drawn to {name}", file=sys.stderr)
     return 0
@@ -300,40 +397,40 @@ _progress_shown = False
 LOG_PROGRESS_EVERY = 15.0
 
 
-def _progress_printer(kernel: str, devices: int):
-    tty = sys.stderr.isatty()
-    last_logged = [-LOG_PROGRESS_EVERY]
+def _progress_printer(position, budget: Budget):
+    """progress_for: a progress line per check, with where the run is (`[3/12]`, the
+    (file, device count) pairs done of all) and what is left of the check's budget."""
+    from semcheck.report.feedback import progress_line
 
-    def show(info: ProgressInfo) -> None:
-        global _progress_shown
-        if not tty:
-            now = time.monotonic()
-            if now - last_logged[0] < LOG_PROGRESS_EVERY:
-                return
-            last_logged[0] = now
-        where = f"semcheck: {kernel} [{devices} devices{', ' + info.part if info.part else ''}]"
-        if info.what:  # an engine that counts no states says what it is doing
-            line = f"{where}: {info.what}, {info.seconds:.0f} s"
-        else:
-            line = (
-                f"{where}: {info.states:,} states, "
-                f"{info.rate:,.0f} states/s, frontier {info.frontier:,}, depth {info.depth}, "
-                f"{info.seconds:.0f} s"
-            )
-        if tty:
-            sys.stderr.write("\r" + line.ljust(100)[:120])
-            _progress_shown = True
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+    def printer(kernel: str, devices: int):
+        tty = sys.stderr.isatty()
+        last_logged = [-LOG_PROGRESS_EVERY]
 
-    return show
+        def show(info: ProgressInfo) -> None:
+            global _progress_shown
+            if not tty:
+                now = time.monotonic()
+                if now - last_logged[0] < LOG_PROGRESS_EVERY:
+                    return
+                last_logged[0] = now
+            line = progress_line(kernel, devices, info, position, budget)
+            if tty:
+                width = shutil.get_terminal_size().columns - 1
+                sys.stderr.write("\r" + line[:width].ljust(min(width, 120)))
+                _progress_shown = True
+            else:
+                sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+        return show
+
+    return printer
 
 
 def _clear_progress() -> None:
     global _progress_shown
     if _progress_shown:
-        sys.stderr.write("\r" + " " * 120 + "\r")
+        sys.stderr.write("\r" + " " * min(shutil.get_terminal_size().columns - 1, 120) + "\r")
         _progress_shown = False
 
 

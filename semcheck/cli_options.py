@@ -70,12 +70,24 @@ def for_argparse(check: Callable[[str], object]) -> Callable[[str], object]:
     return convert
 
 
+def capture_cache_folder(text: str) -> str:
+    """An existing, writable folder, or empty (no cache)."""
+    if text:
+        from semcheck.frontends.capture_cache import folder_problem
+
+        problem = folder_problem(text)
+        if problem:
+            raise ValueError(problem)
+    return text
+
+
 # Every environment variable semcheck reads, with what it must hold.
 ENVIRONMENT: dict[str, Callable[[str], object]] = {
     "SEMCHECK_MAX_STATES": positive_int,
     "SEMCHECK_TIMEOUT": positive_seconds,
     "SEMCHECK_MAX_MEMORY_MB": positive_megabytes,
     "SEMCHECK_CAPTURE_TIMEOUT": positive_seconds,
+    "SEMCHECK_CAPTURE_CACHE": capture_cache_folder,
 }
 
 
@@ -96,17 +108,27 @@ def check_environment(environ=None) -> None:
 
 
 def check_inputs(paths: list[str]) -> None:
-    """Every PATH exists: a typo is one usage error, not a fake result per device count."""
+    """Every PATH exists and is a file or a folder: a typo is one usage error, not a fake
+    result per device count, and a named pipe is not read (and waited on) for ever."""
+    import stat
+
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
         raise UsageError("no such file or folder: " + ", ".join(missing))
+    for path in paths:
+        mode = os.stat(path).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            from semcheck.frontends import not_regular
+
+            raise UsageError(f"{path} is {not_regular(mode)}, not a kernel script, model file or folder")
 
 
 def check_writable(path: str, what: str) -> None:
     """`path` can be created or overwritten: its folder exists and is writable, and it is not
-    itself a folder."""
+    itself a folder (nor a named pipe that nobody reads, which would block the write)."""
     if os.path.isdir(path):
         raise UsageError(f"{what} {path!r} is a folder; give a file name")
+    _check_fifo_has_a_reader(path, what)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise UsageError(f"{what} {path!r}: the folder {os.path.dirname(path) or '.'!r} does not exist")
@@ -116,11 +138,31 @@ def check_writable(path: str, what: str) -> None:
         raise UsageError(f"{what} {path!r}: the folder {os.path.dirname(path) or '.'!r} is not writable")
 
 
+def _check_fifo_has_a_reader(path: str, what: str) -> None:
+    import errno
+    import stat
+
+    try:
+        if not stat.S_ISFIFO(os.stat(path).st_mode):
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            raise UsageError(f"{what} {path!r} is a named pipe (FIFO) that nothing reads") from None
+        return
+    os.close(fd)
+
+
 def check_all(args) -> None:
     """Everything that can be checked before work starts; raises UsageError."""
     check_environment()
     check_inputs(args.paths)
-    if getattr(args, "output", None):
-        check_writable(args.output, "-o")
-    if getattr(args, "graph", None):
-        check_writable(args.graph, "--graph")
+    for option, what in (("output", "-o"), ("graph", "--graph"), ("summary", "--summary"), ("sarif", "--sarif")):
+        if getattr(args, option, None):
+            check_writable(getattr(args, option), what)
+    from semcheck.gate import SUMMARY_VARIABLE
+
+    if os.environ.get(SUMMARY_VARIABLE):  # appended to after the run, as CI's job summary
+        check_writable(os.environ[SUMMARY_VARIABLE], f"the file ${SUMMARY_VARIABLE} names,")

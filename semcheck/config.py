@@ -6,6 +6,7 @@
     engine = "auto"
     timeout = 600                     # seconds per check
     invocations = 1
+    exhaustive = false                # true: every finding, not only the first counterexample
 
     [tool.semcheck.expect]            # expected verdicts (semcheck/expectations.py)
     "kernels/ring_bug.py" = "deadlock"
@@ -21,7 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-KNOWN_KEYS = ("paths", "devices", "engine", "timeout", "invocations", "expect")
+KNOWN_KEYS = ("paths", "devices", "engine", "timeout", "invocations", "exhaustive", "expect")
 
 
 class ConfigError(Exception):
@@ -36,6 +37,7 @@ class Defaults:
     engine: str | None = None
     timeout: float | None = None
     invocations: int | None = None
+    exhaustive: bool | None = None
     unknown_keys: tuple[str, ...] = ()
 
     def warnings(self) -> list[str]:
@@ -93,5 +95,9 @@ def load(cwd: str | None = None) -> Defaults:
         if isinstance(invocations, bool) or not isinstance(invocations, int) or invocations < 1:
             raise bad("invocations", "a whole number of at least 1")
         values["invocations"] = invocations
+    if "exhaustive" in table:
+        if not isinstance(table["exhaustive"], bool):
+            raise bad("exhaustive", "true or false")
+        values["exhaustive"] = table["exhaustive"]
     unknown = tuple(sorted(key for key in table if key not in KNOWN_KEYS))
     return Defaults(source=shown, unknown_keys=unknown, **values)

@@ -32,7 +32,8 @@ def add_arguments(verify: argparse.ArgumentParser) -> None:
                         "check); the report is the same as with -j 1, in the same order")
     verify.add_argument("--executor", choices=[e.value for e in Executor], default=Executor.LOCAL.value,
                         help="where the checks run: local (this machine, -j workers) or ray (a Ray "
-                        "cluster: --ray-address, or RAY_ADDRESS, or a local one started for the run)")
+                        "cluster: --ray-address, or RAY_ADDRESS, or a local one started for the run; "
+                        "default: local)")
     verify.add_argument("--ray-address", metavar="ADDR", default=None,
                         help="the Ray cluster to send checks to (e.g. ray://head:10001 or auto)")
     verify.add_argument("--baseline", metavar="FILE", default=None,
@@ -71,29 +72,38 @@ def apply_project_defaults(verify: argparse.ArgumentParser, defaults: config.Def
         values["timeout"] = defaults.timeout
     if defaults.invocations is not None:
         values["invocations"] = defaults.invocations
+    if defaults.exhaustive is not None:
+        values["exhaustive"] = defaults.exhaustive
     verify.set_defaults(**values)
 
 
-def sweep_arguments(args) -> dict:
-    """verify_path's keyword arguments for where and how wide the sweep runs."""
+def sweep_arguments(args, position=None) -> dict:
+    """verify_path's keyword arguments for where and how wide the sweep runs; `position`
+    (report/feedback.Position) counts the finished (file, device count) tasks."""
     # One task at a time unless -j says otherwise: results then reach the report as each check
     # ends, so Ctrl-C keeps every finished one (a pool hands them back only at the end).
     jobs = args.jobs if args.jobs is not None else 1
     shown = not args.quiet and (jobs > 1 or args.executor == Executor.RAY.value)
     return {"jobs": jobs, "executor": args.executor, "ray_address": args.ray_address,
-            "on_done": _done_printer() if shown else None}
+            "on_done": _done_printer(position, shown) if shown or position is not None else None}
 
 
-def _done_printer():
-    """With checks running out of order, one line per (file, device count) as it finishes."""
+def _done_printer(position=None, shown: bool = True):
+    """Counts each finished (file, device count) in `position`; with checks running out of
+    order (`shown`), one line per task as it finishes: `[3/12]`."""
     finished = 0
 
     def done(task: Task, outcome: TaskOutcome) -> None:
         nonlocal finished
         finished += 1
+        if position is not None:
+            position.done()
+        if not shown:
+            return
+        of = f"/{position.total}" if position is not None and position.total else ""
         verdicts = ", ".join(f"{r.kernel} {r.verdict.value}" for r in outcome.results) or "nothing"
         seconds = sum(r.stats.seconds for r in outcome.results)
-        sys.stderr.write(f"semcheck: [{finished}] {task.path} [{task.devices} devices]: {verdicts} "
+        sys.stderr.write(f"semcheck: [{finished}{of}] {task.path} [{task.devices} devices]: {verdicts} "
                          f"({seconds:.1f} s checking)\n")
         sys.stderr.flush()
 

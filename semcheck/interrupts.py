@@ -1,10 +1,11 @@
-"""Ctrl-C and SIGTERM end a run cleanly: children killed, finished results kept.
+"""Ctrl-C, SIGTERM and SIGHUP end a run cleanly: children killed, finished results kept.
 
-SIGINT already raises KeyboardInterrupt; `terminating_raises` makes SIGTERM raise
-`Terminated` (a KeyboardInterrupt), so the same `finally` blocks kill capture and model
-children (which run in sessions of their own and do not see the signal) and the CLI prints
-and writes what finished. The exit code is the shell's: 128 + the signal number (130 for
-Ctrl-C, 143 for SIGTERM), never a verdict's: a partial run must not pass a gate.
+SIGINT already raises KeyboardInterrupt; `terminating_raises` makes SIGTERM and SIGHUP (a
+closed terminal, a stopped CI job) raise `Terminated` (a KeyboardInterrupt), so the same
+`finally` blocks kill capture and model children and `-j` workers (which run in sessions of
+their own, or would wait for their tasks) and the CLI prints and writes what finished. The
+exit code is the shell's: 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM, 129 for
+SIGHUP), never a verdict's: a partial run must not pass a gate.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def signal_name(interrupt: KeyboardInterrupt) -> str:
 
 @contextlib.contextmanager
 def terminating_raises():
-    """Within the block, SIGTERM raises Terminated in the main thread."""
+    """Within the block, SIGTERM and SIGHUP raise Terminated in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -38,11 +39,13 @@ def terminating_raises():
     def handler(signum, frame):
         raise Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    signals = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 def partial_note(interrupt: KeyboardInterrupt, finished: int) -> str:

@@ -16,16 +16,47 @@ import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Callable, Union
 
+from semcheck.kinds import Kind
+
 
 @dataclass(frozen=True, slots=True)
-class Loc:
-    """A source location in the user's file (a kernel or a model)."""
+class Frame:
+    """One call on the way from the kernel body to a source line: `line` of `file`, in the
+    function `function`."""
 
     file: str
     line: int
+    function: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Loc:
+    """A source location in the user's file (a kernel or a model). `chain`: when the line
+    lies in a helper the kernel body calls (a wrapper around a copy, in the user's own
+    files), the calls that led there, the helper's caller first and the kernel body's line
+    last; empty for a line of the kernel body itself. Two calls of one helper from
+    different lines are different locations."""
+
+    file: str
+    line: int
+    chain: tuple[Frame, ...] = ()
 
     def __str__(self) -> str:
-        return f"{display_path(self.file)}:{self.line}"
+        where = f"{display_path(self.file)}:{self.line}"
+        return f"{where} ({self.chain_text()})" if self.chain else where
+
+    def chain_text(self) -> str:
+        """"called from line 40 in kernel, ..." (a frame in another file names the file)."""
+        calls = []
+        for frame in self.chain:
+            at = (f"line {frame.line}" if os.path.abspath(frame.file) == os.path.abspath(self.file)
+                  else f"{display_path(frame.file)}:{frame.line}")
+            calls.append(f"{at} in {frame.function}" if frame.function else at)
+        return "called from " + ", from ".join(calls)
+
+    def bare(self) -> "Loc":
+        """The line alone, without the calls that led to it."""
+        return Loc(self.file, self.line) if self.chain else self
 
 
 def display_path(path: str) -> str:
@@ -171,6 +202,11 @@ class SemDecl:
     # MBARRIER: the arrivals that complete one phase. A non-decrementing wait on it is a
     # wait for the phase that ends at `value` arrivals.
     arrivals_per_phase: int = 0
+    # TPU: whether the chip checks at kernel exit that a scratch or scoped semaphore is 0 (and
+    # halts the core otherwise). False for a kernel compiled with disable_semaphore_checks=True:
+    # then nothing stops, and entering the next kernel does not zero it, so a leftover carries
+    # (semcheck/tpu_facts.py, `leftover_carries_without_checks`).
+    checked_at_exit: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +236,9 @@ class Input:
     lo: int
     hi: int
     loc: Loc = UNKNOWN_LOC
+    # The range is one semcheck.assume or --assume gave (assumptions.apply), not the
+    # producer's own (often no more than "an int32").
+    assumed: bool = False
 
     def __post_init__(self):
         # An empty range has no value to check: every engine would say "safe" after 0 states.
@@ -284,7 +323,7 @@ class Assign(Instr):
 
 @dataclass(frozen=True, slots=True)
 class DmaStart(Instr):
-    """Start a copy `src` (local) -> `dst` on (`device`, `core`).
+    """Start a copy `src` (local, unless `src_device`) -> `dst` on (`device`, `core`).
 
     Completion is not an instruction: the semantics schedules a send-side event (adds to
     `send_sem` on the issuer, when there is one: a remote copy, or a GPU TMA store whose
@@ -296,22 +335,30 @@ class DmaStart(Instr):
     dst: Region
     recv_sem: SemRef
     send_sem: SemRef | None = None
-    nbytes: Operand = 0
+    nbytes: Operand = 0  # what it adds to a DMA semaphore, in the protocol's `dma_unit`
     device: Operand | None = None
     core: Operand | None = None
     # The device whose memory `dst` is, when not the one whose semaphore counts the landing:
     # a Mosaic GPU TMA store into a peer's GMEM (plgpu.remote_ref) is awaited by the
     # issuer's bulk group. None: `dst` is on the copy's target (`device`, `core`).
     dst_device: Operand | None = None
+    # The device whose memory `src` is, when not the issuer's: a Mosaic GPU TMA load from a
+    # peer's GMEM (plgpu.remote_ref), read until the copy lands. None: the issuer's own.
+    src_device: Operand | None = None
 
     def dst_place(self) -> tuple[Operand | None, Operand | None]:
         """(device, core) whose memory `dst` is (None: the issuing thread's own)."""
         return (self.dst_device, None) if self.dst_device is not None else (self.device, self.core)
 
+    def src_place(self) -> tuple[Operand | None, Operand | None]:
+        """(device, core) whose memory `src` is (None: the issuing thread's own)."""
+        return self.src_device, None
+
 
 @dataclass(frozen=True, slots=True)
 class DmaWait(Instr):
-    """Wait for `nbytes` on a local DMA semaphore (`side` is "send" or "recv")."""
+    """Wait for `nbytes` (in the protocol's `dma_unit`) on a local DMA semaphore (`side` is
+    "send" or "recv")."""
 
     sem: SemRef
     nbytes: Operand
@@ -329,10 +376,13 @@ class Load(Instr):
 
 @dataclass(frozen=True, slots=True)
 class Store(Instr):
-    """A plain write of `region` on `device` (as for `Load`)."""
+    """A plain write of `region` on `device` (as for `Load`). `atomic`: an atomic
+    read-modify-write of each element (a Mosaic GPU `plgpu.atomic_add`), which never races
+    with another atomic one and races with plain reads and writes like any write."""
 
     region: Region
     device: Operand | None = None
+    atomic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,6 +485,18 @@ class Ports:
     results: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class LoweringFinding:
+    """A finding the frontend makes while lowering, with no exploration: the backend's own
+    lowering rejects the kernel (`Kind.NOT_LOWERABLE`), or lowers a construct otherwise than
+    it reads (`Kind.LOWERED_AS_DECREMENTING`)."""
+
+    kind: Kind
+    loc: Loc
+    message: str
+    hint: str | None = None  # a fix more specific than the kind's
+
+
 @dataclass(frozen=True)
 class Protocol:
     """A closed system of threads, semaphores and buffers, ready to be checked."""
@@ -460,6 +522,11 @@ class Protocol:
     # A program of several kernels (semcheck/programs.py): the kernel each thread's n-th
     # KernelEntry enters, in program order. Empty for one kernel.
     kernels: tuple[str, ...] = field(default=())
+    findings: tuple[LoweringFinding, ...] = field(default=())  # reported as they are, at their line
+    # The bytes one count of a DMA semaphore stands for: what a copy of N bytes adds is
+    # ceil(N / dma_unit), and `DmaStart.nbytes` / `DmaWait.nbytes` are already in those units
+    # (the TPU frontend: 32, semcheck/tpu_facts.py; a model and the GPU: 1, bytes).
+    dma_unit: int = 1
 
     def semaphore(self, name: str) -> SemDecl:
         for decl in self.semaphores:

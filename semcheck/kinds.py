@@ -19,11 +19,12 @@ class Kind(str, enum.Enum):
     REMOTE_BEFORE_ENTRY = "remote_before_entry"
     BARRIER_PHASE_OVERRUN = "barrier_phase_overrun"
     NOT_LOWERABLE = "not_lowerable"
+    LOWERED_AS_DECREMENTING = "lowered_as_decrementing"
     MESH_SMALLER_THAN_DEVICES = "mesh_smaller_than_devices"
 
 
 SEVERITY = {kind: "error" for kind in Kind} | {
-    Kind.NOT_LOWERABLE: "warning", Kind.MESH_SMALLER_THAN_DEVICES: "warning",
+    Kind.LOWERED_AS_DECREMENTING: "warning", Kind.MESH_SMALLER_THAN_DEVICES: "warning",
 }
 
 # One line per kind: SARIF rule descriptions and `semcheck --help` use these.
@@ -41,7 +42,11 @@ DESCRIPTIONS = {
     Kind.DATA_RACE: "Two accesses to overlapping memory, one a write, that some execution leaves unordered.",
     Kind.REMOTE_BEFORE_ENTRY: "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it moved on to a later one.",
     Kind.BARRIER_PHASE_OVERRUN: "GPU: an mbarrier completes two phases before a thread that waits on it has waited for the first.",
-    Kind.NOT_LOWERABLE: "Legal to trace, but rejected by the backend's compiler (analyzed anyway).",
+    Kind.NOT_LOWERABLE: "TPU: JAX's own Pallas TPU lowering rejects the kernel, so it does not build for a TPU.",
+    Kind.LOWERED_AS_DECREMENTING: (
+        "TPU: semaphore_wait(decrement=False) is lowered by JAX as an ordinary decrementing wait "
+        "(checked the way the chip runs it)."
+    ),
     Kind.MESH_SMALLER_THAN_DEVICES: (
         "The kernel's mesh has fewer devices than the check ran the script with (e.g. "
         "jax.devices()[:4] under --devices 8): the larger count was not checked."
@@ -79,10 +84,18 @@ FIX_HINTS = {
         "make the arriving side wait until every waiter is done with the phase (e.g. on a "
         "'consumed' barrier) before it arrives again"
     ),
-    Kind.NOT_LOWERABLE: "use a form the backend compiles (e.g. a decrementing wait on TPU)",
+    Kind.NOT_LOWERABLE: "rewrite the construct JAX's message names in a form Pallas TPU lowers (the message says which)",
+    Kind.LOWERED_AS_DECREMENTING: (
+        "poll with pl.semaphore_read in a loop and then take what you saw with one ordinary wait "
+        "(examples/tpu/poll_arrivals.py), or wait, decrementing, for exactly what each wait should take"
+    ),
     Kind.MESH_SMALLER_THAN_DEVICES: "build the mesh from all of jax.devices(), or leave the larger count out of --devices",
 }
 
+
+# Findings of the lowering itself (ir.LoweringFinding): about the kernel, not a schedule, so
+# they have no trace and no counterexample to draw.
+LOWERING_KINDS = frozenset({Kind.NOT_LOWERABLE, Kind.LOWERED_AS_DECREMENTING})
 
 # What a thread hits when an instruction names something that does not exist.
 FAULT_KINDS = frozenset({

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import threading
 
+from semcheck.jax_compat import jax_internal
+
 _lock = threading.Lock()
 _ran: dict[int, set[int]] = {}  # device -> ids of the captures that ran on it
 
@@ -34,8 +36,9 @@ def forget_runs() -> None:
 def record_operands(ctx, in_nodes, capture) -> None:
     import numpy as np
     from jax import lax
-    from jax._src import dtypes, sharding_impls
-    from jax._src.interpreters import mlir
+    dtypes = jax_internal("dtypes")
+    sharding_impls = jax_internal("sharding_impls")
+    mlir = jax_internal("mlir")
 
     axis_context = ctx.module_context.axis_context
     names = tuple(axis_context.mesh.axis_names) if isinstance(axis_context, sharding_impls.SPMDAxisContext) else ()
@@ -83,10 +86,13 @@ def _operands_primitive():
     global _primitive
     if _primitive is not None:
         return _primitive
-    from jax._src import callback as jax_callback
-    from jax._src import config, core, debugging, sharding_impls
-    from jax._src.interpreters import mlir
-    from jax._src.lib import xla_client as xc
+    jax_callback = jax_internal("callback")
+    config = jax_internal("config")
+    core = jax_internal("core")
+    debugging = jax_internal("debugging")
+    sharding_impls = jax_internal("sharding_impls")
+    mlir = jax_internal("mlir")
+    xc = jax_internal("xla_client")
 
     primitive = core.Primitive("semcheck_operand_values")
     primitive.multiple_results = True

@@ -25,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
-from semcheck import ir
+from semcheck import ir, tpu_facts
 from semcheck.result import Result, Verdict
 
 
@@ -107,6 +107,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
     handed = {(h.consumer, h.name): h for h in handovers}
     for k, (kernel, label) in enumerate(zip(kernels, labels)):
         renamed: dict[str, str] = {}
+        carried = carried_places(kernels[k - 1], kernel) if k else {}
         for decl in kernel.semaphores:
             h = handed.get((k, decl.name))
             if h is not None:
@@ -116,6 +117,8 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
             elif decl.origin is ir.SemOrigin.BARRIER and decl.collective_id is not None:
                 renamed[decl.name] = target = shared_barrier_name(decl.collective_id)
                 semaphores.setdefault(target, dataclasses.replace(decl, name=target))
+            elif decl.name in carried:
+                renamed[decl.name] = names[k - 1][carried[decl.name]]
             else:
                 renamed[decl.name] = target = f"{label}.{decl.name}"
                 semaphores[target] = dataclasses.replace(decl, name=target)
@@ -153,7 +156,35 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
         data_uses=tuple(u for kernel in kernels for u in kernel.data_uses),
         cores_enter_together=all(k.cores_enter_together for k in kernels),
         kernels=tuple(labels),
+        findings=tuple(dict.fromkeys(f for kernel in kernels for f in kernel.findings)),
+        dma_unit=first.dma_unit,
     )
+
+
+def carried_places(before: ir.Protocol, after: ir.Protocol) -> dict[str, str]:
+    """`after`'s scratch semaphores that start with what `before`, run just before it on the
+    same core, leaves in the same place: `before` runs with disable_semaphore_checks=True,
+    so the chip neither stops on a leftover at its exit nor zeroes scratch semaphores at the
+    next entry (semcheck/tpu_facts.py, `leftover_carries_without_checks`). A place is the
+    position among a kernel's scratch semaphores, elements of arrays counted one by one;
+    an allocation of `after` carries when one of `before`'s of the same kind and size sits
+    at the same place. -> {after's name: before's name}."""
+    if all(d.checked_at_exit for d in before.semaphores):
+        return {}
+    first = {place: d for place, d in _scratch_places(before)}
+    return {
+        d.name: first[place].name for place, d in _scratch_places(after)
+        if place in first and (first[place].kind, first[place].size) == (d.kind, d.size)
+    }
+
+
+def _scratch_places(kernel: ir.Protocol) -> list[tuple[int, ir.SemDecl]]:
+    places, place = [], 0
+    for decl in kernel.semaphores:
+        if decl.origin is ir.SemOrigin.SCRATCH:
+            places.append((place, decl))
+            place += decl.size
+    return places
 
 
 def _labels(kernels: Sequence[ir.Protocol]) -> list[str]:
@@ -259,6 +290,14 @@ def _program_note(labels: list[str], kernels: Sequence[ir.Protocol], handovers: 
     ]
     if passed:
         parts.append(f"handed on: {passed}")
+    for before, after, label in zip(kernels, kernels[1:], labels[1:]):
+        carried = carried_places(before, after)
+        if carried:
+            parts.append(
+                f"{label} starts its scratch semaphores {', '.join(carried)} with what the kernel "
+                "before it leaves in the same places: that kernel runs with "
+                f"disable_semaphore_checks=True ({tpu_facts.fact('leftover_carries_without_checks').basis})"
+            )
     if shared:
         parts.append(
             "kernels with the same collective_id share its barrier semaphore "

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from semcheck import ir
+from semcheck import ir, tpu_facts
 from semcheck.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
-from semcheck.result import BlockedWait
+from semcheck.result import BlockedWait, Reading
 from semcheck.semantics import Hazard, SemInstance, System, State, _Fault, must_be_zero_at_exit
 
 
@@ -35,6 +35,7 @@ class Finding:
     at_end: bool = False  # judged in a state where nothing can move (stuck, or a leftover at exit)
     loop_steps: int = 0  # a loop that spins for ever: how many of the trace's last steps repeat
     hint: str | None = None  # a fix more specific than the kind's (FIX_HINTS)
+    rests_on: tuple[Reading, ...] = ()  # the disputed modelling readings it rests on
 
 
 # --- faults --------------------------------------------------------------------------------------
@@ -123,7 +124,13 @@ def _early_arrival_finding(system: System, h) -> Finding:
         f"handshake on the barrier semaphore (or the default device barrier) that shows the "
         f"peer has entered this invocation"
     )
-    return Finding(Kind.REMOTE_BEFORE_ENTRY, (Kind.REMOTE_BEFORE_ENTRY, here.loc), h.thread, here.loc, message)
+    readings: tuple[Reading, ...] = ()
+    if h.sem >= 0:
+        target = system.instances[h.sem]
+        readings = tuple(Reading(rule, switch)
+                         for rule, switch in system.arrival_readings(system.threads[h.thread], target))
+    return Finding(Kind.REMOTE_BEFORE_ENTRY, (Kind.REMOTE_BEFORE_ENTRY, here.loc), h.thread, here.loc, message,
+                   rests_on=readings)
 
 
 def _leftover_at_exit_finding(system: System, h) -> Finding:
@@ -156,8 +163,8 @@ def _landing_at_entry_finding(system: System, h) -> Finding:
 
 def _zero_at_exit_rule(inst: SemInstance) -> str:
     return (
-        f"on TPU every {inst.decl.origin.value} semaphore must be back to 0 at exit (the runtime "
-        f"crashes otherwise). It is declared at {inst.decl.loc}."
+        f"on TPU every {inst.decl.origin.value} semaphore must be back to 0 at exit: "
+        f"{leftover_consequence(inst.decl)}. It is declared at {inst.decl.loc}."
     )
 
 
@@ -409,6 +416,15 @@ def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Fi
     return Finding(Kind.UNSATISFIED_WAIT, (Kind.UNSATISFIED_WAIT, loc), t, loc, message)
 
 
+def leftover_consequence(decl: ir.SemDecl) -> str:
+    """What the chip does with a leftover on `decl` (semcheck/tpu_facts.py)."""
+    if decl.origin is ir.SemOrigin.BARRIER:
+        return tpu_facts.BARRIER_LEFTOVER_CARRIES
+    if not decl.checked_at_exit:
+        return tpu_facts.LEFTOVER_CARRIES
+    return tpu_facts.LEFTOVER_HALTS
+
+
 def _leftover_findings(system: System, state: State) -> list[Finding]:
     out = []
     for sid, count in enumerate(state.sems):
@@ -424,12 +440,17 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
                 f"received (a copy nobody waits for may still be landing). It is declared at "
                 f"{inst.decl.loc}."
             )
+        elif system.backend is ir.Backend.GPU:  # a barrier semaphore (plgpu.get_barrier_semaphore)
+            message = (
+                f"semaphore leftover: {inst.label} holds {count} when the kernel exits; Mosaic GPU's "
+                f"barrier semaphores are zeroed only before the module starts, so the next kernel "
+                f"with collective_id {inst.decl.collective_id} starts from it. It is declared at "
+                f"{inst.decl.loc}."
+            )
         else:
             message = (
                 f"semaphore leftover: {inst.label} holds {count} when the kernel exits (or it was "
-                f"added to after the kernel exited); on TPU every {inst.decl.origin.value} semaphore "
-                f"must be back to 0 at exit (the runtime crashes otherwise). It is declared at "
-                f"{inst.decl.loc}."
+                f"added to after the kernel exited); {_zero_at_exit_rule(inst)}"
             )
         owner = next(
             (
@@ -447,23 +468,13 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
 
 
 def static_findings(system: System) -> list[Finding]:
-    """Warnings that need no exploration: constructs the backend's compiler rejects."""
+    """Findings that need no exploration: what the frontend found while lowering (the
+    backend's own lowering rejects the kernel, or lowers a construct otherwise than it reads:
+    `ir.LoweringFinding`), each once, at its line."""
     out: dict[tuple, Finding] = {}
-    if system.backend is ir.Backend.TPU:
-        for t, body in enumerate(system.bodies):
-            for instr in body:
-                if isinstance(instr, ir.Wait) and not instr.decrement:
-                    key = (Kind.NOT_LOWERABLE, instr.loc)
-                    out.setdefault(
-                        key,
-                        Finding(
-                            Kind.NOT_LOWERABLE, key, t, instr.loc,
-                            f"semaphore_wait(decrement=False) at {instr.loc} traces, but TPU "
-                            "lowering rejects it ('Non-decrementing wait is not supported.'); "
-                            "semcheck analyzes it as a non-decrementing wait (Mosaic GPU "
-                            "semantics) so the rest of the protocol is still checked",
-                        ),
-                    )
+    for found in system.protocol.findings:
+        key = (found.kind, found.loc)
+        out.setdefault(key, Finding(found.kind, key, None, found.loc, found.message, hint=found.hint))
     return list(out.values())
 
 

@@ -17,7 +17,7 @@ import dataclasses
 from collections import defaultdict
 
 from semcheck import ir
-from semcheck.result import Result, Verdict, Violation
+from semcheck.result import CheckedValues, Result, Verdict, Violation
 
 DATA_RACE = "data_race"
 
@@ -47,9 +47,18 @@ def _regions(instr: ir.Instr) -> list[ir.Region]:
     return []
 
 
+def checked_values(protocol: ir.Protocol) -> CheckedValues:
+    """Which values `protocol` was checked for: the operands whose script values decided
+    it, and its inputs' ranges (as assumed)."""
+    script = sorted({name for use in protocol.data_uses for name in use.script_inputs})
+    return CheckedValues(tuple(script), protocol.inputs)
+
+
 def with_data_race_note(protocol: ir.Protocol, result: Result) -> Result:
-    """`result` with the protocol's data uses, and a note when a race touches their buffers."""
+    """`result` with the protocol's data uses and checked values, and a note when a race
+    touches the buffers the data uses were read from."""
     result.data_uses = protocol.data_uses
+    result.values = checked_values(protocol)
     raced = raced_data_buffers(protocol, result)
     if raced:
         result.notes.append(

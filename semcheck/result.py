@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from semcheck.ir import DataUse, Loc
+from semcheck.ir import DataUse, Input, Loc
 
 
 class Verdict(str, enum.Enum):
@@ -79,6 +79,7 @@ class TraceStep:
     text: str  # the step in words
     location: Loc | None
     semaphore: str | None = None  # short label of the semaphore touched, e.g. "recv@d1c0"
+    declaration: str | None = None  # that semaphore's declared name, e.g. "recv"
     before: int | None = None
     after: int | None = None
     fed_by: tuple[int, ...] = ()  # steps whose additions this wait consumed
@@ -138,6 +139,10 @@ class Site:
     # Why a site that never ran did not: the thread is stuck before it, finished without
     # reaching it (a branch skipped it), or faulted. None when it ran.
     not_run: str | None = None
+    # The thread's device, and its core where a device has more than one thread (None:
+    # the device's only thread): what lets a report fold "device 0, device 1, ..." lists.
+    device: int | None = None
+    core: int | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,7 @@ class AbsentSite:
     what: str
     missing_on: tuple[str, ...]  # threads with no such instruction, e.g. ("device 0",)
     reaches: tuple[str, ...]  # the semaphores the line adds to on the threads that have it
+    missing_devices: tuple[int, ...] = ()  # the devices of `missing_on`, where each is a device's only thread
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,55 @@ class MissingAction:
     sites: tuple[Site, ...]
     absent: tuple[AbsentSite, ...] = ()
     in_flight: int = 0  # what copies still landing will add to it (a leftover found at a later entry)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A disputed modelling rule a finding rests on, and the switch that takes the other one."""
+
+    rule: str  # what the check assumed, in words
+    switch: str | None  # the command-line switch that checks the other reading (None: none yet)
+
+
+class CauseKind(str, enum.Enum):
+    """The shapes of root cause semcheck names (`engines/diagnosis.py` finds them)."""
+
+    UNWAITED_COPY = "unwaited_copy"  # a copy that no wait ever takes: `site` is its start
+    UNCONSUMED_SIGNAL = "unconsumed_signal"  # a semaphore signalled and never waited on: `site` signals it
+    WRONG_SIGNALLER = "wrong_signaller"  # a wait before a copy fed by another device than the one the copy writes
+    WRONG_COPY = "wrong_copy"  # a reading wait satisfied by another copy than the one that writes the rows
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """What one or more violations come from, and what to change: the same cause found on
+    every device, at every device count, and behind several violations (a leftover and the
+    races it lets happen) is one problem. Every field is a source line, a semaphore
+    declaration or a device offset, so it is the same whatever device it was seen on."""
+
+    kind: CauseKind
+    site: Loc  # the copy's start (UNWAITED_COPY), the signal (UNCONSUMED_SIGNAL, WRONG_SIGNALLER), the wait (WRONG_COPY)
+    semaphore: str | None = None  # the declaration concerned
+    # UNWAITED_COPY: the sides no wait takes ("send", "recv"), and whether only the copy's
+    # last run is left (the wait at `wait` takes each earlier one: a loop's last copy).
+    sides: tuple[str, ...] = ()
+    last_only: bool = False
+    wait: Loc | None = None  # the wait concerned (WRONG_SIGNALLER, WRONG_COPY; UNWAITED_COPY with last_only)
+    by: Loc | None = None  # WRONG_COPY: the start of the copy that satisfied the wait
+    writer: Loc | None = None  # WRONG_COPY: the copy that writes the rows; WRONG_SIGNALLER: the copy the wait guards
+    # WRONG_SIGNALLER: whose signal fed the wait, and whose it needed (the device the copy
+    # writes to), as offsets from the waiting device (+1: the next device)
+    by_offset: int | None = None
+    want_offset: int | None = None
+    before: Loc | None = None  # UNCONSUMED_SIGNAL: where a wait belongs (before this line)
+    # The trace steps of the violation it was found from that show it (not part of `key`).
+    steps: tuple[int, ...] = field(default=(), compare=False)
+
+    @property
+    def key(self) -> tuple:
+        """What makes two violations one problem."""
+        return (self.kind, self.site, self.semaphore, self.wait if self.kind is not CauseKind.UNWAITED_COPY else None,
+                self.by, self.writer, self.by_offset, self.want_offset)
 
 
 @dataclass(repr=False)
@@ -188,10 +243,22 @@ class Violation:
     # For a stuck wait (each root wait) or a leftover: the sites that could change its semaphore.
     missing: list[MissingAction] = field(default_factory=list)
     hint: str | None = None  # how such a bug is usually fixed
+    cause: RootCause | None = None  # the root cause, where semcheck can name it (engines/diagnosis.py)
     # What makes two findings one violation (the finding's key): merging the Results of
     # independent parts keeps one per identity. Not part of any report.
     identity: tuple | None = field(default=None, repr=False, compare=False)
     at_end: bool = field(default=False, repr=False, compare=False)  # judged where nothing can move
+    # The engines that found it (`--engine auto` runs several): the first one's trace is shown.
+    found_by: tuple[str, ...] = ()
+    # The violation its trace passes through first, which is its root cause (engines/causes.py):
+    # a copy or signal that reached a peer before it entered, a fault, ... None: it is a cause
+    # itself. The text report shows the cause first with this one folded under it; the JSON
+    # names the cause's index in the result's violations.
+    caused_by: "Violation | None" = field(default=None, repr=False, compare=False)
+    # The disputed modelling readings this finding rests on, each with the switch that takes
+    # the other reading (e.g. --no-assume-cores-enter-together): a user who accepts the
+    # other reading reruns with it to see what else the kernel has.
+    rests_on: tuple["Reading", ...] = ()
 
     def __repr__(self) -> str:
         where = f" at {self.location}" if self.location else ""
@@ -226,6 +293,20 @@ class EngineRun:
     stopped: str | None = None
 
 
+@dataclass(frozen=True)
+class CheckedValues:
+    """What the verdict holds for: the values the script passed for the operands in
+    `script` (concrete, per device and per call, as the capture saw them: they decided the
+    protocol), and every value of each input in `ranges` (one the user assumed, or every
+    value of its type where semcheck had no value: docs/data-evaluation.md)."""
+
+    script: tuple[str, ...] = ()
+    ranges: tuple[Input, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.script or self.ranges)
+
+
 @dataclass(repr=False)
 class Result:
     kernel: str
@@ -249,11 +330,18 @@ class Result:
     ends: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     exhausted: str | None = field(default=None, repr=False, compare=False)  # why the search stopped early
     runs: list[EngineRun] = field(default_factory=list)  # every engine that ran, when more than one did
+    # The check stopped at its first counterexample (the default; --exhaustive lists every
+    # finding): other violations may exist beside the one reported.
+    first_only: bool = False
     # Why the verdict is inconclusive when no budget ran out (a finding semcheck cannot justify).
     unjustified: str | None = None
     # The values deciding the protocol that were taken from the script's data (lower/data.py):
     # what the result holds for, beside the notes that say it in words.
     data_uses: tuple[DataUse, ...] = ()
+    # Findings a --baseline knew and that were taken out of `violations`: a check left with
+    # none is `safe` for the gate, but its report says it has known findings.
+    known_findings: int = 0
+    values: CheckedValues = field(default_factory=CheckedValues)
 
     def __repr__(self) -> str:
         """One line: what was checked, the verdict, what was found and where."""
@@ -265,6 +353,17 @@ class Result:
             f"{self.stats.solver_queries:,} solver queries")
         return (f"<Result {self.kernel} [{self.devices} devices{cores}, {self.backend}]: "
                 f"{self.verdict.value.upper()}{': ' + detail if detail else ''} ({work}, {self.engine})>")
+
+    def report(self, **options) -> str:
+        """The text report of this check, as `semcheck verify` prints it (options as
+        `report.text.render`'s: `verbose=True` for every trace step and the notes)."""
+        from semcheck.report import text
+
+        return text.render([self], **options)
+
+    def __str__(self) -> str:
+        """The text report: `assert result.verdict.value == "safe", result` shows what was found."""
+        return self.report().rstrip("\n")
 
     def _repr_html_(self) -> str:
         """A notebook shows the text report with each counterexample drawn inline (SVG)."""

@@ -6,7 +6,7 @@ instruction does. Every rule is stated, with its sources, in docs/semantics.md:
 
 * signal: atomically add `inc` to the target semaphore; never blocks. Without a core
   index the target core is the signaller's own (JAX's TPU interpreter uses core 0 instead;
-  see the note in the README).
+  see docs/semantics.md, "Choices worth knowing").
 * wait: enabled iff `count >= value`; a decrementing wait then subtracts `value`.
 * dma_start: schedules a receive-side completion on the target's receive semaphore and,
   for a remote copy, a send-side completion on the issuer's send semaphore. Completions are
@@ -111,12 +111,14 @@ SEND, RECV = 0, 1
 
 
 class Access(NamedTuple):
-    """A rectangular region of one buffer instance, read or written."""
+    """A rectangular region of one buffer instance, read or written (`atomic`: by an atomic
+    read-modify-write, `ir.Store.atomic`)."""
 
     write: bool
     buffer: int  # buffer instance
     starts: tuple[int, ...]
     sizes: tuple[int, ...]
+    atomic: bool = False
 
 
 class Event(NamedTuple):
@@ -146,7 +148,7 @@ class Hazard(NamedTuple):
 
     (thread, pc) is the instruction that saw it (for an arriving copy: the copy's start);
     (other_thread, other_pc) the other party, or -1; `sem` the semaphore instance it is
-    about (a leftover count, an overrun barrier), or -1.
+    about (a leftover count, an overrun barrier, where an early arrival lands), or -1.
     """
 
     kind: str
@@ -247,6 +249,13 @@ def overlap(a: Access, b: Access) -> bool:
     )
 
 
+def conflict(a: Access, b: Access) -> bool:
+    """Whether two accesses race when nothing orders them: they share an element, one of
+    them writes it, and they are not both atomic (the hardware serializes atomic
+    read-modify-writes of an element, so any order of two gives the same result)."""
+    return (a.write or b.write) and not (a.atomic and b.atomic) and overlap(a, b)
+
+
 @contextmanager
 def without_gc():
     """Python's cycle collector paused while building or searching what holds no cycles.
@@ -323,6 +332,8 @@ class System:
             self._validate(t, thread)
         self._memory_cells(instance_decls)
         self.plain_sharers = self._plain_sharers()
+        # per thread, made when asked (`_entry_ids`): only threads with a kernel entry ask
+        self._entry_checks: dict[int, tuple[int, ...]] = {}
         self._entry_resets: dict[int, tuple[int, ...]] = {}
         # every instruction's footprint, packed (`footprints.ThreadFootprints`): `footprints[t][pc]`
         self.footprints: list[ThreadFootprints] = [
@@ -472,7 +483,7 @@ class System:
                 and bid in self._region_instances(t, instr.region, instr.device)
             ]
             for (t, pc), (u, upc) in itertools.combinations(sites, 2):
-                if t == u or (t, pc, u, upc) in seen:
+                if t == u or (t, pc, u, upc) in seen or _both_atomic(self.bodies[t][pc], self.bodies[u][upc]):
                     continue
                 a, b = self.footprints[t][pc], self.footprints[u][upc]
                 if not (a.mwrite & b.mnear or b.mwrite & a.mnear):
@@ -659,11 +670,14 @@ class System:
             if 0 <= d < self.protocol.devices and 0 <= c < self.protocol.cores
         )
 
-    def entry_resets(self, t: int) -> tuple[int, ...]:
-        """The semaphores a thread's kernel entry allocates afresh (and its exit must find
-        at 0): its core's scratch and scoped semaphores, TPU only, in id order. Made when
-        asked: only threads with a kernel entry ask."""
-        found = self._entry_resets.get(t)
+    def _entry_ids(self, t: int, checked_only: bool) -> tuple[int, ...]:
+        """A thread's core's scratch and scoped semaphores (TPU), in id order, from each
+        declaration's block of ids; with `checked_only`, those the chip checks at exit.
+        Entering a kernel again finds the leftovers of all of them; it zeroes only the
+        checked ones: one the chip does not check (disable_semaphore_checks=True) keeps its
+        count into the next kernel (semcheck/tpu_facts.py). Made when asked and kept."""
+        kept = self._entry_resets if checked_only else self._entry_checks
+        found = kept.get(t)
         if found is None:
             th = self.threads[t]
             found = ()
@@ -672,12 +686,24 @@ class System:
                 ids: list[int] = []
                 # a device-scope instance belongs to no core: no entry allocates it
                 for decl, base, per_device in zip(table.decls, table.bases, table.per_device):
-                    if decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED) and decl.scope is Scope.CORE:
+                    if (decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED) and decl.scope is Scope.CORE
+                            and (decl.checked_at_exit or not checked_only)):
                         start = base + th.device * per_device + th.core * decl.size
                         ids.extend(range(start, start + decl.size))
                 found = tuple(ids)
-            self._entry_resets[t] = found
+            kept[t] = found
         return found
+
+    def entry_resets(self, t: int) -> tuple[int, ...]:
+        """The semaphores a thread's kernel entry allocates afresh (zeroes): its core's
+        scratch and scoped semaphores that the chip checks at exit, TPU only."""
+        return self._entry_ids(t, checked_only=True)
+
+    def entry_checks(self, t: int) -> tuple[int, ...]:
+        """The semaphores whose count (or copy still landing) a thread's later kernel entry
+        reports as the previous invocation's leftover: every scratch and scoped semaphore of
+        its core, TPU only (a superset of `entry_resets`)."""
+        return self._entry_ids(t, checked_only=False)
 
     def reset_on_entry(self, t: int) -> int:
         """`entry_resets` as a bitmask of instance ids."""
@@ -753,14 +779,20 @@ class System:
     def arrival_basis(self, thread: ir.Thread, target: "SemInstance") -> str:
         """The disputable modelling choices an early arrival from `thread` at `target` rests on
         (docs/semantics.md), said at the finding; empty when it rests on none."""
-        said = []
+        return "".join(f" ({said})" for said, _switch in self.arrival_readings(thread, target))
+
+    def arrival_readings(self, thread: ir.Thread, target: "SemInstance") -> list[tuple[str, str | None]]:
+        """`arrival_basis` as (what the check assumed, the switch that takes the other reading,
+        None where there is none) pairs: the finding names them in fields too."""
+        said: list[tuple[str, str | None]] = []
         if target.device == thread.device and self.protocol.cores > 1:
-            said.append("this rests on reading the cores of one chip as entering the kernel on their "
-                        "own, --no-assume-cores-enter-together; JAX's own core barriers assume they enter together")
+            said.append(("this rests on reading the cores of one chip as entering the kernel on their "
+                         "own, --no-assume-cores-enter-together; JAX's own core barriers assume they enter together",
+                         "--assume-cores-enter-together"))
         if target.decl.kind is SemKind.BARRIER and target.decl.origin is not SemOrigin.BARRIER:
-            said.append(f"{target.decl.name} is a scratch SemaphoreType.BARRIER semaphore, checked as an "
-                        "ordinary scratch semaphore allocated at entry, as Mosaic lowers it")
-        return "".join(f" ({s})" for s in said)
+            said.append((f"{target.decl.name} is a scratch SemaphoreType.BARRIER semaphore, checked as an "
+                         "ordinary scratch semaphore allocated at entry, as Mosaic lowers it", None))
+        return said
 
     def arrival_problem(self, state: State, device: int, core: int | None, invocation: int,
                         late_ok: bool = False) -> str | None:
@@ -977,6 +1009,7 @@ def _complete(system: "System", state: State, event: Event) -> State:
                 REMOTE_BEFORE_ENTRY, event.issuer, event.start_pc, -1, -1,
                 f"the copy lands on {ir.thread_name(target.device, target.core, 0, system.protocol.cores)} "
                 f"{problem} the kernel{system.arrival_basis(issuer, target)}",
+                event.sem,
             ))
     return state._replace(sems=sems, events=tuple(events), hazards=hazards)
 
@@ -1013,7 +1046,7 @@ def _races(system: "System", state: State, t: int, accesses: list[Access]) -> li
             if pending.buffer not in buffers:  # most copies in flight move other buffers
                 continue
             for access in accesses:
-                if (pending.write or access.write) and overlap(pending, access):
+                if conflict(pending, access):
                     found.append(Hazard(
                         DATA_RACE, t, pc, event.issuer, event.start_pc,
                         _race_detail(system, access, pending),
@@ -1021,9 +1054,13 @@ def _races(system: "System", state: State, t: int, accesses: list[Access]) -> li
     return found
 
 
+def _verb(access: Access) -> str:
+    return "atomically updates" if access.atomic else "writes" if access.write else "reads"
+
+
 def _race_detail(system: "System", access: Access, pending: Access) -> str:
     where = system.buffer_instances[access.buffer].label
-    verb = "writes" if access.write else "reads"
+    verb = _verb(access)
     other = "writes" if pending.write else "reads"
     return (
         f"{verb} {where} {_extent(access)} while a copy still in flight {other} "
@@ -1082,6 +1119,7 @@ def _early_arrival(system: System, state: State, t: int, sid: int) -> tuple[Haza
     return _with(state.hazards, Hazard(
         REMOTE_BEFORE_ENTRY, t, pc, -1, -1,
         f"signals {target.label} {problem} the kernel{system.arrival_basis(thread, target)}",
+        sid,
     ))
 
 
@@ -1134,7 +1172,8 @@ def _exec_dma_start(system: System, t: int, instr: ir.DmaStart, state: State) ->
     landing = system.instances[recv]
     nbytes = system.eval(instr.nbytes, t, state)
     pc = state.pcs[t]
-    src = system.resolve_region(t, instr.src, state, write=False)
+    src_device = None if instr.src_device is None else _device_in_mesh(system, system.eval(instr.src_device, t, state))
+    src = system.resolve_region(t, instr.src, state, write=False, device=src_device)
     if instr.dst_device is None:
         dst = system.resolve_region(t, instr.dst, state, write=True, device=landing.device,
                                     core=landing.core if landing.core is not None else system.threads[t].core)
@@ -1201,8 +1240,7 @@ def _device_in_mesh(system: System, device: int) -> int:
 
 
 def _exec_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> State:
-    device = _access_device(system, t, instr, state)
-    access = system.resolve_region(t, instr.region, state, write=isinstance(instr, ir.Store), device=device)
+    access = _plain_access(system, t, instr, state)
     found = _races(system, state, t, [access]) + _plain_races(system, state, t, access)
     return _advance(state, t, hazards=_with(state.hazards, *found))
 
@@ -1217,19 +1255,26 @@ def _plain_races(system: System, state: State, t: int, access: Access) -> list[H
         if not isinstance(other, (ir.Load, ir.Store)):
             continue
         try:
-            device = _access_device(system, u, other, state)
+            theirs = _plain_access(system, u, other, state)
         except _Fault:
             continue  # it faults when it runs, touching nothing
-        theirs = system.resolve_region(u, other.region, state, write=isinstance(other, ir.Store), device=device)
-        if (theirs.write or access.write) and overlap(access, theirs):
+        if conflict(access, theirs):
             found.append(Hazard(PLAIN_RACE, t, state.pcs[t], u, state.pcs[u], _plain_race_detail(system, access, theirs)))
     return found
 
 
+def _plain_access(system: System, t: int, instr: ir.Load | ir.Store, state: State) -> Access:
+    """The access a load or store of thread t makes (a _Fault for a device outside the mesh)."""
+    device = _access_device(system, t, instr, state)
+    store = isinstance(instr, ir.Store)
+    access = system.resolve_region(t, instr.region, state, write=store, device=device)
+    return access._replace(atomic=True) if isinstance(instr, ir.Store) and instr.atomic else access
+
+
 def _plain_race_detail(system: System, access: Access, other: Access) -> str:
     where = system.buffer_instances[access.buffer].label
-    verb = "writes" if access.write else "reads"
-    theirs = "write" if other.write else "read"
+    verb = _verb(access)
+    theirs = "atomically update" if other.atomic else "write" if other.write else "read"
     return f"{verb} {where} {_extent(access)} while another thread may {theirs} {_extent(other)} of it at the same time"
 
 
@@ -1237,22 +1282,25 @@ def _exec_entry(system: System, t: int, instr: ir.KernelEntry, state: State) -> 
     """A fresh allocation of the core's semaphores. Entering again (a later invocation)
     first finds what the previous one left: a non-zero count, or one of its copies still
     landing, is that invocation's leftover (TPU checks every semaphore at kernel exit). A
-    copy's hazard names its start as the other party: that line is the leftover's cause."""
-    reset = system.entry_resets(t)
-    if not reset:
+    copy's hazard names its start as the other party: that line is the leftover's cause.
+    A semaphore the chip does not check at exit (disable_semaphore_checks=True) is reported
+    the same way but not zeroed: its count carries into the new invocation."""
+    checked = system.entry_checks(t)
+    if not checked:
         return _advance(state, t)
     pc = state.pcs[t]
-    resetting = frozenset(reset)
+    resetting = frozenset(system.entry_resets(t))
+    watched = frozenset(checked)
     found: list[Hazard] = []
     if system.invocation_at[t][pc] >= 1:  # not the first entry
         found = [
             Hazard(LEFTOVER_AT_EXIT, t, pc, -1, -1,
                    f"{system.instances[sid].label} holds {count} (left by the previous invocation)", sem=sid)
-            for sid in reset if (count := state.sems[sid])
+            for sid in checked if (count := state.sems[sid])
         ] + [
             Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.start_pc,
                    f"a copy of the previous invocation is still landing on {system.instances[e.sem].label}", sem=e.sem)
-            for e in _distinct(state.events) if e.sem in resetting
+            for e in _distinct(state.events) if e.sem in watched
         ]
     return _advance(state, t, sems=state.sems.zeroed(resetting), hazards=_with(state.hazards, *found))
 
@@ -1363,7 +1411,7 @@ def _fp_dma_start(system: System, t: int, instr: ir.DmaStart) -> Footprint:
     if instr.send_sem is not None:
         mask |= system._candidates(t, instr.send_sem)
     remote = instr.device is not None or instr.core is not None
-    src, src_near = system._cell_candidates(t, instr.src)
+    src, src_near = system._cell_candidates(t, instr.src, *instr.src_place())
     dst, dst_near = system._cell_candidates(t, instr.dst, *instr.dst_place())
     life = system._lifecycle_candidates(t, instr.device, instr.core) if remote else _NONE
     negative = mask if _may_be_negative(system, t, instr.nbytes) else _NONE
@@ -1386,7 +1434,7 @@ def _fp_entry(system: System, t: int, instr: ir.KernelEntry) -> Footprint:
     th = system.threads[t]
     own = frozenset(system.entry_resets(t))
     life = frozenset((system.lifecycle_cell(th.device, th.core),))
-    return Footprint(dec=own, read=own, mwrite=life, mnear=life)
+    return Footprint(dec=own, read=frozenset(system.entry_checks(t)), mwrite=life, mnear=life)
 
 
 def event_footprint(system: System, event: Event, watched: bool = True) -> Footprint:
@@ -1441,7 +1489,7 @@ def _operands(instr: ir.Instr) -> list[ir.Operand | None]:
     ops: list[ir.Operand | None] = []
     for ref in _sem_refs(instr):
         ops += [ref.index, ref.device, ref.core]
-    for name in ("inc", "value", "nbytes", "cond", "device", "core", "dst_device"):
+    for name in ("inc", "value", "nbytes", "cond", "device", "core", "dst_device", "src_device"):
         if hasattr(instr, name):
             ops.append(getattr(instr, name))
     for name in ("region", "src", "dst"):
@@ -1451,11 +1499,15 @@ def _operands(instr: ir.Instr) -> list[ir.Operand | None]:
     return ops
 
 
+def _both_atomic(a: ir.Instr, b: ir.Instr) -> bool:
+    return isinstance(a, ir.Store) and isinstance(b, ir.Store) and a.atomic and b.atomic
+
+
 def _located_regions(instr: ir.Instr) -> list[tuple[ir.Region, ir.Operand | None, ir.Operand | None]]:
     """Each region an instruction touches, with the device and core it lives on (None:
     the thread's own)."""
     if isinstance(instr, ir.DmaStart):
-        return [(instr.src, None, None), (instr.dst, *instr.dst_place())]
+        return [(instr.src, *instr.src_place()), (instr.dst, *instr.dst_place())]
     if isinstance(instr, (ir.Load, ir.Store)):
         return [(instr.region, instr.device, None)]
     return []
@@ -1478,10 +1530,13 @@ def _registers_written(body: tuple[ir.Instr, ...]) -> dict[str, int]:
 
 
 def must_be_zero_at_exit(backend: Backend, decl: ir.SemDecl) -> bool:
-    """TPU: scratch, scoped and barrier semaphores must be 0 when the kernel ends (the
-    runtime crashes otherwise); a semaphore handed to a kernel outside the protocol is exempt,
+    """TPU: scratch, scoped and barrier semaphores must be 0 when the kernel ends (the chip
+    halts the core otherwise, or, unchecked, the count carries into the next kernel:
+    semcheck/tpu_facts.py); a semaphore handed to a kernel outside the protocol is exempt,
     and one handed between the kernels of a program is judged when the program ends. GPU:
-    GMEM semaphores are zero-filled before each launch, so nothing is required."""
+    GMEM semaphores are zero-filled before each launch, so nothing is required, except of the
+    barrier semaphores (plgpu.get_barrier_semaphore), which the next kernel of the same
+    collective_id starts from."""
     if backend is Backend.GPU:
-        return False
+        return decl.origin is SemOrigin.BARRIER
     return decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED, SemOrigin.BARRIER, SemOrigin.HANDED_ON)

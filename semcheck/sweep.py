@@ -51,9 +51,12 @@ class SweepOptions:
     unroll: int | None = None
     capture_timeout: float | None = None  # seconds a file may take to load (capture, model())
     cores_enter_together: bool = True  # the reading of core entry (semcheck/core_entry.py)
+    exhaustive: bool = False  # every finding, not only the first counterexample (engines.check)
 
     def check_options(self) -> dict:
-        options: dict[str, bool | int] = {"reduce": self.reduce, "split": self.split, "cores_enter_together": self.cores_enter_together}
+        options: dict[str, bool | int] = {"reduce": self.reduce, "split": self.split,
+                                          "cores_enter_together": self.cores_enter_together,
+                                          "exhaustive": self.exhaustive}
         if not self.symmetry:
             options["symmetry"] = False
         if self.unroll is not None:
@@ -159,19 +162,33 @@ def iterate(tasks: list[Task], *, jobs: int = 1, executor: Executor = Executor.L
         if not assumed:
             return
     else:
-        outcomes = _run_in_processes(tasks, jobs, on_done)
+        finished: dict[int, TaskOutcome] = {}
+        try:
+            outcomes = _run_in_processes(tasks, jobs, on_done, finished)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: what finished, for the partial report
+            yield from sorted(finished.values(), key=lambda o: o.index)
+            raise
     outcomes.sort(key=lambda o: o.index)
     check_assumed_names(tasks, outcomes)
     yield from outcomes
 
 
-def _run_in_processes(tasks: list[Task], jobs: int, on_done) -> list[TaskOutcome]:
+def _run_in_processes(tasks: list[Task], jobs: int, on_done, outcomes: dict[int, TaskOutcome]) -> list[TaskOutcome]:
+    """Every task's outcome, from a pool of `jobs` workers; `outcomes` fills as they finish.
+    An interrupt (Ctrl-C, SIGTERM, SIGHUP: a KeyboardInterrupt here) kills every worker and
+    what it runs at once, rather than waiting for the tasks under way."""
     # The pool's modules (multiprocessing, sockets) are imported only when a sweep uses one.
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
     context = _process_context()
-    outcomes: dict[int, TaskOutcome] = {}
+    # The workers' captures share one capture server: JAX is imported once, not per worker.
+    server = _capture_server_address(tasks)
+
+    def pool(workers: int):
+        return _stopped_on_interrupt(ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                                         initializer=_start_worker, initargs=(server,)))
+
     orphans: list[Task] = []  # tasks of a pool that broke when some worker of it died
 
     def finish(task: Task, outcome: TaskOutcome) -> None:
@@ -179,26 +196,72 @@ def _run_in_processes(tasks: list[Task], jobs: int, on_done) -> list[TaskOutcome
         if on_done:
             on_done(task, outcome)
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
-        futures = {pool.submit(run_task_safely, task): task for task in tasks}
+    with pool(min(jobs, len(tasks))) as workers:
+        futures = {workers.submit(run_task_safely, task): task for task in tasks}
         for future in as_completed(futures):
             try:
                 finish(futures[future], future.result())
             except BrokenProcessPool:
                 orphans.append(futures[future])
-            except BaseException as e:
+            except Exception as e:
                 finish(futures[future], failed(futures[future], f"the worker process running it failed: "
                                                                  f"{type(e).__name__}: {e}"))
     # Run each orphan again in a worker of its own: only a task that kills its worker fails.
     for task in sorted(orphans, key=lambda t: t.index):
-        with ProcessPoolExecutor(max_workers=1, mp_context=context) as alone:
+        with pool(1) as alone:
             try:
                 outcome = alone.submit(run_task_safely, task).result()
-            except BaseException as e:
+            except Exception as e:
                 outcome = failed(task, "the worker process running it failed (it died: killed, out of "
                                        f"memory, or a crash in native code): {type(e).__name__}")
         finish(task, outcome)
     return [outcomes[task.index] for task in tasks]
+
+
+def _capture_server_address(tasks: list[Task]) -> str | None:
+    """The capture server the workers share, started here when a task captures a script."""
+    from semcheck.frontends import FileKind
+
+    if not any(t.classification is not None and t.classification.kind is FileKind.KERNEL for t in tasks):
+        return None
+    from semcheck.frontends.capture_process import capture_server_address
+
+    return capture_server_address()
+
+
+def _start_worker(capture_server: str | None) -> None:
+    """In each worker: use the sweep's capture server, and end (with what the worker runs)
+    when the process that started it is gone, even if that one was killed outright."""
+    from semcheck.frontends import capture_server as server
+    from semcheck.frontends import processes
+
+    if capture_server:
+        os.environ[server.ADDRESS_ENVIRONMENT] = capture_server
+    processes.exit_with_parent()
+
+
+class _stopped_on_interrupt:
+    """A pool as a context: on the way out of an interrupt, its workers (and what they run)
+    are killed and its queued tasks dropped, instead of waiting for them to finish."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def __enter__(self):
+        return self.pool
+
+    def __exit__(self, kind, error, traceback):
+        if kind is None or issubclass(kind, Exception):
+            self.pool.shutdown(wait=True)
+            return
+        from semcheck.frontends import processes
+
+        workers = list((getattr(self.pool, "_processes", None) or {}).values())
+        for worker in workers:
+            processes.kill_tree(worker.pid)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.join(timeout=5)
 
 
 def _process_context():

@@ -60,9 +60,9 @@ def assert_violation(
     target: Target, kind: str, devices: int | Iterable[int] = (2, 4, 8), **options
 ) -> list[Result]:
     """Every check finds a violation of `kind` (e.g. a regression test that a known bug is
-    still caught)."""
+    still caught). The checks are exhaustive (the first counterexample may be of another kind)."""
     __tracebackhide__ = True
-    results = check(target, devices, **options)
+    results = check(target, devices, **{"exhaustive": True, **options})
     failed = [r for r in results if kind not in {v.kind for v in r.violations}]
     if failed:
         got = _headline(failed) if any(r.violations or r.verdict is not Verdict.SAFE for r in failed) else (
@@ -75,9 +75,10 @@ def assert_violation(
 def assert_as_declared(paths: str | Iterable[str], devices: Iterable[int] = (2, 4, 8), **options) -> list[Result]:
     """Every check of the files under `paths` gets the verdict declared for it (`# semcheck:
     expect ...` or pyproject.toml; no declaration means safe), as `semcheck verify
-    --expectations` judges it."""
+    --expectations` judges it (exhaustively, as it does)."""
     __tracebackhide__ = True
-    results = verify_path([paths] if isinstance(paths, str) else list(paths), devices, **options)
+    results = verify_path([paths] if isinstance(paths, str) else list(paths), devices,
+                          **{"exhaustive": True, **options})
     if not results:
         raise AssertionError(f"semcheck: nothing to check in {paths}")
     judgements = expectations.judge_all(results)

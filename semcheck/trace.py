@@ -115,12 +115,14 @@ def _kernel_at(system: System, t: int, pc: int) -> str | None:
 
 def _hazard_note(before: State, after: State) -> str:
     new = [h for h in after.hazards if h not in before.hazards]
-    return "".join(f"  -- {h.kind.upper().replace('_', ' ')}: {h.detail}" for h in new)
+    # two hazards can read alike (one access against two copies in flight over the same rows)
+    said = dict.fromkeys(f"  -- {h.kind.upper().replace('_', ' ')}: {h.detail}" for h in new)
+    return "".join(said)
 
 
 def _note_sem(system: System, step: TraceStep, sid: int, before: State, after: State) -> str:
     inst = system.instances[sid]
-    step.semaphore = inst.short
+    step.semaphore, step.declaration = inst.short, inst.decl.name
     step.before, step.after = before.sems[sid], after.sems[sid]
     return f"{inst.short} {step.before} -> {step.after}"
 
@@ -142,7 +144,7 @@ def _text_wait(system, before, after, t, instr, step) -> str:
     sid = system.resolve(t, instr.sem, before)
     need = system.eval(instr.nbytes if isinstance(instr, ir.DmaWait) else instr.value, t, before)
     inst = system.instances[sid]
-    step.semaphore = inst.short
+    step.semaphore, step.declaration = inst.short, inst.decl.name
     step.before, step.after = before.sems[sid], after.sems[sid]
     step.need = need
     if isinstance(instr, ir.DmaWait):
@@ -151,15 +153,21 @@ def _text_wait(system, before, after, t, instr, step) -> str:
     if isinstance(instr, ir.Wait) and not instr.decrement:
         return f"wait {inst.short} >= {need} without decrement (holds {step.before})"
     what = f"wait {inst.short} >= {need}" if isinstance(instr, ir.Wait) else (
-        f"dma_wait ({instr.side}) {inst.short} for {need} bytes"
+        f"dma_wait ({instr.side}) {inst.short} for {_amount(system, need)}"
     )
     return f"{what} ({step.before} -> {step.after})"
+
+
+def _amount(system, units: int) -> str:
+    """A DMA semaphore amount in the protocol's units (TPU: 32-byte units)."""
+    unit = system.protocol.dma_unit
+    return f"{units} bytes" if unit == 1 else f"{units} units of {unit} bytes"
 
 
 def _text_read(system, before, after, t, instr: ir.Read, step) -> str:
     sid = system.resolve(t, instr.sem, before)
     inst = system.instances[sid]
-    step.semaphore = inst.short
+    step.semaphore, step.declaration = inst.short, inst.decl.name
     step.before = step.after = before.sems[sid]
     return f"read {inst.short} = {before.sems[sid]} into {instr.dst}"
 
@@ -176,7 +184,8 @@ def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
     if device is not None:
         step.target_device = system.eval(device, t, before)
     core = None if core is None else system.eval(core, t, before)
-    step.src = _region(system, t, instr.src, before, write=False)
+    src_device = None if instr.src_device is None else system.eval(instr.src_device, t, before)
+    step.src = _region(system, t, instr.src, before, write=False, device=src_device)
     step.dst = _region(system, t, instr.dst, before, write=True, device=step.target_device, core=core)
     # A resolved destination names its device (out[0:8]@d1); a bare buffer name needs it said.
     target = "" if step.target_device is None or step.dst is not None else f" to device {step.target_device}"
@@ -216,7 +225,8 @@ def _text_plain(system, before, after, t, instr, step) -> str:
     device = getattr(instr, "device", None)
     peer = None if device is None else system.eval(device, t, before)
     step.src = _region(system, t, region, before, write=isinstance(instr, ir.Store), device=peer)
-    return f"{step.event.value} {region.buffer}" + ("" if peer is None else f" on device {peer}")
+    what = "atomic update" if isinstance(instr, ir.Store) and instr.atomic else step.event.value
+    return f"{what} {region.buffer}" + ("" if peer is None else f" on device {peer}")
 
 
 def _describe_event(system: System, before: State, after: State, event, index: int) -> TraceStep:

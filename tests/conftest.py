@@ -20,14 +20,26 @@ os.environ.setdefault("SEMCHECK_TIMEOUT", "86400")
 # Each (script, device count) is captured once per test session and shared by every module,
 # every xdist worker and every `-j N` sweep worker (semcheck/frontends/capture_cache.py): the
 # controller makes the folder before the workers start, and they inherit it from the
-# environment.
+# environment. And every capture of the session, in this process, a worker or a `semcheck`
+# subprocess a test starts, is a child forked by one capture server that imported JAX once
+# (semcheck/frontends/capture_server.py), which the controller starts and ends.
 _CAPTURES = "SEMCHECK_CAPTURE_CACHE"
+_SERVER = "SEMCHECK_CAPTURE_SERVER"
 
 
 def pytest_configure(config):
     import tempfile
 
-    if _CAPTURES in os.environ or hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput"):
+        return
+    if _SERVER not in os.environ:
+        from semcheck.frontends.capture_process import capture_server_address
+
+        address = capture_server_address()
+        if address:
+            os.environ[_SERVER] = address
+            config._semcheck_server = address
+    if _CAPTURES in os.environ:
         return
     try:
         parent = str(config.cache.mkdir("semcheck-captures"))
@@ -44,6 +56,11 @@ def pytest_unconfigure(config):
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop(_CAPTURES, None)
+    if getattr(config, "_semcheck_server", None):
+        from semcheck.frontends import capture_server
+
+        capture_server.close_own()
+        os.environ.pop(_SERVER, None)
 
 
 # The slow tier: what captures every example at several device counts, runs JAX's own
@@ -54,6 +71,8 @@ def pytest_unconfigure(config):
 # the many-examples twins of random tests (tests/tiers.py: `test_...[N-examples]`, the larger N).
 SLOW = {
     "tests/test_tpu_examples.py": "every TPU example at 2, 4 and 8 devices, and called twice",
+    "tests/test_broken_rings.py::test_one_dropped_line_is_one_problem_with_its_fix_at_8_devices":
+        "the guide's ring kernels broken one line at a time, each checked at 8 devices (20-100 CPU s each)",
     "tests/test_gpu_examples.py": "every GPU example at 2, 4 and 8 devices",
     "tests/test_gpu_reduction.py": "the reduction against the full search on every GPU example",
     "tests/test_tpu_differential.py": "JAX's TPU interpreter on every example",
@@ -61,6 +80,7 @@ SLOW = {
     "tests/test_sweep.py": "models/ and examples/ swept serially, with -j 2 and on Ray",
     "tests/test_tpu_wheel_all_gather.py": "the JAX wheel's all-gather kernel at several device counts",
     "tests/test_gpu_wheel_collectives.py": "the JAX wheel's GPU collectives at several device counts",
+    "tests/test_tpu_wheel_paged_attention.py": "the JAX wheel's paged-attention kernels captured as a user runs them",
     "tests/test_engines_agree.py": "explicit and z3 on every model and on thousands of random protocols",
     "tests/test_reduction.py": "the reduction against the full search on hundreds of random protocols",
     "tests/test_components.py": "split against whole searches on hundreds of random protocols",

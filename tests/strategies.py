@@ -17,6 +17,14 @@ from semcheck.ir import Backend, Scope, SemKind, SemOrigin
 LOC = ir.Loc("random.py", 1)
 
 
+def plain_access(draw, loc: ir.Loc, region: ir.Region, device) -> ir.Instr:
+    """A load, a store or an atomic read-modify-write (a GPU atomic add), of `region`."""
+    kind = draw(st.sampled_from(["load", "store", "atomic"]))
+    if kind == "load":
+        return ir.Load(loc, region, device)
+    return ir.Store(loc, region, device, atomic=kind == "atomic")
+
+
 @st.composite
 def protocols(
     draw, max_devices: int = 3, max_cores: int = 3, max_len: int = 5, with_inputs: bool = True,
@@ -100,8 +108,7 @@ def protocols(
             while len(body) < length:
                 op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma", "dma", "access"]))
                 if op == "access":  # a third of them on a peer (a GPU remote_ref access)
-                    cls = draw(st.sampled_from([ir.Load, ir.Store]))
-                    body.append(cls(LOC, region(), device_operand() if draw(st.integers(0, 2)) == 0 else None))
+                    body.append(plain_access(draw, LOC, region(), device_operand() if draw(st.integers(0, 2)) == 0 else None))
                 if op == "signal":
                     decl = draw(st.sampled_from(regulars))
                     # most arrivals on an mbarrier are the block's own (a cluster peer's are remote)
@@ -132,8 +139,12 @@ def protocols(
                     # a local sided copy may write a peer's memory (a GPU TMA store into a
                     # remote_ref: counted on the issuer's semaphores)
                     peer = device_operand() if sided and not remote and draw(st.integers(0, 2)) == 0 else None
+                    # a local copy without a send side may read a peer's memory (a GPU TMA load
+                    # from a remote_ref: counted on the issuer's barrier)
+                    source = device_operand() if not sided and draw(st.integers(0, 2)) == 0 else None
                     body.append(ir.DmaStart(
                         LOC, region(), region(), ir.SemRef(recv.name, index), send, nbytes, target, dst_device=peer,
+                        src_device=source,
                     ))
                     if recv.kind is SemKind.DMA and draw(st.booleans()):
                         side = "send" if sided and draw(st.booleans()) else "recv"
@@ -269,7 +280,7 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
                     body.append(ir.Assign(loc(), fresh_register("v"), value(small=False)))
                 elif op == "access":
                     device = device_operand() if draw(st.integers(0, 2)) == 0 else None
-                    body.append(draw(st.sampled_from([ir.Load, ir.Store]))(loc(), region(), device))
+                    body.append(plain_access(draw, loc(), region(), device))
                 else:
                     recv = draw(st.sampled_from(dmas or regulars))
                     remote = draw(st.booleans())

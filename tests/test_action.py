@@ -88,6 +88,23 @@ def test_the_check_step_annotates_summarises_writes_sarif_and_fails_the_gate(wor
         assert sarif_schema.errors(doc, sarif_schema.load(schema)) == []
 
 
+def test_the_jobs_input_defaults_to_the_runners_cores(monkeypatch):
+    """action.yml documents `jobs` as "default: the runner's cores": an empty input must not
+    leave semcheck at its own default of one job."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("action_run", os.path.join(SCRIPTS, "run.py"))
+    step = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step)
+    assert "runner's cores" in action()["inputs"]["jobs"]["description"]
+    monkeypatch.setenv("INPUT_JOBS", "")
+    argv = step.command()
+    assert argv[argv.index("--jobs") + 1] == str(os.cpu_count())
+    monkeypatch.setenv("INPUT_JOBS", "3")
+    argv = step.command()
+    assert argv[argv.index("--jobs") + 1] == "3"
+
+
 def test_declared_bugs_pass_and_fail_on_decides(workspace):
     _, values = run_step(workspace, paths="kernels/", devices="2", sarif="semcheck.sarif")  # expectations on
     assert (values["exit-code"], values["fail"]) == ("0", "false")

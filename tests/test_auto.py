@@ -1,7 +1,8 @@
-"""`--engine auto`: the explicit engine alone when it ends within its head start; otherwise
-z3 beside it, the first conclusive answer taken, the other engine stopped, and the work of
-both in the Result. The race itself is tested with stand-in engines that finish (or never
-finish) on cue, so no test depends on how fast anything runs."""
+"""`--engine auto` as a portfolio: the explicit search alone while it stays narrow; simulate
+and z3 joining a wide one, the engines taking turns on one core; the first counterexample
+(or an exhaustive engine's verdict) ending the check; every engine's findings in the Result.
+The race itself is tested with stand-in engines that count their work through the budget
+(so turns rotate) and finish on cue, so no test depends on how fast anything runs."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import threading
 
 import pytest
 
-from semcheck import cli
+from semcheck import cli, engines
 from semcheck.api import check_protocol
 from semcheck.engines import auto
-from semcheck.engines.budget import Budget, StopSignal
+from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, StopSignal
+from semcheck.engines.turns import Slice, Turns
 from semcheck.frontends import load
-from semcheck.result import Result, Stats, Verdict
+from semcheck.kinds import Kind
+from semcheck.result import Result, Stats, Verdict, Violation
 from semcheck.semantics import System
 from tests.test_cli import model
 
@@ -25,126 +28,260 @@ def _ring(devices: int = 3):
     return protocol
 
 
-def _result(system: System, engine: str, verdict: Verdict, states: int = 0, queries=None, exhausted=None) -> Result:
+def _violation(kind: Kind, line: int, engine: str) -> Violation:
+    return Violation(kind=kind.value, severity="error", message=f"{kind.value} at line {line}", device=0, core=0,
+                     location=None, identity=(kind, line), found_by=(engine,))
+
+
+def _result(system: System, engine: str, verdict: Verdict, states: int = 0, queries=None, exhausted=None,
+            violations=()) -> Result:
     from semcheck.engines.common import describing
 
-    return Result(**describing(system.protocol), engine=engine, verdict=verdict,
+    return Result(**describing(system.protocol), engine=engine, verdict=verdict, violations=list(violations),
                   stats=Stats(states=states, transitions=states, seconds=0.1, solver_queries=queries),
                   exhausted=exhausted)
 
 
-def _until_stopped(engine: str, states: int = 0, queries=None):
-    """An engine that never finishes on its own: it returns inconclusive once told to stop."""
-    seen: dict = {}
-
+def _engine(name: str, *, ticks: int | None = None, verdict: Verdict = Verdict.INCONCLUSIVE, frontier: int = 0,
+            found=(), log: list | None = None):
+    """A stand-in engine that does `ticks` units of work through its budget (forever when
+    None: until stopped) and then returns `verdict` with `found`; `frontier` is what it tells
+    the width watch (a wide search). `log` records which engine ran each unit."""
     def run(system, budget, progress, **options):
-        seen["budget"] = budget
-        assert budget.stop is not None
-        budget.stop._event.wait(30)
-        seen["stopped"] = budget.stop.is_set()
-        return _result(system, engine, Verdict.INCONCLUSIVE, states, queries, exhausted=budget.stop.reason or "timeout")
-
-    return run, seen
-
-
-def _at_once(engine: str, verdict: Verdict, states: int = 0, queries=None, after: threading.Event | None = None):
-    def run(system, budget, progress, **options):
-        if after is not None:
-            after.wait(30)
-        return _result(system, engine, verdict, states, queries)
+        monitor = Monitor(budget)
+        done = 0
+        try:
+            while ticks is None or done < ticks:
+                done += 1
+                if name == "explicit":  # a search tells the width watch how far it got
+                    monitor.tick(done, done, frontier, done // 10)
+                else:
+                    monitor.check()
+                if log is not None:
+                    log.append(name)
+        except BudgetExceeded as e:
+            return _result(system, name, Verdict.INCONCLUSIVE, done, exhausted=e.reason)
+        return _result(system, name, verdict, done, violations=found)
 
     return run
 
 
-@pytest.fixture
-def no_head_start(monkeypatch):
-    monkeypatch.setattr(auto, "HEAD_START", 0.0)
+def _calls(name: str, calls: list):
+    def run(system, budget, progress, **options):
+        calls.append(name)
+        return _result(system, name, Verdict.INCONCLUSIVE, exhausted="stand-in")
+
+    return run
 
 
-def test_z3_decides_when_the_search_cannot_finish_and_the_search_is_stopped(no_head_start):
-    explicit, seen = _until_stopped("explicit", states=328_000)
-    z3 = _at_once("z3", Verdict.SAFE, queries=2)
-    result = auto.run(System(_ring()), Budget(), None, explicit=explicit, z3=z3)
-    assert result.verdict is Verdict.SAFE and result.engine == "z3"
-    assert seen["stopped"]
-    # The check's stats count both engines' work: not 0 states after z3 decided.
-    assert result.stats.states == 328_000 and result.stats.solver_queries == 2
-    assert [(r.engine, r.verdict, r.decided) for r in result.runs] == [
-        ("explicit", Verdict.INCONCLUSIVE, False), ("z3", Verdict.SAFE, True),
-    ]
-    assert result.runs[0].stopped == "engine auto: z3 decided first"
-    assert result.notes[0].startswith("engine auto: z3 decided;") and "328,000 states" in result.notes[0]
+def _real(name: str):
+    return engines.ENGINES[name]
 
 
-def test_the_search_decides_and_z3_is_stopped(no_head_start):
-    z3, seen = _until_stopped("z3", queries=5)
-    started = threading.Event()
-
-    def explicit(system, budget, progress, **options):
-        started.set()
-        return _result(system, "explicit", Verdict.VIOLATION, states=40)
-
-    result = auto.run(System(_ring()), Budget(), None, explicit=explicit, z3=z3)
-    assert result.verdict is Verdict.VIOLATION and result.engine == "explicit"
-    assert seen["stopped"] and seen["budget"].stop.reason == "engine auto: the explicit engine decided first"
-    assert [(r.engine, r.decided) for r in result.runs] == [("explicit", True), ("z3", False)]
-    assert result.stats.states == 40 and result.stats.solver_queries == 5
+# --- who runs -------------------------------------------------------------------------------
 
 
-def test_an_inconclusive_search_waits_for_z3(no_head_start):
-    """The explicit engine ran out of its states; z3, still running, then decides."""
-    search_ended = threading.Event()
+def test_a_one_path_search_runs_alone_and_never_goes_to_z3():
+    """The ring all-gather at 16 devices is one path (frontier 0): never wide."""
+    calls: list = []
+    result = auto.run(System(_ring(16)), Budget(), None, explicit=_real("explicit"), z3=_calls("z3", calls),
+                      simulate=_calls("simulate", calls), stop_at_first=True)
+    assert result.verdict is Verdict.SAFE and result.engine == "explicit"
+    assert calls == [] and result.runs == []
+    assert result.stats.states == 5 * 16 * 16 - 2 * 16 + 1  # one state per step of the one path
+
+
+def test_the_width_watch_looks_at_the_frontier_and_the_steps_left():
+    seen: list = []
+    width = auto.Width(1_000, lambda states, projected: seen.append((states, projected)))
+    for states in range(1, 5_000):
+        width(states, 0, states)  # one path: nothing queued, depth grows with the states
+    assert seen == []
+    at = width.next_look  # it looks every LOOK_EVERY states
+    width(at, auto.WIDE_STATES // 100 + 1, 10)  # a frontier that would outlast WIDE_STATES
+    assert seen == [(at, at + (auto.WIDE_STATES // 100 + 1) * 990)]
+    width(at + auto.LOOK_EVERY, 10**6, 10)
+    assert len(seen) == 1  # once
+
+
+def test_the_width_watch_of_a_protocol_with_loops_guesses_as_many_steps_again():
+    seen: list = []
+    width = auto.Width(None, lambda states, projected: seen.append(projected))
+    width(auto.WARMUP_STATES, 200, 400)
+    assert seen == [auto.WARMUP_STATES + 200 * 400]
+
+
+def test_nothing_joins_before_the_warmup():
+    seen: list = []
+    width = auto.Width(10**6, lambda *a: seen.append(a))
+    width(auto.WARMUP_STATES - 1, 10**6, 1)
+    assert seen == []
+
+
+# --- the race -------------------------------------------------------------------------------
+
+
+def test_the_first_counterexample_of_any_engine_ends_the_check():
+    race = _violation(Kind.DATA_RACE, 40, "simulate")
+    result = auto.run(
+        System(_ring()), Budget(), None,
+        explicit=_engine("explicit", frontier=10**6),  # wide, and never ends
+        simulate=_engine("simulate", ticks=50_000, verdict=Verdict.VIOLATION, found=[race]),
+        z3=_engine("z3"), stop_at_first=True,
+    )
+    assert (result.verdict, result.engine, result.first_only) == (Verdict.VIOLATION, "simulate", True)
+    assert [(v.kind, v.found_by) for v in result.violations] == [("data_race", ("simulate",))]
+    by_engine = {r.engine: r for r in result.runs}
+    assert by_engine["simulate"].decided and not by_engine["explicit"].decided
+    assert by_engine["explicit"].stopped == by_engine["z3"].stopped == "engine auto: simulate decided first"
+    assert result.exhausted is None
+    assert result.notes[0].startswith("engine auto: the explicit search looked wide after")
+    assert "simulate found the first counterexample" in result.notes[0]
+
+
+def test_exhaustive_waits_for_an_exhaustive_engine_and_merges_every_finding():
+    race = _violation(Kind.DATA_RACE, 40, "simulate")
+    also_race = _violation(Kind.DATA_RACE, 40, "explicit")
+    leftover = _violation(Kind.SEMAPHORE_LEFTOVER, 50, "explicit")
+    result = auto.run(
+        System(_ring()), Budget(), None,
+        explicit=_engine("explicit", ticks=40_000, frontier=10**6, verdict=Verdict.VIOLATION,
+                         found=[also_race, leftover]),
+        simulate=_engine("simulate", ticks=4_096, verdict=Verdict.VIOLATION, found=[race]),
+        z3=_engine("z3"), stop_at_first=False,
+    )
+    assert (result.verdict, result.engine, result.first_only) == (Verdict.VIOLATION, "explicit", False)
+    assert {(v.kind, v.found_by) for v in result.violations} == {
+        ("data_race", ("explicit", "simulate")), ("semaphore_leftover", ("explicit",)),
+    }
+    by_engine = {r.engine: r for r in result.runs}
+    assert by_engine["explicit"].decided and by_engine["simulate"].verdict is Verdict.VIOLATION
+    assert by_engine["z3"].stopped == "engine auto: explicit decided first"
+
+
+def test_z3_decides_a_wide_search_and_the_others_are_stopped():
+    result = auto.run(System(_ring()), Budget(), None, explicit=_engine("explicit", frontier=10**6),
+                      simulate=_engine("simulate"), z3=_engine("z3", ticks=10, verdict=Verdict.SAFE),
+                      stop_at_first=True)
+    assert (result.verdict, result.engine) == (Verdict.SAFE, "z3")
+    assert {r.engine: r.stopped for r in result.runs} == {
+        "explicit": "engine auto: z3 decided first", "simulate": "engine auto: z3 decided first", "z3": None,
+    }
+
+
+def test_simulate_alone_never_makes_a_check_safe_or_keeps_it_going():
+    """Once every exhaustive engine ended without a verdict, the random walks are stopped
+    and the check is inconclusive."""
+    out_of_states = "state budget of 1,000 states ran out"
 
     def explicit(system, budget, progress, **options):
         try:
-            return _result(system, "explicit", Verdict.INCONCLUSIVE, states=1000,
-                           exhausted="state budget of 1,000 states ran out")
+            _engine("explicit", ticks=1_000, frontier=10**6)(system, budget, progress)
         finally:
-            search_ended.set()
+            pass
+        return _result(system, "explicit", Verdict.INCONCLUSIVE, 1_000, exhausted=out_of_states)
 
-    z3 = _at_once("z3", Verdict.VIOLATION, queries=3, after=search_ended)
-    result = auto.run(System(_ring()), Budget(), None, explicit=explicit, z3=z3)
-    assert (result.verdict, result.engine) == (Verdict.VIOLATION, "z3")
-    assert "ended without a verdict (state budget of 1,000 states ran out)" in result.notes[0]
-
-
-def test_a_search_that_ends_within_its_head_start_runs_alone(monkeypatch):
-    monkeypatch.setattr(auto, "HEAD_START", 30.0)
-    calls = []
-
-    def z3(system, budget, progress, **options):
-        calls.append("z3")
-        return _result(system, "z3", Verdict.SAFE)
-
-    explicit = _at_once("explicit", Verdict.SAFE, states=7)
-    result = auto.run(System(_ring()), Budget(), None, explicit=explicit, z3=z3)
-    assert (result.engine, result.stats.states, result.runs, calls) == ("explicit", 7, [], [])
+    result = auto.run(System(_ring()), Budget(), None, explicit=explicit, simulate=_engine("simulate"),
+                      z3=_engine("z3", ticks=200, verdict=Verdict.INCONCLUSIVE), stop_at_first=True)
+    assert result.verdict is Verdict.INCONCLUSIVE and result.exhausted == out_of_states
+    assert {r.engine: r.stopped for r in result.runs}["simulate"] == "engine auto: every exhaustive engine had ended"
+    assert "no engine decided" in result.notes[0]
 
 
-def test_the_real_engines_side_by_side_agree_with_each_alone(no_head_start):
-    """With no head start both engines really run; whichever decides, the verdict and the
-    kinds found are the ones each engine finds alone, and both runs are reported."""
-    for name in ("ring_allgather", "ring_allgather_missing_signal"):
-        (protocol,) = load(model(name), 4)
-        alone = check_protocol(protocol, engine="explicit")
-        both = check_protocol(protocol, engine="auto")
-        assert both.verdict == alone.verdict
-        assert {v.kind for v in both.errors} == {v.kind for v in alone.errors}
-        assert both.engine in ("explicit", "z3") and [r.engine for r in both.runs] == ["explicit", "z3"]
-        assert sum(r.decided for r in both.runs) == 1
+def test_the_engines_take_turns_and_never_run_at_once():
+    log: list = []
+    result = auto.run(System(_ring()), Budget(), None, explicit=_engine("explicit", ticks=2_000, frontier=10**6,
+                                                                          verdict=Verdict.SAFE, log=log),
+                      simulate=_engine("simulate", log=log), z3=_engine("z3", log=log), stop_at_first=True)
+    assert result.verdict is Verdict.SAFE
+    runs = [name for i, name in enumerate(log) if i == 0 or log[i - 1] != name]
+    assert set(runs) == {"explicit", "simulate", "z3"}
+    # explicit's turns after the others joined are its slice long: it got no more in between
+    lengths = [len(list(g)) for g in _groups(log) if g[0] == "explicit"]
+    assert all(n <= auto.SLICES["explicit"].ticks for n in lengths[1:-1])
 
 
-def test_json_lists_every_engine_that_ran(capsys, monkeypatch):
-    monkeypatch.setattr(auto, "HEAD_START", 0.0)
-    code = cli.main(["verify", model("ring_allgather"), "--devices", "4", "--format", "json", "-q"])
+def _groups(log: list) -> list[list]:
+    out: list[list] = []
+    for name in log:
+        if out and out[-1][0] == name:
+            out[-1].append(name)
+        else:
+            out.append([name])
+    return out
+
+
+def test_turns_hand_over_round_robin_by_slice():
+    turns = Turns()
+    order: list = []
+    running = threading.Semaphore(1)  # nobody else may run while a member works
+    members = [turns.join(name, Slice(ticks=3)) for name in ("a", "b")]
+
+    def work(turn, name):
+        turn.begin()
+        for _ in range(9):
+            assert running.acquire(blocking=False), "two members ran at once"
+            order.append(name)
+            running.release()
+            turn.tick()
+        turn.leave()
+
+    threads = [threading.Thread(target=work, args=(t, t.name)) for t in members]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert "".join(order) == "aaabbbaaabbbaaabbb"
+
+
+def test_a_stopped_member_waiting_for_its_turn_raises():
+    turns = Turns()
+    turns.join("a", Slice(ticks=1))
+    b = turns.join("b", Slice(ticks=1))
+    stop = StopSignal()
+    stop.stop("decided elsewhere")
+    with pytest.raises(BudgetExceeded, match="decided elsewhere"):
+        b.begin(stop)
+
+
+# --- with the real engines ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [
+    "ring_allgather", "ring_allgather_missing_signal", "ring_allgather_shared_recv", "ring_recv_before_send",
+    "circular_wait", "dma_wait_mismatch", "double_buffer", "poll_flag", "poll_flag_never_set", "nondec_poll_leak",
+])
+def test_the_real_portfolio_agrees_with_the_search_alone(monkeypatch, name):
+    """Every engine joins from the first look: exhaustive, the merged findings are the
+    search's; stopping at the first, the verdict is the search's and its errors are some of
+    the search's."""
+    monkeypatch.setattr(auto, "WARMUP_STATES", 1)
+    monkeypatch.setattr(auto, "LOOK_EVERY", 1)
+    monkeypatch.setattr(auto, "WIDE_STATES", 0)
+    (protocol,) = load(model(name), 3)
+    alone = check_protocol(protocol, engine="explicit", exhaustive=True, split=False)
+    every = check_protocol(protocol, engine="auto", exhaustive=True, split=False)
+    first = check_protocol(protocol, engine="auto", split=False)
+    assert every.verdict is first.verdict is alone.verdict, name
+    assert {v.kind for v in every.errors} == {v.kind for v in alone.errors}
+    assert {v.kind for v in first.errors} <= {v.kind for v in alone.errors}
+    assert first.first_only is (first.verdict is Verdict.VIOLATION)
+    assert every.runs and all(v.found_by for v in every.errors)
+
+
+def test_json_says_which_engine_found_what(capsys, monkeypatch):
+    monkeypatch.setattr(auto, "WARMUP_STATES", 1)
+    monkeypatch.setattr(auto, "WIDE_STATES", 0)
+    code = cli.main(["verify", model("ring_allgather_missing_signal"), "--devices", "3", "--format", "json", "-q",
+                     "--exhaustive", "--no-split"])
     (result,) = json.loads(capsys.readouterr().out)["results"]
-    assert code == 0
-    engines = result["stats"]["engines"]
-    assert [e["engine"] for e in engines] == ["explicit", "z3"]
-    assert [e["decided"] for e in engines].count(True) == 1
-    decided = next(e for e in engines if e["decided"])
-    assert decided["engine"] == result["engine"] and decided["verdict"] == "safe"
-    assert result["stats"]["states"] == engines[0]["states"]
+    assert code == 1 and result["first_only"] is False
+    engines_ran = [e["engine"] for e in result["stats"]["engines"]]
+    # an engine stopped before its first turn did not run
+    assert engines_ran[0] == "explicit" and "simulate" in engines_ran and set(engines_ran) <= {"explicit", "simulate", "z3"}
+    assert [e["decided"] for e in result["stats"]["engines"]].count(True) == 1
+    for v in result["violations"]:
+        assert v["found_by"] and set(v["found_by"]) <= set(engines_ran)
 
 
 def test_a_stop_signal_ends_the_explicit_search_at_its_first_check():
@@ -165,94 +302,14 @@ def test_a_stop_signal_ends_z3_before_it_encodes():
     assert found.exhausted == "told to stop" and found.solver_queries == 0
 
 
-def test_z3_joins_once_the_search_has_stored_enough_states(monkeypatch):
-    """The head start is counted in states, so whether z3 runs does not depend on the load."""
-    from semcheck.engines.budget import BudgetExceeded, Monitor
+def test_wide_inputs_go_to_z3_alone():
+    from dataclasses import replace
 
-    monkeypatch.setattr(auto, "HEAD_START", 600.0)
-    monkeypatch.setattr(auto, "HEAD_START_STATES", 100)
+    from semcheck import ir
 
-    def explicit(system, budget, progress, **options):
-        monitor = Monitor(budget)
-        states = 0
-        try:
-            while True:  # a search that never ends (the state budget would end it at 2 M)
-                states += 1
-                monitor.tick(states, states)
-        except BudgetExceeded as e:
-            return _result(system, "explicit", Verdict.INCONCLUSIVE, states, exhausted=e.reason)
-
-    result = auto.run(System(_ring()), Budget(), None, explicit=explicit, z3=_at_once("z3", Verdict.SAFE, queries=1))
-    assert (result.verdict, result.engine) == (Verdict.SAFE, "z3")
-    assert result.runs[0].stopped == "engine auto: z3 decided first"
-    assert 100 <= result.runs[0].stats.states < Budget().max_states
-
-
-# --- the counting probe on large protocols ---------------------------------------------------
-
-
-def test_a_large_protocol_that_counting_decides_never_reaches_the_search(monkeypatch):
-    """Above the probe's size, z3 with counting only answers first; the search never runs."""
-    (protocol,) = load(model("ring_allgather"), 4)
-    monkeypatch.setattr(auto, "PROBE_INSTRUCTIONS", range(1, 10**6))
-    result = check_protocol(protocol, engine="auto")
-    assert result.verdict is Verdict.SAFE and result.engine == "z3"
-    assert result.stats.states == 0 and result.runs == []
-    assert any("counting relaxation" in note and "answered every question" in note for note in result.notes)
-
-
-def test_the_probe_leaves_small_protocols_to_the_search():
-    (protocol,) = load(model("ring_allgather"), 4)
-    assert auto.instruction_count(System(protocol)) not in auto.PROBE_INSTRUCTIONS
-    assert check_protocol(protocol, engine="auto").engine == "explicit"
-
-
-@pytest.mark.parametrize("name", [
-    "ring_allgather", "ring_allgather_missing_signal", "ring_allgather_shared_recv", "ring_recv_before_send",
-    "circular_wait", "dma_wait_mismatch", "double_buffer", "poll_flag", "poll_flag_never_set", "nondec_poll_leak",
-])
-def test_with_the_probe_on_every_check_auto_finds_what_the_search_finds(monkeypatch, name):
-    """A probe that decides reports what the search reports; one that cannot hands on."""
-    (protocol,) = load(model(name), 3)
-    by_search = check_protocol(protocol, engine="explicit")
-    monkeypatch.setattr(auto, "PROBE_INSTRUCTIONS", range(1, 10**6))
-    probed = check_protocol(protocol, engine="auto")
-    assert probed.verdict is by_search.verdict
-    assert {v.kind for v in probed.errors} == {v.kind for v in by_search.errors}
-
-
-def _probe_found_a_violation(calls: list):
-    """A z3 stand-in whose counting probe found a violation and then stopped at a question
-    counting cannot answer; a second (full) z3 run would be recorded in `calls`."""
-    def run(system, budget, progress, **options):
-        calls.append(options.get("counting_only", False))
-        return _result(system, "z3", Verdict.VIOLATION, queries=2,
-                       exhausted="counting alone does not answer the question about hazards")
-
-    return run
-
-
-def test_a_probe_violation_stands_once_the_search_is_past_its_head_start(monkeypatch):
-    """The probe's violation is a verdict: the search gets its head start to report every
-    finding, then is stopped, and z3 is not run (encoded) a second time."""
-    monkeypatch.setattr(auto, "PROBE_INSTRUCTIONS", range(1, 10**6))
-    monkeypatch.setattr(auto, "HEAD_START", 0.0)
-    explicit, seen = _until_stopped("explicit", states=7)
+    protocol = replace(_ring(), inputs=(ir.Input("n", 0, 999),))
     calls: list = []
-    result = auto.run(System(_ring()), Budget(), None, explicit=explicit, z3=_probe_found_a_violation(calls))
-    assert (result.verdict, result.engine) == (Verdict.VIOLATION, "z3")
-    assert calls == [True]  # the probe only
-    assert seen["stopped"] and result.runs[0].stopped == "engine auto: z3 decided first"
-    assert result.exhausted  # not every question was answered: said, never hidden
-    assert any("counting probe" in n and "had found a violation" in n for n in result.notes)
-
-
-def test_a_search_that_ends_within_its_head_start_overrides_a_probe_violation(monkeypatch):
-    """A search that ends reports every finding; the probe's partial Result is dropped."""
-    monkeypatch.setattr(auto, "PROBE_INSTRUCTIONS", range(1, 10**6))
-    calls: list = []
-    result = auto.run(System(_ring()), Budget(), None, explicit=_at_once("explicit", Verdict.VIOLATION, states=5),
-                      z3=_probe_found_a_violation(calls))
-    assert (result.verdict, result.engine, result.exhausted) == (Verdict.VIOLATION, "explicit", None)
-    assert calls == [True] and result.runs == []
-
+    result = auto.run(System(protocol), Budget(), None, explicit=_calls("explicit", calls),
+                      simulate=_calls("simulate", calls), z3=_engine("z3", ticks=1, verdict=Verdict.SAFE))
+    assert result.engine == "z3" and calls == []
+    assert "span 1,000 value combinations" in result.notes[-1]

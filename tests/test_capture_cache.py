@@ -1,24 +1,33 @@
-"""The capture cache's rules: what is kept, whom it serves, what its key sees."""
+"""The capture cache's rules: what is kept, whom it serves, what its key sees, and that an
+entry is checked against what it was made from before anything in it is unpickled."""
 
 from __future__ import annotations
+
+import glob
+import os
+import pickle
 
 import pytest
 
 from semcheck.frontends import capture as capturing
 from semcheck.frontends import capture_cache
 from semcheck.frontends.capture import CaptureOutcome
+from semcheck.frontends.sources import file_digest
 
 
 @pytest.fixture
 def captures(tmp_path, monkeypatch):
-    """A cache folder, and a fake capture that records each run and takes 3 s (or times out
-    when given less than that)."""
+    """A cache folder, and a fake capture that records each run, takes 3 s (or times out
+    when given less than that) and read the script and a helper module beside it."""
     runs: list[float | None] = []
+    helper = tmp_path / "helper.py"
+    helper.write_text("X = 1\n")
 
     def fake(path, devices, *, timeout=None, assumed=()):
         runs.append(timeout)
+        read = {os.path.abspath(p): file_digest(p) for p in (path, str(helper))}
         return CaptureOutcome(captured=1, devices=devices, seconds={"jax import": 1.0, "script": 2.0},
-                              timed_out=timeout is not None and timeout < 3.0)
+                              timed_out=timeout is not None and timeout < 3.0, sources=read)
 
     monkeypatch.setattr(capturing, "capture_script", fake)
     monkeypatch.setenv(capture_cache.ENVIRONMENT, str(tmp_path / "cache"))
@@ -26,6 +35,10 @@ def captures(tmp_path, monkeypatch):
     script = tmp_path / "kernel.py"
     script.write_text("print('a kernel script')\n")
     return str(script), runs
+
+
+def _entries(tmp_path) -> list[str]:
+    return sorted(glob.glob(str(tmp_path / "cache" / "*.capture")))
 
 
 def test_a_finished_capture_serves_every_caller_with_at_least_its_time(captures):
@@ -49,7 +62,8 @@ def test_check_budgets_do_not_change_the_key_and_the_capture_environment_does(ca
     script, runs = captures
     capture_cache.capture(script, 2)
     for name, value in [("SEMCHECK_TIMEOUT", "86400"), ("SEMCHECK_MAX_STATES", "5"),
-                        ("SEMCHECK_SARIF_SCHEMA", "/elsewhere.json"), ("SEMCHECK_JAX_CACHE", "off")]:
+                        ("SEMCHECK_SARIF_SCHEMA", "/elsewhere.json"), ("SEMCHECK_JAX_CACHE", "off"),
+                        ("SEMCHECK_CAPTURE_SERVER", "off")]:
         monkeypatch.setenv(name, value)
         capture_cache.capture(script, 2)
     assert len(runs) == 1
@@ -70,3 +84,89 @@ def test_the_key_sees_the_environment_as_the_capture_child_does(captures, monkey
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     capture_cache.capture(script, 2)
     assert len(runs) == 1
+
+
+def test_a_changed_script_or_imported_module_is_captured_again(captures, tmp_path):
+    script, runs = captures
+    capture_cache.capture(script, 2)
+    (tmp_path / "helper.py").write_text("X = 2\n")  # a module the script imported
+    capture_cache.capture(script, 2)
+    capture_cache.capture(script, 2)
+    assert len(runs) == 2
+    with open(script, "a") as f:
+        f.write("# edited\n")
+    capture_cache.capture(script, 2)
+    assert len(runs) == 3
+    assert len(_entries(tmp_path)) == 1  # replaced, not piled up
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "pickle_only", "bit_flip", "empty"])
+def test_a_damaged_entry_is_discarded_with_a_warning_and_captured_again(captures, tmp_path, capsys, damage):
+    script, runs = captures
+    capture_cache.capture(script, 2)
+    [entry] = _entries(tmp_path)
+    data = open(entry, "rb").read()
+    damaged = {
+        "garbage": b"\x80\x04 not a capture at all",
+        "truncated": data[: len(data) - 7],
+        "pickle_only": pickle.dumps(CaptureOutcome(captured=5)),  # an old-style entry: never unpickled
+        "bit_flip": data[:-3] + bytes([data[-3] ^ 1]) + data[-2:],
+        "empty": b"",
+    }[damage]
+    with open(entry, "wb") as f:
+        f.write(damaged)
+    outcome = capture_cache.capture(script, 2)
+    assert outcome.captured == 1 and len(runs) == 2
+    [warning] = capsys.readouterr().err.strip().splitlines()
+    assert warning.startswith("semcheck: warning: discarded the kept capture") and warning.endswith("capturing again")
+    capture_cache.capture(script, 2)  # the entry made again serves
+    assert len(runs) == 2
+
+
+def test_another_scripts_entry_copied_over_is_discarded(captures, tmp_path, capsys):
+    """The issue's case: a hanging kernel's entry replaced by a safe kernel's capture."""
+    script, runs = captures
+    other = tmp_path / "other.py"
+    other.write_text("print('another kernel script')\n")
+    capture_cache.capture(script, 2)
+    [mine] = _entries(tmp_path)
+    capture_cache.capture(str(other), 2)
+    [theirs] = [e for e in _entries(tmp_path) if e != mine]
+    os.replace(theirs, mine)
+    capture_cache.capture(script, 2)
+    assert len(runs) == 3
+    assert "made for another script" in capsys.readouterr().err
+
+
+def test_the_cache_folder_must_exist(captures, tmp_path, monkeypatch):
+    script, _ = captures
+    monkeypatch.setenv(capture_cache.ENVIRONMENT, str(tmp_path / "missing"))
+    with pytest.raises(capture_cache.CacheFolderError, match="SEMCHECK_CAPTURE_CACHE: the folder .* does not exist"):
+        capture_cache.capture(script, 2)
+    monkeypatch.setenv(capture_cache.ENVIRONMENT, script)
+    with pytest.raises(capture_cache.CacheFolderError, match="is not a folder"):
+        capture_cache.capture(script, 2)
+
+
+def test_what_a_capture_read_is_the_script_and_the_users_own_modules(tmp_path, monkeypatch):
+    """What the capture child records: the script, and the user's modules it imported; not
+    the standard library, installed packages or semcheck."""
+    import importlib
+    import sys
+
+    from semcheck.frontends.sources import user_sources
+
+    helper = tmp_path / "kernel_helpers_for_sources.py"
+    helper.write_text("VALUE = 3\n")
+    script = tmp_path / "uses_helper.py"
+    script.write_text("import kernel_helpers_for_sources\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("kernel_helpers_for_sources")
+    try:
+        read = user_sources(str(script))
+    finally:
+        sys.modules.pop("kernel_helpers_for_sources", None)
+    assert read[str(script)] == file_digest(str(script))
+    assert read[str(helper)] == file_digest(str(helper))
+    assert "numpy" not in " ".join(read) and not any(name.startswith(os.path.dirname(capturing.__file__))
+                                                      for name in read)

@@ -36,7 +36,7 @@ def test_the_eight_device_missing_signal_trace_is_its_causal_past():
     assert [(s.actor, s.location.line) for s in steps] == [
         ("device 6", 28), ("device 6", 29), ("device 7", 28), ("device 7", 29)]
     assert all(s.event == "signal" for s in steps)
-    report = text.render([r])
+    report = text.render([r], verbose=True)
     assert "the 4 of its 155 steps that it depends on (151 elided)" in report
     assert "shortest" not in report
 

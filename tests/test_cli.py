@@ -1,5 +1,6 @@
 """The CLI contract: exit codes, the JSON document, budgets, errors, progress."""
 
+import io
 import json
 import os
 import subprocess
@@ -8,6 +9,8 @@ import sys
 import pytest
 
 from semcheck import cli
+from semcheck.api import verify_path
+from semcheck.kinds import DESCRIPTIONS
 from semcheck.engines import budget as budget_module
 from tests.test_models import SHIPPED
 from tests.tpu_support import expectation
@@ -64,7 +67,7 @@ def test_text_report_shows_the_line_and_the_trace(capsys):
     assert "unsatisfied_wait (device 3) at " in out
     assert "|         t.wait(barrier, 2)" in out  # the source line itself
     # The trace is the stuck wait's happens-before past, no longer the whole (not shortest) path.
-    assert "trace to the stuck state: the 4 of its 37 steps that it depends on (33 elided):" in out
+    assert "trace to the stuck state (37 steps: 4 shown, 0 folded, 33 not involved; -v shows every step):" in out
     # the stuck thread's own history is in it (step numbers follow the reduced search's path)
     assert any(line.lstrip()[:1].isdigit() and ". device 3  signal" in line for line in out.splitlines())
 
@@ -103,11 +106,18 @@ def test_a_violation_found_before_the_budget_ran_out_still_counts(tmp_path, caps
     path = tmp_path / "shallow_fault.py"
     path.write_text(SHALLOW_FAULT)
     code, out, _ = run(capsys, "verify", str(path), "--devices", "6", "--no-reduction",
-                       "--max-states", "2000", "--format", "json", "-q")
+                       "--max-states", "2000", "--format", "json", "-q", "--exhaustive")
     [r] = json.loads(out)["results"]
     assert (code, r["verdict"]) == (1, "violation")
     assert [v["kind"] for v in r["violations"]] == ["invalid_device_id"]
     assert "state budget" in r["notes"][0]  # and it says the search was cut short
+    # by default the check ends at that first counterexample, long before the budget
+    code, out, _ = run(capsys, "verify", str(path), "--devices", "6", "--no-reduction",
+                       "--max-states", "2000", "--format", "json", "-q")
+    [r] = json.loads(out)["results"]
+    assert (code, r["verdict"], r["first_only"]) == (1, "violation", True)
+    assert [v["kind"] for v in r["violations"]] == ["invalid_device_id"]
+    assert not any("state budget" in note for note in r["notes"])
 
 
 def test_missing_file_is_one_usage_error_exit_2(capsys):
@@ -160,7 +170,7 @@ def test_output_file_and_console_script(tmp_path):
 def test_no_symmetry_flag_turns_the_symmetry_reduction_off(capsys):
     def results(*flags):
         code, out, _ = run(capsys, "verify", model("ring_allgather_shared_recv"), "--devices", "4",
-                           "--engine", "explicit", "--format", "json", "-q", *flags)
+                           "--engine", "explicit", "--format", "json", "-q", "--exhaustive", *flags)
         [r] = json.loads(out)["results"]
         return code, r
 
@@ -170,3 +180,90 @@ def test_no_symmetry_flag_turns_the_symmetry_reduction_off(capsys):
     assert code == 1 and not any("symmetry" in n for n in off["notes"])
     assert (on["stats"]["states"], off["stats"]["states"]) == (93, 138)
     assert [v["kind"] for v in on["violations"]] == [v["kind"] for v in off["violations"]] == ["data_race"]
+
+
+# --- what users of ruff, mypy and pytest expect ------------------------------------------------
+
+
+def test_a_misspelt_option_is_one_line_that_names_the_option_meant(capsys):
+    code, out, err = run(capsys, "verify", "--devcies", "2", model("ring_allgather"))
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        "semcheck: error: unknown option: --devcies; did you mean --devices? (semcheck verify --help lists the options)"]
+
+
+def usage_error(capsys, *argv) -> str:
+    with pytest.raises(SystemExit) as exited:  # argparse's own errors end the process
+        cli.main(list(argv))
+    assert exited.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_misspelt_choice_and_a_bad_value_are_one_line_each(capsys):
+    err = usage_error(capsys, "verify", "--format", "txt", model("ring_allgather"))
+    assert len(err.splitlines()) == 1
+    assert "invalid choice: 'txt'" in err and "did you mean text?" in err
+    err = usage_error(capsys, "verify", "--devices", "x", model("ring_allgather"))
+    assert len(err.splitlines()) == 1 and "expected comma-separated device counts" in err
+
+
+def test_help_columns_do_not_collide_and_defaults_are_shown():
+    import argparse
+
+    parser = cli.build_parser()
+    epilog = parser.epilog.split("violation kinds:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(epilog) == len(DESCRIPTIONS)
+    for line, (kind, _) in zip(epilog, DESCRIPTIONS.items()):
+        assert line.startswith(f"  {kind.value}  ")  # at least two spaces before the description
+    verify = cli._verify_parser(parser)
+    for action in verify._actions:
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS, []):
+            assert "default" in action.help, action.option_strings
+    [output] = [a for a in verify._actions if "-o" in a.option_strings]
+    assert "instead of stdout" in output.help
+
+
+def test_o_writes_the_report_to_the_file_instead_of_stdout(capsys, tmp_path):
+    path = tmp_path / "report.txt"
+    code, out, _ = run(capsys, "verify", model("circular_wait"), "--devices", "2", "-q", "-o", str(path))
+    assert code == 1 and out == ""
+    assert path.read_text().startswith("VIOLATION: circular_wait [2 devices")
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    from semcheck.report import colour
+
+    class Terminal:
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert colour.wanted(Terminal()) and not colour.wanted(io.StringIO())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not colour.wanted(Terminal())
+    painted = colour.paint_report("VIOLATION: k [2 devices]: x\n\n  error: deadlock\n    fix: do it\n")
+    assert painted.startswith("\033[1;31mVIOLATION\033[0m: k") and "  \033[31merror\033[0m: deadlock" in painted
+    assert "    \033[36mfix\033[0m: do it" in painted
+
+
+def test_the_report_in_a_pipe_has_no_colour(capsys, monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    _, out, _ = run(capsys, "verify", model("circular_wait"), "--devices", "2", "-q")
+    assert "\033[" not in out
+
+
+def test_str_of_a_result_is_its_text_report():
+    [r] = verify_path(model("circular_wait"), [2])
+    assert str(r) == r.report().rstrip("\n")
+    assert str(r).startswith("VIOLATION: circular_wait [2 devices") and "  error: deadlock" in str(r)
+    assert "  note: " not in r.report() and "  note: " in r.report(verbose=True)
+    assert repr(r).startswith("<Result circular_wait [2 devices, tpu]: VIOLATION")  # repr stays one line
+
+
+def test_a_check_stopped_by_a_budget_says_so_in_its_verdict_line():
+    from semcheck.report import text
+
+    [r] = verify_path(model("circular_wait"), [2])
+    r.exhausted = "time budget of 25 s ran out"
+    line = text.verdict_line(r)
+    assert line.startswith("VIOLATION: ") and "(the search stopped early: time budget of 25 s ran out; there may be more)" in line

@@ -4,13 +4,14 @@ the sum of the parts' states instead of their product."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
-from semcheck.api import check_protocol
+from semcheck import api
 from semcheck.engines import components
 from semcheck.engines.budget import Budget
 from semcheck.frontends import model_file
@@ -19,6 +20,8 @@ from semcheck.semantics import System
 from tests.strategies import control_flow_protocols, protocols
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Every test here holds the split check to the whole one: both report every finding.
+check_protocol = functools.partial(api.check_protocol, exhaustive=True)
 
 
 def competing_waits(devices: int, blocks: int = 4):
@@ -120,6 +123,9 @@ def test_faults_of_different_parts_stay_apart():
         p.thread(d).signal(s, device=5)
     split = check_protocol(p.build(), engine="explicit")
     assert sorted(v.device for v in split.violations) == [0, 1]
+    first = api.check_protocol(p.build(), engine="explicit")  # the default: the first part's fault ends it
+    assert [v.device for v in first.violations] == [0] and first.first_only
+    assert any("stopped at the first violation, after 1 of 2 independent parts" in n for n in first.notes)
 
 
 def _agree(protocol):

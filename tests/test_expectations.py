@@ -1,6 +1,7 @@
 """Expected verdicts: declarations in comments and pyproject.toml, how a check is judged,
 and the exit codes of `semcheck verify --expectations`."""
 
+import json
 import os
 import re
 import textwrap
@@ -87,7 +88,7 @@ def test_every_buggy_model_declares_its_verdict():
         "dma_wait_mismatch": {"unsatisfied_wait"},
         "ring_allgather_missing_signal": {"unsatisfied_wait"},
         "moe_dispatch_capacity": {"unsatisfied_wait"},
-        "nondec_poll_leak": {"semaphore_leftover", "not_lowerable"},
+        "nondec_poll_leak": {"semaphore_leftover"},
         "remote_out_of_range": {"invalid_device_id"},
         "double_buffer": set(),
         "nondec_poll": set(),
@@ -137,6 +138,24 @@ def test_an_invocations_declaration_applies_only_under_that_many_invocations():
     assert expectations.expectation_for(repeated, [once, twice]) is once
 
 
+def test_the_declaration_for_a_check_is_known_before_it_runs():
+    """`declaration_for` answers for a check described by its kernel, device count, cores and
+    invocations (benchmarks/mutants.py picks its safe examples so), as for a Result."""
+    general = parse_spec("remote_before_entry", "f.py:1")
+    two = parse_spec("safe devices=2", "f.py:2")
+    racy_on_two_cores = parse_spec("data_race cores=2", "f.py:3")
+    warned = parse_spec("lowered_as_decrementing", "f.py:4")
+    declared = [general, two, racy_on_two_cores]
+    assert expectations.declaration_for(declared, None, 2) is two
+    assert expectations.declaration_for(declared, None, 4) is general
+    assert expectations.declaration_for(declared, "k", 4, cores=2) is racy_on_two_cores
+    assert expectations.declaration_for(declared, None, 2, invocations=2) is two
+    assert expectations.declared_errors(two) == frozenset()
+    assert expectations.declared_errors(general) == {"remote_before_entry"}
+    assert expectations.declared_errors(warned) == frozenset()  # a warning is no error
+    assert expectations.declared_errors(None) == frozenset()  # nothing declared: safe expected
+
+
 def test_equally_specific_disagreeing_declarations_are_an_error():
     a = Expectation(frozenset({"deadlock"}), where="f.py:1")
     b = Expectation(frozenset({"unsatisfied_wait"}), where="f.py:2")
@@ -149,17 +168,43 @@ def test_equally_specific_disagreeing_declarations_are_an_error():
 
 def test_judging_compares_error_kinds_exactly_and_declared_warnings_as_required():
     deadlock = Expectation(frozenset({"deadlock"}))
-    with_warning = Expectation(frozenset({"semaphore_leftover", "not_lowerable"}))
+    with_warning = Expectation(frozenset({"semaphore_leftover", "lowered_as_decrementing"}))
     assert judge(result(["deadlock"]), deadlock).matched
     assert not judge(result(["deadlock", "semaphore_leftover"]), deadlock).matched
     assert not judge(result(["unsatisfied_wait"]), deadlock).matched
     assert judge(result(), None).matched  # no declaration: safe expected
-    assert judge(result(warnings=["not_lowerable"]), None).matched  # undeclared warnings never fail
+    assert judge(result(warnings=["lowered_as_decrementing"]), None).matched  # undeclared warnings never fail
     assert not judge(result(["deadlock"]), None).matched
-    assert judge(result(["semaphore_leftover"], ["not_lowerable"]), with_warning).matched
+    assert judge(result(["semaphore_leftover"], ["lowered_as_decrementing"]), with_warning).matched
     assert not judge(result(["semaphore_leftover"]), with_warning).matched
     fixed = judge(result(), deadlock)
     assert not fixed.matched and "expected deadlock, found safe" in fixed.reason and "update" in fixed.reason
+
+
+def test_a_first_counterexample_matches_when_its_kinds_are_some_of_the_declared():
+    both = Expectation(frozenset({"data_race", "barrier_phase_overrun"}))
+    first = result(["barrier_phase_overrun"])
+    assert not judge(first, both).matched  # an exhaustive check must have found both
+    first.first_only = True
+    j = judge(first, both)
+    assert j.matched and "first counterexample" in j.reason
+    first_wrong = result(["deadlock"])
+    first_wrong.first_only = True
+    assert not judge(first_wrong, both).matched
+
+
+def test_the_gate_runs_every_check_exhaustively(tmp_path, capsys):
+    """--expectations judges every declared kind, so it implies --exhaustive: the GPU
+    pipeline declares a race and a phase overrun, which a first counterexample never has
+    both of."""
+    example = os.path.join(ROOT, "examples", "gpu", "warp_producer_consumer_no_release.py")
+    code, out, _ = run(capsys, example, "--devices", "2", "--expectations", "--format", "json")
+    [r] = json.loads(out)["results"]
+    assert code == 0 and r["first_only"] is False
+    assert {v["kind"] for v in r["violations"]} == {"data_race", "barrier_phase_overrun"}
+    code, out, _ = run(capsys, example, "--devices", "2", "--format", "json")
+    [r] = json.loads(out)["results"]
+    assert code == 1 and r["first_only"] is True and len({v["kind"] for v in r["violations"]}) == 1
 
 
 @pytest.mark.parametrize("verdict", [Verdict.ERROR, Verdict.INCONCLUSIVE])

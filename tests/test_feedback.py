@@ -6,8 +6,9 @@ import os
 
 from semcheck import cli
 from semcheck.api import LoadReport, verify_path
-from semcheck.engines.budget import ProgressInfo
+from semcheck.engines.budget import Budget, ProgressInfo
 from semcheck.report import feedback, text
+from semcheck.report.feedback import Position, progress_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,12 +37,27 @@ def test_verify_path_reports_every_load():
 def test_off_a_terminal_progress_is_logged_at_most_every_15_seconds(monkeypatch, capsys):
     clock = [1000.0]
     monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
-    show = cli._progress_printer("ring", 4)
+    show = cli._progress_printer(Position(total=1), Budget(timeout=600))("ring", 4)
     for second in range(40):  # a progress report every second for 40 s
         clock[0] = 1000.0 + second
         show(ProgressInfo(states=second * 100, transitions=0, seconds=second, frontier=1, depth=1))
     lines = capsys.readouterr().err.splitlines()
-    assert [line.rsplit(", ", 1)[1] for line in lines] == ["0 s", "15 s", "30 s"]
+    assert [line.rsplit(", ", 1)[1] for line in lines] == ["0 s of 600 s", "15 s of 600 s", "30 s of 600 s"]
+
+
+def test_progress_shows_the_runs_totals_and_the_budget():
+    """`[36/114]`: which (file, device count) of the run; `12 s of 600 s`, `of 2,000,000`
+    states: how much of the check's budget is spent."""
+    position = Position(total=114, finished=35)
+    info = ProgressInfo(states=12_345, transitions=0, seconds=12.2, frontier=310, depth=40)
+    line = progress_line("ring", 8, info, position, Budget(max_states=2_000_000, timeout=600))
+    assert line == ("semcheck: [36/114] ring [8 devices]: 12,345 states (of 2,000,000), 1,012 states/s, "
+                    "frontier 310, depth 40, 12 s of 600 s")
+    position.done()
+    assert str(position) == "[37/114]"
+    z3 = ProgressInfo(states=0, transitions=0, seconds=3, frontier=0, depth=0, what="solving 4 queries")
+    assert progress_line("ring", 8, z3, Position(total=1), Budget(timeout=25)) == (
+        "semcheck: ring [8 devices]: solving 4 queries, 3 s of 25 s")
 
 
 def test_verdict_lines_wrap_to_the_width_asked_for():

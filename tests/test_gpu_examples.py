@@ -41,6 +41,8 @@ def test_the_gpu_protocols_each_have_an_example():
         "warp_producer_consumer_no_release", "tcgen05_mma_pipeline", "tcgen05_mma_reload_early",
         "thread_exchange", "thread_exchange_no_wait", "tma_store_ring", "tma_store_ring_read_only_wait",
         "scoped_tile_handoff", "scoped_tile_handoff_no_read_wait",
+        "remote_tma_load", "remote_tma_load_early_read", "remote_tma_load_before_ready",
+        "remote_atomic_add", "remote_atomic_add_early_read",
     } <= names
 
 

@@ -12,6 +12,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from semcheck import ir
 from semcheck.api import check_protocol
 from tests.test_gpu_lowering import body, error, gpu_call, protocol
 from tests.tpu_kernels import line_of
@@ -65,7 +66,7 @@ def test_the_mma_reads_its_smem_operands_until_its_barrier_arrival(separate_comm
 @pytest.mark.parametrize("separate_commit", [False, True])
 def test_a_store_into_an_mma_operand_before_the_barrier_wait_is_a_race(separate_commit):
     p = protocol(gpu_call(_mma_kernel(True, separate_commit), grid=(1,)), devices=1)
-    result = check_protocol(p)
+    result = check_protocol(p, exhaustive=True)  # every state: the count below is the whole search's
     [race] = result.errors
     assert race.kind == "data_race"
     assert race.location.line == line_of(HERE, "b[0, 0] = jnp.float16(1)  # the MMA may still be reading b")
@@ -116,13 +117,15 @@ def test_inline_mgpu_is_refused_at_its_line():
     assert e.file == HERE
 
 
-def test_atomics_are_refused_at_their_line():
+def test_atomics_lower_to_atomic_stores_at_their_line():
+    """Once refused (issue 19); modelled since issue 26 (tests/test_gpu_remote_atomics.py)."""
     def kernel(x_ref, o_ref):
         plgpu.atomic_add(o_ref.at[0, 0], jnp.float32(1))  # an atomic
 
-    e = error(gpu_call(kernel, grid=(1,)))
-    assert "plgpu atomics" in e.message
-    assert e.line == line_of(HERE, "plgpu.atomic_add(o_ref.at[0, 0], jnp.float32(1))  # an atomic")
+    p = protocol(gpu_call(kernel, grid=(1,)))
+    [store] = [i for i in body(p) if isinstance(i, ir.Store)]
+    assert store.atomic
+    assert store.loc.line == line_of(HERE, "plgpu.atomic_add(o_ref.at[0, 0], jnp.float32(1))  # an atomic")
 
 
 def test_a_store_through_cluster_ref_is_refused():

@@ -164,6 +164,8 @@ BAD_ARGUMENTS = {
     "invocations_zero": (["--invocations", "0"], "--invocations"),
     "trace_steps_negative": (["--max-trace-steps", "-2"], "--max-trace-steps"),
     "empty_assume_range": (["--assume", "n=5..3"], "range is empty"),
+    "devices_with_an_empty_part": (["--devices", "2,,4"], "'2,,4'"),
+    "devices_with_a_trailing_comma": (["--devices", "2,4,"], "'2,4,'"),
 }
 
 
@@ -182,6 +184,7 @@ BAD_ENVIRONMENT = {
     "SEMCHECK_MAX_STATES": ["-5", "1.5", "many"],
     "SEMCHECK_MAX_MEMORY_MB": ["x", "0"],
     "SEMCHECK_CAPTURE_TIMEOUT": ["soon"],
+    "SEMCHECK_CAPTURE_CACHE": ["/no/such/folder", os.path.join(MODELS, "ring_allgather.py")],
 }
 
 
@@ -191,6 +194,7 @@ def test_bad_environment_values_are_usage_errors(capsys, monkeypatch, name, valu
     code, out, err = run(capsys, "verify", os.path.join(MODELS, "ring_allgather.py"), "--devices", "2")
     assert code == 2 and out == ""
     assert f"{name}={value!r}" in err and "internal error" not in err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_unwritable_output_paths_are_usage_errors_before_any_work(tmp_path, capsys):
@@ -199,10 +203,85 @@ def test_unwritable_output_paths_are_usage_errors_before_any_work(tmp_path, caps
         (["-o", str(tmp_path / "no" / "such" / "out.json")], "does not exist"),
         (["-o", str(tmp_path)], "is a folder"),
         (["--graph", str(tmp_path / "missing" / "cex.svg")], "does not exist"),
+        (["--summary", str(tmp_path / "missing" / "summary.md")], "does not exist"),
+        (["--sarif", str(tmp_path / "missing" / "out.sarif")], "does not exist"),
     ]:
         code, out, err = run(capsys, "verify", model, "--devices", "2", *argv)
         assert (code, out) == (2, ""), err
         assert message in err and "internal error" not in err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_the_job_summary_file_is_checked_before_any_work(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "missing" / "summary.md"))
+    code, out, err = run(capsys, "verify", os.path.join(MODELS, "ring_allgather.py"), "--devices", "2")
+    assert (code, out) == (2, "") and "GITHUB_STEP_SUMMARY" in err and "does not exist" in err
+
+
+# --- named pipes: an error, never a wait for a writer that does not come ---------------------
+
+
+def test_a_fifo_given_as_the_path_is_a_usage_error(tmp_path, capsys):
+    pipe = tmp_path / "kernel.py"
+    os.mkfifo(pipe)
+    code, out, err = run(capsys, "verify", str(pipe), "--devices", "2")
+    assert (code, out) == (2, "")
+    assert err.strip() == f"semcheck: error: {pipe} is a named pipe (FIFO), not a kernel script, model file or folder"
+
+
+def test_a_fifo_in_a_folder_is_one_error_and_the_rest_is_checked(tmp_path, capsys):
+    os.mkfifo(tmp_path / "pipe.py")
+    write(tmp_path / "ok.py", SAFE_MODEL.format(name="ok"))
+    code, out, err = run(capsys, "verify", str(tmp_path), "--devices", "2", "--format", "json", "-q")
+    results = {r["kernel"]: r for r in json.loads(out)["results"]}
+    assert code == 2 and results["ok"]["verdict"] == "safe"
+    assert results["pipe"]["verdict"] == "error" and "is not a regular file (it is a named pipe" in results["pipe"]["error"]
+
+
+def test_an_output_fifo_nothing_reads_is_a_usage_error(tmp_path, capsys):
+    os.mkfifo(tmp_path / "out.json")
+    code, out, err = run(capsys, "verify", os.path.join(MODELS, "ring_allgather.py"), "--devices", "2",
+                         "-o", str(tmp_path / "out.json"))
+    assert (code, out) == (2, "") and "is a named pipe (FIFO) that nothing reads" in err
+
+
+# --- bad model IR: the builder says which line, before any engine ---------------------------
+
+BAD_MODEL_LINES = {
+    "negative_shape": ('p.buffer("b", (-4, 8))', "an extent of the shape of buffer 'b' must be at least 0, got -4"),
+    "float_amount": ("p.thread(0).signal(ready, 1.5)", "signal: the amount must be an int"),
+    "string_device": ('p.thread(0).signal(ready, device="left")', "signal: the device must be an int"),
+    "negative_semaphore_array": ('p.semaphore("s", size=-1)', "the size of semaphore 's' must be at least 1, got -1"),
+    "float_wait": ("p.thread(0).wait(ready, 0.5)", "wait: the amount must be an int"),
+    "thread_outside": ("p.thread(5)", "thread (device 5, core 0) lies outside the protocol's 2 device(s)"),
+    "string_index": ('p.thread(0).signal(ready["x"])', "the index of semaphore 'ready' must be an int"),
+    "bad_dma_side": ('p.thread(0).dma_wait(ready, 4, side="both")', "dma_wait: side must be 'send' or 'recv'"),
+    "negative_region_size": ('p.buffer("b", (4,)).region(0, size=(-1,))', "a size of a region of buffer 'b' must be at least 0"),
+    "bool_amount": ("p.thread(0).signal(ready, True)", "signal: the amount must be an int"),
+    "float_devices": ('ProtocolBuilder("x", devices=2.5)', "the number of devices must be a whole number"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MODEL_LINES))
+def test_bad_model_ir_is_one_error_at_the_models_line(tmp_path, capsys, case):
+    line, message = BAD_MODEL_LINES[case]
+    path = write(tmp_path / "bad.py", f"""\
+        from semcheck.model import ProtocolBuilder
+
+
+        def model(devices):
+            p = ProtocolBuilder("bad", devices=devices, backend="tpu")
+            ready = p.semaphore("ready")
+            {line}
+            for d in range(devices):
+                p.thread(d).signal(ready)
+                p.thread(d).wait(ready)
+            return p.build()
+    """)
+    code, out, err = run(capsys, "verify", path, "--devices", "2")
+    assert code == 2 and "internal error" not in err
+    [verdict] = [text for text in out.splitlines() if text.startswith("ERROR")]
+    assert verdict.startswith(f"ERROR: bad [2 devices] {path}:7: bad model: {message}"), verdict
 
 
 def test_a_missing_path_is_one_usage_error(capsys):
@@ -475,7 +554,7 @@ def _as_from_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_an_interrupt_keeps_the_finished_results_marked_partial(tmp_path, signame):
     import signal
     import time
@@ -528,3 +607,133 @@ def test_a_model_child_ends_when_semcheck_is_killed(tmp_path):
     while pid_alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pid_alive(child)
+
+
+# --- issue 30: signals during -j sweeps, daemons, a killed semcheck --------------------------
+
+# A kernel script that starts a daemon (a session of its own, out of reach of a kill of the
+# script's session), records its own pid and the daemon's, says it has started, and sleeps.
+SLEEPING_SCRIPT = """\
+import os, subprocess, time
+daemon = subprocess.Popen(["sleep", "600"], start_new_session=True)
+with open(__file__ + ".pids", "w") as f:
+    f.write(f"{os.getpid()} {daemon.pid}")
+os.replace(__file__ + ".pids", __file__ + ".started")
+time.sleep(600)
+"""
+
+
+def _recorded_pids(folder, names) -> list[int]:
+    return [int(p) for name in names for p in (folder / f"{name}.started").read_text().split()]
+
+
+def _descendants(pid: int) -> list[int]:
+    from semcheck.frontends.processes import descendants
+
+    return descendants(pid)
+
+
+def _wait_until_gone(pids, seconds=15.0) -> list[int]:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if pid_alive(p)]
+
+
+def _sweep_of_sleepers(tmp_path, *extra):
+    import time
+
+    names = ["a.py", "b.py"]
+    for name in names:
+        kernel_script(tmp_path, prefix=SLEEPING_SCRIPT, name=name)
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "semcheck", "verify", str(tmp_path), "--devices", "2", "-j", "2",
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    deadline = time.monotonic() + 180
+    while not all((tmp_path / f"{n}.started").exists() for n in names) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return proc, _recorded_pids(tmp_path, names) + _descendants(proc.pid)
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_signal_stops_a_sweep_with_jobs_at_once_and_leaves_nothing(tmp_path, signame):
+    """Issue 30: with -j 2 a SIGTERM used to wait for the workers' captures (minutes); now
+    the workers, the capture children, the scripts and the daemons they started all end,
+    and the exit code is the signal's."""
+    import signal
+
+    proc, started = _sweep_of_sleepers(tmp_path)
+    proc.send_signal(getattr(signal, signame))
+    out, err = proc.communicate(timeout=120)  # a hang guard only: the scripts sleep 600 s
+    assert proc.returncode == 128 + getattr(signal, signame), err
+    name = "Ctrl-C" if signame == "SIGINT" else signame
+    assert err.strip().splitlines()[-1] == f"semcheck: interrupted ({name}) before any check finished"
+    assert _wait_until_gone(started) == []
+
+
+def test_a_killed_sweep_leaves_no_worker_capture_or_daemon_behind(tmp_path):
+    """SIGKILL: no handler of semcheck runs; the workers notice their parent is gone, and the
+    capture server its owner, and each ends what it ran."""
+    import signal
+
+    proc, started = _sweep_of_sleepers(tmp_path)
+    assert len(started) > 4  # the scripts, their daemons, the workers (and the capture server)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert _wait_until_gone(started) == []
+
+
+def test_a_daemon_the_script_started_does_not_outlive_semcheck(tmp_path):
+    marker = tmp_path / "daemon.pid"
+    script = kernel_script(tmp_path, prefix=(
+        "import subprocess\n"
+        "daemon = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        f"open({str(marker)!r}, 'w').write(str(daemon.pid))\n"))
+    proc = semcheck_process("verify", script, "--devices", "2", "-q", timeout=200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _wait_until_gone([int(marker.read_text())]) == []
+
+
+def test_a_script_that_exits_0_before_its_kernel_says_so(tmp_path):
+    script = kernel_script(tmp_path, prefix="import sys\nsys.exit(0)\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    [result] = json.loads(proc.stdout)["results"]
+    assert (proc.returncode, result["verdict"], result["line"]) == (2, "error", 2)
+    assert result["error"].startswith("the script exited with sys.exit(0) before any Pallas kernel was compiled")
+    assert "nothing to check" not in proc.stderr
+
+
+def test_a_violation_before_the_lowering_stops_is_a_violation(tmp_path):
+    """Issue 30's MoE mutants: a hang found in what semcheck lowered, before a DMA wait
+    whose size depends on data stops it, is a violation (exit 1), the stop noted."""
+    source = open(os.path.join(ROOT, "examples", "tpu", "moe_dispatch_combine.py"), encoding="utf-8").read()
+    signal_line = "            pl.semaphore_signal(barrier, 1, device_id=(d,))\n"
+    assert signal_line in source
+    mutant = write(tmp_path / "moe_mutant.py", source.replace(signal_line, "            pass\n", 1))
+    proc = semcheck_process("verify", mutant, "--devices", "2", "--format", "json", "-q", timeout=600)
+    [result] = json.loads(proc.stdout)["results"]
+    assert (proc.returncode, result["verdict"]) == (1, "violation"), proc.stderr
+    assert "unsatisfied_wait" in {v["kind"] for v in result["violations"]}
+    assert any("lowering stopped at" in n and "it stopped there because dma_wait" in n for n in result["notes"])
+
+
+def test_the_builder_takes_any_whole_number_and_keeps_what_it_was_given():
+    """numpy integers (a model computing ids with numpy) are whole numbers; what the builder
+    records is a plain int, so the protocol is the one built from ints."""
+    import numpy as np
+
+    from semcheck.model import ModelError, ProtocolBuilder
+
+    def build(number):
+        p = ProtocolBuilder("n", devices=number(2))
+        ready = p.semaphore("ready", size=number(2))
+        t = p.thread(number(1))
+        t.signal(ready[number(1)], number(3), device=number(0))
+        t.wait(ready[number(1)], number(3))
+        return p.build()
+
+    assert build(np.int64) == build(int)
+    with pytest.raises(ModelError, match="the number of devices must be a whole number, got True"):
+        ProtocolBuilder("b", devices=True)

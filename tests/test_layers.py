@@ -1,9 +1,9 @@
 """The package's layers, read from its imports: no import cycle, and no module imports a
 layer above its own. The layers, bottom to top:
 
-    vocabulary   ir, kinds, errors, version, intervals (and lower.registry, engines.budget)
+    vocabulary   ir, kinds, errors, version, intervals, tpu_facts (and lower.registry, engines.budget)
     model        the builder API, assumptions, invocations, programs, result
-    frontends    lower/, capture, frontends/ (jaxpr -> IR; never the semantics)
+    frontends    lower/, capture, frontends/, jax_compat (jaxpr -> IR; never the semantics)
     semantics    semantics, properties, trace (IR -> transition system; never JAX)
     engines      engines/ (consume the semantics; never a frontend or a report)
     reports      report/, expectations (render Results; never the semantics)
@@ -24,17 +24,19 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 LAYERS = [
     ("vocabulary", ("semcheck.ir", "semcheck.kinds", "semcheck.errors", "semcheck.version", "semcheck.intervals",
-                    "semcheck.lower.registry", "semcheck.engines.budget")),
+                    "semcheck.tpu_facts", "semcheck.lower.registry", "semcheck.engines.budget")),
     ("model", ("semcheck.model", "semcheck.assumptions", "semcheck.invocations", "semcheck.programs", "semcheck.result",
                "semcheck.prefix", "semcheck.provenance")),
     ("frontends", ("semcheck.lower", "semcheck.frontends.capture", "semcheck.operands", "semcheck.frontends",
+                   "semcheck.jax_compat",
                    "semcheck.core_entry")),
     ("semantics", ("semcheck.semantics", "semcheck.footprints", "semcheck.ordering", "semcheck.properties",
                    "semcheck.trace", "semcheck.cells", "semcheck.instances", "semcheck.resource_index")),
-    ("engines", ("semcheck.engines",)),
+    ("engines", ("semcheck.engines", "semcheck.parametric")),
     ("reports", ("semcheck.report", "semcheck.expectations")),
     ("entry", ("semcheck.cli_options", "semcheck.interrupts", "semcheck.checks", "semcheck.sweep", "semcheck.sweep_ray", "semcheck.config", "semcheck.gate",
-               "semcheck.api", "semcheck.testing", "semcheck.cli", "semcheck.__main__", "semcheck")),
+               "semcheck.api", "semcheck.testing", "semcheck.cli", "semcheck.__main__",
+               "semcheck.parametric.family", "semcheck.parametric.command", "semcheck")),
 ]
 
 # The one place a frontend consults the semantics: evaluating the kernel's data needs to know
@@ -42,11 +44,13 @@ LAYERS = [
 # defines; lower/schedule.py runs it in one canonical schedule rather than re-implement it
 # (docs/data-evaluation.md).
 # And a notebook displays a Result through `Result._repr_html_`, which renders it with the
-# report layer (imported when a notebook first displays one, never at start-up).
+# report layer (imported when a notebook first displays one, never at start-up); `str(result)`
+# and `result.report()` are its text report (imported when first asked for).
 # The Ray executor is an optional extra: the sweep imports it only when asked to run there.
 ALLOWED = {
     ("semcheck.lower.schedule", "semcheck.semantics"),
     ("semcheck.result", "semcheck.report.html"),
+    ("semcheck.result", "semcheck.report.text"),
     ("semcheck.sweep", "semcheck.sweep_ray"),
 }
 

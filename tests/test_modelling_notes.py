@@ -61,11 +61,18 @@ def kinds(result) -> set[str]:
 def test_jax_core_barrier_is_safe_when_cores_enter_together_and_early_when_they_do_not(engine, devices):
     [p] = protocols(core_kernel(jax_core_local_barrier, collective_id=7), mesh((devices,)), rows=8 * CORES)
     together = check_protocol(p, engine=engine)
-    apart = check_protocol(p, engine=engine, cores_enter_together=False)
+    apart = check_protocol(p, engine=engine, cores_enter_together=False, exhaustive=True)
     assert together.verdict is Verdict.SAFE, together.errors
     assert apart.verdict is Verdict.VIOLATION and kinds(apart) == {"remote_before_entry"}
     # The finding says which reading it rests on.
     assert all("--no-assume-cores-enter-together" in v.message for v in apart.errors)
+    # and names, in a field, the switch that takes the other reading
+    assert all([r.switch for r in v.rests_on] == ["--assume-cores-enter-together"] for v in apart.errors)
+    from semcheck.report import json as json_report, origins
+
+    assert json_report.violation_dict(apart.errors[0])["rests_on"][0]["switch"] == "--assume-cores-enter-together"
+    assert any(line.startswith("    rests on: ") and "--assume-cores-enter-together checks the other reading" in line
+               for line in origins.provenance_lines(apart.errors[0]))
     assert any("entering and leaving each invocation of the kernel together" in n and CORE_ENTRY_BASIS in n
                for n in together.notes)
     assert any("entering the kernel on their own" in n for n in apart.notes)

@@ -5,8 +5,9 @@ finds, with the same paths, the same state and transition counts, and store fewe
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck
+from hypothesis import HealthCheck, assume
 
+from semcheck.engines.budget import Budget
 from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
 from tests.strategies import capacity_ring_protocols, protocols, ring_protocols
@@ -14,6 +15,8 @@ from tests.test_models import load
 from tests.tiers import example_counts, run_examples
 
 ANY_PROTOCOL = protocols() | ring_protocols() | capacity_ring_protocols()
+# a few random protocols reach 50k states and more: they are left out, not cut short
+BUDGET = Budget(max_states=20_000)
 
 
 def _no_path(system, ind, path, *_args):
@@ -42,9 +45,12 @@ def _same_search(followed, stored) -> None:
 def test_following_the_one_path_finds_what_storing_every_state_finds(examples):
     def check(protocol):
         for options in ({}, {"silence_reported_races": False, "symmetry": False}):
-            _same_search(*_both(protocol, **options))
+            followed, stored = _both(protocol, budget=BUDGET, **options)
+            assume(stored.exhausted is None and followed.exhausted is None)
+            _same_search(followed, stored)
 
-    run_examples(check, ANY_PROTOCOL, examples=examples, suppress_health_check=[HealthCheck.too_slow])
+    run_examples(check, ANY_PROTOCOL, examples=examples,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
 @pytest.mark.parametrize("name", ["ring_allgather", "ring_allgather_missing_signal", "ring_allgather_shared_recv",

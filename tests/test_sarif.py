@@ -78,7 +78,7 @@ def test_one_rule_per_violation_kind(documents):
     for rule, kind in zip(rules, Kind):
         assert rule["shortDescription"]["text"] == DESCRIPTIONS[kind]
         assert rule["defaultConfiguration"]["level"] == (
-            "warning" if kind in (Kind.NOT_LOWERABLE, Kind.MESH_SMALLER_THAN_DEVICES) else "error")
+            "warning" if kind in (Kind.LOWERED_AS_DECREMENTING, Kind.MESH_SMALLER_THAN_DEVICES) else "error")
 
 
 def test_results_point_at_kernel_lines_with_relative_uris(capsys, monkeypatch):

@@ -102,7 +102,7 @@ def test_device_id_from_an_input_faults_for_the_out_of_range_value():
     p.thread(1)
     protocol = p.build()
     _, by_solver = assert_engines_agree(protocol)
-    result = check_protocol(protocol, engine="z3")
+    result = check_protocol(protocol, engine="z3", exhaustive=True)
     kinds = {v.kind: v for v in result.errors}
     assert set(kinds) == {"invalid_device_id", "invalid_semaphore_index", "semaphore_leftover"}
     assert kinds["invalid_device_id"].inputs == {"dest": 4}
@@ -186,12 +186,12 @@ def test_input_bounded_loop_needs_enough_unrolling():
     """n = 1, 2 leave the wait unsatisfied; n = 3 is right; n = 4 leaves one signal over, but
     needs three input-dependent back jumps to see."""
     protocol = _counted(ir.Reg("n"), inputs=[("n", 1, 4)])
-    short = check_protocol(protocol, engine="z3", unroll=2)
+    short = check_protocol(protocol, engine="z3", unroll=2, exhaustive=True)  # the bound is checked last
     assert short.verdict.value == "violation"  # what it found is real; what it missed, noted
     assert [v.kind for v in short.errors] == ["unsatisfied_wait"]
     assert short.errors[0].inputs["n"] in (1, 2)
     assert any("unrolling bound" in note for note in short.notes)
-    full = check_protocol(protocol, engine="z3", unroll=3)
+    full = check_protocol(protocol, engine="z3", unroll=3, exhaustive=True)
     assert not any("unrolling bound" in note for note in full.notes)
     by_kind = {v.kind: v.inputs["n"] for v in full.errors}
     assert by_kind["semaphore_leftover"] == 4 and by_kind["unsatisfied_wait"] in (1, 2)

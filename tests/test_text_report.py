@@ -16,7 +16,7 @@ def results(name, devices=(4,)):
 
 def test_trace_steps_name_the_steps_that_fed_a_wait():
     [r] = results("ring_recv_before_send")
-    report = text.render([r])
+    report = text.render([r], verbose=True)  # every step (the default folds some)
     [violation] = r.errors
     for step in violation.trace:
         line = next(line for line in report.splitlines() if line.lstrip().startswith(f"{step.index}. "))
@@ -34,7 +34,9 @@ def test_every_stuck_line_is_quoted():
 
 
 def test_summary_table_has_a_row_per_check_and_totals():
-    rs = results("ring_allgather", (2, 4)) + results("nondec_poll_leak", (2,)) + verify_path("no/such.py", [2])
+    warned = verify_path(os.path.join(ROOT, "examples", "tpu", "nondecrementing_poll_leftover.py"), [2])
+    rs = (results("ring_allgather", (2, 4)) + results("nondec_poll_leak", (2,)) + warned
+          + verify_path("no/such.py", [2]))
     table = summary.summary_table(rs)
     lines = table.splitlines()
     assert lines[1].split() == ["kernel", "devices", "verdict", "states", "time", "file"]
@@ -42,9 +44,9 @@ def test_summary_table_has_a_row_per_check_and_totals():
     assert rows[0][:3] == ["ring_allgather", "2", "safe"]
     assert rows[1][:2] == ["4", "safe"]  # the kernel's name is not repeated
     assert rows[2][:3] == ["nondec_poll_leak", "2", "semaphore_leftover"]
-    assert "(+not_lowerable)" in lines[5]
-    assert rows[3][:3] == ["such", "2", "error"]
-    assert lines[-1].strip().startswith("4 checks of 3 kernels: 2 safe, 1 violation, 1 error;")
+    assert rows[3][:3] == ["check_in_kernel", "2", "safe"] and "(+lowered_as_decrementing)" in lines[6]
+    assert rows[4][:3] == ["such", "2", "error"]
+    assert lines[-1].strip().startswith("5 checks of 4 kernels: 3 safe, 1 violation, 1 error;")
 
 
 def test_a_folder_run_ends_with_the_table():
@@ -122,16 +124,26 @@ def test_each_note_says_which_device_counts_it_belongs_to():
     checks, shared = _moe_like_checks()
     declared = [Expectation(frozenset(), where="k.py:15"), Expectation(frozenset({"remote_before_entry"}), where="k.py:15")]
     for judgements in (None, [judge(r, e) for r, e in zip(checks, declared)]):
-        notes = [line for line in text.render(checks, judgements=judgements).splitlines() if line.startswith("  note")]
+        notes = [line for line in text.render(checks, judgements=judgements, verbose=True).splitlines()
+                 if line.startswith("  note")]
         assert notes == [
             f"  note [at 2, 4 devices]: {shared}",
             "  note [at 2 devices]: the loaded ref at k.py:98 is taken from data on 2 thread(s), values 0, 1",
             "  note [at 4 devices]: the loaded ref at k.py:98 is taken from data on 4 thread(s), values 0, 1",
         ]
-    every = text.render(checks, judgements=[judge(r, e) for r, e in zip(checks, declared)], all_traces=True)
+    every = text.render(checks, judgements=[judge(r, e) for r, e in zip(checks, declared)], all_traces=True,
+                        verbose=True)
     assert "on 4 thread(s)" in every  # a check as declared keeps its notes there too
 
 
 def test_a_kernel_checked_once_keeps_unlabelled_notes():
     checks, shared = _moe_like_checks()
-    assert f"  note: {shared}" in text.render(checks[:1]).splitlines()
+    assert f"  note: {shared}" in text.render(checks[:1], verbose=True).splitlines()
+
+
+def test_notes_are_counted_unless_verbose():
+    """Modelling notes (most of a folder check's output) are behind -v: the report counts them."""
+    checks, shared = _moe_like_checks()
+    report = text.render(checks)
+    assert "note" not in report.replace("3 modelling notes", "")
+    assert "  3 modelling notes (what the verdicts rest on): shown with -v, and in --format json and sarif" in report

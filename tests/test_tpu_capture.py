@@ -98,7 +98,7 @@ def test_an_unsupported_construct_names_the_primitive_and_line_and_other_kernels
                 data_dependent_kernel,
                 out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
                 grid_spec=pltpu.PrefetchScalarGridSpec(
-                    num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                    num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)],
                     out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[pltpu.SemaphoreType.REGULAR]),
             )(ids, block)
 
@@ -124,9 +124,14 @@ def test_a_barrier_semaphore_without_collective_id_is_an_error(tmp_path):
         run(kernel)
     """)
     [result] = verify_path(path, [2])
-    assert result.verdict.value == "error"
-    assert result.error.startswith("get_barrier_semaphore:") and "collective_id" in result.error
-    assert result.line == line_of(path, "barrier = pltpu.get_barrier_semaphore()")
+    # JAX's own TPU lowering refuses it (a violation: not_lowerable), and semcheck's lowering
+    # stops at the same call, which the result notes
+    assert result.verdict.value == "violation"
+    [refused] = result.errors
+    assert refused.kind == "not_lowerable" and "collective_id has to be specified" in refused.message
+    [stop] = [note for note in result.notes if note.startswith("lowering stopped at")]
+    assert f"kernel.py:{line_of(path, 'barrier = pltpu.get_barrier_semaphore()')} " in stop
+    assert "get_barrier_semaphore: the kernel uses the barrier semaphore but sets no collective_id" in stop
 
 
 def test_json_report_locates_violations_in_the_script(tmp_path, capsys):

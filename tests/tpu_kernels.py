@@ -26,6 +26,25 @@ def sharded(per_device, m: Mesh, rows: int = 8):
     return fn, jnp.ones((m.size * rows, 128), jnp.float32)
 
 
+def hbm_call(kernel, *, scratch=(), compiler_params=None, **kw):
+    """per_device(block) running `kernel(x_ref, o_ref, *scratch)` as a pallas_call with x and
+    o in HBM (`pl.ANY`)."""
+    from jax.experimental import pallas as pl
+
+    def per_device(block):
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=list(scratch),
+            compiler_params=compiler_params,
+            **kw,
+        )(block)
+
+    return per_device
+
+
 def protocols(per_device, m: Mesh, rows: int = 8, **options) -> list[ir.Protocol]:
     fn, x = sharded(per_device, m, rows)
     found, errors = lower_captures(capture_function(fn, x), **options)

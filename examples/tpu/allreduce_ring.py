@@ -72,8 +72,7 @@ def all_reduce_kernel(x_ref, o_ref, slots, local_sem, send_sem, recv_sem, capaci
 
     local.wait()
     o_ref[...] += incoming[...]
-    onward.wait_send()
-    onward.wait_recv()  # the block for the next step is in my spare slot
+    onward.wait()  # my block has left, and the block for the next step is in my spare slot
 
 
 def all_reduce(x, mesh):

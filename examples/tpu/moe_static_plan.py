@@ -9,6 +9,13 @@ counts of its column read from the plan by `axis_index` and summed. Each generat
 its own receive semaphore, so the second block's rows can never be counted for the first.
 
 moe_generation_shared_sem.py is the buggy twin with one receive semaphore for both.
+
+The plan's entries at a traced index (the device's own id) are read with `plan_entry`
+(select with iotas, then sum), not as `plan[my_id, d]`: indexing an array value at a traced
+index is a `dynamic_slice`, which Pallas TPU lowering does not implement ("Unimplemented
+primitive in Pallas TPU lowering for tc: dynamic_slice", on a TPU v5e with JAX 0.10.2, and
+semcheck's `not_lowerable` check finds it on the CPU), so the kernel as first written did
+not build for a TPU. The values, and so the verdict, are the same.
 """
 
 # semcheck: expect safe
@@ -35,6 +42,14 @@ def plan_table(devices: int):
     return (src + 2 * dst) % 3
 
 
+def plan_entry(plan, src, dst):
+    """plan[src, dst] at traced indices, selected with iotas and summed: Pallas TPU lowering
+    has no rule for indexing an array value at a traced index (a dynamic_slice)."""
+    rows = lax.broadcasted_iota(jnp.int32, plan.shape, 0)
+    cols = lax.broadcasted_iota(jnp.int32, plan.shape, 1)
+    return jnp.sum(jnp.where((rows == src) & (cols == dst), plan, 0))
+
+
 def dispatch_kernel(x_hbm, out_ref, banks, send_sem, recv_sems):
     my_id = lax.axis_index("x")
     num_devices = lax.axis_size("x")
@@ -51,7 +66,7 @@ def dispatch_kernel(x_hbm, out_ref, banks, send_sem, recv_sems):
     sent = 0
     for g in range(GENERATIONS):
         for d in range(num_devices):
-            n = plan[my_id, d]
+            n = plan_entry(plan, my_id, d)
             pltpu.make_async_remote_copy(
                 x_hbm.at[g, pl.ds(0, n)], banks.at[g, pl.ds(offsets[d], n)],
                 send_sem, recv_sems.at[g], device_id=(d,),
@@ -59,7 +74,7 @@ def dispatch_kernel(x_hbm, out_ref, banks, send_sem, recv_sems):
             sent = sent + n
         received = 0
         for d in range(num_devices):
-            received = received + plan[d, my_id]
+            received = received + plan_entry(plan, d, my_id)
         rows = banks.at[g, pl.ds(0, received)]
         pltpu.make_async_copy(rows, rows, recv_sems.at[g]).wait()
         out_ref[g] = banks[g] * 2.0

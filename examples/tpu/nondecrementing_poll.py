@@ -1,17 +1,22 @@
-"""Check-in counter polled with a non-decrementing wait, then drained.
+"""Check-in counter polled with a non-decrementing wait, then drained: hangs on a TPU.
 
 Every device checks in by signalling the REGULAR `arrived` semaphore of device 0. Device 0
 polls until every device has checked in with `pl.semaphore_wait(arrived, N,
-decrement=False)`, which returns once the count reaches N and leaves it there, and then
-drains the count with an ordinary decrementing wait, so it is zero at exit.
+decrement=False)`, meant to return once the count reaches N and leave it there, and then
+drains the count with an ordinary decrementing wait, so that it is zero at exit.
 
-Mosaic TPU cannot lower a non-decrementing wait, and JAX's TPU interpreter rejects it
-("Non-decrementing wait is not supported"). semcheck reports that as a `not_lowerable`
-warning and still checks the protocol, with the wait's Mosaic GPU meaning (block until the
-count reaches the value, take nothing).
+That is what the wait does on Mosaic GPU, but not on a TPU: JAX's Pallas TPU lowering
+ignores `decrement=False` (its guard tests an MLIR value, which is always true) and emits an
+ordinary decrementing `tpu.sem_wait`, so the poll takes the N check-ins and the drain waits
+for N more that never come (observed on TPU v5e with JAX 0.10.2: signal 4, wait 2 with
+decrement=False, read 2). semcheck checks the kernel as the chip runs it: the poll is
+`lowered_as_decrementing` (a warning) and the drain is an `unsatisfied_wait`. (Before the
+chip was asked, this example was declared `not_lowerable` and checked with the GPU meaning,
+which called it safe.) poll_arrivals.py is the TPU way: poll with `semaphore_read`, then
+take what you saw with one wait.
 """
 
-# semcheck: expect not_lowerable
+# semcheck: expect unsatisfied_wait, lowered_as_decrementing
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +37,8 @@ def check_in_kernel(x_ref, o_ref, arrived):
 
     @pl.when(my_id == 0)
     def _():
-        pl.semaphore_wait(arrived, num_devices, decrement=False)  # <- not_lowerable
-        pl.semaphore_wait(arrived, num_devices)
+        pl.semaphore_wait(arrived, num_devices, decrement=False)  # <- lowered_as_decrementing
+        pl.semaphore_wait(arrived, num_devices)  # <- unsatisfied_wait
 
 
 def check_in(x, mesh):

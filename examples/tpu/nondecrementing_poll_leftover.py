@@ -1,14 +1,21 @@
-"""Check-in counter polled with a non-decrementing wait and never drained.
+"""Check-in counter polled with a non-decrementing wait and never drained: safe on a TPU.
 
-The same check-in as nondecrementing_poll.py, but device 0 only polls: its non-decrementing
-wait leaves the count at N, and nothing takes it back to zero. On a TPU every scratch
-semaphore must be zero when the kernel ends (the runtime fails the kernel otherwise), so
-this leaves `arrived` at N on device 0. (On Mosaic GPU, where GMEM semaphores are
-zero-filled per launch, the same pattern would be fine.) The non-decrementing wait itself is
-also reported as not lowerable on TPU.
+The same check-in as nondecrementing_poll.py, but device 0 only polls. Read as written (the
+Mosaic GPU meaning), the non-decrementing wait leaves the count at N and nothing takes it
+back to zero, so on a TPU, where every scratch semaphore must be zero when the kernel ends,
+`arrived` would be left over on device 0.
+
+On the chip it is not: JAX's Pallas TPU lowering makes `decrement=False` an ordinary
+decrementing wait (its guard tests an MLIR value, which is always true; observed on TPU
+v5e with JAX 0.10.2), so the poll takes the N check-ins and `arrived` ends at zero. semcheck
+checks the kernel as the chip runs it: no leftover, and the wait is reported as
+`lowered_as_decrementing` (a warning). (Before the chip was asked, this example was declared
+`semaphore_leftover, not_lowerable`.) The file keeps its name; the kernel is correct on a
+TPU only by accident of that lowering, and nondecrementing_poll.py shows how the same
+reading hangs once a drain follows.
 """
 
-# semcheck: expect semaphore_leftover, not_lowerable
+# semcheck: expect lowered_as_decrementing
 
 import jax
 import jax.numpy as jnp
@@ -24,13 +31,13 @@ def check_in_kernel(x_ref, o_ref, arrived):
     my_id = lax.axis_index("x")
     num_devices = lax.axis_size("x")
 
-    pl.semaphore_signal(arrived, 1, device_id=(0,))  # <- semaphore_leftover
+    pl.semaphore_signal(arrived, 1, device_id=(0,))
     o_ref[...] = x_ref[...]
 
     @pl.when(my_id == 0)
     def _():
-        pl.semaphore_wait(arrived, num_devices, decrement=False)  # <- not_lowerable
-        # BUG: the count is never drained
+        pl.semaphore_wait(arrived, num_devices, decrement=False)  # <- lowered_as_decrementing
+        # no drain: on a TPU the wait above already took the count
 
 
 def check_in(x, mesh):

@@ -9,9 +9,9 @@ the element return: block 0 is copied exactly once and every copy is waited for.
 
 Read as a fresh input at every step instead, the flag could be set again at a later step,
 and the schedules that follow (a second copy of block 0 nobody waits for) are schedules
-this program cannot run. The flag's initial value is a protocol input; the caller's
-contract (a fresh pipeline: 1) is stated with `semcheck.assume`, since with 0 nothing
-would start block 0 and the first step would wait for ever.
+this program cannot run. The flag's initial value is the one the script passes (1: a fresh
+pipeline); `--assume 'init_ref[0]=0..1'` checks every value instead, and then reports the
+hang of a call that passes 0 (nothing starts block 0, and the first step waits for ever).
 """
 
 # semcheck: expect safe
@@ -23,10 +23,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as P
-
-import semcheck
-
-semcheck.assume("init_ref[0]", 1, 1)  # every call starts a fresh pipeline
 
 BLOCK = (8, 128)
 NUM_BLOCKS = 4

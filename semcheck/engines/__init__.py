@@ -21,8 +21,8 @@ from semcheck.semantics import System
 # The options each engine understands.
 ENGINE_OPTIONS: dict[str, frozenset[str]] = {
     "explicit": frozenset({"reduce", "stop_at_first", "silence_reported_races", "symmetry"}),
-    "z3": frozenset({"unroll", "report_ends", "counting_only"}),
-    "simulate": frozenset({"runs", "seed"}),
+    "z3": frozenset({"unroll", "report_ends", "stop_at_first"}),
+    "simulate": frozenset({"runs", "seed", "stop_at_first"}),
 }
 
 
@@ -35,7 +35,8 @@ def _explicit(system: System, budget: Budget | None, progress: ProgressFn | None
     from semcheck.engines.common import to_result
 
     exploration = explicit.explore(system, budget=budget, progress=progress, **_own("explicit", options))
-    return to_result(exploration, "explicit")
+    # breadth-first: the first path to each finding is a shortest one already
+    return to_result(exploration, "explicit", first_only=bool(options.get("stop_at_first")))
 
 
 def _z3(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
@@ -43,13 +44,13 @@ def _z3(system: System, budget: Budget | None, progress: ProgressFn | None, **op
     from semcheck.engines.common import to_result
 
     exploration = smt.explore(system, budget=budget, progress=progress, **_own("z3", options))
-    return to_result(exploration, smt.NAME)
+    return to_result(exploration, smt.NAME, first_only=bool(options.get("stop_at_first")), shorten_paths=True)
 
 
 def _auto(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
     from semcheck.engines import auto
 
-    return auto.run(system, budget, progress, explicit=_explicit, z3=_z3, **options)
+    return auto.run(system, budget, progress, explicit=_explicit, z3=_z3, simulate=_simulate, **options)
 
 
 def _simulate(system: System, budget: Budget | None, progress: ProgressFn | None, **options) -> Result:
@@ -57,7 +58,7 @@ def _simulate(system: System, budget: Budget | None, progress: ProgressFn | None
     from semcheck.engines.common import to_result
 
     exploration = simulate.explore(system, budget=budget, progress=progress, **_own("simulate", options))
-    return to_result(exploration, "simulate")
+    return to_result(exploration, "simulate", first_only=bool(options.get("stop_at_first")), shorten_paths=True)
 
 
 ENGINES: dict[str, Callable[..., Result]] = {
@@ -75,16 +76,24 @@ def check(
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
     split: bool = True,
+    exhaustive: bool = False,
     **options,
 ) -> Result:
     """Check `protocol` with `engine`. With `split`, threads that can never affect each
     other are checked one independent part at a time (`components.py`): the same findings,
-    for the sum of the parts' work instead of its product."""
+    for the sum of the parts' work instead of its product.
+
+    By default the check stops at its first counterexample, as SPIN and TLC do: the first
+    error any engine finds, with its shortest explanation (a breadth-first path, or another
+    engine's path cut down to what the violation depends on) and its root cause, ends it.
+    `exhaustive` goes on to every finding of every kind. A `safe` verdict means the same
+    either way: an exhaustive engine explored every schedule and found no error."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(sorted(ENGINES))}")
     unknown = set(options) - set().union(*ENGINE_OPTIONS.values())
     if unknown:
         raise ValueError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
+    options.setdefault("stop_at_first", not exhaustive)
     run = ENGINES[engine]
     started = time.monotonic()
     budget = (budget or Budget.from_env()).started(started)

@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 DEFAULT_MAX_STATES = 2_000_000
 DEFAULT_TIMEOUT = 600.0
@@ -101,13 +101,15 @@ class StopSignal:
                 self._callbacks.remove(callback)
 
 
-@dataclass(frozen=True)
-class Milestone:
-    """Set once a search has stored `states` states: `--engine auto` starts z3 beside a
-    search that gets this far, a decision that depends on the work done, not on the load."""
+class TakesTurns(Protocol):
+    """An engine's place among engines taking turns on one core (`engines/turns.py`)."""
 
-    states: int
-    reached: threading.Event = field(default_factory=threading.Event, compare=False)
+    def tick(self, stop: "StopSignal | None") -> None: ...
+
+
+# Told (states stored, frontier, depth) at every state of a search: `--engine auto` reads
+# how wide the search grows from it (a decision that depends on the work done, not on the load).
+SearchWatch = Callable[[int, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,10 @@ class Budget:
     # When the check must end (time.monotonic()): set once, when the check starts (by
     # `started`), so that every later phase shares what is left of `timeout`.
     deadline: float | None = field(default=None, compare=False)
-    milestone: Milestone | None = field(default=None, compare=False)  # set when the search gets this far
+    watch: SearchWatch | None = field(default=None, compare=False)  # told how far a search got
+    # The engine's place among the engines of one check that take turns on one core
+    # (engines/turns.py): every budget check counts towards its slice.
+    turn: TakesTurns | None = field(default=None, compare=False)
 
     def started(self, at: float | None = None) -> "Budget":
         """This budget with its clock running from `at` (default: now), unless it already runs."""
@@ -213,8 +218,10 @@ class Monitor:
 
     def check(self) -> float:
         """Raise BudgetExceeded if time or memory ran out or the run was stopped; returns now."""
-        now = time.monotonic()
         stop = self.budget.stop
+        if self.budget.turn is not None:
+            self.budget.turn.tick(stop)  # at the end of its slice: wait for the next turn
+        now = time.monotonic()
         if stop is not None and stop.is_set():
             raise BudgetExceeded(stop.reason)
         if now >= self.deadline:
@@ -228,9 +235,9 @@ class Monitor:
         return now
 
     def tick(self, states: int, transitions: int, frontier: int = 0, depth: int = 0) -> None:
-        milestone = self.budget.milestone
-        if milestone is not None and states >= milestone.states:
-            milestone.reached.set()
+        watch = self.budget.watch
+        if watch is not None:
+            watch(states, frontier, depth)
         if states > self.budget.max_states:
             raise BudgetExceeded(f"state budget of {self.budget.max_states:,} states ran out")
         now = self.check()

@@ -22,6 +22,13 @@ _READERS = (ir.Wait, ir.DmaWait, ir.Read)
 def causal_past(system: System, states: list[State], actions: list[Action], last: int) -> list[Action]:
     """The sub-sequence of `actions[: last + 1]` that `actions[last]` depends on; `states`
     are the states along `actions` (as `trace.replay` returns them)."""
+    return [actions[j] for j in past_of(system, states, actions, (last,))]
+
+
+def past_of(system: System, states: list[State], actions: list[Action], seeds: tuple[int, ...]) -> list[int]:
+    """The indices, in order, of the actions that some action at `seeds` depends on (the
+    seeds included): `causal_past` of several actions at once."""
+    last = max(seeds)
     reads: list[int | None] = []
     changes: list[set[int]] = []
     start_of: dict[int, int] = {}  # completion index -> index of the start that scheduled it
@@ -50,7 +57,7 @@ def causal_past(system: System, states: list[State], actions: list[Action], last
     for j in range(last, -1, -1):
         kind, what = actions[j]
         wanted = (
-            j == last
+            j in seeds
             or (kind == "t" and what in threads)
             or bool(changes[j] & semaphores)
             or j in starts
@@ -64,7 +71,7 @@ def causal_past(system: System, states: list[State], actions: list[Action], last
             starts.add(start_of[j])
         if (read := reads[j]) is not None:
             semaphores.add(read)
-    return [actions[j] for j in reversed(keep)]
+    return keep[::-1]
 
 
 # --- relevance: how far each step of a trace is from the violation it shows ------------------

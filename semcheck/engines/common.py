@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from semcheck import trace as tracing
-from semcheck.engines import causal, missing
+from semcheck.engines import causal, causes, diagnosis, missing
 from semcheck.properties import FAULT_KINDS, FIX_HINTS, SEVERITY, Finding, Kind, static_findings
 from semcheck.result import Result, Stats, Verdict, Violation
 from semcheck.semantics import Action, State, System
@@ -36,14 +36,24 @@ class Exploration:
         return any(SEVERITY[f.kind] == "error" for f, _, _ in self.findings.values())
 
 
-def to_result(exploration: Exploration, engine: str) -> Result:
+def to_result(exploration: Exploration, engine: str, *, first_only: bool = False,
+              shorten_paths: bool = False) -> Result:
+    """The Result of one engine's run. `first_only`: the run stopped at its first
+    counterexample, which alone is reported (with its root cause, `causes.py`).
+    `shorten_paths`: the paths are not a breadth-first search's, so each is cut down to the
+    steps its finding depends on (`causes.shorten`)."""
     system = exploration.system
     protocol = system.protocol
-    violations = [
-        to_violation(system, finding, initial, actions)
-        for finding, initial, actions in exploration.findings.values()
-    ]
-    violations.sort(key=lambda v: (v.severity != "error", len(v.trace)))
+    entries = list(exploration.findings.values())
+    if first_only:
+        entries = first_counterexample(entries)
+    if shorten_paths:
+        entries = [(f, initial, causes.shorten(system, f, initial, actions)) for f, initial, actions in entries]
+    entries, cause_of = _with_causes(system, entries)
+    by_key = {f.key: to_violation(system, f, initial, actions, found_by=engine) for f, initial, actions in entries}
+    for key, cause in cause_of.items():
+        by_key[key].caused_by = by_key[cause]
+    violations = causes.causes_first(sorted(by_key.values(), key=lambda v: (v.severity != "error", len(v.trace))))
     violations += [to_violation(system, f, None, []) for f in static_findings(system)]
     if any(v.severity == "error" for v in violations):
         verdict = Verdict.VIOLATION
@@ -53,15 +63,7 @@ def to_result(exploration: Exploration, engine: str) -> Result:
         verdict = Verdict.SAFE
     notes = list(protocol.notes) + exploration.notes
     if exploration.exhausted:
-        work = (
-            f"{exploration.solver_queries:,} solver queries"
-            if exploration.solver_queries is not None
-            else f"{exploration.states:,} states"
-        )
-        notes.append(
-            f"search stopped early: {exploration.exhausted} after {work}; "
-            "no verdict for what was not explored"
-        )
+        notes.append(stopped_early(exploration.exhausted, exploration.states, exploration.solver_queries))
     return Result(
         **describing(protocol),
         engine=engine,
@@ -80,7 +82,54 @@ def to_result(exploration: Exploration, engine: str) -> Result:
         notes=notes,
         ends=frozenset(exploration.ends),
         exhausted=exploration.exhausted,
+        first_only=first_only and verdict is Verdict.VIOLATION,
     )
+
+
+def stopped_early(reason: str, states: int, solver_queries: int | None) -> str:
+    """The note of a run that stopped before it explored everything."""
+    work = f"{solver_queries:,} solver queries" if solver_queries is not None else f"{states:,} states"
+    return f"search stopped early: {reason} after {work}; no verdict for what was not explored"
+
+
+Entry = tuple[Finding, State, list[Action]]
+
+
+def first_counterexample(entries: list[Entry]) -> list[Entry]:
+    """The first error found: what a check that stops at its first counterexample reports
+    (one state can hold several, e.g. a leftover on every device at exit: the first stands
+    for them, and `--exhaustive` lists each). Without an error, every finding."""
+    first = next((e for e in entries if SEVERITY[e[0].kind] == "error"), None)
+    return entries if first is None else [first]
+
+
+def _with_causes(system: System, entries: list[Entry]) -> tuple[list[Entry], dict[tuple, tuple]]:
+    """`entries` with the root cause of each consequence added where no engine reported it
+    (found by replaying the consequence's path), and which finding's cause is which."""
+    known = {f.key for f, _, _ in entries}
+    out = list(entries)
+    cause_of: dict[tuple, tuple] = {}
+    for finding, initial, actions in entries:
+        found = causes.first_cause(system, finding, initial, actions)
+        if found is None:
+            continue
+        cause, path = found
+        if _leads_back(cause_of, cause.key, finding.key):
+            continue  # each is on the other's path (the same pair of lines racing twice): no order
+        cause_of[finding.key] = cause.key
+        if cause.key not in known:
+            known.add(cause.key)
+            out.insert(0, (cause, initial, causes.shorten(system, cause, initial, path)))
+    return out, cause_of
+
+
+def _leads_back(cause_of: dict[tuple, tuple], start: tuple, to: tuple) -> bool:
+    """Whether following causes from `start` reaches `to`."""
+    seen = set()
+    while start in cause_of and start not in seen:
+        seen.add(start)
+        start = cause_of[start]
+    return start == to
 
 
 def describing(protocol) -> dict:
@@ -96,7 +145,8 @@ def describing(protocol) -> dict:
     )
 
 
-def to_violation(system: System, finding: Finding, initial: State | None, actions) -> Violation:
+def to_violation(system: System, finding: Finding, initial: State | None, actions,
+                 found_by: str | None = None) -> Violation:
     steps = tracing.build(system, initial, actions) if initial is not None else []
     racing_step = _racing_start_step(system, initial, actions, finding.other_start)
     states = tracing.replay(system, initial, actions) if initial is not None else []
@@ -134,9 +184,12 @@ def to_violation(system: System, finding: Finding, initial: State | None, action
         racing_step=racing_step,
         missing=_missing_actions(system, finding, states, actions),
         hint=finding.hint or FIX_HINTS.get(finding.kind),
+        cause=diagnosis.diagnose(system, finding, steps, racing_step),
         loop_from=len(steps) - finding.loop_steps + 1 if finding.loop_steps else None,
         identity=_identity(system, finding),
         at_end=finding.at_end,
+        found_by=(found_by,) if found_by else (),
+        rests_on=finding.rests_on,
     )
 
 

@@ -33,7 +33,8 @@ from dataclasses import replace
 from typing import Callable
 
 from semcheck import ir
-from semcheck.engines.auto import merge_runs
+from semcheck.engines import causes
+from semcheck.engines.merge import merge_runs
 from semcheck.engines.budget import Budget, ProgressFn, ProgressInfo
 from semcheck.engines.common import describing
 from semcheck.properties import CLEAN_END, STUCK_END, Kind
@@ -123,6 +124,9 @@ def check_parts(
             stopped = f"stopped at the first violation, after {number} of {len(groups)} independent parts"
             break
     merged = merge(protocol, results, time.monotonic() - started, unchecked=len(groups) - len(results))
+    merged.first_only = stop_at_first and merged.verdict is Verdict.VIOLATION
+    if len(results) < len(groups):  # the parts not checked still have their static warnings
+        merged.violations += _static_warnings(system, merged.violations)
     if stopped:
         merged.notes.append(f"{stopped}; no verdict for the parts not checked")
     devices = sorted({protocol.threads[t].device for threads in groups for t in threads})
@@ -154,7 +158,7 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
             key = v.identity if v.identity is not None else id(v)
             if key not in chosen or len(v.trace) < len(chosen[key].trace):
                 chosen[key] = v
-    violations = sorted(chosen.values(), key=lambda v: (v.severity != "error", len(v.trace)))
+    violations = causes.causes_first(sorted(chosen.values(), key=lambda v: (v.severity != "error", len(v.trace))))
     if any(v.severity == "error" for v in violations):
         verdict = Verdict.VIOLATION
     elif unchecked or any(r.exhausted or r.verdict is Verdict.INCONCLUSIVE for r in results):
@@ -184,6 +188,15 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
         runs=merge_runs(results),
         exhausted=stopped,
     )
+
+
+def _static_warnings(system: System, have: list[Violation]) -> list[Violation]:
+    """The whole protocol's static findings (`properties.static_findings`) not in `have`."""
+    from semcheck.engines.common import to_violation
+    from semcheck.properties import static_findings
+
+    known = {v.identity for v in have}
+    return [to_violation(system, f, None, []) for f in static_findings(system) if f.key not in known]
 
 
 def _sum_known(values) -> int | None:

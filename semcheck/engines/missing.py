@@ -51,10 +51,11 @@ def missing_action(
             if sid not in (fp.inc if adds else fp.dec):
                 continue
             steps = runs.get((t, pc), [])
+            device, core = _place(system, t)
             sites.append(Site(
                 thread=system.thread_name(t), location=instr.loc, what=_what(instr), adds=adds,
                 ran=len(steps), step=steps[-1] if steps else None,
-                not_run=None if steps else _why_not_run(system, final, t, pc),
+                not_run=None if steps else _why_not_run(system, final, t, pc), device=device, core=core,
             ))
     # Sites that did not run first: they are the likely culprits.
     sites.sort(key=lambda s: (s.ran > 0, s.location.line if s.location else 0, s.thread))
@@ -66,6 +67,14 @@ def missing_action(
         absent=_absent_sites(system, sid) if adds else (),
         in_flight=sum(e.inc for e in judged.events if e.sem == sid),
     )
+
+
+def _place(system: System, t: int) -> tuple[int, int | None]:
+    """(device, core) of thread `t`; the core None where each device has one thread."""
+    thread = system.threads[t]
+    alone = system.protocol.cores == 1 and thread.sub == 0 and not any(
+        u.sub for u in system.threads if u.device == thread.device)
+    return thread.device, None if alone else thread.core
 
 
 def _why_not_run(system: System, state: State, t: int, pc: int) -> str:
@@ -103,5 +112,7 @@ def _absent_sites(system: System, sid: int) -> tuple[AbsentSite, ...]:
         if not missing:
             continue
         reaches = tuple(system.instances[i].short for i in sorted(mask))
-        out.append(AbsentSite(loc, what, tuple(system.thread_name(t) for t in missing), reaches))
+        places = [_place(system, t) for t in missing]
+        devices = tuple(d for d, _ in places) if all(core is None for _, core in places) else ()
+        out.append(AbsentSite(loc, what, tuple(system.thread_name(t) for t in missing), reaches, devices))
     return tuple(out)

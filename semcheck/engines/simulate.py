@@ -10,6 +10,7 @@ simulation without a violation ends `inconclusive`.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
@@ -27,17 +28,22 @@ def explore(
     *,
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
-    runs: int = DEFAULT_RUNS,
+    runs: int | None = DEFAULT_RUNS,
     seed: int = 0,
+    stop_at_first: bool = False,
     **_options,
 ) -> Exploration:
+    """`runs`: how many schedules (None: until stopped, as `--engine auto` runs it).
+    `stop_at_first`: end at the first error, in the middle of its run."""
     monitor = Monitor(budget or Budget.from_env(), progress)
     found = Exploration(system)
     visited = 0  # states visited, counting repeats: runs keep no table of states
     transitions = 0
-    completed = 0
+    completed = walked = 0
+    first_in: dict[tuple, int] = {}  # finding key -> the run that found it
     try:
-        for run in range(runs):
+        for run in (itertools.count() if runs is None else range(runs)):
+            walked = run + 1
             rng = random.Random(f"{seed}:{run}")
             initial = rng.choice(system.initial_states())
             state = initial
@@ -49,23 +55,36 @@ def explore(
                 if not enabled:
                     found.ends.add(end_kind(system, state))
                     for finding in terminal_findings(system, state):
-                        _keep_shortest(found, finding, initial, actions)
+                        _keep_shortest(found, finding, initial, actions, run, first_in)
                     break
                 if len(actions) >= MAX_STEPS:
                     raise BudgetExceeded(f"a schedule ran past {MAX_STEPS:,} steps without ending")
                 action = rng.choice(enabled)
                 successor = system.step(state, action)
                 transitions += 1
-                actions = actions + [action]
+                actions.append(action)  # a finding keeps a copy of the path so far
                 for finding in fault_findings(system, successor, state.faults) + hazard_findings(
                     system, successor, state.hazards
                 ):
-                    _keep_shortest(found, finding, initial, actions)
+                    _keep_shortest(found, finding, initial, actions, run, first_in)
                 state = successor
                 visited += 1
+                if stop_at_first and found.has_errors:
+                    break
             completed += 1
+            if stop_at_first and found.has_errors:
+                break
     except BudgetExceeded as exceeded:
         found.exhausted = exceeded.reason
+    if first_in:
+        found.notes.append(
+            f"simulate: random schedules seeded {seed}; " + "; ".join(
+                f"{f.kind.value} at {f.loc} first in schedule {run + 1}" if f.loc else
+                f"{f.kind.value} first in schedule {run + 1}"
+                for f, run in ((found.findings[key][0], run) for key, run in first_in.items()))
+            + f" (of {walked} walked): a random walk "
+            "found it, and its trace is that walk cut down to the steps the violation depends on"
+        )
     if not found.exhausted and not found.has_errors:
         # Random runs prove nothing: without a violation the verdict must stay open.
         found.exhausted = (
@@ -79,7 +98,8 @@ def explore(
     return found
 
 
-def _keep_shortest(found: Exploration, finding, initial, actions) -> None:
+def _keep_shortest(found: Exploration, finding, initial, actions, run: int, first_in: dict) -> None:
     known = found.findings.get(finding.key)
     if known is None or len(actions) < len(known[2]):
         found.findings[finding.key] = (finding, initial, list(actions))
+    first_in.setdefault(finding.key, run)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import os
 from dataclasses import dataclass
 
 from semcheck.errors import FileError, LoadError, NothingToCheck
@@ -29,11 +30,21 @@ class Classification:
 
 def read_source(path: str) -> ast.Module:
     """The file parsed as Python reads it: bytes, so a BOM or a coding cookie is honoured."""
+    import stat
+
     try:
-        with open(path, "rb") as f:
-            source = f.read()
+        # Non-blocking, so that a named pipe with no writer is not waited on for ever.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise FileError(f"no such file: {path}") from None
+    except OSError as e:
+        raise FileError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise FileError(f"{path} is not a regular file (it is {not_regular(mode)})", Loc(path, 0))
+            source = f.read()
     except OSError as e:
         raise FileError(f"cannot read {path}: {e.strerror or e}") from None
     if b"\0" in source:
@@ -45,6 +56,18 @@ def read_source(path: str) -> ast.Module:
         raise FileError(f"syntax error: {e.msg}", Loc(path, e.lineno or 0)) from None
     except (ValueError, RecursionError, MemoryError) as e:
         raise FileError(f"{path} cannot be parsed as Python: {e}", Loc(path, 0)) from None
+
+
+def not_regular(mode: int) -> str:
+    """What a path that is not a regular file is, in words."""
+    import stat
+
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return what
+    return "not a regular file"
 
 
 def _check_encoding(path: str, source: bytes) -> None:

@@ -2,9 +2,10 @@
 `plgpu.Mesh`) of a user's script or function, through JAX's own tracing.
 
 Scripts (`semcheck verify kernel.py --devices N`): the script runs as `python kernel.py`
-would (its folder first on sys.path, `__name__ == "__main__"`) in a subprocess
-(`python -m semcheck.frontends.capture`), because the number of fake CPU devices
-(`XLA_FLAGS=--xla_force_host_platform_device_count=N`) must be set before JAX is imported.
+would (its folder first on sys.path, `__name__ == "__main__"`) in a child process of its
+own, because the number of fake CPU devices (`XLA_FLAGS=--xla_force_host_platform_device_count=N`)
+must be set before JAX starts its backend: a child forked by the run's capture server, which
+imported JAX once and started no backend, or a `python` subprocess (capture_process.py).
 In that process semcheck registers its own CPU lowering rules for `pallas_call` and
 `mpmd_map` (`pl.kernel`, `core_map`, and `plgpu.kernel`, whose mpmd_map sits inside a
 `custom_vmap_call` that CPU lowering inlines) with `mlir.register_lowering(..., platform="cpu")`,
@@ -23,7 +24,8 @@ can hide a kernel. The operand values come from one run of a fresh `jax.jit` of 
 the hooks (`with_operand_values`).
 
 While capturing, `emit_pipeline` needs to know the TPU generation (for tiling); semcheck
-registers the CPU device kind in `pltpu`'s TPU-info registry as a TPU v6e.
+registers the CPU device kind in `pltpu`'s TPU-info registry as a TPU v6e
+(`lower/tpu_hardware.py`, `tpu_generation_for_cpu`).
 """
 
 from __future__ import annotations
@@ -33,10 +35,7 @@ import contextlib
 import dataclasses
 import os
 import pickle
-import re
 import runpy
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,6 +45,11 @@ from typing import Callable
 
 from semcheck import ir
 from semcheck.errors import LoadError
+from semcheck.jax_compat import JaxInternalMissing, jax_internal
+
+from semcheck.frontends.capture_process import (  # noqa: F401 (child_environment: for the cache and tests)
+    capture_server_address, child_environment, how_it_ended, last_words, run_child, with_device_count,
+)
 
 # A script that has not finished after this long is stopped; kernels captured by then are
 # still checked.
@@ -79,12 +83,14 @@ class CaptureOutcome:
     errors: list[KernelError] = field(default_factory=list)
     captured: int = 0  # kernels JAX compiled
     script_error: str | None = None  # the script failed: why and where
-    script_error_loc: ir.Loc | None = None  # the script's own line that failed, if known
+    script_error_loc: ir.Loc | None = None  # the script's own line that failed (or exited), if known
     devices: int = 0  # devices the process had
     seconds: dict[str, float] = field(default_factory=dict)  # "jax import", "script", "lowering"
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # the same phases in CPU seconds
     assumptions: list = field(default_factory=list)  # the script's semcheck.assume calls
     timed_out: bool = False  # the script was stopped at the time it was given
+    exited: str | None = None  # the script ended itself with sys.exit(0) (or None): how and where
+    sources: dict[str, str] = field(default_factory=dict)  # user files it read -> digest (capture_cache.py)
 
 
 # --- the hooks ------------------------------------------------------------------------------
@@ -94,8 +100,9 @@ class CaptureOutcome:
 def capturing(record: Callable):
     """Within this block, compiling a pallas_call or mpmd_map on CPU records a KernelCapture
     through `record` instead of compiling the kernel."""
-    from jax._src.interpreters import mlir
-    from jax._src.pallas import mpmd, pallas_call
+    mlir = jax_internal("mlir")
+    mpmd = jax_internal("mpmd")
+    pallas_call = jax_internal("pallas_call")
 
     from semcheck.lower import KernelCapture, KernelFlow
     from semcheck.lower.source import loc_of_traceback
@@ -108,6 +115,7 @@ def capturing(record: Callable):
                 num_operands=len(in_nodes),
                 mesh=_mesh_of_axis_context(ctx.module_context.axis_context),
                 call_loc=loc_of_traceback(getattr(ctx, "traceback", None)),
+                in_avals=tuple(ctx.avals_in),
             )
             record(capture)
             from semcheck.operands import record_operands
@@ -136,6 +144,8 @@ def capturing(record: Callable):
             mlir.register_lowering(prim, hook(name), platform="cpu", cacheable=False)
         for prim, param in calls.items():
             mlir.register_lowering(prim, _inlined_call(prim, param), platform="cpu", cacheable=False)
+        from semcheck.lower.tpu_hardware import tpu_generation_for_cpu
+
         with tpu_generation_for_cpu():
             yield
     finally:
@@ -150,8 +160,8 @@ def capturing(record: Callable):
 def call_primitives() -> dict:
     """The primitives of a nested `jax.jit` and of a closed call, with the param that holds
     the called jaxpr."""
-    from jax._src import core as jax_core
-    from jax._src import pjit
+    jax_core = jax_internal("core")
+    pjit = jax_internal("pjit")
 
     return {pjit.jit_p: "jaxpr", jax_core.closed_call_p: "call_jaxpr"}
 
@@ -165,7 +175,7 @@ def _inlined_call(prim, param: str):
     earlier kernel returned, and two calls are one capture. Inlined, every call is its own
     capture among the values around it, so the program linking (semcheck/lower/program.py)
     follows a semaphore through the call. Calls without a kernel keep JAX's lowering."""
-    from jax._src.interpreters import mlir
+    mlir = jax_internal("mlir")
 
     def lowering_rule(ctx, *args, **params):
         closed = params[param]
@@ -193,9 +203,9 @@ def _zeros(ctx, in_nodes):
     """The kernel's outputs as zeros, so the script can go on. A semaphore output (a kernel
     handing a semaphore to the next one) is zeros of its physical type."""
     import numpy as np
-    from jax._src import core as jax_core
-    from jax._src import dtypes
-    from jax._src.interpreters import mlir
+    jax_core = jax_internal("core")
+    dtypes = jax_internal("dtypes")
+    mlir = jax_internal("mlir")
 
     del in_nodes
     outs = []
@@ -209,7 +219,7 @@ def _zeros(ctx, in_nodes):
 
 
 def _mesh_of_axis_context(axis_context):
-    from jax._src import sharding_impls
+    sharding_impls = jax_internal("sharding_impls")
 
     from semcheck.lower import MeshShape
 
@@ -224,24 +234,6 @@ def mesh_shape(mesh):
     names = tuple(mesh.axis_names)
     shape = dict(mesh.shape)
     return MeshShape(names, tuple(int(shape[n]) for n in names))
-
-
-@contextlib.contextmanager
-def tpu_generation_for_cpu():
-    """Let emit_pipeline ask for the TPU generation on CPU devices (pltpu's registry of
-    device kinds is JAX's own extension point for this)."""
-    from jax._src.pallas.mosaic import tpu_info
-
-    if "cpu" in tpu_info.registry:
-        yield
-        return
-    tpu_info.registry["cpu"] = lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V6E, 1)
-    try:
-        yield
-    finally:
-        tpu_info.registry.pop("cpu", None)
-        if hasattr(tpu_info.get_tpu_info, "cache_clear"):  # forget the answer given while capturing
-            tpu_info.get_tpu_info.cache_clear()
 
 
 # --- lowering what was captured ------------------------------------------------------------
@@ -343,11 +335,12 @@ def with_operand_values(found: list, fn, args, kwargs) -> list:
 
 def _kernels_in_jaxpr(fn, args, kwargs) -> list:
     import jax
-    from jax._src import core as jax_core
+    jax_core = jax_internal("core")
 
     from semcheck.lower import KernelCapture, KernelFlow, MeshShape
     from semcheck.lower.interpreter import subjaxprs
     from semcheck.lower.source import loc_of_traceback
+    from semcheck.lower.tpu_hardware import tpu_generation_for_cpu
 
     with tpu_generation_for_cpu():
         closed = jax.make_jaxpr(fn)(*args, **kwargs)
@@ -370,7 +363,8 @@ def _kernels_in_jaxpr(fn, args, kwargs) -> list:
                 found.append(
                     KernelCapture(name, dict(eqn.params), len(eqn.invars), mesh,
                                   loc_of_traceback(eqn.source_info.traceback),
-                                  flow=KernelFlow(scope, tuple(map(value, eqn.invars)), tuple(map(value, eqn.outvars))))
+                                  flow=KernelFlow(scope, tuple(map(value, eqn.invars)), tuple(map(value, eqn.outvars))),
+                                  in_avals=tuple(v.aval for v in eqn.invars))
                 )
                 continue
             if name in calls:
@@ -396,19 +390,12 @@ def _kernels_in_jaxpr(fn, args, kwargs) -> list:
     return found
 
 
-# --- scripts, in a subprocess ---------------------------------------------------------------
-
-
-# The child is started with `-c` rather than `-m`: `python -m` puts the working directory
-# first on sys.path, so a `jax.py` there would be imported instead of JAX (`python FILE`
-# puts the script's folder first, not the cwd); `-c` puts "" there, which the child removes
-# before importing anything.
-_CHILD = "import sys; del sys.path[0]; from semcheck.frontends.capture import child_main; child_main()"
+# --- scripts, in a child process ----------------------------------------------------------------
 
 
 def capture_script(path: str, devices: int, *, timeout: float | None = None,
                    assumed: tuple[str, ...] = ()) -> CaptureOutcome:
-    """Run `path` with `devices` CPU devices in a subprocess and return what it captured.
+    """Run `path` with `devices` CPU devices in a child process and return what it captured.
     `timeout`: the time the script gets (at most DEFAULT_TIMEOUT; a check's budget passes
     what is left of it). `assumed`: the names `--assume` bounds; a buffer element they name
     stays a protocol input, as one the script's own `semcheck.assume` names does (the
@@ -423,80 +410,24 @@ def capture_script(path: str, devices: int, *, timeout: float | None = None,
     with tempfile.TemporaryDirectory(prefix="semcheck-") as tmp:
         output = os.path.join(tmp, "capture.pickle")
         env = child_environment(devices)
-        command = [sys.executable, "-c", _CHILD, "--devices", str(devices),
-                   "--output", output, "--timeout", str(timeout)]
-        command += [f"--assumed={name}" for name in assumed]
-        command.append(path)
-        stderr_path = os.path.join(tmp, "stderr.txt")
-        with open(os.path.join(tmp, "stdout.txt"), "wb") as out, open(stderr_path, "wb") as err:
-            returncode = _run_child(command, env, out, err, timeout + 120, path, devices)
+        argv = ["--devices", str(devices), "--output", output, "--timeout", str(timeout)]
+        argv += [f"--assumed={name}" for name in assumed]
+        argv.append(path)
+        stdout_path, stderr_path = os.path.join(tmp, "stdout.txt"), os.path.join(tmp, "stderr.txt")
+        returncode, imported = run_child(argv, env, stdout_path, stderr_path, timeout + 120, path, devices)
         if not os.path.exists(output):
             raise LoadError(
-                f"running {path} with {devices} devices ended ({_how_it_ended(returncode)}) before "
-                "semcheck could report what it captured" + _last_words(stderr_path),
+                f"running {path} with {devices} devices ended ({how_it_ended(returncode)}) before "
+                "semcheck could report what it captured" + last_words(stderr_path),
                 ir.Loc(path, 0),
                 hint=f"run `python {ir.display_path(path)}` with "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} to see why",
             )
         with open(output, "rb") as f:
-            return pickle.load(f)
-
-
-def _run_child(command, env, out, err, limit: float, path: str, devices: int) -> int:
-    """Start the capture child, wait up to `limit` seconds, and kill its session whatever happens."""
-    from semcheck.frontends.isolation import kill_group
-
-    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                            start_new_session=True)
-    try:
-        return proc.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
-        raise LoadError(f"running {path} with {devices} devices did not finish within {limit:.0f} s") from None
-    finally:
-        kill_group(proc.pid)  # the script's own children too, even when it ended normally
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def _how_it_ended(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
-
-
-def _last_words(stderr_path: str) -> str:
-    """The last line the child printed, unless it is part of a traceback (which says nothing
-    without the rest); the whole stderr with SEMCHECK_DEBUG."""
-    try:
-        with open(stderr_path, encoding="utf-8", errors="replace") as f:
-            lines = [line.rstrip() for line in f if line.strip()]
-    except OSError:
-        return ""
-    if os.environ.get("SEMCHECK_DEBUG"):
-        return ":\n" + "\n".join(lines[-40:])
-    if not lines or lines[-1].startswith((" ", "Traceback")):
-        return ""
-    return f"; its last words: {lines[-1][:200]}"
-
-
-def child_environment(devices: int) -> dict[str, str]:
-    """The environment the capture child runs in: this one, with semcheck importable, the
-    device count set and JAX on the CPU unless told otherwise."""
-    env = dict(os.environ)
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), devices)
-    env.setdefault("JAX_PLATFORMS", "cpu")
-    return env
-
-
-def with_device_count(flags: str, devices: int) -> str:
-    flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "", flags).strip()
-    return f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+            outcome = pickle.load(f)
+        if imported:  # this capture waited for the capture server to import JAX
+            outcome.seconds = {"jax import": imported, **outcome.seconds}
+        return outcome
 
 
 class _ScriptExit(BaseException):
@@ -514,8 +445,9 @@ def _refuse_exit(code=0):
     raise _ScriptExit(code)
 
 
-def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
-    """Run the script as `python path` would; why it failed and where, or (None, None)."""
+def _run_script(path: str, exited: list[str | None]) -> tuple[str | None, ir.Loc | None]:
+    """Run the script as `python path` would; why it failed and where, or (None, None).
+    A script that ended itself with status 0 says how and where in `exited[0]`."""
     sys.argv = [path]
     sys.path.insert(0, os.path.dirname(path))
     os._exit = _refuse_exit
@@ -527,6 +459,11 @@ def _run_script(path: str) -> tuple[str | None, ir.Loc | None]:
     except SystemExit as e:
         if e.code not in (None, 0):
             return f"the script exited with status {e.code}", None
+        loc = _where(e)
+        exited[0] = f"the script exited with sys.exit({'' if e.code is None else e.code!r})"
+        return None, loc
+    except JaxInternalMissing as e:  # semcheck's own hooks met a JAX they do not know
+        return f"semcheck stopped the script: {e.message}", _where(e)
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script is reported
         loc = _where(e)
         where = f" at {loc}" if loc else ""
@@ -571,11 +508,12 @@ def _where(e: BaseException) -> ir.Loc | None:
 
 
 def _child(args) -> int:
-    """The subprocess: run the script under the hooks, lower, write the outcome."""
+    """The child: run the script under the hooks, lower, write the outcome."""
     import time
 
     os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS", ""), args.devices)
     started, started_cpu = time.perf_counter(), time.process_time()
+    imports_jax = "jax" not in sys.modules  # not in a child of the capture server, which imported it
     import jax
 
     use_compilation_cache(jax)
@@ -602,6 +540,10 @@ def _child(args) -> int:
             outcome.protocols, outcome.errors = lower_captures(
                 list(captures), assumed=[a.name for a in script_assumptions] + list(args.assumed))
             outcome.assumptions = list(script_assumptions)
+            outcome.exited = exited[0]
+            from semcheck.frontends.sources import user_sources
+
+            outcome.sources = user_sources(args.script)
             outcome.seconds = {
                 "jax import": imported - started,
                 "script": ran - imported,
@@ -612,6 +554,8 @@ def _child(args) -> int:
                 "script": ran_cpu - imported_cpu,
                 "lowering": time.process_time() - ran_cpu,
             }
+            if not imports_jax:
+                del outcome.seconds["jax import"], outcome.cpu_seconds["jax import"]
             with open(args.output, "wb") as f:
                 pickle.dump(outcome, f)
             done.set()
@@ -626,8 +570,9 @@ def _child(args) -> int:
     watchdog.start()
     from semcheck import assumptions
 
+    exited: list[str | None] = [None]
     with assumptions.collecting() as script_assumptions, capturing(captures.append):
-        script_error, where = _run_script(os.path.abspath(args.script))
+        script_error, where = _run_script(os.path.abspath(args.script), exited)
     watchdog.cancel()
     finish(script_error, where)
     return 0
@@ -693,7 +638,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("script")
     args = parser.parse_args(argv)
     from semcheck.frontends.isolation import end_with_parent
+    from semcheck.frontends.processes import become_subreaper
 
+    become_subreaper()  # what the script starts and leaves (a daemon) stays below this process
     end_with_parent(os.getppid(), _real_exit)  # everything the script started ends with semcheck
     try:
         return _child(args)
@@ -711,13 +658,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def child_main() -> None:
-    """The capture child's entry point (see `_CHILD`). Flush and leave without running the
-    user's atexit handlers twice or waiting on their threads: everything semcheck needs is in
-    the output file by now."""
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
+def child_main(argv: list[str] | None = None) -> None:
+    """The capture child's entry point (see `_CHILD`, and the capture server's fork). Flush,
+    end every process the script started and left running, and leave without running the
+    user's atexit handlers twice or waiting on their threads: everything semcheck needs is
+    in the output file by now."""
+    from semcheck.frontends.processes import kill_descendants
+
+    code = main(argv)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a stream the script closed or replaced
+            pass
+    kill_descendants()
     _real_exit(code)
 
 

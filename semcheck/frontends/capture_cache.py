@@ -1,24 +1,42 @@
 """Captures kept on disk for a process tree that checks the same scripts many times (a test
-session): `SEMCHECK_CAPTURE_CACHE=DIR` names the folder; unset, every capture runs the script.
+session, CI's tiers and gate): `SEMCHECK_CAPTURE_CACHE=DIR` names the folder; unset, every
+capture runs the script.
 
-A capture is a fresh JAX process per (script, device count), seconds each; a test suite that
-checks every example from several modules, serially and from `-j N` workers, would otherwise
-run each script many times. The key is everything the capture child can see that may change
-what it records: the script's path, the text of every `.py` file in its folder (a script may
-import a sibling), the device count, and the environment's SEMCHECK_*, XLA_* and JAX_*
-variables (but those that only bound or report the check, `_UNSEEN`). Only a capture that
-finished is kept: an outcome cut short by its time depends on the machine's speed. A lock per key makes a second process that
-wants the same capture wait for the first instead of running the script again.
+An entry is bound to what it was made from, and checked against it before anything in it
+is unpickled:
 
-Meant for suites over files that do not change while they run; the folder is the caller's to
-create and remove (tests/conftest.py makes one per session)."""
+* its name is a digest of the request: the script's path, the device count, the names
+  `--assume` bounds, the environment's SEMCHECK_*, XLA_* and JAX_* variables as the capture
+  child sees them (but those that only bound or report the check, `_UNSEEN`), semcheck's
+  version and the digest of its own source files, and JAX's and jaxlib's versions;
+* its header repeats that request, lists every user file the capture read (the script and
+  each module of the user's it imported, `sources.user_sources`) with the digest of its content, and
+  holds the digest of the pickled outcome that follows.
+
+On load, the header must name the same request, every listed file must still have its
+digest, and the outcome must have its digest; anything else (another script's entry copied
+over this one, a truncated or garbage file, a file of another version) is discarded with a
+one-line warning and the script is captured again. Only a capture that finished is kept (an
+outcome cut short by its time depends on the machine's speed); it serves a caller with at
+least the time it took. A lock per entry makes a second process that wants the same capture
+wait for the first instead of running the script again.
+
+The folder must exist (tests/conftest.py and .ci/run make one per session); the cache
+trusts whoever can write in it no more than the checks above.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import json
 import os
 import pickle
+import sys
+
+from semcheck.errors import LoadError
+from semcheck.frontends.sources import file_digest
 
 ENVIRONMENT = "SEMCHECK_CAPTURE_CACHE"
 _SEEN_PREFIXES = ("SEMCHECK_", "XLA_", "JAX_")
@@ -26,13 +44,29 @@ _SEEN_PREFIXES = ("SEMCHECK_", "XLA_", "JAX_")
 # (SEMCHECK_TIMEOUT out of reach) and a CI gate after it (the default budget) share captures.
 _UNSEEN = frozenset({
     ENVIRONMENT, "SEMCHECK_TIMEOUT", "SEMCHECK_MAX_STATES", "SEMCHECK_MAX_MEMORY_MB",
-    "SEMCHECK_SARIF_SCHEMA", "SEMCHECK_JAX_CACHE",
+    "SEMCHECK_SARIF_SCHEMA", "SEMCHECK_JAX_CACHE", "SEMCHECK_CAPTURE_SERVER",
 })
+_MAGIC = b"semcheck capture cache 2\n"
+
+
+class CacheFolderError(LoadError):
+    """SEMCHECK_CAPTURE_CACHE names no folder (the CLI says so before any work)."""
+
+
+def folder_problem(value: str) -> str | None:
+    """Why `value` cannot be the cache's folder, or None."""
+    if not os.path.exists(value):
+        return f"the folder {value!r} does not exist"
+    if not os.path.isdir(value):
+        return f"{value!r} is not a folder"
+    if not os.access(value, os.W_OK | os.X_OK):
+        return f"the folder {value!r} is not writable"
+    return None
 
 
 def capture(path: str, devices: int, *, timeout: float | None = None, assumed: tuple[str, ...] = ()):
     """`capture.capture_script(path, devices, timeout=timeout, assumed=assumed)`, from the
-    cache when one is set (keyed by the assumed names too: they change what is captured).
+    cache when one is set.
 
     A kept capture is one that finished (it was not stopped at its time); it serves a
     caller whose time is at least what that capture took, since with that much time the
@@ -42,38 +76,116 @@ def capture(path: str, devices: int, *, timeout: float | None = None, assumed: t
     folder = os.environ.get(ENVIRONMENT)
     if not folder:
         return capturing.capture_script(path, devices, timeout=timeout, assumed=assumed)
-    key = os.path.join(folder, _key(os.path.abspath(path), devices, assumed))
-    with _locked(key + ".lock"):
-        if os.path.exists(key + ".pickle"):
-            with open(key + ".pickle", "rb") as f:
-                kept = pickle.load(f)
-            if timeout is None or timeout >= sum(kept.seconds.values()):
-                return kept
+    problem = folder_problem(folder)
+    if problem:
+        raise CacheFolderError(f"{ENVIRONMENT}: {problem}")
+    request = _request(os.path.abspath(path), devices, assumed)
+    entry = os.path.join(folder, hashlib.sha256(_canonical(request)).hexdigest())
+    with _locked(entry + ".lock"):
+        kept = _load(entry + ".capture", request)
+        if kept is not None and (timeout is None or timeout >= sum(kept.seconds.values())):
+            return kept
         outcome = capturing.capture_script(path, devices, timeout=timeout, assumed=assumed)
         if not outcome.timed_out:
-            partial = f"{key}.{os.getpid()}.tmp"
-            with open(partial, "wb") as f:
-                pickle.dump(outcome, f)
-            os.replace(partial, key + ".pickle")  # readers never see half a file
+            _store(entry + ".capture", request, outcome)
         return outcome
 
 
-def _key(path: str, devices: int, assumed: tuple[str, ...] = ()) -> str:
-    digest = hashlib.sha256()
-    folder = os.path.dirname(path)
-    for part in (path, str(devices), *assumed):
-        digest.update(part.encode() + b"\0")
-    for name in sorted(n for n in os.listdir(folder) if n.endswith(".py")):
-        digest.update(name.encode() + b"\0")
-        with open(os.path.join(folder, name), "rb") as f:
-            digest.update(hashlib.sha256(f.read()).digest())
-    from semcheck.frontends.capture import child_environment
+def _request(path: str, devices: int, assumed: tuple[str, ...]) -> dict:
+    from semcheck.frontends.capture_process import child_environment
 
     env = child_environment(devices)  # as the child sees it: a parent's device count is replaced
-    for name in sorted(env):
-        if name.startswith(_SEEN_PREFIXES) and name not in _UNSEEN:
-            digest.update(f"{name}={env[name]}".encode() + b"\0")
-    return digest.hexdigest()
+    seen = {k: v for k, v in sorted(env.items()) if k.startswith(_SEEN_PREFIXES) and k not in _UNSEEN}
+    return {"script": path, "devices": devices, "assumed": list(assumed), "environment": seen,
+            "semcheck": _semcheck_version(), "jax": _jax_version()}
+
+
+def _canonical(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+@functools.cache
+def _semcheck_version() -> str:
+    """semcheck's version and a digest of its own source: a checkout between two releases
+    lowers differently from one commit to the next."""
+    from semcheck.version import __version__
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for root, folders, files in os.walk(package):
+        folders[:] = sorted(f for f in folders if f != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                digest.update(os.path.relpath(os.path.join(root, name), package).encode() + b"\0")
+                with open(os.path.join(root, name), "rb") as f:
+                    digest.update(hashlib.sha256(f.read()).digest())
+    return f"{__version__}+{digest.hexdigest()[:16]}"
+
+
+@functools.cache
+def _jax_version() -> str:
+    from importlib import metadata
+
+    versions = []
+    for name in ("jax", "jaxlib"):
+        try:
+            versions.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"no {name}")
+    return ", ".join(versions)
+
+
+def _store(file: str, request: dict, outcome) -> None:
+    payload = pickle.dumps(outcome)
+    sources = dict(getattr(outcome, "sources", {}) or {})
+    header = {"request": request, "sources": sources, "payload": hashlib.sha256(payload).hexdigest(),
+              "size": len(payload)}
+    partial = f"{file}.{os.getpid()}.tmp"
+    with open(partial, "wb") as f:
+        f.write(_MAGIC + _canonical(header) + b"\n" + payload)
+    os.replace(partial, file)  # readers never see half a file
+
+
+def _load(file: str, request: dict):
+    """The outcome kept in `file` if it is sound and made for `request`; else None (a bad
+    entry is removed, with a one-line warning)."""
+    try:
+        with open(file, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return _discard(file, f"it cannot be read ({e.strerror or e})")
+    if not data.startswith(_MAGIC):
+        return _discard(file, "it is not a capture of this semcheck")
+    head, newline, payload = data[len(_MAGIC):].partition(b"\n")
+    try:
+        header = json.loads(head) if newline else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict):
+        return _discard(file, "its header is damaged")
+    if header.get("request") != request:
+        return _discard(file, "it was made for another script, device count, environment or version")
+    if header.get("size") != len(payload) or header.get("payload") != hashlib.sha256(payload).hexdigest():
+        return _discard(file, "its content does not match its digest (truncated or damaged)")
+    sources = header.get("sources")
+    if not isinstance(sources, dict) or not sources:
+        return _discard(file, "it lists no source files")
+    changed = [name for name, digest in sources.items() if file_digest(name) != digest]
+    if changed:
+        return None  # a file the script read has changed: an ordinary miss, captured again
+    try:
+        return pickle.loads(payload)  # verified above: written by this cache, for this request
+    except Exception as e:  # noqa: BLE001 - a class that changed shape under the same version
+        return _discard(file, f"it cannot be read back ({type(e).__name__})")
+
+
+def _discard(file: str, why: str) -> None:
+    print(f"semcheck: warning: discarded the kept capture {file}: {why}; capturing again", file=sys.stderr)
+    with contextlib.suppress(OSError):
+        os.unlink(file)
+    return None
 
 
 @contextlib.contextmanager

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import enum
 import os
-import shutil
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -150,6 +148,9 @@ def discover(paths: list[str]) -> list[str]:
 def git_ignored(folder: str, candidates: list[str]) -> set[str]:
     """Those of `candidates` that git ignores, asked once per folder (`git check-ignore`);
     nothing when the folder is not in a git work tree or git is not installed."""
+    import shutil
+    import subprocess  # (imported here: a run over named files never needs it)
+
     git = shutil.which("git")
     if not candidates or git is None:
         return set()

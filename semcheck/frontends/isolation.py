@@ -3,11 +3,12 @@
 A model file is Python that semcheck imports and calls. Imported in-process, its
 `sys.exit(0)`, `os._exit(0)`, a `KeyboardInterrupt` it raises, or an `os.fork()` would end
 (or duplicate) semcheck itself: a gate that exits 0 with no report. So each load runs in a
-forked child (`call_isolated`): the fork costs a millisecond or two, since the child
+forked child (`call_isolated`): the fork costs a millisecond or two of CPU, since the child
 inherits semcheck already imported, and the child's whole session is killed when the call
-returns, so processes the file starts die with it. The child's answer comes back pickled
-through a temporary file; a child that dies without answering (a signal, a real
-`os._exit`) is an error naming how it ended. Ctrl-C and SIGTERM reach only semcheck (the
+returns, so processes the file starts die with it (and those it started in sessions of
+their own, while the child lives). The child's answer comes back pickled through a pipe,
+read as it is written; a child that dies without answering (a signal, a real `os._exit`)
+is an error naming how it ended. Ctrl-C and SIGTERM reach only semcheck (the
 child has its own session), which then kills the child's session.
 
 Where `os.fork` does not exist (Windows), the call runs in-process and catches
@@ -20,13 +21,13 @@ import os
 import pickle
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from semcheck.errors import LoadError, LoadTimedOut
+from semcheck.frontends.processes import kill_descendants
 from semcheck.ir import Loc
 
 DEFAULT_TIMEOUT = 600.0  # seconds a model file may take to load
@@ -70,29 +71,61 @@ def call_isolated(fn: Callable[..., T], *args, user_file: str, what: str, timeou
             stream.flush()
         except Exception:  # noqa: BLE001 - a closed or odd stream must not stop the load
             pass
-    fd, answer_path = tempfile.mkstemp(prefix="semcheck-load-", suffix=".pickle")
-    os.close(fd)
+    # The answer comes back through a pipe, read as it is written; its end (every copy of its
+    # writing side closed) says the child is done.
+    answers, answer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(answers)
+        _child(fn, args, user_file, what, answer)
+    os.close(answer)
+    reaped = False
     try:
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            _child(fn, args, user_file, what, answer_path)
-        status = _wait(pid, timeout, user_file, what)
-        with open(answer_path, "rb") as f:
-            data = f.read()
+        data = _read_answer(answers, timeout, user_file, what)
+        _, status = os.waitpid(pid, 0)
+        reaped = True
         if not data:
             raise LoadError(f"{what} ended the process ({_how_it_ended(status)}) before it returned",
                             Loc(user_file, 0))
         return _unwrap(pickle.loads(data), user_file, what)
     finally:
-        os.unlink(answer_path)
+        os.close(answers)
+        if not reaped:  # a timeout, Ctrl-C, SIGTERM: it may not even have reached setsid
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        kill_group(pid)  # what the user's code started in the child's session
+        if not reaped:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
 
-def _child(fn, args, user_file, what, answer_path) -> None:
+def _read_answer(fd: int, timeout: float, user_file: str, what: str) -> bytes:
+    """Everything the child writes to `fd` until it closes it, within `timeout` seconds."""
+    import select
+
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise LoadTimedOut(f"{what} did not finish within {timeout:g} s, so semcheck stopped it",
+                               Loc(user_file, 0))
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _child(fn, args, user_file, what, answer_fd: int) -> None:
     real_exit = os._exit
     code = 0
     try:
         os.setsid()  # its own session: a terminal's Ctrl-C is semcheck's to handle
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -107,8 +140,14 @@ def _child(fn, args, user_file, what, answer_path) -> None:
         os._exit = real_exit
         if os.getpid() != me:  # a process the user's code forked: only the child answers
             real_exit(0)
-        with open(answer_path, "wb") as f:
-            pickle.dump(answer, f)
+        try:
+            data = pickle.dumps(answer)
+        except Exception as e:  # noqa: BLE001 - a value that cannot cross the boundary is the file's error
+            data = pickle.dumps(_Failed(f"{what} returned something semcheck cannot use ({type(e).__name__}: {e})",
+                                        user_file))
+        with open(answer_fd, "wb", closefd=True) as f:
+            f.write(data)
+        kill_descendants()  # what the user's code started outside its session (a daemon)
     except BaseException:  # noqa: BLE001 - the child must end here, whatever happened
         code = 1
     finally:
@@ -130,6 +169,7 @@ def end_with_parent(parent: int, real_exit) -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
         try:
+            kill_descendants()
             os.killpg(0, signal.SIGKILL)
         finally:
             real_exit(1)
@@ -165,36 +205,6 @@ def _unwrap(answer, user_file, what):
         raise answer.error()
     kind, value = answer
     return value
-
-
-def _wait(pid: int, timeout: float, user_file: str, what: str) -> int:
-    """Wait for the child; kill its whole session on every way out (done, timeout, Ctrl-C)."""
-    deadline = time.monotonic() + timeout
-    pause = 0.0005
-    reaped = False
-    try:
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                reaped = True
-                return status
-            if time.monotonic() > deadline:
-                raise LoadTimedOut(f"{what} did not finish within {timeout:g} s, so semcheck stopped it",
-                                   Loc(user_file, 0))
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
-    finally:
-        if not reaped:  # it may not have reached setsid yet
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        kill_group(pid)
-        if not reaped:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
 
 
 def kill_group(leader: int) -> None:

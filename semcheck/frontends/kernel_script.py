@@ -30,9 +30,12 @@ def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
             "any Pallas kernel"
         )
     if not outcome.protocols and not outcome.errors:
-        error = LoadError if outcome.script_error else NothingToCheck
+        # A script that ended itself (sys.exit(0) too) before its kernel is an error, never a
+        # file with nothing to check.
+        why = outcome.script_error or getattr(outcome, "exited", None)
+        error = LoadError if why else NothingToCheck
         raise error(
-            _nothing_captured(path, devices, outcome.script_error),
+            _nothing_captured(path, devices, why),
             outcome.script_error_loc or Loc(path, 0),
             hint=_HINT,
         )

@@ -12,6 +12,7 @@ import sys
 from semcheck.errors import LoadError
 from semcheck.frontends.isolation import call_isolated, user_frame
 from semcheck.ir import Protocol
+from semcheck.model import ModelError
 
 
 def load(path: str, devices: int, *, timeout: float | None = None) -> Protocol:
@@ -42,6 +43,8 @@ def load_in_process(path: str, devices: int) -> Protocol:
         raise LoadError(f"{path} has no callable model(devices)", hint="define `def model(devices: int):`")
     try:
         protocol = model(devices)
+    except ModelError as e:  # a builder call the protocol cannot hold: the call's line says which
+        raise LoadError(f"bad model: {e}", user_frame(e, path)) from None
     except Exception as e:
         raise LoadError(
             f"model({devices}) raised {type(e).__name__}: {e}", user_frame(e, path)
@@ -63,6 +66,8 @@ def _import(path: str):
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except ModelError as e:
+        raise LoadError(f"bad model: {e}", user_frame(e, path)) from None
     except Exception as e:
         raise LoadError(f"importing the model raised {type(e).__name__}: {e}", user_frame(e, path)) from None
     return module

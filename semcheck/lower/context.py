@@ -18,10 +18,11 @@ from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.emitter import Emitter
-from semcheck.lower.source import Locator
+from semcheck.lower.source import KernelBody, Locator
 from semcheck.lower.data import AssumedElements, ThreadMemory
 from semcheck.lower.pipeline import HBM_SPACES, Pipeline
 from semcheck.lower.values import Known, RefValue, Sym
+from semcheck.jax_compat import jax_internal
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,9 @@ class MeshShape:
 
 def semaphore_kind(dtype) -> SemKind | None:
     """The semaphore kind of a ref's dtype, or None for a buffer."""
-    from jax._src import dtypes
-    from jax._src.pallas import core as pl_core
-    from jax._src.pallas.mosaic import core as tpu_core
+    dtypes = jax_internal("dtypes")
+    pl_core = jax_internal("pallas_core")
+    tpu_core = jax_internal("tpu_core")
 
     try:
         if not dtypes.issubdtype(dtype, pl_core.semaphore_dtype):
@@ -109,14 +110,19 @@ class KernelContext:
     collective_id: int | None = None
     skip_device_barrier: bool = False
     allow_unused_collective_id: bool = False
+    # pltpu.CompilerParams(disable_semaphore_checks=True) turns the chip's check that scratch
+    # semaphores are 0 at exit off: a leftover then carries into the next kernel.
+    semaphore_checks: bool = True
     semaphores: dict[str, ir.SemDecl] = field(default_factory=dict)
     buffers: dict[str, ir.BufferDecl] = field(default_factory=dict)
     inputs: list[ir.Input] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    findings: list[ir.LoweringFinding] = field(default_factory=list)
     # run_scoped allocations by site: a TPU site's list of refs, a GPU site's ref per argument
     scoped: dict[tuple, list[RefValue] | RefValue] = field(default_factory=dict)
     fold_cache: dict = field(default_factory=dict)
-    # Scalar-prefetch operands: an integer loaded from one is a protocol input per device.
+    # Scalar-prefetch operands: like any operand they hold the script's values; where the
+    # capture saw none, each integer element is a protocol input per device over its type.
     scalar_operands: frozenset[str] = frozenset()
     _scalar_inputs: dict[tuple, str] = field(default_factory=dict)
     # The operand values the script passed: device -> buffer -> array (empty when the
@@ -141,7 +147,8 @@ class KernelContext:
     data_uses: list[ir.DataUse] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.locate = Locator()
+        # A line in a helper the body calls names the calls from the body (ir.Loc.chain).
+        self.locate = Locator(KernelBody(self.name.split(" ")[0], self.kernel_loc))
         self._names: set[str] = set()
 
     # -- names and declarations --
@@ -162,8 +169,9 @@ class KernelContext:
         kind = semaphore_kind(aval.dtype)
         name = self.unique(base)
         if kind is not None:
+            checked = self.semaphore_checks or origin not in (SemOrigin.SCRATCH, SemOrigin.SCOPED)
             self.semaphores[name] = ir.SemDecl(
-                name, kind, max(1, math.prod(shape)), origin, Scope.CORE, None, loc
+                name, kind, max(1, math.prod(shape)), origin, Scope.CORE, None, loc, checked_at_exit=checked
             )
             return RefValue(name, True, shape, aval.dtype)
         itemsize = getattr(np.dtype(aval.dtype), "itemsize", 4) if _is_numpy(aval.dtype) else 4
@@ -178,7 +186,7 @@ class KernelContext:
             self.semaphores[name] = ir.SemDecl(
                 name, SemKind.BARRIER, 1, SemOrigin.BARRIER, Scope.CORE, self.collective_id, loc
             )
-        from jax._src.pallas import core as pl_core
+        pl_core = jax_internal("pallas_core")
 
         return RefValue(name, True, (), pl_core.BarrierSemaphore())
 
@@ -188,12 +196,12 @@ class KernelContext:
         return name
 
     def scalar_input(self, buffer: str, index: tuple[int, ...], device: int, dtype, loc: ir.Loc,
-                     prefetch: bool = True, held: str | None = None) -> str:
-        """The input holding element `index` of scalar-prefetch operand `buffer` on `device`
-        (its value is the caller's, unknown at trace time, and may differ per device); with
-        `prefetch` False, an element of another buffer that semcheck.assume names. `held`:
-        which block of a blocked operand the buffer holds (`ThreadLowering.block_held`), a
-        different array element, so a different input, per block."""
+                     held: str | None = None) -> str:
+        """The input holding the initial value of element `index` of `buffer` on `device`:
+        an element semcheck.assume names, or one of a scalar-prefetch operand whose script
+        value the capture did not see (`prefetch_unseen`). `held`: which block of a blocked
+        operand the buffer holds (`ThreadLowering.block_held`), a different array element,
+        so a different input, per block."""
         key = (buffer, index, device, held)
         if key not in self._scalar_inputs:
             info = np.iinfo(np.dtype(dtype)) if np.dtype(dtype) != np.bool_ else None
@@ -201,8 +209,22 @@ class KernelContext:
             self._scalar_inputs[key] = name = element_input_name(buffer, index, device, held)
             self._names.add(name)
             self.inputs.append(ir.Input(name, lo, hi, loc))
-            self.note(_element_input_note(buffer, index, prefetch, blocked=held is not None))
+            unseen = None if self.is_assumed(name) else self.prefetch_unseen(buffer, device)
+            self.note(_element_input_note(buffer, index, unseen, blocked=held is not None))
         return self._scalar_inputs[key]
+
+    def prefetch_unseen(self, buffer: str, device: int) -> str | None:
+        """Why the script's values of scalar-prefetch operand `buffer` on `device` are not
+        known (None: they are, or `buffer` is no scalar-prefetch operand). Then its elements
+        are protocol inputs over their type, which covers whatever the script passes."""
+        if buffer not in self.scalar_operands or buffer in self.initial_data.get(device, {}):
+            return None
+        if not self.data_seen:
+            return "the kernel was traced but not run, so the capture saw no operand values"
+        if device in self.data_withheld:
+            return ("another kernel ran first on that device, and semcheck's capture replaces kernel outputs "
+                    "with zeros, so the value seen may be one")
+        return "the capture saw no value of it on that device"
 
     def is_assumed(self, input_name: str) -> bool:
         from semcheck.assumptions import covers
@@ -230,6 +252,11 @@ class KernelContext:
         if text not in self.notes:
             self.notes.append(text)
 
+    def finding(self, kind, loc: ir.Loc, message: str, hint: str | None = None) -> None:
+        """A finding of the lowering itself (`ir.LoweringFinding`), once per kind and line."""
+        if all((f.kind, f.loc) != (kind, loc) for f in self.findings):
+            self.findings.append(ir.LoweringFinding(kind, loc, message, hint))
+
 
 def element_input_name(buffer: str, index: tuple[int, ...], device: int, held: str | None = None) -> str:
     """`counts_ref[0]@d1`, or `counts_ref[0]@d1 block (2,)` for the element of a blocked
@@ -250,12 +277,13 @@ def _element_named(name: str, buffer: str) -> tuple[int, ...] | None:
         return None
 
 
-def _element_input_note(buffer: str, index: tuple[int, ...], prefetch: bool, blocked: bool) -> str:
+def _element_input_note(buffer: str, index: tuple[int, ...], unseen: str | None, blocked: bool) -> str:
     element = f"{buffer}[{', '.join(map(str, index))}]"
-    if prefetch:
+    if unseen is not None:
         return (
-            f"{element} is a scalar-prefetch operand: one input per device ({element}@d0, ...), "
-            f"every value of its type checked unless bounded with semcheck.assume({element!r}, lo, hi)"
+            f"{element} is a scalar-prefetch operand whose script value is not known ({unseen}): one input per "
+            f"device ({element}@d0, ...), every value of its type checked unless bounded with "
+            f"semcheck.assume({element!r}, lo, hi)"
         )
     if not blocked:
         return (
@@ -376,20 +404,21 @@ class ThreadLowering:
 
 
 class _ThreadsAssumedElements(AssumedElements):
-    """The elements semcheck.assume names on one thread's device, and their inputs: the same
-    inputs a load of the element alone makes (`memory._scalar_prefetch_element`), one per
-    device, and per block of a blocked operand."""
+    """The elements whose initial value is a protocol input on one thread's device: those
+    semcheck.assume names, and those of a scalar-prefetch operand whose script values the
+    capture did not see. One input per device, and per block of a blocked operand."""
 
     def __init__(self, t: ThreadLowering):
         self.t = t
 
     def mask(self, buffer: str, shape: tuple[int, ...]) -> np.ndarray | None:
         t = self.t
+        if t.kernel.prefetch_unseen(buffer, t.device) is not None:
+            return np.ones(shape, bool)
         return t.kernel.assumed_elements(buffer, shape, t.device, t.block_held(buffer)) if t.kernel.assumed else None
 
     def input(self, buffer: str, index: tuple[int, ...], dtype) -> Sym:
         t = self.t
-        prefetch = buffer in t.kernel.scalar_operands
         # Made where it is first read: the eqn being lowered is at t.context_loc.
-        name = t.kernel.scalar_input(buffer, index, t.device, dtype, t.context_loc, prefetch, t.block_held(buffer))
+        name = t.kernel.scalar_input(buffer, index, t.device, dtype, t.context_loc, t.block_held(buffer))
         return Sym(ir.Reg(name), np.dtype(dtype))

@@ -92,10 +92,9 @@ class _BranchMerge(ScalarMerge):
 
     def element(self, buffer, index, version):
         op = element_operand(version, index)
-        if op is None and buffer in self.t.kernel.scalar_operands and version is not None \
-                and not version.written[index]:
-            aval_dtype = version.value.dtype  # the caller's value, never overwritten here
-            op = ir.Reg(self.t.kernel.scalar_input(buffer, index, self.t.device, aval_dtype, self.t.loc(self.eqn)))
+        if op is None:  # an input this branch left as it was: its register
+            held = self.t.memory.held_input(buffer, index, version)
+            op = None if held is None else held.op
         return op
 
     def assign(self, ops, dtype):

@@ -26,7 +26,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from semcheck import ir
+from semcheck.lower.discharge import transform_read, transform_write
 from semcheck.lower.values import DataSource, Known, Opaque, RefValue, RunTimeElements, Sym, Value
+from semcheck.jax_compat import jax_internal
 
 # Buffers with more elements than this are not followed (their loads are opaque data):
 # copying them on every store would cost more than the protocol is worth.
@@ -155,6 +157,9 @@ class ThreadMemory:
             versions = [s.get(name) for s in snapshots]
             if joined is None or all(v is joined for v in versions) or joined.value.size > MERGE_LIMIT:
                 continue
+            # A buffer first touched inside one branch: on the others it is as it started.
+            versions = [self._fresh_like(joined, name) if v is None and name not in s else v
+                        for v, s in zip(versions, snapshots)]
             if not (np.issubdtype(joined.value.dtype, np.integer) or joined.value.dtype == np.bool_):
                 continue
             symbolic = dict(joined.symbolic)
@@ -222,18 +227,20 @@ class ThreadMemory:
             return Opaque(why)
         concrete = _concrete_transforms(tuple(transforms))
         if concrete is None:
-            return Opaque(f"{why} (at an index semcheck does not know)")
-        known = _transform_read(c.known, concrete)
+            picked = self._element_at_run_time_index(c, ref, transforms, out_aval)
+            return picked if picked is not None else Opaque(f"{why} (at an index semcheck does not know)")
+        known = transform_read(c.known, concrete)
         if known is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         if not bool(np.all(known)):
-            positions = _transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
+            positions = transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
             readable = positions is not None and positions.dtype == np.int32 and _only_indexing(concrete)
             return self._unknown(c, ref, why, positions.ravel() if positions is not None and readable else None)
-        value = _transform_read(c.value, concrete)
+        value = transform_read(c.value, concrete)
         if value is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
-        return Known(value, sources=c.sources | {DataSource(ref.alloc, c.from_script)})
+        written = transform_read(c.written, concrete)
+        return Known(value, sources=c.sources | {DataSource(ref.alloc, _from_script(c, written))})
 
     def _unknown(self, c: Contents, ref: RefValue, why: str, flat: np.ndarray | None) -> Opaque:
         """A read, of the elements at flat positions `flat` (None: not known), that sees an
@@ -267,12 +274,15 @@ class ThreadMemory:
         return mask
 
     def _holds_run_time(self, c: Contents, ref: RefValue, region: ir.Region) -> bool:
-        """Whether the read may touch an element known only at run time."""
+        """Whether the read may touch an element known only at run time. A region outside
+        the buffer (a read past its end, which JAX's discharge clamps back into it) may
+        touch any element."""
         mask = self._run_time_mask(c, ref)
         if mask is None:
             return False
         box = _box(region, ref.shape)
-        window = tuple(slice(lo, hi) for lo, hi in box) if box is not None else ...
+        outside = box is not None and any(lo >= hi for lo, hi in box)
+        window = tuple(slice(lo, hi) for lo, hi in box) if box is not None and not outside else ...
         return bool(np.any(mask[window]))
 
     def _read_run_time(self, c: Contents, ref: RefValue, transforms: tuple, region: ir.Region, out_aval,
@@ -283,13 +293,16 @@ class ThreadMemory:
         mask = self._run_time_mask(c, ref)
         assert mask is not None, "only called when the read may touch one"
         concrete = _concrete_transforms(tuple(transforms))
+        picked = self._element_at_run_time_index(c, ref, transforms, out_aval) if concrete is None else None
+        if picked is not None:
+            return picked
         if concrete is None or not _only_indexing(concrete):
             how = "at an index semcheck does not know" if concrete is None else "through a view that is not indexing"
             return Opaque(f"{why}, {self._run_time_text(c, ref, np.flatnonzero(mask))}, and semcheck cannot "
                           f"follow it through this read ({how})")
         if _read_size(out_aval, region) > limit:
             return Opaque(f"{why}, {self._run_time_text(c, ref, np.flatnonzero(mask))}")
-        positions = _transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
+        positions = transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
         if positions is None or positions.dtype != np.int32:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         flat = positions.ravel()
@@ -297,7 +310,7 @@ class ThreadMemory:
         if np.any(~c.known.ravel()[flat] & ~run_time):
             return self._unknown(c, ref, why, flat)
         value = c.value.ravel()[flat].reshape(positions.shape)
-        sources = c.sources | {DataSource(ref.alloc, c.from_script)}
+        sources = c.sources | {DataSource(ref.alloc, _from_script(c, c.written.ravel()[flat]))}
         if not np.any(run_time):
             return Known(value, sources=sources)
         if not makes_inputs and self._holds_input(c, ref, flat[run_time]):
@@ -307,6 +320,63 @@ class ThreadMemory:
         if positions.shape == ():
             return symbolic[0]
         return RunTimeElements(f"{why}, {self._run_time_text(c, ref, flat[run_time])}", value, symbolic, sources)
+
+    def _element_at_run_time_index(self, c: Contents, ref: RefValue, transforms: tuple, out_aval) -> Sym | None:
+        """One integer element of a small buffer, picked by an index known only at run time
+        (a register: `lengths_ref[b]` with `b` an assumed value or a loop's carry), as the
+        expression sum_k (index == k) * element_k over the buffer's elements, each its known
+        value or its register. None when the read is not a single element at scalar indices
+        of such a buffer, or an element holds neither. An index outside the buffer picks what
+        JAX's discharge of the read picks for a concrete one (`transform_read`: a negative
+        index counts from the end, then it is clamped into the dim), so both paths agree."""
+        NDIndexer = jax_internal("state_indexing").NDIndexer
+
+        from semcheck.lower.values import sym_op
+
+        shape = c.value.shape
+        if tuple(getattr(out_aval, "shape", (None,))) != () or c.value.size > MERGE_LIMIT or len(transforms) != 1:
+            return None
+        if not (np.issubdtype(c.value.dtype, np.integer) or c.value.dtype == np.bool_):
+            return None
+        [indexer] = transforms
+        if not isinstance(indexer, NDIndexer) or len(indexer.indices) != len(shape):
+            return None
+        indices: list[ir.Operand] = []
+        for index, extent in zip(indexer.indices, shape):
+            if isinstance(index, Sym):
+                wrapped = sym_op("add", index.op, sym_op("mul", sym_op("lt", index.op, 0), extent))
+                indices.append(sym_op("min", sym_op("max", wrapped, 0), extent - 1))
+            elif isinstance(index, Known) and index.value.size == 1:
+                indices.append(int(index.value.reshape(())))
+            elif isinstance(index, (int, np.integer)):
+                indices.append(int(index))
+            else:  # a slice, an array of indices, data semcheck does not know
+                return None
+        run_time = self._run_time_mask(c, ref)
+        picked: ir.Operand = 0
+        for position, element in enumerate(np.ndindex(*shape)):
+            if run_time is not None and run_time[element]:
+                value: ir.Operand = self._run_time_value(c, ref, position).op
+            elif c.known[element]:
+                value = int(c.value[element])
+            else:
+                return None
+            chosen: ir.Operand = 1
+            for index, coordinate in zip(indices, element):
+                chosen = sym_op("mul", chosen, sym_op("eq", index, coordinate))
+            picked = sym_op("add", picked, sym_op("mul", chosen, value))
+        return Sym(picked, np.dtype(out_aval.dtype))
+
+    def held_input(self, buffer: str, index: tuple[int, ...], c: "Contents | None") -> Sym | None:
+        """The protocol input element `index` of `buffer` still holds in contents `c` (an
+        assumed element, or a scalar-prefetch one whose script value is not known, that no
+        path stored to), or None."""
+        if c is None:
+            return None
+        held = self._inputs_held(buffer, c)
+        if held is None or not held[index]:
+            return None
+        return self.assumed.input(buffer, index, c.value.dtype)
 
     def _holds_input(self, c: Contents, ref: RefValue, positions: np.ndarray) -> bool:
         held = self._inputs_held(ref.alloc, c)
@@ -343,9 +413,9 @@ class ThreadMemory:
         concrete = _concrete_transforms(tuple(transforms))
         exact = _element(region)
         if isinstance(value, Known) and concrete is not None:
-            new_value = _transform_write(c.value, concrete, value.value)
-            known = _transform_write(c.known, concrete, np.ones(value.value.shape, bool))
-            written = _transform_write(c.written, concrete, np.ones(value.value.shape, bool))
+            new_value = transform_write(c.value, concrete, value.value)
+            known = transform_write(c.known, concrete, np.ones(value.value.shape, bool))
+            written = transform_write(c.written, concrete, np.ones(value.value.shape, bool))
             if new_value is None or known is None or written is None:
                 self.forget(ref, region, "a value through a view JAX's state discharge cannot write")
                 return
@@ -374,9 +444,9 @@ class ThreadMemory:
         writing of their positions says where each lands, and there the element keeps its
         `Sym` (an assumed element copied into another buffer is still its input)."""
         size = value.value.size
-        landed = _transform_write(np.full(c.value.shape, -1, np.int32), concrete,
+        landed = transform_write(np.full(c.value.shape, -1, np.int32), concrete,
                                   np.arange(size, dtype=np.int32).reshape(value.value.shape))
-        new_value = _transform_write(c.value, concrete, value.value)
+        new_value = transform_write(c.value, concrete, value.value)
         if landed is None or new_value is None:
             self.forget(ref, region, "a value through a view JAX's state discharge cannot write")
             return
@@ -445,7 +515,7 @@ class ScalarMerge:
 
 def element_operand(c: "Contents | None", index: tuple[int, ...]):
     """An integer element as an IR operand: its known value or its register; None when it
-    holds neither (unknown, or a prefetch element never written: the caller's input)."""
+    holds neither (unknown, or an input element never written: `ThreadMemory.held_input`)."""
     if c is None:
         return None
     if index in c.symbolic:
@@ -453,6 +523,14 @@ def element_operand(c: "Contents | None", index: tuple[int, ...]):
     if c.known[index]:
         return int(c.value[index])
     return None
+
+
+def _from_script(c: Contents, written: np.ndarray | None) -> bool:
+    """Whether a read of the elements whose `written` marks are given sees a value the
+    script passed: some element it sees holds the buffer's initial (script) contents. One
+    the kernel stored (a flag it cleared at an earlier grid step) is the kernel's value,
+    whatever the script passed; what a stored value was computed from is in `c.sources`."""
+    return c.from_script and (written is None or not bool(np.all(written)))
 
 
 def _join_all(versions: list[Contents]) -> Contents:
@@ -505,7 +583,7 @@ def _element_text(buffer: str, index: tuple[int, ...]) -> str:
 def _only_indexing(transforms: tuple) -> bool:
     """Whether every transform only picks elements (an `NDIndexer`), so that reading the
     elements' positions through them says which elements a read sees (a bitcast would not)."""
-    from jax._src.state.indexing import NDIndexer
+    NDIndexer = jax_internal("state_indexing").NDIndexer
 
     return all(isinstance(transform, NDIndexer) for transform in transforms)
 
@@ -538,112 +616,6 @@ def _concrete_transforms(transforms: tuple) -> tuple | None:
 
 def _is_value(x) -> bool:
     return isinstance(x, (Known, Sym, Opaque, RefValue))
-
-
-def _transform_read(array: np.ndarray, transforms) -> np.ndarray | None:
-    """`array` seen through `transforms`, by JAX; None when JAX refuses (then the value is
-    simply not known: a data read never fails the lowering)."""
-    key = _memo_key("read", array, transforms)
-    known = _recalled(key)
-    if known is not _NOT_SEEN:
-        return known
-    import jax
-    from jax._src.state import discharge
-
-    try:
-        with jax.ensure_compile_time_eval():
-            result = np.asarray(discharge.transform_array(array, list(transforms)))
-    except Exception:  # noqa: BLE001 - JAX's refusal means "not known", said where it is used
-        result = None
-    return _remember(key, result)
-
-
-def _transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.ndarray | None:
-    value = np.asarray(value, array.dtype)
-    key = _memo_key("write", array, transforms, value)
-    known = _recalled(key)
-    if known is not _NOT_SEEN:
-        return known
-    import jax
-    from jax._src.state import discharge
-
-    try:
-        with jax.ensure_compile_time_eval():
-            _old, new = discharge.transform_swap_array(array, list(transforms), value)
-        result = np.asarray(new)
-    except Exception:  # noqa: BLE001 - as above
-        result = None
-    return _remember(key, result)
-
-
-# JAX's answers to the reads and writes above, by their exact inputs. Each one is an eager
-# dispatch of a few primitives (milliseconds), and the same ones recur: every device's
-# thread runs the same body on mostly the same contents, and a kernel whose copied data is
-# followed is lowered again until the data settles (tpu_kernel._lower_with_copied_data),
-# which repeats the previous pass's reads and writes. The functions are pure, so an answer
-# found once is the answer; it is kept read-only, since the caller shares it.
-_MEMO: dict = {}
-_MEMO_BYTES = [0]
-_MEMO_LIMIT = 64 << 20  # bytes of arrays kept (keys and answers); past it the memo starts over
-_EXACT_KEY_BYTES = 4096  # contents up to this size are part of the key as they are; larger, by digest
-
-
-def _memo_key(kind: str, array: np.ndarray, transforms, *more: np.ndarray):
-    """A hashable key for exactly these inputs, or None when one of them has no exact key
-    (then JAX is asked every time)."""
-    from jax import tree_util
-    from jax._src import config as jax_config
-
-    leaves, tree = tree_util.tree_flatten(list(transforms))
-    parts: list = [kind, tree, bool(jax_config.enable_x64.value)]  # x64 changes JAX's dtypes
-    for leaf in (array, *leaves, *more):
-        if isinstance(leaf, (np.ndarray, np.generic)):
-            if leaf.dtype.hasobject:
-                return None
-            parts.append(_array_key(np.asarray(leaf)))
-        elif leaf is None or isinstance(leaf, (bool, int, float, str)):
-            parts.append((type(leaf).__name__, leaf))
-        else:
-            return None
-    key = tuple(parts)
-    try:
-        hash(key)
-    except TypeError:  # a transform with unhashable static data
-        return None
-    return key
-
-
-def _array_key(a: np.ndarray) -> tuple:
-    data = a.tobytes()
-    if len(data) > _EXACT_KEY_BYTES:
-        import hashlib
-
-        data = hashlib.blake2b(data, digest_size=32).digest()
-    return (a.dtype.str, a.shape, data)
-
-
-_NOT_SEEN = object()
-
-
-def _recalled(key):
-    """The answer kept for `key`, or _NOT_SEEN (one lookup: another thread may clear the memo)."""
-    return _NOT_SEEN if key is None else _MEMO.get(key, _NOT_SEEN)
-
-
-def _remember(key, result: np.ndarray | None) -> np.ndarray | None:
-    if key is None:
-        return result
-    if result is not None:
-        if result.flags.writeable:
-            result = result.copy()
-            result.flags.writeable = False
-        _MEMO_BYTES[0] += result.nbytes + sum(len(p[2]) for p in key if isinstance(p, tuple) and len(p) == 3
-                                              and isinstance(p[2], bytes))
-    if _MEMO_BYTES[0] > _MEMO_LIMIT:
-        _MEMO.clear()
-        _MEMO_BYTES[0] = 0
-    _MEMO[key] = result
-    return result
 
 
 def _read_size(aval, region: ir.Region) -> int:

@@ -17,9 +17,10 @@ import math
 
 from semcheck import ir
 from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering, MBarrier
-from semcheck.lower.gpu_memory import copy_bytes, smem_region, split_flat, transformed_aval
+from semcheck.lower.gpu_memory import copy_bytes, located_region, smem_region, split_flat, transformed_aval
 from semcheck.lower.memory import semaphore_ref
 from semcheck.lower.registry import rule
+from semcheck.lower.values import Known
 
 
 def barrier_ref(t: GpuThreadLowering, eqn, barrier, transforms, what: str) -> tuple[ir.SemRef, MBarrier]:
@@ -110,24 +111,48 @@ def barrier_test(t: GpuThreadLowering, eqn, inputs):
                   hint="use plgpu.barrier_wait")
 
 
+REMOTE_TMA_LOAD_NOTE = (
+    "a TMA load from a peer's memory (plgpu.copy_gmem_to_smem from a plgpu.remote_ref) reads "
+    "the peer's GMEM until the copy lands and arrives on the issuer's barrier (JAX 0.10.2, "
+    "jax/_src/pallas/mosaic_gpu/lowering.py, _handle_transforms: a PeerMemRef becomes the "
+    "symmetric address on that device; the peer is not told), so it is race-checked on the "
+    "peer's buffer until then"
+)
+
+
 @rule("copy_gmem_to_smem", backend=GPU)
 def copy_gmem_to_smem(t: GpuThreadLowering, eqn, inputs):
     """A TMA load: arrives once on the barrier, the phase needing its bytes as well; in the
-    model the arrival happens when the copy lands."""
+    model the arrival happens when the copy lands. Its source may be a peer's GMEM
+    (plgpu.remote_ref), read until then."""
     params = eqn.params
+    if not params.get("has_barrier", True):  # JAX 0.11: the pre-Hopper cp.async copy
+        raise t.error(eqn, "a copy without a barrier (the cp.async copy of pre-Hopper GPUs, awaited "
+                      "by wait_gmem_to_smem; JAX 0.11) is not modelled by semcheck yet",
+                      hint="pass a plgpu.Barrier and wait on it (the TMA copy)")
     src, dst, barrier, *flat = inputs
-    src_tr, dst_tr, bar_tr, _ = split_flat(
+    src_tr, dst_tr, bar_tr, rest = split_flat(
         flat, params["src_transforms_treedef"], params["dst_transforms_treedef"], params["barrier_transforms_treedef"]
     )
+    if params.get("has_user_predicate"):  # JAX 0.11: `predicate=` follows the transforms
+        [predicate] = rest
+        if not isinstance(predicate, Known):
+            raise t.error(eqn, "copy_gmem_to_smem: a predicate known only at run time is not supported "
+                          "by semcheck yet", hint="issue the copy under pl.when instead")
+        if not bool(predicate.value):
+            return []
     axes = tuple(params.get("collective_axes") or ())
     if any(t.kernel.grid_sizes.get(a, 1) > 1 for a in axes) or params.get("leader_tracked") is not None:
         raise t.error(eqn, "multicast and partitioned TMA copies (collective_axes over a "
                       "cluster of more than one block) are not supported by semcheck yet")
     ref, _info = barrier_ref(t, eqn, barrier, bar_tr, "the copy's barrier")
-    src_region = smem_region(t, eqn, src, "the copy source", src_tr)
+    src_region, src_device = located_region(t, eqn, src, "the copy source", src_tr)
     dst_region = smem_region(t, eqn, dst, "the copy destination", dst_tr)
-    if src_region is None or dst_region is None:
-        raise t.error(eqn, "a TMA copy through plgpu.remote_ref is not supported by semcheck yet")
+    if dst_region is None:
+        raise t.error(eqn, "a TMA load into a peer's memory cannot be lowered (Mosaic GPU loads into "
+                      "the block's own shared memory)")
+    if src_device is not None:
+        t.kernel.note(REMOTE_TMA_LOAD_NOTE)
     dst_aval = transformed_aval(eqn, 1, params["dst_transforms_treedef"], params)
     t.emitter.emit(
         ir.DmaStart(
@@ -138,6 +163,7 @@ def copy_gmem_to_smem(t: GpuThreadLowering, eqn, inputs):
             # a TMA copy moves at least one tile; 0 bytes would complete at its start and
             # hide the SMEM write from the race check, so an unknown size counts as 1
             nbytes=max(copy_bytes(t, eqn, dst_aval), 1),
+            src_device=src_device,
         )
     )
     return []

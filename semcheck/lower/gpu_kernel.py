@@ -33,6 +33,13 @@ ZERO_FILL_NOTE = (
 )
 
 
+SKIPPED_BARRIER_NOTE = (
+    "skip_device_barrier=True (Mosaic GPU, JAX newer than 0.11): no cross-device barrier "
+    "orders the GMEM semaphores' zero fill before a peer's first signal, which semcheck "
+    "still assumes, so a signal that reaches a peer before its fill is not reported"
+)
+
+
 # The block-wide barrier (`gpu.barrier`, PTX `bar.sync 0`) that Mosaic GPU inserts, named as
 # no kernel's allocation can be.
 BLOCK_BARRIER = "block barrier (gpu.barrier)"
@@ -64,6 +71,10 @@ class GpuKernelContext(KernelContext):
     # Pallas thread -> its warps' (fork, join) semaphores (gpu_warps.py)
     warp_semaphores: dict[int, tuple[str, str]] = field(default_factory=dict)
     gpu_compiler_params: object = None  # the kernel's plgpu.CompilerParams, if any
+    # The data path (gpu_data.py): buffer -> the threads that read it through the data path,
+    # and buffer -> why its values are not followed (found by an earlier lowering).
+    gpu_data_reads: dict[str, set] = field(default_factory=dict)
+    gpu_unfollowed: dict[str, str] = field(default_factory=dict)
 
     def block_barrier(self, loc: ir.Loc) -> str:
         """The counter that stands for the block-wide `gpu.barrier` every Pallas thread of a

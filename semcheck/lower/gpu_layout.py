@@ -11,8 +11,10 @@ import re
 from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Backend, SemOrigin
-from semcheck.lower.gpu_kernel import GPU, ZERO_FILL_NOTE, GpuKernelContext, GpuThreadLowering
+from semcheck.lower.gpu_kernel import GPU, SKIPPED_BARRIER_NOTE, ZERO_FILL_NOTE, GpuKernelContext, GpuThreadLowering
 from semcheck.lower.gpu_memory import declare_gpu_ref
+from semcheck.lower import gpu_data
+from semcheck.lower.data import data_notes, initial_contents, unfollowed_operands
 from semcheck.lower.interpreter import eval_jaxpr
 
 
@@ -64,6 +66,20 @@ def _gpu_compiler_params(compiler_params):
 
 
 def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol]:
+    """The kernel's protocol, lowered again while some buffer a thread read through the data
+    path turns out to have a writer the thread does not follow (gpu_data.py)."""
+    unfollowed: dict[str, str] = {}
+    for _ in range(gpu_data.MAX_PASSES):
+        protocol, ctx = _lower_once(capture, name, kernel_loc, unfollowed)
+        found = gpu_data.unfollowed(list(protocol.threads), ctx.gpu_data_reads)
+        if found.keys() <= unfollowed.keys():
+            return [protocol]
+        unfollowed = {**unfollowed, **found}
+    raise LoadError(f"{name}: the buffers whose values semcheck can follow did not settle after "
+                    f"{gpu_data.MAX_PASSES} lowerings", kernel_loc, hint="please report this kernel")
+
+
+def _lower_once(capture, name: str, kernel_loc: ir.Loc, unfollowed: dict[str, str]):
     kernel_loc = definition_loc(kernel_loc, name)
     params = capture.params
     [jaxpr] = params["jaxprs"]
@@ -100,6 +116,9 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
         gpu_compiler_params=_gpu_compiler_params(params.get("compiler_params")),
     )
     ctx.note(ZERO_FILL_NOTE)
+    if getattr(ctx.gpu_compiler_params, "skip_device_barrier", False):
+        ctx.note(SKIPPED_BARRIER_NOTE)
+    ctx.gpu_unfollowed = dict(unfollowed)
     n_in, n_out = capture.num_operands, len(params["out_avals"])
     invars = list(jaxpr.invars)
     arg_names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
@@ -109,6 +128,7 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
         arg_names = [f"operand{k}" for k in range(len(invars))]
     origins = [SemOrigin.ARGUMENT] * (n_in + n_out) + [SemOrigin.SCRATCH] * (len(invars) - n_in - n_out)
     refs = [declare_gpu_ref(ctx, a, v.aval, o, kernel_loc) for a, v, o in zip(arg_names, invars, origins)]
+    _operand_data(ctx, capture, refs[:n_in])
     threads = []
     for device, block, sub in itertools.product(range(ctx.mesh.size), range(ctx.cores), range(num_threads)):
         t = GpuThreadLowering(ctx, device, block, sub)
@@ -128,7 +148,7 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
             if issuer.tensor_core is not None:
                 tc = issuer.tensor_core
                 threads.append(ir.Thread(device, block, tc.emitter.build(), tc.sub))
-    return [
+    return (
         ir.Protocol(
             name=name,
             backend=Backend.GPU,
@@ -140,8 +160,23 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
             inputs=tuple(ctx.inputs),
             loc=kernel_loc,
             frontend="gpu",
-            notes=tuple(ctx.notes),
+            notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
+            data_uses=tuple(ctx.data_uses),
             # What the kernel takes and returns, for the program linking (lower/program.py).
             ports=ir.Ports(tuple(arg_names[:n_in]), tuple(arg_names[n_in:n_in + n_out])),
-        )
-    ]
+        ),
+        ctx,
+    )
+
+
+def _operand_data(ctx: GpuKernelContext, capture, inputs: list) -> None:
+    """The script's values of the kernel's inputs, per device, as the threads' initial
+    memory (lower/data.py; the same rules as a TPU kernel's operands)."""
+    data = {
+        device: {k: values[k] for k in range(len(inputs)) if k in values}
+        for device, values in capture.operand_values.items() if device not in capture.after_other_kernel
+    }
+    ctx.data_seen = bool(capture.operand_values)
+    ctx.data_withheld = frozenset(set(range(ctx.mesh.size)) - set(data)) if ctx.data_seen else frozenset()
+    ctx.initial_data = initial_contents(inputs, data)
+    ctx.unfollowed_data = unfollowed_operands(inputs, data)

@@ -10,10 +10,12 @@ import math
 
 from semcheck import ir
 from semcheck.ir import Scope, SemKind, SemOrigin
+from semcheck.lower import gpu_data
 from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering, MBarrier
 from semcheck.lower.interpreter import const_value, eval_jaxpr, operand, unwrap
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue
+from semcheck.jax_compat import jax_internal
 
 
 def split_flat(flat: list, *treedefs) -> list:
@@ -48,8 +50,9 @@ def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tup
     same buffer on the peer: Mosaic GPU lowers it to the symmetric address on that device
     (`LaunchContext.to_remote`, lowering.py `_handle_transforms`), which commutes with
     indexing (`PeerMemRef.commute_ndindexer`)."""
-    from jax._src.pallas.mosaic_gpu import core as gpu_core
-    from jax._src.state.indexing import NDIndexer, Slice
+    gpu_core = jax_internal("gpu_core")
+    NDIndexer = jax_internal("state_indexing").NDIndexer
+    Slice = jax_internal("state_indexing").Slice
 
     from semcheck.lower.memory import ref_of
     from semcheck.lower.values import Sym, sym_op
@@ -122,7 +125,9 @@ def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tup
 def _peer_device(t: GpuThreadLowering, eqn, ref: RefValue, transform, what: str) -> ir.Operand:
     from semcheck.lower.tpu import resolve_device
 
-    device, core = resolve_device(t, eqn, transform.device_id, transform.device_id_type, f"{what} (remote_ref)")
+    # `what` is "the store destination": the device id is "the store destination's remote_ref device id"
+    device, core = resolve_device(t, eqn, transform.device_id, transform.device_id_type,
+                                  f"{what.removeprefix('the ')}'s remote_ref")
     if core is not None or device is None:
         raise t.error(eqn, f"{what}: a remote_ref device id may only name mesh axes on GPU")
     decl = t.kernel.buffers.get(ref.alloc)
@@ -154,36 +159,52 @@ def check_warp_access(t: GpuThreadLowering, eqn, what: str) -> None:
                       "the same)")
 
 
-def _loaded(t, eqn, reg: ir.Region, device: ir.Operand | None):
-    where = reg.buffer if device is None else f"{reg.buffer} on a peer"
-    return [Opaque(f"the value loaded from {where} at {t.loc(eqn)}") for _ in eqn.outvars]
+def _loaded(t, eqn, reg: ir.Region, device: ir.Operand | None, ref, transforms) -> list:
+    """What a load sees: a peer's memory is data semcheck does not know; the thread's own
+    is followed through the data path (gpu_data.py)."""
+    if device is not None:
+        return [Opaque(f"the value loaded from {reg.buffer} on a peer at {t.loc(eqn)}") for _ in eqn.outvars]
+    from semcheck.lower.memory import ref_of
+
+    value, every = ref_of(t, eqn, ref, "the loaded ref", transforms)
+    return [gpu_data.read(t, eqn, value, every, reg, f"the value loaded from {reg.buffer} at {t.loc(eqn)}")]
 
 
 @rule("get", backend=GPU)
 def get(t: GpuThreadLowering, eqn, inputs):
     ref, *flat = inputs
     check_warp_access(t, eqn, "load")
-    reg, device = located_region(t, eqn, ref, "the loaded ref", eqn.params["tree"].unflatten(flat))
+    transforms = eqn.params["tree"].unflatten(flat)
+    reg, device = located_region(t, eqn, ref, "the loaded ref", transforms)
     t.emitter.emit(ir.Load(t.loc(eqn), reg, device))
-    return _loaded(t, eqn, reg, device)
+    return _loaded(t, eqn, reg, device, ref, transforms)
 
 
 @rule("load", backend=GPU)
 def load(t: GpuThreadLowering, eqn, inputs):
     """`plgpu.load`: a load from SMEM with a chosen register layout, a plain load."""
     ref, *flat = inputs
-    reg, device = located_region(t, eqn, ref, "the loaded ref", eqn.params["tree"].unflatten(flat))
+    transforms = eqn.params["tree"].unflatten(flat)
+    reg, device = located_region(t, eqn, ref, "the loaded ref", transforms)
     t.emitter.emit(ir.Load(t.loc(eqn), reg, device))
-    return _loaded(t, eqn, reg, device)
+    return _loaded(t, eqn, reg, device, ref, transforms)
 
 
 @rule("swap", backend=GPU)
 def swap(t: GpuThreadLowering, eqn, inputs):
-    ref, _value, *flat = inputs
+    ref, value, *flat = inputs
     check_warp_access(t, eqn, "store")
-    reg, device = located_region(t, eqn, ref, "the stored ref", eqn.params["tree"].unflatten(flat))
+    transforms = eqn.params["tree"].unflatten(flat)
+    reg, device = located_region(t, eqn, ref, "the stored ref", transforms)
     t.emitter.emit(ir.Store(t.loc(eqn), reg, device))
-    return _loaded(t, eqn, reg, device)
+    if device is None:  # the thread's own store: followed (a peer's is the peer's business)
+        from semcheck.lower.memory import ref_of
+
+        target, every = ref_of(t, eqn, ref, "the stored ref", transforms)
+        t.memory.write(target, every, reg, value)
+    # The value a store replaces is not followed: reading it would count as a read of the
+    # buffer (gpu_data.py), and `ref[...] = v` drops it.
+    return [Opaque(f"the value the store into {reg.buffer} at {t.loc(eqn)} replaced") for _ in eqn.outvars]
 
 
 # --- GPU primitives without synchronization meaning ------------------------------------------------
@@ -297,7 +318,7 @@ def declare_gpu_ref(ctx, base: str, aval, origin: SemOrigin, loc: ir.Loc) -> Ref
 
 
 def barrier_info(dtype) -> MBarrier | None:
-    from jax._src.pallas.mosaic_gpu import core as gpu_core
+    gpu_core = jax_internal("gpu_core")
 
     if isinstance(dtype, gpu_core.ClusterBarrierType):
         axes: list[str] = []
@@ -423,7 +444,7 @@ def _bulk_semaphores(t: GpuThreadLowering, eqn, group: int) -> tuple[ir.SemRef, 
 
 def transformed_aval(eqn, position, treedef, params):
     """The aval of operand `position` after its transforms, or None when it cannot be told."""
-    from jax._src.state.types import TransformedRef
+    TransformedRef = jax_internal("state_types").TransformedRef
 
     try:
         flat_avals = [v.aval for v in eqn.invars]

@@ -19,6 +19,7 @@ from semcheck.lower.memory import semaphore_ref
 from semcheck.lower.registry import rule
 from semcheck.lower.tpu import resolve_device
 from semcheck.lower.values import Known, RefValue
+from semcheck.jax_compat import jax_internal
 
 
 def _signal(t: GpuThreadLowering, eqn, sem, transforms, inc, device_id, device_id_type, what="signal"):
@@ -122,9 +123,37 @@ def get_global(t: GpuThreadLowering, eqn, inputs):
     return [ref]
 
 
+BARRIER_SEMAPHORES_NOTE = (
+    "plgpu.get_barrier_semaphore() (Mosaic GPU, JAX newer than 0.11; from its documentation): "
+    "an array of GMEM semaphores per device that XLA zeroes before the module starts and that "
+    "every kernel with the same collective_id shares, so the kernel is checked from zero and "
+    "each one must be back to 0 when it ends (the next such kernel starts from what it left)"
+)
+
+
+@rule("get_barrier_semaphore", backend=GPU)
+def get_barrier_semaphore(t: GpuThreadLowering, eqn, inputs):
+    """One array per device, shared by every block (and kernel) of the collective_id."""
+    collective_id = getattr(t.kernel.gpu_compiler_params, "collective_id", None)
+    if collective_id is None:
+        raise t.error(eqn, "plgpu.get_barrier_semaphore() needs collective_id in plgpu.CompilerParams "
+                      "(its documentation says so; Mosaic GPU lowering rejects it otherwise)",
+                      hint="pass compiler_params=plgpu.CompilerParams(collective_id=<id>)")
+    ctx = t.kernel
+    name = "barrier_semaphores"
+    [out] = eqn.outvars
+    shape = tuple(int(d) for d in getattr(out.aval, "shape", ()))
+    if name not in ctx.semaphores:
+        ctx.unique(name)
+        ctx.semaphores[name] = ir.SemDecl(name, SemKind.GPU_GLOBAL, max(1, math.prod(shape)), SemOrigin.BARRIER,
+                                          Scope.DEVICE, int(collective_id), t.loc(eqn))
+        ctx.note(BARRIER_SEMAPHORES_NOTE)
+    return [RefValue(name, True, shape, getattr(out.aval, "dtype", None))]
+
+
 def _is_gmem_semaphore(aval) -> bool:
-    from jax._src import dtypes
-    from jax._src.pallas import core as pl_core
+    dtypes = jax_internal("dtypes")
+    pl_core = jax_internal("pallas_core")
 
     space = str(getattr(getattr(aval, "memory_space", None), "value", getattr(aval, "memory_space", ""))).lower()
     dtype = getattr(aval, "dtype", None)

@@ -1,5 +1,5 @@
 """Mosaic GPU constructs semcheck does not model, each refused with an error that names it
-and the kernel's line (never a silent "safe"). README, "Mosaic GPU kernel scripts", lists
+and the kernel's line (never a silent "safe"). docs/gpu.md, "What the GPU frontend models", lists
 them. Names are JAX 0.10.2's primitive names (jax/_src/pallas/mosaic_gpu/primitives.py)."""
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ REFUSED = {
                    "barriers, bar.sync / bar.arrive, any PTX), so what it synchronizes is unknown",
     "async_store_smem": "plgpu.async_store_smem (an asynchronous register-to-SMEM store) is not "
                         "modelled by semcheck yet",
-    "mgpu_atomic_store": "plgpu atomics (atomic_add, atomic_max, ...) are not modelled by semcheck "
-                         "yet: its race check has no atomic accesses",
     "query_cluster_cancel": "plgpu.try_cluster_cancel / query_cluster_cancel (dynamic block "
                             "scheduling) is not modelled by semcheck",
     "async_copy_scales_to_tmem": "plgpu.async_copy_scales_to_tmem is not modelled by semcheck yet",

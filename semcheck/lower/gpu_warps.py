@@ -32,6 +32,7 @@ from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering
 from semcheck.lower.interpreter import const_value, eval_jaxpr, unwrap
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue, unknown_data
+from semcheck.jax_compat import jax_internal
 
 WARPS_PER_WARPGROUP = 4  # jax/_src/pallas/mosaic_gpu/core.py, WarpMesh._NUM_WARPS_PER_WARPGROUP
 
@@ -88,7 +89,7 @@ def _fork_join_semaphores(t: GpuThreadLowering, eqn) -> tuple[str, str]:
 
 
 def _check_warp_map(t: GpuThreadLowering, eqn, mesh, what: str) -> None:
-    from jax._src.pallas.mosaic_gpu import core as gpu_core
+    gpu_core = jax_internal("gpu_core")
 
     if not isinstance(mesh, gpu_core.WarpMesh):
         raise t.error(eqn, f"a {what} over {type(mesh).__name__} inside a Mosaic GPU kernel: Mosaic GPU "

@@ -18,6 +18,7 @@ from semcheck.errors import LoadError
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.registry import lookup
 from semcheck.lower.values import Known, Opaque, RefValue, RunTimeElements, Sym, Value
+from semcheck.jax_compat import jax_internal
 
 # Results with more elements than this are data, not protocol: they are never folded.
 FOLD_LIMIT = 4096
@@ -55,7 +56,7 @@ def const_value(c) -> Value:
 
 
 def read_atom(env: dict, atom) -> Value:
-    from jax._src import core as jax_core
+    jax_core = jax_internal("core")
 
     if isinstance(atom, jax_core.Literal):
         value = atom.val
@@ -68,7 +69,7 @@ def read_atom(env: dict, atom) -> Value:
 
 
 def eval_jaxpr(t: ThreadLowering, jaxpr, consts: Sequence[Value], args: Sequence[Value]) -> list[Value]:
-    from jax._src import core as jax_core
+    jax_core = jax_internal("core")
 
     env: dict = {}
     for var, value in zip(jaxpr.constvars, consts):
@@ -214,7 +215,7 @@ def _size(aval) -> int:
 
 def subjaxprs(params: dict):
     """The open jaxprs among an eqn's params (alone or in tuples)."""
-    from jax._src import core as jax_core
+    jax_core = jax_internal("core")
 
     for value in params.values():
         for item in value if isinstance(value, (tuple, list)) else (value,):

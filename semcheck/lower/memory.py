@@ -21,15 +21,16 @@ from collections.abc import Callable
 import numpy as np
 
 from semcheck import ir
-from semcheck.lower.context import ThreadLowering, element_input_name
+from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, known, sym_op
+from semcheck.jax_compat import jax_internal
 
 
 def split_ref(value) -> tuple[object, tuple]:
     """(ref, transforms) of a ref operand that may be a TransformedRef."""
-    from jax._src.state.types import TransformedRef
+    TransformedRef = jax_internal("state_types").TransformedRef
 
     if isinstance(value, TransformedRef):
         inner, transforms = split_ref(value.ref)
@@ -98,7 +99,7 @@ def _find_select(value):
     rebuild(option) is the operand with that option in the selection's place; None when it
     has none. A selection is a TransformedRef over a tuple of refs with one SelectTransform
     (jax/_src/state/types.py); `.at[...]` on it wraps it in another TransformedRef."""
-    from jax._src.state.types import TransformedRef
+    TransformedRef = jax_internal("state_types").TransformedRef
 
     if not isinstance(value, TransformedRef):
         return None
@@ -181,7 +182,8 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
     indexes the view before it, so its starts count in that view's elements (scaled by its
     strides, offset by its starts). None when a transform is not indexing (only allowed
     when not exact)."""
-    from jax._src.state.indexing import NDIndexer, Slice
+    NDIndexer = jax_internal("state_indexing").NDIndexer
+    Slice = jax_internal("state_indexing").Slice
 
     view = _View([_Dim(0, 1, extent) for extent in ref.shape], list(range(len(ref.shape))),
                  [known(extent) for extent in ref.shape])
@@ -372,10 +374,11 @@ def _positions(ref: RefValue, transforms) -> tuple[np.ndarray, np.ndarray] | Non
     size is not known per thread, a window leaves its view (the caller then keeps the
     whole buffer, and JAX's clamping would hide that), or the buffer is too large."""
     import jax
-    from jax._src import dtypes
-    from jax._src.state import discharge
-    from jax._src.state.indexing import NDIndexer
-    from jax._src.state.types import BitcastTransform, ReshapeTransform
+    dtypes = jax_internal("dtypes")
+    discharge = jax_internal("state_discharge")
+    NDIndexer = jax_internal("state_indexing").NDIndexer
+    BitcastTransform = jax_internal("state_types").BitcastTransform
+    ReshapeTransform = jax_internal("state_types").ReshapeTransform
 
     from semcheck.lower.data import _concrete_transforms
 
@@ -413,7 +416,7 @@ def _positions(ref: RefValue, transforms) -> tuple[np.ndarray, np.ndarray] | Non
 
 
 def _inside_view(indexer, shape: tuple[int, ...]) -> bool:
-    from jax._src.state.indexing import Slice
+    Slice = jax_internal("state_indexing").Slice
 
     for index, extent in zip(indexer.indices, shape):
         if isinstance(index, Slice):
@@ -459,9 +462,6 @@ def _load(t: ThreadLowering, eqn, value, what: str, transforms) -> tuple[ir.Regi
     _emit_read(t, ir.Load(t.loc(eqn), reg))
     ref, all_transforms = ref_of(t, eqn, value, what, transforms)
     [out] = eqn.outvars[:1]
-    scalar = _scalar_prefetch_element(t, eqn, ref, reg)
-    if scalar is not None:
-        return reg, scalar
     return reg, t.memory.read(ref, all_transforms, reg, out.aval, _why(t, eqn, reg), FOLD_LIMIT)
 
 
@@ -515,31 +515,6 @@ def get(t: ThreadLowering, eqn, inputs):
     transforms = eqn.params["tree"].unflatten(flat)
     _reg, loaded = _load(t, eqn, ref, "the loaded ref", transforms)
     return [loaded]
-
-
-def _scalar_prefetch_element(t: ThreadLowering, eqn, ref: RefValue, reg: ir.Region) -> Sym | None:
-    """One integer element of a scalar-prefetch operand the kernel has not written: the
-    caller's value, so a protocol input (a signal count or wait value may depend on it)."""
-    [out] = eqn.outvars[:1]
-    aval = out.aval
-    prefetch = reg.buffer in t.kernel.scalar_operands
-    if tuple(aval.shape) != () or not (prefetch or t.kernel.assumed):
-        return None
-    if not (np.issubdtype(aval.dtype, np.integer) or aval.dtype == np.bool_):
-        return None
-    element = tuple(x for x in reg.start if isinstance(x, int))
-    if len(element) != len(reg.start) or any(size != 1 for size in reg.size):
-        return None  # an element chosen at run time: its value stays untracked
-    if not reg.start and math.prod(t.kernel.buffers[reg.buffer].shape) != 1:
-        return None
-    if t.memory.written_element(ref, reg):
-        return None  # the kernel's own store defines it (data.py)
-    # A blocked operand's element is a different array element in each block it holds.
-    held = t.block_held(reg.buffer)
-    if not prefetch and not t.kernel.is_assumed(element_input_name(reg.buffer, element, t.device, held)):
-        return None  # its value comes from the data (data.py)
-    name = t.kernel.scalar_input(reg.buffer, element, t.device, aval.dtype, t.loc(eqn), prefetch, held)
-    return Sym(ir.Reg(name), np.dtype(aval.dtype))
 
 
 @rule("swap")

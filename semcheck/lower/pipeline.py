@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from semcheck import ir
+from semcheck.jax_compat import jax_internal
 
 PIPELINE_BASIS = (
     "JAX 0.10.2's TPU interpreter copies an input block in before a grid step that is the "
@@ -113,7 +114,7 @@ def hbm_name(buffer: str) -> str:
 
 
 def _block_dims(bm) -> tuple[BlockDim, ...]:
-    from jax._src.pallas import core as pallas_core
+    pallas_core = jax_internal("pallas_core")
 
     return tuple(
         BlockDim(pallas_core.get_block_size(dim), not isinstance(dim, pallas_core.Blocked))
@@ -141,7 +142,7 @@ def uses_scalar_prefetch(grid_mapping, grid_rank: int) -> bool:
 
 
 def _prefetch_used(jaxpr, grid_rank: int) -> bool:
-    from jax._src import core as jax_core
+    jax_core = jax_internal("core")
 
     used = {v for eqn in jaxpr.eqns for v in eqn.invars if isinstance(v, jax_core.Var)}
     used |= {v for v in jaxpr.outvars if isinstance(v, jax_core.Var)}
@@ -150,7 +151,7 @@ def _prefetch_used(jaxpr, grid_rank: int) -> bool:
 
 def _block_index(bm, point: tuple[int, ...], scalar_values) -> tuple | None:
     import numpy as np
-    from jax._src import core as jax_core
+    jax_core = jax_internal("core")
 
     closed = bm.index_map_jaxpr
     jaxpr = closed.jaxpr

@@ -2,7 +2,9 @@
 
 Kernels lowered in one scope (one MLIR module of the script, or one jaxpr of
 `semcheck.verify(fn)`) are one program when a semaphore one kernel returns is an operand of
-a later one, or when they share a `collective_id` (and so its barrier semaphore). Within a
+a later one, when they share a `collective_id` (and so its barrier semaphore), or when a
+kernel compiled with disable_semaphore_checks=True is followed by one whose scratch
+semaphores start with what it leaves (`programs.carried_places`). Within a
 program, buffers one kernel returns and a later one takes are handed on too (the
 destination of a copy still landing). Kernels that pass only buffers to each other are
 still checked one by one: nothing of one kernel's synchronization then reaches the next.
@@ -18,7 +20,7 @@ The composition itself is `semcheck/programs.py`.
 from __future__ import annotations
 
 from semcheck import ir
-from semcheck.programs import Handover, compose, gpu_program_note
+from semcheck.programs import Handover, carried_places, compose, gpu_program_note
 
 
 def link_programs(captures: list, lowered: list[list[ir.Protocol]]) -> list[ir.Protocol]:
@@ -33,6 +35,9 @@ def link_programs(captures: list, lowered: list[list[ir.Protocol]]) -> list[ir.P
         for k in range(j):
             if _same_scope(captures[k], captures[j]) and _shared_ids(lowered[k], lowered[j]):
                 group.join(k, j)
+        before = next((k for k in reversed(range(j)) if _same_scope(captures[k], captures[j])), None)
+        if before is not None and _carries_leftovers(lowered[before], lowered[j]):
+            group.join(before, j)
     out: list[ir.Protocol] = []
     for members in group.groups():
         if len(members) == 1:
@@ -107,6 +112,12 @@ def _shared_ids(a: list[ir.Protocol], b: list[ir.Protocol]) -> bool:
         return {d.collective_id for p in ps for d in p.semaphores
                 if d.origin is ir.SemOrigin.BARRIER and d.collective_id is not None}
     return bool(ids(a) & ids(b))
+
+
+def _carries_leftovers(before: list[ir.Protocol], after: list[ir.Protocol]) -> bool:
+    """`after` runs next on every core and starts some scratch semaphore with what `before`
+    leaves there (it runs with disable_semaphore_checks=True: programs.carried_places)."""
+    return any(p.cores == q.cores and carried_places(p, q) for p in before for q in after)
 
 
 def _tpu(protocols: list[ir.Protocol]) -> bool:

@@ -14,6 +14,7 @@ import re
 import sysconfig
 
 from semcheck import ir
+from semcheck.jax_compat import jax_internal
 
 
 def _package_dir(module) -> str:
@@ -24,7 +25,9 @@ def _internal_patterns() -> re.Pattern[str]:
     import jax
 
     jax_dir = _package_dir(jax)
-    ops_dir = os.path.join(jax_dir, "experimental", "pallas", "ops") + os.sep
+    # The shipped kernels: jax/experimental/pallas/ops/, and jax/pallas/ops/ should the public
+    # jax.pallas namespace (JAX newer than 0.11) carry them.
+    ops_dirs = [os.path.join(jax_dir, *parts, "ops") + os.sep for parts in (("experimental", "pallas"), ("pallas",))]
     semcheck_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     excluded = [sysconfig.get_path("stdlib") + os.sep, semcheck_dir]
     try:
@@ -34,8 +37,9 @@ def _internal_patterns() -> re.Pattern[str]:
     except ImportError:  # pragma: no cover - jaxlib always comes with jax
         pass
     # Inside the jax package only the shipped ops are user code.
-    jax_internal = f"^{re.escape(jax_dir)}(?!{re.escape(ops_dir[len(jax_dir):])})"
-    return re.compile("|".join([jax_internal] + [f"^{re.escape(p)}" for p in excluded]))
+    shipped = "|".join(re.escape(d[len(jax_dir):]) for d in ops_dirs)
+    jax_own = f"^{re.escape(jax_dir)}(?!{shipped})"
+    return re.compile("|".join([jax_own] + [f"^{re.escape(p)}" for p in excluded]))
 
 
 _INTERNAL: re.Pattern[str] | None = None
@@ -50,18 +54,52 @@ def is_user_file(filename: str) -> bool:
     return _INTERNAL.search(os.path.abspath(filename)) is None
 
 
-def loc_of_traceback(traceback) -> ir.Loc | None:
-    """The innermost user frame of a JAX `Traceback`, or None."""
+# The most calls a location's chain names (the frames nearest the line are kept).
+MAX_CHAIN = 8
+
+
+class KernelBody:
+    """Which code object is the kernel body, where a location's call chain ends. JAX
+    records a traceback only up to the function it is tracing (the kernel body, or a loop
+    or branch body it traces for the kernel), so the outermost user frame of an eqn's
+    traceback is already the kernel's own code; the body is matched as well, so that a
+    JAX that recorded more would not name the script's calls into JAX. The body is known by
+    its file and the line its function starts at (`name` also matches a decorated body,
+    whose code starts at its first decorator line)."""
+
+    def __init__(self, name: str | None, loc: ir.Loc | None):
+        self.name = name
+        self.file = os.path.abspath(loc.file) if loc is not None else None
+        self.line = loc.line if loc is not None else 0
+
+    def is_body(self, code) -> bool:
+        if self.file is None or os.path.abspath(code.co_filename) != self.file:
+            return False
+        return code.co_firstlineno == self.line or (code.co_name == self.name and code.co_firstlineno <= self.line)
+
+
+def loc_of_traceback(traceback, body: KernelBody | None = None) -> ir.Loc | None:
+    """The innermost user frame of a JAX `Traceback`, or None. With the kernel `body`, a line
+    in a helper of the user's carries, as its `chain`, the user frames that called it, out
+    to the kernel's own code (see KernelBody)."""
     if traceback is None:
         return None
+    source_info_util = jax_internal("source_info_util")
     codes, lastis = traceback.raw_frames()
-    from jax._src import source_info_util
-
-    for code, lasti in zip(codes, lastis):
-        if is_user_file(code.co_filename):
-            frame = source_info_util.raw_frame_to_frame(code, lasti)
-            return ir.Loc(os.path.abspath(frame.file_name), frame.start_line)
-    return None
+    user = [(code, lasti) for code, lasti in zip(codes, lastis) if is_user_file(code.co_filename)]
+    if not user:
+        return None
+    innermost = source_info_util.raw_frame_to_frame(*user[0])
+    loc = ir.Loc(os.path.abspath(innermost.file_name), innermost.start_line)
+    if body is None or body.is_body(user[0][0]):
+        return loc
+    chain = []
+    for code, lasti in user[1:MAX_CHAIN + 1]:
+        frame = source_info_util.raw_frame_to_frame(code, lasti)
+        chain.append(ir.Frame(os.path.abspath(frame.file_name), frame.start_line, code.co_name))
+        if body.is_body(code):
+            break
+    return ir.Loc(loc.file, loc.line, tuple(chain))
 
 
 class Locator:
@@ -72,13 +110,14 @@ class Locator:
     lowering then uses the location of the enclosing eqn (the helper call in the kernel).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, body: KernelBody | None = None) -> None:
         self._cache: dict[int, ir.Loc | None] = {}
+        self.body = body
 
     def __call__(self, eqn) -> ir.Loc | None:
         key = id(eqn)
         if key not in self._cache:
-            self._cache[key] = loc_of_traceback(eqn.source_info.traceback)
+            self._cache[key] = loc_of_traceback(eqn.source_info.traceback, self.body)
         return self._cache[key]
 
 

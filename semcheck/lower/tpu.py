@@ -18,6 +18,7 @@ from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.memory import copy_data, for_each_selection, nbytes_of_window, region, semaphore_ref
 from semcheck.lower.registry import rule
+from semcheck.lower.tpu_hardware import dma_amount, nondecrementing_wait, note_by_hand
 from semcheck.lower.values import Known, Sym, sym_op
 
 
@@ -30,6 +31,8 @@ def resolve_device(t: ThreadLowering, eqn, device_id, device_id_type, what: str)
     if device_id is None:
         return None, None
     mesh = t.kernel.mesh
+    if device_id_type is None:  # JAX newer than 0.11 lets the id's form decide
+        device_id_type = _implied_id_type(t, eqn, device_id, what)
     if _is_logical(device_id_type):
         if isinstance(device_id, (tuple, list, dict)):
             raise t.error(eqn, f"{what}: a LOGICAL device id must be a single integer")
@@ -58,6 +61,20 @@ def resolve_device(t: ThreadLowering, eqn, device_id, device_id_type, what: str)
             coord = operand(t, eqn, coord, f"the {what} device id")
         linear = sym_op("add", linear, sym_op("mul", coord, stride))
     return linear, core
+
+
+def _implied_id_type(t: ThreadLowering, eqn, device_id, what: str) -> str:
+    """`device_id_type=None` (the default of `pl.semaphore_signal` in JAX newer than 0.11): a
+    tuple or dict id names mesh coordinates; a single id is the same either way on a mesh of
+    one axis; on a mesh of several axes semcheck does not know which JAX means."""
+    if isinstance(device_id, (tuple, list, dict)) or len(t.kernel.mesh.axis_names) <= 1:
+        return "MESH"
+    from semcheck.jax_compat import installed_version
+
+    raise t.error(eqn, f"{what}: a single device id with device_id_type=None on a mesh of several axes "
+                  f"({', '.join(t.kernel.mesh.axis_names)}; JAX {installed_version()}): semcheck does not "
+                  "know whether it is a logical id or a mesh coordinate",
+                  hint="pass device_id_type=pl.DeviceIdType.LOGICAL, or a tuple or dict of mesh coordinates")
 
 
 def _dict_to_coords(t: ThreadLowering, eqn, ids: dict, what: str):
@@ -94,6 +111,7 @@ def semaphore_signal(t: ThreadLowering, eqn, inputs):
         raise t.error(eqn, "the signal gives a core both in its device id dict and as core_index")
     core = dict_core if core_index is None else operand(t, eqn, core_index, "the signal's core_index")
     ref = semaphore_ref(t, eqn, sem, "the signalled semaphore", transforms, device=device, core=core)
+    note_by_hand(t, ref.alloc)
     t.emitter.emit(ir.Signal(t.loc(eqn), ref, operand(t, eqn, inc, "the signal increment")))
     return []
 
@@ -109,9 +127,10 @@ def semaphore_wait(t: ThreadLowering, eqn, inputs):
     if not isinstance(decrement, Known):
         raise t.error(eqn, "the decrement flag is not a constant")
     ref = semaphore_ref(t, eqn, sem, "the waited semaphore", transforms)
-    t.emitter.emit(
-        ir.Wait(t.loc(eqn), ref, operand(t, eqn, value, "the wait value"), bool(decrement.value))
-    )
+    note_by_hand(t, ref.alloc)
+    # A non-decrementing wait is checked as JAX lowers it for TPU (lower/tpu_hardware.py).
+    decrements = bool(decrement.value) or nondecrementing_wait(t, eqn)
+    t.emitter.emit(ir.Wait(t.loc(eqn), ref, operand(t, eqn, value, "the wait value"), decrements))
     return []
 
 
@@ -119,6 +138,7 @@ def semaphore_wait(t: ThreadLowering, eqn, inputs):
 def semaphore_read(t: ThreadLowering, eqn, inputs):
     sem, transforms = eqn.params["args_tree"].unflatten(inputs)
     ref = semaphore_ref(t, eqn, sem, "the read semaphore", transforms)
+    note_by_hand(t, ref.alloc)
     register = t.fresh_reg("read")
     t.emitter.emit(ir.Read(t.loc(eqn), ref, register))
     return [Sym(ir.Reg(register), np.dtype(np.int32))]
@@ -146,8 +166,9 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             dst=region(t, eqn, dst, "the DMA destination"),
             recv_sem=semaphore_ref(t, eqn, recv_sem, "the DMA's receive semaphore"),
             send_sem=None if send_sem is None else semaphore_ref(t, eqn, send_sem, "the DMA's send semaphore"),
-            # Mosaic counts the bytes of the destination memref (docs/semantics.md, "DMAs").
-            nbytes=nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination"),
+            # Mosaic counts the bytes of the destination memref, in the chip's 32-byte units
+            # (docs/semantics.md, "DMAs" and "What the hardware does").
+            nbytes=dma_amount(t, nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination")),
             device=device,
             core=core,
         )
@@ -176,7 +197,7 @@ def dma_wait(t: ThreadLowering, eqn, inputs):
             ir.DmaWait(
                 t.loc(eqn),
                 semaphore_ref(t, eqn, sem, f"the DMA {side} semaphore waited on"),
-                nbytes_of_window(t, eqn, dst, avals[1], "the waited DMA's destination"),
+                dma_amount(t, nbytes_of_window(t, eqn, dst, avals[1], "the waited DMA's destination")),
                 side,
             )
         )
@@ -185,8 +206,28 @@ def dma_wait(t: ThreadLowering, eqn, inputs):
     return []
 
 
+BARRIER_TAG_NOTE = (
+    "pltpu.get_barrier_semaphore(tag=...) (JAX newer than 0.11: kernels that pass the same tag "
+    "get the same barrier semaphore from XLA) is checked as the kernel's barrier semaphore of "
+    "its collective_id; semcheck has read the API's documentation, not its lowering"
+)
+
+
 @rule("get_barrier_semaphore")
 def get_barrier_semaphore(t: ThreadLowering, eqn, inputs):
+    if eqn.params.get("tag") is not None:
+        if t.kernel.collective_id is None:
+            from semcheck.jax_compat import installed_version
+
+            raise t.error(
+                eqn,
+                f"get_barrier_semaphore(tag={eqn.params['tag']!r}) in a kernel without a collective_id "
+                f"(JAX {installed_version()}): semcheck does not know whether XLA runs the default "
+                "device barrier before such a kernel, which decides whether a peer's signal can "
+                "arrive before this device entered",
+                hint="set pltpu.CompilerParams(collective_id=...) as well, or report this kernel",
+            )
+        t.kernel.note(BARRIER_TAG_NOTE)
     if t.kernel.collective_id is None:
         raise t.error(
             eqn,

@@ -33,7 +33,10 @@ from semcheck.lower.data import data_notes, initial_contents, unfollowed_operand
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
+from semcheck.lower.tpu_hardware import hardware_notes
 from semcheck.programs import handed_in_note, handed_out_note
+from semcheck.jax_compat import jax_internal
+from semcheck.tpu_facts import DMA_UNIT_BYTES
 
 ARRIVE, RELEASE = "device_barrier.arrive", "device_barrier.release"
 
@@ -68,6 +71,9 @@ class KernelCapture:
     # be that kernel's outputs, which the capture replaced with zeros (not used).
     after_other_kernel: set = field(default_factory=set)
     flow: KernelFlow | None = None
+    # The avals of the eqn's operands, as JAX lowers the call: what JAX's own TPU lowering
+    # of the kernel needs (lower/jax_tpu_lowering.py).
+    in_avals: tuple = ()
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
@@ -76,13 +82,24 @@ def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> lis
     lower = {"pallas_call": _pallas_call, "mpmd_map": _mpmd_map}.get(capture.primitive)
     if lower is None:
         raise LoadError(f"semcheck cannot lower a captured {capture.primitive!r}")
-    protocols = lower(capture, tpu_cores)
+    protocols = _with_jax_tpu_lowering(capture, lower(capture, tpu_cores))
     stops = [cut for p in protocols for _thread, cut in ir.cuts(p)]
     if stops:
         error = LoadError(stops[0].message, stops[0].loc, stops[0].hint)
         error.prefixes = protocols
         raise error
     return protocols
+
+
+def _with_jax_tpu_lowering(capture: KernelCapture, protocols: list[ir.Protocol]) -> list[ir.Protocol]:
+    """The TPU kernel's protocols with JAX's own Pallas TPU lowering's answer (whether it
+    builds for a TPU: lower/jax_tpu_lowering.py), asked once per captured kernel."""
+    if not protocols or any(p.backend is not Backend.TPU for p in protocols):
+        return protocols
+    from semcheck.lower.jax_tpu_lowering import lower_for_tpu, with_outcome
+
+    outcome = lower_for_tpu(capture)
+    return [with_outcome(p, outcome, p.loc) for p in protocols]
 
 
 # --- pallas_call -----------------------------------------------------------------------------
@@ -192,7 +209,7 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
             kernel_loc,
             hint="check each mesh's kernel with its own pl.kernel call",
         )
-    from jax._src.pallas.mosaic import core as tpu_core
+    tpu_core = jax_internal("tpu_core")
 
     from semcheck.lower.gpu_kernel import is_gpu_mesh
     from semcheck.lower.gpu_layout import lower_gpu_kernel
@@ -268,7 +285,7 @@ def _first_user_loc(jaxpr) -> ir.Loc | None:
 def _tpu_compiler_params(compiler_params, name, loc):
     if compiler_params is None:
         return None
-    from jax._src.pallas.mosaic import core as tpu_core
+    tpu_core = jax_internal("tpu_core")
 
     if not isinstance(compiler_params, tpu_core.CompilerParams):
         raise LoadError(
@@ -298,7 +315,7 @@ def _auto_collective_ids() -> str:
 
 
 def _uses_barrier_semaphore(jaxpr) -> bool:
-    from jax._src import core as jax_core
+    jax_core = jax_internal("core")
 
     return any(
         eqn.primitive.name == "get_barrier_semaphore"
@@ -320,6 +337,7 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
         allow_unused_collective_id=bool(
             getattr(compiler_params, "allow_collective_id_without_custom_barrier", False)
         ),
+        semaphore_checks=not getattr(compiler_params, "disable_semaphore_checks", False),
         assumed=capture.assumed,
     )
     mode = _auto_collective_ids()
@@ -372,7 +390,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         ctx.pipeline = _pipeline(ctx, grid_mapping, refs, n_scalar, points, data or {}, call_loc)
     barrier = _declare_default_barrier(ctx, devices)
     threads = _lower_with_copied_data(ctx, jaxpr, refs, points, barrier)
-    for note in modelling_notes(ctx, devices, barrier):
+    for note in modelling_notes(ctx, devices, barrier) + hardware_notes(ctx):
         ctx.note(note)
     unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
     if unused_id and not ctx.allow_unused_collective_id:
@@ -395,6 +413,8 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         frontend="tpu",
         notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
         data_uses=tuple(ctx.data_uses),
+        findings=tuple(ctx.findings),
+        dma_unit=DMA_UNIT_BYTES,
         ports=ir.Ports(
             operands=("",) * n_leading + tuple(r.alloc for r in refs[:n_inputs]),
             results=tuple(r.alloc for r in refs[n_inputs:n_inputs + n_results]),
@@ -531,14 +551,17 @@ class _PassState:
     notes: list
     data_uses: list
     names: set
+    findings: list
 
     @classmethod
     def of(cls, ctx: KernelContext) -> "_PassState":
-        return cls(list(ctx.inputs), dict(ctx._scalar_inputs), list(ctx.notes), list(ctx.data_uses), set(ctx._names))
+        return cls(list(ctx.inputs), dict(ctx._scalar_inputs), list(ctx.notes), list(ctx.data_uses), set(ctx._names),
+                   list(ctx.findings))
 
     def restore(self, ctx: KernelContext) -> None:
         ctx.inputs, ctx._scalar_inputs = list(self.inputs), dict(self.scalar_inputs)
         ctx.notes, ctx.data_uses, ctx._names = list(self.notes), list(self.data_uses), set(self.names)
+        ctx.findings = list(self.findings)
         ctx.read_points, ctx.payloads = {}, {}
         ctx.read_buffers.clear()
 

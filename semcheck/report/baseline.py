@@ -72,5 +72,6 @@ def without_known(results: list[Result], known: frozenset[str], source: str) -> 
         if verdict is Verdict.VIOLATION and not any(v.severity == "error" for v in kept):
             verdict = Verdict.SAFE
         note = f"{gone} finding{'s' if gone != 1 else ''} known from the baseline {source} not reported"
-        out.append(replace(r, violations=kept, verdict=verdict, notes=[*r.notes, note]))
+        out.append(replace(r, violations=kept, verdict=verdict, notes=[*r.notes, note],
+                           known_findings=r.known_findings + gone))
     return out, hidden

@@ -5,7 +5,7 @@ counts is one line; a check that errored or ran out of budget is one line too.""
 from __future__ import annotations
 
 from semcheck.ir import display_path
-from semcheck.report.findings import collect
+from semcheck.report.findings import collect, problems
 from semcheck.report.text import no_verdict_reason
 from semcheck.result import Result, Verdict
 
@@ -13,12 +13,13 @@ from semcheck.result import Result, Verdict
 def render(results: list[Result], *, judgements=None, **_options) -> str:
     expected = expected_violations(results, judgements)
     lines = []
-    for finding in collect(results):
-        loc = finding.location
-        devices = ", ".join(map(str, finding.devices))
-        tail = " (expected)" if all(id(v) in expected for _, v in finding.members) else ""
-        lines.append(f"{display_path(loc.file)}:{max(loc.line, 1)}:1: {finding.kind}: {finding.headline} "
-                     f"[{finding.result.kernel}, {devices} device{'s' if finding.devices != [1] else ''}]{tail}")
+    for problem in problems(collect(results)):  # one line per root cause, at its line
+        loc = problem.location
+        devices = ", ".join(map(str, problem.devices))
+        tail = " (expected)" if all(id(v) in expected for _, v in problem.members) else ""
+        found = f" ({problem.found_at})" if problem.found_at else ""
+        lines.append(f"{display_path(loc.file)}:{max(loc.line, 1)}:1: {problem.kind}: {problem.first.headline}{found} "
+                     f"[{problem.first.result.kernel}, {devices} device{'s' if problem.devices != [1] else ''}]{tail}")
     for r in results:
         if r.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE):
             lines.append(f"{display_path(r.file)}:{max(r.line, 1)}:1: {r.verdict.value}: {check_problem(r)} "

@@ -3,6 +3,7 @@ count, with where its time went (capturing a script takes seconds; checking it o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, TextIO
 
 from semcheck.ir import display_path
@@ -32,3 +33,31 @@ def capture_line_printer(stream: TextIO, before: Callable[[], None] | None = Non
         stream.flush()
 
     return show
+
+
+@dataclass
+class Position:
+    """Where a run is: how many of its (file, device count) checks are done, of how many."""
+
+    total: int
+    finished: int = 0
+
+    def done(self, *_task) -> None:
+        self.finished += 1
+
+    def __str__(self) -> str:
+        return f"[{min(self.finished + 1, self.total)}/{self.total}]" if self.total > 1 else ""
+
+
+def progress_line(kernel: str, devices: int, info, position: Position | None = None, budget=None) -> str:
+    """`semcheck: [3/12] ring [8 devices]: 12,345 states (of 2,000,000), 4,100 states/s,
+    frontier 310, depth 40, 3 s of 600 s`: a check's progress, with the run's totals and
+    what is left of the check's budget."""
+    at = f" {position}" if position is not None and str(position) else ""
+    where = f"semcheck:{at} {kernel} [{devices} device{'s' if devices != 1 else ''}{', ' + info.part if info.part else ''}]"
+    seconds = f"{info.seconds:.0f} s" + (f" of {budget.timeout:g} s" if budget is not None and budget.timeout else "")
+    if info.what:  # an engine that counts no states says what it is doing
+        return f"{where}: {info.what}, {seconds}"
+    states = f"{info.states:,} states" + (f" (of {budget.max_states:,})" if budget is not None and budget.max_states else "")
+    return (f"{where}: {states}, {info.rate:,.0f} states/s, frontier {info.frontier:,}, depth {info.depth}, "
+            f"{seconds}")

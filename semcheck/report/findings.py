@@ -39,10 +39,15 @@ class FindingId:
     subject: str
     line_text: str
     occurrence: int = 0
+    # For a line in a helper the kernel calls: each calling line's text and occurrence
+    # (ir.Loc.chain), so that two calls of one helper are two findings. Empty otherwise,
+    # which leaves the fingerprints of lines in the kernel body as they were.
+    calls: str = ""
 
     @property
     def fingerprint(self) -> str:
-        key = "\0".join([self.kind, self.file, self.kernel, self.subject, self.line_text, str(self.occurrence)])
+        parts = [self.kind, self.file, self.kernel, self.subject, self.line_text, str(self.occurrence)]
+        key = "\0".join(parts + ([self.calls] if self.calls else []))
         return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -72,10 +77,18 @@ class Finding:
 
     @property
     def devices(self) -> list[int]:
-        return [r.devices for r, _ in self.members]
+        """The device counts it was found at, each once (a check can find it on several
+        semaphore instances or devices)."""
+        return sorted({r.devices for r, _ in self.members})
 
     @property
     def headline(self) -> str:
+        """What is wrong in one line: its root cause where one is named, else the first
+        sentence of its message."""
+        if self.violation.cause is not None:
+            from semcheck.report.causes import statement
+
+            return statement(self.violation.cause)
         return headline(self.violation.message, self.kind)
 
     @property
@@ -114,12 +127,12 @@ def collect(results: list[Result], root: str | None = None) -> list[Finding]:
             loc = violation.location or Loc(result.file, result.line)
             what = subject(violation)
             key = (result.kernel, os.path.abspath(result.file) if result.file else "", violation.kind,
-                   os.path.abspath(loc.file), loc.line, what)
+                   os.path.abspath(loc.file), loc.line, loc.chain, what)
             finding = groups.get(key)
             if finding is None:
                 text = _line_text(loc)
                 base = FindingId(violation.kind, relative_to_root(loc.file, root), result.kernel, what,
-                                 text, _occurrence(loc, text))
+                                 text, _occurrence(loc, text), _calls(loc))
                 finding = groups[key] = Finding(base, loc)
             finding.members.append((result, violation))
     return list(groups.values())
@@ -135,6 +148,16 @@ def _occurrence(loc: Loc, text: str) -> int:
     if not text:
         return 0
     return sum(line.strip() == text for line in linecache.getlines(loc.file)[: loc.line - 1])
+
+
+def _calls(loc: Loc) -> str:
+    """Each calling line of `loc`'s chain as its text and occurrence (see FindingId.calls)."""
+    calls = []
+    for frame in loc.chain:
+        at = Loc(frame.file, frame.line)
+        text = _line_text(at)
+        calls.append(f"{text}#{_occurrence(at, text)}")
+    return "\n".join(calls)
 
 
 def _line_text(loc: Loc) -> str:
@@ -172,3 +195,53 @@ def relative_to_root(path: str, root: str) -> str:
     if absolute == root or absolute.startswith(root.rstrip(os.sep) + os.sep):
         return os.path.relpath(absolute, root).replace(os.sep, "/")
     return absolute
+
+
+@dataclass
+class Problem:
+    """The findings one root cause explains (a finding without a named cause is a problem of
+    its own): what the one-line formats (concise, github) print one line for."""
+
+    findings: list[Finding]
+
+    @property
+    def first(self) -> Finding:
+        return self.findings[0]
+
+    @property
+    def location(self) -> Loc:
+        cause = self.first.violation.cause
+        return cause.site if cause is not None else self.first.location
+
+    @property
+    def kind(self) -> str:
+        """The kind, or the kinds a root cause was found as: "data_race+semaphore_leftover"."""
+        return "+".join(dict.fromkeys(sorted(f.kind for f in self.findings)))
+
+    @property
+    def devices(self) -> list[int]:
+        return sorted({n for f in self.findings for n in f.devices})
+
+    @property
+    def members(self) -> list[tuple[Result, Violation]]:
+        return [m for f in self.findings for m in f.members]
+
+    @property
+    def found_at(self) -> str:
+        """For a root cause found as several findings: "found as data_race at lines 57, 62;
+        semaphore_leftover at line 54"; empty for one finding."""
+        if len(self.findings) < 2:
+            return ""
+        from semcheck.report.causes import found_as
+
+        return "found as " + found_as(f.violation for f in self.findings)
+
+
+def problems(findings: list[Finding]) -> list[Problem]:
+    """`findings` grouped by root cause, in the order first found."""
+    grouped: dict[object, Problem] = {}
+    for f in findings:
+        cause = f.violation.cause
+        key = (f.result.kernel, f.result.file, cause.key) if cause is not None else id(f)
+        grouped.setdefault(key, Problem([])).findings.append(f)
+    return list(grouped.values())

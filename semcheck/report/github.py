@@ -10,7 +10,7 @@ GitHub shows at most 10 annotations of each level per step; the job summary
 from __future__ import annotations
 
 from semcheck.report.concise import expected_violations, check_problem
-from semcheck.report.findings import collect, relative_to_root, repository_root
+from semcheck.report.findings import collect, problems, relative_to_root, repository_root
 from semcheck.result import Result, Verdict
 
 
@@ -34,15 +34,21 @@ def render(results: list[Result], *, judgements=None, **_options) -> str:
     root = repository_root()
     expected = expected_violations(results, judgements)
     lines = []
-    for finding in collect(results, root):
-        devices = ", ".join(map(str, finding.devices))
-        declared = all(id(v) in expected for _, v in finding.members)
+    for problem in problems(collect(results, root)):  # one annotation per root cause, at its line
+        finding = problem.first
+        devices = ", ".join(map(str, problem.devices))
+        declared = all(id(v) in expected for _, v in problem.members)
         level = "notice" if declared else ("warning" if finding.severity == "warning" else "error")
-        message = f"{finding.headline} (kernel {finding.result.kernel}; {devices} devices)"
+        found = f"; {problem.found_at}" if problem.found_at else ""
+        message = f"{finding.headline} (kernel {finding.result.kernel}; {devices} devices{found})"
+        if finding.violation.cause is not None:
+            from semcheck.report.causes import fix
+
+            message += f". Fix: {fix(finding.violation.cause)}"
         if declared:
             message += "; declared expected"
-        lines.append(command(level, message, file=relative_to_root(finding.location.file, root),
-                             line=finding.location.line, title=f"semcheck: {finding.kind}"))
+        lines.append(command(level, message, file=relative_to_root(problem.location.file, root),
+                             line=problem.location.line, title=f"semcheck: {problem.kind}"))
     for r in results:
         if r.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE):
             level = "error" if r.verdict is Verdict.ERROR else "warning"

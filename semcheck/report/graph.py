@@ -44,6 +44,7 @@ import textwrap
 import networkx as nx
 
 from semcheck.ir import Loc, core_unit, thread_name
+from semcheck.kinds import LOWERING_KINDS
 from semcheck.result import BlockedWait, Result, StepEvent, TraceStep, Violation
 
 LANE, STEP, BLOCKED, COLLAPSED, AT_EXIT = "lane", "step", "blocked", "collapsed", "at_exit"
@@ -217,12 +218,19 @@ def _tooltip(loc: Loc | None) -> str:
     if loc is None:
         return ""
     source = linecache.getline(loc.file, loc.line).strip()
-    return f"{os.path.basename(loc.file)}:{loc.line}: {source}" if source else f"{os.path.basename(loc.file)}:{loc.line}"
+    text = f"{os.path.basename(loc.file)}:{loc.line}: {source}" if source else f"{os.path.basename(loc.file)}:{loc.line}"
+    for frame in loc.chain:  # a line in a helper: the calls from the kernel body, each quoted
+        call = linecache.getline(frame.file, frame.line).strip()
+        text += f"\n  called from {os.path.basename(frame.file)}:{frame.line}: {call}" if call else \
+            f"\n  called from {os.path.basename(frame.file)}:{frame.line}"
+    return text
 
 
 def graphs_for(results: list[Result]) -> list[tuple[Result, Violation]]:
-    """The counterexamples worth drawing: every error-severity violation of every result."""
-    return [(r, v) for r in results for v in r.errors]
+    """The counterexamples worth drawing: every error-severity violation of every result but
+    the lowering's own findings, which no schedule shows (`kinds.LOWERING_KINDS`)."""
+    lowering = {k.value for k in LOWERING_KINDS}
+    return [(r, v) for r in results for v in r.errors if v.kind not in lowering]
 
 
 # --- what matters ------------------------------------------------------------------------------
@@ -460,11 +468,21 @@ def _lane_label(key: LaneKey, cores: int, unit: str) -> str:
 
 
 def _where(loc: Loc | None, kernel_file: str) -> str:
+    """"line 12", or "helpers.py:12"; a line in a helper adds the kernel's line that called
+    it ("line 12 (from 40)")."""
     if loc is None:
         return ""
-    if kernel_file and os.path.abspath(loc.file) == os.path.abspath(kernel_file):
-        return f"line {loc.line}"
-    return f"{os.path.basename(loc.file)}:{loc.line}"
+    where = _at(loc.file, loc.line, kernel_file)
+    if loc.chain:
+        outer = loc.chain[-1]  # the kernel body's own line
+        where += f" (from {outer.line if outer.file == loc.file else _at(outer.file, outer.line, kernel_file)})"
+    return where
+
+
+def _at(file: str, line: int, kernel_file: str) -> str:
+    if kernel_file and os.path.abspath(file) == os.path.abspath(kernel_file):
+        return f"line {line}"
+    return f"{os.path.basename(file)}:{line}"
 
 
 def _line(loc: Loc | None) -> int | None:

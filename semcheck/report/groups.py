@@ -1,11 +1,13 @@
 """One problem, one report: the violations of a kernel's checks (at several device counts,
 core splits or invocation counts) grouped by what makes them the same bug.
 
-Two violations are one problem when they have the same kind, source line, semaphore
-declaration and related lines (the other access of a race, the waits of a deadlock's
-cycle). Device ids, semaphore instances and traces differ between device counts; the
-problem does not. Each group is shown once, by its smallest counterexample (fewest
-devices, then fewest trace steps), with the other checks it was also found in.
+Two violations are one problem when they have the same root cause (`Violation.cause`: a
+copy never waited for is one problem, whatever leftovers and races it leads to), or, where
+no root cause is named, the same kind, source line, semaphore declaration and related lines
+(the other access of a race, the waits of a deadlock's cycle). Device ids, semaphore
+instances and traces differ between device counts; the problem does not. Each group is
+shown once, by its smallest counterexample (fewest devices, then fewest trace steps), with
+the other checks and violations it was also found in.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class ProblemKey:
     location: Loc | None
     semaphore: str | None  # the declaration's name
     related: frozenset[Loc]  # the other line of a race; the lines of a deadlock's cycle
+    cause: tuple | None = None  # the root cause's key (then `kind` is the cause's kind)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,10 @@ class ProblemGroup:
 
 
 def problem_key(result: Result, violation: Violation) -> ProblemKey:
+    cause = violation.cause
+    if cause is not None:
+        return ProblemKey(file=result.file, kernel=result.kernel, kind=cause.kind.value, location=cause.site,
+                          semaphore=cause.semaphore, related=frozenset(), cause=cause.key)
     related: set[Loc | None] = set(violation.related)
     related |= {violation.blocked[i].location for i in violation.cycle}
     return ProblemKey(
@@ -102,3 +109,13 @@ def sizes_text(checks: list[Result]) -> str:
     if len(invocations) == 1 and invocations[0] > 1:
         text += f" ({invocations[0]} invocations)"
     return text
+
+
+def members(results: list[Result], group: ProblemGroup) -> list[tuple[Result, Violation]]:
+    """Every violation of `group`, with its check."""
+    return [(results[ref.result], results[ref.result].violations[ref.violation]) for ref in group.refs]
+
+
+def violation_kinds(results: list[Result], group: ProblemGroup) -> list[str]:
+    """The violation kinds a problem was found as, in the order first found."""
+    return list(dict.fromkeys(v.kind for _, v in members(results, group)))

@@ -1,4 +1,4 @@
-"""`--format json`: one object, `{"semcheck": version, "results": [...]}` (the JSON contract in the README)."""
+"""`--format json`: one object, `{"semcheck": version, "results": [...]}` (the JSON contract in docs/formats.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import overload
 
 from semcheck.ir import DataUse, Loc, display_path
 from semcheck.report import groups
-from semcheck.result import BlockedWait, MissingAction, Result, TraceStep, Violation
+from semcheck.result import BlockedWait, MissingAction, Result, RootCause, TraceStep, Violation
 from semcheck.version import __version__
 
 
@@ -20,7 +20,14 @@ def location(loc: Loc | None) -> dict | None: ...
 
 
 def location(loc: Loc | None) -> dict | None:
-    return None if loc is None else {"file": display_path(loc.file), "line": loc.line}
+    """{"file", "line"}, and for a line in a helper the kernel calls, "calls": the calls that
+    led there (the helper's caller first, the kernel body's line last; ir.Loc.chain)."""
+    if loc is None:
+        return None
+    out: dict = {"file": display_path(loc.file), "line": loc.line}
+    if loc.chain:
+        out["calls"] = [{"file": display_path(f.file), "line": f.line, "function": f.function} for f in loc.chain]
+    return out
 
 
 def step_dict(step: TraceStep) -> dict:
@@ -33,6 +40,7 @@ def step_dict(step: TraceStep) -> dict:
         "text": step.text,
         "location": location(step.location),
         "semaphore": step.semaphore,
+        "declaration": step.declaration,
         "before": step.before,
         "after": step.after,
         "fed_by": list(step.fed_by),
@@ -98,7 +106,7 @@ def missing_dict(m: MissingAction) -> dict:
         "in_flight": m.in_flight,
         "sites": [
             {"thread": s.thread, "location": location(s.location), "what": s.what, "adds": s.adds,
-             "ran": s.ran, "step": s.step, "not_run": s.not_run}
+             "ran": s.ran, "step": s.step, "not_run": s.not_run, "device": s.device, "core": s.core}
             for s in m.sites
         ],
         "absent": [
@@ -106,6 +114,28 @@ def missing_dict(m: MissingAction) -> dict:
              "reaches": list(a.reaches)}
             for a in m.absent
         ],
+    }
+
+
+def cause_dict(c: RootCause) -> dict:
+    """A root cause: its kind, lines and offsets, and the same in words (`statement`, `fix`)."""
+    from semcheck.report import causes
+
+    return {
+        "kind": c.kind.value,
+        "site": location(c.site),
+        "semaphore": c.semaphore,
+        "sides": list(c.sides),
+        "last_only": c.last_only,
+        "wait": location(c.wait),
+        "by": location(c.by),
+        "writer": location(c.writer),
+        "by_offset": c.by_offset,
+        "want_offset": c.want_offset,
+        "before": location(c.before),
+        "steps": list(c.steps),
+        "statement": causes.statement(c),
+        "fix": causes.fix(c),
     }
 
 
@@ -133,9 +163,25 @@ def violation_dict(v: Violation) -> dict:
         out["missing"] = [missing_dict(m) for m in v.missing]
     if v.hint:
         out["hint"] = v.hint
+    if v.cause is not None:
+        out["cause"] = cause_dict(v.cause)
     if v.loop_from is not None:
         out["loop_from"] = v.loop_from  # the trace's steps from here on repeat for ever
+    if v.found_by:
+        out["found_by"] = list(v.found_by)  # the engines that found it; the trace is the first one's
+    if v.rests_on:
+        out["rests_on"] = [{"rule": r.rule, "switch": r.switch} for r in v.rests_on]
     return out
+
+
+def _caused_by(r: Result, v: Violation) -> dict | None:
+    """The root cause of a consequence: its index in the result's violations (null when a
+    filter such as --baseline left it out), kind and location."""
+    cause = v.caused_by
+    if cause is None:
+        return None
+    index = next((i for i, w in enumerate(r.violations) if w is cause), None)
+    return {"index": index, "kind": cause.kind, "location": location(cause.location)}
 
 
 def result_dict(r: Result) -> dict:
@@ -150,7 +196,9 @@ def result_dict(r: Result) -> dict:
         "cores": r.cores,
         "engine": r.engine,
         "verdict": r.verdict.value,
-        "violations": [violation_dict(v) for v in r.violations],
+        "violations": [{**violation_dict(v), **({"caused_by": _caused_by(r, v)} if v.caused_by else {})}
+                       for v in r.violations],
+        "first_only": r.first_only,  # stopped at the first counterexample (--exhaustive: every finding)
         "stats": {
             "states": r.stats.states,
             "transitions": r.stats.transitions,
@@ -162,6 +210,16 @@ def result_dict(r: Result) -> dict:
         "error": r.error,
         "notes": r.notes,
         "data_uses": [data_use_dict(u) for u in r.data_uses],
+        "values": values_dict(r),
+    }
+
+
+def values_dict(r: Result) -> dict:
+    """What the verdict holds for (result.CheckedValues): the operands whose script values
+    decided the protocol, and every input checked over a range."""
+    return {
+        "script": list(r.values.script),
+        "ranges": [{"name": i.name, "lo": i.lo, "hi": i.hi, "assumed": i.assumed} for i in r.values.ranges],
     }
 
 
@@ -250,6 +308,8 @@ def groups_list(results: list[Result]) -> list[dict]:
             "location": location(g.key.location),
             "semaphore": g.key.semaphore,
             "related": sorted((location(loc) for loc in g.key.related), key=lambda d: (d["file"], d["line"])),
+            "kinds": groups.violation_kinds(results, g),  # what a root cause's problem was found as
+            "cause": cause_dict(shown.cause) if g.key.cause is not None and shown.cause is not None else None,
             "shown": _ref_dict(results, g.shown),
             "checks": [_ref_dict(results, ref) for ref in g.refs],
         })

@@ -1,8 +1,8 @@
 """`--format sarif`: SARIF 2.1.0 for GitHub code scanning and other SARIF viewers.
 
 * One rule per violation kind (all of them, so a viewer can tell "checked, nothing found"
-  from "not checked"), with a full description, `help` (the kind's page in `docs/kinds/`,
-  in Markdown) and a `helpUri` to that page.
+  from "not checked"), with a full description and `help`: the kind's whole page from
+  `docs/kinds/`, in Markdown (the pages ship with the package, so no link has to resolve).
 * One result per finding (`report/findings.py`): the same violation at the same place found
   at 2, 4 and 8 devices is one result, with one code flow per device count. Its message
   starts with the headline (what an alert list shows), and its `partialFingerprints` carry
@@ -35,7 +35,8 @@ from semcheck.ir import Loc, core_unit, thread_name
 from semcheck.kinds import DESCRIPTIONS, SEVERITY, Kind
 from semcheck.report import findings as findings_module
 from semcheck.report.findings import FINGERPRINT_KEY, Finding
-from semcheck.report.kinds import FULL_DESCRIPTIONS, help_markdown, page_path
+from semcheck.report import causes
+from semcheck.report.kinds import FULL_DESCRIPTIONS, help_markdown
 from semcheck.version import REPOSITORY_URL, __version__
 from semcheck.result import Result, TraceStep, Verdict, Violation
 
@@ -101,7 +102,6 @@ def _rule(kind: Kind) -> dict:
         "shortDescription": {"text": DESCRIPTIONS[kind]},
         "fullDescription": {"text": FULL_DESCRIPTIONS[kind]},
         "help": {"text": FULL_DESCRIPTIONS[kind], "markdown": help_markdown(kind)},
-        "helpUri": f"{REPOSITORY_URL}/blob/v{__version__}/{page_path(kind)}",
         "defaultConfiguration": {"level": level},
         "properties": {"tags": ["concurrency", "pallas", "semaphore"], "problem.severity": level},
     }
@@ -112,7 +112,8 @@ def _result(finding: Finding, rule_index: dict, expectation, root: str) -> dict:
     devices = finding.devices
     counts = ", ".join(map(str, devices))
     rest = violation.message.strip()
-    message = (f"{finding.headline}.\n\n{rest}\n\n(kernel {result.kernel}; found with {counts} "
+    fix = f"\n\nFix: {causes.fix(violation.cause)}." if violation.cause is not None else ""
+    message = (f"{finding.headline}.\n\n{rest}{fix}\n\n(kernel {result.kernel}; found with {counts} "
                f"device{'s' if devices != [1] else ''})")
     out = {
         "ruleId": violation.kind,
@@ -122,12 +123,14 @@ def _result(finding: Finding, rule_index: dict, expectation, root: str) -> dict:
         "locations": [_location(finding.location, root)],
         "partialFingerprints": {FINGERPRINT_KEY: finding.fingerprint},
         "properties": {"kernel": result.kernel, "devices": devices, "backend": result.frontend,
-                       "semantics": result.backend, "engine": result.engine},
+                       "semantics": result.backend, "engine": result.engine,
+                       **_provenance(violation, root)},
     }
     related = _related_locations(violation, finding.location, root)
     if related:
         out["relatedLocations"] = related
-    flows = [flow for i, (r, v) in enumerate(finding.members)
+    first_per_check = list({r.devices: (r, v) for r, v in reversed(finding.members)}.values())[::-1]
+    flows = [flow for i, (r, v) in enumerate(first_per_check)
              if (flow := _code_flow(r, v, root, whole_threads=i == 0)) is not None]
     if flows:
         out["codeFlows"] = flows
@@ -137,6 +140,20 @@ def _result(finding: Finding, rule_index: dict, expectation, root: str) -> dict:
             "status": "accepted",
             "justification": f"declared expected: {expectation.where}",
         }]
+    return out
+
+
+def _provenance(v, root: str) -> dict:
+    """Which engines found it, the root cause it follows from, the readings it rests on."""
+    out: dict = {}
+    if v.found_by:
+        out["foundBy"] = list(v.found_by)
+    if v.caused_by is not None and v.caused_by.location is not None:
+        out["causedBy"] = {"kind": v.caused_by.kind,
+                           "file": findings_module.relative_to_root(v.caused_by.location.file, root),
+                           "line": v.caused_by.location.line}
+    if v.rests_on:
+        out["restsOn"] = [{"rule": r.rule, "switch": r.switch} for r in v.rests_on]
     return out
 
 
@@ -162,6 +179,7 @@ def _artifact(path: str, root: str) -> dict:
 def _related_locations(violation: Violation, primary: Loc, root: str) -> list[dict]:
     out: list[dict] = []
     seen = {primary}
+    _add_calls(out, primary, root, "this line")
     for b in violation.blocked:
         loc = b.location
         if loc is None or loc in seen:
@@ -173,7 +191,25 @@ def _related_locations(violation: Violation, primary: Loc, root: str) -> list[di
         if isinstance(loc, Loc) and loc not in seen:
             seen.add(loc)
             out.append(_location(loc, root, "the other access", len(out) + 1))
+            _add_calls(out, loc, root, "the other access")
     return out
+
+
+def _add_calls(out: list[dict], loc: Loc, root: str, what: str) -> None:
+    """The kernel's calls that led to `loc`, a line in a helper (ir.Loc.chain), as related
+    locations: the helper's caller first, the kernel body's line last."""
+    for frame in loc.chain:
+        where = f" in {frame.function}" if frame.function else ""
+        out.append(_location(Loc(frame.file, frame.line), root, f"{what} is reached from this call{where}",
+                             len(out) + 1))
+
+
+def _stack(loc: Loc, root: str) -> dict:
+    """A SARIF stack: the line itself, then each call that led to it (ir.Loc.chain)."""
+    frames = [{"location": _location(loc.bare(), root)}]
+    frames += [{"location": _location(Loc(f.file, f.line), root, f"called from {f.function}" if f.function else None)}
+               for f in loc.chain]
+    return {"message": {"text": f"{loc.bare()} {loc.chain_text()}"}, "frames": frames}
 
 
 Lane = tuple[int, int]  # (device, core): the thread a step or a blocked wait belongs to
@@ -239,13 +275,16 @@ def _code_flow(result: Result, violation: Violation, root: str, *, whole_threads
             continue
         lane = (b.device, b.core or 0, b.sub)
         names[lane] = b.name
-        threads.setdefault(lane, []).append({
+        blocked: dict = {
             "location": _location(b.location, root, f"blocked: {b.what} on {b.semaphore} needs "
                                                     f"{b.needs}, has {b.has}"),
             "executionOrder": order,
             "importance": "essential" if primary is None or i in primary else "important",
             "kinds": ["danger"],
-        })
+        }
+        if b.location.chain:
+            blocked["stack"] = _stack(b.location, root)
+        threads.setdefault(lane, []).append(blocked)
     if not threads:
         return None
     thread_flows = []
@@ -275,6 +314,8 @@ def _flow_step(step: TraceStep, violation: Violation, root: str) -> dict:
     }
     if fault:
         entry["kinds"] = ["danger"]
+    if step.location.chain:  # a line in a helper: the calls from the kernel body that led there
+        entry["stack"] = _stack(step.location, root)
     return entry
 
 

@@ -68,7 +68,8 @@ def problem_lines(results: list[Result]) -> list[str]:
     for g in found:
         where = f"{display_path(g.key.location.file)}:{g.key.location.line}" if g.key.location else g.key.kernel
         sem = f" ({g.key.semaphore})" if g.key.semaphore else ""
-        rows.append((g.key.kind, where + sem, groups.checks_text(results, g.refs)))
+        kind = "+".join(groups.violation_kinds(results, g)) if g.key.cause is not None else g.key.kind
+        rows.append((kind, where + sem, groups.checks_text(results, g.refs)))
     widths = [max(len(row[c]) for row in rows) for c in range(2)]
     out = [f"  {len(found)} distinct problem{'s' if len(found) != 1 else ''}:"]
     out += [f"    {kind:<{widths[0]}}  {where:<{widths[1]}}  at {checks}" for kind, where, checks in rows]

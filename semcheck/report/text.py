@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import textwrap
+from dataclasses import dataclass
 
 from semcheck.ir import Loc, core_unit, display_path, thread_name
-from semcheck.report import groups
+from semcheck.report import causes, colour, groups, origins
+from semcheck.report.folding import Fold, devices_text, fold_trace
 from semcheck.report.summary import summary_table  # noqa: F401  (part of this module's API)
 from semcheck.result import Result, Verdict, Violation
 
@@ -23,25 +26,55 @@ _VERDICT_WORDS = {
 
 def render(
     results: list[Result], *, max_trace_steps: int = 0, judgements=None, all_traces: bool = False,
-    width: int = 0, **_options
+    width: int = 0, verbose: bool = False, color: bool = False, **_options
 ) -> str:
-    """One verdict line per check; then, per kernel, each distinct problem once, by its
-    smallest counterexample, with the other checks it was also found in (`report/groups.py`).
-    `all_traces` shows every check's violations in full instead.
+    """One verdict line per check; then, per kernel, each distinct problem once (one per
+    root cause, `report/groups.py`), by its smallest counterexample, with the other checks
+    it was also found in. `all_traces` shows every check's violations in full instead.
+
+    A trace shows the steps the problem depends on most and folds the rest (`folding.py`);
+    `verbose` shows every step it depends on, and the results' notes (otherwise counted).
+    `color` paints the verdicts and the fix lines for a terminal.
 
     With `judgements` (expectations judged), a check that got its declared verdict is one
     line (and its notes, which qualify it); an unexpected one is reported in full, with what
     was declared."""
+    style = Style(max_trace_steps=max_trace_steps, verbose=verbose)
     if all_traces:
-        report = _render_every_check(results, max_trace_steps=max_trace_steps, judgements=judgements)
+        report = _render_every_check(results, style, judgements=judgements)
     else:
         blocks = []
         for indices in _by_kernel(results):
-            blocks.append(_render_kernel(results, indices, max_trace_steps, judgements))
+            blocks.append(_render_kernel(results, indices, style, judgements))
+        notes = _notes_hidden(results, verbose)
+        if notes:
+            blocks[-1] += "\n" + notes
         if len(results) > 1 or judgements is not None:
             blocks.append(summary_table(results, judgements, problems=True))
         report = "\n\n".join(blocks) + "\n"
-    return _wrap_verdict_lines(report, width) if width else report
+    report = _wrap_verdict_lines(report, width) if width else report
+    return colour.paint_report(report) if color else report
+
+
+@dataclass(frozen=True)
+class Style:
+    """How much a text report shows."""
+
+    max_trace_steps: int = 0  # at most this many steps of a trace (0: the folded default, or all with verbose)
+    verbose: bool = False  # every causal step of a trace, every note
+
+
+def _notes_hidden(results: list[Result], verbose: bool) -> str:
+    """The last line when notes were left out: how many, and how to see them."""
+    if verbose:
+        return ""
+    count = len({note for r in results for note in r.notes})
+    if not count:
+        return ""
+    return f"  {count} modelling note{'s' if count != 1 else ''} {_NOTES_COUNTED}"
+
+
+_NOTES_COUNTED = "(what the verdicts rest on): shown with -v, and in --format json and sarif"
 
 
 def _wrap_verdict_lines(report: str, width: int) -> str:
@@ -50,7 +83,7 @@ def _wrap_verdict_lines(report: str, width: int) -> str:
     for line in report.split("\n"):
         if len(line) > width and line.startswith(tuple(f"{w}:" for w in _VERDICT_WORDS.values())):
             out.extend(textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False))
-        elif len(line) > width and line.startswith(("  note: ", "  note [")):
+        elif len(line) > width and (line.startswith(("  note: ", "  note [")) or _NOTES_COUNTED in line):
             out.extend(textwrap.wrap(line, width, subsequent_indent="        ", break_on_hyphens=False))
         else:
             out.append(line)
@@ -65,13 +98,14 @@ def _by_kernel(results: list[Result]) -> list[list[int]]:
     return list(kernels.values())
 
 
-def _render_kernel(results: list[Result], indices: list[int], max_trace_steps: int, judgements) -> str:
+def _render_kernel(results: list[Result], indices: list[int], style: Style, judgements) -> str:
     lines = []
     in_full = []
     for i in indices:
         r = results[i]
         judgement = judgements[i] if judgements is not None else None
         lines.append(verdict_line(r))
+        lines.extend(values_lines(r))
         if judgement is not None and judgement.matched and r.verdict is Verdict.VIOLATION:
             lines.append(f"  expected: {_declared(judgement)}")
             continue
@@ -86,10 +120,21 @@ def _render_kernel(results: list[Result], indices: list[int], max_trace_steps: i
         r = shown[problem.shown.result]
         v = r.violations[problem.shown.violation]
         lines.append("")
-        lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, max_trace_steps=max_trace_steps,
-                                      unit=core_unit(r.backend), seen_at=_seen_at(shown, problem)))
-    lines.extend(_note_lines(results, indices))
+        lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, style=style, unit=core_unit(r.backend),
+                                      seen_at=_seen_at(shown, problem), devices=r.devices,
+                                      found_as=_found_as(shown, problem)))
+    if style.verbose:
+        lines.extend(_note_lines(results, indices))
     return "\n".join(lines)
+
+
+def _found_as(results: list[Result], problem: groups.ProblemGroup) -> str:
+    """For a problem with a root cause, the violations it was found as: "semaphore_leftover
+    at line 54; data_race at lines 57, 62 (5 violations)"."""
+    members = groups.members(results, problem)
+    if problem.key.cause is None or len(members) < 2:
+        return ""
+    return f"{causes.found_as(v for _, v in members)} ({len(members)} violations)"
 
 
 def _note_lines(results: list[Result], indices: list[int]) -> list[str]:
@@ -116,19 +161,22 @@ def _seen_at(results: list[Result], problem: groups.ProblemGroup) -> str:
     return f"at {here}; also at {groups.checks_text(results, elsewhere)}"
 
 
-def _render_every_check(results: list[Result], *, max_trace_steps: int, judgements) -> str:
+def _render_every_check(results: list[Result], style: Style, *, judgements) -> str:
     blocks = []
     for i, r in enumerate(results):
         judgement = judgements[i] if judgements is not None else None
         if judgement is not None and judgement.matched and r.verdict is Verdict.VIOLATION:
-            blocks.append("\n".join([verdict_line(r), f"  expected: {_declared(judgement)}",
-                                     *(f"  note: {note}" for note in r.notes)]))
+            blocks.append("\n".join([verdict_line(r), *values_lines(r), f"  expected: {_declared(judgement)}",
+                                     *(f"  note: {note}" for note in r.notes if style.verbose)]))
             continue
-        block = render_result(r, max_trace_steps=max_trace_steps)
+        block = render_result(r, style=style)
         if judgement is not None and not judgement.matched:
             block += f"\n  UNEXPECTED: {judgement.reason}" + (
                 f" (declared at {judgement.expected.where})" if judgement.expected else "")
         blocks.append(block)
+    notes = _notes_hidden(results, style.verbose)
+    if notes and blocks:
+        blocks[-1] += "\n" + notes
     if len(results) > 1 or judgements is not None:
         blocks.append(summary_table(results, judgements))
     return "\n\n".join(blocks) + "\n"
@@ -155,11 +203,18 @@ def verdict_line(r: Result) -> str:
         head += f" x {r.cores} {core_unit(r.backend)}s"
     head += f", {r.backend} rules]" if r.verdict is not Verdict.ERROR else "]"
     word = _VERDICT_WORDS[r.verdict]
-    if r.verdict is Verdict.SAFE:
+    if r.verdict is Verdict.SAFE and r.known_findings:
+        detail = (f"no new findings: {r.known_findings} known from the baseline "
+                  f"{'is' if r.known_findings == 1 else 'are'} not reported")
+    elif r.verdict is Verdict.SAFE:
         detail = "no deadlock, unsatisfied wait, leftover, bad id, data race or early arrival in any schedule"
     elif r.verdict is Verdict.VIOLATION:
         kinds = sorted({v.kind for v in r.errors})
-        detail = f"{len(r.errors)} violation{'s' if len(r.errors) != 1 else ''}: {', '.join(kinds)}"
+        problems = len({groups.problem_key(r, v) for v in r.errors})
+        of = f" of {problems} problem{'s' if problems != 1 else ''}" if problems < len(r.errors) else ""
+        detail = f"{len(r.errors)} violation{'s' if len(r.errors) != 1 else ''}{of}: {', '.join(kinds)}"
+        if r.exhausted:  # found before a budget ran out: what was not explored may hold more
+            detail += f" (the search stopped early: {r.exhausted}; there may be more)"
     elif r.verdict is Verdict.INCONCLUSIVE:
         detail = no_verdict_reason(r)
     else:
@@ -181,65 +236,146 @@ def verdict_line(r: Result) -> str:
             f"  ({r.stats.states:,} states, {r.stats.transitions:,} transitions, "
             f"{r.stats.seconds:.2f} s, {r.engine})"
         )
-    return f"{word}: {head} {where}: {detail}{stats}"
+    return f"{word}: {head} {where}: {detail}{origins.first_only_text(r)}{stats}"
 
 
-def render_result(r: Result, *, max_trace_steps: int = 0) -> str:
-    lines = [verdict_line(r)]
+# Operands or ranges named in the values line; the rest are counted (the JSON lists them all).
+VALUES_SHOWN = 3
+_INT_RANGES = {(-(1 << 31), (1 << 31) - 1): "int32", (0, (1 << 32) - 1): "uint32",
+               (-(1 << 63), (1 << 63) - 1): "int64", (-(1 << 15), (1 << 15) - 1): "int16",
+               (-(1 << 7), (1 << 7) - 1): "int8", (0, 255): "uint8"}
+
+
+def values_lines(r: Result) -> list[str]:
+    """One short line saying what the verdict holds for (result.CheckedValues): the
+    operands whose script values decided the protocol, and the inputs checked over a range,
+    one per family (`init_flag_ref[0]` for its per-device inputs `init_flag_ref[0]@d0`, ...)."""
+    values = r.values
+    if not values:
+        return []
+    parts = []
+    if values.script:
+        parts.append(f"as the script passed {_few(list(values.script))}")
+    if values.ranges:
+        families = dict.fromkeys(
+            (re.sub(r"@d\d+", "", i.name), i.lo, i.hi, i.assumed) for i in values.ranges)
+        parts.append("over ranges " + _few([
+            f"{name} {_range_text(lo, hi)}{' (assumed)' if assumed else ''}" for name, lo, hi, assumed in families]))
+    return ["  values: " + "; ".join(parts)]
+
+
+def _range_text(lo: int, hi: int) -> str:
+    kind = _INT_RANGES.get((lo, hi))
+    return f"any {kind}" if kind else f"{lo}..{hi}"
+
+
+def _few(names: list[str]) -> str:
+    if len(names) <= VALUES_SHOWN + 1:  # "and 1 more" would be no shorter
+        return ", ".join(names)
+    return ", ".join(names[:VALUES_SHOWN]) + f" and {len(names) - VALUES_SHOWN} more"
+
+
+def render_result(r: Result, *, max_trace_steps: int = 0, style: Style | None = None) -> str:
+    style = style or Style(max_trace_steps=max_trace_steps)
+    lines = [verdict_line(r), *values_lines(r)]
     for v in r.errors + r.warnings:
         lines.append("")
-        lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, max_trace_steps=max_trace_steps,
-                                      unit=core_unit(r.backend)))
-    for note in r.notes:
-        lines.append(f"  note: {note}")
+        lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, style=style, unit=core_unit(r.backend),
+                                      devices=r.devices))
+    if style.verbose:
+        lines.extend(f"  note: {note}" for note in r.notes)
     return "\n".join(lines)
 
 
 def render_violation(
     v: Violation, *, kernel_file: str = "", cores: int = 1, max_trace_steps: int = 0, unit: str = "core",
-    seen_at: str = "",
+    seen_at: str = "", style: Style | None = None, devices: int = 0, found_as: str = "",
 ) -> list[str]:
-    who = thread_name(v.device, v.core, 0, cores, unit) if v.device is not None else "protocol"
-    where = _loc(v.location)
-    lines = [f"  {v.severity}: {v.kind} ({who}) at {where}" + (f"  [{seen_at}]" if seen_at else "")]
-    excerpt = source_excerpt(v.location)
-    if excerpt and v.location is not None:
-        lines.append(f"    {v.location.line:>5} | {excerpt}")
-    lines.extend("    " + part for part in v.message.split("\n"))
+    """A violation: what and where, its source line, why (its root cause where one is named,
+    else its message and what could have changed its semaphore), its trace, and the fix."""
+    style = style or Style(max_trace_steps=max_trace_steps, verbose=True)
+    seen = f"  [{seen_at}]" if seen_at else ""
+    if v.caused_by is not None:  # reported under the violation its path passes through, just above
+        who = thread_name(v.device, v.core, 0, cores, unit) if v.device is not None else "protocol"
+        return [f"  {v.severity}: {v.kind} ({who}) at {_loc(v.location)}{seen}"] + origins.folded(v)
+    cause = v.cause
+    if cause is not None:
+        lines = [f"  {v.severity}: {causes.statement(cause)}{seen}"]
+        lines.extend(_excerpt_lines(cause.site))
+        who = f" on {thread_name(v.device, v.core, 0, cores, unit)}" if v.device is not None else ""
+        lines.append(f"    found as: {found_as}" if found_as else
+                     f"    found as: {v.kind} at {_short_loc(v.location, kernel_file)}{who}")
+    else:
+        who = thread_name(v.device, v.core, 0, cores, unit) if v.device is not None else "protocol"
+        lines = [f"  {v.severity}: {v.kind} ({who}) at {_loc(v.location)}{seen}"]
+        lines.extend(_excerpt_lines(v.location))
+        lines.extend("    " + part for part in v.message.split("\n"))
+    lines.extend(origins.provenance_lines(v))
     if v.inputs:
         values = ", ".join(f"{name} = {value}" for name, value in v.inputs.items())
         lines.append(f"    with inputs: {values}")
     lines.extend(_other_blocked_lines(v))
-    for m in v.missing:
-        lines.extend(missing_lines(m, kernel_file))
-    if v.trace:
-        steps = v.trace
-        shown = relevant_steps(v, max_trace_steps)
-        count = f"{len(steps)} step{'s' if len(steps) != 1 else ''}"
-        if v.kind == "unsatisfied_wait" and not v.blocked:  # a loop that spins for ever
-            head = "trace into the loop it never leaves, then one turn of it"
-        else:
-            head = "trace to " + ("the stuck state" if v.kind in ("deadlock", "unsatisfied_wait") else "it")
-        if len(shown) < len(steps):
-            lines.append(f"    {head}: the {len(shown)} of its {count} that it depends on "
-                         f"({len(steps) - len(shown)} elided):")
-        else:
-            lines.append(f"    {head} ({count}):")
-        width = max(len(s.actor) for s in shown)
-        for s in shown:
-            at = _short_loc(s.location, kernel_file)
-            if s.kernel:
-                at = f"{s.kernel} {at}"
-            fed = f"  <- step{'s' if len(s.fed_by) > 1 else ''} {', '.join(map(str, s.fed_by))}" if s.fed_by else ""
-            lines.append(f"      {s.index:>4}. {s.actor:<{width}}  {s.text}{fed}  [{at}]")
-    elif v.kind in ("deadlock", "unsatisfied_wait"):
-        lines.append("    the initial state is already stuck: every thread starts at a wait")
-    if v.hint:
-        lines.append(f"    fix: {v.hint}")
+    if cause is None or style.verbose:
+        for m in v.missing:
+            lines.extend(missing_lines(m, kernel_file, devices))
+    lines.extend(_trace_lines(v, kernel_file, style, devices, shown_with=cause is not None))
+    fix = causes.fix(cause) if cause is not None else v.hint
+    if fix:
+        lines.append(f"    fix: {fix}")
     return lines
 
 
-def missing_lines(m, kernel_file: str = "") -> list[str]:
+def _excerpt_lines(loc: Loc | None) -> list[str]:
+    """The source line, and for a line in a helper the calls through the user's files that led there."""
+    excerpt = source_excerpt(loc)
+    if not excerpt or loc is None:
+        return []
+    return [f"    {loc.line:>5} | {excerpt}", *call_lines(loc)]
+
+
+def _trace_lines(v: Violation, kernel_file: str, style: Style, devices: int, shown_with: bool) -> list[str]:
+    """The trace: with `style.verbose` (or a step limit) every step the violation depends
+    on (the `max_trace_steps` closest); by default the ones it depends on most, the runs
+    between them folded into a line each."""
+    if not v.trace:
+        if v.kind in ("deadlock", "unsatisfied_wait"):
+            return ["    the initial state is already stuck: every thread starts at a wait"]
+        return []
+    steps = v.trace
+    count = f"{len(steps)} step{'s' if len(steps) != 1 else ''}"
+    if v.kind == "unsatisfied_wait" and not v.blocked:  # a loop that spins for ever
+        head = "trace into the loop it never leaves, then one turn of it"
+    elif shown_with:  # a root cause's problem: say which of its violations the trace reaches
+        head = f"trace to the {v.kind} at {_short_loc(v.location, kernel_file)}"
+        if v.device is not None:
+            head += f" on device {v.device}"
+    else:
+        head = "trace to " + ("the stuck state" if v.kind in ("deadlock", "unsatisfied_wait") else "it")
+    if style.verbose or style.max_trace_steps:
+        shown: list = relevant_steps(v, style.max_trace_steps)
+        left_out = len(steps) - len(shown)
+        lines = [f"    {head}: the {len(shown)} of its {count} that it depends on ({left_out} elided):"
+                 if left_out else f"    {head} ({count}):"]
+    else:
+        shown, unrelated = fold_trace(v, devices)
+        folded = sum(item.count for item in shown if isinstance(item, Fold))
+        lines = [f"    {head} ({count}: {len(shown) - sum(isinstance(i, Fold) for i in shown)} shown, {folded} folded"
+                 + (f", {unrelated} not involved" if unrelated else "") + "; -v shows every step):"]
+    width = max((len(s.actor) for s in shown if not isinstance(s, Fold)), default=0)
+    for s in shown:
+        if isinstance(s, Fold):
+            span = f"{s.first}-{s.last}" if s.count > 1 else f"{s.first}."
+            lines.append(f"      {span:>9} ... {s.summary}")
+            continue
+        at = _short_loc(s.location, kernel_file)
+        if s.kernel:
+            at = f"{s.kernel} {at}"
+        fed = f"  <- step{'s' if len(s.fed_by) > 1 else ''} {', '.join(map(str, s.fed_by))}" if s.fed_by else ""
+        lines.append(f"      {s.index:>4}. {s.actor:<{width}}  {s.text}{fed}  [{at}]")
+    return lines
+
+
+def missing_lines(m, kernel_file: str = "", devices: int = 0) -> list[str]:
     """What could have changed the semaphore of a stuck wait or a leftover, and what did."""
     takes = m.needs is None
     state = f"holds {m.has}" if takes else f"needs {m.needs}, has {m.has}"
@@ -260,14 +396,24 @@ def missing_lines(m, kernel_file: str = "") -> list[str]:
     for (where, what, adds), sites in ran.items():
         steps = ", ".join(str(site.step) for site in sites)
         role = "added to it" if adds else "took from it"
-        out.append(f"      {what} at {where} on {_names(tuple(site.thread for site in sites))} ran and "
+        out.append(f"      {what} at {where} on {_threads_text(sites, devices)} ran and "
                    f"{role} (step{'s' if len(sites) > 1 else ''} {steps})")
     for a in m.absent:
         reaches = ", ".join(a.reaches[:3]) + (f" and {len(a.reaches) - 3} more" if len(a.reaches) > 3 else "")
+        missing = (devices_text(a.missing_devices, devices) if a.missing_devices
+                   else _names(a.missing_on))
         out.append(f"      {_short_loc(a.location, kernel_file)}'s {a.what} adds to {reaches}, but "
-                   f"{_names(a.missing_on)} {'has' if len(a.missing_on) == 1 else 'have'} no such "
+                   f"{missing} {'has' if len(a.missing_on) == 1 else 'have'} no such "
                    f"{a.what}: none reaches {m.semaphore}")
     return out
+
+
+def _threads_text(sites, devices: int) -> str:
+    """The threads of `sites`, each once: "device 1", "devices 0-3", "every device"; named
+    one by one where a device has several threads."""
+    if all(site.device is not None and site.core is None for site in sites):
+        return devices_text([site.device for site in sites], devices)
+    return _names(tuple(dict.fromkeys(site.thread for site in sites)))
 
 
 def _names(threads: tuple[str, ...]) -> str:
@@ -306,13 +452,25 @@ def source_excerpt(loc: Loc | None) -> str:
     return linecache.getline(loc.file, loc.line).rstrip()
 
 
+def call_lines(loc: Loc) -> list[str]:
+    """For a line in a helper the kernel calls: each call that led there, with its source."""
+    out = []
+    for frame in loc.chain:
+        where = f" in {frame.function}" if frame.function else ""
+        call = linecache.getline(frame.file, frame.line).strip()
+        at = f"line {frame.line}" if frame.file == loc.file else f"{display_path(frame.file)}:{frame.line}"
+        out.append(f"          called at {at}{where}" + (f": {call}" if call else ""))
+    return out
+
+
 def _loc(loc: Loc | None) -> str:
-    return f"{display_path(loc.file)}:{loc.line}" if loc else "(no location)"
+    return str(loc) if loc else "(no location)"
 
 
 def _short_loc(loc: Loc | None, kernel_file: str) -> str:
     if loc is None:
         return ""
     if kernel_file and os.path.abspath(loc.file) == os.path.abspath(kernel_file):
-        return f"line {loc.line}"
+        outer = loc.chain[-1] if loc.chain else None  # the kernel body's line that called the helper
+        return f"line {loc.line}" + (f" from {outer.line}" if outer is not None and outer.file == loc.file else "")
     return _loc(loc)

@@ -14,7 +14,7 @@ import shlex
 import subprocess
 import sys
 
-# Exit codes of semcheck verify (README, "Usage"): which ones fail the step for each fail-on.
+# Exit codes of semcheck verify (docs/cli.md, "Synopsis and exit codes"): which ones fail the step for each fail-on.
 FAILING = {
     "violation": {1, 2},
     "inconclusive": {1, 2, 3},
@@ -31,13 +31,19 @@ def flag(name: str) -> str:
 def command() -> list[str]:
     argv = [sys.executable, "-m", "semcheck", "verify", *shlex.split(flag("PATHS"))]
     for name, option in (("DEVICES", "--devices"), ("ENGINE", "--engine"), ("BASELINE", "--baseline"),
-                         ("CATEGORY", "--category"), ("JOBS", "--jobs")):
+                         ("CATEGORY", "--category")):
         if flag(name):
             argv += [option, flag(name)]
+    argv += ["--jobs", jobs()]
     if flag("EXPECTATIONS").lower() in ("yes", "true", "1", ""):
         argv.append("--expectations")
     argv += ["--format", "github", "--sarif", sarif_path()]
     return argv
+
+
+def jobs() -> str:
+    """The `jobs` input, or by default (action.yml) the runner's cores."""
+    return flag("JOBS") or str(os.cpu_count() or 1)
 
 
 def sarif_path() -> str:

@@ -254,7 +254,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 edges[i].append((j, action))
         for finding, initial, actions in endless.findings(system, states, edges, ended, tree_path):
             found.add(finding, initial, actions)
-    if group is not None:
+    if group is not None and not (stop_at_first and found.has_errors):  # one counterexample: no images
         _add_images(system, ind, group, found, silence_reported_races)
     found.states = on_path + len(states)
     found.transitions = transitions

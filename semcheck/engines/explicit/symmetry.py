@@ -83,7 +83,7 @@ class Rotations:
                 n = self.system.protocol.devices
                 moved = ((starts[dim] // extent + shift) % n) * extent
                 starts = starts[:dim] + (moved,) + starts[dim + 1:]
-        return Access(a.write, self._buffer(a.buffer, shift), starts, a.sizes)
+        return Access(a.write, self._buffer(a.buffer, shift), starts, a.sizes, a.atomic)
 
     def event(self, e: Event, g: int) -> Event:
         shift = g * self.step
@@ -274,11 +274,13 @@ def rotate_instr(instr: ir.Instr, shift: int, n: int, slots: dict | None = None,
     slots, shapes = slots or {}, shapes or {}
     if isinstance(instr, ir.DmaStart):
         device, dst_device = _device(instr.device, shift, n), _device(instr.dst_device, shift, n)
+        src_device = _device(instr.src_device, shift, n)
         recv, send = _ref(instr.recv_sem, shift, n), _ref(instr.send_sem, shift, n)
         src, dst = _region(instr.src, shift, n, slots, shapes), _region(instr.dst, shift, n, slots, shapes)
-        if _REFUSE in (device, dst_device, recv, send, src, dst):
+        if _REFUSE in (device, dst_device, src_device, recv, send, src, dst):
             return None
-        return replace(instr, device=device, dst_device=dst_device, recv_sem=recv, send_sem=send, src=src, dst=dst)
+        return replace(instr, device=device, dst_device=dst_device, src_device=src_device, recv_sem=recv,
+                       send_sem=send, src=src, dst=dst)
     if isinstance(instr, (ir.Load, ir.Store)):
         region = _region(instr.region, shift, n, slots, shapes)
         device = _device(instr.device, shift, n)

@@ -113,6 +113,8 @@ class NodeVars:
     completions: dict[int, "Completion"] = field(default_factory=dict)  # side -> its completion
     accesses: list[SymAccess] = field(default_factory=list)  # what a load, store or copy touches
     resets: dict[int, z3.ArithRef] = field(default_factory=dict)  # entry: sid -> -(count before)
+    # entry: sid -> count before, of a semaphore the entry keeps (not checked at exit)
+    held: dict[int, z3.ArithRef] = field(default_factory=dict)
 
     _done: SymBool | None = None
     _final: SymBool | None = None
@@ -378,6 +380,10 @@ class Encoding:
         if instr.dst_device is not None:  # a peer's memory (`semantics._device_in_mesh`)
             places, inside = self._peer_places(nv.t, instr.dst, instr.dst_device, regs)
             faults[INVALID_DEVICE] = OR(faults[INVALID_DEVICE], AND(*(NOT(f) for f in faults.values()), NOT(inside)))
+        src_places = None
+        if instr.src_device is not None:  # read from a peer's memory (a GPU TMA load from a remote_ref)
+            src_places, inside = self._peer_places(nv.t, instr.src, instr.src_device, regs)
+            faults[INVALID_DEVICE] = OR(faults[INVALID_DEVICE], AND(*(NOT(f) for f in faults.values()), NOT(inside)))
         # Then the windows (`semantics._check_window`), once both semaphores resolved.
         outside = OR(self._outside(nv.t, instr.src, regs), self._outside(nv.t, instr.dst, regs))
         faults[INVALID_REGION] = AND(*(NOT(f) for f in faults.values()), outside)
@@ -409,7 +415,8 @@ class Encoding:
                 inst = self.system.instances[sid]
                 core = inst.core if inst.core is not None else thread.core
                 landing.append((self.buffer_instance(instr.dst, inst.device, core), cond))
-            src = self.region(nv.t, instr.src, regs, False, [(self.buffer_instance(instr.src, thread.device, thread.core), True)])
+            reading = src_places or [(self.buffer_instance(instr.src, thread.device, thread.core), True)]
+            src = self.region(nv.t, instr.src, regs, False, reading)
             dst = self.region(nv.t, instr.dst, regs, True, landing)
             nv.accesses = [src, dst]
 
@@ -443,6 +450,9 @@ class Encoding:
             reset = z3.Int(f"reset_t{nv.t}_n{nv.node.index}_s{sid}")
             nv.resets[sid] = reset
             self._add_change(Change(nv.t, nv.done, [(sid, True)], reset, nv.pos, nv))
+        for sid in self.system.entry_checks(nv.t):
+            if sid not in nv.resets:  # kept: its count carries into the invocation
+                nv.held[sid] = z3.Int(f"held_t{nv.t}_n{nv.node.index}_s{sid}")
         self.entries.append(nv)
 
     def buffer_instance(self, region: ir.Region, device: int, core: int | None) -> int:
@@ -607,6 +617,11 @@ class Encoding:
             self.ordering.append(IMPLIES(entry.done, reset == _negate(exact)))
             self.constraints.append(IMPLIES(entry.done, AND(GE(reset, _negate(high)), GE(_negate(low), reset))))
             self.constraints.append(IMPLIES(NOT(entry.done), reset == 0))
+        for sid, held in entry.held.items():
+            exact, low, high = self._count_before(entry, sid)
+            self.ordering.append(IMPLIES(entry.done, held == exact))
+            self.constraints.append(IMPLIES(entry.done, AND(GE(held, low), GE(high, held))))
+            self.constraints.append(IMPLIES(NOT(entry.done), held == 0))
 
     # -- hazards: what a transition records in the state (semantics `Hazard`) --
 
@@ -845,13 +860,13 @@ class Encoding:
         for entry in self.entries:
             if self.system.invocation_at[entry.t][entry.node.pc] < 1:
                 continue
-            for sid, reset in entry.resets.items():
+            for sid, count in (*entry.resets.items(), *entry.held.items()):
                 inst = self.system.instances[sid]
                 landing = [
                     AND(cond, self._in_flight(c, entry.pos))
                     for c in self.completions for s, cond in _change(c).candidates if s == sid
                 ]
-                left = OR(NOT(EQ(reset, 0)), *landing)
+                left = OR(NOT(EQ(count, 0)), *landing)
                 self._add_hazard((Kind.SEMAPHORE_LEFTOVER, inst.decl.name, inst.index), AND(entry.done, left))
 
     def final_count(self, sid: int) -> SymInt:

@@ -84,30 +84,30 @@ def explore(
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
     report_ends: bool = False,
-    counting_only: bool = False,
+    stop_at_first: bool = False,
 ) -> Exploration:
     """`report_ends`: also ask whether some execution ends cleanly (question 5), which only
-    merging independent parts needs. `counting_only`: stop, inconclusive, at the first
-    question that counting and a guided schedule cannot answer (engine auto's probe)."""
+    merging independent parts needs. `stop_at_first`: ask no
+    more questions once an answer is an error (the check reports its first counterexample)."""
     stop = budget.stop if budget is not None else None
     if stop is None:
         with _Z3_IN_USE:
             fresh_context()  # the answer must not depend on what this process checked before
-            return _explore(system, unroll, budget, progress, report_ends, counting_only)
+            return _explore(system, unroll, budget, progress, report_ends, stop_at_first)
     while not _Z3_IN_USE.acquire(timeout=0.05):  # another check is solving: wait, unless stopped
         if stop.is_set():
             found = Exploration(system, exhausted=stop.reason, solver_queries=0, encoded_events=0)
             return found
     try:
         fresh_context()
-        return _explore(system, unroll, budget, progress, report_ends, counting_only)
+        return _explore(system, unroll, budget, progress, report_ends, stop_at_first)
     finally:
         _Z3_IN_USE.release()
 
 
 def _explore(
     system: System, unroll: int, budget: Budget | None, progress: ProgressFn | None, report_ends: bool,
-    counting_only: bool = False,
+    stop_at_first: bool = False,
 ) -> Exploration:
     monitor = Monitor(budget or Budget.from_env(), progress, phase="encoding for z3")
     found = Exploration(system)
@@ -120,14 +120,16 @@ def _explore(
     try:
         encoding = Encoding(system, unroll, tick=lambda: _encoding_tick(monitor))
         monitor.phase = "solving with z3"
-        session = _Session(system, encoding, monitor, found, counting_only)
-        session.find_faults()
-        session.find_hazards()
-        session.find_stuck_states()
-        session.find_leftovers()
+        session = _Session(system, encoding, monitor, found, stop_at_first)
+        questions = [session.find_faults, session.find_hazards, session.find_stuck_states, session.find_leftovers]
         if report_ends:
-            session.find_clean_end()
-        session.check_bound(unroll)
+            questions.append(session.find_clean_end)
+        for question in questions:
+            question()
+            if stop_at_first and found.has_errors:
+                break
+        else:
+            session.check_bound(unroll)
     except BudgetExceeded as exceeded:
         found.exhausted = exceeded.reason
     except MemoryError:
@@ -156,9 +158,9 @@ Witness = tuple[State, list[Action], list[State]]  # initial state, actions, sta
 
 class _Session:
     def __init__(self, system: System, encoding: Encoding, monitor: Monitor, found: Exploration,
-                 counting_only: bool = False):
+                 stop_at_first: bool = False):
         self.system, self.encoding, self.monitor, self.found = system, encoding, monitor, found
-        self.counting_only = counting_only
+        self.stop_at_first = stop_at_first
         self.queries = 0
         base = [_solver_term(c) for c in encoding.constraints if c is not True]
         self.counting = _new_solver()  # the relaxation: no ordering constraints at all
@@ -175,7 +177,7 @@ class _Session:
         def new_fault(states: list[State]) -> bool:
             return any((kind, t, pc) in remaining for t, pc, kind, _ in states[-1].faults)
 
-        while remaining:
+        while remaining and not self._done():
             witness = self._witness(OR(*remaining.values()), "faults", new_fault)
             if witness is None:
                 return
@@ -198,7 +200,7 @@ class _Session:
         def new_hazard(states: list[State]) -> bool:
             return any(f.key in remaining for f in hazard_findings(self.system, states[-1]))
 
-        while remaining:
+        while remaining and not self._done():
             witness = self._witness(OR(*remaining.values()), "hazards", new_hazard, lazy_first=True)
             if witness is None:
                 return
@@ -223,7 +225,7 @@ class _Session:
             self._add(self.encoding.terminal())
             self._add(self._no_cascade())
             self._add(self.encoding.some_thread_blocked())
-            while True:
+            while not self._done():
                 witness = self._witness(True, "stuck states", new_stuck_state)
                 if witness is None:
                     return
@@ -257,7 +259,7 @@ class _Session:
             self._add(self.encoding.terminal())
             self._add(self._no_cascade())
             self._add(NOT(self.encoding.some_thread_blocked()))
-            while remaining:
+            while remaining and not self._done():
                 witness = self._witness(
                     OR(*remaining.values()), "leftover semaphores", lambda states: bool(leftovers(states[-1]))
                 )
@@ -299,6 +301,10 @@ class _Session:
                 f"that depend on inputs or semaphore reads, {CONSTANT_JUMP_CAP} in all); "
                 "raise it with --unroll"
             )
+
+    def _done(self) -> bool:
+        """Whether the check stops here: at its first counterexample, when asked to."""
+        return self.stop_at_first and self.found.has_errors
 
     # -- the states the questions are about --
 
@@ -361,8 +367,6 @@ class _Session:
         budget = self.monitor.budget
         self.monitor.check()
         remaining = self.monitor.remaining()
-        if ordered and self.counting_only:
-            raise BudgetExceeded(f"counting alone does not answer the question about {what}")
         solver = self.solver if ordered else self.counting
         solver.set("timeout", max(1, int(remaining * 1000)))
         self.queries += 1

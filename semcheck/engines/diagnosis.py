@@ -1,0 +1,397 @@
+"""Name the root cause of a violation, where the IR and the counterexample show one.
+
+A kernel with one line dropped can break in several places at once: a copy that is never
+waited for leaves its send and receive semaphores non-zero on every device and lets the
+reads after it race with it; a capacity semaphore nobody waits on is left non-zero and lets
+each sender run ahead of its receiver. Each of those is one problem, and its fix names the
+missing line. This module reads the violation's counterexample (its trace steps: what each
+did, what fed each wait, which start each completion belongs to) and the protocol's
+programs, and returns a `RootCause` (result.py) or None; reports render it, and group the
+violations that share one.
+
+The causes, each from facts that can be checked against the IR:
+
+* `UNWAITED_COPY`: a copy start whose send or receive semaphore no wait in its thread's
+  program takes after it (the line's last run, at least). Found from a leftover whose
+  unconsumed additions all come from that line, and from a race that involves a copy
+  from it.
+* `UNCONSUMED_SIGNAL`: a semaphore that is signalled and never waited on anywhere in the
+  protocol. Found from a leftover of it, from a race whose writing copy could have been
+  held back by it (its target signals it to the copy's issuer), and from an early arrival
+  whose barrier semaphore is never waited on.
+* `WRONG_SIGNALLER`: a race whose writing copy was let go by a wait that another device's
+  signal satisfied, not the signal of the device the copy writes to.
+* `WRONG_COPY`: a race whose reading wait was satisfied by another copy than the one
+  that writes the rows it reads.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, replace
+
+from semcheck import ir
+from semcheck.kinds import Kind
+from semcheck.result import CauseKind, RegionRef, RootCause, StepEvent, TraceStep
+from semcheck.semantics import System
+
+_COMPLETIONS = (StepEvent.DMA_SEND_DONE, StepEvent.DMA_RECV_DONE)
+
+
+@dataclass(frozen=True)
+class Path:
+    """A counterexample as the diagnosis reads it: the protocol's system and the trace steps."""
+
+    system: System
+    steps: list
+    racing_step: int | None  # a race's copy in flight: the step that started it
+
+    def step(self, index: int) -> TraceStep:
+        return self.steps[index - 1]
+
+
+def diagnose(system: System, finding, steps: list, racing_step: int | None) -> RootCause | None:
+    """The root cause of `finding`, from the trace `steps` of its counterexample and the
+    protocol's programs, or None where none of the known shapes fits."""
+    rule = _RULES.get(finding.kind)
+    if rule is None or not steps:
+        return None
+    return rule(Path(system, steps, racing_step), finding)
+
+
+# --- leftovers -----------------------------------------------------------------------------------
+
+
+def _leftover(path: Path, finding) -> RootCause | None:
+    if finding.sem is None:
+        return None
+    system = path.system
+    inst = system.instances[finding.sem]
+    pending = _unconsumed_additions(path.steps, inst.short)
+    starts = [path.step(i).started_by for i in pending if path.step(i).event in _COMPLETIONS]
+    if pending and len(starts) == len(pending) and None not in starts:
+        lines = {path.step(s).location for s in starts if s is not None}
+        cause = unwaited_copy(system, lines.pop()) if len(lines) == 1 else None
+        shown = [i for pair in zip(starts[-2:], pending[-2:]) for i in pair if i is not None]
+        return replace(cause, steps=tuple(sorted(shown))) if cause is not None else None
+    if not _waited_anywhere(system, inst.decl.name):
+        return _unconsumed_signal(path, inst.decl.name, finding.sem)
+    return None
+
+
+def _unconsumed_additions(steps: list, short: str) -> list[int]:
+    """The trace steps whose additions to semaphore `short` no later take consumed."""
+    pending: list[int] = []
+    for s in steps:
+        if s.semaphore != short or s.before is None or s.after is None:
+            continue
+        if s.after > s.before and s.event is not StepEvent.ENTRY:
+            pending.append(s.index)
+        elif s.after < s.before:
+            pending = []
+    return pending
+
+
+def _unconsumed_signal(path: Path, decl: str, sid: int | None = None, before: ir.Loc | None = None) -> RootCause | None:
+    """UNCONSUMED_SIGNAL for `decl`: its signal line (one the trace ran on semaphore `sid`,
+    else any), and where a wait belongs when `before` is not given: before the first copy
+    or remote signal that the signalled device sends back to the signaller after running
+    the signal's line itself."""
+    system = path.system
+    signals = [s for s in path.steps if s.event is StepEvent.SIGNAL and s.semaphore is not None
+               and (sid is None or s.semaphore == system.instances[sid].short)
+               and s.declaration == decl]
+    site = signals[0].location if signals else _static_signal(system, decl)
+    if site is None:
+        return None
+    shown = [s.index for s in signals[-3:]]
+    if before is None and signals:
+        belongs = _where_wait_belongs(path, signals[0])
+        if belongs is not None:
+            before = belongs.location
+            shown.append(belongs.index)
+    return RootCause(CauseKind.UNCONSUMED_SIGNAL, site, semaphore=decl, before=before, steps=tuple(sorted(shown)))
+
+
+def _static_signal(system: System, decl: str) -> ir.Loc | None:
+    for body in system.bodies:
+        for instr in body:
+            if isinstance(instr, ir.Signal) and instr.sem.alloc == decl:
+                return instr.loc
+    return None
+
+
+def _where_wait_belongs(path: Path, signal: TraceStep) -> TraceStep | None:
+    """The signalled device's first copy into (or remote signal to) the signaller after it
+    ran the signal's own line: what the signal tells it it may now do."""
+    if signal.target_device is None or signal.device is None:
+        return None
+    receiver, signaller = signal.target_device, signal.device
+    ran_line = False
+    for s in path.steps:
+        if s.device != receiver or s.actor.startswith("DMA"):
+            continue
+        if s.location == signal.location and s.event is StepEvent.SIGNAL:
+            ran_line = True
+        elif ran_line and s.event in (StepEvent.DMA_START, StepEvent.SIGNAL) and s.target_device == signaller:
+            return s
+    return None
+
+
+def _waited_anywhere(system: System, decl: str) -> bool:
+    """Whether any instruction of the protocol waits on (or reads) an instance of `decl`."""
+    ids = _instances_of(system, decl)
+    for t, body in enumerate(system.bodies):
+        for pc, instr in enumerate(body):
+            if isinstance(instr, (ir.Wait, ir.DmaWait, ir.Read)):
+                fp = system.footprints[t][pc]
+                if (fp.dec | fp.wait | fp.read) & ids:
+                    return True
+    return False
+
+
+def _instances_of(system: System, decl: str) -> frozenset[int]:
+    return frozenset(i for i, inst in enumerate(system.instances) if inst.decl.name == decl)
+
+
+# --- copies never waited for ---------------------------------------------------------------------
+
+
+def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
+    """UNWAITED_COPY for the copy started at `loc`, when a thread that starts it has no wait
+    after its last start there on the copy's send semaphore, or the receiving thread none on
+    its receive semaphore (after its own start at `loc`, in a kernel every device runs alike).
+    `last_only` when the waits of some earlier start there are found: a loop's last copy."""
+    if loc is None:
+        return None
+    sides: set[str] = set()
+    waited_earlier: list[ir.Loc] = []
+    for t, body in enumerate(system.bodies):
+        starts = [pc for pc, instr in enumerate(body) if isinstance(instr, ir.DmaStart) and instr.loc == loc]
+        for k, pc in enumerate(starts):
+            for side, ids, owners in _sides(system, t, pc):
+                taken = [system.bodies[u][w].loc for u in owners for w in _waits_on(system, u, ids)
+                         if w > _nth_start(system, u, loc, k)]
+                if k < len(starts) - 1:
+                    waited_earlier += taken[:1]
+                elif not taken:
+                    sides.add(side)
+    if not sides:
+        return None
+    return RootCause(CauseKind.UNWAITED_COPY, loc, sides=tuple(s for s in ("send", "recv") if s in sides),
+                     last_only=bool(waited_earlier), wait=waited_earlier[0] if waited_earlier else None)
+
+
+def _sides(system: System, t: int, pc: int) -> list[tuple[str, frozenset[int], list[int]]]:
+    """(side, the semaphore instances the copy started at (t, pc) adds to on that side, the
+    threads that can wait on them) for its send and receive sides."""
+    instr = system.bodies[t][pc]
+    assert isinstance(instr, ir.DmaStart)
+    fp = system.footprints[t][pc].inc
+    device = system.threads[t].device
+    send = frozenset(i for i in fp if instr.send_sem is not None
+                     and system.instances[i].decl.name == instr.send_sem.alloc
+                     and system.instances[i].device == device)
+    recv = frozenset(i for i in fp if system.instances[i].decl.name == instr.recv_sem.alloc) - send
+    return [(side, ids, owners) for side, ids, owners in (("send", send, [t]), ("recv", recv, _owners(system, recv)))
+            if ids and owners]
+
+
+def _nth_start(system: System, t: int, loc: ir.Loc, k: int) -> int:
+    """The pc of thread `t`'s `k`-th start at `loc` (its last if it has fewer; -1 if none)."""
+    own = [pc for pc, i in enumerate(system.bodies[t]) if isinstance(i, ir.DmaStart) and i.loc == loc]
+    return own[min(k, len(own) - 1)] if own else -1
+
+
+def _owners(system: System, ids: frozenset[int]) -> list[int]:
+    """The threads that own (can wait on) semaphore instances `ids`."""
+    places = {(system.instances[i].device, system.instances[i].core) for i in ids}
+    return [t for t, th in enumerate(system.threads)
+            if (th.device, th.core) in places or (th.device, None) in places]
+
+
+def _waits_on(system: System, t: int, ids: frozenset[int]) -> list[int]:
+    return [pc for pc, instr in enumerate(system.bodies[t]) if isinstance(instr, (ir.Wait, ir.DmaWait))
+            and (system.footprints[t][pc].dec | system.footprints[t][pc].wait) & ids]
+
+
+def feeders_of(steps: list, wait: TraceStep) -> list[TraceStep]:
+    """The additions a wait took, first in first out: a take consumes the oldest units
+    still on its semaphore (a trace step's `fed_by` lists every addition since the last
+    take, which says nothing about the rest a partial take leaves). A wait that takes
+    nothing (non-decrementing) is fed by every addition it saw."""
+    queue: deque[list] = deque()  # [step, units not yet taken]
+    for s in steps[: wait.index]:
+        if s.semaphore != wait.semaphore or s.before is None or s.after is None:
+            continue
+        if s.event is StepEvent.ENTRY:
+            queue.clear()
+            continue
+        delta = s.after - s.before
+        if delta > 0:
+            queue.append([s, delta])
+        if s is wait:
+            if delta >= 0:
+                return [entry[0] for entry in queue]
+            taken, need = [], -delta
+            while need > 0 and queue:
+                entry = queue[0]
+                use = min(need, entry[1])
+                entry[1] -= use
+                need -= use
+                taken.append(entry[0])
+                if entry[1] == 0:
+                    queue.popleft()
+            return taken
+        if delta < 0:
+            need = -delta
+            while need > 0 and queue:
+                use = min(need, queue[0][1])
+                queue[0][1] -= use
+                need -= use
+                if queue[0][1] == 0:
+                    queue.popleft()
+    return []
+
+
+# --- data races ----------------------------------------------------------------------------------
+
+
+def _race(path: Path, finding) -> RootCause | None:
+    if path.racing_step is None:
+        return None
+    access, copy = path.steps[-1], path.step(path.racing_step)
+    involved = [copy.location] + ([access.location] if access.event is StepEvent.DMA_START else [])
+    wrong_copy, writer = None, None
+    if _overlaps(copy.dst, copy, _regions(access)):
+        writer = copy
+        wrong_copy = _reading_wait_fed_elsewhere(path, access, copy)
+        if wrong_copy is not None:
+            writer = path.step(wrong_copy[1])
+            involved.append(writer.location)
+    elif access.event is StepEvent.DMA_START and _overlaps(access.dst, access, _regions(copy)):
+        writer = access
+    for loc in dict.fromkeys(involved):
+        cause = unwaited_copy(path.system, loc)
+        if cause is not None:
+            shown = {copy.index, access.index} | ({writer.index} if writer is not None else set())
+            return replace(cause, steps=tuple(sorted(shown)))
+    if writer is not None and writer.target_device is not None and writer.device is not None:
+        cause = _held_back_by(path, writer)
+        if cause is not None:
+            return cause
+    waited_at = path.step(wrong_copy[0]).location if wrong_copy is not None else None
+    if wrong_copy is not None and waited_at is not None:
+        wait, by = wrong_copy
+        fed = [f.index for f in feeders_of(path.steps, path.step(wait))]
+        return RootCause(CauseKind.WRONG_COPY, waited_at, by=path.step(by).location,
+                         writer=copy.location, steps=tuple(sorted({wait, by, copy.index, *fed[-1:]})))
+    return None
+
+
+def _regions(step: TraceStep) -> list[tuple[RegionRef, TraceStep]]:
+    return [(r, step) for r in (step.src, step.dst) if r is not None]
+
+
+def _overlaps(region: RegionRef | None, owner: TraceStep, others: list[tuple[RegionRef, TraceStep]]) -> bool:
+    if region is None:
+        return False
+    return any(_same_cells(region, owner, other, other_owner) for other, other_owner in others)
+
+
+def _same_cells(a: RegionRef, a_step: TraceStep, b: RegionRef, b_step: TraceStep) -> bool:
+    da = a.device if a.device is not None else a_step.device
+    db = b.device if b.device is not None else b_step.device
+    if a.buffer != b.buffer or da != db:
+        return False
+    return all(x < y + n and y < x + m for x, m, y, n in zip(a.starts, a.sizes, b.starts, b.sizes))
+
+
+def _reading_wait_fed_elsewhere(path: Path, access: TraceStep, copy: TraceStep) -> tuple[int, int] | None:
+    """(the wait, the start of the copy that satisfied it) when the accessing thread's last
+    wait on the racing copy's receive semaphore took another copy's completion."""
+    recv = [c.semaphore for c in copy.completions if c.side == "recv"]
+    if not recv:
+        return None
+    for s in reversed(path.steps[: access.index - 1]):
+        if s.actor != access.actor or s.event is not StepEvent.DMA_WAIT or s.semaphore != recv[0]:
+            continue
+        started = [f.started_by for f in feeders_of(path.steps, s) if f.event in _COMPLETIONS]
+        feeders = [f for f in started if f is not None]
+        if copy.index in feeders or len(feeders) != len(started) or not feeders:
+            return None
+        # A feeder that wrote these rows is the copy the wait was for: the racing copy is a
+        # later one that came too early (a sender ahead), not one the wait mistook.
+        if any(_overlaps(path.step(f).dst, path.step(f), _regions(access)) for f in feeders):
+            return None
+        return s.index, feeders[-1]
+    return None
+
+
+def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
+    """Why the copy `writer` could start while its target was not ready: the target signals
+    a semaphore to the writer's device that nothing waits on, or the writer's last wait
+    before it was satisfied by another device than the target."""
+    system = path.system
+    issuer, target = writer.device, writer.target_device
+    assert issuer is not None and target is not None
+    for decl, loc in _signals_between(system, target, issuer):
+        if not _waited_anywhere(system, decl):
+            sent = [s.index for s in path.steps[: writer.index - 1] if s.event is StepEvent.SIGNAL
+                    and s.declaration == decl and s.device == target and s.target_device == issuer]
+            return RootCause(CauseKind.UNCONSUMED_SIGNAL, loc, semaphore=decl, before=writer.location,
+                             steps=tuple(sent[-2:]) + (writer.index,))
+    for s in reversed(path.steps[: writer.index - 1]):
+        if s.actor != writer.actor or s.event is not StepEvent.WAIT:
+            continue
+        feeders = [f for f in feeders_of(path.steps, s) if f.event is StepEvent.SIGNAL]
+        remote = [f for f in feeders if f.device is not None and f.device != issuer]
+        if not remote or any(f.device == target for f in remote):
+            return None
+        signal, n = remote[-1], system.protocol.devices
+        if signal.location is None or signal.device is None:
+            return None
+        return RootCause(CauseKind.WRONG_SIGNALLER, signal.location, semaphore=s.declaration,
+                         wait=s.location, writer=writer.location,
+                         by_offset=_offset(signal.device - issuer, n), want_offset=_offset(target - issuer, n),
+                         steps=(signal.index, s.index, writer.index))
+    return None
+
+
+def _signals_between(system: System, source: int, target: int) -> list[tuple[str, ir.Loc]]:
+    """(declaration, line) of each signal a thread of device `source` may send to an
+    instance on device `target`."""
+    out: dict[str, ir.Loc] = {}
+    for t, body in enumerate(system.bodies):
+        if system.threads[t].device != source:
+            continue
+        for pc, instr in enumerate(body):
+            if isinstance(instr, ir.Signal) and any(
+                    system.instances[i].device == target for i in system.footprints[t][pc].inc):
+                out.setdefault(instr.sem.alloc, instr.loc)
+    return list(out.items())
+
+
+def _offset(delta: int, n: int) -> int:
+    """`delta` as the nearest offset around a ring of `n` devices (+1: the next device)."""
+    delta %= n
+    return delta - n if delta > n // 2 else delta
+
+
+# --- early arrivals ------------------------------------------------------------------------------
+
+
+def _early_arrival(path: Path, finding) -> RootCause | None:
+    """A handshake whose wait is missing: the barrier semaphore is signalled but nothing
+    waits on it, so nothing holds a device back until its peers have entered."""
+    for decl in path.system.protocol.semaphores:
+        if decl.origin is ir.SemOrigin.BARRIER and not _waited_anywhere(path.system, decl.name):
+            return _unconsumed_signal(path, decl.name, before=finding.loc)
+    return None
+
+
+_RULES = {
+    Kind.SEMAPHORE_LEFTOVER: _leftover,
+    Kind.DATA_RACE: _race,
+    Kind.REMOTE_BEFORE_ENTRY: _early_arrival,
+}

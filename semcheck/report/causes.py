@@ -1,0 +1,119 @@
+"""A root cause (`result.RootCause`, found by `engines/diagnosis.py`) in words: what is wrong,
+and the fix, naming the line and the call that is missing."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from semcheck.ir import Loc
+from semcheck.result import CauseKind, RootCause, Violation
+
+
+def statement(cause: RootCause) -> str:
+    """What is wrong, in one sentence."""
+    return _STATEMENTS[cause.kind](cause)
+
+
+def fix(cause: RootCause) -> str:
+    """What to change."""
+    return _FIXES[cause.kind](cause)
+
+
+def found_as(violations: Iterable[Violation]) -> str:
+    """The violations one root cause was found as, by kind and line: "data_race at lines 57,
+    62; semaphore_leftover at line 54"."""
+    lines: dict[str, set[int]] = {}
+    for v in violations:
+        lines.setdefault(v.kind, set()).update([v.location.line] if v.location is not None else [])
+    return "; ".join(f"{kind} at line{'s' if len(at) > 1 else ''} {', '.join(map(str, sorted(at)))}" if at else kind
+                     for kind, at in lines.items())
+
+
+def _line(loc: Loc | None) -> str:
+    return f"line {loc.line}" if loc is not None else "(unknown line)"
+
+
+def offset_text(offset: int | None) -> str:
+    """A device relative to another one, d: "device d+1", "device d-2"."""
+    if offset is None:
+        return "another device"
+    return "device d" if offset == 0 else f"device d{offset:+d}"
+
+
+def _unwaited_copy(c: RootCause) -> str:
+    if c.last_only:
+        return (f"the last copy started at {_line(c.site)} is never waited for "
+                f"(the wait at {_line(c.wait)} takes each earlier one)")
+    return f"the copy started at {_line(c.site)} is never waited for"
+
+
+def _unconsumed_signal(c: RootCause) -> str:
+    return f"no wait on `{c.semaphore}` exists: its signals at {_line(c.site)} are never consumed"
+
+
+def _wrong_signaller(c: RootCause) -> str:
+    return (f"the wait at {_line(c.wait)} on device d was satisfied by the signal at {_line(c.site)} from "
+            f"{offset_text(c.by_offset)}, not by {offset_text(c.want_offset)}, whose memory the copy at "
+            f"{_line(c.writer)} writes")
+
+
+def _wrong_copy(c: RootCause) -> str:
+    if c.by == c.writer:  # two runs of one line in flight on one receive semaphore
+        return (f"the wait at {_line(c.site)} was satisfied by another copy from {_line(c.by)} than the one "
+                f"that writes these rows (both were in flight on one receive semaphore)")
+    return (f"the wait at {_line(c.site)} was satisfied by the copy from {_line(c.by)}, not by the copy "
+            f"from {_line(c.writer)} that writes these rows")
+
+
+_STATEMENTS = {
+    CauseKind.UNWAITED_COPY: _unwaited_copy,
+    CauseKind.UNCONSUMED_SIGNAL: _unconsumed_signal,
+    CauseKind.WRONG_SIGNALLER: _wrong_signaller,
+    CauseKind.WRONG_COPY: _wrong_copy,
+}
+
+
+def _call(sides: tuple[str, ...]) -> str:
+    if sides == ("send",):
+        return "`.wait_send()`"
+    if sides == ("recv",):
+        return "`.wait_recv()` (on the receiving device)"
+    return "`.wait()` (or `.wait_send()` / `.wait_recv()`)"
+
+
+def _fix_unwaited_copy(c: RootCause) -> str:
+    if c.last_only:
+        return f"call its {_call(c.sides)} once more after the last run of {_line(c.site)} (after the loop)"
+    return f"call its {_call(c.sides)} after {_line(c.site)}"
+
+
+def _fix_unconsumed_signal(c: RootCause) -> str:
+    call = f"`pl.semaphore_wait({c.semaphore}, ...)`"
+    if c.before is not None:
+        return (f"wait on `{c.semaphore}` ({call}) before {_line(c.before)}, which the signal at "
+                f"{_line(c.site)} is meant to let go")
+    return f"wait on `{c.semaphore}` ({call}) for every signal at {_line(c.site)} before the kernel exits, or do not signal it"
+
+
+def _fix_wrong_signaller(c: RootCause) -> str:
+    sent = -c.by_offset if c.by_offset is not None else None
+    wanted = -c.want_offset if c.want_offset is not None else None
+    return (f"the signal at {_line(c.site)} goes from each device d to {offset_text(sent)}; the copy at "
+            f"{_line(c.writer)} needs it from the device it writes into: send it to {offset_text(wanted)} instead")
+
+
+def _fix_wrong_copy(c: RootCause) -> str:
+    if c.by == c.writer:
+        return (f"give each copy from {_line(c.by)} in flight a receive semaphore (or slot) of its own, or "
+                f"do not start the next one before the wait at {_line(c.site)} has taken the last")
+    return (f"give the copies from {_line(c.writer)} and {_line(c.by)} receive semaphores (or slots) of their "
+            f"own, or hold the copy from {_line(c.by)} back until the wait at {_line(c.site)} has taken the one "
+            f"from {_line(c.writer)}")
+
+
+_FIXES = {
+    CauseKind.UNWAITED_COPY: _fix_unwaited_copy,
+    CauseKind.UNCONSUMED_SIGNAL: _fix_unconsumed_signal,
+    CauseKind.WRONG_SIGNALLER: _fix_wrong_signaller,
+    CauseKind.WRONG_COPY: _fix_wrong_copy,
+}

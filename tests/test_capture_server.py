@@ -1,0 +1,121 @@
+"""The capture server (semcheck/frontends/capture_server.py): JAX imported once, each capture
+a child forked before any backend starts, as isolated as a subprocess of its own."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from semcheck.frontends import capture, capture_process, capture_server
+from tests.test_hostile_input import kernel_script, pid_alive
+
+ENTRY = "semcheck.frontends.capture:child_main"
+
+
+@pytest.fixture
+def server():
+    """A server of the test's own (not the session's), ended afterwards."""
+    started = capture_server.Server(capture.child_environment(1), capture_process.SERVER_PRELOAD)
+    yield started
+    started.close()
+
+
+def _ask(server, monkeypatch, tmp_path, script: str, devices: int, *, env=None, limit: float = 300.0):
+    """One capture through `server`: the child's exit code and what it captured (or None)."""
+    monkeypatch.setenv(capture_server.ADDRESS_ENVIRONMENT, server.address)
+    output = tmp_path / f"capture-{devices}.pickle"
+    argv = ["--devices", str(devices), "--output", str(output), "--timeout", "300", script]
+    code, _ = capture_server.run(ENTRY, argv, env or capture.child_environment(devices), preload=(),
+                                 stdout=str(tmp_path / "out.txt"), stderr=str(tmp_path / "err.txt"), limit=limit)
+    if not output.exists():
+        return code, None
+    import pickle
+
+    with open(output, "rb") as f:
+        return code, pickle.load(f)
+
+
+def test_each_child_gets_its_own_device_count(server, monkeypatch, tmp_path):
+    """The server imported JAX but started no backend, so XLA_FLAGS set for the child decides."""
+    script = kernel_script(tmp_path)
+    for devices in (2, 4, 3):
+        code, outcome = _ask(server, monkeypatch, tmp_path, script, devices)
+        assert code == 0 and outcome.devices == devices, outcome
+        assert [p.devices for p in outcome.protocols] == [devices]
+        assert "jax import" not in outcome.cpu_seconds  # imported once, in the server
+
+
+def test_the_child_runs_in_the_requesters_directory_and_environment(server, monkeypatch, tmp_path):
+    record = tmp_path / "seen.txt"
+    script = kernel_script(tmp_path, prefix=(
+        "import os, sys\n"
+        f"open({str(record)!r}, 'w').write(' '.join([os.getcwd(), os.environ.get('SEEN_BY_SCRIPT', '-'), "
+        "os.environ.get('SEMCHECK_CAPTURE_SERVER', '-'), str(sys.stdin.read() == '')]))\n"))
+    monkeypatch.chdir(tmp_path)
+    env = dict(capture.child_environment(2), SEEN_BY_SCRIPT="yes")
+    code, outcome = _ask(server, monkeypatch, tmp_path, script, 2, env=env)
+    assert code == 0 and outcome.captured == 1
+    assert record.read_text() == f"{tmp_path} yes - True"  # and no server address, and stdin at its end
+
+
+def test_a_request_whose_environment_jax_reads_differs_is_refused(server, monkeypatch, tmp_path):
+    """JAX read JAX_* when the server imported it: a child under other values would not run
+    as `python FILE` does, so the caller runs the capture in a subprocess of its own."""
+    env = dict(capture.child_environment(2), JAX_TRACEBACK_FILTERING="off")
+    with pytest.raises(capture_server.Unavailable, match="differs from the server's"):
+        _ask(server, monkeypatch, tmp_path, kernel_script(tmp_path), 2, env=env)
+    # Through capture_script the same request is captured anyway, in a subprocess.
+    monkeypatch.setenv("JAX_TRACEBACK_FILTERING", "off")
+    outcome = capture.capture_script(kernel_script(tmp_path, name="other.py"), 2)
+    assert outcome.captured == 1 and "jax import" in outcome.cpu_seconds
+
+
+def test_a_capture_the_requester_stops_waiting_for_is_killed_with_what_it_started(server, monkeypatch, tmp_path):
+    marker = tmp_path / "pids"
+    script = kernel_script(tmp_path, prefix=(
+        "import os, subprocess, time\n"
+        "daemon = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        f"open({str(marker)!r}, 'w').write(f'{{os.getpid()}} {{daemon.pid}}')\n"
+        "time.sleep(600)\n"))
+    with pytest.raises(TimeoutError):
+        _ask(server, monkeypatch, tmp_path, script, 2, limit=20)
+    pids = [int(p) for p in marker.read_text().split()]
+    assert not [p for p in pids if pid_alive(p)]  # gone before run() returned
+
+
+def test_a_capture_killed_by_its_script_is_reported_and_the_server_serves_on(server, monkeypatch, tmp_path):
+    killed = kernel_script(tmp_path, prefix="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    code, outcome = _ask(server, monkeypatch, tmp_path, killed, 2)
+    assert (code, outcome) == (-9, None)
+    code, outcome = _ask(server, monkeypatch, tmp_path, kernel_script(tmp_path, name="fine.py"), 2)
+    assert code == 0 and outcome.captured == 1
+
+
+def test_the_server_ends_with_its_owner_and_kills_what_it_runs(monkeypatch, tmp_path):
+    started = capture_server.Server(capture.child_environment(1), capture_process.SERVER_PRELOAD)
+    marker = tmp_path / "pid"
+    script = kernel_script(tmp_path, prefix=(
+        f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"))
+    monkeypatch.setenv(capture_server.ADDRESS_ENVIRONMENT, started.address)
+    import threading
+
+    waiting = threading.Thread(target=lambda: pytest.raises(capture_server.Unavailable, _ask, started, monkeypatch,
+                                                            tmp_path, script, 2), daemon=True)
+    waiting.start()
+    deadline = time.monotonic() + 120
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    script_pid = int(marker.read_text())
+    started.close()  # as at semcheck's exit: the pipe on the server's stdin closes
+    assert started.process.returncode == 0
+    assert not pid_alive(script_pid) and not os.path.exists(started.folder)
+    waiting.join(timeout=30)
+
+
+def test_off_means_a_subprocess_per_capture(monkeypatch, tmp_path):
+    monkeypatch.setenv(capture_server.ADDRESS_ENVIRONMENT, "off")
+    assert capture_server.shared_address({}, ()) is None
+    outcome = capture.capture_script(kernel_script(tmp_path), 2)
+    assert outcome.captured == 1 and "jax import" in outcome.cpu_seconds

@@ -1,0 +1,166 @@
+"""Root causes named from the IR and the counterexample (engines/diagnosis.py): each shape on a
+small model with its one line dropped, the cause's fields exactly, every violation it
+explains grouped into one problem, and the fix naming what is missing."""
+
+from __future__ import annotations
+
+import inspect
+
+from semcheck.api import check_protocol
+from semcheck.model import DMA, REGULAR, ProtocolBuilder
+from semcheck.report import causes, groups, text
+from semcheck.result import CauseKind
+
+BLOCK = (8, 128)
+
+
+def line_of(fn, marker: str) -> int:
+    source, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(source) if marker in line)
+
+
+def ring_threads(name: str, devices: int):
+    """A protocol builder with a barrier, a send and a receive semaphore and an output, and
+    each device's thread after its entry handshake with both neighbours."""
+    p = ProtocolBuilder(name, devices=devices, backend="tpu")
+    barrier = p.barrier_semaphore()
+    sems = p.semaphore("send_sem", DMA), p.semaphore("recv_sem", DMA)
+    out = p.buffer("out", (devices, *BLOCK))
+    threads = []
+    for d in range(devices):
+        t = p.thread(d)
+        t.signal(barrier, device=(d - 1) % devices)
+        t.signal(barrier, device=(d + 1) % devices)
+        t.wait(barrier, 2)
+        threads.append(t)
+    return p, sems, out, threads
+
+
+def ring(devices: int, *, wait_send: bool = True, wait_recv: bool = True):
+    """Each device copies its block to its right neighbour, after a barrier handshake."""
+    p, (send, recv), out, threads = ring_threads("ring", devices)
+    for d, t in enumerate(threads):
+        copy = t.dma_start(out.region(d), out.region(d), recv_sem=recv, send_sem=send, device=(d + 1) % devices)  # start
+        if wait_send:
+            copy.wait_send()
+        if wait_recv:
+            copy.wait_recv()
+    return p.build()
+
+
+def loop_ring(devices: int):
+    """Copies in a loop, each waited for at the top of the next turn; the last one is not."""
+    p, (send, recv), out, threads = ring_threads("loop_ring", devices)
+    for d, t in enumerate(threads):
+        copy = None
+        for step in range(devices - 1):
+            if copy is not None:
+                copy.wait()  # earlier
+            slot = (d - step) % devices
+            copy = t.dma_start(out.region(slot), out.region(slot),  # loop start
+                               recv_sem=recv, send_sem=send, device=(d + 1) % devices)
+    return p.build()
+
+
+def ready_ring(devices: int):
+    """Each device tells its left neighbour it is ready; nobody waits for that."""
+    p = ProtocolBuilder("ready_ring", devices=devices, backend="tpu")
+    barrier = p.barrier_semaphore()
+    ready = p.semaphore("ready", REGULAR)
+    for d in range(devices):
+        t = p.thread(d)
+        t.signal(barrier, device=(d - 1) % devices)
+        t.signal(barrier, device=(d + 1) % devices)
+        t.wait(barrier, 2)
+        t.signal(ready, device=(d - 1) % devices)  # ready
+    return p.build()
+
+
+def test_a_copy_never_waited_for_is_one_problem_naming_its_start_and_the_call():
+    r = check_protocol(ring(4, wait_send=False, wait_recv=False), engine="explicit", exhaustive=True)
+    start = line_of(ring, "# start")
+    assert {v.kind for v in r.errors} == {"semaphore_leftover"} and len(r.errors) == 2  # send and receive
+    assert {(v.cause.kind, v.cause.site.line, v.cause.sides) for v in r.errors} == {
+        (CauseKind.UNWAITED_COPY, start, ("send", "recv"))}
+    [problem] = groups.group([r])
+    assert len(problem.refs) == 2
+    report = text.render([r])
+    assert f"  error: the copy started at line {start} is never waited for" in report
+    assert f"    fix: call its `.wait()` (or `.wait_send()` / `.wait_recv()`) after line {start}" in report
+    assert report.count("  error: ") == 1
+
+
+def test_one_side_left_names_that_sides_wait():
+    r = check_protocol(ring(4, wait_recv=False), engine="explicit")
+    [v] = r.errors
+    assert v.cause.kind is CauseKind.UNWAITED_COPY and v.cause.sides == ("recv",)
+    assert causes.fix(v.cause) == f"call its `.wait_recv()` (on the receiving device) after line {line_of(ring, '# start')}"
+    r = check_protocol(ring(4, wait_send=False), engine="explicit")
+    [v] = r.errors
+    assert v.cause.sides == ("send",) and causes.fix(v.cause).startswith("call its `.wait_send()` after line")
+
+
+def test_a_loops_last_copy_names_the_wait_that_takes_the_earlier_ones():
+    r = check_protocol(loop_ring(4), engine="explicit")
+    cause = {v.cause for v in r.errors}
+    assert len(cause) == 1
+    [cause] = cause
+    assert (cause.kind, cause.site.line, cause.last_only, cause.wait.line) == (
+        CauseKind.UNWAITED_COPY, line_of(loop_ring, "# loop start"), True, line_of(loop_ring, "# earlier"))
+    assert causes.statement(cause).startswith(f"the last copy started at line {cause.site.line} is never waited for")
+    assert "once more after the last run" in causes.fix(cause)
+
+
+def test_a_semaphore_signalled_and_never_waited_on_says_so():
+    r = check_protocol(ready_ring(4), engine="explicit")
+    signal = line_of(ready_ring, "# ready")
+    assert r.errors and all(v.kind == "semaphore_leftover" for v in r.errors)
+    assert {(v.cause.kind, v.cause.site.line, v.cause.semaphore) for v in r.errors} == {
+        (CauseKind.UNCONSUMED_SIGNAL, signal, "ready")}
+    report = text.render([r])
+    assert f"  error: no wait on `ready` exists: its signals at line {signal} are never consumed" in report
+    assert "    fix: wait on `ready`" in report
+
+
+def test_a_correct_ring_has_nothing_to_diagnose():
+    r = check_protocol(ring(4), engine="explicit")
+    assert r.verdict.value == "safe" and not r.violations
+
+
+def test_device_lists_fold():
+    from semcheck.report.folding import devices_text, ranges
+
+    assert devices_text(range(8), 8) == "every device"
+    assert devices_text([0, 1, 2, 3], 8) == "devices 0-3"
+    assert devices_text([3], 8) == "device 3"
+    assert devices_text([0, 2, 3, 4, 7, 7], 8) == "devices 0, 2-4, 7"
+    assert ranges([1, 2]) == "1, 2"
+
+
+def handshake_without_wait(devices: int):
+    """The entry handshake's wait dropped: each device signals its neighbours' barrier
+    semaphore and copies to its right neighbour at once."""
+    p = ProtocolBuilder("no_handshake_wait", devices=devices, backend="tpu")
+    barrier = p.barrier_semaphore()
+    send, recv = p.semaphore("send_sem", DMA), p.semaphore("recv_sem", DMA)
+    out = p.buffer("out", (devices, *BLOCK))
+    for d in range(devices):
+        t = p.thread(d)
+        t.entry()
+        t.signal(barrier, device=(d - 1) % devices)  # handshake
+        t.signal(barrier, device=(d + 1) % devices)
+        copy = t.dma_start(out.region(d), out.region(d), recv_sem=recv, send_sem=send, device=(d + 1) % devices)  # copy
+        copy.wait()
+        t.exit()
+    return p.build()
+
+
+def test_a_handshake_without_its_wait_is_one_problem_with_its_early_arrivals():
+    r = check_protocol(handshake_without_wait(4), engine="explicit", exhaustive=True)
+    signal, copy = line_of(handshake_without_wait, "# handshake"), line_of(handshake_without_wait, "# copy")
+    assert {v.kind for v in r.errors} == {"remote_before_entry", "semaphore_leftover"}
+    assert {(v.cause.kind, v.cause.semaphore, v.cause.site.line) for v in r.errors} == {
+        (CauseKind.UNCONSUMED_SIGNAL, "barrier", signal)}
+    [early] = [v for v in r.errors if v.kind == "remote_before_entry"]
+    assert early.cause.before.line == copy  # the wait belongs before the copy that arrives early
+    assert len(groups.group([r])) == 1
