@@ -342,14 +342,16 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="--timeout for every row (default 120)")
     parser.add_argument("--max-memory", type=float, default=2000.0,
                         help="--max-memory for every row, MB (default 2000: the target at 256 devices)")
-    parser.add_argument("--rows", default="", help="comma-separated substrings: run only matching rows")
+    parser.add_argument("--rows", default="", help="run only the rows whose name contains this text, or, when none does, "
+                        "any of its comma-separated parts (row names have commas: 'N=512, explicit')")
     parser.add_argument("--list", action="store_true", help="list the rows and exit")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="semcheck-scale-") as scratch:
         table = rows(scratch)
         if args.rows:
+            whole = [r for r in table if args.rows in r.name]
             wanted = [w.strip() for w in args.rows.split(",") if w.strip()]
-            table = [r for r in table if any(w in r.name for w in wanted)]
+            table = whole or [r for r in table if any(w in r.name for w in wanted)]
             if not table:
                 sys.exit(f"--rows {args.rows!r} selects no row (--list lists them)")
         if args.list:
