@@ -195,6 +195,10 @@ import tempfile
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tests.test_gpu_wheel_collectives import MATMUL  # noqa: E402
+
 RING = os.path.join(ROOT, "models", "ring_allgather.py")
 TPU = os.path.join(ROOT, "examples", "tpu")
 
@@ -240,17 +244,27 @@ class Row:
     devices: int
     extra: tuple[str, ...] = ()
     timeout: float | None = None  # overrides --timeout
+    max_memory: float | None = None  # overrides --max-memory
 
 
 def rows(scratch: str) -> list[Row]:
     wheel = os.path.join(scratch, "wheel_all_gather.py")
     slow = os.path.join(scratch, "endless_model.py")
+    matmul = os.path.join(scratch, "collective_matmul_mgpu_driver.py")
     with open(wheel, "w") as f:
         f.write(WHEEL_DRIVER)
     with open(slow, "w") as f:
         f.write(SLOW_MODEL)
+    with open(matmul, "w") as f:  # the driver tests/test_gpu_wheel_collectives.py uses, 2 SMs
+        f.write(MATMUL.format(import_line="from jax.experimental.pallas.ops.gpu import collective_matmul_mgpu as mod",
+                              sms=2))
     table = [Row(f"ring_allgather model, N={n}", target, RING, n) for n, target in
              ((64, "< 5 s"), (128, "< 20 s"), (256, "< 60 s, < 2 GB"))]
+    # issue 28: linear set-up and a one-path search that stores nothing; 5N^2 states, so
+    # past the default state budget of 2,000,000 at 1024
+    table += [Row(f"ring_allgather model, N={n}, explicit", target, RING, n,
+                  ("--engine", "explicit", "--max-states", "10000000"), timeout, 2000)
+              for n, target, timeout in ((512, "< 2 GB", 1800), (1024, "< 2 GB", 3600))]
     table += [Row(f"wheel TPU all_gather, N={n}", target, wheel, n) for n, target in
               ((8, "< 2 s"), (16, "race, < 30 s"), (32, "race, < 120 s"))]
     table += [Row(f"{name}, N=16", "< 60 s", os.path.join(TPU, name), 16)
@@ -271,6 +285,17 @@ def rows(scratch: str) -> list[Row]:
     table += [Row(f"{name}, N={n}", target, os.path.join(TPU, name), n)
               for name in ("reduce_scatter_bidirectional.py", "reduce_scatter_bidirectional_no_drain.py")
               for n, target in ((4, "< 10 s"), (8, "< 60 s"))]
+    # issue 28: bytes per stored state, the explicit search alone (auto may decide by z3)
+    table += [Row(f"store: {name}, N={n}{' x2' if k > 1 else ''}, explicit", "<= 100 B/state",
+                  os.path.join(TPU, name), n, ("--engine", "explicit", "--invocations", str(k)), 600)
+              for name, n, k in (("allreduce_ring.py", 8, 2), ("allreduce_ring.py", 16, 2),
+                                 ("allreduce_ring_no_capacity.py", 8, 1), ("allreduce_ring_no_capacity.py", 8, 2))]
+    # issue 28's other targets: auto's choice and portfolio (the GPU collective matmul's race,
+    # every MoE example at 8 devices, the ring at 32 decided by the explicit search)
+    table += [Row("ring_allgather model, N=32", "explicit", RING, 32),
+              Row("wheel GPU collective_matmul_mgpu, 2 SMs, N=8", "its race", matmul, 8, (), 600)]
+    table += [Row(f"{name}, N=8", "< 10 s", os.path.join(TPU, name), 8)
+              for name in sorted(os.listdir(TPU)) if name.startswith("moe_")]
     table += [
         Row("timeout: explicit search, T=5", "ends < 10 s", RING, 32, ("--engine", "explicit", "--no-reduction"), 5),
         Row("timeout: z3, T=10", "ends < 15 s", os.path.join(TPU, "allgather_bidirectional.py"), 16,
@@ -283,19 +308,27 @@ def rows(scratch: str) -> list[Row]:
 
 def measure(row: Row, timeout: float, max_memory: float) -> dict:
     limit = row.timeout if row.timeout is not None else timeout
+    memory = row.max_memory if row.max_memory is not None else max_memory
     command = [sys.executable, "-m", "semcheck", "verify", row.path, "--devices", str(row.devices),
-               "--format", "json", "-q", "--timeout", str(limit), "--max-memory", str(max_memory), *row.extra]
+               "--format", "json", "-q", "--timeout", str(limit), "--max-memory", str(memory), *row.extra]
     proc = subprocess.run([sys.executable, "-c", WRAPPER, *command], capture_output=True, text=True,
                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
     run = json.loads(proc.stdout)
     try:
         results = json.loads(run["stdout"])["results"]
     except (json.JSONDecodeError, KeyError):
-        return {**run, "verdict": f"exit {run['code']}", "states": "-", "engine": "-", "note": run["stderr"][-200:]}
+        return {**run, "verdict": f"exit {run['code']}", "states": "-", "engine": "-", "note": run["stderr"][-200:],
+                "stored": "-", "per_state": "-"}
     verdicts = sorted({r["verdict"] for r in results})
     kinds = sorted({v["kind"] for r in results for v in r["violations"]})
     note = next((n for r in results for n in r["notes"] if "ran out" in n or "decided" in n), "")
+    stored = [r["stats"].get("stored_states") for r in results]
+    store_bytes = [r["stats"].get("store_bytes") for r in results]
+    known = None not in stored and None not in store_bytes
     return {
+        "stored": f"{sum(stored):,}" if known else "-",
+        # what the explicit search's store held per state it stored (`stats.store_bytes`)
+        "per_state": f"{sum(store_bytes) / sum(stored):.0f}" if known and sum(stored) else "-",
         **run,
         "verdict": "/".join(verdicts) + (f" ({', '.join(kinds)})" if kinds else ""),
         "states": f"{sum(r['stats']['states'] for r in results):,}",
@@ -309,24 +342,29 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="--timeout for every row (default 120)")
     parser.add_argument("--max-memory", type=float, default=2000.0,
                         help="--max-memory for every row, MB (default 2000: the target at 256 devices)")
-    parser.add_argument("--rows", default="", help="comma-separated substrings: run only matching rows")
+    parser.add_argument("--rows", default="", help="run only the rows whose name contains this text, or, when none does, "
+                        "any of its comma-separated parts (row names have commas: 'N=512, explicit')")
     parser.add_argument("--list", action="store_true", help="list the rows and exit")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="semcheck-scale-") as scratch:
         table = rows(scratch)
         if args.rows:
+            whole = [r for r in table if args.rows in r.name]
             wanted = [w.strip() for w in args.rows.split(",") if w.strip()]
-            table = [r for r in table if any(w in r.name for w in wanted)]
+            table = whole or [r for r in table if any(w in r.name for w in wanted)]
+            if not table:
+                sys.exit(f"--rows {args.rows!r} selects no row (--list lists them)")
         if args.list:
             for r in table:
                 print(r.name)
             return
-        header = ("check", "target", "CPU s", "wall s", "peak MB", "states", "verdict", "engine")
+        header = ("check", "target", "CPU s", "wall s", "peak MB", "states", "stored", "B/state", "verdict",
+                  "engine")
         lines = []
         for row in table:
             m = measure(row, args.timeout, args.max_memory)
             lines.append((row.name, row.target, f"{m['cpu']:.1f}", f"{m['wall']:.1f}", f"{m['peak_mb']:.0f}",
-                          m["states"], m["verdict"], m["engine"]))
+                          m["states"], m["stored"], m["per_state"], m["verdict"], m["engine"]))
             print("  " + " | ".join(lines[-1]) + (f"  [{m['note'][:140]}]" if m["note"] else ""), file=sys.stderr)
         widths = [max(len(str(x[i])) for x in [header, *lines]) for i in range(len(header))]
         print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")

@@ -55,12 +55,15 @@ milliseconds (40 to 64 states).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+
+from scale import WRAPPER  # one command in its own process: CPU, wall and peak memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ITEMS = 4  # models/double_buffer.py's blocks per pair
@@ -226,24 +229,31 @@ def run_spin(family: str, n: int, limit: float, memory_mb: int = 2048, collapse:
         subprocess.run(["spin", "-a", "model.pml"], cwd=tmp, check=True, capture_output=True)
         flags = ["-O2", "-DVECTORSZ=65536", f"-DMEMLIM={memory_mb}"] + (["-DCOLLAPSE"] if collapse else [])
         subprocess.run(["gcc", *flags, "-o", "pan", "pan.c"], cwd=tmp, check=True, capture_output=True)
-        left = limit - (_children_cpu() - before)
+        compile_cpu = _children_cpu() - before
+        left = limit - compile_cpu
 
         def cpu_limit() -> None:  # the limit is CPU seconds: the machine is shared
             seconds = max(int(left), 1)
             resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
 
         try:
-            proc = subprocess.run(["./pan", "-m2000000"], cwd=tmp, capture_output=True, text=True,
-                                  preexec_fn=cpu_limit, timeout=limit * 30)
+            proc = subprocess.run([sys.executable, "-c", WRAPPER, "./pan", "-m2000000"], cwd=tmp, capture_output=True,
+                                  text=True, preexec_fn=cpu_limit, timeout=limit * 30)
         except subprocess.TimeoutExpired:
             return {"n": n, "verdict": "timeout", "cpu": _children_cpu() - before, "states": None}
-        if proc.returncode < 0:  # SIGXCPU / SIGKILL: out of CPU time
+        try:
+            run = json.loads(proc.stdout)
+        except json.JSONDecodeError:  # the wrapper itself ran out of CPU time with pan
             return {"n": n, "verdict": "timeout", "cpu": _children_cpu() - before, "states": None}
-        out = proc.stdout
-        states = None
+        if run["code"] < 0:  # SIGXCPU / SIGKILL: out of CPU time
+            return {"n": n, "verdict": "timeout", "cpu": _children_cpu() - before, "states": None}
+        out = run["stdout"]
+        states = state_memory = None
         for line in out.splitlines():
             if "states, stored" in line:
                 states = int(float(line.split()[0]))
+            if "equivalent memory usage for states" in line:  # stored x (state vector + overhead)
+                state_memory = float(line.split()[0]) * 2**20
         if "reached -DMEMLIM bound" in out or "out of memory" in out:
             verdict = "out of memory"
         elif "Search not completed" in out or "max search depth too small" in out:
@@ -252,28 +262,45 @@ def run_spin(family: str, n: int, limit: float, memory_mb: int = 2048, collapse:
             verdict = "safe"
         else:
             verdict = "violation"
-        return {"n": n, "verdict": verdict, "cpu": _children_cpu() - before, "states": states}
+        per_state = state_memory / states if state_memory is not None and states else None
+        # the three steps' CPU: the wrapper's own start is not SPIN's
+        return {"n": n, "verdict": verdict, "cpu": compile_cpu + run["cpu"], "states": states,
+                "peak_mb": run["peak_mb"], "per_state": per_state}
 
 
 def run_semcheck(family: str, n: int) -> dict:
-    import json
-
-    before = _children_cpu()
     proc = subprocess.run(
-        [sys.executable, "-m", "semcheck", "verify", os.path.join(ROOT, "models", f"{family}.py"),
-         "--devices", str(n), "--format", "json", "-q"],
+        [sys.executable, "-c", WRAPPER, sys.executable, "-m", "semcheck", "verify",
+         os.path.join(ROOT, "models", f"{family}.py"), "--devices", str(n), "--format", "json", "-q"],
         capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
     )
-    cpu = _children_cpu() - before
-    (result,) = json.loads(proc.stdout)["results"]
+    run = json.loads(proc.stdout)
+    cpu = run["cpu"]  # the semcheck process and its children, not the wrapper
+    (result,) = json.loads(run["stdout"])["results"]
+    stats = result["stats"]
+    stored, store_bytes = stats.get("stored_states"), stats.get("store_bytes")
     # What any `semcheck` command costs before it checks anything: Python's start and the
     # CLI's imports (`--version` parses its arguments and stops).
     before = _children_cpu()
     subprocess.run([sys.executable, "-m", "semcheck", "--version"], capture_output=True, cwd=ROOT,
                    env=dict(os.environ, PYTHONPATH=ROOT), check=True)
     start_up = _children_cpu() - before
-    return {"n": n, "verdict": result["verdict"], "cpu": cpu, "states": result["stats"]["states"],
-            "engine": result["engine"], "start_up": start_up}
+    return {"n": n, "verdict": result["verdict"], "cpu": cpu, "states": stats["states"],
+            "engine": result["engine"], "start_up": start_up, "peak_mb": run["peak_mb"], "stored": stored,
+            "per_state": store_bytes / stored if stored else None}
+
+
+def _bytes(per_state: float | None) -> str:
+    return "-" if per_state is None else f"{per_state:.0f}"
+
+
+def _stored(ours: dict) -> str:
+    """How many states semcheck stored and their bytes each (a one-path search stores none)."""
+    if ours["stored"] is None:
+        return "none stored"
+    if not ours["stored"]:
+        return "none stored: one path"
+    return f"{ours['stored']:,} stored, {_bytes(ours['per_state'])} B/state"
 
 
 def largest_n(family: str, limit: float, start: int = 2, **spin_options) -> tuple[dict, dict | None]:
@@ -322,9 +349,10 @@ def main() -> None:
         ours = run_semcheck(family, ok["n"])
         ratio = ok["cpu"] / ours["cpu"] if ours["cpu"] else float("inf")
         beyond = f"N={failed['n']}: {failed['verdict']}" if failed else "-"
-        rows.append((family, str(ok["n"]), f"{ok['cpu']:.2f} s, {ok['states']:,} states",
-                     f"{ours['cpu']:.2f} s ({ours['start_up']:.2f} start-up), {ours['states']:,} states, "
-                     f"{ours['verdict']} ({ours['engine']})",
+        rows.append((family, str(ok["n"]), f"{ok['cpu']:.2f} s, {ok['states']:,} states, {ok['peak_mb']:.0f} MB, "
+                     f"{_bytes(ok['per_state'])} B/state",
+                     f"{ours['cpu']:.2f} s ({ours['start_up']:.2f} start-up), {ours['states']:,} states "
+                     f"({_stored(ours)}), {ours['peak_mb']:.0f} MB, {ours['verdict']} ({ours['engine']})",
                      f"{ratio:.0f}x", beyond, ""))
     options = f"limit {args.limit:g} s, {args.memory} MB" + (", COLLAPSE" if args.collapse else "")
     header = ("family", "largest N", f"SPIN ({options})", "semcheck, same N", "SPIN / semcheck",

@@ -280,6 +280,10 @@ class Stats:
     # The z3 engine stores no states; it reports the size of its encoding and its queries.
     encoded_events: int | None = None
     solver_queries: int | None = None
+    # The explicit engine: the states it stored (none of a one-path stretch) and the bytes its
+    # store held for them (engines/explicit/store.py), the search's own per-state records included.
+    stored_states: int | None = None
+    store_bytes: int | None = None
 
 
 @dataclass

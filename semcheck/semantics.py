@@ -43,19 +43,51 @@ from __future__ import annotations
 
 import gc
 import itertools
+from array import array
 from bisect import bisect_left, insort
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from semcheck import intervals, ir
+from semcheck.cells import MemoryCells
 from semcheck.errors import ProtocolError
-from semcheck.footprints import EMPTY, Footprint, ThreadTable, looping_pcs
+from semcheck.footprints import (
+    EMPTY, M_MNEAR, M_MWRITE, Y_WAITER, Footprint, ThreadFootprints, ThreadTable, looping_pcs, packed,
+)
+from semcheck.instances import BufferInstance, SemInstance, SemInstances
+from semcheck.resource_index import ResourceIndex
 from semcheck.ir import Backend, Scope, SemKind, SemOrigin, apply_op
 
 _NONE: frozenset[int] = frozenset()
 _NEVER_BLOCKS: tuple[()] = ()
 _STOPS = ("cut",)  # where a thread's lowering stopped (`ir.Cut`): it never moves on
+_RESOLVED_KEPT = 16_384
+
+
+class _WaitTable:
+    """One thread's `System._static_wait` per pc, in two machine arrays (a tuple per wait
+    costs 70 bytes, and a ring of N devices has 2N^2 waits): `[pc]` gives it back."""
+
+    __slots__ = ("_sems", "_needs")
+    _CODES = {id(_NEVER_BLOCKS): -1, id(_STOPS): -2, id(None): -3}
+
+    def __init__(self, waits: list):
+        self._sems, self._needs = array("q"), array("q")
+        for known in waits:
+            code = self._CODES.get(id(known))
+            if code is None and not -2**63 <= known[1] < 2**63:
+                code = -3  # an amount past 64 bits: resolved in each state instead
+            self._sems.append(known[0] if code is None else code)
+            self._needs.append(known[1] if code is None else 0)
+
+    def __len__(self) -> int:
+        return len(self._sems)
+
+    def __getitem__(self, pc: int):
+        sid = self._sems[pc]
+        if sid >= 0:
+            return sid, self._needs[pc]
+        return _NEVER_BLOCKS if sid == -1 else _STOPS if sid == -2 else None
 
 
 # --- faults: what a thread hits when an instruction names something that does not exist -------
@@ -205,41 +237,6 @@ class State(NamedTuple):
 Action = tuple
 
 
-# --- semaphore instances ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SemInstance:
-    decl: ir.SemDecl
-    index: int
-    device: int
-    core: int | None  # None for device-scope allocations
-    cores: int = 1  # cores per device; names leave the core out when there is one
-
-    @property
-    def label(self) -> str:
-        idx = f"[{self.index}]" if self.decl.size > 1 else ""
-        return f"{self.decl.name}{idx} on {ir.thread_name(self.device, self.core, 0, self.cores)}"
-
-    @property
-    def short(self) -> str:
-        idx = f"[{self.index}]" if self.decl.size > 1 else ""
-        core = f"c{self.core}" if self.core is not None and self.cores > 1 else ""
-        return f"{self.decl.name}{idx}@d{self.device}{core}"
-
-
-@dataclass(frozen=True)
-class BufferInstance:
-    decl: ir.BufferDecl
-    device: int
-    core: int | None  # None for device-scope buffers (HBM), shared by every core
-    cores: int = 1
-
-    @property
-    def label(self) -> str:
-        return f"{self.decl.name} on {ir.thread_name(self.device, self.core, 0, self.cores)}"
-
-
 def overlap(a: Access, b: Access) -> bool:
     """Whether two accesses share an element. An empty access (a size of 0 in some dim)
     shares none, even when it starts inside the other (a 0-row copy at row 2 of rows 0:4)."""
@@ -296,27 +293,28 @@ class System:
         self.threads = protocol.threads
         self.bodies = [t.body for t in protocol.threads]
         self.backend = protocol.backend
-        self._allocs: dict[str, tuple[ir.SemDecl, int]] = {}
-        # (ref, device, core) -> its instances, for constant refs: the tables below resolve
-        # each instruction's semaphores several times, and a ring of N devices has N^2 of them
+        # (ref, device, core) -> its instances, for constant refs, while the tables are built:
+        # they resolve each instruction's semaphores several times (cleared past
+        # `_RESOLVED_KEPT`: a ring of N devices has N^2 distinct ones)
         self._resolved: dict[tuple[ir.SemRef, int, int], frozenset[int]] = {}
         # (t, pc) -> (side, issuer, start pc) of the completions its access may race with,
         # built on the first race check (`race_candidates`)
         self._race_copies: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] | None = None
         self._racing_pairs: list[tuple[int, int, int, int]] | None = None
-        self.instances: list[SemInstance] = []
+        self._allocs: dict[str, tuple[ir.SemDecl, int]] = {}
         for decl in protocol.semaphores:
             if decl.name in self._allocs:
                 raise ProtocolError(f"semaphore {decl.name!r} declared twice", decl.loc)
-            self._allocs[decl.name] = (decl, len(self.instances))
-            for device in range(protocol.devices):
-                cores = range(protocol.cores) if decl.scope is Scope.CORE else (None,)
-                for core in cores:
-                    for index in range(decl.size):
-                        self.instances.append(SemInstance(decl, index, device, core, protocol.cores))
+            self._allocs[decl.name] = (decl, 0)
+        self.instances = SemInstances(protocol.semaphores, protocol.devices, protocol.cores)
+        # where memory cells start in the resource numbering of `footprints.channels`
+        self.cell_base = len(self.instances)
+        for decl, base in zip(self.instances.decls, self.instances.bases):
+            self._allocs[decl.name] = (decl, base)
         self._buffers: dict[str, tuple[ir.BufferDecl, int]] = {}
         self.buffer_instances: list[BufferInstance] = []
-        for buffer in protocol.buffers:
+        instance_decls: list[int] = []
+        for k, buffer in enumerate(protocol.buffers):
             if buffer.name in self._buffers:
                 raise ProtocolError(f"buffer {buffer.name!r} declared twice", buffer.loc)
             self._buffers[buffer.name] = (buffer, len(self.buffer_instances))
@@ -324,6 +322,7 @@ class System:
                 cores = range(protocol.cores) if buffer.scope is Scope.CORE else (None,)
                 for core in cores:
                     self.buffer_instances.append(BufferInstance(buffer, device, core, protocol.cores))
+                    instance_decls.append(k)
         self._lifecycle_tables()
         self.input_index = {inp.name: i for i, inp in enumerate(protocol.inputs)}
         self.registers: list[dict[str, int]] = [
@@ -331,23 +330,32 @@ class System:
         ]
         for t, thread in enumerate(self.threads):
             self._validate(t, thread)
-        self._memory_cells()
+        self._memory_cells(instance_decls)
         self.plain_sharers = self._plain_sharers()
-        self._entry_checks = self._entry_tables(checked_only=False)
-        self._entry_resets = self._entry_tables(checked_only=True)
-        self.footprints: list[list[Footprint]] = [
-            [self._static_footprint(t, instr) for instr in body]
+        # per thread, made when asked (`_entry_ids`): only threads with a kernel entry ask
+        self._entry_checks: dict[int, tuple[int, ...]] = {}
+        self._entry_resets: dict[int, tuple[int, ...]] = {}
+        # every instruction's footprint, packed (`footprints.ThreadFootprints`): `footprints[t][pc]`
+        self.footprints: list[ThreadFootprints] = [
+            ThreadFootprints((packed(self._static_footprint(t, instr), self.cell_base) for instr in body),
+                             self.cell_base)
             for t, body in enumerate(self.bodies)
         ]
-        self.tables = [ThreadTable(body, fps, self.cell_base) for body, fps in zip(self.bodies, self.footprints)]
-        self._waits = [[self._static_wait(t, instr) for instr in body] for t, body in enumerate(self.bodies)]
-        waiters: dict[int, set[int]] = {}  # semaphore instance -> threads that may wait on it
-        for t, body in enumerate(self.bodies):
-            for instr in body:
-                if isinstance(instr, (ir.Wait, ir.DmaWait)):  # WAIT_RULES' instructions
-                    for sid in self._candidates(t, instr.sem):
-                        waiters.setdefault(sid, set()).add(t)
-        self._waiters = {sid: tuple(sorted(ts)) for sid, ts in waiters.items()}
+        self.tables = [ThreadTable(body, fps) for body, fps in zip(self.bodies, self.footprints)]
+        # resource -> the threads that may touch it
+        self.touchers = ResourceIndex.of_threads(self.resource_count, (table.resources for table in self.tables))
+        self._waits = [_WaitTable([self._static_wait(t, instr) for instr in body]) for t, body in enumerate(self.bodies)]
+        self._resolved = {}
+
+    @property
+    def resource_count(self) -> int:
+        """Semaphore instances, then buffer cells, then lifecycle cells: every resource a
+        footprint of the protocol names (`footprints.channels`)."""
+        return self.cell_base + self.lifecycle_base + self.protocol.devices * self.protocol.cores
+
+    def waiters(self, sid: int) -> list[int]:
+        """The threads that may wait on (or read) semaphore instance `sid`."""
+        return [t for t in self.touchers.get(sid) if self.tables[t].future(0, sid)[1] & Y_WAITER]
 
     def _static_wait(self, t: int, instr: ir.Instr) -> tuple | None:
         """(semaphore, amount) of a wait whose semaphore and amount are constants, so that
@@ -366,10 +374,6 @@ class System:
         sids = self._candidates(t, ref)
         return (next(iter(sids)), need) if len(sids) == 1 else None
 
-    @property
-    def cell_base(self) -> int:
-        """Where memory cells start in the resource numbering of `footprints.channels`."""
-        return len(self.instances)
 
     def is_buffer_cell(self, cell: int) -> bool:
         return cell < self.lifecycle_base
@@ -382,38 +386,54 @@ class System:
         by cell, so a collective with thousands of copies is not compared pair by pair.
         Computed once: the race checks, the reduction and the z3 encoding all ask."""
         if self._racing_pairs is None:
-            pairs = list(self._overlapping_pairs())
-            if pairs and self._exclude_ordered_pairs:
-                from semcheck.ordering import CopyOrder
+            from semcheck.ordering import CopyOrder
 
-                order = CopyOrder(self)
-                pairs = [pair for pair in pairs if not order.excludes(*pair)]
+            pairs = []
+            order = None  # made at the first pair: most protocols without copies have none
+            for pair in self._overlapping_pairs():  # a ring of N devices has 2N^2: not all kept
+                if self._exclude_ordered_pairs:
+                    if order is None:
+                        order = CopyOrder(self)
+                    if order.excludes(*pair):
+                        continue
+                pairs.append(pair)
             self._racing_pairs = pairs
         return self._racing_pairs
 
     def _overlapping_pairs(self):
-        writing: dict[int, list[tuple[int, int]]] = {}  # cell -> copies that write it
-        near: dict[int, list[tuple[int, int]]] = {}  # cell -> copies that touch or overlap it
-        for t, body in enumerate(self.bodies):
-            for pc, instr in enumerate(body):
-                if isinstance(instr, ir.DmaStart):
-                    copy = self.footprints[t][pc]
-                    for cell in copy.mwrite:
-                        if self.is_buffer_cell(cell):
-                            writing.setdefault(cell, []).append((t, pc))
-                    for cell in copy.mnear:
-                        if self.is_buffer_cell(cell):
-                            near.setdefault(cell, []).append((t, pc))
+        """(t, pc, copy_t, copy_pc) of each access and copy whose cells overlap, one of the
+        two writing: copies are indexed by the buffer cells they write and those they touch
+        or overlap (two arrays each, not a list per cell: a ring of N devices has N^2)."""
+        base, stride = self.cell_base, max((len(body) for body in self.bodies), default=0) + 1
+        copies = array("q", [t * stride + pc for t, body in enumerate(self.bodies)
+                             for pc, instr in enumerate(body) if type(instr) is ir.DmaStart])
+
+        def cells(member: int):
+            def pairs():
+                for copy in copies:
+                    t, pc = divmod(copy, stride)
+                    for r, bits in self.footprints[t].entries(pc):
+                        if bits & member and self.is_buffer_cell(r - base):
+                            yield r - base, copy
+            return pairs
+
+        writing = ResourceIndex(self.lifecycle_base, cells(M_MWRITE))  # cell -> copies that write it
+        near = ResourceIndex(self.lifecycle_base, cells(M_MNEAR))  # cell -> copies that touch or overlap it
         for t, body in enumerate(self.bodies):
             looping = looping_pcs(body)
-            for pc, instr in enumerate(body):
-                fp = self.footprints[t][pc]
-                found: set[tuple[int, int]] = set()
-                for cell in fp.mwrite:
-                    found.update(near.get(cell, ()))
-                for cell in fp.mnear:
-                    found.update(writing.get(cell, ()))
-                for ct, cpc in sorted(found):
+            fps = self.footprints[t]
+            for pc in range(len(body)):
+                found: set[int] = set()
+                for r, bits in fps.entries(pc):
+                    c = r - base
+                    if c < 0 or not self.is_buffer_cell(c):
+                        continue
+                    if bits & M_MWRITE:
+                        found.update(near.get(c))
+                    if bits & M_MNEAR:
+                        found.update(writing.get(c))
+                for copy in sorted(found):
+                    ct, cpc = divmod(copy, stride)
                     if (ct, cpc) == (t, pc) and pc not in looping:
                         continue  # a copy started once is never in flight when it starts
                     yield t, pc, ct, cpc
@@ -474,31 +494,28 @@ class System:
     # -- construction helpers --
 
     def _lifecycle_tables(self) -> None:
-        """Per thread and pc: which kernel invocation it is in, and whether it is inside."""
+        """Per thread and pc: which kernel invocation it is in."""
         self.has_lifecycle = [any(isinstance(i, ir.KernelEntry) for i in b) for b in self.bodies]
-        self.invocation_at: list[list[int]] = []
-        self.inside_at: list[list[bool]] = []
+        self.invocation_at: list[bytes | array] = []
         self.core_threads: dict[tuple[int, int], list[int]] = {}
         for t, body in enumerate(self.bodies):
             thread = self.threads[t]
             self.core_threads.setdefault((thread.device, thread.core), []).append(t)
-            invocation, inside = 0, not self.has_lifecycle[t]
-            inv_row, inside_row = [], []
+            if not self.has_lifecycle[t]:  # invocation 0 throughout (and the "finished" slot)
+                self.invocation_at.append(bytes(len(body) + 1))
+                continue
+            invocation, row = 0, array("i")
             for instr in body + (None,):  # the extra slot is "finished"
-                inv_row.append(invocation)
-                inside_row.append(inside)
+                row.append(invocation)
                 if isinstance(instr, ir.KernelEntry):
-                    invocation, inside = invocation + 1, True
-                elif isinstance(instr, ir.KernelExit):
-                    inside = False
-            self.invocation_at.append(inv_row)
-            self.inside_at.append(inside_row)
+                    invocation += 1
+            self.invocation_at.append(row)
 
     def _validate(self, t: int, thread: ir.Thread) -> None:
         p = self.protocol
         if not (0 <= thread.device < p.devices and 0 <= thread.core < p.cores):
             raise ProtocolError(f"thread {thread.name} lies outside {p.devices}x{p.cores}")
-        for pc, instr in enumerate(thread.body):
+        for instr in thread.body:
             for ref in _sem_refs(instr):
                 if ref.alloc not in self._allocs:
                     raise ProtocolError(f"undeclared semaphore {ref.alloc!r}", instr.loc)
@@ -521,6 +538,8 @@ class System:
             key = (ref, thread.device, thread.core)
             known = self._resolved.get(key)
             if known is None:
+                if len(self._resolved) >= _RESOLVED_KEPT:
+                    self._resolved.clear()
                 known = self._resolved[key] = self._resolve(thread, ref)
             return known
         return self._resolve(thread, ref)
@@ -568,35 +587,18 @@ class System:
 
     # -- memory cells: the reduction's unit of memory dependency --------------------------------
 
-    def _memory_cells(self) -> None:
-        """One cell per distinct region an instruction names with constant starts, per
-        buffer instance, plus one "anywhere" cell per instance for regions whose starts are
-        known only at run time; then one lifecycle cell per (device, core). `_near[c]` is
-        every cell whose region may overlap c's, so accesses to disjoint halves of one slot
-        commute while overlapping ones do not."""
-        keys: dict[int, dict[tuple, int]] = {}  # buffer instance -> static region -> cell
-        self._anywhere: dict[int, int] = {}
-        count = 0
+    def _memory_cells(self, instance_decls: list[int]) -> None:
+        """The memory cells (`cells.MemoryCells`) of every region an instruction names."""
+        decls = list(self.protocol.buffers)
+        first = [self._buffers[decl.name][1] for decl in decls]
+        self.cells = cells = MemoryCells(instance_decls, decls, first)
         for t, body in enumerate(self.bodies):
             for instr in body:
                 for region, device, core in _located_regions(instr):
+                    key = self._static_key(region)
                     for bid in self._region_instances(t, region, device, core):
-                        key = self._static_key(region)
-                        table = keys.setdefault(bid, {})
-                        if key is not None and key not in table:
-                            table[key] = count
-                            count += 1
-        for bid in range(len(self.buffer_instances)):
-            self._anywhere[bid] = count
-            count += 1
-        self._cell_of = {(bid, key): cell for bid, table in keys.items() for key, cell in table.items()}
-        self._near: list[frozenset[int]] = [frozenset()] * count
-        for bid, table in keys.items():
-            for cell, overlapping in _overlapping_cells(bid, table).items():
-                self._near[cell] = overlapping | {self._anywhere[bid]}
-        for bid, cell in self._anywhere.items():
-            self._near[cell] = frozenset(keys.get(bid, {}).values()) | {cell}
-        self.lifecycle_base = count
+                        cells.name(bid, key)
+        self.lifecycle_base = cells.finish()
 
     def _plain_sharers(self) -> dict[int, tuple[int, ...]]:
         """Buffer instance -> the threads whose plain loads and stores may touch it, for the
@@ -643,22 +645,16 @@ class System:
         key = self._static_key(region)
         own = set()
         for bid in self._region_instances(t, region, device, core):
-            cell = self._cell_of.get((bid, key)) if key is not None else None
-            own.add(cell if cell is not None else self._anywhere[bid])
+            cell = self.cells.cell_of(bid, key)
+            own.add(cell if cell is not None else self.cells.anywhere(bid))
         return frozenset(own), self.near_of(own)
 
     def near_of(self, cells) -> frozenset[int]:
-        near: set[int] = set()
-        for cell in cells:
-            if cell < len(self._near):
-                near |= self._near[cell]
-            else:
-                near.add(cell)
-        return frozenset(near)
+        return self.cells.near_of(cells)
 
     def access_cell(self, access: Access) -> int:
-        cell = self._cell_of.get((access.buffer, (access.starts, access.sizes)))
-        return cell if cell is not None else self._anywhere[access.buffer]
+        cell = self.cells.cell_of(access.buffer, (access.starts, access.sizes))
+        return cell if cell is not None else self.cells.anywhere(access.buffer)
 
     def lifecycle_cell(self, device: int, core: int | None) -> int:
         """The cell standing for "which invocation (device, core) is in" (its own near)."""
@@ -674,35 +670,44 @@ class System:
             if 0 <= d < self.protocol.devices and 0 <= c < self.protocol.cores
         )
 
-    def _entry_tables(self, checked_only: bool) -> list[tuple[int, ...]]:
-        """Per thread, its core's scratch and scoped semaphores (TPU), in id order (one pass
-        over the instances, not one per thread); with `checked_only`, those the chip checks
-        at exit. Entering a kernel again finds the leftovers of all of them; it zeroes only
-        the checked ones: one the chip does not check (disable_semaphore_checks=True) keeps
-        its count into the next kernel (semcheck/tpu_facts.py)."""
-        by_core: dict[tuple[int, int | None], list[int]] = {}
-        for sid, inst in enumerate(self.instances):
-            if inst.decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED) and (inst.decl.checked_at_exit or not checked_only):
-                by_core.setdefault((inst.device, inst.core), []).append(sid)
-        return [
-            () if self.backend is not Backend.TPU or th.sub else tuple(by_core.get((th.device, th.core), ()))
-            for th in self.threads
-        ]
+    def _entry_ids(self, t: int, checked_only: bool) -> tuple[int, ...]:
+        """A thread's core's scratch and scoped semaphores (TPU), in id order, from each
+        declaration's block of ids; with `checked_only`, those the chip checks at exit.
+        Entering a kernel again finds the leftovers of all of them; it zeroes only the
+        checked ones: one the chip does not check (disable_semaphore_checks=True) keeps its
+        count into the next kernel (semcheck/tpu_facts.py). Made when asked and kept."""
+        kept = self._entry_resets if checked_only else self._entry_checks
+        found = kept.get(t)
+        if found is None:
+            th = self.threads[t]
+            found = ()
+            if self.backend is Backend.TPU and not th.sub:
+                table = self.instances
+                ids: list[int] = []
+                # a device-scope instance belongs to no core: no entry allocates it
+                for decl, base, per_device in zip(table.decls, table.bases, table.per_device):
+                    if (decl.origin in (SemOrigin.SCRATCH, SemOrigin.SCOPED) and decl.scope is Scope.CORE
+                            and (decl.checked_at_exit or not checked_only)):
+                        start = base + th.device * per_device + th.core * decl.size
+                        ids.extend(range(start, start + decl.size))
+                found = tuple(ids)
+            kept[t] = found
+        return found
 
     def entry_resets(self, t: int) -> tuple[int, ...]:
         """The semaphores a thread's kernel entry allocates afresh (zeroes): its core's
         scratch and scoped semaphores that the chip checks at exit, TPU only."""
-        return self._entry_resets[t]
+        return self._entry_ids(t, checked_only=True)
 
     def entry_checks(self, t: int) -> tuple[int, ...]:
         """The semaphores whose count (or copy still landing) a thread's later kernel entry
         reports as the previous invocation's leftover: every scratch and scoped semaphore of
         its core, TPU only (a superset of `entry_resets`)."""
-        return self._entry_checks[t]
+        return self._entry_ids(t, checked_only=False)
 
     def reset_on_entry(self, t: int) -> int:
         """`entry_resets` as a bitmask of instance ids."""
-        return sum(1 << sid for sid in self._entry_resets[t])
+        return sum(1 << sid for sid in self.entry_resets(t))
 
     def _static_footprint(self, t: int, instr: ir.Instr) -> Footprint:
         rule = FOOTPRINT_RULES.get(type(instr))
@@ -907,7 +912,7 @@ class System:
         recheck = {action[1]} if action[0] == "t" else set()
         if before.sems is not after.sems:
             for sid, _count in set(before.sems.items).symmetric_difference(after.sems.items):
-                recheck.update(self._waiters.get(sid, ()))
+                recheck.update(self.waiters(sid))
         if not recheck:
             return movable
         kept = [t for t in movable if t not in recheck]
@@ -1468,25 +1473,6 @@ def _bits(mask: int):
         low = mask & -mask
         yield low.bit_length() - 1
         mask ^= low
-
-
-def _overlapping_cells(bid: int, table: dict[tuple, int]) -> dict[int, frozenset[int]]:
-    """For each cell of one buffer instance (its static (starts, sizes) -> cell), the cells
-    whose regions overlap it, itself included. A sweep over the first dimension compares
-    only regions whose first-dimension extents meet, so the disjoint slots of a collective's
-    buffer cost n log n, not n^2."""
-    items = sorted(table.items(), key=lambda item: item[0][0][:1])
-    found: dict[int, set[int]] = {cell: {cell} for _key, cell in items}
-    for i, (key, cell) in enumerate(items):
-        starts, sizes = key
-        end = starts[0] + sizes[0] if starts else None
-        for other_key, other in items[i + 1:]:
-            if end is not None and other_key[0] and other_key[0][0] >= end:
-                break  # sorted by first start: no later region meets this one in dim 0
-            if overlap(Access(False, bid, *key), Access(False, bid, *other_key)):
-                found[cell].add(other)
-                found[other].add(cell)
-    return {cell: frozenset(cells) for cell, cells in found.items()}
 
 
 # --- static facts about instructions ------------------------------------------------------------

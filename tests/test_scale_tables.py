@@ -78,8 +78,9 @@ def test_copy_index_shares_entries_between_resources():
     spec = importlib.util.spec_from_file_location("ring_allgather_model", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    ind = Independence(System(module.model(8)))
-    entries = [entry for by_copy in ind._copies_on.values() for entry in by_copy]
+    system = System(module.model(8))
+    ind = Independence(system)
+    entries = [entry for r in range(system.resource_count) for entry in ind.copies.copies_on(r)]
     distinct = {id(entry) for entry in entries}
     assert len(distinct) == len(set(entries)) < len(entries)
 

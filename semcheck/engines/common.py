@@ -23,6 +23,8 @@ class Exploration:
     exhausted: str | None = None  # why the search stopped early, if it did
     encoded_events: int | None = None  # z3: instruction occurrences and DMA completions
     solver_queries: int | None = None  # z3: how many satisfiability checks it took
+    stored_states: int | None = None  # explicit: the states it stored (a one-path stretch stores none)
+    store_bytes: int | None = None  # explicit: what its store held for them
     ends: set[str] = field(default_factory=set)  # how the end states found ended (properties.end_kind)
     notes: list[str] = field(default_factory=list)  # what the engine's search rested on (e.g. symmetry)
 
@@ -74,6 +76,8 @@ def to_result(exploration: Exploration, engine: str, *, first_only: bool = False
             peak_memory_mb=exploration.peak_memory_mb,
             encoded_events=exploration.encoded_events,
             solver_queries=exploration.solver_queries,
+            stored_states=exploration.stored_states,
+            store_bytes=exploration.store_bytes,
         ),
         notes=notes,
         ends=frozenset(exploration.ends),

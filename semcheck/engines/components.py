@@ -62,10 +62,17 @@ def parts(system: System) -> list[tuple[int, ...]]:
             if a != b:
                 leader[max(a, b)] = min(a, b)
 
-    by_id: dict[int, int] = {}  # semaphore instance or memory cell -> first thread on it
+    # threads that share a semaphore instance or memory cell (`System.touchers`: resource ->
+    # its threads, two arrays; a dict of every resource cost 200 MB for the ring at 1024)
+    for _resource, threads in system.touchers:
+        first = find(threads[0])
+        for t in threads[1:]:
+            a, b = first, find(t)
+            if a != b:
+                leader[max(a, b)] = min(a, b)
+                first = min(a, b)
     by_input: dict[str, int] = {}
     for t in range(len(system.threads)):
-        join(by_id, system.touches(t), t)
         join(by_input, system.inputs_read(t), t)
     groups: dict[int, list[int]] = {}
     for t in range(len(system.threads)):
@@ -174,6 +181,8 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
             peak_memory_mb=max((r.stats.peak_memory_mb or 0.0 for r in results), default=0.0) or None,
             encoded_events=_sum_known(r.stats.encoded_events for r in results),
             solver_queries=_sum_known(r.stats.solver_queries for r in results),
+            stored_states=_sum_known(r.stats.stored_states for r in results),
+            store_bytes=_sum_known(r.stats.store_bytes for r in results),
         ),
         notes=notes,
         runs=merge_runs(results),

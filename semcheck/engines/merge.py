@@ -51,6 +51,8 @@ def combine_stats(stats: list[Stats], seconds: float) -> Stats:
         peak_memory_mb=max(peaks) if peaks else None,
         encoded_events=known(s.encoded_events for s in stats),
         solver_queries=known(s.solver_queries for s in stats),
+        stored_states=known(s.stored_states for s in stats),
+        store_bytes=known(s.store_bytes for s in stats),
     )
 
 

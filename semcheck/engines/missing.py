@@ -92,7 +92,7 @@ def _absent_sites(system: System, sid: int) -> tuple[AbsentSite, ...]:
     """Lines that add to other instances of `sid`'s declaration but not to `sid`, where some
     threads that add to that declaration elsewhere have no instruction at that line."""
     decl = system.instances[sid].decl
-    same_decl = frozenset(i for i, inst in enumerate(system.instances) if inst.decl is decl)
+    same_decl = frozenset(system.instances.of_decl(decl))
     by_line: dict[ir.Loc, tuple[set[int], frozenset[int], str]] = {}  # line -> (threads, instances reached, what)
     touching: set[int] = set()  # threads that add to the declaration somewhere
     for t, body in enumerate(system.bodies):

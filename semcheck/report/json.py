@@ -204,6 +204,7 @@ def result_dict(r: Result) -> dict:
             "transitions": r.stats.transitions,
             "seconds": r.stats.seconds,
             **_solver_stats(r),
+            **_store_stats(r),
             **_engine_runs(r),
         },
         "error": r.error,
@@ -241,6 +242,14 @@ def _solver_stats(r: Result) -> dict:
     if r.stats.solver_queries is None:
         return {}
     return {"encoded_events": r.stats.encoded_events, "solver_queries": r.stats.solver_queries}
+
+
+def _store_stats(r: Result) -> dict:
+    """The explicit engine: how many states it stored and the bytes its store held for
+    them (states on a one-path stretch are visited, not stored)."""
+    if r.stats.stored_states is None:
+        return {}
+    return {"stored_states": r.stats.stored_states, "store_bytes": r.stats.store_bytes}
 
 
 def _engine_runs(r: Result) -> dict:

@@ -6,11 +6,14 @@ longer order each other (`_MemoryView`). Everything is indexed by resource (sema
 instance or memory cell, `footprints.channels`), so a query costs what the few threads and
 completions touching that resource cost, however many devices the protocol has:
 
-* `touchers[r]`: the threads whose code may touch resource r;
+* `touchers[r]`: the threads whose code may touch resource r (`System.touchers`);
 * per thread, a `ThreadTable` (what it may still do to r from a pc on);
-* guards: a pending completion that is the only possible adder of a semaphore cannot be
-  overtaken by the waits on it, so a thread's future counts only up to such a wait when it
-  is compared with that completion (`guarded_future`).
+* the copy starts behind each resource, and guards: a pending completion that is the only
+  possible adder of a semaphore cannot be overtaken by the waits on it, so a thread's
+  future counts only up to such a wait when it is compared with that completion
+  (`copies.CopyIndex`);
+* what the counting cut reads: each thread's counted waits, what it takes from and adds to
+  each semaphore (`counting.CountingTables`).
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from semcheck import ir
+from semcheck.engines.explicit.copies import CopyIndex
+from semcheck.engines.explicit.counting import CountingTables
 from semcheck.footprints import (
-    X_DEC, X_INC, X_WRITE, Y_CHANGE, Y_NEAR, Y_WAITER, Channels, Footprint, ThreadTable, channels, clash,
-    looping_pcs,
+    X_DEC, X_INC, X_WRITE, Y_CHANGE, Y_NEAR, Y_WAITER, Channels, Footprint, ThreadFootprints, ThreadTable, channels,
+    clash,
 )
-from semcheck.semantics import (
-    DATA_RACE, PLAIN_RACE, RECV, SEND, Action, Event, State, System, event_footprint,
-)
+from semcheck.semantics import DATA_RACE, PLAIN_RACE, Action, Event, State, System, event_footprint
+
+_KEPT = 8_192  # answers kept per kind before the cache starts again
 
 
 class Independence:
@@ -34,35 +39,19 @@ class Independence:
         self.reported_pairs: set[frozenset[ir.Loc]] = set()
         self.memory = _MemoryView(system)
         self.tables: list[ThreadTable] = list(system.tables)
-        touchers: dict[int, list[int]] = {}
-        for t, table in enumerate(self.tables):
-            for r in table.reachable:
-                touchers.setdefault(r, []).append(t)
         # who may touch r: a pair resource (`_MemoryView`) is given its cell's touchers
         # when it is made, a superset of the threads that name it
-        self.touchers: dict[int, tuple[int, ...]] = {r: tuple(ts) for r, ts in touchers.items()}
+        self.touchers = _Touchers(system.touchers)
         self._event_channels: dict[Event, Channels] = {}
-        self._copies_on = self._copy_index()
-        self._copy_written = self._copy_destinations()
+        self.copies = CopyIndex(system, self.tables)
         self._pending_events: tuple[Event, ...] | None = None
         self._pending: dict[int, list[tuple[Action, int, int]]] = {}
         self._sums_state: State | None = None
         self._sums: dict[int, _ReachableSums] = {}
         self._additions_events: tuple[Event, ...] | None = None
         self._additions_by_sem: dict[int, list[tuple[Action, int]]] = {}
-        self._stops = self._guard_stops()
         self._feeds_cache: dict[tuple[int, int], tuple[list[float], bool]] = {}
-        self._counted_waits, self._decrements, self._additions = self._counting_tables()
-        # thread -> adder thread / semaphore -> sorted indices into the thread's counted
-        # waits that the adder may add to / that wait on the semaphore
-        self._waits_by_adder: dict[int, dict[int, list[int]]] = {}
-        self._waits_by_sem: dict[int, dict[int, list[int]]] = {}
-        for t, entries in self._counted_waits.items():
-            by_adder, by_sem = self._waits_by_adder.setdefault(t, {}), self._waits_by_sem.setdefault(t, {})
-            for j, (_stop, sid, _need, adders) in enumerate(entries):
-                by_sem.setdefault(sid, []).append(j)
-                for a in adders:
-                    by_adder.setdefault(a, []).append(j)
+        self.counting = CountingTables(system, self.tables)
 
     # -- what an actor may touch --
 
@@ -76,6 +65,8 @@ class Independence:
     def event_channels(self, event: Event) -> Channels:
         found = self._event_channels.get(event)
         if found is None:
+            if len(self._event_channels) >= _KEPT:
+                self._event_channels.clear()  # a ring of N devices starts N^2 copies
             fp = event_footprint(self.system, event)
             loc = self.system.bodies[event.issuer][event.start_pc].loc
             found = self._event_channels[event] = channels(self.memory.view(fp, loc), self.system.cell_base)
@@ -83,7 +74,7 @@ class Independence:
 
     def pending_on(self, events: tuple[Event, ...], r: int):
         """(completion action, x, y) of each distinct pending completion touching resource
-        r. Events are sorted by (side, issuer, start pc, ...), and `_copies_on` knows which
+        r. Events are sorted by (side, issuer, start pc, ...), and `copies.copies_on` knows which
         copy starts may touch r, so they are found by bisection: a few starts one by one,
         many (a send semaphore every step's copy adds to) by scanning that issuer's
         pending completions, never every pending completion. The answers for the last
@@ -93,7 +84,7 @@ class Independence:
             self._pending_events, self._pending = events, {}
         found = self._pending.get(r)
         if found is None:
-            copies = self._copies_on.get(self.memory.plain(r)) if events else None
+            copies = self.copies.copies_on(self.memory.plain(r)) if events else None
             found = self._pending[r] = list(self._scan_pending(events, r, copies)) if copies else []
         return found
 
@@ -108,7 +99,7 @@ class Independence:
             self._additions_events, self._additions_by_sem = events, {}
         found = self._additions_by_sem.get(sid)
         if found is None:
-            copies = self._copies_on.get(sid) if events else None
+            copies = self.copies.copies_on(sid) if events else None
             found = self._additions_by_sem[sid] = _additions_to(events, sid, copies) if copies else []
         return found
 
@@ -142,14 +133,14 @@ class Independence:
         if r < base:
             cx, cy = X_INC | X_DEC, Y_CHANGE | Y_WAITER
         elif self.system.is_buffer_cell(r - base):
-            cx, cy = (X_WRITE if r in self._copy_written else 0), Y_NEAR
+            cx, cy = (X_WRITE if self.copies.written(r) else 0), Y_NEAR
         else:
             cx, cy = 0, Y_NEAR
         return bool(x & cy or cx & y)
 
     def guard_stops(self, t: int, event: Event) -> tuple[int, ...] | None:
         """Sorted pcs of thread t's waits that only `event`'s completion can satisfy."""
-        return self._stops.get((event.issuer, event.start_pc, event.side), {}).get(t)
+        return self.copies.guard_stops(t, event)
 
     def cut(self, state: State, still: frozenset[int] | set[int], still_events, t: int, limit: int = 8,
             still_sems: frozenset[int] | set[int] | None = None) -> int | None:
@@ -164,26 +155,23 @@ class Independence:
         cut found for part of a set holds for the whole set. (At most `limit` candidate
         waits are tried: giving up only means no cut.) `still_sems`: the semaphores the
         completions in `still_events` add to, when the caller has them at hand."""
-        entries = self._counted_waits.get(t)
+        entries = self.counting.counted(t)
         if not entries:
             return None
         if still_sems is None:
             still_sems = {e.sem for _kind, e in still_events}
         pc = state.pcs[t]
-        k = bisect_left(entries, (pc,))
+        k = entries.first_from(pc)
         # only a wait something standing still adds to can be kept closed: the first `limit`
         # of those from pc on, found per member in the indices by adder and by semaphore
         chosen: set[int] = set()
-        for index, keys in ((self._waits_by_adder[t], still), (self._waits_by_sem[t], still_sems)):
+        for index, keys in ((entries.by_adder, still), (entries.by_sem, still_sems)):
             # whichever is smaller is walked: a big set's members, or t's few adders
             for key in (keys if len(keys) <= len(index) else [key for key in index if key in keys]):
-                found = index.get(key)
-                if found is not None:
-                    lo = bisect_left(found, k)
-                    chosen.update(found[lo:lo + limit])
+                chosen.update(index.from_(key, k, limit))
         tried = sorted(chosen)[:limit]
         for j in tried:
-            stop, sid, need, adders = entries[j]
+            stop, sid, need, adders = entries.entry(j)
             reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop)
             if reachable is not None and reachable < need:
                 return stop
@@ -194,7 +182,7 @@ class Independence:
         # neighbour). Trying these only after the first ones keeps every cut found before.
         fed = self._first_unfed(t, k, state.pcs, still, set(tried), limit)
         for j in fed:
-            stop, sid, need, adders = entries[j]
+            stop, sid, need, adders = entries.entry(j)
             reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop)
             if reachable is not None and reachable < need:
                 return stop
@@ -205,58 +193,48 @@ class Independence:
         waits: per thread a in `still`, the first wait on a semaphore a still adds to from
         its pc on (`_feeds`: per (t, a), the last pc at which a adds to each candidate's
         semaphore, so the first is a bisection where those pcs grow along t's waits)."""
-        index = self._waits_by_adder[t]
+        counted = self.counting.counted(t)
+        assert counted is not None
+        index = counted.by_adder
         found: set[int] = set()
         for a in (still if len(still) <= len(index) else [a for a in index if a in still]):
-            listed = index.get(a)
+            listed = index.run(a)  # t's waits a may add to: `index.at(listed, i)`, i < listed.size
             if listed is None:
                 continue
             at = pcs[a]
             if at < 0:
                 continue  # a thread that ended adds nothing
-            lo = bisect_left(listed, k)
-            if lo == len(listed):
+            lo = index.position(listed, k)
+            if lo == listed.size:
                 continue
             last, ordered = self._feeds(t, a)
             if ordered:
                 i = max(lo, bisect_left(last, at))
             else:
                 i = lo
-                while i < len(listed) and last[i] < at:
+                while i < listed.size and last[i] < at:
                     i += 1
-            if i < len(listed) and listed[i] not in tried:
-                found.add(listed[i])
+            if i < listed.size and index.at(listed, i) not in tried:
+                found.add(index.at(listed, i))
         return sorted(found)[:limit]
 
     def _feeds(self, t: int, a: int) -> tuple[list[float], bool]:
-        """For thread t's counted waits that thread a may add to (`_waits_by_adder[t][a]`),
+        """For thread t's counted waits that thread a may add to (`by_adder.get(a)`),
         the last pc at which a adds a positive amount to each one's semaphore (infinity:
         unbounded or unknown amounts), and whether those pcs never decrease."""
         key = (t, a)
         found = self._feeds_cache.get(key)
         if found is None:
-            entries = self._counted_waits[t]
-            last: list[float] = []
-            for j in self._waits_by_adder[t][a]:
-                additions = self._additions.get((a, entries[j][1]))
-                if additions is None:
-                    last.append(-1.0)
-                elif additions is _UNBOUNDED:
-                    last.append(float("inf"))
-                else:
-                    add_pcs, suffix = additions
-                    # the last pc whose addition is positive: suffix sums drop there
-                    at = -1.0
-                    for m in range(len(add_pcs) - 1, -1, -1):
-                        if suffix[m] != suffix[m + 1]:
-                            at = float(add_pcs[m])
-                            break
-                    last.append(at)
+            if len(self._feeds_cache) >= _KEPT:
+                self._feeds_cache.clear()
+            counted = self.counting.counted(t)
+            assert counted is not None
+            last = [self.counting.last_addition(a, counted.sids[j]) for j in counted.by_adder.get(a) or ()]
             found = self._feeds_cache[key] = (last, all(x <= y for x, y in zip(last, last[1:])))
         return found
 
     def _most_reachable(self, state: State, sid: int, adders, still, still_events, t: int, pc: int, stop: int) -> int | None:
-        taken = self._taken_before(t, sid, pc, stop)
+        taken = self.counting.taken_between(t, sid, pc, stop)
         if taken is None:
             return None
         sums = self._reachable_sums(state, sid, adders)
@@ -306,92 +284,13 @@ class Independence:
         by_adder: dict[int, int | None] = {}
         unbounded = 0
         for a in adders:
-            more = by_adder[a] = self._still_added(a, sid, state.pcs[a])
+            more = by_adder[a] = self.counting.still_added(a, sid, state.pcs[a])
             if more is None:
                 unbounded += 1
             else:
                 most += more
         found = self._sums[sid] = _ReachableSums(most, by_adder, unbounded, by_completion)
         return found
-
-    def _still_added(self, a: int, sid: int, pc: int) -> int | None:
-        """The most thread a's instructions from pc on can add to `sid` (None: unbounded or
-        known only at run time)."""
-        found = self._additions.get((a, sid))
-        if found is None:
-            return 0
-        if found is _UNBOUNDED:
-            return None
-        pcs, suffix = found
-        total = suffix[bisect_left(pcs, pc)] if pc >= 0 else 0.0
-        return None if total != total else int(total)  # NaN: an unknown amount
-
-    def _taken_before(self, t: int, sid: int, start: int, stop: int) -> int | None:
-        """What t's decrementing waits on `sid` at pcs in [start, stop) take (None when
-        one of them takes an amount known only at run time)."""
-        found = self._decrements.get((t, sid))
-        if found is None:
-            return 0
-        pcs, prefix = found
-        lo, hi = bisect_left(pcs, start), bisect_left(pcs, stop)
-        if lo == hi:
-            return 0
-        total = prefix[hi] - prefix[lo]
-        return None if total != total else int(total)  # NaN: an unknown amount among them
-
-    def _counting_tables(self):
-        """* thread -> sorted (pc, semaphore, amount, adders) of its waits with a constant
-          semaphore and amount, for straight-line threads;
-        * (thread, semaphore) -> (pcs, prefix sums of amounts) of its decrementing waits;
-        * (thread, semaphore) -> (pcs, suffix sums) of what its instructions may add to the
-          semaphore (a signal or copy naming exactly it with a constant amount), or
-          `_UNBOUNDED` when one of them may add an unknown amount or runs in a loop."""
-        system = self.system
-        adders: dict[int, set[int]] = {}
-        additions: dict[tuple[int, int], object] = {}
-        for t, body in enumerate(system.bodies):
-            looping = looping_pcs(body)
-            for pc, instr in enumerate(body):
-                fp = system.footprints[t][pc]
-                for sid in fp.inc:
-                    adders.setdefault(sid, set()).add(t)
-                    key = (t, sid)
-                    if additions.get(key) is _UNBOUNDED:
-                        continue
-                    amount = _constant_addition(system, t, instr, sid)
-                    if amount is None or pc in looping:
-                        additions[key] = _UNBOUNDED
-                        continue
-                    pcs, amounts = additions.setdefault(key, ([], []))
-                    pcs.append(pc)
-                    amounts.append(amount)
-        for key, found in additions.items():
-            if found is not _UNBOUNDED:
-                pcs, amounts = found
-                suffix = [0.0] * (len(amounts) + 1)
-                for k in range(len(amounts) - 1, -1, -1):
-                    suffix[k] = suffix[k + 1] + amounts[k]
-                additions[key] = (pcs, suffix)
-        counted: dict[int, list] = {}
-        adder_sets: dict[int, frozenset[int]] = {}
-        decrements: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
-        for t, body in enumerate(system.bodies):
-            straight = self.tables[t].straight
-            for pc, instr in enumerate(body):
-                known = system.static_wait(t, pc)
-                decrementing = isinstance(instr, ir.DmaWait) or (isinstance(instr, ir.Wait) and instr.decrement)
-                if decrementing:
-                    for sid in system._candidates(t, instr.sem):
-                        pcs, sums = decrements.setdefault((t, sid), ([], [0.0]))
-                        pcs.append(pc)
-                        amount = known[1] if known and known[0] == sid else float("nan")
-                        sums.append(sums[-1] + amount)
-                if straight and known and known[1] >= 1:
-                    sid, need = known
-                    if sid not in adder_sets:  # one set per semaphore, however many waits on it
-                        adder_sets[sid] = frozenset(adders.get(sid, ()))
-                    counted.setdefault(t, []).append((pc, sid, need, adder_sets[sid]))
-        return counted, decrements, additions
 
     def independent(self, state: State, a: Action, b: Action) -> bool:
         """Two actions of different actors, both enabled in `state`, that commute and cannot
@@ -424,8 +323,8 @@ class Independence:
         for t, body in enumerate(system.bodies):
             if any(instr.loc in changed for instr in body):
                 fps = [self.memory.view(fp, body[pc].loc) for pc, fp in enumerate(system.footprints[t])]
-                self.tables[t] = table = ThreadTable(body, fps, system.cell_base)
-                for r in table.reachable:
+                self.tables[t] = table = ThreadTable(body, ThreadFootprints.of(fps, system.cell_base))
+                for r in table.resources():
                     if r not in self.touchers:
                         self.touchers[r] = self.touchers.get(self.memory.plain(r), ())
         self._event_channels.clear()
@@ -446,98 +345,6 @@ class Independence:
         )
         return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
 
-    def _copy_destinations(self) -> frozenset[int]:
-        """Resources (cells) a copy's completion may write: its destination's cells. A
-        destination known only at run time names its buffer's "anywhere" cell, and its
-        completion then writes whichever cell the region turns out to be: every cell
-        overlapping the anywhere cell counts. Every other cell a completion touches it
-        only reads or overlaps."""
-        system = self.system
-        anywhere = set(system._anywhere.values())
-        written: set[int] = set()
-        for t, body in enumerate(system.bodies):
-            for pc, instr in enumerate(body):
-                if isinstance(instr, ir.DmaStart):
-                    for c in system.footprints[t][pc].mwrite:
-                        written.add(c)
-                        if c in anywhere:
-                            written |= system.near_of((c,))
-        return frozenset(system.cell_base + c for c in written)
-
-    def _copy_index(self) -> dict[int, tuple[tuple[frozenset[int], tuple[tuple[int, ...], ...]], ...]]:
-        """resource -> (start pcs, event prefixes to bisect for) per (side, issuer) of the
-        copies whose completions may touch it (a few starts one by one, many by their
-        issuer's side): what
-        each copy start may touch (its semaphores, both regions and what overlaps them, the
-        peer's lifecycle), plus the lifecycle of where it lands, which its completion
-        checks even for a local copy (`semantics.event_footprint`)."""
-        system, base = self.system, self.system.cell_base
-        found: dict[int, dict[int, set[int]]] = {}  # resource -> issuer -> copy start pcs
-        for t, body in enumerate(system.bodies):
-            for pc, instr in enumerate(body):
-                if not isinstance(instr, ir.DmaStart):
-                    continue
-                target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
-                landing = {
-                    base + system.lifecycle_cell(system.instances[sid].device, system.instances[sid].core)
-                    for sid in system._candidates(t, target)
-                }
-                for r in set(system.tables[t].own[pc]) | landing:
-                    found.setdefault(r, {}).setdefault(t, set()).add(pc)
-        # both sides of a copy share its starts, and most resources share their starts and
-        # prefixes with others (a ring of N devices has N^2 resources): one object each
-        shared: dict[tuple[int, int, frozenset[int]], tuple[frozenset[int], tuple[tuple[int, ...], ...]]] = {}
-
-        def entry(side: int, t: int, pcs: set[int]):
-            starts = frozenset(pcs)
-            key = (side, t, starts)
-            known = shared.get(key)
-            if known is None:
-                known = shared[key] = (starts, _prefixes(side, t, starts))
-            return known
-
-        return {
-            r: tuple(entry(side, t, pcs) for side in sorted((RECV, SEND)) for t, pcs in sorted(by_issuer.items()))
-            for r, by_issuer in found.items()
-        }
-
-    # -- guards --
-
-    def _guard_stops(self) -> dict[tuple[int, int, int], dict[int, tuple[int, ...]]]:
-        """(issuer, start pc, side) of a copy completion -> thread -> the waits it guards.
-
-        A semaphore whose only possible adder is one side of one copy started once (not in
-        a loop) stays at 0 until that completion; a wait for at least 1 on it cannot pass
-        before the completion happens."""
-        system = self.system
-        adders: dict[int, list] = {}
-        for t, body in enumerate(system.bodies):
-            looping = looping_pcs(body)
-            for pc, instr in enumerate(body):
-                if isinstance(instr, ir.DmaStart):
-                    target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
-                    sides = [(RECV, system._candidates(t, target))]
-                    if instr.send_sem is not None:
-                        sides.append((SEND, system._candidates(t, instr.send_sem)))
-                    for side, sids in sides:
-                        for sid in sids:
-                            adders.setdefault(sid, []).append(None if pc in looping else (t, pc, side))
-                else:
-                    for sid in system.footprints[t][pc].inc:
-                        adders.setdefault(sid, []).append(None)
-        only = {sid: found[0] for sid, found in adders.items() if len(found) == 1 and found[0] is not None}
-        stops: dict[tuple[int, int, int], dict[int, list[int]]] = {}
-        for t, body in enumerate(system.bodies):
-            for pc, instr in enumerate(body):
-                blocking = _blocking_sem(system, t, instr)
-                if blocking in only:
-                    stops.setdefault(only[blocking], {}).setdefault(t, []).append(pc)
-        return {guard: {t: tuple(sorted(pcs)) for t, pcs in by_thread.items()} for guard, by_thread in stops.items()}
-
-
-_UNBOUNDED = object()
-
-
 @dataclass(frozen=True)
 class _ReachableSums:
     """One semaphore in one state: the most it can hold if every actor moves (`most`,
@@ -553,7 +360,7 @@ class _ReachableSums:
 def _additions_to(events: tuple[Event, ...], sid: int, copies) -> list[tuple[Action, int]]:
     """(completion action, amount) per distinct pending completion adding a positive
     amount to `sid`, among the completions of the copy starts `copies` names
-    (`Independence._copies_on[sid]`: every copy that may add to it). `events` is sorted,
+    (`CopyIndex.copies_on(sid)`: every copy that may add to it). `events` is sorted,
     so each prefix's completions are one run and identical completions are adjacent."""
     found: list[tuple[Action, int]] = []
     n = len(events)
@@ -574,51 +381,23 @@ def _additions_to(events: tuple[Event, ...], sid: int, copies) -> list[tuple[Act
     return found
 
 
-def _prefixes(side: int, issuer: int, starts: set[int] | frozenset[int]) -> tuple[tuple[int, ...], ...]:
-    """The event-tuple prefixes under which the completions of these copy starts sort."""
-    if len(starts) <= 4:
-        return tuple((side, issuer, pc) for pc in sorted(starts))
-    return ((side, issuer),)
+class _Touchers:
+    """`System.touchers`, and the pair resources `_MemoryView` makes as races are reported."""
 
+    def __init__(self, base):
+        self._base = base
+        self._more: dict[int, tuple[int, ...]] = {}
 
-def _constant_addition(system: System, t: int, instr: ir.Instr, sid: int) -> float | None:
-    """What `instr` adds to `sid` at most, when that is a constant >= 0: a signal or a copy
-    whose target is exactly `sid` (a copy may add to it on either side). None otherwise."""
-    from semcheck.semantics import dma_increment
+    def get(self, r: int, default=()):
+        if r < self._base.size:
+            return self._base.get(r)
+        return self._more.get(r, default)
 
-    if isinstance(instr, ir.Signal):
-        if not isinstance(instr.inc, int) or instr.inc < 0 or system._candidates(t, instr.sem) != {sid}:
-            return None
-        return float(instr.inc)
-    if isinstance(instr, ir.DmaStart):
-        if not isinstance(instr.nbytes, int) or instr.nbytes < 0:
-            return None
-        target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
-        total = 0.0
-        sides = [target] + ([instr.send_sem] if instr.send_sem is not None else [])
-        for ref in sides:
-            sids = system._candidates(t, ref)
-            if sid in sids:
-                if len(sids) != 1:
-                    return None
-                total += dma_increment(system.instances[sid].decl, instr.nbytes)
-        return total
-    return None  # a wait or an entry whose amount may be negative, or anything else
+    def __contains__(self, r: int) -> bool:
+        return r < self._base.size or r in self._more
 
-
-def _blocking_sem(system: System, t: int, instr: ir.Instr) -> int | None:
-    """The one semaphore a wait needs at least 1 of, when both are constants."""
-    if isinstance(instr, ir.Wait):
-        ref, need = instr.sem, instr.value
-    elif isinstance(instr, ir.DmaWait):
-        ref, need = instr.sem, instr.nbytes
-    else:
-        return None
-    if not (isinstance(need, int) and need >= 1 and isinstance(ref.index, int)
-            and ir.is_constant(ref.device) and ir.is_constant(ref.core)):
-        return None
-    sids = system._candidates(t, ref)
-    return next(iter(sids)) if len(sids) == 1 else None
+    def __setitem__(self, r: int, threads) -> None:
+        self._more[r] = tuple(threads)
 
 
 class _MemoryView:

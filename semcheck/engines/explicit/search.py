@@ -14,19 +14,19 @@ spins for ever.
 
 from __future__ import annotations
 
-from collections import deque
-
 from semcheck.engines.explicit import symmetry as symmetries
 from semcheck.engines.explicit import endless
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn, bounded_phase, rss_mb
 from semcheck.engines.common import Exploration
 from semcheck.engines.explicit.independence import Independence
+from semcheck.engines.explicit.path import OnePath
 from semcheck.engines.explicit.reduction import isolated_action, stubborn_subset
-from semcheck.engines.explicit.store import StateStore
+from semcheck.engines.explicit.store import Fifo, SearchTree, StateStore
 from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
-from semcheck.semantics import Action, System, without_gc
+from semcheck.semantics import Action, State, System, without_gc
 
 NAME = "explicit"
+_MOVABLE_KEPT = 4096  # queued states whose movable threads are kept (others find them again)
 
 
 def explore(
@@ -60,7 +60,7 @@ def explore(
                         silence_reported_races=silence_reported_races, symmetry=symmetry)
 
 
-def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: ProgressFn | None,
+def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: ProgressFn | None,  # noqa: C901
              stop_at_first: bool, silence_reported_races: bool, symmetry: bool | None) -> Exploration:
     budget = (budget or Budget.from_env()).started()
     monitor = Monitor(budget, progress)
@@ -84,58 +84,98 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
         return found
     if group is not None:
         found.notes.append(group.describe())
-    parent: list[int] = []
-    via: list = []
-    depth: list[int] = []
-    sleep: list[frozenset] = []
-    movable: dict[int, tuple[int, ...]] = {}  # queued state -> threads that can move in it
-    queue: deque[int] = deque()
-
-    states = StateStore(system)  # position -> state, packed; looked up by key
+    states = StateStore(system)  # position -> state, in a tree of shared pairs; looked up by key
+    tree = SearchTree(states)  # position -> parent, action, sleep set
+    # queued state -> threads that can move in it (while few are queued: else found again)
+    movable: dict[int, tuple[int, ...]] = {}
+    queue = Fifo()
     transitions = 0
     skipped: list[tuple[int, Action]] = []  # (state, action) pairs a sleep set skipped
     ended: set[int] = set()
-    try:
-        for state in system.iter_initial_states():  # one per input value: check the budget
-            monitor.tick(len(states), 0)
-            key_state = state if group is None else group.canonical(state)[0]
-            key = states.pack(key_state)
-            if states.find(key) is None:
-                position = states.add(key, state, key_state)
-                parent.append(-1)
-                via.append(None)
-                depth.append(0)
-                sleep.append(frozenset())
-                queue.append(position)
-                if edges is not None:
-                    edges.append([])
-    except BudgetExceeded as exceeded:
-        queue.clear()
-        found.exhausted = exceeded.reason
+    # while the reduced graph is one path from the one initial state, no state is stored
+    # (`path.py`); the search goes on breadth-first from the first state that branches
+    path: OnePath | None = None
 
-    def path_to(i: int) -> tuple[int, list]:
+    def tree_path(i: int) -> tuple[int, list]:
+        """The stored root of state i and the actions from it to i."""
         actions = []
-        while parent[i] >= 0:
-            actions.append(via[i])
-            i = parent[i]
+        while tree.parent[i] >= 0:
+            actions.append(tree.via(i))
+            i = tree.parent[i]
         return i, actions[::-1]
 
-    def record(findings, i: int, then=None) -> None:
+    def path_to(i: int) -> tuple[State, list]:
+        """The initial state and the actions from it to stored state i."""
+        root, actions = tree_path(i)
+        if path is not None:  # the root is where the one path ended
+            return path.initial, path.actions() + actions
+        return states[root], actions
+
+    def record(findings, i: int | None, then=None) -> None:
+        """Findings seen in stored state i (None: at the end of the path), with their path."""
         for finding in findings:
             if finding.key not in found.findings:
-                root, actions = path_to(i)
-                found.add(finding, states[root], actions if then is None else actions + [then])
+                if i is not None:
+                    initial, actions = path_to(i)
+                else:
+                    assert path is not None, "only the one path records findings without a stored state"
+                    initial, actions = path.initial, path.actions()
+                found.add(finding, initial, actions if then is None else actions + [then])
                 if finding.kind is Kind.DATA_RACE and silence_reported_races:
                     ind.report(finding.loc, finding.other)
 
+    def store(state: State, key_state: State, sleeping: frozenset, at_depth: int,
+              ready: tuple[int, ...] | None) -> int:
+        position = states.add(states.pack(key_state), state, key_state)
+        tree.add(-1, None, sleeping)
+        queue.append(position, at_depth)
+        if ready is not None:
+            movable[position] = ready
+        if edges is not None:
+            edges.append([])
+        return position
+
+    try:
+        initial_states = iter(system.iter_initial_states())  # one per input value: check the budget
+        first = next(initial_states, None)
+        second = next(initial_states, None) if first is not None else None
+        if first is not None and second is None and reduce and edges is None:
+            path = OnePath(system, first)
+            ended_on_path = _follow_path(system, ind, path, monitor, found, record, silence_reported_races,
+                                         stop_at_first)
+            transitions = len(path)
+            if ended_on_path is not None:  # the whole reduced graph is one path: nothing stored
+                found.states = len(path) + 1
+                found.transitions = transitions
+                found.stored_states, found.store_bytes = 0, 0
+                if group is not None:
+                    _add_images(system, ind, group, found, silence_reported_races)
+                found.seconds = monitor.elapsed()
+                found.peak_memory_mb = monitor.peak_mb
+                return found
+            assert path.end is not None
+            store(path.end, path.end, frozenset(), len(path), path.ready)
+        else:
+            for state in _chain(first, second, initial_states):
+                monitor.tick(len(states), 0)
+                key_state = state if group is None else group.canonical(state)[0]
+                if states.find(states.pack(key_state)) is None:
+                    store(state, key_state, frozenset(), 0, None)
+    except BudgetExceeded as exceeded:
+        queue.clear()
+        found.exhausted = exceeded.reason
+        transitions = len(path) if path is not None else 0
+    # the states visited on the path before the first one stored (all of them, the one it
+    # stopped at included, when the budget ran out there)
+    on_path = 0 if path is None else len(path) + (0 if len(states) else 1)
+
     try:
         while queue:
-            i = queue.popleft()
+            i, depth = queue.popleft()
             state = states.take(i)
-            monitor.tick(len(states), transitions, len(queue), depth[i])
-            ready = movable.pop(i, None)
-            if ready is None:
-                ready = system.movable_threads(state)
+            monitor.tick(on_path + len(states), transitions, len(queue), depth)
+            kept = movable.pop(i, None)
+            ready = system.movable_threads(state) if kept is None else kept
             # most states have a thread whose action is a stubborn set of its own: then
             # the pending completions need not be listed as actions
             chosen = isolated_action(ind, state, ready) if reduce else None
@@ -152,7 +192,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 continue
             if chosen is None:
                 chosen = stubborn_subset(ind, state, enabled, isolated_tried=True) if reduce else enabled
-            asleep = sleep[i]
+            asleep = tree.sleep(i)
             done: list = []
             for action in chosen:
                 if action in asleep:
@@ -177,12 +217,10 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 j = states.find(key)
                 if j is None:
                     j = states.add(key, successor, key_state)
-                    parent.append(i)
-                    via.append(action)
-                    depth.append(depth[i] + 1)
-                    sleep.append(inherited)
-                    queue.append(j)
-                    movable[j] = system.movable_after(state, ready, action, successor)
+                    tree.add(i, action, inherited)
+                    queue.append(j, depth + 1)
+                    if len(movable) < _MOVABLE_KEPT:
+                        movable[j] = system.movable_after(state, ready, action, successor)
                     if edges is not None:
                         edges.append([])
                     if successor.faults != state.faults:
@@ -192,12 +230,12 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 elif group is not None and not states.holds(j, key if key_state is successor else successor):
                     # another state of the orbit: its sleep set names that state's actions,
                     # so it is expanded again with none asleep
-                    if sleep[j]:
-                        sleep[j] = frozenset()
-                        queue.append(j)
-                elif not sleep[j] <= inherited:
-                    sleep[j] = sleep[j] & inherited
-                    queue.append(j)
+                    if tree.sleep(j):
+                        tree.set_sleep(j, frozenset())
+                        queue.append(j, depth + 1)  # queued again at this path's depth (its first was no longer)
+                elif not tree.sleep(j) <= inherited:
+                    tree.set_sleep(j, tree.sleep(j) & inherited)
+                    queue.append(j, depth + 1)
                 if edges is not None:
                     edges[i].append((j, action))
             if stop_at_first and found.has_errors:
@@ -214,12 +252,13 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 ended.add(i)  # not found under this name: count it as able to end
             else:
                 edges[i].append((j, action))
-        for finding, initial, actions in endless.findings(system, states, edges, ended, path_to):
+        for finding, initial, actions in endless.findings(system, states, edges, ended, tree_path):
             found.add(finding, initial, actions)
     if group is not None and not (stop_at_first and found.has_errors):  # one counterexample: no images
         _add_images(system, ind, group, found, silence_reported_races)
-    found.states = len(states)
+    found.states = on_path + len(states)
     found.transitions = transitions
+    found.stored_states, found.store_bytes = len(states), states.nbytes() + tree.nbytes()
     found.seconds = monitor.elapsed()
     found.peak_memory_mb = monitor.peak_mb
     return found
@@ -247,9 +286,57 @@ def _add_images(system: System, ind: Independence, group: symmetries.Rotations, 
         for g in range(1, group.order):
             state = start = group.image(initial, g)
             path = [group.action(a, g) for a in actions]
-            for k, (state, seen) in enumerate(_replay(system, ind, start, path, silence_reported_races), 1):
+            # the state each step reaches; the last is judged below the loop
+            for k, (state, seen) in enumerate(_replay(system, ind, start, path, silence_reported_races), 1):  # noqa: B007
                 for image in seen:
                     found.add(image, start, path[:k])
             if not system.enabled(state, system.movable_threads(state)):
                 for image in terminal_findings(system, state):
                     found.add(image, start, path)
+
+
+def _chain(first, second, rest):
+    for state in (first, second):
+        if state is None:
+            return
+        yield state
+    yield from rest
+
+
+def _follow_path(system: System, ind: Independence, path: OnePath, monitor: Monitor, found: Exploration, record,
+                 silence_reported_races: bool, stop_at_first: bool) -> bool | None:
+    """Follow the reduced graph from `path.initial` while each state has one action to
+    take, keeping no state (`path.py`). True when it ended there (an end state, or
+    `stop_at_first` with an error found); None when a state with more than one action was
+    reached: `path.end` and `path.ready` are that state and its threads that can move."""
+    state = path.initial
+    ready = system.movable_threads(state)
+    while True:
+        monitor.tick(len(path) + 1, len(path), 0, len(path))
+        chosen = isolated_action(ind, state, ready)
+        enabled = chosen if chosen is not None else system.enabled(state, ready)
+        if not enabled:
+            found.ends.add(end_kind(system, state))
+            record(terminal_findings(system, state), None)
+            return True
+        if chosen is None:
+            chosen = stubborn_subset(ind, state, enabled, isolated_tried=True)
+        if len(chosen) != 1:
+            path.end, path.ready = state, ready
+            return None
+        action = chosen[0]
+        successor = ind.normalize(system.step(state, action))
+        if silence_reported_races and successor.hazards:
+            path.append(state, action)
+            record(hazard_findings(system, successor, state.hazards), None)
+            successor = successor._replace(hazards=hazards_to_keep(successor))
+        else:
+            path.append(state, action)
+        ready = system.movable_after(state, ready, action, successor)
+        if successor.faults != state.faults:
+            record(fault_findings(system, successor, state.faults), None)
+        if successor.hazards != state.hazards:
+            record(hazard_findings(system, successor, state.hazards), None)
+        state = successor
+        if stop_at_first and found.has_errors:
+            return True

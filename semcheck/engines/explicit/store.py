@@ -1,79 +1,281 @@
-"""The explicit search's visited states, kept packed.
+"""The explicit search's visited states, kept exactly in a tree of shared pairs.
 
-A state's program counters and registers are one Python int per thread (a pointer each, 8
-bytes, in a tuple built anew by every step); here they are kept as machine arrays: 2 bytes
-per program counter, 8 per register value. The non-zero semaphore counts are one array
-of (id, count) pairs, and the pending completions one array of small ids: each distinct
-`Event` is numbered once, the first time the store sees it, and unpacking gives back that
-first object. A ring of N devices has about N completions in flight in every state, so
-hashing them as a tuple of tuples cost what N deep hashes cost, twice per state (looking
-up, then inserting), where hashing bytes costs next to nothing; and a key made only of
-bytes is no object the garbage collector has to visit again and again as the store grows.
-Packing is exact, not hash compaction: a packed state unpacks to an equal state, and two
-states share a position only if they are equal, so nothing is omitted (no collision
-argument is needed). A value that does not fit its array (a register or a count past 64
-bits, a program longer than 32,000 instructions) keeps its tuple.
+A state is laid out as four parts of integers: every thread's pc (two to a leaf), its
+registers and the inputs; the pending completions (each distinct `Event` numbered once, the
+first time the store sees it); the non-zero semaphore counts as (id, count) pairs; and a
+tail: the faults and hazards (one number for each distinct combination: most states have
+none) with the lengths of the two parts that vary. Each part is folded pairwise into a
+binary tree whose nodes are interned: a node is the pair of its children's ids, kept once
+in a table of machine integers (`_Pairs`), and the state's key is the pair of its pcs' root
+and the node (completions, (counts, tail)), one 64-bit integer not interned itself (tree
+compression, as LTSmin stores states: Laarman, van de Pol, Weber, "Parallel recursive state
+compression for free", SPIN 2011). A successor differs from its parent in a pc or two, a
+count and a completion or two, so most of its nodes already exist: it costs the few new
+nodes on the paths from what changed to the root, 13 to 16 bytes each with their index
+(3.0 a state for the ring all-reduce without capacity at 8 devices, 4.2 for the one with
+capacity, twice: with the key, its index and the search's records 80 to 90 bytes a state,
+where a packed copy of the whole state cost 500 to 600).
+
+It is exact, not hash compaction: interning is by the pair's value, so two states get the
+same root exactly when their vectors are equal, and a root unpacks to an equal state.
+Nothing is omitted, so no probability needs stating. Values that do not fit 31 bits (a big
+count, register or input) are numbered in a side table first.
+
+What does not grow with the states is kept once: the numbered completions (their accesses
+shared between equal ones), the big values, the fault combinations, and the search's
+distinct sleep sets; `nbytes` counts them too, so a search of a few thousand states pays
+some tens of bytes a state for them (`allreduce_ring.py` at 8 devices, twice: 416
+completions in 96 KB, 43 bytes for each of its 2,296 states, beside the 88 that each
+state's nodes, key and records cost).
+
+The search's own per-state bookkeeping (parent, action, sleep set, and the queue with each
+queued state's depth) is kept in machine arrays too (`SearchTree`, `Fifo`): one Python int,
+list slot and tuple per state cost more than the state itself.
 """
 
 from __future__ import annotations
 
+import sys
 from array import array
 from itertools import chain
 from operator import is_
 
-from semcheck.semantics import Counts, Event, State, System
+from semcheck.semantics import Action, Counts, Event, State, System
+
+_MULTIPLIER = 0x9E3779B97F4A7C15  # Fibonacci hashing of a 64-bit key
+_MASK64 = (1 << 64) - 1
+_SMALL = 1 << 31  # values below this are their own leaves; others are numbered past it
+_FIRST_SLOTS = 1024
+_SPLIT = 32  # a root is one 64-bit key: its two halves
+
+
+def _slot(key: int, size: int) -> int:
+    """Where `key` goes in a table of `size` slots: its Fibonacci hash scaled to the size
+    (multiply-shift, so the size need not be a power of two)."""
+    return (((key * _MULTIPLIER) & _MASK64) * size) >> 64
+
+
+def _grown(size: int) -> int:
+    """The next table size: half as big again, so a table is between half and three
+    quarters full (doubling left it between three eighths and three quarters: 4 bytes a
+    slot, that was 2 bytes more per entry on average)."""
+    return size + size // 2
+
+
+class _Pairs:
+    """Interned pairs of 32-bit ids: `intern(a, b)` gives the same id for the same pair,
+    ids numbered from 0 in order of first interning. Open addressing with linear probing in
+    machine arrays: 8 bytes a pair for the pair itself and 5.3 to 8 for the index (4 bytes
+    a slot, kept at most three quarters full)."""
+
+    def __init__(self) -> None:
+        self.keys = array("Q")  # id -> a << 32 | b
+        self._slots = array("i", [-1]) * _FIRST_SLOTS
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def intern(self, a: int, b: int) -> int:
+        key = a << 32 | b
+        slots, keys = self._slots, self.keys
+        size = len(slots)
+        i = (((key * _MULTIPLIER) & _MASK64) * size) >> 64
+        while True:
+            found = slots[i]
+            if found < 0:
+                found = len(keys)
+                keys.append(key)
+                slots[i] = found
+                if 4 * len(keys) > 3 * size:
+                    self._grow()
+                return found
+            if keys[found] == key:
+                return found
+            i = i + 1 if i + 1 < size else 0
+
+    def pair(self, node: int) -> tuple[int, int]:
+        key = self.keys[node]
+        return key >> 32, key & 0xFFFFFFFF
+
+    def _grow(self) -> None:
+        size = _grown(len(self._slots))
+        slots = self._slots = array("i", [-1]) * size
+        for node, key in enumerate(self.keys):
+            i = _slot(key, size)
+            while slots[i] >= 0:
+                i = i + 1 if i + 1 < size else 0
+            slots[i] = node
+
+    def nbytes(self) -> int:
+        return self.keys.itemsize * len(self.keys) + self._slots.itemsize * len(self._slots)
+
+
+class _Positions:
+    """Key -> position, as open addressing over positions: a slot holds a position, whose
+    key is `keys[position]` (4 bytes a slot, kept at most three quarters full)."""
+
+    def __init__(self, keys: array):
+        self._keys = keys
+        self._slots = array("i", [-1]) * _FIRST_SLOTS
+        self._count = 0
+
+    def find(self, key: int) -> int | None:
+        slots, keys = self._slots, self._keys
+        size = len(slots)
+        i = (((key * _MULTIPLIER) & _MASK64) * size) >> 64
+        while True:
+            found = slots[i]
+            if found < 0:
+                return None
+            if keys[found] == key:
+                return found
+            i = i + 1 if i + 1 < size else 0
+
+    def add(self, key: int, position: int) -> None:
+        """`position` (whose key is `key`, not yet present) under `key`."""
+        self._count += 1
+        if 4 * self._count > 3 * len(self._slots):
+            self._slots = array("i", [-1]) * _grown(len(self._slots))
+            for known in range(len(self._keys)):
+                if known != position:
+                    self._place(self._keys[known], known)
+        self._place(key, position)
+
+    def _place(self, key: int, position: int) -> None:
+        slots = self._slots
+        size = len(slots)
+        i = _slot(key, size)
+        while slots[i] >= 0:
+            i = i + 1 if i + 1 < size else 0
+        slots[i] = position
+
+    def nbytes(self) -> int:
+        return self._slots.itemsize * len(self._slots)
 
 
 class StateStore:
-    """Positions of visited states, looked up by a key state (the state itself, or its
-    orbit's representative under a symmetry), each holding the state reached."""
+    """Positions of visited states, looked up by a key (the root of a state's tree: the
+    state itself, or its orbit's representative under a symmetry), each holding the root
+    of the state reached."""
 
     def __init__(self, system: System):
-        longest = max((len(body) for body in system.bodies), default=0)
-        self._pc_code = "h" if longest < 32_000 else "q"
+        self._threads = len(system.bodies)
         self._sizes = tuple(len(r) for r in system.registers)
-        self._no_registers = tuple(() for _ in self._sizes)
+        self._inputs = len(system.protocol.inputs)
         self._sem_count = len(system.instances)
-        self._index: dict[tuple, int] = {}
-        self._packed: list[tuple] = []
-        # id -> the first Event object seen with that value; looked up by value, and by
-        # identity for those very objects (alive in `_events` for good, so an id() names
-        # one of them only): the events of an unpacked state are these objects, and a
-        # step keeps all but the one or two it changes, so most are found by identity
+        self._pairs = _Pairs()
+        # two program counters to a leaf when every one fits 15 bits (the pc + 1 of each)
+        self._paired_pcs = max((len(body) for body in system.bodies), default=0) + 1 < 1 << 15
+        self._keys = array("Q")  # position -> the root it is looked up by
+        # position -> the root of the state there, where it is not its key (under symmetry,
+        # a state reached where the search branches is looked up by its orbit's least
+        # image): a few in a dict, an array once many are
+        self._other_roots: dict[int, int] = {}
+        self._roots: array | None = None
+        self._index = _Positions(self._keys)  # key -> position
+        self._big: dict[int, int] = {}  # a value that does not fit 31 bits -> its number
+        self._big_values: list[int] = []
+        # faults and hazards: each distinct combination numbered once (most states have none)
+        self._rest: dict[tuple, int] = {}
+        self._rest_values: list[tuple] = []
+        # id -> the Event with that value, kept as the store's own copy whose accesses are
+        # shared with every other event's of equal value (a protocol has many completions
+        # and few distinct regions: 416 and 56 for the ring all-reduce at 8 devices, x2);
+        # looked up by value (a map by identity as well saved no measurable time, since
+        # `_spliced` finds most by identity already, and cost 100 bytes an event)
         self._events: list[Event] = []
         self._event_by_value: dict[Event, int] = {}
-        self._event_by_identity: dict[int, int] = {}
-        # the last events tuple packed or unpacked, with its ids: a successor by a step
+        self._accesses: dict[tuple, tuple] = {}
+        # the last events tuple packed or unpacked, with its numbers: a successor by a step
         # that moves no completion shares its state's tuple (kept alive here, so its id()
         # is not reused meanwhile)
         self._last_events: tuple[Event, ...] = ()
-        self._last_ids = b""
+        self._last_ids: list[int] = []
         # states added and not yet taken, as the objects reached (up to _KEPT of them): the
         # search expands each state it adds once, soon after, and unpacking what it has just
         # packed would only rebuild an equal state
         self._kept: dict[int, State] = {}
 
-    def pack(self, state: State) -> tuple:
-        pcs = _ints(self._pc_code, state.pcs)
-        regs = _ints("q", chain.from_iterable(state.regs)) if any(self._sizes) else b""
-        sems = _ints("q", chain.from_iterable(state.sems.items)) if state.sems.items else b""
-        return (pcs, regs, sems, self._event_ids(state.events), *state[4:])
+    # -- packing --
 
-    def _event_ids(self, events: tuple[Event, ...]) -> bytes:
+    def pack(self, state: State) -> int:
+        """The root of `state`'s tree (its nodes interned as needed)."""
+        leaf = self._leaf
+        intern = self._pairs.intern
+        own = [pc + 1 for pc in state.pcs]  # a faulted thread's pc is -1
+        if self._paired_pcs:
+            own = [own[k] << 15 | own[k + 1] for k in range(0, len(own) - 1, 2)] + own[len(own) - len(own) % 2:]
+        if any(self._sizes):
+            own.extend(map(leaf, chain.from_iterable(state.regs)))
+        own.extend(map(leaf, state.inputs))
+        items = state.sems.items
+        sems = list(map(leaf, chain.from_iterable(items)))
+        events = list(self._event_ids(state.events))
+        rest = (state.faults, state.hazards)
+        number = self._rest.get(rest)
+        if number is None:
+            number = self._rest[rest] = len(self._rest_values)
+            self._rest_values.append(rest)
+        # the lengths of the two parts that vary (which the shapes of their trees follow)
+        tail = intern(number, intern(leaf(len(items)), leaf(len(events))))
+        # what changes least goes deepest: most steps move a pc and a completion, few a
+        # count; the root is not interned: its two halves are the state's key
+        return self._fold(own) << _SPLIT | intern(self._fold(events), intern(self._fold(sems), tail))
+
+    def _fold(self, values: list[int]) -> int:
+        """The root of `values`' tree: pairs folded level by level, an odd last one carried
+        up as it is (so the shape depends on the length alone)."""
+        intern = self._pairs.intern
+        while len(values) > 1:
+            folded = [intern(values[k], values[k + 1]) for k in range(0, len(values) - 1, 2)]
+            if len(values) % 2:
+                folded.append(values[-1])
+            values = folded
+        return values[0] if values else 0
+
+    def _unfold(self, root: int, length: int) -> list[int]:
+        """The `length` values whose tree `root` is."""
+        if length <= 1:
+            return [root] if length else []
+        sizes = [length]
+        while sizes[-1] > 1:
+            sizes.append((sizes[-1] + 1) // 2)
+        level = [root]
+        pair = self._pairs.pair
+        for size in reversed(sizes[:-1]):
+            below: list[int] = []
+            for k, node in enumerate(level):
+                if 2 * k + 1 < size:
+                    below.extend(pair(node))
+                else:
+                    below.append(node)  # the odd one, carried up unchanged
+            level = below
+        return level
+
+    def _leaf(self, value: int) -> int:
+        if 0 <= value < _SMALL:
+            return value
+        number = self._big.get(value)
+        if number is None:
+            number = self._big[value] = len(self._big_values)
+            self._big_values.append(value)
+        return _SMALL + number
+
+    def _value(self, leaf: int) -> int:
+        return leaf if leaf < _SMALL else self._big_values[leaf - _SMALL]
+
+    def _event_ids(self, events: tuple[Event, ...]) -> list[int]:
         if not events:
-            return b""
+            return []
         last = self._last_events
         if events is last:  # a step that left the completions as they were
             return self._last_ids
-        if last:
-            ids = self._spliced(events, last, self._last_ids)
-        else:
-            ids = self._event_ids_of(events)
+        ids = self._spliced(events, last, self._last_ids) if last else self._event_ids_of(events)
         self._last_events, self._last_ids = events, ids
         return ids
 
-    def _spliced(self, events: tuple[Event, ...], last: tuple[Event, ...], last_ids: bytes) -> bytes:
-        """The ids of `events` from those of `last`, the events of the state packed or
+    def _spliced(self, events: tuple[Event, ...], last: tuple[Event, ...], last_ids: list[int]) -> list[int]:
+        """The numbers of `events` from those of `last`, the events of the state packed or
         unpacked before (its parent, or a sibling): a step completes or starts a copy or
         two, so the two tuples share all but a few objects at the ends, found by identity
         in C; only the middle is looked up."""
@@ -81,117 +283,245 @@ class StateStore:
         head = _first_false(list(map(is_, events, last)), shorter)
         tail = min(_first_false(list(map(is_, reversed(events), reversed(last))), shorter), shorter - head)
         middle = events[head:len(events) - tail]
-        width = array("I").itemsize
-        return b"".join((
-            last_ids[:head * width],
-            self._event_ids_of(middle) if middle else b"",
-            last_ids[(len(last) - tail) * width:] if tail else b"",
-        ))
+        return last_ids[:head] + (self._event_ids_of(middle) if middle else []) + \
+            (last_ids[len(last) - tail:] if tail else [])
 
-    def _event_ids_of(self, events: tuple[Event, ...]) -> bytes:
-        # the objects seen before by identity (no hashing of events at all); only the
-        # few a step created are looked up by value
-        ids: list = list(map(self._event_by_identity.get, map(id, events)))
+    def _event_ids_of(self, events: tuple[Event, ...]) -> list[int]:
+        ids: list = list(map(self._event_by_value.get, events))
         k = _find_none(ids, 0)
-        while k >= 0:
-            ids[k] = self._event_id(events[k])
+        while k >= 0:  # only the few a step created are new
+            ids[k] = self.event_id(events[k])
             k = _find_none(ids, k + 1)
-        return array("I", ids).tobytes()
+        return ids
 
-    def _event_id(self, event: Event) -> int:
-        found = self._event_by_identity.get(id(event))
+    def event_id(self, event: Event) -> int:
+        """The number of a pending completion (numbered when first seen)."""
+        found = self._event_by_value.get(event)
         if found is None:
-            found = self._event_by_value.get(event)
-            if found is None:
-                found = self._event_by_value[event] = len(self._events)
-                self._events.append(event)
-                self._event_by_identity[id(event)] = found
+            accesses = self._accesses.setdefault(event.accesses, event.accesses)
+            own = event if accesses is event.accesses else event._replace(accesses=accesses)
+            found = self._event_by_value[own] = len(self._events)
+            self._events.append(own)
         return found
 
-    def unpack(self, packed: tuple) -> State:
-        pcs, regs, sems, events = packed[0], packed[1], packed[2], packed[3]
-        if isinstance(pcs, bytes):
-            values = array(self._pc_code)
-            values.frombytes(pcs)
-            pcs = tuple(values)
-        if not regs:
-            regs = self._no_registers
-        elif isinstance(regs, bytes):
-            values = array("q")
-            values.frombytes(regs)
-            flat, regs, at = values.tolist(), [], 0
+    def event(self, number: int) -> Event:
+        return self._events[number]
+
+    # -- unpacking --
+
+    def unpack(self, root: int) -> State:
+        pair = self._pairs.pair
+        own_root, right = root >> _SPLIT, root & 0xFFFFFFFF
+        events_root, last = pair(right)
+        sems_root, tail = pair(last)
+        rest, lengths = pair(tail)
+        count_items, count_events = map(self._value, pair(lengths))
+        threads, registers = self._threads, sum(self._sizes)
+        leaves = (threads + 1) // 2 if self._paired_pcs else threads
+        own = self._unfold(own_root, leaves + registers + self._inputs)
+        if self._paired_pcs:
+            unpaired: list[int] = []
+            for leaf in own[:threads // 2]:
+                unpaired += (leaf >> 15, leaf & 0x7FFF)
+            own = unpaired + own[threads // 2:]  # an odd last pc is a leaf of its own
+        pcs = tuple(pc - 1 for pc in own[:threads])
+        values = [self._value(v) for v in own[len(own) - registers - self._inputs:]]
+        inputs = tuple(values[registers:])
+        if registers:
+            flat, at, regs = values, 0, []
             for size in self._sizes:
                 regs.append(tuple(flat[at:at + size]))
                 at += size
-            regs = tuple(regs)
         else:
-            flat, rebuilt, at = list(regs), [], 0
-            for size in self._sizes:
-                rebuilt.append(tuple(flat[at:at + size]))
-                at += size
-            regs = tuple(rebuilt)
-        if isinstance(sems, bytes):
-            values = array("q")
-            values.frombytes(sems)
-            pairs = iter(values.tolist())
-            sems = Counts(self._sem_count, tuple(zip(pairs, pairs)))
-        elif not isinstance(sems, Counts):  # a count past 64 bits: kept as a tuple
-            pairs = iter(sems)
-            sems = Counts(self._sem_count, tuple(zip(pairs, pairs)))
+            regs = [() for _ in self._sizes]
+        faults, hazards = self._rest_values[rest]
+        flat_sems = [self._value(v) for v in self._unfold(sems_root, 2 * count_items)]
+        pairs = iter(flat_sems)
+        sems = Counts(self._sem_count, tuple(zip(pairs, pairs)))
+        ids = self._unfold(events_root, count_events)
+        events = tuple(map(self._events.__getitem__, ids))
         if events:
-            ids = array("I")
-            ids.frombytes(events)
-            events = tuple(map(self._events.__getitem__, ids))
-            self._last_events, self._last_ids = events, packed[3]
-        else:
-            events = ()
-        return State(pcs, regs, sems, events, *packed[4:])
+            self._last_events, self._last_ids = events, ids
+        return State(pcs, tuple(regs), sems, events, faults, inputs, hazards)
 
-    def find(self, key: tuple) -> int | None:
-        """The position of a packed key, if stored."""
-        return self._index.get(key)
+    # -- the visited set --
 
-    def add(self, key: tuple, state: State, key_state: State) -> int:
-        """Store `state` under the packed `key` (of `key_state`); its position. The object
-        itself is kept for `take`, while few are."""
-        position = len(self._packed)
-        self._index[key] = position
-        self._packed.append(key if state is key_state else self.pack(state))
+    def find(self, key: int) -> int | None:
+        """The position of a key, if stored."""
+        return self._index.find(key)
+
+    def add(self, key: int, state: State, key_state: State) -> int:
+        """Store `state` under `key` (of `key_state`); its position. The object itself is
+        kept for `take`, while few are."""
+        position = len(self._keys)
+        self._keys.append(key)
+        self._index.add(key, position)
+        root = key if state is key_state else self.pack(state)
+        if self._roots is not None:
+            self._roots.append(root)
+        elif root != key:
+            self._other_roots[position] = root
+            if len(self._other_roots) > _SPARSE_ROOTS and len(self._other_roots) * 12 > len(self._keys):
+                # a dict entry costs about 12 times an array's: an array for every position
+                self._roots = array("Q", self._keys)
+                for at, other in self._other_roots.items():
+                    self._roots[at] = other
+                self._other_roots = {}
         if len(self._kept) < _KEPT:
             self._kept[position] = state
         return position
+
+    def _root(self, position: int) -> int:
+        if self._roots is not None:
+            return self._roots[position]
+        return self._other_roots.get(position, self._keys[position])
 
     def take(self, position: int) -> State:
         """The state at `position`, to be expanded: the object `add` kept, if it still
         holds it (once only), else unpacked."""
         state = self._kept.pop(position, None)
         if state is None:
-            return self.unpack(self._packed[position])
-        # a successor that moves no completion shares this tuple: its ids are known
-        self._last_events, self._last_ids = state.events, self._packed[position][3]
+            return self.unpack(self._root(position))
         return state
 
-    def holds(self, position: int, state: State | tuple) -> bool:
-        """Whether the state stored at `position` is `state` (or its packed form)."""
-        packed = state if isinstance(state, tuple) and not isinstance(state, State) else self.pack(state)
-        return self._packed[position] == packed
+    def holds(self, position: int, state: State | int) -> bool:
+        """Whether the state stored at `position` is `state` (or has root `state`)."""
+        root = state if isinstance(state, int) else self.pack(state)
+        return self._root(position) == root
 
     def __getitem__(self, position: int) -> State:
-        return self.unpack(self._packed[position])
+        return self.unpack(self._root(position))
 
     def __len__(self) -> int:
-        return len(self._packed)
+        return len(self._keys)
+
+    def nbytes(self) -> int:
+        """The memory the store holds for its states: the trees, the keys and their index,
+        and the side tables (the numbered completions, big values and combinations of
+        faults, inputs and hazards), those as Python objects, measured. Not counted: the
+        states kept unpacked between `add` and `take` (at most `_KEPT`, whatever the
+        number of states)."""
+        roots = self._roots.itemsize * len(self._roots) if self._roots is not None else 0
+        sides = deep_size((self._other_roots, self._big, self._big_values, self._rest, self._rest_values,
+                           self._events, self._event_by_value, self._accesses))
+        return self._pairs.nbytes() + self._index.nbytes() + self._keys.itemsize * len(self._keys) + roots + sides
+
+
+class SearchTree:
+    """Per stored state: its parent's position (-1: a root), the action that reached it,
+    and its sleep set. An action is one machine integer (a thread's action as the thread,
+    a completion as -2 minus its number in the store); each distinct sleep set is kept once,
+    as the sorted tuple of its actions' integers, and named by its number (two bytes while
+    there are fewer than 65,536 of them). A state's depth travels with it in the queue
+    (`Fifo`), not stored: 10 bytes a state, and the distinct sleep sets."""
+
+    def __init__(self, store: StateStore):
+        self._store = store
+        self.parent, self._via, self._sleep = array("i"), array("i"), array("H")
+        self._sleep_sets: list[tuple[int, ...]] = [()]
+        self._sleep_ids: dict[tuple[int, ...], int] = {(): 0}
+        self._decoded: dict[int, frozenset] = {0: frozenset()}  # the sets asked for lately
+
+    def add(self, parent: int, action: Action | None, sleep: frozenset) -> None:
+        self.parent.append(parent)
+        self._via.append(-1 if action is None else self._code(action))
+        number = self._sleep_id(sleep)  # first: it may widen the array
+        self._sleep.append(number)
+
+    def _code(self, action: Action) -> int:
+        kind, what = action
+        return what if kind == "t" else -2 - self._store.event_id(what)
+
+    def _action(self, code: int) -> Action:
+        return ("t", code) if code >= 0 else ("e", self._store.event(-2 - code))
+
+    def via(self, i: int) -> Action | None:
+        code = self._via[i]
+        return None if code == -1 else self._action(code)
+
+    def sleep(self, i: int) -> frozenset:
+        number = self._sleep[i]
+        found = self._decoded.get(number)
+        if found is None:
+            if len(self._decoded) >= _DECODED_KEPT:
+                self._decoded = {0: frozenset()}
+            found = self._decoded[number] = frozenset(map(self._action, self._sleep_sets[number]))
+        return found
+
+    def set_sleep(self, i: int, sleep: frozenset) -> None:
+        self._sleep[i] = self._sleep_id(sleep)
+
+    def _sleep_id(self, sleep: frozenset) -> int:
+        if not sleep:
+            return 0
+        codes = tuple(sorted(map(self._code, sleep)))
+        found = self._sleep_ids.get(codes)
+        if found is None:
+            found = self._sleep_ids[codes] = len(self._sleep_sets)
+            self._sleep_sets.append(codes)
+            if found == 1 << 16 and self._sleep.typecode == "H":
+                self._sleep = array("i", self._sleep)  # more sleep sets than two bytes name
+        return found
+
+    def nbytes(self) -> int:
+        """The arrays and the distinct sleep sets (as Python objects, measured)."""
+        arrays = sum(a.itemsize * len(a) for a in (self.parent, self._via, self._sleep))
+        return arrays + deep_size((self._sleep_sets, self._sleep_ids))
+
+
+class Fifo:
+    """The breadth-first queue of positions, each with its depth (the length of the path
+    that queued it), as machine arrays read from a moving head."""
+
+    def __init__(self) -> None:
+        self._items, self._depths = array("i"), array("i")
+        self._head = 0
+
+    def append(self, position: int, depth: int) -> None:
+        self._items.append(position)
+        self._depths.append(depth)
+
+    def popleft(self) -> tuple[int, int]:
+        """The first position queued and its depth."""
+        head = self._head
+        position, depth = self._items[head], self._depths[head]
+        self._head = head = head + 1
+        if head >= 65_536 and 2 * head >= len(self._items):
+            del self._items[:head]  # what was read, dropped now and then
+            del self._depths[:head]
+            self._head = 0
+        return position, depth
+
+    def clear(self) -> None:
+        self._items, self._depths, self._head = array("i"), array("i"), 0
+
+    def __len__(self) -> int:
+        return len(self._items) - self._head
 
 
 _KEPT = 4096  # states kept unpacked between `add` and `take`: a breadth-first frontier can be millions
+_DECODED_KEPT = 1024  # sleep sets kept decoded, of those asked for lately
+_SPARSE_ROOTS = 256  # roots other than their keys kept in a dict, up to this many or a twelfth of the states
 
 
-def _ints(code: str, values) -> bytes | tuple:
-    values = tuple(values)
-    try:
-        return array(code, values).tobytes()
-    except OverflowError:
-        return values
+def deep_size(obj) -> int:
+    """The bytes of `obj` and of every container and value it holds, each object counted
+    once (`sys.getsizeof`: what a table of Python objects really costs)."""
+    seen: set[int] = set()
+    total = 0
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (tuple, list, set, frozenset)):
+            stack.extend(item)
+    return total
 
 
 def _first_false(flags: list, default: int) -> int:

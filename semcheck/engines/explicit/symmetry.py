@@ -45,8 +45,7 @@ class Rotations:
     step: int
     threads: tuple[tuple[int, ...], ...]  # per group element: thread t -> its image
     sources: tuple[tuple[int, ...], ...]  # per group element: image position -> source thread
-    _sem_block: tuple[tuple[int, int], ...]  # per instance: (its declaration's first id, ids per device)
-    _buffer_block: tuple[tuple[int, int], ...]
+    _buffer_block: tuple[tuple[int, int], ...]  # per buffer instance: (its declaration's first id, ids per device)
     slots: tuple[tuple[int, int] | None, ...]  # per buffer instance: (slotted dimension, slot extent)
 
     @property
@@ -64,7 +63,9 @@ class Rotations:
     # -- images --
 
     def _sem(self, sid: int, shift: int) -> int:
-        base, block = self._sem_block[sid]
+        table = self.system.instances
+        k = table.block(sid)
+        base, block = table.bases[k], table.per_device[k]
         device, rest = divmod(sid - base, block)
         return base + ((device + shift) % self.system.protocol.devices) * block + rest
 
@@ -176,7 +177,7 @@ def _slot_readings(protocol: ir.Protocol) -> list[dict[str, tuple[int, int]]]:
 def _is_automorphism(system: System, where: dict, shift: int, slots: dict) -> bool:
     n = system.protocol.devices
     shapes = {decl.name: decl.shape for decl in system.protocol.buffers}
-    for t, thread in enumerate(system.threads):
+    for thread in system.threads:
         image = where.get(((thread.device + shift) % n, thread.core, thread.sub))
         if image is None:
             return False
@@ -202,21 +203,20 @@ def _group(system: System, where: dict, step: int, slots: dict) -> Rotations:
         threads.append(forward)
         sources.append(tuple(backward))
     return Rotations(system, step, tuple(threads), tuple(sources),
-                     _blocks(system.instances, system.protocol.cores),
                      _blocks(system.buffer_instances, system.protocol.cores),
                      tuple(slots.get(inst.decl.name) for inst in system.buffer_instances))
 
 
 def _blocks(instances, cores: int) -> tuple[tuple[int, int], ...]:
-    """Per instance id: (the first id of its declaration, ids per device). Instances are laid
-    out declaration by declaration, device-major (`semantics.System`)."""
+    """Per buffer instance id: (the first id of its declaration, ids per device). Instances
+    are laid out declaration by declaration, device-major (`semantics.System`; semaphore
+    instances are `instances.SemInstances`, which knows its blocks)."""
     out: list[tuple[int, int]] = []
     first: dict[int, int] = {}
     for i, inst in enumerate(instances):
         key = id(inst.decl)
         first.setdefault(key, i)
-        per_core = getattr(inst.decl, "size", 1)
-        per_device = per_core * (cores if inst.decl.scope is ir.Scope.CORE else 1)
+        per_device = cores if inst.decl.scope is ir.Scope.CORE else 1
         out.append((first[key], per_device))
     return tuple(out)
 
