@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from semcheck.ir import DataUse, Input, Loc
 from semcheck.kinds import Kind
@@ -24,6 +24,15 @@ _SEVERITY_ORDER = [Verdict.SAFE, Verdict.INCONCLUSIVE, Verdict.VIOLATION, Verdic
 
 def worst(verdicts) -> Verdict:
     return max(verdicts, key=_SEVERITY_ORDER.index, default=Verdict.SAFE)
+
+
+def verdict_of(violations: Iterable["Violation"], *, complete: bool) -> Verdict:
+    """The one rule every engine and every merge of results decides by: a violation when
+    some finding is an error (it happens, whatever else was or was not explored); else safe
+    when every schedule was covered (`complete`), and inconclusive when not."""
+    if any(v.severity == "error" for v in violations):
+        return Verdict.VIOLATION
+    return Verdict.SAFE if complete else Verdict.INCONCLUSIVE
 
 
 class StepEvent(str, enum.Enum):

@@ -58,7 +58,7 @@ from semcheck.engines.common import stopped_early
 from semcheck.engines.merge import combine_stats, merge_violations
 from semcheck.engines.turns import Slice, Turn, Turns
 from semcheck.ir import Protocol
-from semcheck.result import EngineRun, Result, Verdict
+from semcheck.result import EngineRun, Result, Verdict, verdict_of
 from semcheck.semantics import System
 
 MAX_EXPLICIT_INPUT_COMBINATIONS = 256
@@ -283,13 +283,8 @@ class Portfolio:
         assert chosen.result is not None
         base = chosen.result
         violations = merge_violations(results)
-        errors = any(v.severity == "error" for v in violations)
-        if errors:
-            verdict = Verdict.VIOLATION
-        elif self.winner is not None:
-            verdict = base.verdict
-        else:
-            verdict = Verdict.INCONCLUSIVE
+        # decided: the winner covered every schedule (an exhaustive engine that ended safe)
+        verdict = verdict_of(violations, complete=self.winner is not None and base.verdict is Verdict.SAFE)
         runs = [EngineRun(e.name, e.result.verdict, e.result.stats, decided=e is self.winner,
                           stopped=e.result.exhausted) for e in ran if e.result is not None]
         notes = [self._what_happened(ran)]

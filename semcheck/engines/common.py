@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from semcheck import trace as tracing
 from semcheck.engines import causal, causes, diagnosis, missing
 from semcheck.properties import FAULT_KINDS, FIX_HINTS, SEVERITY, Finding, Kind, static_findings
-from semcheck.result import Result, Stats, Verdict, Violation
+from semcheck.result import Result, Stats, Verdict, Violation, verdict_of
 from semcheck.semantics import Action, State, System
 
 
@@ -55,12 +55,7 @@ def to_result(exploration: Exploration, engine: str, *, first_only: bool = False
         by_key[key].caused_by = by_key[cause]
     violations = causes.causes_first(sorted(by_key.values(), key=lambda v: (v.severity != "error", len(v.trace))))
     violations += [to_violation(system, f, None, []) for f in static_findings(system)]
-    if any(v.severity == "error" for v in violations):
-        verdict = Verdict.VIOLATION
-    elif exploration.exhausted:
-        verdict = Verdict.INCONCLUSIVE
-    else:
-        verdict = Verdict.SAFE
+    verdict = verdict_of(violations, complete=not exploration.exhausted)
     notes = list(protocol.notes) + exploration.notes
     if exploration.exhausted:
         notes.append(stopped_early(exploration.exhausted, exploration.states, exploration.solver_queries))

@@ -38,7 +38,7 @@ from semcheck.engines.merge import merge_runs
 from semcheck.engines.budget import Budget, ProgressFn, ProgressInfo
 from semcheck.engines.common import describing
 from semcheck.properties import CLEAN_END, STUCK_END, Kind
-from semcheck.result import Result, Stats, Verdict, Violation, worst
+from semcheck.result import Result, Stats, Verdict, Violation, verdict_of
 from semcheck.semantics import System
 
 # Run one engine on one System with one budget.
@@ -159,12 +159,9 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
             if key not in chosen or len(v.trace) < len(chosen[key].trace):
                 chosen[key] = v
     violations = causes.causes_first(sorted(chosen.values(), key=lambda v: (v.severity != "error", len(v.trace))))
-    if any(v.severity == "error" for v in violations):
-        verdict = Verdict.VIOLATION
-    elif unchecked or any(r.exhausted or r.verdict is Verdict.INCONCLUSIVE for r in results):
-        verdict = Verdict.INCONCLUSIVE
-    else:  # a part whose only errors were end-state findings the whole does not have is safe
-        verdict = worst(r.verdict for r in results if r.verdict is not Verdict.VIOLATION)
+    # a part whose only errors were end-state findings the whole does not have is safe
+    verdict = verdict_of(violations, complete=not unchecked and not any(
+        r.exhausted or r.verdict is Verdict.INCONCLUSIVE for r in results))
     notes: list[str] = []
     for result in results:
         notes += [n for n in result.notes if n not in notes]
