@@ -76,6 +76,7 @@ SLOW = {
     "tests/test_gpu_examples.py": "every GPU example at 2, 4 and 8 devices",
     "tests/test_gpu_reduction.py": "the reduction against the full search on every GPU example",
     "tests/test_tpu_differential.py": "JAX's TPU interpreter on every example",
+    "tests/test_tpu_differential_races.py": "JAX's TPU interpreter's race detection on every example, 12 runs each",
     "tests/test_moe_differential.py": "JAX's TPU interpreter on the MoE kernels",
     "tests/test_sweep.py": "models/ and examples/ swept serially, with -j 2 and on Ray",
     "tests/test_tpu_wheel_all_gather.py": "the JAX wheel's all-gather kernel at several device counts",
