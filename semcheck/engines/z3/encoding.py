@@ -59,10 +59,10 @@ from semcheck.engines.z3.events import (
 )
 from semcheck.engines.z3.precedence import Precedence
 from semcheck.engines.z3.terms import AND, EQ, GE, IMPLIES, ITE, LT, NOT, OR, SUM, SymBool, SymInt, apply, in_range, is_const, truth
-from semcheck.properties import Kind
+from semcheck.semantics.properties import Kind
 from semcheck.semantics import (
     INVALID_CORE, INVALID_DEVICE, INVALID_REGION, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
-    _bits, dma_increment, must_be_zero_at_exit,
+    bits, dma_increment, must_be_zero_at_exit,
 )
 from semcheck.ir import Scope
 
@@ -221,7 +221,7 @@ class Encoding:
     def resolve(self, t: int, ref: ir.SemRef, regs: dict[str, SymInt]) -> Target:
         """`System.resolve` lifted to symbolic operands: same checks, same order."""
         system, p = self.system, self.protocol
-        decl, base = system._allocs[ref.alloc]
+        decl, base = system.allocs[ref.alloc]
         thread = system.threads[t]
         device = thread.device if ref.device is None else self.eval(ref.device, t, regs)
         core = thread.core if ref.core is None else self.eval(ref.core, t, regs)
@@ -239,7 +239,7 @@ class Encoding:
         indices = [index] if is_const(index) else range(decl.size)
         candidates = []
         for d, c, i in itertools.product(devices, cores, indices):
-            sid = system._instance_id(decl, base, d, c, i)
+            sid = system.instance_id(decl, base, d, c, i)
             if sid is None:
                 continue
             cond = AND(
@@ -320,7 +320,7 @@ class Encoding:
             nv.completions[side] = completion
             counted_on = recv_ref if side == RECV else instr.send_sem
             assert counted_on is not None, "only a side with a semaphore is completed"
-            decl = self.system._allocs[counted_on.alloc][0]
+            decl = self.system.allocs[counted_on.alloc][0]
             delta = dma_increment(decl, nbytes)  # bytes on a DMA semaphore, else 1
             completion.change = Change(nv.t, done, target.candidates, delta, pos, nv, completion)
             self.completions.append(completion)
@@ -363,7 +363,7 @@ class Encoding:
     def _entry(self, nv: NodeVars, instr: ir.KernelEntry, regs) -> None:
         """A fresh allocation: each reset semaphore changes by minus its count just before
         (`_encode_reset`), so every count after the entry starts from 0."""
-        for sid in _bits(self.system.reset_on_entry(nv.t)):
+        for sid in bits(self.system.reset_on_entry(nv.t)):
             reset = z3.Int(f"reset_t{nv.t}_n{nv.node.index}_s{sid}")
             nv.resets[sid] = reset
             self._add_change(Change(nv.t, nv.done, [(sid, True)], reset, nv.pos, nv))
@@ -373,14 +373,14 @@ class Encoding:
         self.entries.append(nv)
 
     def buffer_instance(self, region: ir.Region, device: int, core: int | None) -> int:
-        decl, base = self.system._buffers[region.buffer]
-        bid = self.system._buffer_instance_id(decl, base, device, core)
+        decl, base = self.system.buffer_allocs[region.buffer]
+        bid = self.system.buffer_instance_id(decl, base, device, core)
         assert bid is not None  # the device and core were checked when the target resolved
         return bid
 
     def region(self, t: int, region: ir.Region, regs, write: bool, candidates) -> SymAccess:
         """`System.resolve_region` lifted to symbolic starts."""
-        decl, _base = self.system._buffers[region.buffer]
+        decl, _base = self.system.buffer_allocs[region.buffer]
         rank = len(decl.shape)
         starts = tuple(self.eval(op, t, regs) for op in region.start) + (0,) * (rank - len(region.start))
         sizes = tuple(self.eval(op, t, regs) for op in region.size) + tuple(decl.shape[len(region.size):])
@@ -388,7 +388,7 @@ class Encoding:
 
     def _outside(self, t: int, region: ir.Region, regs) -> SymBool:
         """The window reaches outside its buffer in some dim."""
-        decl, _base = self.system._buffers[region.buffer]
+        decl, _base = self.system.buffer_allocs[region.buffer]
         access = self.region(t, region, regs, False, [])
         return OR(*(
             OR(LT(start, 0), LT(extent, apply("add", start, size)))

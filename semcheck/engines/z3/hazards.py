@@ -17,7 +17,7 @@ from semcheck.engines.z3 import unroll as unrolling
 from semcheck.engines.z3.events import Completion, NodeVars, change_of, named, overlap
 from semcheck.engines.z3.terms import AND, EQ, NOT, OR, SymBool
 from semcheck.ir import Backend
-from semcheck.properties import Kind
+from semcheck.semantics.properties import Kind
 from semcheck.semantics import RECV, SEND
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from semcheck import ir
 from semcheck.result import Completion, RegionRef, StepEvent, TraceStep
-from semcheck.semantics import FAULTED, RECV, SEND, Action, State, System, _Fault
+from semcheck.semantics.state import FAULTED, RECV, SEND, Action, Fault, State
+from semcheck.semantics.system import System
 
 
 def replay(system: System, initial: State, actions: list[Action]) -> list[State]:
@@ -204,7 +205,7 @@ def _region(system: System, t: int, region: ir.Region, state: State, *, write: b
             device: int | None = None, core: int | None = None) -> RegionRef | None:
     try:
         access = system.resolve_region(t, region, state, write, device, core)
-    except (_Fault, AssertionError, KeyError):  # a target that does not exist: the step faults
+    except (Fault, AssertionError, KeyError):  # a target that does not exist: the step faults
         return None
     return RegionRef(region.buffer, device, access.starts, access.sizes)
 
