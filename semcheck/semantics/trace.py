@@ -192,7 +192,7 @@ def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
     target = "" if step.target_device is None or step.dst is not None else f" to device {step.target_device}"
     src = step.src if step.src is not None else instr.src.buffer
     dst = step.dst if step.dst is not None else instr.dst.buffer
-    if not parts:  # a zero-byte copy: complete at its start (semantics.py)
+    if not parts:  # a zero-byte copy: complete at its start (rules.py)
         was, now = dict(before.sems.items), dict(after.sems.items)
         added = [f"{system.instances[sid].short} +{now.get(sid, 0) - was.get(sid, 0)}"
                  for sid in sorted(set(was) | set(now)) if now.get(sid, 0) != was.get(sid, 0)]

@@ -294,20 +294,20 @@ class Encoding:
             sides.append((SEND, send))
             faults = {k: OR(faults[k], AND(recv.valid, send.faults[k])) for k in FAULT_KINDS}
         places = None
-        if instr.dst_device is not None:  # a peer's memory (`semantics._device_in_mesh`)
+        if instr.dst_device is not None:  # a peer's memory (`semantics.races.device_in_mesh`)
             places, inside = self._peer_places(nv.t, instr.dst, instr.dst_device, regs)
             faults[INVALID_DEVICE] = OR(faults[INVALID_DEVICE], AND(*(NOT(f) for f in faults.values()), NOT(inside)))
         src_places = None
         if instr.src_device is not None:  # read from a peer's memory (a GPU TMA load from a remote_ref)
             src_places, inside = self._peer_places(nv.t, instr.src, instr.src_device, regs)
             faults[INVALID_DEVICE] = OR(faults[INVALID_DEVICE], AND(*(NOT(f) for f in faults.values()), NOT(inside)))
-        # Then the windows (`semantics._check_window`), once both semaphores resolved.
+        # Then the windows (`semantics.rules._check_window`), once both semaphores resolved.
         outside = OR(self._outside(nv.t, instr.src, regs), self._outside(nv.t, instr.dst, regs))
         faults[INVALID_REGION] = AND(*(NOT(f) for f in faults.values()), outside)
         nv.faults = faults
         nv.valid = AND(*(NOT(f) for f in faults.values()))
         nbytes = self.eval(instr.nbytes, nv.t, regs)
-        # A copy of 0 bytes completes as it starts (`semantics._complete_at_start`).
+        # A copy of 0 bytes completes as it starts (`semantics.rules._complete_at_start`).
         empty = EQ(nbytes, 0)
         for side, target in sides:
             done = z3.Bool(f"dma_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
@@ -341,7 +341,7 @@ class Encoding:
         thread = self.system.threads[nv.t]
         if instr.device is None:
             places = [(self.buffer_instance(instr.region, thread.device, thread.core), True)]
-        else:  # a peer's buffer (`semantics._access_device`): faults outside the mesh
+        else:  # a peer's buffer (`semantics.races.access_device`): faults outside the mesh
             places, inside = self._peer_places(nv.t, instr.region, instr.device, regs)
             nv.faults, nv.valid = {INVALID_DEVICE: NOT(inside)}, inside
         if (nv.t, nv.node.pc) in self._racing:
@@ -436,7 +436,7 @@ class Encoding:
             self.constraints.append(IMPLIES(w.done, AND(*lows, *highs)))
 
     def _encode_phase_overrun(self, w: NodeVars, sid: int, cond: SymBool, exact: SymInt, high: SymInt) -> None:
-        """barrier_phase_overrun (`semantics._phase_overrun`): a non-decrementing wait on an
+        """barrier_phase_overrun (`semantics.rules._phase_overrun`): a non-decrementing wait on an
         mbarrier passes while the count before it already holds the next phase's arrivals
         too. `exact` decides; its positionless upper bound `high` is implied by it, and
         lets the counting relaxation rule out an overrun that no count allows."""
@@ -742,7 +742,7 @@ class Encoding:
                 nv = row[self.unrolled[t].by_key[key].index]
         for c in self.completions:
             if not holds(model, c.done) or holds(model, c.empty):
-                continue  # not yet, or part of its start's step (semantics._complete_at_start)
+                continue  # not yet, or part of its start's step (semantics.rules._complete_at_start)
             sid = next(s for s, cond in change_of(c).candidates if holds(model, cond))
             event = Event(c.side, c.start.t, c.start.node.pc, sid, int_value(model, change_of(c).delta))
             keyed.append(((position_of(model, c.pos), 1, c.start.t, c.start.node.index), ("e", event), None, None))
