@@ -186,7 +186,6 @@ def extent(access: Access) -> str:
     return "[" + ", ".join(f"{s}:{s + z}" for s, z in zip(access.starts, access.sizes)) + "]"
 
 
-
 def access_device(system: RaceTables, t: int, instr: ir.Load | ir.Store, state: State) -> int | None:
     """The device whose buffer a plain access touches (None: the thread's own), or a Fault
     for a device id outside the mesh."""
@@ -200,7 +199,6 @@ def device_in_mesh(system: RaceTables, device: int) -> int:
     if not 0 <= device < devices:
         raise Fault(INVALID_DEVICE, f"device id {device} is outside the mesh of {devices} devices (0..{devices - 1})")
     return device
-
 
 
 def plain_races(system: RaceTables, state: State, t: int, access: Access) -> list[Hazard]:

@@ -67,7 +67,6 @@ def _with(hazards: tuple[Hazard, ...], *new: Hazard) -> tuple[Hazard, ...]:
     return tuple(sorted(hazards + tuple(fresh))) if fresh else hazards
 
 
-
 def _add(sems: Counts, sid: int, delta: int) -> Counts:
     return sems.add(sid, delta)
 
@@ -78,7 +77,6 @@ def _set_reg(system: RaceTables, state: State, t: int, name: str, value: int):
     row[system.registers[t][name]] = value
     regs[t] = tuple(row)
     return tuple(regs)
-
 
 
 # --- execution rules: one small function per instruction ----------------------------------------
@@ -212,8 +210,6 @@ def _check_window(system: RaceTables, side: str, access: Access) -> None:
         f"the copy's {side} window {extent(access)} lies outside "
         f"{system.buffer_instances[access.buffer].label} of shape {tuple(shape)}",
     )
-
-
 
 
 def _exec_access(system: RaceTables, t: int, instr: ir.Load | ir.Store, state: State) -> State:

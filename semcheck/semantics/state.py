@@ -177,12 +177,10 @@ def conflict(a: Access, b: Access) -> bool:
     return (a.write or b.write) and not (a.atomic and b.atomic) and overlap(a, b)
 
 
-
 def distinct(events: tuple[Event, ...]) -> list[Event]:
     """The pending completions once each (they are sorted: one equal to the one before it
     is the same actor)."""
     return [e for e, before in zip(events, (None, *events)) if e != before]
-
 
 
 def dma_increment(decl: ir.SemDecl, nbytes: int) -> int:

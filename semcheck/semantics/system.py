@@ -83,7 +83,6 @@ class _WaitTable:
         return _NEVER_BLOCKS if sid == -1 else _STOPS if sid == -2 else None
 
 
-
 class System(RaceTables):
     """A Protocol compiled for fast exploration."""
 
@@ -97,7 +96,7 @@ class System(RaceTables):
     def _build(self, protocol: ir.Protocol) -> None:
         self._build_tables(protocol)
         # every instruction's footprint, packed (`footprints.ThreadFootprints`): `footprints[t][pc]`
-        self.footprints: list[ThreadFootprints] = [
+        self.footprints = [
             ThreadFootprints((packed(self._static_footprint(t, instr), self.cell_base) for instr in body),
                              self.cell_base)
             for t, body in enumerate(self.bodies)
@@ -128,7 +127,6 @@ class System(RaceTables):
             return None
         sids = self.candidates(t, ref)
         return (next(iter(sids)), need) if len(sids) == 1 else None
-
 
     def _static_footprint(self, t: int, instr: ir.Instr) -> Footprint:
         rule = FOOTPRINT_RULES.get(type(instr))

@@ -44,7 +44,6 @@ def without_gc():
             gc.enable()
 
 
-
 class Tables:
     """The static part of a `System`: what the protocol declares, resolved per thread."""
 
@@ -324,7 +323,6 @@ class Tables:
         """`entry_resets` as a bitmask of instance ids."""
         return sum(1 << sid for sid in self.entry_resets(t))
 
-
     # -- evaluation --
 
     def eval(self, op: ir.Operand, t: int, state: State) -> int:
@@ -436,8 +434,7 @@ class Tables:
             and self.allocs[instr.recv_sem.alloc][0].origin in ir.OUTLIVES_KERNEL
         )
 
-    # -- the transition system --
-
+    # -- a thread's place in a state, and its name --
 
     def current(self, state: State, t: int) -> ir.Instr | None:
         pc = state.pcs[t]
