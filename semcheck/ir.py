@@ -5,7 +5,7 @@ registers; most values are folded to constants by whoever builds the IR, so most
 are straight-line. Every instruction carries the source location that produced it, so
 every message can point at the user's own line.
 
-This module has no behaviour: `semantics.py` is the one definition of what each
+This module has no behaviour: `semantics/` is the one definition of what each
 instruction does. Nothing here imports JAX.
 """
 

@@ -184,7 +184,7 @@ FACTS: tuple[Fact, ...] = (
          "a guess: not observed", False),
     Fact("zero_size_dma",
          "a copy of 0 bytes completes at once and adds nothing to its semaphores",
-         "a guess: not observed (semantics.py, _complete_at_start)", False),
+         "a guess: not observed (semantics/rules.py, _complete_at_start)", False),
     Fact("traced_size_dma",
          "a copy whose size is known only at run time (pl.ds with a traced size) counts the "
          "units of the size it has when it runs",

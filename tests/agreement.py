@@ -6,7 +6,7 @@ from semcheck.engines.explicit import search as explicit
 from semcheck.engines.z3 import engine as smt
 from semcheck.engines.common import Exploration
 from semcheck.ir import Protocol
-from semcheck.properties import SEVERITY
+from semcheck.semantics.properties import SEVERITY
 from semcheck.semantics import System
 from tests.listing import protocol_listing
 

@@ -109,7 +109,7 @@ def test_leftover_says_nothing_takes_from_it():
 
 
 def test_every_kind_has_a_fix_hint():
-    from semcheck.properties import FIX_HINTS, Kind
+    from semcheck.semantics.properties import FIX_HINTS, Kind
 
     assert set(FIX_HINTS) == set(Kind)
     for name in ("ring_allgather_missing_signal", "circular_wait", "remote_out_of_range", "dma_wait_mismatch"):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
-from semcheck import trace as tracing
+from semcheck.semantics import trace as tracing
 from semcheck.api import check_protocol
 from semcheck.engines.explicit import search as explicit
 from semcheck.frontends import model_file

@@ -7,14 +7,15 @@ from __future__ import annotations
 import json
 import os
 
-from semcheck import cli, trace as tracing
+from semcheck import cli
+from semcheck.semantics import trace as tracing
 from semcheck.api import check_protocol
 from semcheck.engines import causes, check
 from semcheck.engines.common import Exploration, to_result
 from semcheck.engines.explicit import search
 from semcheck.engines import simulate
 from semcheck.frontends import load, model_file
-from semcheck.properties import Kind
+from semcheck.semantics.properties import Kind
 from semcheck.report import json as json_report, sarif, text
 from semcheck.semantics import System
 
@@ -59,7 +60,7 @@ def test_a_random_walk_is_cut_down_to_what_its_race_depends_on():
     short = causes.shorten(system, finding, initial, walk)
     assert len(short) < len(walk)
     states = tracing.replay(system, initial, short)
-    from semcheck.properties import hazard_findings
+    from semcheck.semantics.properties import hazard_findings
 
     assert finding.key in {f.key for f in hazard_findings(system, states[-1], states[-2].hazards)}
     result = to_result(found, "simulate", first_only=True, shorten_paths=True)

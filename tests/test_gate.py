@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from semcheck import cli
-from semcheck.properties import Kind
+from semcheck.semantics.properties import Kind
 from semcheck.report.findings import FINGERPRINT_KEY
 from tests import sarif_schema
 

@@ -222,7 +222,7 @@ def declared_bugs():
     device count and invocation count its declarations name (4 and 1 when they name none)."""
     from semcheck.run.expectations import declared_in_file
     from semcheck.frontends import discover
-    from semcheck.properties import SEVERITY, Kind
+    from semcheck.semantics.properties import SEVERITY, Kind
 
     folders = [p for p in (MODELS, os.path.join(ROOT, "examples")) if os.path.isdir(p)]
     out = []

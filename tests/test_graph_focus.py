@@ -4,7 +4,8 @@ for the kind, source lines as SVG tooltips, and file names that tell two files a
 
 import os
 
-from semcheck import cli, trace
+from semcheck import cli
+from semcheck.semantics import trace
 from semcheck.api import verify_path
 from semcheck.engines.common import describing
 from semcheck.model import ProtocolBuilder

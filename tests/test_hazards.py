@@ -210,7 +210,7 @@ def test_a_copy_still_landing_at_the_next_entry_is_found_at_its_start():
     """The entry that finds the copy names it: its start line, not the kernel's first line
     (where the semaphore is declared), and no 'last addition' that never happened."""
     from semcheck import ir
-    from semcheck.properties import hazard_findings
+    from semcheck.semantics.properties import hazard_findings
     from semcheck.semantics import System
 
     p = builder()

@@ -4,7 +4,7 @@ layer above its own. The layers, bottom to top (docs/architecture.md draws them)
     vocabulary   ir, kinds, errors, version, intervals, tpu_facts (and lower.registry, engines.budget)
     model        the builder API (model), passes/ (IR -> IR), result
     frontends    lower/, frontends/, jax_compat (jaxpr -> IR; never the semantics)
-    semantics    semantics, footprints, ordering, properties, trace (IR -> transition system; never JAX)
+    semantics    semantics/ (IR -> transition system; never JAX)
     engines      engines/, parametric/ (consume the semantics; never a frontend or a report)
     reports      report/ (render Results; never the semantics)
     run          run/ (check a protocol, a file, a sweep of them; declared verdicts)
@@ -28,8 +28,7 @@ LAYERS = [
                     "semcheck.tpu_facts", "semcheck.lower.registry", "semcheck.engines.budget")),
     ("model", ("semcheck.model", "semcheck.passes", "semcheck.result")),
     ("frontends", ("semcheck.lower", "semcheck.frontends", "semcheck.jax_compat")),
-    ("semantics", ("semcheck.semantics", "semcheck.footprints", "semcheck.ordering", "semcheck.properties",
-                   "semcheck.trace", "semcheck.cells", "semcheck.instances", "semcheck.resource_index")),
+    ("semantics", ("semcheck.semantics",)),
     ("engines", ("semcheck.engines", "semcheck.parametric")),
     ("reports", ("semcheck.report",)),
     ("run", ("semcheck.run", "semcheck.parametric.family", "semcheck.parametric.command")),
@@ -37,7 +36,7 @@ LAYERS = [
 ]
 
 # The one place a frontend consults the semantics: evaluating the kernel's data needs to know
-# when a remote copy's data is visible, and that is synchronization, which only semantics.py
+# when a remote copy's data is visible, and that is synchronization, which only semantics/
 # defines; lower/schedule.py runs it in one canonical schedule rather than re-implement it
 # (docs/data-evaluation.md).
 ALLOWED = {

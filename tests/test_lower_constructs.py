@@ -90,7 +90,7 @@ def test_a_zero_byte_copy_on_a_regular_semaphore_adds_its_one_at_the_start():
 
 def test_a_zero_byte_copy_reads_as_complete_at_once_in_the_trace():
     """Its trace step names no completion to come; a REGULAR semaphore's 1 is added at once."""
-    from semcheck.trace import build
+    from semcheck.semantics.trace import build
 
     for sem_kind, said in ((DMA, "signals nothing"), (None, "adds flag@d0 +1")):
         p = _builder()

@@ -1,4 +1,4 @@
-"""Racing pairs an order excludes (`semcheck.ordering`): leaving them out must never lose a
+"""Racing pairs an order excludes (`semcheck.semantics.ordering`): leaving them out must never lose a
 finding. The search comparing every overlapping pair is the reference: unreduced on small
 random protocols; on rings, whose unreduced searches run to hundreds of thousands of states,
 the reduced search on both sides (tests/test_reduction.py holds the reduction to the

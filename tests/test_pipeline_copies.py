@@ -159,7 +159,7 @@ def test_two_cores_writing_back_one_output_block_race_on_the_hbm_array():
 
 def test_a_race_on_written_back_blocks_says_how_to_give_each_core_its_own_blocks():
     from semcheck.api import verify
-    from semcheck.properties import WRITE_BACK_RACE_HINT
+    from semcheck.semantics.properties import WRITE_BACK_RACE_HINT
 
     fn, x = sharded(accumulate(lambda i: (0, 0)), mesh((1,)), rows=STEPS * 8)
     results = verify(fn, x)

@@ -147,7 +147,7 @@ def test_reduction_preserves_every_finding_on_capacity_rings(protocol):
 def test_channels_decide_conflict_exactly_as_conflict_does(p):
     """The reduction asks `conflict` through per-resource channel bits; they must agree,
     for single instructions and for unions of them (what a future is)."""
-    from semcheck.footprints import EMPTY, channels, clash, conflict
+    from semcheck.semantics.footprints import EMPTY, channels, clash, conflict
 
     system = System(p)
     footprints = [fp for fps in system.footprints for fp in fps]

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from semcheck import cli
-from semcheck.properties import DESCRIPTIONS, Kind
+from semcheck.semantics.properties import DESCRIPTIONS, Kind
 from tests import sarif_schema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

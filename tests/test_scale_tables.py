@@ -59,13 +59,13 @@ def test_resolved_semaphores_match_a_fresh_resolution(examples):
 
 
 def resolved_semaphores_match_a_fresh_resolution(protocol):
-    from semcheck.semantics import _sem_refs
+    from semcheck.semantics.instructions import sem_refs
 
     system = System(protocol)
     for t, body in enumerate(system.bodies):
         for instr in body:
-            for ref in _sem_refs(instr):
-                assert system._candidates(t, ref) == system._resolve(system.threads[t], ref)
+            for ref in sem_refs(instr):
+                assert system.candidates(t, ref) == system.resolve_all(system.threads[t], ref)
 
 
 def test_copy_index_shares_entries_between_resources():

@@ -222,7 +222,7 @@ def test_every_input_value_is_checked():
 
 
 def test_undeclared_semaphore_is_a_protocol_error():
-    from semcheck.semantics import ProtocolError
+    from semcheck.errors import ProtocolError
 
     p = builder(1)
     p.thread(0).signal(Sem("nope"))

@@ -107,7 +107,7 @@ def test_wheel_all_gather_races_at_both_remote_copies(tmp_path, devices):
 def test_the_explicit_search_finds_both_races_without_exploring_pairs_no_schedule_shows(tmp_path, devices, states):
     """Exact state counts: its first local copy, its ring sends and the copy-out of its
     output at exit overlap in memory, but no schedule can make them race (counting and
-    happens-before order them: semcheck/ordering.py). Explored as if they could, the search
+    happens-before order them: semcheck/semantics/ordering.py). Explored as if they could, the search
     took 4,690 states at 4 devices and 338,501 at 8."""
     driver = write_driver(tmp_path, "from jax.experimental.pallas.ops.tpu import all_gather as ag")
     [result] = verify_path(driver, [devices], engine="explicit", exhaustive=True)

@@ -61,6 +61,21 @@ MOVES = {
     "semcheck.invocations": "semcheck.passes.invocations",
     "semcheck.programs": "semcheck.passes.programs",
     "semcheck.operands": "semcheck.frontends.operands",
+    # Issue 29, section 1: the semantics as a package. `semcheck.semantics` itself stays a name
+    # (the package re-exports what semantics.py exported: System, State, Event, ...); the
+    # names that were private and used across modules became public, and a branch that uses
+    # the old ones is mended by hand: `_Fault` -> `Fault`, `_bits` -> `bits`,
+    # `system._candidates` -> `candidates`, `_cell_candidates` / `_lifecycle_candidates` ->
+    # without the underscore, `_allocs` -> `allocs`, `_buffers` -> `buffer_allocs`,
+    # `_instance_id` / `_buffer_instance_id` / `_region_instances` -> without it,
+    # `_resolve` -> `resolve_all`, `semantics._sem_refs` -> `semantics.instructions.sem_refs`.
+    "semcheck.footprints": "semcheck.semantics.footprints",
+    "semcheck.ordering": "semcheck.semantics.ordering",
+    "semcheck.cells": "semcheck.semantics.cells",
+    "semcheck.instances": "semcheck.semantics.instances",
+    "semcheck.resource_index": "semcheck.semantics.resource_index",
+    "semcheck.properties": "semcheck.semantics.properties",
+    "semcheck.trace": "semcheck.semantics.trace",
 }
 
 NEW_MODULES = set(MOVES.values())

@@ -46,12 +46,12 @@ class Defaults:
 
 
 def load(cwd: str | None = None) -> Defaults:  # noqa: C901
-    from semcheck.run.expectations import ExpectationError, _semcheck_table, find_pyproject
+    from semcheck.run.expectations import ExpectationError, semcheck_table, find_pyproject
 
     cwd = os.path.abspath(cwd or os.getcwd())
     try:
         pyproject = find_pyproject(os.path.join(cwd, "pyproject.toml"))
-        table = _semcheck_table(pyproject) if pyproject else None
+        table = semcheck_table(pyproject) if pyproject else None
     except ExpectationError as e:
         raise ConfigError(str(e)) from None
     if not table or pyproject is None:

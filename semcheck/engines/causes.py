@@ -20,9 +20,9 @@ the same finding at its end, the path is kept as it was.
 
 from __future__ import annotations
 
-from semcheck import trace as tracing
+from semcheck.semantics import trace as tracing
 from semcheck.engines import causal
-from semcheck.properties import CASCADING_KINDS, FAULT_KINDS, Finding, Kind, fault_findings, hazard_findings
+from semcheck.semantics.properties import CASCADING_KINDS, FAULT_KINDS, Finding, Kind, fault_findings, hazard_findings
 from semcheck.result import Violation
 from semcheck.semantics import Action, State, System
 

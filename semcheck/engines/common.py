@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from semcheck import trace as tracing
+from semcheck.semantics import trace as tracing
 from semcheck.engines import causal, causes, diagnosis, missing
-from semcheck.properties import FAULT_KINDS, FIX_HINTS, SEVERITY, Finding, Kind, static_findings
+from semcheck.semantics.properties import FAULT_KINDS, FIX_HINTS, SEVERITY, Finding, Kind, static_findings
 from semcheck.result import Result, Stats, Verdict, Violation, verdict_of
 from semcheck.semantics import Action, State, System
 

@@ -37,7 +37,7 @@ from semcheck.engines import causes
 from semcheck.engines.merge import merge_runs
 from semcheck.engines.budget import Budget, ProgressFn, ProgressInfo
 from semcheck.engines.common import describing
-from semcheck.properties import CLEAN_END, STUCK_END, Kind
+from semcheck.semantics.properties import CLEAN_END, STUCK_END, Kind
 from semcheck.result import Result, Stats, Verdict, Violation, verdict_of
 from semcheck.semantics import System
 
@@ -190,7 +190,7 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
 def _static_warnings(system: System, have: list[Violation]) -> list[Violation]:
     """The whole protocol's static findings (`properties.static_findings`) not in `have`."""
     from semcheck.engines.common import to_violation
-    from semcheck.properties import static_findings
+    from semcheck.semantics.properties import static_findings
 
     known = {v.identity for v in have}
     return [to_violation(system, f, None, []) for f in static_findings(system) if f.key not in known]

@@ -225,7 +225,7 @@ class ThreadMemory:
             return self._read_run_time(c, ref, transforms, region, out_aval, why, limit, makes_inputs)
         if _read_size(out_aval, region) > limit:
             return Opaque(why)
-        concrete = _concrete_transforms(tuple(transforms))
+        concrete = concrete_transforms(tuple(transforms))
         if concrete is None:
             picked = self._element_at_run_time_index(c, ref, transforms, out_aval)
             return picked if picked is not None else Opaque(f"{why} (at an index semcheck does not know)")
@@ -292,7 +292,7 @@ class ThreadMemory:
         scalar read, the one it sees), the others their known values."""
         mask = self._run_time_mask(c, ref)
         assert mask is not None, "only called when the read may touch one"
-        concrete = _concrete_transforms(tuple(transforms))
+        concrete = concrete_transforms(tuple(transforms))
         picked = self._element_at_run_time_index(c, ref, transforms, out_aval) if concrete is None else None
         if picked is not None:
             return picked
@@ -410,7 +410,7 @@ class ThreadMemory:
         c = self.of(ref)
         if c is None:
             return
-        concrete = _concrete_transforms(tuple(transforms))
+        concrete = concrete_transforms(tuple(transforms))
         exact = _element(region)
         if isinstance(value, Known) and concrete is not None:
             new_value = transform_write(c.value, concrete, value.value)
@@ -598,7 +598,7 @@ def _drop(symbolic: dict, box) -> dict:
     return {k: s for k, s in symbolic.items() if box is not None and not _inside(k, box)}
 
 
-def _concrete_transforms(transforms: tuple) -> tuple | None:
+def concrete_transforms(transforms: tuple) -> tuple | None:
     """The transforms with every index a concrete array, or None when one is not known."""
     from jax import tree_util
 

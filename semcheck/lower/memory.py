@@ -380,10 +380,10 @@ def _positions(ref: RefValue, transforms) -> tuple[np.ndarray, np.ndarray] | Non
     BitcastTransform = jax_internal("state_types").BitcastTransform
     ReshapeTransform = jax_internal("state_types").ReshapeTransform
 
-    from semcheck.lower.data import _concrete_transforms
+    from semcheck.lower.data import concrete_transforms
 
     size = math.prod(ref.shape)
-    concrete = _concrete_transforms(tuple(transforms))
+    concrete = concrete_transforms(tuple(transforms))
     if concrete is None or size > POSITIONS_LIMIT or ref.is_semaphore:
         return None
     first = np.arange(size, dtype=np.int64).reshape(ref.shape)
@@ -474,7 +474,7 @@ def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
     """What a copy moves (data.py): a local copy writes its destination in program order
     (for a race-free kernel nothing reads it before the wait, nor writes the source); a
     remote copy's payload lands where the canonical run of the protocol says (schedule.py)."""
-    from semcheck.lower.data import DATA_LIMIT, Payload, _concrete_transforms
+    from semcheck.lower.data import DATA_LIMIT, Payload, concrete_transforms
 
     t.read_point(start)
     src_ref, src_transforms = ref_of(t, eqn, src, "the DMA source")
@@ -494,7 +494,7 @@ def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
     if not isinstance(start.device, int) or not isinstance(start.core, (int, type(None))):
         t.kernel.volatile.add(dst_ref.alloc)  # lands on a device known only at run time
         return
-    concrete = _concrete_transforms(tuple(dst_transforms))
+    concrete = concrete_transforms(tuple(dst_transforms))
     if concrete is None:
         t.kernel.volatile.add(dst_ref.alloc)  # it lands somewhere in the buffer semcheck cannot tell
         return

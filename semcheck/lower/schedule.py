@@ -2,7 +2,7 @@
 
 A thread's lowering follows its own stores in program order (data.py), but what a remote
 copy writes lands on another thread, at a time only synchronization decides. That is
-`semantics.py`'s business, so this module asks it, and nothing else: it runs the lowered
+`semantics/`'s business, so this module asks it, and nothing else: it runs the lowered
 protocol once, in a canonical schedule (the lowest-numbered thread that can move moves;
 copies complete only when no thread can move, or just before a thread reads the buffer they
 land in on its device), and records, for every point where a thread

@@ -448,7 +448,7 @@ MAX_DATA_PASSES = 8
 
 def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bool) -> list[ir.Thread]:
     """Every thread's lowering. When remote copies carry data some thread may read, the
-    protocol is run once in a canonical schedule (schedule.py: semantics.py decides when
+    protocol is run once in a canonical schedule (schedule.py: the semantics decide when
     each copy lands) and lowered again with those arrivals, until lowering and arrivals
     agree (a fixpoint), so a value that came by remote DMA is the one the copy wrote."""
     from semcheck.lower.schedule import canonical_arrivals, same_arrivals

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 
-from semcheck.properties import Kind
+from semcheck.kinds import Kind
 
 DOCS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kind_pages")
 

@@ -216,7 +216,7 @@ def find_pyproject(path: str) -> str | None:
     directory = os.path.dirname(os.path.abspath(path))
     while True:
         candidate = os.path.join(directory, "pyproject.toml")
-        if os.path.isfile(candidate) and _semcheck_table(candidate) is not None:
+        if os.path.isfile(candidate) and semcheck_table(candidate) is not None:
             return candidate
         parent = os.path.dirname(directory)
         if parent == directory:
@@ -229,7 +229,7 @@ def declared_in_pyproject(path: str) -> list[Expectation]:
     pyproject = find_pyproject(path)
     if pyproject is None:
         return []
-    table = (_semcheck_table(pyproject) or {}).get("expect", {})
+    table = (semcheck_table(pyproject) or {}).get("expect", {})
     if not isinstance(table, dict):
         raise ExpectationError(f"{pyproject}: [tool.semcheck] expect must be a table of path = outcome")
     root = os.path.dirname(pyproject)
@@ -246,7 +246,7 @@ def declared_in_pyproject(path: str) -> list[Expectation]:
     return out
 
 
-def _semcheck_table(pyproject: str) -> dict | None:
+def semcheck_table(pyproject: str) -> dict | None:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on Python 3.10 only

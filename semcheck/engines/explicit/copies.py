@@ -19,8 +19,8 @@ from __future__ import annotations
 from array import array
 
 from semcheck import ir
-from semcheck.footprints import M_INC, M_MWRITE, ThreadTable, looping_pcs
-from semcheck.resource_index import ResourceIndex
+from semcheck.semantics.footprints import M_INC, M_MWRITE, ThreadTable, looping_pcs
+from semcheck.semantics.resource_index import ResourceIndex
 from semcheck.semantics import RECV, SEND, Event, System
 
 _KEPT = 8_192
@@ -45,7 +45,7 @@ class CopyIndex:
                 instr = system.bodies[t][pc]
                 assert isinstance(instr, ir.DmaStart), "starts holds the copies' pcs"
                 resources = {r for r, _bits in system.footprints[t].entries(pc)}
-                for sid in system._candidates(t, _target(instr)):
+                for sid in system.candidates(t, _target(instr)):
                     resources.add(base + system.lifecycle_cell(system.instances.device_of(sid),
                                                                system.instances.core_of(sid)))
                 for r in sorted(resources):
@@ -124,7 +124,7 @@ class CopyIndex:
                 if isinstance(instr, ir.DmaStart):
                     sides = [(RECV, _target(instr))] + ([(SEND, instr.send_sem)] if instr.send_sem is not None else [])
                     for side, ref in sides:
-                        for sid in system._candidates(t, ref):
+                        for sid in system.candidates(t, ref):
                             add(sid, _SEVERAL if pc in looping else (t * stride + pc) * 2 + side)
                 else:
                     for sid, bits in fps.entries(pc):
@@ -147,7 +147,7 @@ class CopyIndex:
         assert isinstance(instr, ir.DmaStart)
         ref = _target(instr) if event.side == RECV else instr.send_sem
         pcs: list[int] = []
-        for sid in system._candidates(event.issuer, ref) if ref is not None else ():
+        for sid in system.candidates(event.issuer, ref) if ref is not None else ():
             if self._only[sid] == code:
                 pcs.extend(self._blocking_waits(t, sid))
         found = self._stops[key] = tuple(sorted(pcs)) if pcs else None
@@ -183,5 +183,5 @@ def blocking_sem(system: System, t: int, instr: ir.Instr) -> int | None:
     if not (isinstance(need, int) and need >= 1 and isinstance(ref.index, int)
             and ir.is_constant(ref.device) and ir.is_constant(ref.core)):
         return None
-    sids = system._candidates(t, ref)
+    sids = system.candidates(t, ref)
     return next(iter(sids)) if len(sids) == 1 else None

@@ -19,7 +19,7 @@ from bisect import bisect_left
 from typing import Iterator, NamedTuple
 
 from semcheck import ir
-from semcheck.footprints import M_INC, ThreadTable, looping_pcs
+from semcheck.semantics.footprints import M_INC, ThreadTable, looping_pcs
 from semcheck.semantics import System, dma_increment
 
 UNBOUNDED = object()  # an addition of an unknown amount, or one in a loop
@@ -238,7 +238,7 @@ def constant_addition(system: System, t: int, instr: ir.Instr, sid: int) -> floa
     """What `instr` adds to `sid` at most, when that is a constant >= 0: a signal or a copy
     whose target is exactly `sid` (a copy may add to it on either side). None otherwise."""
     if isinstance(instr, ir.Signal):
-        if not isinstance(instr.inc, int) or instr.inc < 0 or system._candidates(t, instr.sem) != {sid}:
+        if not isinstance(instr.inc, int) or instr.inc < 0 or system.candidates(t, instr.sem) != {sid}:
             return None
         return float(instr.inc)
     if isinstance(instr, ir.DmaStart):
@@ -248,7 +248,7 @@ def constant_addition(system: System, t: int, instr: ir.Instr, sid: int) -> floa
         total = 0.0
         sides = [target] + ([instr.send_sem] if instr.send_sem is not None else [])
         for ref in sides:
-            sids = system._candidates(t, ref)
+            sids = system.candidates(t, ref)
             if sid in sids:
                 if len(sids) != 1:
                     return None

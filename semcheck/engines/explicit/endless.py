@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from semcheck import ir
-from semcheck.properties import Finding, spin_finding
+from semcheck.semantics.properties import Finding, spin_finding
 from semcheck.semantics import Action, State, System
 
 if TYPE_CHECKING:

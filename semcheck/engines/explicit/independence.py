@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from semcheck import ir
 from semcheck.engines.explicit.copies import CopyIndex
 from semcheck.engines.explicit.counting import CountingTables
-from semcheck.footprints import (
+from semcheck.semantics.footprints import (
     X_DEC, X_INC, X_WRITE, Y_CHANGE, Y_NEAR, Y_WAITER, Channels, Footprint, ThreadFootprints, ThreadTable, channels,
     clash,
 )

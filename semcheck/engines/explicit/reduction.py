@@ -20,7 +20,7 @@ its own and the search follows one path through each independent stretch.
 from __future__ import annotations
 
 from semcheck.engines.explicit.independence import Independence
-from semcheck.footprints import X_INC, Channels
+from semcheck.semantics.footprints import X_INC, Channels
 from semcheck.semantics import Action, State
 
 

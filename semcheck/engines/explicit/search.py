@@ -22,7 +22,7 @@ from semcheck.engines.explicit.independence import Independence
 from semcheck.engines.explicit.path import OnePath
 from semcheck.engines.explicit.reduction import isolated_action, stubborn_subset
 from semcheck.engines.explicit.store import Fifo, SearchTree, StateStore
-from semcheck.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
+from semcheck.semantics.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
 from semcheck.semantics import Action, State, System, without_gc
 
 NAME = "explicit"

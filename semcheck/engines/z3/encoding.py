@@ -59,10 +59,10 @@ from semcheck.engines.z3.events import (
 )
 from semcheck.engines.z3.precedence import Precedence
 from semcheck.engines.z3.terms import AND, EQ, GE, IMPLIES, ITE, LT, NOT, OR, SUM, SymBool, SymInt, apply, in_range, is_const, truth
-from semcheck.properties import Kind
+from semcheck.semantics.properties import Kind
 from semcheck.semantics import (
     INVALID_CORE, INVALID_DEVICE, INVALID_REGION, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
-    _bits, dma_increment, must_be_zero_at_exit,
+    bits, dma_increment, must_be_zero_at_exit,
 )
 from semcheck.ir import Scope
 
@@ -221,7 +221,7 @@ class Encoding:
     def resolve(self, t: int, ref: ir.SemRef, regs: dict[str, SymInt]) -> Target:
         """`System.resolve` lifted to symbolic operands: same checks, same order."""
         system, p = self.system, self.protocol
-        decl, base = system._allocs[ref.alloc]
+        decl, base = system.allocs[ref.alloc]
         thread = system.threads[t]
         device = thread.device if ref.device is None else self.eval(ref.device, t, regs)
         core = thread.core if ref.core is None else self.eval(ref.core, t, regs)
@@ -239,7 +239,7 @@ class Encoding:
         indices = [index] if is_const(index) else range(decl.size)
         candidates = []
         for d, c, i in itertools.product(devices, cores, indices):
-            sid = system._instance_id(decl, base, d, c, i)
+            sid = system.instance_id(decl, base, d, c, i)
             if sid is None:
                 continue
             cond = AND(
@@ -294,20 +294,20 @@ class Encoding:
             sides.append((SEND, send))
             faults = {k: OR(faults[k], AND(recv.valid, send.faults[k])) for k in FAULT_KINDS}
         places = None
-        if instr.dst_device is not None:  # a peer's memory (`semantics._device_in_mesh`)
+        if instr.dst_device is not None:  # a peer's memory (`semantics.races.device_in_mesh`)
             places, inside = self._peer_places(nv.t, instr.dst, instr.dst_device, regs)
             faults[INVALID_DEVICE] = OR(faults[INVALID_DEVICE], AND(*(NOT(f) for f in faults.values()), NOT(inside)))
         src_places = None
         if instr.src_device is not None:  # read from a peer's memory (a GPU TMA load from a remote_ref)
             src_places, inside = self._peer_places(nv.t, instr.src, instr.src_device, regs)
             faults[INVALID_DEVICE] = OR(faults[INVALID_DEVICE], AND(*(NOT(f) for f in faults.values()), NOT(inside)))
-        # Then the windows (`semantics._check_window`), once both semaphores resolved.
+        # Then the windows (`semantics.rules._check_window`), once both semaphores resolved.
         outside = OR(self._outside(nv.t, instr.src, regs), self._outside(nv.t, instr.dst, regs))
         faults[INVALID_REGION] = AND(*(NOT(f) for f in faults.values()), outside)
         nv.faults = faults
         nv.valid = AND(*(NOT(f) for f in faults.values()))
         nbytes = self.eval(instr.nbytes, nv.t, regs)
-        # A copy of 0 bytes completes as it starts (`semantics._complete_at_start`).
+        # A copy of 0 bytes completes as it starts (`semantics.rules._complete_at_start`).
         empty = EQ(nbytes, 0)
         for side, target in sides:
             done = z3.Bool(f"dma_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
@@ -320,7 +320,7 @@ class Encoding:
             nv.completions[side] = completion
             counted_on = recv_ref if side == RECV else instr.send_sem
             assert counted_on is not None, "only a side with a semaphore is completed"
-            decl = self.system._allocs[counted_on.alloc][0]
+            decl = self.system.allocs[counted_on.alloc][0]
             delta = dma_increment(decl, nbytes)  # bytes on a DMA semaphore, else 1
             completion.change = Change(nv.t, done, target.candidates, delta, pos, nv, completion)
             self.completions.append(completion)
@@ -341,7 +341,7 @@ class Encoding:
         thread = self.system.threads[nv.t]
         if instr.device is None:
             places = [(self.buffer_instance(instr.region, thread.device, thread.core), True)]
-        else:  # a peer's buffer (`semantics._access_device`): faults outside the mesh
+        else:  # a peer's buffer (`semantics.races.access_device`): faults outside the mesh
             places, inside = self._peer_places(nv.t, instr.region, instr.device, regs)
             nv.faults, nv.valid = {INVALID_DEVICE: NOT(inside)}, inside
         if (nv.t, nv.node.pc) in self._racing:
@@ -363,7 +363,7 @@ class Encoding:
     def _entry(self, nv: NodeVars, instr: ir.KernelEntry, regs) -> None:
         """A fresh allocation: each reset semaphore changes by minus its count just before
         (`_encode_reset`), so every count after the entry starts from 0."""
-        for sid in _bits(self.system.reset_on_entry(nv.t)):
+        for sid in bits(self.system.reset_on_entry(nv.t)):
             reset = z3.Int(f"reset_t{nv.t}_n{nv.node.index}_s{sid}")
             nv.resets[sid] = reset
             self._add_change(Change(nv.t, nv.done, [(sid, True)], reset, nv.pos, nv))
@@ -373,14 +373,14 @@ class Encoding:
         self.entries.append(nv)
 
     def buffer_instance(self, region: ir.Region, device: int, core: int | None) -> int:
-        decl, base = self.system._buffers[region.buffer]
-        bid = self.system._buffer_instance_id(decl, base, device, core)
+        decl, base = self.system.buffer_allocs[region.buffer]
+        bid = self.system.buffer_instance_id(decl, base, device, core)
         assert bid is not None  # the device and core were checked when the target resolved
         return bid
 
     def region(self, t: int, region: ir.Region, regs, write: bool, candidates) -> SymAccess:
         """`System.resolve_region` lifted to symbolic starts."""
-        decl, _base = self.system._buffers[region.buffer]
+        decl, _base = self.system.buffer_allocs[region.buffer]
         rank = len(decl.shape)
         starts = tuple(self.eval(op, t, regs) for op in region.start) + (0,) * (rank - len(region.start))
         sizes = tuple(self.eval(op, t, regs) for op in region.size) + tuple(decl.shape[len(region.size):])
@@ -388,7 +388,7 @@ class Encoding:
 
     def _outside(self, t: int, region: ir.Region, regs) -> SymBool:
         """The window reaches outside its buffer in some dim."""
-        decl, _base = self.system._buffers[region.buffer]
+        decl, _base = self.system.buffer_allocs[region.buffer]
         access = self.region(t, region, regs, False, [])
         return OR(*(
             OR(LT(start, 0), LT(extent, apply("add", start, size)))
@@ -436,7 +436,7 @@ class Encoding:
             self.constraints.append(IMPLIES(w.done, AND(*lows, *highs)))
 
     def _encode_phase_overrun(self, w: NodeVars, sid: int, cond: SymBool, exact: SymInt, high: SymInt) -> None:
-        """barrier_phase_overrun (`semantics._phase_overrun`): a non-decrementing wait on an
+        """barrier_phase_overrun (`semantics.rules._phase_overrun`): a non-decrementing wait on an
         mbarrier passes while the count before it already holds the next phase's arrivals
         too. `exact` decides; its positionless upper bound `high` is implied by it, and
         lets the counting relaxation rule out an overrun that no count allows."""
@@ -742,7 +742,7 @@ class Encoding:
                 nv = row[self.unrolled[t].by_key[key].index]
         for c in self.completions:
             if not holds(model, c.done) or holds(model, c.empty):
-                continue  # not yet, or part of its start's step (semantics._complete_at_start)
+                continue  # not yet, or part of its start's step (semantics.rules._complete_at_start)
             sid = next(s for s, cond in change_of(c).candidates if holds(model, cond))
             event = Event(c.side, c.start.t, c.start.node.pc, sid, int_value(model, change_of(c).delta))
             keyed.append(((position_of(model, c.pos), 1, c.start.t, c.start.node.index), ("e", event), None, None))

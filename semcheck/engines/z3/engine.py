@@ -50,7 +50,7 @@ import threading
 
 import z3
 
-from semcheck import trace as tracing
+from semcheck.semantics import trace as tracing
 from semcheck.engines.z3 import guided
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn, ProgressInfo, rss_mb
 from semcheck.engines.causal import causal_past
@@ -59,7 +59,7 @@ from semcheck.engines.z3.encoding import Encoding
 from semcheck.engines.z3.scope import unmodelled
 from semcheck.engines.z3.terms import NOT, OR, fresh_context
 from semcheck.engines.z3.unroll import CONSTANT_JUMP_CAP
-from semcheck.properties import (
+from semcheck.semantics.properties import (
     CASCADING_KINDS, CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings, went_wrong,
 )
 from semcheck.semantics import Action, State, System

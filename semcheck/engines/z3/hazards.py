@@ -17,13 +17,13 @@ from semcheck.engines.z3 import unroll as unrolling
 from semcheck.engines.z3.events import Completion, NodeVars, change_of, named, overlap
 from semcheck.engines.z3.terms import AND, EQ, NOT, OR, SymBool
 from semcheck.ir import Backend
-from semcheck.properties import Kind
+from semcheck.semantics.properties import Kind
 from semcheck.semantics import RECV, SEND
 
 
 def encode_races(enc, tick: Callable[[], None]) -> None:
     """data_race: an access executes while a pending copy access conflicts with it
-    (`semantics._races`), one condition per pair of source lines."""
+    (`semantics.races.copy_races`), one condition per pair of source lines."""
     by_pc: list[dict[int, list[NodeVars]]] = []
     for row in enc.nodes:
         table: dict[int, list[NodeVars]] = {}
@@ -76,7 +76,7 @@ def encode_races(enc, tick: Callable[[], None]) -> None:
 
 def waiting_at(enc, nv: NodeVars, other: NodeVars) -> SymBool:
     """`nv`'s thread sits at `nv` when `other` executes: `other` runs first, and the
-    step of `nv`'s thread that led to `nv` ran before `other` (`semantics._plain_races`
+    step of `nv`'s thread that led to `nv` ran before `other` (`semantics.races.plain_races`
     checks exactly that two accesses are enabled together)."""
     row = enc.nodes[nv.t]
     arrived = OR(*(
@@ -174,7 +174,7 @@ def encode_arrivals(enc) -> None:
 
 def encode_entry_leftovers(enc) -> None:
     """semaphore_leftover at a later entry: a reset semaphore holds a count, or a copy
-    is still landing on it (`semantics._exec_entry`)."""
+    is still landing on it (`semantics.rules._exec_entry`)."""
     for entry in enc.entries:
         if enc.system.invocation_at[entry.t][entry.node.pc] < 1:
             continue

@@ -61,8 +61,8 @@ from bisect import bisect_left, bisect_right
 from typing import Protocol
 
 from semcheck import ir
-from semcheck.footprints import M_INC, Footprint, is_straight, looping_pcs
-from semcheck.resource_index import ResourceIndex
+from semcheck.semantics.footprints import M_INC, Footprint, is_straight, looping_pcs
+from semcheck.semantics.resource_index import ResourceIndex
 
 
 class System(Protocol):
@@ -75,7 +75,7 @@ class System(Protocol):
     def resource_count(self) -> int: ...
     def static_wait(self, t: int, pc: int) -> tuple[int, int] | None: ...
     def completion_amount(self, sid: int, nbytes: int) -> int: ...
-    def _candidates(self, t: int, ref: ir.SemRef) -> frozenset[int]: ...
+    def candidates(self, t: int, ref: ir.SemRef) -> frozenset[int]: ...
     def is_buffer_cell(self, cell: int) -> bool: ...
     def near_of(self, cells) -> frozenset[int]: ...
 
@@ -356,7 +356,7 @@ class CopyOrder:
                     target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
                     sides = [(RECV_SIDE, target)] + ([(SEND_SIDE, instr.send_sem)] if instr.send_sem is not None else [])
                     for side, ref in sides:
-                        sids = system._candidates(t, ref)
+                        sids = system.candidates(t, ref)
                         for sid in sorted(sids):
                             add(t, pc, side, sid, system.completion_amount(sid, instr.nbytes), len(sids) == 1)
                 else:  # an unknown amount, or a wait that may add (a negative amount)

@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from semcheck import ir, tpu_facts
-from semcheck.footprints import successors
+from semcheck.semantics.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
 from semcheck.result import BlockedWait, Reading
-from semcheck.semantics import Hazard, SemInstance, System, State, _Fault, must_be_zero_at_exit
+from semcheck.semantics.instances import SemInstance
+from semcheck.semantics.state import Fault, Hazard, State, must_be_zero_at_exit
+from semcheck.semantics.system import System
 
 
 @dataclass(frozen=True)
@@ -401,7 +403,7 @@ def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Fi
         if isinstance(instr, ir.Read):
             try:
                 sid = system.resolve(t, instr.sem, state)
-            except _Fault:  # an index that faults: this read says nothing useful
+            except Fault:  # an index that faults: this read says nothing useful
                 continue
             reads.append((instr, system.instances[sid], state.sems[sid]))
     loc = reads[0][0].loc if reads else jumps[0].loc

@@ -409,3 +409,12 @@ class ThreadTable:
                         found.append((bit, is_y, next_at))
             self._next[r] = found
         return found
+
+
+def bits(mask: int):
+    """The indices of the bits set in `mask`, lowest first."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from semcheck import ir
 from semcheck.result import Completion, RegionRef, StepEvent, TraceStep
-from semcheck.semantics import FAULTED, RECV, SEND, Action, State, System, _Fault
+from semcheck.semantics.state import FAULTED, RECV, SEND, Action, Fault, State
+from semcheck.semantics.system import System
 
 
 def replay(system: System, initial: State, actions: list[Action]) -> list[State]:
@@ -191,7 +192,7 @@ def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
     target = "" if step.target_device is None or step.dst is not None else f" to device {step.target_device}"
     src = step.src if step.src is not None else instr.src.buffer
     dst = step.dst if step.dst is not None else instr.dst.buffer
-    if not parts:  # a zero-byte copy: complete at its start (semantics.py)
+    if not parts:  # a zero-byte copy: complete at its start (rules.py)
         was, now = dict(before.sems.items), dict(after.sems.items)
         added = [f"{system.instances[sid].short} +{now.get(sid, 0) - was.get(sid, 0)}"
                  for sid in sorted(set(was) | set(now)) if now.get(sid, 0) != was.get(sid, 0)]
@@ -204,7 +205,7 @@ def _region(system: System, t: int, region: ir.Region, state: State, *, write: b
             device: int | None = None, core: int | None = None) -> RegionRef | None:
     try:
         access = system.resolve_region(t, region, state, write, device, core)
-    except (_Fault, AssertionError, KeyError):  # a target that does not exist: the step faults
+    except (Fault, AssertionError, KeyError):  # a target that does not exist: the step faults
         return None
     return RegionRef(region.buffer, device, access.starts, access.sizes)
 

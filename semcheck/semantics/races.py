@@ -1,0 +1,235 @@
+"""Races: the pairs of accesses that may race (computed once, from the footprints), and the
+hazards a step records when its access conflicts with a copy still in flight or with another
+thread's plain access that nothing orders before or after it."""
+
+from __future__ import annotations
+
+import itertools
+from abc import abstractmethod
+from array import array
+from bisect import bisect_left
+
+from semcheck import ir
+from semcheck.semantics import instructions
+from semcheck.semantics.footprints import M_MNEAR, M_MWRITE, looping_pcs
+from semcheck.semantics.resource_index import ResourceIndex
+from semcheck.semantics.state import (
+    DATA_RACE, INVALID_DEVICE, PLAIN_RACE, RECV, SEND, Access, Event, Fault, Hazard, State, conflict, distinct,
+)
+from semcheck.semantics.tables import Tables
+
+
+class RaceTables(Tables):
+    """The racing pairs of a protocol's accesses, built on the first race check."""
+
+    _exclude_ordered_pairs: bool = True
+    # (t, pc) -> (side, issuer, start pc) of the completions its access may race with
+    _race_copies: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] | None = None
+    _racing_pairs: list[tuple[int, int, int, int]] | None = None
+
+    @abstractmethod
+    def static_wait(self, t: int, pc: int) -> tuple[int, int] | None:
+        """(semaphore, amount) of the wait at (t, pc) when both are constants (`System`'s,
+        which `ordering.CopyOrder` reads to exclude pairs that counting orders)."""
+
+    def racing_pairs(self) -> list[tuple[int, int, int, int]]:
+        """(t, pc, copy_t, copy_pc): each access (load, store or copy start) that may race
+        with the copy started at (copy_t, copy_pc): one of the two writes a cell the other
+        touches or overlaps, and neither program order nor counting puts every such
+        completion of the copy before the access (`ordering.CopyOrder`). Copies are indexed
+        by cell, so a collective with thousands of copies is not compared pair by pair.
+        Computed once: the race checks, the reduction and the z3 encoding all ask."""
+        if self._racing_pairs is None:
+            from semcheck.semantics.ordering import CopyOrder
+
+            pairs = []
+            order = None  # made at the first pair: most protocols without copies have none
+            for pair in self._overlapping_pairs():  # a ring of N devices has 2N^2: not all kept
+                if self._exclude_ordered_pairs:
+                    if order is None:
+                        order = CopyOrder(self)
+                    if order.excludes(*pair):
+                        continue
+                pairs.append(pair)
+            self._racing_pairs = pairs
+        return self._racing_pairs
+
+    def _overlapping_pairs(self):
+        """(t, pc, copy_t, copy_pc) of each access and copy whose cells overlap, one of the
+        two writing: copies are indexed by the buffer cells they write and those they touch
+        or overlap (two arrays each, not a list per cell: a ring of N devices has N^2)."""
+        base, stride = self.cell_base, max((len(body) for body in self.bodies), default=0) + 1
+        copies = array("q", [t * stride + pc for t, body in enumerate(self.bodies)
+                             for pc, instr in enumerate(body) if type(instr) is ir.DmaStart])
+
+        def cells(member: int):
+            def pairs():
+                for copy in copies:
+                    t, pc = divmod(copy, stride)
+                    for r, bits in self.footprints[t].entries(pc):
+                        if bits & member and self.is_buffer_cell(r - base):
+                            yield r - base, copy
+            return pairs
+
+        writing = ResourceIndex(self.lifecycle_base, cells(M_MWRITE))  # cell -> copies that write it
+        near = ResourceIndex(self.lifecycle_base, cells(M_MNEAR))  # cell -> copies that touch or overlap it
+        for t, body in enumerate(self.bodies):
+            looping = looping_pcs(body)
+            fps = self.footprints[t]
+            for pc in range(len(body)):
+                found: set[int] = set()
+                for r, bits in fps.entries(pc):
+                    c = r - base
+                    if c < 0 or not self.is_buffer_cell(c):
+                        continue
+                    if bits & M_MWRITE:
+                        found.update(near.get(c))
+                    if bits & M_MNEAR:
+                        found.update(writing.get(c))
+                for copy in sorted(found):
+                    ct, cpc = divmod(copy, stride)
+                    if (ct, cpc) == (t, pc) and pc not in looping:
+                        continue  # a copy started once is never in flight when it starts
+                    yield t, pc, ct, cpc
+
+    def race_candidates(self, events: tuple[Event, ...], t: int, pc: int) -> list[Event]:
+        """The distinct pending completions (of sorted `events`) that may race with the
+        access of (t, pc): those of the copy starts `racing_pairs` pairs it with, a
+        superset of every completion whose access overlaps it (an overlap means one's
+        cell is near the other's, which is how the pairs are found). A ring has about
+        one completion in flight per device, and a slot is written by one copy and read
+        by another: the few are found by bisection, not by comparing every completion."""
+        if self._race_copies is None:
+            table: dict[tuple[int, int], set[tuple[int, int]]] = {}
+            for at, at_pc, ct, cpc in self.racing_pairs():
+                table.setdefault((at, at_pc), set()).add((ct, cpc))
+            self._race_copies = {
+                key: tuple(sorted((side, ct, cpc) for side in (SEND, RECV) for ct, cpc in copies))
+                for key, copies in table.items()
+            }
+        prefixes = self._race_copies.get((t, pc), ())
+        if len(prefixes) >= len(events):  # as many to look for as there are: scan them
+            return distinct(events)
+        found: list[Event] = []
+        n = len(events)
+        for prefix in prefixes:
+            side, issuer, start_pc = prefix
+            k = bisect_left(events, prefix)
+            previous = None
+            while k < n:
+                e = events[k]
+                if e.side != side or e.issuer != issuer or e.start_pc != start_pc:
+                    break
+                if e != previous:  # identical completions are one
+                    found.append(e)
+                    previous = e
+                k += 1
+        return found
+
+    def plain_racing_pairs(self):
+        """(t, pc, u, upc) with t < u: a load or store of thread t and one of thread u that
+        may touch overlapping memory, one of them a write (`plain_races` checks them)."""
+        seen = set()
+        for bid, sharers in self.plain_sharers.items():
+            sites = [
+                (t, pc) for t in sharers for pc, instr in enumerate(self.bodies[t])
+                if isinstance(instr, (ir.Load, ir.Store))
+                and bid in self.region_instances(t, instr.region, instr.device)
+            ]
+            for (t, pc), (u, upc) in itertools.combinations(sites, 2):
+                if t == u or (t, pc, u, upc) in seen or instructions.both_atomic(self.bodies[t][pc], self.bodies[u][upc]):
+                    continue
+                a, b = self.footprints[t][pc], self.footprints[u][upc]
+                if not (a.mwrite & b.mnear or b.mwrite & a.mnear):
+                    continue
+                seen.add((t, pc, u, upc))
+                yield t, pc, u, upc
+
+
+def copy_races(system: RaceTables, state: State, t: int, accesses: list[Access]) -> list[Hazard]:
+    """Hazards for every pending copy access that conflicts with one of `accesses`."""
+    found: list[Hazard] = []
+    pc = state.pcs[t]
+    if not state.events:
+        return found
+    buffers = {access.buffer for access in accesses}
+    for event in system.race_candidates(state.events, t, pc):
+        for pending in event.accesses:
+            if pending.buffer not in buffers:  # most copies in flight move other buffers
+                continue
+            for access in accesses:
+                if conflict(pending, access):
+                    found.append(Hazard(
+                        DATA_RACE, t, pc, event.issuer, event.start_pc,
+                        _race_detail(system, access, pending),
+                    ))
+    return found
+
+
+def _verb(access: Access) -> str:
+    return "atomically updates" if access.atomic else "writes" if access.write else "reads"
+
+
+def _race_detail(system: RaceTables, access: Access, pending: Access) -> str:
+    where = system.buffer_instances[access.buffer].label
+    verb = _verb(access)
+    other = "writes" if pending.write else "reads"
+    return (
+        f"{verb} {where} {extent(access)} while a copy still in flight {other} "
+        f"{extent(pending)} of it"
+    )
+
+
+def extent(access: Access) -> str:
+    if not access.starts:
+        return "(whole buffer)"
+    return "[" + ", ".join(f"{s}:{s + z}" for s, z in zip(access.starts, access.sizes)) + "]"
+
+
+def access_device(system: RaceTables, t: int, instr: ir.Load | ir.Store, state: State) -> int | None:
+    """The device whose buffer a plain access touches (None: the thread's own), or a Fault
+    for a device id outside the mesh."""
+    if instr.device is None:
+        return None
+    return device_in_mesh(system, system.eval(instr.device, t, state))
+
+
+def device_in_mesh(system: RaceTables, device: int) -> int:
+    devices = system.protocol.devices
+    if not 0 <= device < devices:
+        raise Fault(INVALID_DEVICE, f"device id {device} is outside the mesh of {devices} devices (0..{devices - 1})")
+    return device
+
+
+def plain_races(system: RaceTables, state: State, t: int, access: Access) -> list[Hazard]:
+    """Another thread sits at a load or store that conflicts with `access`: both are enabled
+    in this state, so nothing orders them. Checked by whichever of the two runs first, so
+    every schedule in which they are enabled together finds it."""
+    found = []
+    for u in system.plain_sharers.get(access.buffer, ()):
+        other = system.current(state, u) if u != t else None
+        if not isinstance(other, (ir.Load, ir.Store)):
+            continue
+        try:
+            theirs = plain_access(system, u, other, state)
+        except Fault:
+            continue  # it faults when it runs, touching nothing
+        if conflict(access, theirs):
+            found.append(Hazard(PLAIN_RACE, t, state.pcs[t], u, state.pcs[u], _plain_race_detail(system, access, theirs)))
+    return found
+
+
+def plain_access(system: RaceTables, t: int, instr: ir.Load | ir.Store, state: State) -> Access:
+    """The access a load or store of thread t makes (a Fault for a device outside the mesh)."""
+    device = access_device(system, t, instr, state)
+    store = isinstance(instr, ir.Store)
+    access = system.resolve_region(t, instr.region, state, write=store, device=device)
+    return access._replace(atomic=True) if isinstance(instr, ir.Store) and instr.atomic else access
+
+
+def _plain_race_detail(system: RaceTables, access: Access, other: Access) -> str:
+    where = system.buffer_instances[access.buffer].label
+    verb = _verb(access)
+    theirs = "atomically update" if other.atomic else "write" if other.write else "read"
+    return f"{verb} {where} {extent(access)} while another thread may {theirs} {extent(other)} of it at the same time"
+
