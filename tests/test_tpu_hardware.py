@@ -358,3 +358,29 @@ def test_carried_counts_keep_the_reduction_exact_and_the_engines_agreeing(exampl
     run_examples(reduction_and_engines_agree_on_carried_counts,
                  carried_and_repeated(control_flow_protocols(max_devices=2, max_cores=1, max_blocks=2)),
                  examples=examples, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def test_a_program_of_kernels_counting_different_units_counts_the_smaller():
+    """Two kernels run one after another, the first counting 32-byte units, the second bytes
+    (it copies 100 bytes): composed, the first's amounts are scaled to bytes, so a semaphore
+    carried from one to the next counts one unit."""
+    from semcheck.passes.programs import compose
+
+    def whole(x_hbm, o_hbm, sem):
+        copy = pltpu.make_async_copy(x_hbm, o_hbm, sem)
+        copy.start()
+        copy.wait()
+
+    def odd(x_hbm, o_hbm, small, sem):
+        copy = pltpu.make_async_copy(x_hbm.at[0, pl.ds(0, 25)], small, sem)
+        copy.start()
+        copy.wait()
+
+    [first] = protocols(per_device(whole, scratch=[DMA]), mesh((2,)))
+    [second] = protocols(per_device(odd, scratch=[pltpu.VMEM((25,), jnp.float32), DMA]), mesh((2,)))
+    assert (first.dma_unit, second.dma_unit) == (32, 1)
+    program = compose([first, second], [])
+    assert program.dma_unit == 1
+    amounts = [i.nbytes for i in program.threads[0].body if isinstance(i, (ir.DmaStart, ir.DmaWait))]
+    assert amounts == [8 * 128 * 4, 8 * 128 * 4, 100, 100]
+    assert check_protocol(program, exhaustive=True).verdict.value == "safe"

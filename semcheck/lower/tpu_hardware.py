@@ -5,8 +5,8 @@ notes a result that rests on them carries."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 import functools
+from dataclasses import replace
 
 from semcheck import ir
 from semcheck.jax_compat import jax_internal

@@ -101,6 +101,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
     if first.backend is not ir.Backend.TPU:
         raise ValueError(f"programs of several kernels are modelled for TPU only: {GPU_PROGRAM_REASON}")
     kernels = _in_one_dma_unit(kernels)
+    first = kernels[0]
     labels = _labels(kernels)
     names: list[dict[str, str]] = []  # per kernel: its declaration -> the program's
     semaphores: dict[str, ir.SemDecl] = {}
