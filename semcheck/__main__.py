@@ -1,3 +1,3 @@
-from semcheck.cli import run
+from semcheck.cli import main
 
-run()
+raise SystemExit(main())

@@ -2,6 +2,6 @@
 arguments (`options.py`), the project defaults of `[tool.semcheck]` (`config.py`), its CI-gate
 flags (`gate.py`) and how a signal ends a run (`interrupts.py`)."""
 
-from semcheck.cli.command import main, run
+from semcheck.cli.command import main
 
-__all__ = ["main", "run"]
+__all__ = ["main"]

@@ -18,7 +18,6 @@ import os
 import shutil
 import sys
 import time
-from typing import NoReturn
 
 from semcheck.cli import config, gate, interrupts, options as cli_options
 from semcheck.run import expectations
@@ -199,23 +198,6 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     if defaults is not None:
         gate.apply_project_defaults(verify, defaults)
     return parser
-
-
-def run() -> NoReturn:
-    """The `semcheck` program: `main`, then its exit code. An interrupted run (exit 128 + the
-    signal) ends at once once its report is written and its children killed, without the
-    interpreter's shutdown: that joins the worker pool's threads and queue feeders, and a
-    signal that lands inside their bookkeeping can leave one waiting for ever (seen once in
-    a loaded test run: SIGINT to `semcheck verify -j 2` never exited)."""
-    code = main()
-    if code > 128:
-        server = sys.modules.get("semcheck.frontends.capture_server")
-        if server is not None:
-            server.close_own()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
