@@ -651,7 +651,8 @@ def _sweep_of_sleepers(tmp_path, *extra):
         kernel_script(tmp_path, prefix=SLEEPING_SCRIPT, name=name)
     env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
     proc = subprocess.Popen([sys.executable, "-m", "semcheck", "verify", str(tmp_path), "--devices", "2", "-j", "2",
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+                            preexec_fn=_as_from_a_terminal)
     deadline = time.monotonic() + 180
     while not all((tmp_path / f"{n}.started").exists() for n in names) and time.monotonic() < deadline:
         time.sleep(0.1)
