@@ -113,9 +113,9 @@ class KernelContext:
     # pltpu.CompilerParams(disable_semaphore_checks=True) turns the chip's check that scratch
     # semaphores are 0 at exit off: a leftover then carries into the next kernel.
     semaphore_checks: bool = True
-    # Lines of copies whose size is not a whole number of the chip's 32-byte DMA units
+    # The first copy whose size is not a whole number of the chip's 32-byte DMA units
     # (lower/tpu_hardware.py: the kernel's DMA semaphores then count bytes).
-    dma_sizes_not_whole_units: list[ir.Loc] = field(default_factory=list)
+    partial_unit_copy: ir.Loc | None = None
     dma_by_hand: bool = False  # a DMA semaphore signalled, waited or read by hand
     semaphores: dict[str, ir.SemDecl] = field(default_factory=dict)
     buffers: dict[str, ir.BufferDecl] = field(default_factory=dict)

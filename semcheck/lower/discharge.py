@@ -17,24 +17,19 @@ from semcheck.jax_compat import jax_internal
 def transform_read(array: np.ndarray, transforms) -> np.ndarray | None:
     """`array` seen through `transforms`, by JAX; None when JAX refuses (then the value is
     simply not known: a data read never fails the lowering)."""
-    key = _memo_key("read", array, transforms)
-    known = _recalled(key)
-    if known is not _NOT_SEEN:
-        return known
-    import jax
-    discharge = jax_internal("state_discharge")
-
-    try:
-        with jax.ensure_compile_time_eval():
-            result = np.asarray(discharge.transform_array(array, list(transforms)))
-    except Exception:  # noqa: BLE001 - JAX's refusal means "not known", said where it is used
-        result = None
-    return _remember(key, result)
+    return _asked(_memo_key("read", array, transforms),
+                  lambda discharge: np.asarray(discharge.transform_array(array, list(transforms))))
 
 
 def transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.ndarray | None:
     value = np.asarray(value, array.dtype)
-    key = _memo_key("write", array, transforms, value)
+    return _asked(_memo_key("write", array, transforms, value),
+                  lambda discharge: np.asarray(discharge.transform_swap_array(array, list(transforms), value)[1]))
+
+
+def _asked(key, ask) -> np.ndarray | None:
+    """`ask(JAX's state discharge module)`, evaluated at compile time, or its kept answer
+    for `key`; None when JAX refuses."""
     known = _recalled(key)
     if known is not _NOT_SEEN:
         return known
@@ -43,9 +38,8 @@ def transform_write(array: np.ndarray, transforms, value: np.ndarray) -> np.ndar
 
     try:
         with jax.ensure_compile_time_eval():
-            _old, new = discharge.transform_swap_array(array, list(transforms), value)
-        result = np.asarray(new)
-    except Exception:  # noqa: BLE001 - as above
+            result = ask(discharge)
+    except Exception:  # noqa: BLE001 - JAX's refusal means "not known", said where it is used
         result = None
     return _remember(key, result)
 

@@ -58,8 +58,8 @@ def dma_amount(t: ThreadLowering, eqn, nbytes: ir.Operand) -> ir.Operand:
     is known to be whole units. A size that is not is remembered here."""
     whole = (nbytes % DMA_UNIT_BYTES == 0 if isinstance(nbytes, int)
              else _constant_factor(nbytes)[0] % DMA_UNIT_BYTES == 0)
-    if not whole:
-        t.kernel.dma_sizes_not_whole_units.append(t.loc(eqn))
+    if not whole and t.kernel.partial_unit_copy is None:
+        t.kernel.partial_unit_copy = t.loc(eqn)
     return nbytes
 
 
@@ -68,8 +68,8 @@ def in_dma_units(ctx: KernelContext, threads: list[ir.Thread]) -> tuple[list[ir.
     semaphores count, and that unit: the chip's 32 bytes (observed on TPU v5e) when every
     size is whole units, else bytes (how the chip rounds other sizes was not observed, and
     counting bytes keeps each copy and its waits balanced as written)."""
-    if ctx.dma_sizes_not_whole_units:
-        ctx.note(DMA_ROUNDING_NOTE.format(where=ctx.dma_sizes_not_whole_units[0]))
+    if ctx.partial_unit_copy is not None:
+        ctx.note(DMA_ROUNDING_NOTE.format(where=ctx.partial_unit_copy))
         if ctx.dma_by_hand:
             ctx.note(DMA_ROUNDING_BY_HAND_NOTE)
         return threads, 1
