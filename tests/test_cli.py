@@ -195,6 +195,17 @@ def test_a_misspelt_option_is_one_line_that_names_the_option_meant(capsys):
         "semcheck: error: unknown option: --devcies; did you mean --devices? (semcheck verify --help lists the options)"]
 
 
+def test_the_value_after_a_misspelt_option_is_shown_with_it_and_each_option_gets_its_hint(capsys):
+    code, out, err = run(capsys, "verify", model("ring_allgather"), "--devcies", "2", "--egnine=z3")
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        "semcheck: error: unknown options: --devcies 2 (did you mean --devices?), --egnine=z3 (did you mean "
+        "--engine?) (semcheck verify --help lists the options)"]
+    code, out, err = run(capsys, "verify", model("ring_allgather"), "--devcies", "2")
+    assert err.splitlines() == [
+        "semcheck: error: unknown option: --devcies 2; did you mean --devices? (semcheck verify --help lists the options)"]
+
+
 def usage_error(capsys, *argv) -> str:
     with pytest.raises(SystemExit) as exited:  # argparse's own errors end the process
         cli.main(list(argv))

@@ -64,13 +64,22 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
 def _unknown_options(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     """The usage error for arguments no option takes, naming the option each one is close to."""
     options = [o for action in _verify_parser(parser)._actions for o in action.option_strings]
-    parts = []
+    # A word after an unknown option is that option's value (`--devcies 2`), not an argument
+    # of its own: it is shown with the option, and the hint follows both.
+    groups: list[list[str]] = []
     for extra in extras:
-        name = extra.split("=", 1)[0]
+        if groups and not extra.startswith("-") and groups[-1][0].startswith("-") and len(groups[-1]) == 1 \
+                and "=" not in groups[-1][0]:
+            groups[-1].append(extra)
+        else:
+            groups.append([extra])
+    parts = []
+    for group in groups:
+        name = group[0].split("=", 1)[0]
         hint = did_you_mean(name, options) if name.startswith("-") else ""
-        parts.append(f"{extra}{hint}")
-    what = "unknown option" if all(e.startswith("-") for e in extras) else "unrecognized argument"
-    return f"{what}{'s' if len(extras) > 1 else ''}: {', '.join(parts)}"
+        parts.append(" ".join(group) + ((f" ({hint[2:]})" if len(groups) > 1 else hint) if hint else ""))
+    what = "unknown option" if all(g[0].startswith("-") for g in groups) else "unrecognized argument"
+    return f"{what}{'s' if len(groups) > 1 else ''}: {', '.join(parts)}"
 
 
 def _verify_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
