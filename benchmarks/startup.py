@@ -167,8 +167,9 @@ def instructions(tree: str, modules: list[str]) -> tuple[int, int]:
     """Instructions a fresh `python` run from `tree` executes to start and import `modules`
     (valgrind's callgrind: the same count at any load), and of those the ones spent in `exec`
     of source text (PyRun_StringFlags: parsing and compiling the methods `dataclasses`
-    generates for each class, its only caller here besides site's .pth lines). Imports, not a whole run: under
-    valgrind's slow clock the budget's timer signal can end a run early."""
+    generates for each class, its only caller here besides site's .pth lines). Imports, not
+    a whole run: under valgrind a run was seen to end by SIGALRM, the budget's timer signal
+    arriving after its phase had put the default action back."""
     with tempfile.TemporaryDirectory(prefix="semcheck-callgrind-") as tmp:
         script = os.path.join(tmp, "imports.py")
         with open(script, "w") as f:
@@ -264,8 +265,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--models-only", action="store_true")
     parser.add_argument("--instructions", action="store_true",
-                        help="also count the instructions of the first model's process under valgrind "
-                             "(callgrind; tens of seconds a run)")
+                        help="also count, under valgrind's callgrind, the instructions of Python importing "
+                             "what the first model's run imports (tens of seconds a tree)")
     parser.add_argument("--baseline", metavar="TREE",
                         help="also run a checkout of another commit (e.g. `git archive main | tar -x -C TREE`), "
                              "interleaved with this one, so that both see the same load")
