@@ -18,56 +18,71 @@ shared, loaded machine changes them little.
   (every kernel's check_protocol, in this process, from a capture made beforehand). The
   target: the folder under 2x the slowest single file plus the checks.
 
-Measured (`--repeat 5 --baseline` main 98a1bc9, this tree 3899a2d; 2 cores,
-load average 2.7 at the start and 0.9 at the end, JAX 0.10.2, bytecode compiled):
+* `--instructions` counts, under valgrind's callgrind, the instructions of a fresh Python
+  that imports exactly the modules a model file's run imports (and of Python alone): a figure
+  no load moves, and the share of it spent compiling the methods `dataclasses` generates.
 
-| model file | whole process CPU | load + check + report, warm | start-up |
+Measured 2026-12-06 on the shared 2-core development machine (JAX 0.10.2, Python 3.11.7,
+bytecode compiled, the editable install's finder in site-packages), tree fa42e3e; CPU seconds
+at load average 5 to 15 from other sessions, which inflates them (the same run measured
+0.100-0.106 s whole at load 1-3 on main):
+
+| model file (`--repeat 5`, load 5.0) | whole process CPU | load + check + report, warm | start-up |
 |---|---|---|---|
-| ring_allgather.py at 3 (this tree) | 0.106 s | 0.014 s | 0.092 s |
-| ring_allgather.py at 3 (main) | 0.100 s | 0.014 s | 0.086 s |
-| double_buffer.py at 5 (this tree) | 0.108 s | 0.016 s | 0.093 s |
-| double_buffer.py at 5 (main) | 0.106 s | 0.019 s | 0.087 s |
-| nondec_poll.py at 21 (this tree) | 0.095 s | 0.012 s | 0.084 s |
-| nondec_poll.py at 21 (main) | 0.102 s | 0.014 s | 0.088 s |
+| ring_allgather.py at 3 | 0.113 s | 0.016 s | 0.097 s |
+| double_buffer.py at 5 | 0.119 s | 0.021 s | 0.098 s |
+| nondec_poll.py at 21 | 0.122 s | 0.016 s | 0.106 s |
 
-| 20 TPU examples at 2 devices | CPU | wall |
+| start-up (callgrind, `--instructions --baseline` main cea5b94) | modules | instructions | of them compiling generated source (dataclasses) |
+|---|---|---|---|
+| python, nothing imported | 0 | 88 M | - |
+| what ring_allgather.py at 3 imports (this tree) | 206 | 616 M | 257 M (42%) |
+| what ring_allgather.py at 3 imports (main) | 208 | 619 M | 257 M (42%) |
+
+| 20 TPU examples at 2 devices (load 5 to 6) | CPU | wall |
 |---|---|---|
-| one run of the folder, -j 1 (this tree) | 5.87 s | 11.2 s |
-| one run of the folder, -j 2 (this tree) | 5.79 s | 6.2 s |
-| each file alone, 20 runs summed (this tree) | 19.95 s | 22.9 s |
-| slowest file alone, double_buffer_parallel_grid.py (this tree) | 1.39 s | 1.6 s |
-| one run of the folder, -j 1 (main) | 17.21 s | 21.1 s |
-| one run of the folder, -j 2 (main) | 15.86 s | 10.9 s |
-| each file alone, 20 runs summed (main) | 20.20 s | 23.4 s |
-| slowest file alone (main) | 1.59 s | 1.8 s |
-| the checks alone, in one process | 0.33 s | |
+| one run of the folder, -j 1 | 7.61 s | 24.3 s |
+| one run of the folder, -j 2 | 8.20 s | 17.5 s |
+| each file alone, 20 runs summed | 22.82 s | 61.0 s |
+| slowest file alone, allgather_ring_grid_no_wait.py | 1.37 s | 2.7 s |
+| the checks alone, in one process | 0.21 s | |
 
-A folder costs a third of what it did (JAX and Pallas imported once, by the capture server,
-instead of once per capture: 0.35-0.4 CPU s each), and a single file what it did. Issue 28's
-target, the folder under 2 x its slowest file + the checks (3.1 s here), is not met: what is
-left per capture is JAX's own work in the child, about 0.22 CPU s (tracing and compiling the
-script's jitted function, 0.13 s; the lowering's eager evaluation of the kernel's data, 0.04
-to 0.3 s, each primitive at each shape a jit compile even when the persistent cache holds
-the executable), which a fork cannot share: every child starts its own backend.
+Issue 28's targets are not met. A model file's start-up is 0.09-0.11 CPU s here, not 0.06;
+in instructions, of the 528 M a model file's imports add to Python's own 88 M, 257 M (49%)
+are CPython parsing and compiling the source text `dataclasses` generates for the 80
+dataclasses the run defines (`exec` in `dataclasses._create_fn`, 442 calls, 146 KB of
+source: about 0.4 ms of CPU a class, 17.7 ms for ir.py's and result.py's 43), 45 M unmarshalling bytecode, and the rest running 206 modules'
+bodies (class creation, enums, tables) and finding and reading their files. Nothing on
+this path is imported without use any more (no JAX, z3, NumPy, networkx, multiprocessing, Ray, no SARIF or baseline reader, no
+difflib, no JAX version notice: tests/test_startup.py), so lazy imports cannot reach 60 ms:
+what remains is the cost of defining the classes the run uses. Of the 80, 48 are never
+instantiated in the parent process of a safe run (the IR's are, in the forked child, and
+arrive pickled); those made only on a violation's path (result.py's ten trace and root-cause
+classes, report/groups.py's and folding.py's, engines/causal.py's and diagnosis.py's,
+semantics/properties.py's Finding) are 17, about 7 ms.
+Python 3.12 and 3.13 do not help: the same imports add 678 M and 648 M instructions to
+their Python's own start there.
 
-Start-up did not change, and is not under issue 28's 60 ms: of the 85-92 ms, Python's own
-start is 16 (10 of it site-packages' .pth files, the editable install's finder among them),
-and of the 61 ms the process then spends, creating semcheck's 67 dataclasses at import is 25
-(26 of them in ir.py, 10 ms: `dataclasses` compiles each generated method from source). A model file is still loaded in
-a forked child (3-5 ms of CPU): loaded in semcheck's process, a hang in C code or a thread
-the file leaves running could not be stopped (docs/capture.md).
+The model file is loaded in a forked child (issue 30): at the least / median of 100 loads in
+a warm process, 5.5 / 8.6 ms of CPU (parent and child) for ring_allgather.py at 3 against
+0.4 ms loaded in-process; a bare fork and exit is 1.4 ms, a call of nothing isolated 2.7 /
+5.6 ms (the child's session, signals and watcher thread, the pipe); the rest is pickling
+the Protocol across and, presumably, the page faults of a parent that writes to its 17 MB
+after the fork.
 
-The persistent JAX compilation cache (SEMCHECK_JAX_CACHE) is left as the user has it and
-warmed by a first run that is not counted; SEMCHECK_CAPTURE_CACHE is unset for every run.
-Python's bytecode cache matters to start-up: a process that finds no __pycache__ (a checkout
-run with PYTHONDONTWRITEBYTECODE, as in this project's sessions) compiles every module from
-source, about 40 ms more; so each tree's semcheck is byte-compiled first, as pip does when it
-installs a package.
+A folder of 20 scripts costs 7.6 CPU s against a target of 2 x 1.37 + 0.21 = 2.94 s: about
+0.3 CPU s a capture is JAX's own work in each forked child, which a fork cannot share (the
+server starts no backend: XLA's threads must not be forked). Profiled in one child
+(allreduce_ring.py, 0.38 CPU s): running the script 42%, lowering the captured kernel 56%,
+most of both JAX dispatching one primitive at a time (22 jit compilations, each a lowering
+to HLO and a persistent-cache lookup; without the cache two scripts take 2.2 CPU s instead
+of 1.6), the CPU backend's start 2.5%.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -132,6 +147,65 @@ def model_rows(trees: dict[str, str], repeat: int) -> list[tuple]:
     return rows
 
 
+_IMPORTED = """
+import contextlib, io, json, sys
+from semcheck import cli
+with contextlib.redirect_stdout(io.StringIO()):
+    cli.main(sys.argv[1:])
+print(json.dumps([name for name in sys.modules if not name.startswith(("__main__", "semcheck_model_"))]))
+"""
+
+
+def imported_by(tree: str, argv: list[str]) -> list[str]:
+    """The modules `semcheck ARGV` has imported when it ends, in the order it imported them."""
+    out = subprocess.run([sys.executable, "-c", _IMPORTED, *argv], cwd=tree, env=environment(),
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def instructions(tree: str, modules: list[str]) -> tuple[int, int]:
+    """Instructions a fresh `python` run from `tree` executes to start and import `modules`
+    (valgrind's callgrind: the same count at any load), and of those the ones spent in `exec`
+    of source text (PyRun_StringFlags: parsing and compiling the methods `dataclasses`
+    generates for each class, its only caller here besides site's .pth lines). Imports, not
+    a whole run: under valgrind a run was seen to end by SIGALRM, the budget's timer signal
+    arriving after its phase had put the default action back."""
+    with tempfile.TemporaryDirectory(prefix="semcheck-callgrind-") as tmp:
+        script = os.path.join(tmp, "imports.py")
+        with open(script, "w") as f:
+            f.write("import importlib\n")
+            f.write("".join(f"importlib.import_module({name!r})\n" for name in modules))
+        proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.%p",
+                                 sys.executable, script], cwd=tree, env=environment(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if proc.wait() != 0:
+            raise SystemExit(f"valgrind {script} failed (exit {proc.returncode})")
+        annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", os.path.join(tmp, f"cg.{proc.pid}")],
+                                   capture_output=True, text=True, check=True).stdout
+    total = generated = 0
+    for line in annotated.splitlines():
+        count = int(line.split()[0].replace(",", "")) if line.strip()[:1].isdigit() else 0
+        if "PROGRAM TOTALS" in line:
+            total = count
+        elif "pythonrun.c:PyRun_StringFlags " in line and not generated:
+            generated = count
+    return total, generated
+
+
+def instruction_rows(trees: dict[str, str]) -> list[tuple]:
+    """Start-up in instructions: Python alone, and Python importing what a model file's run
+    imports (the first model of MODELS), per tree."""
+    family, n = MODELS[0]
+    argv = ["verify", os.path.join("models", f"{family}.py"), "--devices", str(n), "-q"]
+    bare, site_exec = instructions(ROOT, [])  # site's own exec: the .pth files' lines
+    rows = [("python, nothing imported", bare, None, 0)]
+    for label, tree in trees.items():
+        modules = imported_by(tree, argv)
+        total, generated = instructions(tree, modules)
+        rows.append((f"what {family}.py at {n} imports{label}", total, generated - site_exec, len(modules)))
+    return rows
+
+
 def kernel_files(count: int) -> list[str]:
     folder = os.path.join(ROOT, "examples", "tpu")
     return sorted(os.path.join(folder, name) for name in os.listdir(folder) if name.endswith(".py"))[:count]
@@ -190,6 +264,9 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--models-only", action="store_true")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count, under valgrind's callgrind, the instructions of Python importing "
+                             "what the first model's run imports (tens of seconds a tree)")
     parser.add_argument("--baseline", metavar="TREE",
                         help="also run a checkout of another commit (e.g. `git archive main | tar -x -C TREE`), "
                              "interleaved with this one, so that both see the same load")
@@ -205,6 +282,12 @@ def main() -> int:
     print("|---|---|---|---|")
     for name, whole, check, start in model_rows(trees, args.repeat):
         print(f"| {name} | {whole:.3f} s | {check:.3f} s | {start:.3f} s |")
+    if args.instructions:
+        print("\n| start-up (callgrind) | modules | instructions | of them compiling generated source (dataclasses) |")
+        print("|---|---|---|---|")
+        for name, total, generated, modules in instruction_rows(trees):
+            share = "-" if generated is None else f"{generated / 1e6:,.0f} M ({generated / total:.0%})"
+            print(f"| {name} | {modules} | {total / 1e6:,.0f} M | {share} |")
     if args.models_only:
         return 0
     rows, target = folder_rows(trees, args.devices, args.files)

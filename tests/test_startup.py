@@ -38,8 +38,10 @@ def test_checking_a_safe_model_imports_no_heavy_dependency():
     assert not _top_level(modules) & set(HEAVY), sorted(_top_level(modules) & set(HEAVY))
     assert "semcheck.engines.z3.engine" not in modules and "semcheck.frontends.capture" not in modules
     # A check in this process needs no worker pool and no --baseline reader.
+    # Nor the JAX version notice (a model ran no JAX), nor difflib (no comment looks like a
+    # misspelt directive).
     lazy = {"multiprocessing", "concurrent.futures.process", "semcheck.report.baseline", "semcheck.report.sarif",
-            "semcheck.run.sweep_ray"}
+            "semcheck.run.sweep_ray", "semcheck.jax_compat", "difflib"}
     assert not lazy & modules, sorted(lazy & modules)
 
 
@@ -121,3 +123,26 @@ def test_ray_missing_is_still_a_usage_error(monkeypatch, capsys):
     monkeypatch.setattr(sweep_ray, "run", no_ray)
     assert cli.main(["verify", model("ring_allgather"), "--devices", "2,4", "-q", "--executor", "ray"]) == 2
     assert "needs Ray" in capsys.readouterr().err
+
+
+def test_a_pyproject_is_parsed_once_while_it_stays_the_same(tmp_path, monkeypatch):
+    """A run reads [tool.semcheck] when it starts and again for each file it judges: one
+    parse while the bytes stay the same, a new one when they change."""
+    import importlib
+
+    from semcheck.run import expectations
+
+    tomllib = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
+
+    parses = []
+    real_loads = tomllib.loads
+    monkeypatch.setattr(tomllib, "loads", lambda text: parses.append(text) or real_loads(text))
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text("[tool.semcheck]\ndevices = [2]\n")
+    first = expectations.semcheck_table(str(pyproject))
+    assert first == {"devices": [2]} and expectations.semcheck_table(str(pyproject)) == first
+    assert len(parses) == 1
+    pyproject.write_text("[tool.semcheck]\ndevices = [4]\n")
+    assert expectations.semcheck_table(str(pyproject)) == {"devices": [4]} and len(parses) == 2
+    pyproject.write_text("[tool.other]\nx = 1\n")  # no table of ours: no parse at all
+    assert expectations.semcheck_table(str(pyproject)) is None and len(parses) == 2

@@ -263,9 +263,11 @@ def _is_lazy_usage_error(e: Exception) -> bool:
 
 def _notice_jax_version(results) -> None:
     """One line when a kernel script was checked with a JAX semcheck was not tested with."""
+    if not any(_ran_jax(r) for r in results):
+        return
     from semcheck import jax_compat
 
-    if any(_ran_jax(r) for r in results) and (notice := jax_compat.notice_once()):
+    if notice := jax_compat.notice_once():
         print(f"semcheck: note: {notice}", file=sys.stderr)
 
 

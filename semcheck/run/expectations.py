@@ -173,8 +173,6 @@ class NearMiss:
 def near_misses(path: str) -> list[NearMiss]:
     """Comments like `# semcheck: expected deadlock` or `# semcheck expect deadlock` (no
     colon): close to a directive, so probably meant as one, and silently ignored otherwise."""
-    import difflib
-
     out = []
     for line, comment in _comments(path):
         if _COMMENT.match(comment):
@@ -182,6 +180,8 @@ def near_misses(path: str) -> list[NearMiss]:
         match = _LOOKS_LIKE_DIRECTIVE.match(comment)
         if not match:
             continue
+        import difflib  # only for a comment that looks like a directive
+
         word = match["word"].lower()
         close = difflib.get_close_matches(word, DIRECTIVES, n=1, cutoff=0.6) or (
             [d for d in DIRECTIVES if word.startswith(d)])
@@ -247,18 +247,34 @@ def declared_in_pyproject(path: str) -> list[Expectation]:
 
 
 def semcheck_table(pyproject: str) -> dict | None:
+    """The [tool.semcheck] table of `pyproject`, or None. A file is parsed once while its
+    bytes stay the same: a run asks for it when it starts (`cli.config`) and again for each
+    file whose declarations it judges."""
+    try:
+        with open(pyproject, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ExpectationError(f"{pyproject}: cannot read: {e}") from None
+    if b"semcheck" not in raw:  # no table of ours: not worth a TOML parser's start-up
+        return None
+    known = _TABLES.get(pyproject)
+    if known is None or known[0] != raw:
+        known = _TABLES[pyproject] = (raw, _parse_semcheck_table(pyproject, raw))
+    return known[1]
+
+
+_TABLES: dict[str, tuple[bytes, dict | None]] = {}
+
+
+def _parse_semcheck_table(pyproject: str, raw: bytes) -> dict | None:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on Python 3.10 only
         import tomli as tomllib
 
     try:
-        with open(pyproject, "rb") as f:
-            raw = f.read()
-        if b"semcheck" not in raw:  # no table of ours: not worth a TOML parser's start-up
-            return None
         data = tomllib.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ExpectationError(f"{pyproject}: cannot read: {e}") from None
     table = data.get("tool", {}).get("semcheck")
     return table if isinstance(table, dict) else None
