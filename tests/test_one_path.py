@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, assume
 from semcheck.engines.budget import Budget
 from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.strategies import capacity_ring_protocols, protocols, ring_protocols
 from tests.test_models import load
 from tests.tiers import example_counts, run_examples
@@ -27,9 +28,9 @@ def _no_path(system, ind, path, *_args):
 
 
 def _both(protocol, **options):
-    followed = explicit.explore(System(protocol), **options)
+    followed = explicit.explore(System(protocol), ExplicitOptions(**options))
     with mock.patch.object(explicit, "_follow_path", _no_path):
-        stored = explicit.explore(System(protocol), **options)
+        stored = explicit.explore(System(protocol), ExplicitOptions(**options))
     return followed, stored
 
 

@@ -289,8 +289,8 @@ def _verify(args) -> int:  # noqa: C901
     results, interrupted = interrupts.collect(check_paths(  # keeps what finished on Ctrl-C, marked partial
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
         on_load=None if args.quiet else capture_line_printer(sys.stderr, before=_clear_progress),
-        assume=args.assume, reduce=not args.no_reduction, symmetry=not args.no_symmetry,
-        split=not args.no_split,
+        assume=args.assume, reduce=not args.no_reduction, split=not args.no_split,
+        symmetry=False if args.no_symmetry else None,  # None: with the reduction
         invocations=args.invocations, skipped=skipped, cores_enter_together=args.assume_cores_enter_together,
         # a gate judges every declared kind, and a baseline hides only known findings: both need
         # every finding, or a new bug behind a known first one would pass (docs/engines.md, "The gate")
