@@ -15,6 +15,7 @@ import pytest
 from semcheck import api, cli, engines, testing
 from semcheck.engines.options import CheckOptions, ExplicitOptions, SimulateOptions, Z3Options
 from semcheck.frontends import model_file
+from semcheck.report import FORMATS, RenderOptions
 from semcheck.run.tasks import SweepOptions
 from semcheck.semantics import System
 from tests.test_components import competing_waits
@@ -128,3 +129,14 @@ def test_simulate_under_auto_walks_until_stopped(monkeypatch):
              simulate=recording("simulate"))
     assert heard["explicit"] is options
     assert heard["simulate"].simulate == SimulateOptions(runs=None, seed=4)
+
+
+def test_every_format_reads_what_it_uses_of_one_render_options():
+    results = api.verify_path([SHARED_RECV], [3], engine="explicit")
+    options = RenderOptions(category="unit", verbose=True, max_trace_steps=2)
+    rendered = {name: render(results, options) for name, render in FORMATS.items()}
+    assert json.loads(rendered["sarif"])["runs"][0]["automationDetails"] == {"id": "unit/"}
+    assert rendered["text"] == results[0].report(verbose=True, max_trace_steps=2)
+    assert json.loads(rendered["json"])["results"][0]["verdict"] == "violation"
+    with pytest.raises(TypeError, match="colour"):
+        results[0].report(colour=True)  # the text report's options are its keyword parameters

@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 
 from semcheck.cli import config, gate, interrupts, options as cli_options
 from semcheck.run import expectations
@@ -30,7 +31,7 @@ from semcheck.engines.budget import DEFAULT_MAX_STATES, DEFAULT_TIMEOUT, Budget,
 from semcheck.frontends import discover
 from semcheck.frontends.discovery import summarize
 from semcheck.kinds import DESCRIPTIONS
-from semcheck.report import FORMATS
+from semcheck.report import FORMATS, RenderOptions
 from semcheck.result import EXIT_CODES, worst
 
 EXIT_USAGE = 2
@@ -316,16 +317,16 @@ def _verify(args) -> int:  # noqa: C901
             print(f"semcheck: error: {e}", file=sys.stderr)
             return EXIT_USAGE
     gate.write_summary(args, results, judgements, hidden)
-    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements, "all_traces": args.all_traces,
-               "category": args.category, "verbose": args.verbose}
+    options = RenderOptions(max_trace_steps=args.max_trace_steps, judgements=judgements,
+                            all_traces=args.all_traces, category=args.category, verbose=args.verbose)
     gate.write_sarif(args, results, options)
     if args.format == "text" and not args.output and sys.stdout.isatty():
-        options["width"] = shutil.get_terminal_size().columns  # verdict lines wrap to the terminal
-    rendered = FORMATS[args.format](results, **options)
+        options = replace(options, width=shutil.get_terminal_size().columns)  # verdict lines wrap to the terminal
+    rendered = FORMATS[args.format](results, options)
     from semcheck.report import colour
 
     if colour.wanted(sys.stdout):  # only what goes to a terminal: never -o's file, never a pipe
-        options["color"] = True
+        options = replace(options, color=True)
     written = True
     if args.output:
         try:
@@ -335,10 +336,10 @@ def _verify(args) -> int:  # noqa: C901
             print(f"semcheck: error: cannot write -o {args.output}: {e.strerror or e}", file=sys.stderr)
             written = False
         if not written or (not args.quiet and args.format != "text"):
-            sys.stdout.write(rendered if not written else FORMATS["text"](results, **options))
+            sys.stdout.write(rendered if not written else FORMATS["text"](results, options))
     else:
-        if options.get("color") and args.format == "text":
-            rendered = FORMATS["text"](results, **options)
+        if options.color and args.format == "text":
+            rendered = FORMATS["text"](results, options)
         sys.stdout.write(rendered if rendered.endswith("\n") else rendered + "\n")
     if args.graph:
         code = _draw(results, args.graph)
