@@ -44,6 +44,7 @@ def pruning() -> None:
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     from semcheck.engines.explicit import search as explicit
+    from semcheck.engines.options import ExplicitOptions
     from semcheck.lower import gpu_warps
     from semcheck.semantics import System
     from tests.test_gpu_lowering import gpu_call, protocol
@@ -56,7 +57,7 @@ def pruning() -> None:
             gpu_warps.PRUNE_IDLE_WARPS = prune
             p = protocol(gpu_call(kernel, grid=(1,), scratch=scratch), devices=1)
             cpu = time.process_time()
-            run = explicit.explore(System(p), reduce=False, silence_reported_races=False)
+            run = explicit.explore(System(p), ExplicitOptions(reduce=False, silence_reported_races=False))
             print(f"{kernel.__name__:<18} {str(prune):>6} {len(p.threads):>7} {run.states:>7} "
                   f"{time.process_time() - cpu:>12.3f}")
     gpu_warps.PRUNE_IDLE_WARPS = True

@@ -30,12 +30,13 @@ def one_run(devices: int, reduce: bool, limit: float) -> dict:
     sys.path.insert(0, ROOT)
     from semcheck.engines.explicit import search as explicit
     from semcheck.engines.budget import Budget
+    from semcheck.engines.options import ExplicitOptions
     from semcheck.frontends import model_file
     from semcheck.semantics import System
 
     protocol = model_file.load(MODEL, devices)
     exploration = explicit.explore(
-        System(protocol), reduce=reduce, budget=Budget(max_states=50_000_000, timeout=limit)
+        System(protocol), ExplicitOptions(reduce=reduce), budget=Budget(max_states=50_000_000, timeout=limit)
     )
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {

@@ -213,7 +213,7 @@ def kernel_files(count: int) -> list[str]:
 
 def checks_cpu(files: list[str], devices: int) -> float:
     """The checks of every kernel of `files`, in this process, captured beforehand."""
-    from semcheck.run.checks import check_protocol
+    from semcheck.run.checks import check_one
     from semcheck.frontends import load
     from semcheck.errors import LoadError
 
@@ -223,7 +223,7 @@ def checks_cpu(files: list[str], devices: int) -> float:
             protocols += item.prefixes if isinstance(item, LoadError) else [item]
     started = time.process_time()
     for protocol in protocols:
-        check_protocol(protocol)
+        check_one(protocol)
     return time.process_time() - started
 
 

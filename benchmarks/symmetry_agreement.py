@@ -24,6 +24,7 @@ from semcheck import frontends  # noqa: E402
 from semcheck.engines import explicit, symmetry  # noqa: E402
 from semcheck.engines.budget import Budget  # noqa: E402
 from semcheck.semantics import System  # noqa: E402
+from semcheck.engines.options import ExplicitOptions  # noqa: E402
 
 
 def main() -> None:
@@ -44,8 +45,8 @@ def main() -> None:
             system = System(protocol)
             group = symmetry.rotations(system)
             budget = Budget(max_states=30_000)
-            on = explicit.explore(system, budget=budget, silence_reported_races=False)
-            off = explicit.explore(system, budget=budget, symmetry=False, silence_reported_races=False)
+            on = explicit.explore(system, ExplicitOptions(silence_reported_races=False), budget=budget)
+            off = explicit.explore(system, ExplicitOptions(symmetry=False, silence_reported_races=False), budget=budget)
             if on.exhausted or off.exhausted:
                 verdict = "EXHAUSTED"
             elif set(on.findings) == set(off.findings) and on.ends == off.ends:

@@ -18,13 +18,33 @@ from typing import Callable, Iterable, Iterator
 
 from semcheck.passes.assumptions import Assumption
 from semcheck.run.checks import (  # noqa: F401 (LoadReport, error_result: part of the API)
-    LoadReport, check_loaded, check_protocol, error_result, load_error_result, stem,
+    LoadReport, check_loaded, check_one, error_result, load_error_result, stem,
 )
 from semcheck.engines.budget import Budget, ProgressFn
+from semcheck.engines.options import CheckOptions
 from semcheck.frontends import LoadError, Skipped
 from semcheck.frontends.discovery import Why
 from semcheck.ir import Protocol
 from semcheck.result import Result
+
+
+def check_protocol(
+    protocol: Protocol,
+    *,
+    engine: str = "auto",
+    budget: Budget | None = None,
+    progress: ProgressFn | None = None,
+    assume: Iterable[Assumption] = (),
+    cores_enter_together: bool = True,
+    **options,
+) -> Result:
+    """Check one protocol. `engine`: auto (the default), explicit, z3 or simulate; `options`:
+    the check's and the engines' (`exhaustive=True`, `split=False`, `reduce=False`,
+    `symmetry=False`, `unroll=4`, `runs=`, `seed=`: `semcheck.engines.options`), an unknown
+    one a TypeError; `assume`: bounds on the protocol's inputs; `cores_enter_together`: the
+    reading of how the TensorCores of one chip enter a kernel (semcheck/passes/core_entry.py)."""
+    return check_one(protocol, CheckOptions.from_keywords(engine=engine, **options), budget=budget,
+                     progress=progress, assume=assume, cores_enter_together=cores_enter_together)
 
 
 def verify_model(
@@ -34,6 +54,8 @@ def verify_model(
     if devices == "all" and not isinstance(model, Protocol):
         from semcheck.parametric.family import every_count_of
 
+        if options:
+            raise TypeError(f"verify_model(devices='all') takes no options, got {', '.join(sorted(options))}")
         return every_count_of(model).result
     protocol = model if isinstance(model, Protocol) else model(int(devices))
     return check_protocol(protocol, **options)
@@ -71,6 +93,8 @@ def check_paths(
     executor: str = "local",
     ray_address: str | None = None,
     on_done: Callable | None = None,
+    capture_timeout: float | None = None,
+    cores_enter_together: bool = True,
     **options,
 ) -> Iterator[Result]:
     """What `semcheck verify PATH...` runs, file by file, one file's Results as soon as its
@@ -81,21 +105,16 @@ def check_paths(
     Files a folder walk left out, and files that compiled no kernel at any device count
     (unless they declare expectations), are appended to `skipped` when it is given; a file
     that cannot be read as Python gives one error Result, not one per count. `on_load`
-    hears how each (file, device count) loaded (`LoadReport`), as its task finishes."""
+    hears how each (file, device count) loaded (`LoadReport`), as its task finishes.
+    `capture_timeout`: seconds a file may take to load; `options`: the check's and the
+    engines' (as `check_protocol` takes them)."""
     from semcheck.run import sweep
     from semcheck.run.tasks import SweepOptions
 
-    unroll = options.pop("unroll", None)
-    capture_timeout = options.pop("capture_timeout", None)
     sweep_options = SweepOptions(
-        engine=engine, budget=budget, assume=tuple(assume), invocations=invocations,
-        reduce=options.pop("reduce", True), symmetry=options.pop("symmetry", True),
-        split=options.pop("split", True), unroll=unroll,
-        capture_timeout=capture_timeout, cores_enter_together=options.pop("cores_enter_together", True),
-        exhaustive=options.pop("exhaustive", False),
+        check=CheckOptions.from_keywords(engine=engine, **options), budget=budget, assume=tuple(assume),
+        invocations=invocations, capture_timeout=capture_timeout, cores_enter_together=cores_enter_together,
     )
-    if options:
-        raise TypeError(f"check_paths() got unexpected options: {', '.join(sorted(options))}")
     plan = sweep.plan([paths] if isinstance(paths, str) else list(paths), list(devices), sweep_options)
     if skipped is not None:
         skipped.extend(plan.skipped)
@@ -148,7 +167,8 @@ def _notice_jax_version() -> None:
 
 
 def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: int | None = None,
-           engine: str = "auto", budget: Budget | None = None, **options) -> list[Result]:
+           engine: str = "auto", budget: Budget | None = None, assume: Iterable[Assumption] = (),
+           cores_enter_together: bool = True, progress: ProgressFn | None = None, **options) -> list[Result]:
     """Check every Pallas kernel (TPU or Mosaic GPU) that `fn(*example_args)` calls, in this process.
 
     `fn` is traced with `jax.make_jaxpr`; its kernels must run inside `jax.shard_map`, whose
@@ -159,8 +179,10 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
     `XLA_FLAGS=--xla_force_host_platform_device_count=N` before importing jax, e.g. at the top
     of conftest.py) and that every kernel's mesh has that many. Returns one Result per kernel
     (two for a kernel with parallel grid dimensions: one and two TensorCores per device); a
-    kernel that cannot be lowered gives a Result with verdict "error".
+    kernel that cannot be lowered gives a Result with verdict "error". `options` are
+    `check_protocol`'s (`exhaustive=True`, `reduce=False`, ...).
     """
+    check = CheckOptions.from_keywords(engine=engine, **options)  # an unknown one fails before tracing
     import jax
 
     from semcheck.frontends.capture import capture_function, lower_captures
@@ -191,6 +213,7 @@ def verify(fn: Callable, *example_args, devices: int | None = None, tpu_cores: i
             )
     return check_loaded(
         [*protocols, *(e.to_load_error() for e in errors)],
-        lambda protocol: check_protocol(protocol, engine=engine, budget=budget, **options),
+        lambda protocol: check_one(protocol, check, budget=budget, progress=progress, assume=assume,
+                                   cores_enter_together=cores_enter_together),
         lambda error: load_error_result(error.loc.file if error.loc else "", 0, error, engine),
     )

@@ -15,12 +15,16 @@ from semcheck import cli, engines
 from semcheck.api import check_protocol
 from semcheck.engines import auto
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, StopSignal
+from semcheck.engines.options import CheckOptions
 from semcheck.engines.turns import Slice, Turns
 from semcheck.frontends import load
 from semcheck.kinds import Kind
 from semcheck.result import Result, Stats, Verdict, Violation
 from semcheck.semantics import System
 from tests.test_cli import model
+
+
+FIRST, EXHAUSTIVE = CheckOptions(), CheckOptions(exhaustive=True)  # the first counterexample ends it, or not
 
 
 def _ring(devices: int = 3):
@@ -47,7 +51,7 @@ def _engine(name: str, *, ticks: int | None = None, verdict: Verdict = Verdict.I
     """A stand-in engine that does `ticks` units of work through its budget (forever when
     None: until stopped) and then returns `verdict` with `found`; `frontier` is what it tells
     the width watch (a wide search). `log` records which engine ran each unit."""
-    def run(system, budget, progress, **options):
+    def run(system, budget, progress, options):
         monitor = Monitor(budget)
         done = 0
         try:
@@ -67,7 +71,7 @@ def _engine(name: str, *, ticks: int | None = None, verdict: Verdict = Verdict.I
 
 
 def _calls(name: str, calls: list):
-    def run(system, budget, progress, **options):
+    def run(system, budget, progress, options):
         calls.append(name)
         return _result(system, name, Verdict.INCONCLUSIVE, exhausted="stand-in")
 
@@ -84,8 +88,8 @@ def _real(name: str):
 def test_a_one_path_search_runs_alone_and_never_goes_to_z3():
     """The ring all-gather at 16 devices is one path (frontier 0): never wide."""
     calls: list = []
-    result = auto.run(System(_ring(16)), Budget(), None, explicit=_real("explicit"), z3=_calls("z3", calls),
-                      simulate=_calls("simulate", calls), stop_at_first=True)
+    result = auto.run(System(_ring(16)), Budget(), None, FIRST, explicit=_real("explicit"), z3=_calls("z3", calls),
+                      simulate=_calls("simulate", calls))
     assert result.verdict is Verdict.SAFE and result.engine == "explicit"
     assert calls == [] and result.runs == []
     assert result.stats.states == 5 * 16 * 16 - 2 * 16 + 1  # one state per step of the one path
@@ -124,10 +128,10 @@ def test_nothing_joins_before_the_warmup():
 def test_the_first_counterexample_of_any_engine_ends_the_check():
     race = _violation(Kind.DATA_RACE, 40, "simulate")
     result = auto.run(
-        System(_ring()), Budget(), None,
+        System(_ring()), Budget(), None, FIRST,
         explicit=_engine("explicit", frontier=10**6),  # wide, and never ends
         simulate=_engine("simulate", ticks=50_000, verdict=Verdict.VIOLATION, found=[race]),
-        z3=_engine("z3"), stop_at_first=True,
+        z3=_engine("z3"),
     )
     assert (result.verdict, result.engine, result.first_only) == (Verdict.VIOLATION, "simulate", True)
     assert [(v.kind, v.found_by) for v in result.violations] == [("data_race", ("simulate",))]
@@ -144,11 +148,11 @@ def test_exhaustive_waits_for_an_exhaustive_engine_and_merges_every_finding():
     also_race = _violation(Kind.DATA_RACE, 40, "explicit")
     leftover = _violation(Kind.SEMAPHORE_LEFTOVER, 50, "explicit")
     result = auto.run(
-        System(_ring()), Budget(), None,
+        System(_ring()), Budget(), None, EXHAUSTIVE,
         explicit=_engine("explicit", ticks=40_000, frontier=10**6, verdict=Verdict.VIOLATION,
                          found=[also_race, leftover]),
         simulate=_engine("simulate", ticks=4_096, verdict=Verdict.VIOLATION, found=[race]),
-        z3=_engine("z3"), stop_at_first=False,
+        z3=_engine("z3"),
     )
     assert (result.verdict, result.engine, result.first_only) == (Verdict.VIOLATION, "explicit", False)
     assert {(v.kind, v.found_by) for v in result.violations} == {
@@ -160,9 +164,8 @@ def test_exhaustive_waits_for_an_exhaustive_engine_and_merges_every_finding():
 
 
 def test_z3_decides_a_wide_search_and_the_others_are_stopped():
-    result = auto.run(System(_ring()), Budget(), None, explicit=_engine("explicit", frontier=10**6),
-                      simulate=_engine("simulate"), z3=_engine("z3", ticks=10, verdict=Verdict.SAFE),
-                      stop_at_first=True)
+    result = auto.run(System(_ring()), Budget(), None, FIRST, explicit=_engine("explicit", frontier=10**6),
+                      simulate=_engine("simulate"), z3=_engine("z3", ticks=10, verdict=Verdict.SAFE))
     assert (result.verdict, result.engine) == (Verdict.SAFE, "z3")
     assert {r.engine: r.stopped for r in result.runs} == {
         "explicit": "engine auto: z3 decided first", "simulate": "engine auto: z3 decided first", "z3": None,
@@ -174,15 +177,15 @@ def test_simulate_alone_never_makes_a_check_safe_or_keeps_it_going():
     and the check is inconclusive."""
     out_of_states = "state budget of 1,000 states ran out"
 
-    def explicit(system, budget, progress, **options):
+    def explicit(system, budget, progress, options):
         try:
-            _engine("explicit", ticks=1_000, frontier=10**6)(system, budget, progress)
+            _engine("explicit", ticks=1_000, frontier=10**6)(system, budget, progress, options)
         finally:
             pass
         return _result(system, "explicit", Verdict.INCONCLUSIVE, 1_000, exhausted=out_of_states)
 
-    result = auto.run(System(_ring()), Budget(), None, explicit=explicit, simulate=_engine("simulate"),
-                      z3=_engine("z3", ticks=200, verdict=Verdict.INCONCLUSIVE), stop_at_first=True)
+    result = auto.run(System(_ring()), Budget(), None, FIRST, explicit=explicit, simulate=_engine("simulate"),
+                      z3=_engine("z3", ticks=200, verdict=Verdict.INCONCLUSIVE))
     assert result.verdict is Verdict.INCONCLUSIVE and result.exhausted == out_of_states
     assert {r.engine: r.stopped for r in result.runs}["simulate"] == "engine auto: every exhaustive engine had ended"
     assert "no engine decided" in result.notes[0]
@@ -190,9 +193,9 @@ def test_simulate_alone_never_makes_a_check_safe_or_keeps_it_going():
 
 def test_the_engines_take_turns_and_never_run_at_once():
     log: list = []
-    result = auto.run(System(_ring()), Budget(), None, explicit=_engine("explicit", ticks=2_000, frontier=10**6,
+    result = auto.run(System(_ring()), Budget(), None, FIRST, explicit=_engine("explicit", ticks=2_000, frontier=10**6,
                                                                           verdict=Verdict.SAFE, log=log),
-                      simulate=_engine("simulate", log=log), z3=_engine("z3", log=log), stop_at_first=True)
+                      simulate=_engine("simulate", log=log), z3=_engine("z3", log=log))
     assert result.verdict is Verdict.SAFE
     runs = [name for i, name in enumerate(log) if i == 0 or log[i - 1] != name]
     assert set(runs) == {"explicit", "simulate", "z3"}
@@ -309,7 +312,7 @@ def test_wide_inputs_go_to_z3_alone():
 
     protocol = replace(_ring(), inputs=(ir.Input("n", 0, 999),))
     calls: list = []
-    result = auto.run(System(protocol), Budget(), None, explicit=_calls("explicit", calls),
+    result = auto.run(System(protocol), Budget(), None, FIRST, explicit=_calls("explicit", calls),
                       simulate=_calls("simulate", calls), z3=_engine("z3", ticks=1, verdict=Verdict.SAFE))
     assert result.engine == "z3" and calls == []
     assert "span 1,000 value combinations" in result.notes[-1]

@@ -18,6 +18,7 @@ from semcheck.engines.z3 import engine as smt
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, bounded_phase
 from semcheck.frontends import load
 from semcheck.semantics import System
+from semcheck.engines.options import Z3Options
 from tests.test_cli import model
 
 
@@ -201,7 +202,7 @@ def test_the_time_budget_stops_the_z3_encoder_while_it_merges_registers(monkeypa
         return registers
 
     monkeypatch.setattr(Encoding, "_merge_registers", merging)
-    found = smt.explore(System(_input_dependent_loop(registers=40)), budget=Budget(timeout=60), unroll=30)
+    found = smt.explore(System(_input_dependent_loop(registers=40)), Z3Options(unroll=30), budget=Budget(timeout=60))
     assert found.exhausted == "time budget of 60 s ran out while encoding for z3"
     assert merged == ["began"] and found.solver_queries == 0
 

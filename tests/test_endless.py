@@ -16,6 +16,7 @@ from semcheck.frontends import model_file
 from semcheck.ir import BinOp
 from semcheck.model import ProtocolBuilder
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.tiers import example_counts, run_examples
 from tests.tpu_kernels import line_of
 
@@ -54,7 +55,7 @@ def test_a_poll_for_a_value_that_never_comes_spins_for_ever(devices):
 def test_the_unreduced_search_finds_the_same_hang_in_more_states():
     protocol = load("poll_flag_never_set", 3)
     reduced = explicit.explore(System(protocol))
-    full = explicit.explore(System(protocol), reduce=False)
+    full = explicit.explore(System(protocol), ExplicitOptions(reduce=False))
     assert set(reduced.findings) == set(full.findings)
     assert (reduced.states, full.states) == (16, 94)
 
@@ -109,7 +110,7 @@ def test_reduction_and_split_keep_every_hang(examples):
 
 
 def reduction_and_split_keep_every_hang(protocol):
-    full = explicit.explore(System(protocol), reduce=False)
+    full = explicit.explore(System(protocol), ExplicitOptions(reduce=False))
     reduced = explicit.explore(System(protocol))
     assert set(reduced.findings) == set(full.findings), protocol
     whole = check_protocol(protocol, engine="explicit", split=False)

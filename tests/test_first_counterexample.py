@@ -10,7 +10,7 @@ import os
 from semcheck import cli
 from semcheck.semantics import trace as tracing
 from semcheck.api import check_protocol
-from semcheck.engines import causes, check
+from semcheck.engines import causes
 from semcheck.engines.common import Exploration, to_result
 from semcheck.engines.explicit import search
 from semcheck.engines import simulate
@@ -18,6 +18,8 @@ from semcheck.frontends import load, model_file
 from semcheck.semantics.properties import Kind
 from semcheck.report import json as json_report, sarif, text
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions, SimulateOptions
+from tests.engine_check import check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "models")
@@ -55,7 +57,7 @@ def test_simulate_says_it_walked_at_random_and_which_walk_found_it():
 
 def test_a_random_walk_is_cut_down_to_what_its_race_depends_on():
     system = System(_model("ring_allgather_shared_recv", 4))
-    found = simulate.explore(system, runs=500, seed=1, stop_at_first=True)
+    found = simulate.explore(system, SimulateOptions(runs=500, seed=1, stop_at_first=True))
     [(finding, initial, walk)] = found.findings.values()
     short = causes.shorten(system, finding, initial, walk)
     assert len(short) < len(walk)
@@ -90,7 +92,7 @@ def test_a_first_counterexample_that_is_a_consequence_is_reported_with_its_cause
     """The read race found first (as a random walk or a solver may find it) brings the copy
     start it depends on, found by replaying its path through the semantics."""
     system = System(_pipeline())
-    every = search.explore(system, stop_at_first=False)
+    every = search.explore(system, ExplicitOptions(stop_at_first=False))
     [(finding, initial, path)] = [entry for key, entry in every.findings.items()
                                   if entry[0].kind is Kind.DATA_RACE and entry[0].loc.line == 56]
     only = Exploration(system)

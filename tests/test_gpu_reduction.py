@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from semcheck.frontends.capture_cache import capture
 from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.strategies import protocols
 from tests.test_reduction import REFERENCE_BUDGET
 from tests.test_gpu_examples import EXAMPLES
@@ -33,8 +34,8 @@ def _captured():
 @pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
 def test_reduction_preserves_every_finding_on_gpu_examples(path):
     for protocol in _protocols[path]:
-        full = explicit.explore(System(protocol), reduce=False, silence_reported_races=False)
-        reduced = explicit.explore(System(protocol), reduce=True, silence_reported_races=False)
+        full = explicit.explore(System(protocol), ExplicitOptions(reduce=False, silence_reported_races=False))
+        reduced = explicit.explore(System(protocol), ExplicitOptions(reduce=True, silence_reported_races=False))
         assert full.exhausted is None and reduced.exhausted is None
         assert set(reduced.findings) == set(full.findings)
         assert reduced.states <= full.states
@@ -44,10 +45,9 @@ def test_reduction_preserves_every_finding_on_gpu_examples(path):
 @given(protocols(with_mbarriers=True))
 def test_reduction_preserves_every_finding_with_mbarrier_phase_waits(protocol):
     # As in test_reduction: a random protocol whose unreduced search is huge is set aside.
-    full = explicit.explore(
-        System(protocol), reduce=False, silence_reported_races=False, budget=REFERENCE_BUDGET
-    )
+    full = explicit.explore(System(protocol),
+                            ExplicitOptions(reduce=False, silence_reported_races=False), budget=REFERENCE_BUDGET)
     assume(full.exhausted is None)
-    reduced = explicit.explore(System(protocol), reduce=True, silence_reported_races=False)
+    reduced = explicit.explore(System(protocol), ExplicitOptions(reduce=True, silence_reported_races=False))
     assert reduced.exhausted is None
     assert set(reduced.findings) == set(full.findings), protocol

@@ -14,6 +14,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from semcheck import ir
 from semcheck.api import check_protocol
+from semcheck.engines.options import ExplicitOptions
 from tests.test_gpu_lowering import body, error, gpu_call, protocol
 from tests.tpu_kernels import line_of
 
@@ -283,7 +284,7 @@ def test_leaving_idle_warps_out_finds_exactly_what_keeping_them_finds(monkeypatc
         for prune in (True, False):
             monkeypatch.setattr(gpu_warps, "PRUNE_IDLE_WARPS", prune)
             p = protocol(gpu_call(kernel, grid=(1,), scratch=scratch), devices=1)
-            run = explicit.explore(System(p), reduce=False, silence_reported_races=False)
+            run = explicit.explore(System(p), ExplicitOptions(reduce=False, silence_reported_races=False))
             assert run.exhausted is None
             # a finding's key names threads by index, which differ; compare what and where
             found[prune] = ({(f.kind, f.loc, f.other) for f, _, _ in run.findings.values()}, len(p.threads))

@@ -1,6 +1,6 @@
 """Data races, arrivals outside the kernel, and the exit check, one rule at a time."""
 
-from semcheck.engines import check
+from tests.engine_check import check
 from semcheck.passes.invocations import repeat
 from semcheck.model import DMA, ProtocolBuilder
 

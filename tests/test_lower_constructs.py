@@ -15,7 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import check_protocol, ir
-from semcheck.engines import check
+from tests.engine_check import check
 from semcheck.passes.invocations import repeat
 from semcheck.model import DMA, ProtocolBuilder
 from semcheck.semantics import System

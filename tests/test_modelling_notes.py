@@ -12,7 +12,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import ir
-from semcheck.run.checks import check_protocol
+from semcheck.api import check_protocol
 from semcheck.passes.core_entry import ARRIVE as CORE_ARRIVE
 from semcheck.result import Verdict
 from tests.tpu_kernels import mesh, protocols

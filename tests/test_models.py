@@ -10,6 +10,7 @@ from semcheck.engines.explicit import search as explicit
 from semcheck.engines.common import to_result
 from semcheck.frontends import model_file
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.tpu_support import expectation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,8 +72,8 @@ def test_exact_state_counts(name, devices):
     # every race of every schedule; the partial-order reduction alone (symmetry's own
     # counts are in tests/test_symmetry.py)
     exact = dict(silence_reported_races=False, symmetry=False)
-    reduced = explicit.explore(System(protocol), reduce=True, **exact)
-    full = explicit.explore(System(protocol), reduce=False, **exact)
+    reduced = explicit.explore(System(protocol), ExplicitOptions(reduce=True, **exact))
+    full = explicit.explore(System(protocol), ExplicitOptions(reduce=False, **exact))
     assert (reduced.states, reduced.transitions, full.states, full.transitions) == STATE_COUNTS[name, devices]
     assert set(reduced.findings) == set(full.findings)
 

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, assume
 from semcheck.engines.budget import Budget
 from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.strategies import capacity_ring_protocols, protocols, ring_protocols
 from tests.test_models import load
 from tests.tiers import example_counts, run_examples
@@ -26,10 +27,10 @@ def _no_path(system, ind, path, *_args):
     return None
 
 
-def _both(protocol, **options):
-    followed = explicit.explore(System(protocol), **options)
+def _both(protocol, options=ExplicitOptions(), budget=None):
+    followed = explicit.explore(System(protocol), options, budget=budget)
     with mock.patch.object(explicit, "_follow_path", _no_path):
-        stored = explicit.explore(System(protocol), **options)
+        stored = explicit.explore(System(protocol), options, budget=budget)
     return followed, stored
 
 
@@ -44,8 +45,8 @@ def _same_search(followed, stored) -> None:
 @pytest.mark.parametrize("examples", example_counts(fast=40, slow=300))
 def test_following_the_one_path_finds_what_storing_every_state_finds(examples):
     def check(protocol):
-        for options in ({}, {"silence_reported_races": False, "symmetry": False}):
-            followed, stored = _both(protocol, budget=BUDGET, **options)
+        for options in (ExplicitOptions(), ExplicitOptions(silence_reported_races=False, symmetry=False)):
+            followed, stored = _both(protocol, options, budget=BUDGET)
             assume(stored.exhausted is None and followed.exhausted is None)
             _same_search(followed, stored)
 

@@ -12,6 +12,7 @@ from semcheck.engines.explicit import search as explicit
 from semcheck.engines.explicit.search import explore
 from semcheck.model import DMA, ProtocolBuilder
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.strategies import capacity_ring_protocols, control_flow_protocols, protocols, ring_protocols
 from tests.tiers import example_counts, run_examples
 
@@ -25,8 +26,8 @@ STRATEGIES = {  # name -> (strategy, whether the reference search is unreduced, 
 
 
 def _findings(protocol, exclude: bool, unreduced: bool) -> set:
-    exploration = explicit.explore(System(protocol, exclude_ordered_pairs=exclude), reduce=not unreduced,
-                                   budget=BUDGET, silence_reported_races=False)
+    exploration = explicit.explore(System(protocol, exclude_ordered_pairs=exclude),
+                                   ExplicitOptions(reduce=not unreduced, silence_reported_races=False), budget=BUDGET)
     assume(exploration.exhausted is None)
     return set(exploration.findings)
 
@@ -75,8 +76,8 @@ def _exchange(extra_copy: bool):
 
 def _reference(protocol) -> set:
     """Every finding of the unreduced search comparing every overlapping pair."""
-    return set(explore(System(protocol, exclude_ordered_pairs=False), reduce=False,
-                       silence_reported_races=False).findings)
+    return set(explore(System(protocol, exclude_ordered_pairs=False),
+                       ExplicitOptions(reduce=False, silence_reported_races=False)).findings)
 
 
 def _load_pairs(system: System) -> list:

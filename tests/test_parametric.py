@@ -17,7 +17,7 @@ import sys
 import pytest
 import z3
 
-from semcheck.run.checks import check_protocol
+from semcheck.api import check_protocol
 from semcheck.parametric import expr as ex
 from semcheck.parametric import runs
 from semcheck.parametric.family import EveryCount, every_count_of

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from semcheck.run.checks import check_protocol
+from semcheck.api import check_protocol
 from semcheck.frontends import load
 from semcheck.ir import Protocol
 from semcheck.parametric.family import every_count

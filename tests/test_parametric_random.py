@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from semcheck.run.checks import check_protocol
+from semcheck.api import check_protocol
 from semcheck.model import DMA, REGULAR, ProtocolBuilder
 from semcheck.parametric.family import EveryCount, every_count_of
 from semcheck.result import Verdict

@@ -20,6 +20,7 @@ from semcheck import ir
 from semcheck.engines.explicit import search as explicit
 from semcheck.lower.pipeline import BlockDim, PipelinedBlock, hbm_region
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.agreement import assert_engines_agree, kinds
 from tests.tpu_kernels import instrs, mesh, protocols, sharded
 
@@ -70,15 +71,16 @@ def test_an_input_block_refilled_while_a_copy_still_reads_it_is_a_race():
     assert pipeline_accesses(p) == [("Store", "x_ref")] * STEPS  # a new block every step
     by_search, _ = assert_engines_agree(p)
     assert kinds(by_search) == {"data_race"}
-    full = explicit.explore(System(p), reduce=False, silence_reported_races=False)
-    assert set(full.findings) == set(explicit.explore(System(p), silence_reported_races=False).findings)
+    full = explicit.explore(System(p), ExplicitOptions(reduce=False, silence_reported_races=False))
+    assert set(full.findings) == set(explicit.explore(System(p),
+                                                      ExplicitOptions(silence_reported_races=False)).findings)
 
 
 def test_a_revisited_input_block_is_not_copied_again_so_the_copy_across_steps_is_safe():
     [p] = protocols(pipelined(read_block_across_steps, lambda i: (i // 2, 0)), mesh((1,)), rows=STEPS * 8)
     assert pipeline_accesses(p) == [("Store", "x_ref")] * (STEPS // 2)  # steps 0 and 2 only
     by_search, _ = assert_engines_agree(p)
-    full = explicit.explore(System(p), reduce=False)
+    full = explicit.explore(System(p), ExplicitOptions(reduce=False))
     assert (kinds(by_search), kinds(full)) == (set(), set())
     assert (by_search.states, full.states) == (15, 17)
 
@@ -153,7 +155,7 @@ def test_two_cores_writing_back_one_output_block_race_on_the_hbm_array():
     by_search, _ = assert_engines_agree(two)
     assert kinds(by_search) == {"data_race"}
     assert by_search.states == 27
-    full = explicit.explore(System(two), reduce=False, silence_reported_races=False)
+    full = explicit.explore(System(two), ExplicitOptions(reduce=False, silence_reported_races=False))
     assert kinds(full) == {"data_race"}
 
 
@@ -238,5 +240,5 @@ def test_engines_and_the_unreduced_search_agree_on_the_examples_whose_model_grew
     assert outcome.protocols and not outcome.errors, (outcome.script_error, outcome.errors)
     for p in outcome.protocols:
         by_search, _ = assert_engines_agree(p)
-        full = explicit.explore(System(p), reduce=False, silence_reported_races=False)
+        full = explicit.explore(System(p), ExplicitOptions(reduce=False, silence_reported_races=False))
         assert kinds(full) == kinds(by_search)

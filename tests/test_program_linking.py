@@ -11,7 +11,8 @@ import os
 
 import pytest
 
-from semcheck.run.checks import check_protocol
+from semcheck.api import check_protocol
+from semcheck.engines.options import ExplicitOptions
 from tests.tpu_support import ROOT
 
 EXAMPLES = os.path.join(ROOT, "examples", "tpu")
@@ -100,8 +101,8 @@ def test_reduction_keeps_every_finding_on_nested_programs(example, devices):
     from semcheck.semantics import System
 
     p = _program(example, devices)
-    reduced = explicit.explore(System(p), reduce=True, silence_reported_races=False)
-    full = explicit.explore(System(p), reduce=False, silence_reported_races=False)
+    reduced = explicit.explore(System(p), ExplicitOptions(reduce=True, silence_reported_races=False))
+    full = explicit.explore(System(p), ExplicitOptions(reduce=False, silence_reported_races=False))
     assert set(reduced.findings) == set(full.findings)
     assert full.exhausted is None and reduced.states <= full.states
 

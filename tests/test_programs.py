@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, assume
 
 from semcheck import ir
-from semcheck.run.checks import check_protocol
+from semcheck.api import check_protocol
 from semcheck.passes.programs import Handover, compose, handed_in_note, shared_barrier_name
+from semcheck.engines.options import ExplicitOptions
 from tests.strategies import protocols
 from tests.tiers import example_counts, run_examples
 
@@ -207,8 +208,8 @@ def test_reduction_and_engines_agree_on_programs(name, devices):
     from semcheck.semantics import System
 
     p = PROGRAMS[name](devices)
-    reduced = explicit.explore(System(p), reduce=True, silence_reported_races=False)
-    full = explicit.explore(System(p), reduce=False, silence_reported_races=False)
+    reduced = explicit.explore(System(p), ExplicitOptions(reduce=True, silence_reported_races=False))
+    full = explicit.explore(System(p), ExplicitOptions(reduce=False, silence_reported_races=False))
     assert set(reduced.findings) == set(full.findings)
     z3 = check_protocol(p, engine="z3")
     assert {v.kind for v in z3.errors} == {v.kind for v in check_protocol(p, engine="explicit").errors}
@@ -231,10 +232,10 @@ def reduction_preserves_every_finding_run_as_two_kernels(protocol):
 
     assume(protocol.backend is ir.Backend.TPU and not ir.cuts(protocol))
     twice = compose([protocol, dataclasses.replace(protocol, name=protocol.name + "_again")], [])
-    full = explicit.explore(System(twice), reduce=False, budget=Budget(max_states=20_000),
-                            silence_reported_races=False)
+    full = explicit.explore(System(twice),
+                            ExplicitOptions(reduce=False, silence_reported_races=False), budget=Budget(max_states=20_000))
     assume(full.exhausted is None)
-    reduced = explicit.explore(System(twice), reduce=True, silence_reported_races=False)
+    reduced = explicit.explore(System(twice), ExplicitOptions(reduce=True, silence_reported_races=False))
     assert set(reduced.findings) == set(full.findings), twice
 
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from semcheck.engines.explicit import search as explicit
 from semcheck.engines.budget import Budget
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.strategies import capacity_ring_protocols, control_flow_protocols, protocols, ring_protocols
 
 # Now and then a random protocol (nine threads full of DMAs) has millions of unreduced
@@ -18,7 +19,7 @@ REFERENCE_BUDGET = Budget(max_states=200_000)
 
 
 def findings(protocol, reduce, silence=False):
-    exploration = explicit.explore(System(protocol), reduce=reduce, silence_reported_races=silence)
+    exploration = explicit.explore(System(protocol), ExplicitOptions(reduce=reduce, silence_reported_races=silence))
     assert exploration.exhausted is None
     return exploration
 
@@ -26,9 +27,8 @@ def findings(protocol, reduce, silence=False):
 def reference_findings(protocol):
     """The unreduced search, when it finishes within REFERENCE_BUDGET, watching every line
     (as `findings` does: which racing pairs a silencing search reports depends on its order)."""
-    exploration = explicit.explore(
-        System(protocol), reduce=False, budget=REFERENCE_BUDGET, silence_reported_races=False
-    )
+    exploration = explicit.explore(System(protocol),
+                                   ExplicitOptions(reduce=False, silence_reported_races=False), budget=REFERENCE_BUDGET)
     assume(exploration.exhausted is None)
     return exploration
 

@@ -3,10 +3,11 @@
 import pytest
 
 from semcheck import ir
-from semcheck.engines import check
+from tests.engine_check import check
 from semcheck.ir import SemOrigin
 from semcheck.model import DMA, ProtocolBuilder, Sem
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 
 
 def kinds(protocol, **options):
@@ -134,7 +135,7 @@ def test_two_copies_on_one_semaphore_may_complete_in_either_order():
     system = System(p.build())
     from semcheck.engines.explicit import search as explicit
 
-    full = explicit.explore(system, reduce=False)
+    full = explicit.explore(system, ExplicitOptions(reduce=False))
     # after both starts: {small, big} pending -> either lands first -> both landed
     orders = {tuple(s.sems) for s in _all_states(system)}
     assert (1024,) in orders and (3072,) in orders

@@ -24,6 +24,7 @@ from jax.experimental.pallas import tpu as pltpu
 from semcheck import ir
 from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.agreement import assert_engines_agree, kinds
 from tests.tpu_kernels import mesh, protocols
 from tests.test_tpu_differential import RUNNER
@@ -98,8 +99,8 @@ def test_two_cores_copying_into_the_whole_shared_output_race(devices):
     [p] = protocols(on_two_cores(whole_output_after_barrier, SCRATCH), mesh((devices,)))
     by_search, _ = assert_engines_agree(p)
     assert kinds(by_search) == {"data_race"}
-    full = explicit.explore(System(p), reduce=False, silence_reported_races=False)
-    reduced = explicit.explore(System(p), silence_reported_races=False)
+    full = explicit.explore(System(p), ExplicitOptions(reduce=False, silence_reported_races=False))
+    reduced = explicit.explore(System(p), ExplicitOptions(silence_reported_races=False))
     assert set(full.findings) == set(reduced.findings)
 
 
@@ -107,7 +108,7 @@ def test_two_cores_copying_into_the_whole_shared_output_race(devices):
 def test_two_cores_copying_their_own_halves_of_the_shared_output_are_safe(devices, states, unreduced):
     [p] = protocols(on_two_cores(own_half_after_barrier, SCRATCH), mesh((devices,)))
     by_search, _ = assert_engines_agree(p)
-    full = explicit.explore(System(p), reduce=False)
+    full = explicit.explore(System(p), ExplicitOptions(reduce=False))
     assert (kinds(by_search), by_search.states) == (set(), states)
     assert (kinds(full), full.states) == (set(), unreduced)
 

@@ -2,7 +2,7 @@
 
 import os
 
-from semcheck.engines import check
+from tests.engine_check import check
 from semcheck.frontends import model_file
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")

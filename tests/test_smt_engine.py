@@ -19,6 +19,7 @@ from semcheck.frontends import load
 from semcheck.kinds import Kind
 from semcheck.model import DMA, ProtocolBuilder
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions, Z3Options
 from tests.agreement import assert_engines_agree
 from tests.strategies import protocols
 from tests.tiers import example_counts, run_examples
@@ -151,7 +152,7 @@ def test_spin_loop_is_inconclusive_never_safe():
     system = System(_polling())
     assert not explicit.explore(system).findings
     for bound in (2, 8):
-        exploration = smt.explore(system, unroll=bound)
+        exploration = smt.explore(system, Z3Options(unroll=bound))
         assert exploration.exhausted and "unrolling bound" in exploration.exhausted
         assert not exploration.findings
     result = check_protocol(_polling(), engine="z3")
@@ -324,7 +325,7 @@ def test_both_engines_report_every_pair_of_racing_lines():
     assert races == {frozenset((copy_line, load_line)), frozenset((copy_line, store_line))}
     by_search = explicit.explore(System(protocol))
     assert set(by_search.findings) == set(by_solver.findings)
-    watching = explicit.explore(System(protocol), silence_reported_races=False)
+    watching = explicit.explore(System(protocol), ExplicitOptions(silence_reported_races=False))
     assert set(watching.findings) == set(by_solver.findings)
 
 

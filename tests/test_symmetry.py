@@ -14,12 +14,14 @@ import pytest
 from hypothesis import HealthCheck, assume
 from hypothesis import strategies as st
 
-from semcheck import engines, ir
+from semcheck import ir
 from semcheck.engines.explicit import search as explicit
 from semcheck.engines.explicit import symmetry
 from semcheck.engines.budget import Budget
 from semcheck.frontends import load
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
+from tests.engine_check import check
 from tests.strategies import protocols
 from tests.tiers import example_counts, run_examples
 
@@ -68,13 +70,13 @@ def symmetric_protocols(draw, mutate: bool = False):
 
 
 def search(protocol, **options):
-    exploration = explicit.explore(System(protocol), silence_reported_races=False, **options)
+    exploration = explicit.explore(System(protocol), ExplicitOptions(silence_reported_races=False, **options))
     return exploration
 
 
 def assert_same_findings(protocol):
-    full = explicit.explore(System(protocol), reduce=False, symmetry=False, budget=REFERENCE_BUDGET,
-                            silence_reported_races=False)
+    full = explicit.explore(System(protocol),
+                            ExplicitOptions(reduce=False, symmetry=False, silence_reported_races=False), budget=REFERENCE_BUDGET)
     assume(full.exhausted is None)
     with_symmetry = search(protocol, reduce=True, symmetry=True)
     without = search(protocol, reduce=True, symmetry=False)
@@ -91,7 +93,7 @@ def assert_same_findings(protocol):
     for _finding, initial, actions in with_symmetry.findings.values():
         assert_real_path(with_symmetry.system, initial, actions)
     # the default search (each racing pair of lines once) keeps the same kinds and non-races
-    default = explicit.explore(System(protocol), symmetry=True)
+    default = explicit.explore(System(protocol), ExplicitOptions(symmetry=True))
     assert {k[0] for k in default.findings} == {k[0] for k in full.findings}, protocol
     assert set(default.findings) <= set(full.findings), protocol
     assert {k for k in full.findings if k[0] != "data_race"} <= set(default.findings), protocol
@@ -182,7 +184,7 @@ def assert_real_path(system, initial, actions):
 @pytest.mark.parametrize("devices, without, with_symmetry", [(4, 138, 93), (5, 211, 141)])
 def test_exact_state_counts_of_a_symmetric_model(devices, without, with_symmetry):
     (protocol,) = load(os.path.join(MODELS_DIR, "ring_allgather_shared_recv.py"), devices)
-    plain = explicit.explore(System(protocol), symmetry=False)
+    plain = explicit.explore(System(protocol), ExplicitOptions(symmetry=False))
     reduced = explicit.explore(System(protocol))
     assert (plain.states, reduced.states) == (without, with_symmetry)
     assert set(plain.findings) == set(reduced.findings)
@@ -193,7 +195,7 @@ def test_exact_state_counts_of_a_symmetric_model(devices, without, with_symmetry
 @pytest.mark.parametrize("path", MODELS, ids=lambda p: os.path.splitext(os.path.basename(p))[0])
 def test_symmetry_agrees_on_every_model(path, devices):
     (protocol,) = load(path, devices)
-    on, off = explicit.explore(System(protocol)), explicit.explore(System(protocol), symmetry=False)
+    on, off = explicit.explore(System(protocol)), explicit.explore(System(protocol), ExplicitOptions(symmetry=False))
     assert set(on.findings) == set(off.findings)
     assert on.ends == off.ends and on.states <= off.states
     for _finding, initial, actions in on.findings.values():
@@ -201,7 +203,7 @@ def test_symmetry_agrees_on_every_model(path, devices):
 
 
 def test_the_result_says_symmetry_was_used_and_under_which_group():
-    result = engines.check(ring(3))
+    result = check(ring(3))
     assert any(n.startswith("symmetry reduction: every rotation of the device axis maps") for n in result.notes)
-    assert not any("symmetry" in n for n in engines.check(ring(3), symmetry=False).notes)
-    assert not any("symmetry" in n for n in engines.check(ring(2), reduce=False).notes)
+    assert not any("symmetry" in n for n in check(ring(3), symmetry=False).notes)
+    assert not any("symmetry" in n for n in check(ring(2), reduce=False).notes)

@@ -25,6 +25,7 @@ from semcheck.engines.explicit import search as explicit
 from semcheck.passes.invocations import repeat
 from semcheck.kinds import Kind
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.agreement import assert_engines_agree
 from tests.strategies import control_flow_protocols
 from tests.tiers import example_counts, run_examples
@@ -345,10 +346,10 @@ def carried_and_repeated(draw_protocol):
 
 
 def reduction_and_engines_agree_on_carried_counts(protocol):
-    full = explicit.explore(System(protocol), reduce=False, budget=Budget(max_states=100_000),
-                            silence_reported_races=False)
+    full = explicit.explore(System(protocol),
+                            ExplicitOptions(reduce=False, silence_reported_races=False), budget=Budget(max_states=100_000))
     assume(full.exhausted is None)
-    reduced = explicit.explore(System(protocol), reduce=True, silence_reported_races=False)
+    reduced = explicit.explore(System(protocol), ExplicitOptions(reduce=True, silence_reported_races=False))
     assert set(reduced.findings) == set(full.findings), protocol
     assert_engines_agree(protocol)
 

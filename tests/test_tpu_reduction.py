@@ -16,6 +16,7 @@ from semcheck.engines.budget import Budget
 from semcheck.engines.explicit import search as explicit
 from semcheck.frontends import capture_cache
 from semcheck.semantics import System
+from semcheck.engines.options import ExplicitOptions
 from tests.tpu_support import EXAMPLES
 
 RING_EXAMPLES = [
@@ -38,9 +39,9 @@ def test_reduction_preserves_every_finding_on_tpu_ring_examples(path, devices):
     assert not outcome.errors, outcome.errors
     for captured in outcome.protocols:
         protocol = core_entry.apply(captured, True)
-        full = explicit.explore(System(protocol), reduce=False, silence_reported_races=False,
-                                budget=Budget(max_states=300_000))
-        reduced = explicit.explore(System(protocol), reduce=True, silence_reported_races=False)
+        full = explicit.explore(System(protocol),
+                                ExplicitOptions(reduce=False, silence_reported_races=False), budget=Budget(max_states=300_000))
+        reduced = explicit.explore(System(protocol), ExplicitOptions(reduce=True, silence_reported_races=False))
         assert full.exhausted is None and reduced.exhausted is None
         assert set(reduced.findings) == set(full.findings)
         assert reduced.states <= full.states

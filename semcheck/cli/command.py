@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 
 from semcheck.cli import config, gate, interrupts, options as cli_options
 from semcheck.run import expectations
@@ -30,7 +31,7 @@ from semcheck.engines.budget import DEFAULT_MAX_STATES, DEFAULT_TIMEOUT, Budget,
 from semcheck.frontends import discover
 from semcheck.frontends.discovery import summarize
 from semcheck.kinds import DESCRIPTIONS
-from semcheck.report import FORMATS
+from semcheck.report import FORMATS, RenderOptions
 from semcheck.result import EXIT_CODES, worst
 
 EXIT_USAGE = 2
@@ -300,8 +301,8 @@ def _verify(args) -> int:  # noqa: C901
     results, interrupted = interrupts.collect(check_paths(  # keeps what finished on Ctrl-C, marked partial
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
         on_load=None if args.quiet else capture_line_printer(sys.stderr, before=_clear_progress),
-        assume=args.assume, reduce=not args.no_reduction, symmetry=not args.no_symmetry,
-        split=not args.no_split,
+        assume=args.assume, reduce=not args.no_reduction, split=not args.no_split,
+        symmetry=False if args.no_symmetry else None,  # None: with the reduction
         invocations=args.invocations, skipped=skipped, cores_enter_together=args.assume_cores_enter_together,
         # a gate judges every declared kind, and a baseline hides only known findings: both need
         # every finding, or a new bug behind a known first one would pass (docs/engines.md, "The gate")
@@ -327,16 +328,16 @@ def _verify(args) -> int:  # noqa: C901
             print(f"semcheck: error: {e}", file=sys.stderr)
             return EXIT_USAGE
     gate.write_summary(args, results, judgements, hidden)
-    options = {"max_trace_steps": args.max_trace_steps, "judgements": judgements, "all_traces": args.all_traces,
-               "category": args.category, "verbose": args.verbose}
+    options = RenderOptions(max_trace_steps=args.max_trace_steps, judgements=judgements,
+                            all_traces=args.all_traces, category=args.category, verbose=args.verbose)
     gate.write_sarif(args, results, options)
     if args.format == "text" and not args.output and sys.stdout.isatty():
-        options["width"] = shutil.get_terminal_size().columns  # verdict lines wrap to the terminal
-    rendered = FORMATS[args.format](results, **options)
+        options = replace(options, width=shutil.get_terminal_size().columns)  # verdict lines wrap to the terminal
+    rendered = FORMATS[args.format](results, options)
     from semcheck.report import colour
 
     if colour.wanted(sys.stdout):  # only what goes to a terminal: never -o's file, never a pipe
-        options["color"] = True
+        options = replace(options, color=True)
     written = True
     if args.output:
         try:
@@ -346,10 +347,10 @@ def _verify(args) -> int:  # noqa: C901
             print(f"semcheck: error: cannot write -o {args.output}: {e.strerror or e}", file=sys.stderr)
             written = False
         if not written or (not args.quiet and args.format != "text"):
-            sys.stdout.write(rendered if not written else FORMATS["text"](results, **options))
+            sys.stdout.write(rendered if not written else FORMATS["text"](results, options))
     else:
-        if options.get("color") and args.format == "text":
-            rendered = FORMATS["text"](results, **options)
+        if options.color and args.format == "text":
+            rendered = FORMATS["text"](results, options)
         sys.stdout.write(rendered if rendered.endswith("\n") else rendered + "\n")
     if args.graph:
         code = _draw(results, args.graph)

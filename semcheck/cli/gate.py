@@ -9,6 +9,7 @@ import os
 import sys
 
 from semcheck.cli import config
+from semcheck.report import RenderOptions
 from semcheck.result import Result, Verdict
 from semcheck.run.sweep import Executor
 from semcheck.run.tasks import Task, TaskOutcome
@@ -151,9 +152,9 @@ def write_summary(args, results, judgements, hidden: int) -> list[str]:
     return targets
 
 
-def write_sarif(args, results, options: dict) -> None:
+def write_sarif(args, results, options: RenderOptions) -> None:
     if args.sarif:
         from semcheck.report import FORMATS
 
         with open(args.sarif, "w", encoding="utf-8") as f:
-            f.write(FORMATS["sarif"](results, **options))
+            f.write(FORMATS["sarif"](results, options))

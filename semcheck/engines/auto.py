@@ -56,6 +56,7 @@ from semcheck import ir
 from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, StopSignal
 from semcheck.engines.common import stopped_early
 from semcheck.engines.merge import combine_stats, merge_violations
+from semcheck.engines.options import CheckOptions, EngineFn
 from semcheck.engines.turns import Slice, Turn, Turns
 from semcheck.ir import Protocol
 from semcheck.result import EngineRun, Result, Verdict, verdict_of
@@ -82,7 +83,6 @@ SLICES = {
 EXHAUSTIVE_ENGINES = ("explicit", "z3")  # the engines whose end without an error is `safe`
 STOP_POLL = 0.25  # seconds between reminders to an engine that was told to stop
 
-EngineFn = Callable[..., Result]
 CONCLUSIVE = (Verdict.SAFE, Verdict.VIOLATION)
 
 
@@ -107,11 +107,11 @@ def run(
     system: System,
     budget: Budget | None,
     progress: ProgressFn | None,
+    options: CheckOptions,
     *,
     explicit: EngineFn,
     z3: EngineFn,
     simulate: EngineFn,
-    **options,
 ) -> Result:
     budget = (budget or Budget.from_env()).started()
     from semcheck.engines.z3.scope import unmodelled
@@ -119,7 +119,7 @@ def run(
     modelled = unmodelled(system) is None
     combinations = input_combinations(system.protocol)
     if modelled and combinations > MAX_EXPLICIT_INPUT_COMBINATIONS:
-        result = z3(system, budget, progress, **options)
+        result = z3(system, budget, progress, options)
         inputs = system.protocol.inputs
         names = ", ".join(f"{i.name} in {i.lo}..{i.hi}" for i in inputs[:3])
         if len(inputs) > 3:
@@ -169,10 +169,10 @@ class _Entrant:
 
 class Portfolio:
     def __init__(self, system: System, budget: Budget, progress: ProgressFn | None,
-                 engines: dict[str, EngineFn], options: dict):
+                 engines: dict[str, EngineFn], options: CheckOptions):
         self.system, self.budget, self.progress = system, budget, progress
         self.engines, self.options = engines, options
-        self.first_only = bool(options.get("stop_at_first"))
+        self.first_only = options.stop_at_first
         self.turns = Turns()
         self.entrants: dict[str, _Entrant] = {}
         self.lock = threading.Lock()
@@ -193,7 +193,7 @@ class Portfolio:
         width = Width(schedule_length(self.system), self._join)
         search = self._entrant("explicit", watch=width)
         try:
-            result = self.engines["explicit"](self.system, search.budget, self.progress, **self.options)
+            result = self.engines["explicit"](self.system, search.budget, self.progress, self.options)
         except BaseException:  # Ctrl-C, a budget phase's exception, a bug: the others stop too
             for other in self.entrants.values():
                 other.stop.stop("engine auto: the check was interrupted")
@@ -220,9 +220,9 @@ class Portfolio:
                                               daemon=True)
             entrant.thread.start()
 
-    def _options_for(self, name: str) -> dict:
-        if name == "simulate":
-            return {**self.options, "runs": None}  # random walks until stopped
+    def _options_for(self, name: str) -> CheckOptions:
+        if name == "simulate":  # random walks until stopped
+            return replace(self.options, simulate=replace(self.options.simulate, runs=None))
         return self.options
 
     def _race(self, entrant: _Entrant) -> None:
@@ -233,7 +233,7 @@ class Portfolio:
                 return
             progress = self.progress if entrant.name == "z3" else None  # z3 says which query it asks
             result = self.engines[entrant.name](self.system, entrant.budget, progress,
-                                                **self._options_for(entrant.name))
+                                                self._options_for(entrant.name))
         except BaseException as e:  # a bug in an engine: raised in the caller's thread if nothing decided
             self.crashed.append(e)
             return

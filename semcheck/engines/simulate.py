@@ -15,26 +15,24 @@ import random
 
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
+from semcheck.engines.options import SimulateOptions
 from semcheck.semantics.properties import end_kind, fault_findings, hazard_findings, terminal_findings
 from semcheck.semantics import Action, System
 
 NAME = "simulate"
-DEFAULT_RUNS = 200
 MAX_STEPS = 1_000_000  # a schedule longer than this is a loop that never ends
 
 
 def explore(
     system: System,
+    options: SimulateOptions = SimulateOptions(),
     *,
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
-    runs: int | None = DEFAULT_RUNS,
-    seed: int = 0,
-    stop_at_first: bool = False,
-    **_options,
 ) -> Exploration:
-    """`runs`: how many schedules (None: until stopped, as `--engine auto` runs it).
-    `stop_at_first`: end at the first error, in the middle of its run."""
+    """`options.runs`: how many schedules (None: until stopped, as `--engine auto` runs it).
+    `options.stop_at_first`: end at the first error, in the middle of its run."""
+    runs, seed, stop_at_first = options.runs, options.seed, options.stop_at_first
     monitor = Monitor(budget or Budget.from_env(), progress)
     found = Exploration(system)
     visited = 0  # states visited, counting repeats: runs keep no table of states

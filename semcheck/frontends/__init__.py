@@ -11,10 +11,14 @@ import ast
 import enum
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from semcheck.errors import FileError, LoadError, NothingToCheck
 from semcheck.frontends.discovery import Skipped, Walk, discover, walk
 from semcheck.ir import Loc, Protocol
+
+if TYPE_CHECKING:
+    from semcheck.frontends.kernel_script import OnPhases
 
 
 class FileKind(str, enum.Enum):
@@ -134,22 +138,27 @@ def kind_of(path: str) -> str:
     return classify(path).kind.value
 
 
-def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
+def load(path: str, devices: int, *, classification: Classification | None = None,
+         capture_timeout: float | None = None, assumed: tuple[str, ...] = (),
+         on_phases: OnPhases | None = None) -> list[Protocol | LoadError]:
     """The protocols `path` describes at `devices` devices, with the file's own
     `semcheck.assume(...)` bounds applied to their inputs (see passes/assumptions.py). A kernel
-    script gives a LoadError in place of each kernel that cannot be lowered."""
+    script gives a LoadError in place of each kernel that cannot be lowered.
+    `classification`: how the file reads, when the caller knows (else `classify`);
+    `capture_timeout`: seconds the file may take to load; `assumed` and `on_phases`: a
+    kernel script's (`kernel_script.load`)."""
     from semcheck.passes import assumptions
 
-    classification = options.pop("classification", None) or classify(path)
-    with assumptions.collecting() as assumed:
-        items = _load_unbounded(path, devices, classification, **options)
+    classification = classification or classify(path)
+    with assumptions.collecting() as made:
+        items = _load_unbounded(path, devices, classification, capture_timeout, assumed, on_phases)
     if classification.reading:
         items = [_with_note(p, classification.reading) if isinstance(p, Protocol) else p for p in items]
     protocols = [p for p in items if isinstance(p, Protocol)]
     if not protocols:
         return items
     try:
-        bounded = iter(assumptions.apply_all(protocols, assumed, source=path))
+        bounded = iter(assumptions.apply_all(protocols, made, source=path))
     except assumptions.AssumptionError as e:
         raise LoadError(str(e), hint="semcheck.assume names an input by its Input name") from None
     return [next(bounded) if isinstance(p, Protocol) else p for p in items]
@@ -161,14 +170,15 @@ def _with_note(protocol: Protocol, note: str) -> Protocol:
     return dataclasses.replace(protocol, notes=protocol.notes + (note,))
 
 
-def _load_unbounded(path: str, devices: int, classification: Classification, **options) -> list[Protocol | LoadError]:
+def _load_unbounded(path: str, devices: int, classification: Classification, capture_timeout: float | None,
+                    assumed: tuple[str, ...], on_phases: OnPhases | None) -> list[Protocol | LoadError]:
     if classification.kind is FileKind.MODEL:
         from semcheck.frontends import model_file
 
-        return [model_file.load(path, devices, timeout=options.get("capture_timeout"))]
+        return [model_file.load(path, devices, timeout=capture_timeout)]
     from semcheck.frontends import kernel_script
 
-    return kernel_script.load(path, devices, **options)
+    return kernel_script.load(path, devices, capture_timeout=capture_timeout, assumed=assumed, on_phases=on_phases)
 
 
 __all__ = [

@@ -8,20 +8,28 @@ other kernels of the file are still checked.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from semcheck.errors import LoadError, NothingToCheck
 from semcheck.ir import Loc, Protocol
 
 
-def load(path: str, devices: int, **options) -> list[Protocol | LoadError]:
+# Hears how long each phase of a script's load took (jax import, script, lowering) and how
+# many kernels it captured: the CLI's capture line (run.checks.LoadReport).
+OnPhases = Callable[[dict[str, float], int], None]
+
+
+def load(path: str, devices: int, *, capture_timeout: float | None = None, assumed: tuple[str, ...] = (),
+         on_phases: OnPhases | None = None) -> list[Protocol | LoadError]:
+    """`capture_timeout`: seconds the script may run; `assumed`: the input names the caller
+    bounds (so the capture does not ask for them)."""
     from semcheck.frontends import capture_cache
 
-    outcome = capture_cache.capture(path, devices, timeout=options.get("capture_timeout"),
-                                    assumed=tuple(options.get("assumed", ())))
-    if options.get("on_phases") is not None:  # the CLI's capture line (api.LoadReport)
-        options["on_phases"](dict(outcome.seconds), outcome.captured)
+    outcome = capture_cache.capture(path, devices, timeout=capture_timeout, assumed=tuple(assumed))
+    if on_phases is not None:
+        on_phases(dict(outcome.seconds), outcome.captured)
     _reassume(outcome.assumptions)
-    if not outcome.protocols and not outcome.errors and outcome.timed_out and options.get("capture_timeout") is not None:
+    if not outcome.protocols and not outcome.errors and outcome.timed_out and capture_timeout is not None:
         from semcheck.engines.budget import BudgetExceeded
 
         # The check's own time budget ended the script: no verdict, rather than an error.

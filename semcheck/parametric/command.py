@@ -38,7 +38,7 @@ def usage_problem(args) -> str | None:
 def run(args) -> int:
     """What the CLI runs for `--devices all`; returns the exit code."""
     from semcheck.frontends import discover
-    from semcheck.report import FORMATS
+    from semcheck.report import FORMATS, RenderOptions
 
     problem = usage_problem(args)
     if problem:
@@ -62,7 +62,7 @@ def run(args) -> int:
     if args.format == "text":
         rendered = render_text(outcomes)
     else:
-        rendered = FORMATS[args.format](results)
+        rendered = FORMATS[args.format](results, RenderOptions())
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(rendered)

@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from semcheck.run.checks import check_protocol, error_result
+from semcheck.run.checks import check_one, error_result
 from semcheck.engines.budget import Budget
+from semcheck.engines.options import CheckOptions
 from semcheck.errors import LoadError, NothingToCheck
 from semcheck.ir import Protocol
 from semcheck.parametric.prove import Proof, prove
@@ -150,7 +151,7 @@ class _Family:
             return error_result("", self.path, 0, n, f"cannot load at {n} devices: {protocol}", "explicit")
         budget = (self.options.budget or Budget.from_env()).started()
         # The first counterexample is enough: the count, not every finding at it, is what is searched for.
-        return check_protocol(protocol, engine="explicit", budget=budget, stop_at_first=True)
+        return check_one(protocol, CheckOptions(engine="explicit"), budget=budget)
 
     def _without_proof(self, index: int, sample: Protocol, why: str, template: Template | None,
                        proof: Proof | None, start: float) -> Outcome:

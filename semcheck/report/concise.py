@@ -10,7 +10,7 @@ from semcheck.report.text import no_verdict_reason
 from semcheck.result import Result, Verdict
 
 
-def render(results: list[Result], *, judgements=None, **_options) -> str:
+def render(results: list[Result], *, judgements=None) -> str:
     expected = expected_violations(results, judgements)
     lines = []
     for problem in problems(collect(results)):  # one line per root cause, at its line

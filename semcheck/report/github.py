@@ -30,7 +30,7 @@ def command(level: str, message: str, *, file: str | None, line: int, title: str
     return f"::{level} {','.join(props)}::{escape_data(message)}"
 
 
-def render(results: list[Result], *, judgements=None, **_options) -> str:
+def render(results: list[Result], *, judgements=None) -> str:
     root = repository_root()
     expected = expected_violations(results, judgements)
     lines = []

@@ -273,7 +273,7 @@ def _engine_runs(r: Result) -> dict:
     ]}
 
 
-def render(results: list[Result], *, judgements=None, **_options) -> str:
+def render(results: list[Result], *, judgements=None) -> str:
     """With `judgements` (--expectations), each result also says what was declared for it
     and whether it matched: `"expectation": {"expected", "matched", "reason", "declared_at"}`."""
     from semcheck.report.findings import fingerprints_by_violation

@@ -46,7 +46,7 @@ SRCROOT = "%SRCROOT%"
 RULE_NAMES = {kind: "".join(word.capitalize() for word in kind.value.split("_")) for kind in Kind}
 
 
-def render(results: list[Result], *, judgements=None, category: str | None = None, **_options) -> str:
+def render(results: list[Result], *, judgements=None, category: str | None = None) -> str:
     return json.dumps(sarif_log(results, judgements, category=category), separators=(",", ":"))
 
 

@@ -26,7 +26,7 @@ _VERDICT_WORDS = {
 
 def render(
     results: list[Result], *, max_trace_steps: int = 0, judgements=None, all_traces: bool = False,
-    width: int = 0, verbose: bool = False, color: bool = False, **_options
+    width: int = 0, verbose: bool = False, color: bool = False,
 ) -> str:
     """One verdict line per check; then, per kernel, each distinct problem once (one per
     root cause, `report/groups.py`), by its smallest counterexample, with the other checks

@@ -4,33 +4,36 @@ sweep's tasks (`semcheck.run.sweep`, on this machine or a Ray worker) share."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from semcheck import engines
 from semcheck.passes import assumptions
 from semcheck.passes.assumptions import Assumption
 from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, bounded_phase
+from semcheck.engines.options import CheckOptions
 from semcheck.errors import LoadError, LoadTimedOut, ProtocolError
-from semcheck.frontends import load
+from semcheck.frontends import Classification, load
 from semcheck.ir import Loc, Protocol
 from semcheck.kinds import SEVERITY, Kind
 from semcheck.result import Result, Verdict, Violation
 
+if TYPE_CHECKING:
+    from semcheck.frontends.kernel_script import OnPhases
 
-def check_protocol(
+
+def check_one(
     protocol: Protocol,
+    options: CheckOptions = CheckOptions(),
     *,
-    engine: str = "auto",
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
     assume: Iterable[Assumption] = (),
     cores_enter_together: bool = True,
-    exhaustive: bool = False,
-    **options,
 ) -> Result:
-    """`cores_enter_together`: the reading of how the TensorCores of one chip enter a kernel
-    (semcheck/passes/core_entry.py; False is --no-assume-cores-enter-together). `exhaustive`: every
-    finding of every kind, instead of stopping at the first counterexample (`engines.check`)."""
+    """Check `protocol` as `options` say (`engines.check`), after the passes a check applies
+    first: `cores_enter_together`, the reading of how the TensorCores of one chip enter a
+    kernel (semcheck/passes/core_entry.py; False is --no-assume-cores-enter-together), and
+    `assume`, bounds on its inputs. The API's `check_protocol` takes keywords and calls this."""
     from semcheck.passes import core_entry
 
     protocol = core_entry.apply(protocol, cores_enter_together)
@@ -39,9 +42,10 @@ def check_protocol(
         assumptions.check_names([protocol], assume, source=f"protocol {protocol.name}")
         protocol = assumptions.apply(protocol, assume)
     try:
-        result = engines.check(protocol, engine, budget=budget, progress=progress, exhaustive=exhaustive, **options)
+        result = engines.check(protocol, options, budget=budget, progress=progress)
     except ProtocolError as e:
-        return error_result(protocol.name, protocol.loc.file, protocol.loc.line, protocol.devices, str(e), engine)
+        return error_result(protocol.name, protocol.loc.file, protocol.loc.line, protocol.devices, str(e),
+                            options.engine)
     from semcheck.passes.programs import outside_producers
     from semcheck.run.provenance import uncertain_races, with_data_race_note
 
@@ -63,7 +67,9 @@ class LoadReport:
 CAPTURE_GRACE = 2.0
 
 
-def load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | None = None, **options) -> list:
+def load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | None = None, *,
+                classification: Classification | None = None, assumed: tuple[str, ...] = (),
+                on_phases: OnPhases | None = None) -> list:
     """`load`, within what is left of `budget`: the capture subprocess is told the time left
     (it stops the script then and lowers what it captured), and the whole load runs under
     `bounded_phase`, which also stops a model file's own code and a capture that overruns."""
@@ -73,7 +79,8 @@ def load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | 
     what = f"loading {path} with {devices} devices"
     with bounded_phase(what, grace, progress=progress):
         try:
-            return load(path, devices, capture_timeout=max(left, 0.0), **options)
+            return load(path, devices, classification=classification, capture_timeout=max(left, 0.0),
+                        assumed=assumed, on_phases=on_phases)
         except LoadTimedOut:  # the check's own time ran out while its file loaded
             raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while {what}") from None
 

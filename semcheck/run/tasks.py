@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from semcheck.engines.budget import Budget, ProgressFn
+from semcheck.engines.options import CheckOptions
 from semcheck.passes.assumptions import Assumption
 from semcheck.ir import Protocol
 from semcheck.result import Result
@@ -30,27 +31,16 @@ ProgressFor = Callable[[str, int], "ProgressFn | None"]
 class SweepOptions:
     """How every check of the sweep runs: what `semcheck verify`'s flags say."""
 
-    engine: str = "auto"
+    check: CheckOptions = CheckOptions()  # the engine and its options (engines/options.py)
     budget: Budget | None = None
     assume: tuple[Assumption, ...] = ()
     invocations: int = 1
-    reduce: bool = True
-    symmetry: bool = True  # rotations of the device axis (engines/explicit/symmetry.py), when reducing
-    split: bool = True
-    unroll: int | None = None
     capture_timeout: float | None = None  # seconds a file may take to load (capture, model())
     cores_enter_together: bool = True  # the reading of core entry (semcheck/passes/core_entry.py)
-    exhaustive: bool = False  # every finding, not only the first counterexample (engines.check)
 
-    def check_options(self) -> dict:
-        options: dict[str, bool | int] = {"reduce": self.reduce, "split": self.split,
-                                          "cores_enter_together": self.cores_enter_together,
-                                          "exhaustive": self.exhaustive}
-        if not self.symmetry:
-            options["symmetry"] = False
-        if self.unroll is not None:
-            options["unroll"] = self.unroll
-        return options
+    @property
+    def engine(self) -> str:
+        return self.check.engine
 
 
 @dataclass(frozen=True)
@@ -107,7 +97,7 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
 
     from semcheck.passes import assumptions
     from semcheck.run.checks import (
-        LoadReport, check_loaded, check_protocol, error_result, error_text, load_error_result, load_within,
+        LoadReport, check_loaded, check_one, error_result, error_text, load_error_result, load_within,
         out_of_budget_loading, stem,
     )
     from semcheck.engines.budget import Budget, BudgetExceeded
@@ -163,8 +153,8 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
                                      protocol.devices, str(e), options.engine)
                 return _noting_a_smaller_mesh(error, protocol.devices, n, protocol.loc)
             progress = progress_for(protocol.name, n) if progress_for else None
-            result = check_protocol(protocol, engine=options.engine, budget=check_budget,
-                                    progress=progress, **options.check_options())
+            result = check_one(protocol, options.check, budget=check_budget, progress=progress,
+                               cores_enter_together=options.cores_enter_together)
             result.invocations = options.invocations
             return _noting_a_smaller_mesh(result, protocol.devices, n, protocol.loc)
 

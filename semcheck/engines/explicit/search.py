@@ -22,6 +22,7 @@ from semcheck.engines.explicit.independence import Independence
 from semcheck.engines.explicit.path import OnePath
 from semcheck.engines.explicit.reduction import isolated_action, stubborn_subset
 from semcheck.engines.explicit.store import Fifo, SearchTree, StateStore
+from semcheck.engines.options import ExplicitOptions
 from semcheck.semantics.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
 from semcheck.semantics import Action, State, System, without_gc
 
@@ -31,13 +32,10 @@ _MOVABLE_KEPT = 4096  # queued states whose movable threads are kept (others fin
 
 def explore(
     system: System,
+    options: ExplicitOptions = ExplicitOptions(),
     *,
-    reduce: bool = True,
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
-    stop_at_first: bool = False,
-    silence_reported_races: bool = True,
-    symmetry: bool | None = None,
 ) -> Exploration:
     """Explore every schedule (up to the reduction). Once a data race is reported between
     two lines, later races of that pair are dropped, and a line all of whose possible
@@ -56,8 +54,9 @@ def explore(
     images of each finding under the group are added at the end by replaying the image of
     its path (docs/search.md, "Symmetry")."""
     with without_gc():  # the search's tables and states hold no cycles (`without_gc`)
-        return _explore(system, reduce=reduce, budget=budget, progress=progress, stop_at_first=stop_at_first,
-                        silence_reported_races=silence_reported_races, symmetry=symmetry)
+        return _explore(system, reduce=options.reduce, budget=budget, progress=progress,
+                        stop_at_first=options.stop_at_first, silence_reported_races=options.silence_reported_races,
+                        symmetry=options.symmetry)
 
 
 def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: ProgressFn | None,  # noqa: C901

@@ -55,6 +55,7 @@ from semcheck.engines.z3 import guided
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn, ProgressInfo, rss_mb
 from semcheck.engines.causal import causal_past
 from semcheck.engines.common import Exploration
+from semcheck.engines.options import Z3Options
 from semcheck.engines.z3.encoding import Encoding
 from semcheck.engines.z3.scope import unmodelled
 from semcheck.engines.z3.terms import NOT, OR, fresh_context
@@ -65,7 +66,6 @@ from semcheck.semantics.properties import (
 from semcheck.semantics import Action, State, System
 
 NAME = "z3"
-DEFAULT_UNROLL = 8  # backward jumps per thread that depend on inputs or reads (unroll.py)
 
 
 class EncodingMismatch(AssertionError):
@@ -79,16 +79,15 @@ _Z3_IN_USE = threading.Lock()
 
 def explore(
     system: System,
+    options: Z3Options = Z3Options(),
     *,
-    unroll: int = DEFAULT_UNROLL,
     budget: Budget | None = None,
     progress: ProgressFn | None = None,
-    report_ends: bool = False,
-    stop_at_first: bool = False,
 ) -> Exploration:
-    """`report_ends`: also ask whether some execution ends cleanly (question 5), which only
-    merging independent parts needs. `stop_at_first`: ask no
-    more questions once an answer is an error (the check reports its first counterexample)."""
+    """`options.report_ends`: also ask whether some execution ends cleanly (question 5), which
+    only merging independent parts needs. `options.stop_at_first`: ask no more questions once
+    an answer is an error (the check reports its first counterexample)."""
+    unroll, report_ends, stop_at_first = options.unroll, options.report_ends, options.stop_at_first
     stop = budget.stop if budget is not None else None
     if stop is None:
         with _Z3_IN_USE:
