@@ -176,3 +176,19 @@ def test_actions_past_two_bytes_widen_the_record():
     tree.add(0, ("t", 40_000), frozenset())
     tree.add(1, ("t", 1), frozenset())
     assert [tree.via(i) for i in range(3)] == [None, ("t", 40_000), ("t", 1)]
+
+
+def test_interned_sequences_number_each_distinct_one_once():
+    from array import array
+    from random import Random
+
+    from semcheck.engines.explicit.store import _Sequences
+
+    sequences, numbers, plain = _Sequences(), [], {(): 0}
+    rng = Random(7)
+    drawn = [tuple(sorted(rng.sample(range(-40, 40), rng.randrange(0, 4)))) for _ in range(3000)]
+    for items in drawn:
+        plain.setdefault(items, len(plain))
+        numbers.append(sequences.intern(array("i", items)))
+    assert numbers == [plain[items] for items in drawn] and len(sequences) == len(plain)
+    assert all(tuple(sequences[number]) == items for items, number in plain.items())

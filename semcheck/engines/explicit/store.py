@@ -112,7 +112,7 @@ class _Pairs:
             slots[i] = node
 
     def nbytes(self) -> int:
-        return self.keys.itemsize * len(self.keys) + self._slots.itemsize * len(self._slots)
+        return sys.getsizeof(self.keys) + sys.getsizeof(self._slots)
 
 
 class _Positions:
@@ -165,7 +165,7 @@ class _Positions:
         slots[i] = position
 
     def nbytes(self) -> int:
-        return sum(a.itemsize * len(a) for a in (self.high, self.low, self._slots))
+        return sum(map(sys.getsizeof, (self.high, self.low, self._slots)))
 
 
 class StateStore:
@@ -416,7 +416,7 @@ class StateStore:
         met (as Python objects, measured). Not counted: the states kept unpacked between
         `add` and `take` (at most `_KEPT`, whatever the number of states), and the
         completions (`fixed_nbytes`)."""
-        images = self._images.itemsize * len(self._images) if self._images is not None else 0
+        images = sys.getsizeof(self._images) if self._images is not None else 0
         sides = deep_size((self._big, self._big_values, self._rest, self._rest_values))
         return self._pairs.nbytes() + self._index.nbytes() + images + sides
 
@@ -439,10 +439,9 @@ class SearchTree:
     def __init__(self, store: StateStore):
         self._store = store
         self.parent, self._via, self._sleep = array("i"), array("h"), array("H")
-        # each distinct sleep set as the bytes of its sorted codes (a tuple of them held an
-        # int object for each code past 256: three times the bytes)
-        self._sleep_sets: list[bytes] = [b""]
-        self._sleep_ids: dict[bytes, int] = {b"": 0}
+        # each distinct sleep set as its sorted codes, numbered (a dict of tuples cost 150
+        # to 200 bytes a set: most of a small search's bytes)
+        self._sleep_sets = _Sequences()
         self._decoded: dict[int, frozenset] = {0: frozenset()}  # the sets asked for lately
 
     def add(self, parent: int, action: Action | None, sleep: frozenset) -> None:
@@ -471,8 +470,7 @@ class SearchTree:
         if found is None:
             if len(self._decoded) >= _DECODED_KEPT:
                 self._decoded = {0: frozenset()}
-            codes = array("i", self._sleep_sets[number])
-            found = self._decoded[number] = frozenset(map(self._action, codes))
+            found = self._decoded[number] = frozenset(map(self._action, self._sleep_sets[number]))
         return found
 
     def set_sleep(self, i: int, sleep: frozenset) -> None:
@@ -481,20 +479,66 @@ class SearchTree:
     def _sleep_id(self, sleep: frozenset) -> int:
         if not sleep:
             return 0
-        codes = array("i", sorted(map(self._code, sleep))).tobytes()
-        found = self._sleep_ids.get(codes)
-        if found is None:
-            found = self._sleep_ids[codes] = len(self._sleep_sets)
-            self._sleep_sets.append(codes)
-            if found == 1 << 16 and self._sleep.typecode == "H":
-                self._sleep = array("i", self._sleep)  # more sleep sets than two bytes name
+        found = self._sleep_sets.intern(array("i", sorted(map(self._code, sleep))))
+        if found == 1 << 16 and self._sleep.typecode == "H":
+            self._sleep = array("i", self._sleep)  # more sleep sets than two bytes name
         return found
 
     def nbytes(self) -> int:
-        """The arrays and the distinct sleep sets (as Python objects, measured: they grow
-        with the states too, if much more slowly)."""
-        arrays = sum(a.itemsize * len(a) for a in (self.parent, self._via, self._sleep))
-        return arrays + deep_size((self._sleep_sets, self._sleep_ids))
+        """The arrays and the distinct sleep sets (they grow with the states too, if much
+        more slowly)."""
+        return sum(map(sys.getsizeof, (self.parent, self._via, self._sleep))) + self._sleep_sets.nbytes()
+
+
+class _Sequences:
+    """Interned sequences of 32-bit integers: `intern` numbers each distinct sequence once,
+    in order of first interning (0: the empty one). Kept end to end in a machine array, with
+    where each ends and an index by open addressing: 4 bytes an integer and 9 to 12 a
+    sequence."""
+
+    def __init__(self) -> None:
+        self._items = array("i")
+        self._bounds = array("I", [0, 0])  # sequence k is _items[_bounds[k]:_bounds[k + 1]]
+        self._slots = array("i", [-1]) * 16
+        self._place(hash(b""), 0)
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    def __getitem__(self, number: int) -> array:
+        return self._items[self._bounds[number]:self._bounds[number + 1]]
+
+    def intern(self, items: array) -> int:
+        slots, bounds, stored = self._slots, self._bounds, self._items
+        size = len(slots)
+        i = _slot(hash(items.tobytes()) & _MASK64, size)
+        while True:
+            found = slots[i]
+            if found < 0:
+                break
+            if stored[bounds[found]:bounds[found + 1]] == items:
+                return found
+            i = i + 1 if i + 1 < size else 0
+        found = len(bounds) - 1
+        stored.extend(items)
+        bounds.append(len(stored))
+        slots[i] = found
+        if 4 * len(self) > 3 * size:
+            self._slots = array("i", [-1]) * _grown(size)
+            for known in range(len(self)):
+                self._place(hash(self[known].tobytes()), known)
+        return found
+
+    def _place(self, hashed: int, number: int) -> None:
+        slots = self._slots
+        size = len(slots)
+        i = _slot(hashed & _MASK64, size)
+        while slots[i] >= 0:
+            i = i + 1 if i + 1 < size else 0
+        slots[i] = number
+
+    def nbytes(self) -> int:
+        return sum(map(sys.getsizeof, (self._items, self._bounds, self._slots)))
 
 
 class Fifo:
