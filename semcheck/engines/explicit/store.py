@@ -24,8 +24,8 @@ count, register or input) are numbered in a side table first.
 What grows with the stored states (`nbytes`): the nodes and their index, each state's key
 and its slot in the visited set's index, the symmetry element that maps a stored key's
 state to the state reached (one byte, under symmetry), the big values and fault
-combinations met, and the search's records and distinct sleep sets (`SearchTree`): 64 to
-69 bytes a stored state on the all-reduce examples at 1,130 to 29,226 states. What grows
+combinations met, and the search's records and distinct sleep sets (`SearchTree`): 61 to
+71 bytes a stored state on the all-reduce examples at 1,130 to 29,226 states. What grows
 with the protocol instead (`fixed_nbytes`), kept once: the numbered completions, their
 accesses shared between equal ones (docs/benchmarks.md gives both per example).
 
