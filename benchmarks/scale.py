@@ -11,6 +11,13 @@ run given `--timeout T` ends within T + 5 s whatever phase it is in. Targets are
 
 The machine is shared: run it sparingly, and read the numbers as of the load at the time.
 
+`stored`, `B/state` and `fixed KB` are the explicit search's state store (docs/benchmarks.md,
+"bytes a stored state"): the states it stored, what its store grew by per stored state
+(`(stats.store_bytes - stats.store_fixed_bytes) / stored`: the trees' nodes and their index,
+each state's key and its index slot, the search's records and sleep sets), and the tables
+that grow with the protocol and not with the states, printed on their own rather than spread
+over the states (`stats.store_fixed_bytes`: the numbered completions and their accesses).
+
 Per-state reduction work (issue 12, branch perf), CPU seconds (user + system) of the whole
 process from `/usr/bin/time -v`, `semcheck verify ... --engine explicit`, 2 cores at load
 about 4.5, before (main 79e7e11) and after: `pending_on` answers kept per state and resource,
@@ -318,17 +325,21 @@ def measure(row: Row, timeout: float, max_memory: float) -> dict:
         results = json.loads(run["stdout"])["results"]
     except (json.JSONDecodeError, KeyError):
         return {**run, "verdict": f"exit {run['code']}", "states": "-", "engine": "-", "note": run["stderr"][-200:],
-                "stored": "-", "per_state": "-"}
+                "stored": "-", "per_state": "-", "fixed": "-"}
     verdicts = sorted({r["verdict"] for r in results})
     kinds = sorted({v["kind"] for r in results for v in r["violations"]})
     note = next((n for r in results for n in r["notes"] if "ran out" in n or "decided" in n), "")
     stored = [r["stats"].get("stored_states") for r in results]
     store_bytes = [r["stats"].get("store_bytes") for r in results]
-    known = None not in stored and None not in store_bytes
+    fixed = [r["stats"].get("store_fixed_bytes") for r in results]
+    known = None not in stored and None not in store_bytes and None not in fixed
     return {
         "stored": f"{sum(stored):,}" if known else "-",
-        # what the explicit search's store held per state it stored (`stats.store_bytes`)
-        "per_state": f"{sum(store_bytes) / sum(stored):.0f}" if known and sum(stored) else "-",
+        # what the explicit search's store grew by per state it stored: all it held
+        # (`stats.store_bytes`) less its tables that do not grow with the states
+        # (`stats.store_fixed_bytes`: the numbered completions), which have their own column
+        "per_state": f"{(sum(store_bytes) - sum(fixed)) / sum(stored):.0f}" if known and sum(stored) else "-",
+        "fixed": f"{sum(fixed) / 1000:.0f}" if known and sum(stored) else "-",
         **run,
         "verdict": "/".join(verdicts) + (f" ({', '.join(kinds)})" if kinds else ""),
         "states": f"{sum(r['stats']['states'] for r in results):,}",
@@ -358,13 +369,13 @@ def main() -> None:
             for r in table:
                 print(r.name)
             return
-        header = ("check", "target", "CPU s", "wall s", "peak MB", "states", "stored", "B/state", "verdict",
-                  "engine")
+        header = ("check", "target", "CPU s", "wall s", "peak MB", "states", "stored", "B/state", "fixed KB",
+                  "verdict", "engine")
         lines = []
         for row in table:
             m = measure(row, args.timeout, args.max_memory)
             lines.append((row.name, row.target, f"{m['cpu']:.1f}", f"{m['wall']:.1f}", f"{m['peak_mb']:.0f}",
-                          m["states"], m["stored"], m["per_state"], m["verdict"], m["engine"]))
+                          m["states"], m["stored"], m["per_state"], m["fixed"], m["verdict"], m["engine"]))
             print("  " + " | ".join(lines[-1]) + (f"  [{m['note'][:140]}]" if m["note"] else ""), file=sys.stderr)
         widths = [max(len(str(x[i])) for x in [header, *lines]) for i in range(len(header))]
         print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")

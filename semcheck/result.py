@@ -290,9 +290,11 @@ class Stats:
     encoded_events: int | None = None
     solver_queries: int | None = None
     # The explicit engine: the states it stored (none of a one-path stretch) and the bytes its
-    # store held for them (engines/explicit/store.py), the search's own per-state records included.
+    # store held for them (engines/explicit/store.py), the search's own per-state records included;
+    # of those, the tables that grow with the protocol and not with the states (the numbered completions).
     stored_states: int | None = None
     store_bytes: int | None = None
+    store_fixed_bytes: int | None = None
 
 
 @dataclass

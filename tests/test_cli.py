@@ -54,8 +54,8 @@ def test_json_document_has_the_contract_fields(capsys):
     assert (r["kernel"], r["backend"], r["devices"], r["cores"], r["engine"]) == (
         "ring_allgather_missing_signal", "model", 4, 1, "explicit")
     # the explicit search says what it stored: nothing, on the path to the ring's deadlock
-    assert set(r["stats"]) == {"states", "transitions", "seconds", "stored_states", "store_bytes"}
-    assert (r["stats"]["stored_states"], r["stats"]["store_bytes"]) == (0, 0)
+    assert set(r["stats"]) == {"states", "transitions", "seconds", "stored_states", "store_bytes", "store_fixed_bytes"}
+    assert (r["stats"]["stored_states"], r["stats"]["store_bytes"], r["stats"]["store_fixed_bytes"]) == (0, 0, 0)
     [v] = r["violations"]
     assert {"kind", "severity", "message", "device", "core", "location", "trace"} <= set(v)
     assert v["location"]["file"].endswith("ring_allgather_missing_signal.py") and v["location"]["line"] > 0

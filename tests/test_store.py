@@ -1,15 +1,18 @@
 """The explicit search's state store is exact: a state's tree unpacks to an equal state, and
-two states get one root exactly when they are equal (`engines/explicit/store.py`), so the
-search omits nothing and needs no collision probability stated."""
+two states get one key exactly when they are equal (`engines/explicit/store.py`), so the
+search omits nothing and needs no collision probability stated. Checked against a plain
+set (and, under symmetry, a plain dict of orbits) of the same states."""
 
 import pytest
 from hypothesis import HealthCheck
 
+from semcheck.engines.explicit import symmetry
 from semcheck.engines.explicit.store import Fifo, SearchTree, StateStore
 from semcheck.model import ProtocolBuilder
 from semcheck.semantics import Counts, System
 from tests.strategies import capacity_ring_protocols, control_flow_protocols, protocols, ring_protocols
 from tests.test_scale_tables import reachable_states
+from tests.test_symmetry import symmetric_protocols
 from tests.tiers import example_counts, run_examples
 
 ANY_PROTOCOL = protocols() | control_flow_protocols() | ring_protocols() | capacity_ring_protocols()
@@ -23,17 +26,51 @@ def test_every_state_unpacks_to_itself_and_roots_tell_states_apart(examples):
 def states_round_trip(protocol):
     system = System(protocol)
     store = StateStore(system)
-    roots = {}
+    keys: dict[int, object] = {}
+    plain: dict[object, int] = {}  # the same states in a plain dict: state -> position
+    for state in [*reachable_states(system), *reachable_states(system, limit=50)]:  # each met again too
+        key = store.pack(state)
+        assert store.unpack(key) == state
+        keys.setdefault(key, state)
+        assert keys[key] == state  # one key, one state
+        assert store.find(key) == plain.get(state)
+        if state not in plain:
+            position = plain[state] = store.add(key, state)
+            assert store.find(key) == position and len(store) == len(plain)
+            assert store[position] == state and store.holds(position, state, state, 0)
+    assert len(set(keys.values())) == len(keys)
+    assert [store[p] for p in range(len(store))] == list(plain)  # what `take` unpacks, in order
+
+
+@pytest.mark.parametrize("examples", example_counts(fast=25, slow=200))
+def test_under_symmetry_one_position_per_orbit_holding_the_state_reached(examples):
+    # protocols made symmetric under rotation (random rings seldom are: then every image is 0)
+    run_examples(orbits_match_a_plain_dict, symmetric_protocols(), examples=examples,
+                 suppress_health_check=[HealthCheck.too_slow])
+
+
+def orbits_match_a_plain_dict(protocol):
+    """Each state looked up by its orbit's least image (as the search does where it
+    branches): the store finds a position exactly when a plain dict of least images does,
+    and gives back the state first stored there, not its key's."""
+    system = System(protocol)
+    group = symmetry.rotations(system)
+    store = StateStore(system, group)
+    plain: dict[object, tuple[int, object]] = {}  # least image -> (position, the state stored)
     for state in reachable_states(system):
-        root = store.pack(state)
-        assert store.unpack(root) == state
-        roots.setdefault(root, state)
-        assert roots[root] == state  # one root, one state
-        if store.find(root) is None:
-            position = store.add(root, state, state)
-            assert store.find(root) == position
-            assert store[position] == state and store.holds(position, state)
-    assert len(set(roots.values())) == len(roots)
+        least, g = group.canonical(state) if group is not None else (state, 0)
+        image = group.inverse(g) if group is not None else 0
+        assert group is None or group.image(least, image) == state
+        key = store.pack(least)
+        known = plain.get(least)
+        assert store.find(key) == (known[0] if known else None)
+        if known is None:
+            plain[least] = (store.add(key, state, image), state)
+        else:
+            position, stored = known
+            assert store.holds(position, state, least, image) == (stored == state)
+    for position, stored in plain.values():
+        assert store[position] == stored and store.take(position) == stored
 
 
 def _two_threads() -> System:
@@ -112,21 +149,60 @@ def test_the_queue_is_first_in_first_out_across_its_compaction():
     assert not queue
 
 
-def test_roots_other_than_their_keys_are_kept_sparse_then_in_an_array():
+def test_a_state_stored_under_its_images_key_comes_back_as_reached():
     """Under symmetry a state is looked up by its orbit's least image (its key) and stored
-    as reached (its root): a few such roots in a dict, then every root in an array."""
+    as the group element that maps the key's state to it: one byte, not a second tree."""
     system = _two_threads()
-    store = StateStore(system)
+    group = symmetry.rotations(system)
+    assert group is not None and group.order == 2
+    store = StateStore(system, group)
     initial = system.initial_state(())
-    states = [initial._replace(regs=((k,), (k + 1,))) for k in range(4000)]
-    images = [s._replace(regs=(s.regs[1], s.regs[0])) for s in states]
-    for k, (state, image) in enumerate(zip(states, images)):
-        reached = image if k % 3 == 0 else state  # every third stored under another's key
-        store.add(store.pack(state), reached, state)
-        if k == 300:
-            assert store._roots is None and len(store._other_roots) == 101  # sparse while few
-    assert store._roots is not None and not store._other_roots
-    for k, (state, image) in enumerate(zip(states, images)):
-        assert store.find(store.pack(state)) == k
-        assert store[k] == (image if k % 3 == 0 else state)
-        assert store.holds(k, store[k]) and not store.holds(k, image if k % 3 else state)
+    states = [initial._replace(pcs=(k % 3, k // 3 % 3), regs=((k,), (k + 1,))) for k in range(40)]
+    for k, state in enumerate(states):
+        least, g = group.canonical(state)
+        assert store.add(store.pack(least), state, group.inverse(g)) == k
+    assert store._images is not None and store._images.typecode == "B"
+    for k, state in enumerate(states):
+        assert store.find(store.pack(group.canonical(state)[0])) == k
+        assert store[k] == state and store.take(k) == state
+        least, g = group.canonical(state)
+        assert store.holds(k, state, least, group.inverse(g))
+        swapped, (same, h) = group.image(state, 1), group.canonical(group.image(state, 1))
+        assert same == least  # one orbit, one key
+        assert store.holds(k, swapped, least, group.inverse(h)) == (swapped == state)
+
+
+def test_actions_past_two_bytes_widen_the_record():
+    tree = SearchTree(StateStore(_two_threads()))
+    tree.add(-1, None, frozenset())
+    tree.add(0, ("t", 40_000), frozenset())
+    tree.add(1, ("t", 1), frozenset())
+    assert [tree.via(i) for i in range(3)] == [None, ("t", 40_000), ("t", 1)]
+
+
+def test_interned_sequences_number_each_distinct_one_once():
+    from array import array
+    from random import Random
+
+    from semcheck.engines.explicit.store import _Sequences
+
+    sequences, numbers, plain = _Sequences(), [], {(): 0}
+    rng = Random(7)
+    drawn = [tuple(sorted(rng.sample(range(-40, 40), rng.randrange(0, 4)))) for _ in range(3000)]
+    for items in drawn:
+        plain.setdefault(items, len(plain))
+        numbers.append(sequences.intern(array("i", items)))
+    assert numbers == [plain[items] for items in drawn] and len(sequences) == len(plain)
+    assert all(tuple(sequences[number]) == items for items, number in plain.items())
+
+
+def test_a_search_reports_its_fixed_tables_apart_from_what_grows_with_the_states():
+    """`store_fixed_bytes` (the numbered completions) is part of `store_bytes`, and the rest
+    is what the states' own tables hold (benchmarks/scale.py prints their ratio)."""
+    from semcheck.engines.explicit import search
+
+    system = _two_threads()
+    found = search.explore(system, reduce=False)
+    assert found.stored_states == found.states > 1
+    assert found.store_fixed_bytes is not None and found.store_bytes is not None
+    assert 0 < found.store_fixed_bytes < found.store_bytes

@@ -25,6 +25,7 @@ class Exploration:
     solver_queries: int | None = None  # z3: how many satisfiability checks it took
     stored_states: int | None = None  # explicit: the states it stored (a one-path stretch stores none)
     store_bytes: int | None = None  # explicit: what its store held for them
+    store_fixed_bytes: int | None = None  # explicit: of those, what grows with the protocol, not the states
     ends: set[str] = field(default_factory=set)  # how the end states found ended (properties.end_kind)
     notes: list[str] = field(default_factory=list)  # what the engine's search rested on (e.g. symmetry)
 
@@ -73,6 +74,7 @@ def to_result(exploration: Exploration, engine: str, *, first_only: bool = False
             solver_queries=exploration.solver_queries,
             stored_states=exploration.stored_states,
             store_bytes=exploration.store_bytes,
+            store_fixed_bytes=exploration.store_fixed_bytes,
         ),
         notes=notes,
         ends=frozenset(exploration.ends),

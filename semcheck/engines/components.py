@@ -180,6 +180,7 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
             solver_queries=_sum_known(r.stats.solver_queries for r in results),
             stored_states=_sum_known(r.stats.stored_states for r in results),
             store_bytes=_sum_known(r.stats.store_bytes for r in results),
+            store_fixed_bytes=_sum_known(r.stats.store_fixed_bytes for r in results),
         ),
         notes=notes,
         runs=merge_runs(results),

@@ -53,6 +53,7 @@ def combine_stats(stats: list[Stats], seconds: float) -> Stats:
         solver_queries=known(s.solver_queries for s in stats),
         stored_states=known(s.stored_states for s in stats),
         store_bytes=known(s.store_bytes for s in stats),
+        store_fixed_bytes=known(s.store_fixed_bytes for s in stats),
     )
 
 

@@ -246,10 +246,12 @@ def _solver_stats(r: Result) -> dict:
 
 def _store_stats(r: Result) -> dict:
     """The explicit engine: how many states it stored and the bytes its store held for
-    them (states on a one-path stretch are visited, not stored)."""
+    them (states on a one-path stretch are visited, not stored), and of those bytes the
+    ones that do not grow with the states."""
     if r.stats.stored_states is None:
         return {}
-    return {"stored_states": r.stats.stored_states, "store_bytes": r.stats.store_bytes}
+    return {"stored_states": r.stats.stored_states, "store_bytes": r.stats.store_bytes,
+            "store_fixed_bytes": r.stats.store_fixed_bytes}
 
 
 def _engine_runs(r: Result) -> dict:

@@ -83,7 +83,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
         return found
     if group is not None:
         found.notes.append(group.describe())
-    states = StateStore(system)  # position -> state, in a tree of shared pairs; looked up by key
+    states = StateStore(system, group)  # position -> state, in a tree of shared pairs; looked up by key
     tree = SearchTree(states)  # position -> parent, action, sleep set
     # queued state -> threads that can move in it (while few are queued: else found again)
     movable: dict[int, tuple[int, ...]] = {}
@@ -123,9 +123,9 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 if finding.kind is Kind.DATA_RACE and silence_reported_races:
                     ind.report(finding.loc, finding.other)
 
-    def store(state: State, key_state: State, sleeping: frozenset, at_depth: int,
+    def store(state: State, key_state: State, image: int, sleeping: frozenset, at_depth: int,
               ready: tuple[int, ...] | None) -> int:
-        position = states.add(states.pack(key_state), state, key_state)
+        position = states.add(states.pack(key_state), state, image)
         tree.add(-1, None, sleeping)
         queue.append(position, at_depth)
         if ready is not None:
@@ -146,20 +146,20 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
             if ended_on_path is not None:  # the whole reduced graph is one path: nothing stored
                 found.states = len(path) + 1
                 found.transitions = transitions
-                found.stored_states, found.store_bytes = 0, 0
+                found.stored_states, found.store_bytes, found.store_fixed_bytes = 0, 0, 0
                 if group is not None:
                     _add_images(system, ind, group, found, silence_reported_races)
                 found.seconds = monitor.elapsed()
                 found.peak_memory_mb = monitor.peak_mb
                 return found
             assert path.end is not None
-            store(path.end, path.end, frozenset(), len(path), path.ready)
+            store(path.end, path.end, 0, frozenset(), len(path), path.ready)
         else:
             for state in _chain(first, second, initial_states):
                 monitor.tick(len(states), 0)
-                key_state = state if group is None else group.canonical(state)[0]
+                key_state, image = _key_state(group, state)
                 if states.find(states.pack(key_state)) is None:
-                    store(state, key_state, frozenset(), 0, None)
+                    store(state, key_state, image, frozenset(), 0, None)
     except BudgetExceeded as exceeded:
         queue.clear()
         found.exhausted = exceeded.reason
@@ -211,11 +211,11 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                     inherited = frozenset()
                 done.append(action)
                 # where the search branches, a successor is looked up by its orbit
-                key_state = successor if group is None or len(chosen) == 1 else group.canonical(successor)[0]
+                key_state, image = _key_state(group if len(chosen) > 1 else None, successor)
                 key = states.pack(key_state)
                 j = states.find(key)
                 if j is None:
-                    j = states.add(key, successor, key_state)
+                    j = states.add(key, successor, image)
                     tree.add(i, action, inherited)
                     queue.append(j, depth + 1)
                     if len(movable) < _MOVABLE_KEPT:
@@ -226,7 +226,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                         record(fault_findings(system, successor, state.faults), j)
                     if successor.hazards != state.hazards:
                         record(hazard_findings(system, successor, state.hazards), j)
-                elif group is not None and not states.holds(j, key if key_state is successor else successor):
+                elif group is not None and not states.holds(j, successor, key_state, image):
                     # another state of the orbit: its sleep set names that state's actions,
                     # so it is expanded again with none asleep
                     if tree.sleep(j):
@@ -257,7 +257,9 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
         _add_images(system, ind, group, found, silence_reported_races)
     found.states = on_path + len(states)
     found.transitions = transitions
-    found.stored_states, found.store_bytes = len(states), states.nbytes() + tree.nbytes()
+    found.stored_states = len(states)
+    found.store_fixed_bytes = states.fixed_nbytes()
+    found.store_bytes = states.nbytes() + tree.nbytes() + found.store_fixed_bytes
     found.seconds = monitor.elapsed()
     found.peak_memory_mb = monitor.peak_mb
     return found
@@ -292,6 +294,15 @@ def _add_images(system: System, ind: Independence, group: symmetries.Rotations, 
             if not system.enabled(state, system.movable_threads(state)):
                 for image in terminal_findings(system, state):
                     found.add(image, start, path)
+
+
+def _key_state(group: symmetries.Rotations | None, state: State) -> tuple[State, int]:
+    """The state `state` is looked up by (its orbit's least image under `group`, if any)
+    and the group element that maps that one back to `state`."""
+    if group is None:
+        return state, 0
+    least, g = group.canonical(state)
+    return least, group.inverse(g)
 
 
 def _chain(first, second, rest):

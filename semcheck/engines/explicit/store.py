@@ -6,27 +6,28 @@ first time the store sees it); the non-zero semaphore counts as (id, count) pair
 tail: the faults and hazards (one number for each distinct combination: most states have
 none) with the lengths of the two parts that vary. Each part is folded pairwise into a
 binary tree whose nodes are interned: a node is the pair of its children's ids, kept once
-in a table of machine integers (`_Pairs`), and the state's key is the pair of its pcs' root
-and the node (completions, (counts, tail)), one 64-bit integer not interned itself (tree
-compression, as LTSmin stores states: Laarman, van de Pol, Weber, "Parallel recursive state
-compression for free", SPIN 2011). A successor differs from its parent in a pc or two, a
-count and a completion or two, so most of its nodes already exist: it costs the few new
-nodes on the paths from what changed to the root, 13 to 16 bytes each with their index
-(3.0 a state for the ring all-reduce without capacity at 8 devices, 4.2 for the one with
-capacity, twice: with the key, its index and the search's records 80 to 90 bytes a state,
-where a packed copy of the whole state cost 500 to 600).
+in a table of machine integers (`_Pairs`), and the state's key is four ids (the two top
+nodes of the pcs' tree, the completions' root, the node (counts, tail)), 128 bits kept in
+the visited set itself, not interned (tree compression, as LTSmin stores states: Laarman,
+van de Pol, Weber, "Parallel recursive state compression for free", SPIN 2011). A
+successor differs from its parent in a pc or two, a count and a completion or two, so most
+of its nodes already exist: it costs the few new nodes on the paths from what changed to
+the top, 13 to 16 bytes each with their index (1.7 to 2.7 a state on the all-reduce
+examples). The two nodes that joined those four ids into one 64-bit key were new for
+almost every state (14 bytes each); as 8 more bytes of key they cost less.
 
 It is exact, not hash compaction: interning is by the pair's value, so two states get the
-same root exactly when their vectors are equal, and a root unpacks to an equal state.
+same key exactly when their vectors are equal, and a key unpacks to an equal state.
 Nothing is omitted, so no probability needs stating. Values that do not fit 31 bits (a big
 count, register or input) are numbered in a side table first.
 
-What does not grow with the states is kept once: the numbered completions (their accesses
-shared between equal ones), the big values, the fault combinations, and the search's
-distinct sleep sets; `nbytes` counts them too, so a search of a few thousand states pays
-some tens of bytes a state for them (`allreduce_ring.py` at 8 devices, twice: 416
-completions in 96 KB, 43 bytes for each of its 2,296 states, beside the 88 that each
-state's nodes, key and records cost).
+What grows with the stored states (`nbytes`): the nodes and their index, each state's key
+and its slot in the visited set's index, the symmetry element that maps a stored key's
+state to the state reached (one byte, under symmetry), the big values and fault
+combinations met, and the search's records and distinct sleep sets (`SearchTree`): 61 to
+71 bytes a stored state on the all-reduce examples at 1,130 to 29,226 states. What grows
+with the protocol instead (`fixed_nbytes`), kept once: the numbered completions, their
+accesses shared between equal ones (docs/benchmarks.md gives both per example).
 
 The search's own per-state bookkeeping (parent, action, sleep set, and the queue with each
 queued state's depth) is kept in machine arrays too (`SearchTree`, `Fifo`): one Python int,
@@ -39,14 +40,18 @@ import sys
 from array import array
 from itertools import chain
 from operator import is_
+from typing import TYPE_CHECKING
 
 from semcheck.semantics import Action, Counts, Event, State, System
+
+if TYPE_CHECKING:
+    from semcheck.engines.explicit.symmetry import Rotations
 
 _MULTIPLIER = 0x9E3779B97F4A7C15  # Fibonacci hashing of a 64-bit key
 _MASK64 = (1 << 64) - 1
 _SMALL = 1 << 31  # values below this are their own leaves; others are numbered past it
-_FIRST_SLOTS = 1024
-_SPLIT = 32  # a root is one 64-bit key: its two halves
+_FIRST_SLOTS = 64
+_MASK32 = 0xFFFFFFFF
 
 
 def _slot(key: int, size: int) -> int:
@@ -107,58 +112,68 @@ class _Pairs:
             slots[i] = node
 
     def nbytes(self) -> int:
-        return self.keys.itemsize * len(self.keys) + self._slots.itemsize * len(self._slots)
+        return sys.getsizeof(self.keys) + sys.getsizeof(self._slots)
 
 
 class _Positions:
-    """Key -> position, as open addressing over positions: a slot holds a position, whose
-    key is `keys[position]` (4 bytes a slot, kept at most three quarters full)."""
+    """The visited set: 128-bit keys numbered from 0 in order of adding (a key's number is
+    its state's position), each kept as two 8-byte halves, and an index of them by open
+    addressing over positions (4 bytes a slot, kept at most three quarters full)."""
 
-    def __init__(self, keys: array):
-        self._keys = keys
+    def __init__(self) -> None:
+        self.high, self.low = array("Q"), array("Q")  # position -> its key's two halves
         self._slots = array("i", [-1]) * _FIRST_SLOTS
-        self._count = 0
+
+    def __len__(self) -> int:
+        return len(self.low)
+
+    def key(self, position: int) -> int:
+        return self.high[position] << 64 | self.low[position]
 
     def find(self, key: int) -> int | None:
-        slots, keys = self._slots, self._keys
+        high, low = key >> 64, key & _MASK64
+        slots, highs, lows = self._slots, self.high, self.low
         size = len(slots)
-        i = (((key * _MULTIPLIER) & _MASK64) * size) >> 64
+        i = _slot(high ^ low, size)
         while True:
             found = slots[i]
             if found < 0:
                 return None
-            if keys[found] == key:
+            if lows[found] == low and highs[found] == high:
                 return found
             i = i + 1 if i + 1 < size else 0
 
-    def add(self, key: int, position: int) -> None:
-        """`position` (whose key is `key`, not yet present) under `key`."""
-        self._count += 1
-        if 4 * self._count > 3 * len(self._slots):
+    def add(self, key: int) -> int:
+        """The position of `key`, not yet present, added."""
+        position = len(self.low)
+        high, low = key >> 64, key & _MASK64
+        self.high.append(high)
+        self.low.append(low)
+        if 4 * len(self.low) > 3 * len(self._slots):
             self._slots = array("i", [-1]) * _grown(len(self._slots))
-            for known in range(len(self._keys)):
-                if known != position:
-                    self._place(self._keys[known], known)
-        self._place(key, position)
+            for known in range(position):
+                self._place(self.high[known] ^ self.low[known], known)
+        self._place(high ^ low, position)
+        return position
 
-    def _place(self, key: int, position: int) -> None:
+    def _place(self, mixed: int, position: int) -> None:
         slots = self._slots
         size = len(slots)
-        i = _slot(key, size)
+        i = _slot(mixed, size)
         while slots[i] >= 0:
             i = i + 1 if i + 1 < size else 0
         slots[i] = position
 
     def nbytes(self) -> int:
-        return self._slots.itemsize * len(self._slots)
+        return sum(map(sys.getsizeof, (self.high, self.low, self._slots)))
 
 
 class StateStore:
-    """Positions of visited states, looked up by a key (the root of a state's tree: the
-    state itself, or its orbit's representative under a symmetry), each holding the root
-    of the state reached."""
+    """Positions of visited states, looked up by a key (a state's tree: the state itself,
+    or its orbit's representative under `group`), each holding the group element that
+    maps the key's state to the state reached there."""
 
-    def __init__(self, system: System):
+    def __init__(self, system: System, group: Rotations | None = None):
         self._threads = len(system.bodies)
         self._sizes = tuple(len(r) for r in system.registers)
         self._inputs = len(system.protocol.inputs)
@@ -166,13 +181,14 @@ class StateStore:
         self._pairs = _Pairs()
         # two program counters to a leaf when every one fits 15 bits (the pc + 1 of each)
         self._paired_pcs = max((len(body) for body in system.bodies), default=0) + 1 < 1 << 15
-        self._keys = array("Q")  # position -> the root it is looked up by
-        # position -> the root of the state there, where it is not its key (under symmetry,
-        # a state reached where the search branches is looked up by its orbit's least
-        # image): a few in a dict, an array once many are
-        self._other_roots: dict[int, int] = {}
-        self._roots: array | None = None
-        self._index = _Positions(self._keys)  # key -> position
+        self._index = _Positions()  # key -> position, position -> key
+        # position -> the element of `group` that maps its key's state to the state reached
+        # there (under symmetry, a state reached where the search branches is looked up by
+        # its orbit's least image): one or two bytes
+        self._group = group if group is not None and group.order > 1 else None
+        self._images: array | None = None
+        if self._group is not None:
+            self._images = array("B" if self._group.order <= 256 else "H" if self._group.order <= 65_536 else "i")
         self._big: dict[int, int] = {}  # a value that does not fit 31 bits -> its number
         self._big_values: list[int] = []
         # faults and hazards: each distinct combination numbered once (most states have none)
@@ -199,7 +215,7 @@ class StateStore:
     # -- packing --
 
     def pack(self, state: State) -> int:
-        """The root of `state`'s tree (its nodes interned as needed)."""
+        """The key of `state`: its three trees' ids (their nodes interned as needed)."""
         leaf = self._leaf
         intern = self._pairs.intern
         own = [pc + 1 for pc in state.pcs]  # a faulted thread's pc is -1
@@ -219,28 +235,32 @@ class StateStore:
         # the lengths of the two parts that vary (which the shapes of their trees follow)
         tail = intern(number, intern(leaf(len(items)), leaf(len(events))))
         # what changes least goes deepest: most steps move a pc and a completion, few a
-        # count; the root is not interned: its two halves are the state's key
-        return self._fold(own) << _SPLIT | intern(self._fold(events), intern(self._fold(sems), tail))
+        # count; the top is not interned: the three ids are the state's key
+        left, right = self._fold(own, 2)
+        (events_root,) = self._fold(events)
+        (sems_root,) = self._fold(sems)
+        return ((left << 32 | right) << 32 | events_root) << 32 | intern(sems_root, tail)
 
-    def _fold(self, values: list[int]) -> int:
-        """The root of `values`' tree: pairs folded level by level, an odd last one carried
-        up as it is (so the shape depends on the length alone)."""
+    def _fold(self, values: list[int], top: int = 1) -> list[int]:
+        """The `top` nodes at the top of `values`' tree: pairs folded level by level, an odd
+        last one carried up as it is (so the shape depends on the length alone), until at
+        most `top` are left; 0 for each one missing."""
         intern = self._pairs.intern
-        while len(values) > 1:
+        while len(values) > top:
             folded = [intern(values[k], values[k + 1]) for k in range(0, len(values) - 1, 2)]
             if len(values) % 2:
                 folded.append(values[-1])
             values = folded
-        return values[0] if values else 0
+        return values + [0] * (top - len(values))
 
-    def _unfold(self, root: int, length: int) -> list[int]:
-        """The `length` values whose tree `root` is."""
-        if length <= 1:
-            return [root] if length else []
+    def _unfold(self, tops: list[int], length: int) -> list[int]:
+        """The `length` values whose tree's top nodes are `tops`."""
+        if length <= len(tops):
+            return tops[:length]
         sizes = [length]
-        while sizes[-1] > 1:
+        while sizes[-1] > len(tops):
             sizes.append((sizes[-1] + 1) // 2)
-        level = [root]
+        level = tops
         pair = self._pairs.pair
         for size in reversed(sizes[:-1]):
             below: list[int] = []
@@ -309,16 +329,16 @@ class StateStore:
 
     # -- unpacking --
 
-    def unpack(self, root: int) -> State:
+    def unpack(self, key: int) -> State:
         pair = self._pairs.pair
-        own_root, right = root >> _SPLIT, root & 0xFFFFFFFF
-        events_root, last = pair(right)
+        own_tops = [key >> 96, (key >> 64) & _MASK32]
+        events_root, last = (key >> 32) & _MASK32, key & _MASK32
         sems_root, tail = pair(last)
         rest, lengths = pair(tail)
         count_items, count_events = map(self._value, pair(lengths))
         threads, registers = self._threads, sum(self._sizes)
         leaves = (threads + 1) // 2 if self._paired_pcs else threads
-        own = self._unfold(own_root, leaves + registers + self._inputs)
+        own = self._unfold(own_tops, leaves + registers + self._inputs)
         if self._paired_pcs:
             unpaired: list[int] = []
             for leaf in own[:threads // 2]:
@@ -335,10 +355,10 @@ class StateStore:
         else:
             regs = [() for _ in self._sizes]
         faults, hazards = self._rest_values[rest]
-        flat_sems = [self._value(v) for v in self._unfold(sems_root, 2 * count_items)]
+        flat_sems = [self._value(v) for v in self._unfold([sems_root], 2 * count_items)]
         pairs = iter(flat_sems)
         sems = Counts(self._sem_count, tuple(zip(pairs, pairs)))
-        ids = self._unfold(events_root, count_events)
+        ids = self._unfold([events_root], count_events)
         events = tuple(map(self._events.__getitem__, ids))
         if events:
             self._last_events, self._last_ids = events, ids
@@ -350,81 +370,86 @@ class StateStore:
         """The position of a key, if stored."""
         return self._index.find(key)
 
-    def add(self, key: int, state: State, key_state: State) -> int:
-        """Store `state` under `key` (of `key_state`); its position. The object itself is
-        kept for `take`, while few are."""
-        position = len(self._keys)
-        self._keys.append(key)
-        self._index.add(key, position)
-        root = key if state is key_state else self.pack(state)
-        if self._roots is not None:
-            self._roots.append(root)
-        elif root != key:
-            self._other_roots[position] = root
-            if len(self._other_roots) > _SPARSE_ROOTS and len(self._other_roots) * 12 > len(self._keys):
-                # a dict entry costs about 12 times an array's: an array for every position
-                self._roots = array("Q", self._keys)
-                for at, other in self._other_roots.items():
-                    self._roots[at] = other
-                self._other_roots = {}
+    def add(self, key: int, state: State, image: int = 0) -> int:
+        """Store `state` under `key`, whose state the group element `image` maps to
+        `state` (0: `state` is the key's); its position. The object itself is kept for
+        `take`, while few are."""
+        position = self._index.add(key)
+        if self._images is not None:
+            self._images.append(image)
+        else:
+            assert image == 0, "a state stored under another's key needs the store's group"
         if len(self._kept) < _KEPT:
             self._kept[position] = state
         return position
-
-    def _root(self, position: int) -> int:
-        if self._roots is not None:
-            return self._roots[position]
-        return self._other_roots.get(position, self._keys[position])
 
     def take(self, position: int) -> State:
         """The state at `position`, to be expanded: the object `add` kept, if it still
         holds it (once only), else unpacked."""
         state = self._kept.pop(position, None)
         if state is None:
-            return self.unpack(self._root(position))
+            return self[position]
         return state
 
-    def holds(self, position: int, state: State | int) -> bool:
-        """Whether the state stored at `position` is `state` (or has root `state`)."""
-        root = state if isinstance(state, int) else self.pack(state)
-        return self._root(position) == root
+    def holds(self, position: int, state: State, key_state: State, image: int) -> bool:
+        """Whether the state stored at `position`, found by the key of `key_state`, is
+        `state` (which `image` maps `key_state` to)."""
+        stored = self._images[position] if self._images is not None else 0
+        if stored == image:
+            return True
+        assert self._group is not None
+        return self._group.image(key_state, stored) == state
 
     def __getitem__(self, position: int) -> State:
-        return self.unpack(self._root(position))
+        state = self.unpack(self._index.key(position))
+        if self._images is not None and self._images[position]:
+            assert self._group is not None
+            state = self._group.image(state, self._images[position])
+        return state
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._index)
 
     def nbytes(self) -> int:
-        """The memory the store holds for its states: the trees, the keys and their index,
-        and the side tables (the numbered completions, big values and combinations of
-        faults, inputs and hazards), those as Python objects, measured. Not counted: the
-        states kept unpacked between `add` and `take` (at most `_KEPT`, whatever the
-        number of states)."""
-        roots = self._roots.itemsize * len(self._roots) if self._roots is not None else 0
-        sides = deep_size((self._other_roots, self._big, self._big_values, self._rest, self._rest_values,
-                           self._events, self._event_by_value, self._accesses))
-        return self._pairs.nbytes() + self._index.nbytes() + self._keys.itemsize * len(self._keys) + roots + sides
+        """The memory that grows with the states stored: the trees' nodes and their index,
+        the keys and theirs, the group elements, and the big values and fault combinations
+        met (as Python objects, measured). Not counted: the states kept unpacked between
+        `add` and `take` (at most `_KEPT`, whatever the number of states), and the
+        completions (`fixed_nbytes`)."""
+        images = sys.getsizeof(self._images) if self._images is not None else 0
+        sides = deep_size((self._big, self._big_values, self._rest, self._rest_values))
+        return self._pairs.nbytes() + self._index.nbytes() + images + sides
+
+    def fixed_nbytes(self) -> int:
+        """The memory of the numbered completions and their accesses (as Python objects,
+        measured): one entry for each distinct completion of the protocol's copies met,
+        whatever the number of states."""
+        return deep_size((self._events, self._event_by_value, self._accesses))
 
 
 class SearchTree:
     """Per stored state: its parent's position (-1: a root), the action that reached it,
     and its sleep set. An action is one machine integer (a thread's action as the thread,
-    a completion as -2 minus its number in the store); each distinct sleep set is kept once,
-    as the sorted tuple of its actions' integers, and named by its number (two bytes while
-    there are fewer than 65,536 of them). A state's depth travels with it in the queue
-    (`Fifo`), not stored: 10 bytes a state, and the distinct sleep sets."""
+    a completion as -2 minus its number in the store: two bytes while they fit); each
+    distinct sleep set is kept once, as the bytes of its actions' sorted integers, and
+    named by its number (two bytes while there are fewer than 65,536 of them). A state's
+    depth travels with it in the queue (`Fifo`), not stored: 8 bytes a state, and the
+    distinct sleep sets."""
 
     def __init__(self, store: StateStore):
         self._store = store
-        self.parent, self._via, self._sleep = array("i"), array("i"), array("H")
-        self._sleep_sets: list[tuple[int, ...]] = [()]
-        self._sleep_ids: dict[tuple[int, ...], int] = {(): 0}
+        self.parent, self._via, self._sleep = array("i"), array("h"), array("H")
+        # each distinct sleep set as its sorted codes, numbered (a dict of tuples cost 150
+        # to 200 bytes a set: most of a small search's bytes)
+        self._sleep_sets = _Sequences()
         self._decoded: dict[int, frozenset] = {0: frozenset()}  # the sets asked for lately
 
     def add(self, parent: int, action: Action | None, sleep: frozenset) -> None:
         self.parent.append(parent)
-        self._via.append(-1 if action is None else self._code(action))
+        code = -1 if action is None else self._code(action)
+        if not -32_768 <= code < 32_768 and self._via.typecode == "h":
+            self._via = array("i", self._via)  # more threads or completions than two bytes name
+        self._via.append(code)
         number = self._sleep_id(sleep)  # first: it may widen the array
         self._sleep.append(number)
 
@@ -454,19 +479,66 @@ class SearchTree:
     def _sleep_id(self, sleep: frozenset) -> int:
         if not sleep:
             return 0
-        codes = tuple(sorted(map(self._code, sleep)))
-        found = self._sleep_ids.get(codes)
-        if found is None:
-            found = self._sleep_ids[codes] = len(self._sleep_sets)
-            self._sleep_sets.append(codes)
-            if found == 1 << 16 and self._sleep.typecode == "H":
-                self._sleep = array("i", self._sleep)  # more sleep sets than two bytes name
+        found = self._sleep_sets.intern(array("i", sorted(map(self._code, sleep))))
+        if found == 1 << 16 and self._sleep.typecode == "H":
+            self._sleep = array("i", self._sleep)  # more sleep sets than two bytes name
         return found
 
     def nbytes(self) -> int:
-        """The arrays and the distinct sleep sets (as Python objects, measured)."""
-        arrays = sum(a.itemsize * len(a) for a in (self.parent, self._via, self._sleep))
-        return arrays + deep_size((self._sleep_sets, self._sleep_ids))
+        """The arrays and the distinct sleep sets (they grow with the states too, if much
+        more slowly)."""
+        return sum(map(sys.getsizeof, (self.parent, self._via, self._sleep))) + self._sleep_sets.nbytes()
+
+
+class _Sequences:
+    """Interned sequences of 32-bit integers: `intern` numbers each distinct sequence once,
+    in order of first interning (0: the empty one). Kept end to end in a machine array, with
+    where each ends and an index by open addressing: 4 bytes an integer and 9 to 12 a
+    sequence."""
+
+    def __init__(self) -> None:
+        self._items = array("i")
+        self._bounds = array("I", [0, 0])  # sequence k is _items[_bounds[k]:_bounds[k + 1]]
+        self._slots = array("i", [-1]) * 16
+        self._place(hash(b""), 0)
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    def __getitem__(self, number: int) -> array:
+        return self._items[self._bounds[number]:self._bounds[number + 1]]
+
+    def intern(self, items: array) -> int:
+        slots, bounds, stored = self._slots, self._bounds, self._items
+        size = len(slots)
+        i = _slot(hash(items.tobytes()) & _MASK64, size)
+        while True:
+            found = slots[i]
+            if found < 0:
+                break
+            if stored[bounds[found]:bounds[found + 1]] == items:
+                return found
+            i = i + 1 if i + 1 < size else 0
+        found = len(bounds) - 1
+        stored.extend(items)
+        bounds.append(len(stored))
+        slots[i] = found
+        if 4 * len(self) > 3 * size:
+            self._slots = array("i", [-1]) * _grown(size)
+            for known in range(len(self)):
+                self._place(hash(self[known].tobytes()), known)
+        return found
+
+    def _place(self, hashed: int, number: int) -> None:
+        slots = self._slots
+        size = len(slots)
+        i = _slot(hashed & _MASK64, size)
+        while slots[i] >= 0:
+            i = i + 1 if i + 1 < size else 0
+        slots[i] = number
+
+    def nbytes(self) -> int:
+        return sum(map(sys.getsizeof, (self._items, self._bounds, self._slots)))
 
 
 class Fifo:
@@ -501,7 +573,6 @@ class Fifo:
 
 _KEPT = 4096  # states kept unpacked between `add` and `take`: a breadth-first frontier can be millions
 _DECODED_KEPT = 1024  # sleep sets kept decoded, of those asked for lately
-_SPARSE_ROOTS = 256  # roots other than their keys kept in a dict, up to this many or a twelfth of the states
 
 
 def deep_size(obj) -> int:

@@ -52,6 +52,10 @@ class Rotations:
     def order(self) -> int:
         return len(self.threads)
 
+    def inverse(self, g: int) -> int:
+        """The element that undoes g (a rotation by -g steps)."""
+        return -g % self.order
+
     def describe(self) -> str:
         # The same words at every device count, so a sweep prints the note once.
         group = ("every rotation of the device axis" if self.step == 1
