@@ -200,9 +200,10 @@ def test_a_search_reports_its_fixed_tables_apart_from_what_grows_with_the_states
     """`store_fixed_bytes` (the numbered completions) is part of `store_bytes`, and the rest
     is what the states' own tables hold (benchmarks/scale.py prints their ratio)."""
     from semcheck.engines.explicit import search
+    from semcheck.engines.options import ExplicitOptions
 
     system = _two_threads()
-    found = search.explore(system, reduce=False)
+    found = search.explore(system, ExplicitOptions(reduce=False))
     assert found.stored_states == found.states > 1
     assert found.store_fixed_bytes is not None and found.store_bytes is not None
     assert 0 < found.store_fixed_bytes < found.store_bytes
