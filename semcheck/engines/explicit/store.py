@@ -40,7 +40,7 @@ from array import array
 from itertools import chain
 from operator import is_
 
-from semcheck.semantics import Action, Counts, Event, State, System
+from semcheck.semantics import Action, Counts, Event, EventFires, State, System, ThreadStep
 
 _MULTIPLIER = 0x9E3779B97F4A7C15  # Fibonacci hashing of a 64-bit key
 _MASK64 = (1 << 64) - 1
@@ -429,11 +429,12 @@ class SearchTree:
         self._sleep.append(number)
 
     def _code(self, action: Action) -> int:
-        kind, what = action
-        return what if kind == "t" else -2 - self._store.event_id(what)
+        if isinstance(action, EventFires):
+            return -2 - self._store.event_id(action.event)
+        return action.thread
 
     def _action(self, code: int) -> Action:
-        return ("t", code) if code >= 0 else ("e", self._store.event(-2 - code))
+        return ThreadStep(code) if code >= 0 else EventFires(self._store.event(-2 - code))
 
     def via(self, i: int) -> Action | None:
         code = self._via[i]
