@@ -7,8 +7,8 @@ for each successor, and judges states with properties.py (`fault_findings`,
 rest of `System` is what the engines' reductions and messages read: the static tables
 (tables.py: threads, bodies, semaphore and buffer instances, cells, invocations),
 the footprints of every instruction (`footprints`, `tables`, `touchers`, `resource_count`),
-the racing pairs (races.py), and the search's shortcuts (`movable_threads`, `movable_after`,
-`can_move`, `static_wait`, `may_add`, `touches`, `inputs_read`).
+the racing pairs (races.py), and the search's shortcuts (`thread_steps`, `movable_threads`,
+`movable_after`, `can_move`, `static_wait`, `may_add`, `touches`, `inputs_read`).
 
 What each instruction does is in rules.py, one function per instruction kind.
 """
