@@ -187,6 +187,32 @@ DEVICE_BARRIER_ARRIVE, DEVICE_BARRIER_RELEASE = "device_barrier.arrive", "device
 OUTLIVES_KERNEL = (SemOrigin.BARRIER, SemOrigin.ARGUMENT, SemOrigin.HANDED_ON)
 
 
+class DmaSide(enum.IntEnum):
+    """One of a copy's two completions: SEND (its source has been read; it adds to the
+    issuer's send semaphore) or RECV (its destination is written; it adds to the receiving
+    semaphore). A `dma_wait` names the side it waits for. An int, so that the semantics'
+    pending completions sort and pack by it (SEND first); its text ("send", "recv") is
+    what builders take and messages print."""
+
+    SEND = 0
+    RECV = 1
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    @classmethod
+    def named(cls, text: "str | DmaSide") -> "DmaSide":
+        """The side a builder names ("send" or "recv"); ValueError for anything else."""
+        if isinstance(text, cls):
+            return text
+        if text not in ("send", "recv"):
+            raise ValueError(f"a DMA side is 'send' or 'recv', got {text!r}")
+        return cls[text.upper()]
+
+
 class Scope(str, enum.Enum):
     """Which threads share one instance of an allocation."""
 
@@ -363,12 +389,12 @@ class DmaStart(Instr):
 
 @dataclass(frozen=True, slots=True)
 class DmaWait(Instr):
-    """Wait for `nbytes` (in the protocol's `dma_unit`) on a local DMA semaphore (`side` is
-    "send" or "recv")."""
+    """Wait for `nbytes` (in the protocol's `dma_unit`) on a local DMA semaphore, for the
+    completions of one `side` of the copies that add to it."""
 
     sem: SemRef
     nbytes: Operand
-    side: str = "recv"
+    side: DmaSide = DmaSide.RECV
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,10 +196,10 @@ class Copy:
     def wait_send(self) -> None:
         if self._send is None:
             raise ValueError("wait_send on a local copy: it has no send semaphore")
-        self._thread._emit(ir.DmaWait, sem=self._send.ref(), nbytes=self._nbytes, side="send")
+        self._thread._emit(ir.DmaWait, sem=self._send.ref(), nbytes=self._nbytes, side=ir.DmaSide.SEND)
 
     def wait_recv(self) -> None:
-        self._thread._emit(ir.DmaWait, sem=self._recv.ref(), nbytes=self._nbytes, side="recv")
+        self._thread._emit(ir.DmaWait, sem=self._recv.ref(), nbytes=self._nbytes, side=ir.DmaSide.RECV)
 
     def wait(self) -> None:
         if self._send is not None:
@@ -281,11 +281,13 @@ class ThreadBuilder:
         )
         return Copy(self, recv_sem, send_sem, nbytes)
 
-    def dma_wait(self, sem: Sem, nbytes: ir.Operand, side: str = "recv") -> None:
+    def dma_wait(self, sem: Sem, nbytes: ir.Operand, side: str | ir.DmaSide = "recv") -> None:
         _instance(sem, Sem, "dma_wait: the semaphore")
-        if side not in ("send", "recv"):
-            raise ModelError(f"dma_wait: side must be 'send' or 'recv', got {side!r}")
-        self._emit(ir.DmaWait, sem=sem.ref(), nbytes=_operand(nbytes, "dma_wait: the byte count"), side=side)
+        try:
+            which = ir.DmaSide.named(side)
+        except ValueError:
+            raise ModelError(f"dma_wait: side must be 'send' or 'recv', got {side!r}") from None
+        self._emit(ir.DmaWait, sem=sem.ref(), nbytes=_operand(nbytes, "dma_wait: the byte count"), side=which)
 
     def load(self, region: ir.Region, device: ir.Operand | None = None) -> None:
         """A plain read; with `device`, of that device's instance of the buffer."""

@@ -72,7 +72,7 @@ class RegionRef:
 class Completion:
     """What a DMA start schedules: on `side`, `amount` is added to `semaphore`."""
 
-    side: str  # "send" or "recv"
+    side: str  # "send" or "recv" (str of an ir.DmaSide: the JSON report's word)
     semaphore: str  # short label, e.g. "recv_sem@d1"
     amount: int
 
@@ -103,7 +103,7 @@ class TraceStep:
     # What the step did, in fields (text, JSON, SARIF and graphs read these, never `text`):
     need: int | None = None  # a wait: the count (or bytes) it needs
     amount: int | None = None  # a signal or a completion: what it adds
-    side: str | None = None  # a dma_wait or a completion: "send" or "recv"
+    side: str | None = None  # a dma_wait or a completion: "send" or "recv" (str of an ir.DmaSide)
     target_device: int | None = None  # a remote signal or copy: the device it goes to
     src: RegionRef | None = None  # a copy's source; a load's or store's region
     dst: RegionRef | None = None  # a copy's destination

@@ -147,7 +147,7 @@ def protocols(  # noqa: C901
                         src_device=source,
                     ))
                     if recv.kind is SemKind.DMA and draw(st.booleans()):
-                        side = "send" if sided and draw(st.booleans()) else "recv"
+                        side = ir.DmaSide.SEND if sided and draw(st.booleans()) else ir.DmaSide.RECV
                         body.append(ir.DmaWait(LOC, ir.SemRef(recv.name, index), draw(st.sampled_from([0, 4, 8])), side))
             # a branch may point one past the end of the body: that is the thread's exit
             body = [
@@ -305,7 +305,7 @@ def _control_flow_body(draw, loc, backend, devices: int, cores: int, inputs: lis
                 loc(), region(), region(), ir.SemRef(recv.name, index), send, nbytes, target,
             ))
             if recv.kind is SemKind.DMA and draw(st.booleans()):
-                side = "send" if remote and draw(st.booleans()) else "recv"
+                side = ir.DmaSide.SEND if remote and draw(st.booleans()) else ir.DmaSide.RECV
                 body.append(ir.DmaWait(loc(), ir.SemRef(recv.name, index), nbytes, side))
 
     def if_else() -> None:
@@ -436,7 +436,7 @@ def ring_protocols(draw, max_devices: int = 3, max_steps: int = 2):
                 loc(), ir.Region("out", (slot,), (1,)), ir.Region("out", (slot,), (1,)),
                 ir.SemRef("recv", 0 if shared_recv else step), ir.SemRef("send"), 4, right,
             ))
-            waits = [ir.DmaWait(loc(), ir.SemRef("send"), 4, "send"), ir.DmaWait(loc(), recv, 4, "recv")]
+            waits = [ir.DmaWait(loc(), ir.SemRef("send"), 4, ir.DmaSide.SEND), ir.DmaWait(loc(), recv, 4, ir.DmaSide.RECV)]
             if draw(st.booleans()):
                 waits.reverse()
             body += waits
@@ -489,8 +489,8 @@ def capacity_ring_protocols(draw, max_devices: int = 3, max_steps: int = 3):
             body += [
                 ir.DmaStart(loc(), ir.Region("x", (0,), (1,)), ir.Region("slots", (0,), (1,)),
                             ir.SemRef("recv"), ir.SemRef("send"), 4, right),
-                ir.DmaWait(loc(), ir.SemRef("send"), 4, "send"),
-                ir.DmaWait(loc(), ir.SemRef("recv"), 4, "recv"),
+                ir.DmaWait(loc(), ir.SemRef("send"), 4, ir.DmaSide.SEND),
+                ir.DmaWait(loc(), ir.SemRef("recv"), 4, ir.DmaSide.RECV),
             ]
         for step in range(steps):
             work, spare = step % 2, 1 - step % 2
@@ -502,10 +502,10 @@ def capacity_ring_protocols(draw, max_devices: int = 3, max_steps: int = 3):
                 body.append(ir.Wait(loc(), ir.SemRef("capacity"), 1, True))
             body.append(ir.DmaStart(loc(), ir.Region("slots", (work,), (1,)), ir.Region("slots", (spare,), (1,)),
                                     ir.SemRef("recv"), ir.SemRef("send"), 4, right))
-            body.append(ir.DmaWait(loc(), ir.SemRef("local"), 4, "recv"))
+            body.append(ir.DmaWait(loc(), ir.SemRef("local"), 4, ir.DmaSide.RECV))
             if reads:
                 body.append(ir.Load(loc(), ir.Region("incoming", (0,), (1,))))
-            body += [ir.DmaWait(loc(), ir.SemRef("send"), 4, "send"), ir.DmaWait(loc(), ir.SemRef("recv"), 4, "recv")]
+            body += [ir.DmaWait(loc(), ir.SemRef("send"), 4, ir.DmaSide.SEND), ir.DmaWait(loc(), ir.SemRef("recv"), 4, ir.DmaSide.RECV)]
         return body
 
     bodies = [program(d) for d in range(devices)]

@@ -12,7 +12,7 @@ from semcheck.model import ProtocolBuilder
 from semcheck.report import draw
 from semcheck.report import graph as cex
 from semcheck.result import Result, Verdict, Violation
-from semcheck.semantics import System
+from semcheck.semantics import System, ThreadStep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "models")
@@ -71,7 +71,7 @@ def test_an_entry_that_wipes_a_pending_signal_is_drawn_as_such():
     system = System(protocol)
     initial = system.initial_state(())
     # device 0 enters and signals; then device 1 enters (wiping it) and waits for ever
-    actions = [("t", 0), ("t", 0), ("t", 1)]
+    actions = [ThreadStep(0), ThreadStep(0), ThreadStep(1)]
     steps = trace.build(system, initial, actions)
     entry = steps[2]
     assert entry.event == "entry" and entry.wiped == ("flag@d1",) and entry.wiped_additions == (2,)

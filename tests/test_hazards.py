@@ -222,7 +222,7 @@ def test_a_copy_still_landing_at_the_next_entry_is_found_at_its_start():
     system = System(protocol)
     state = system.initial_states()[0]
     for _ in range(4):  # entry, start, exit, entry again: the copy is still in flight
-        state = system.step(state, ("t", 0))
+        state = system.step(state, system.thread_steps[0])
     [finding] = hazard_findings(system, state)
     start = _copy_start_loc(protocol)
     assert finding.kind.value == "semaphore_leftover" and finding.loc == start

@@ -84,7 +84,7 @@ def test_a_zero_byte_copy_on_a_regular_semaphore_adds_its_one_at_the_start():
     assert _kinds_both(p.build()) == set()
     system = System(p.build())
     [start] = system.initial_states()
-    after = system.step(start, ("t", 0))
+    after = system.step(start, system.thread_steps[0])
     assert after.events == () and tuple(after.sems) == (1,)
 
 
@@ -100,7 +100,7 @@ def test_a_zero_byte_copy_reads_as_complete_at_once_in_the_trace():
         t.dma_start(buf.region(0, size=(0, 128)), buf.region(4, size=(0, 128)), recv_sem=flag, nbytes=0)
         system = System(p.build())
         [start] = system.initial_states()
-        [step] = build(system, start, [("t", 0)])
+        [step] = build(system, start, [system.thread_steps[0]])
         text = step.text
         assert text.endswith(f"(zero bytes: complete at once, {said})"), text
 
@@ -381,7 +381,7 @@ def test_a_select_ref_with_a_run_time_index_branches_over_its_refs():
     for value in (-1, 0, 1, 2, 7):
         state = system.initial_state(tuple(value for _ in p.inputs))
         while not isinstance(system.current(state, 0), ir.DmaStart):
-            state = system.step(state, ("t", 0))
+            state = system.step(state, system.thread_steps[0])
         chosen[value] = system.current(state, 0).src.buffer
     assert chosen == {-1: "c_ref", 0: "a_ref", 1: "b_ref", 2: "c_ref", 7: "c_ref"}
     assert check_protocol(p).verdict.value == "safe"
@@ -473,7 +473,7 @@ def test_window_bounds_follow_the_inputs_in_both_engines():
     system = System(protocol)
     faulting = set()
     for state in system.initial_states():
-        after = system.step(state, ("t", 0))
+        after = system.step(state, system.thread_steps[0])
         if after.faults:
             faulting.add(state.inputs[0])
     assert faulting == {-1, 4}

@@ -63,7 +63,7 @@ def start_kernel(devices: int) -> ir.Protocol:
 
 def wait_kernel(name: str, side: str, devices: int, line: int, waits: int = 1) -> ir.Protocol:
     def body(d):
-        return [ir.DmaWait(_at(line), ir.SemRef("sem"), NBYTES, side) for _ in range(waits)]
+        return [ir.DmaWait(_at(line), ir.SemRef("sem"), NBYTES, ir.DmaSide.named(side)) for _ in range(waits)]
     return _kernel(name, [_dma("sem")], [], body, devices, operands=("sem",),
                    notes=(handed_in_note(["sem"]),))
 

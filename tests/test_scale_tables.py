@@ -43,9 +43,9 @@ def pending_additions_match_the_pending_completions(protocol):
     for state in reachable_states(system):
         for sid in range(len(system.instances)):
             expected = sorted(
-                (action, action[1].inc * state.events.count(action[1]))
+                (action, action.event.inc * state.events.count(action.event))
                 for action, _x, _y in ind.pending_on(state.events, sid)
-                if action[1].sem == sid and action[1].inc > 0
+                if action.event.sem == sid and action.event.inc > 0
             )
             assert sorted(ind.pending_additions(state.events, sid)) == expected, (state, sid)
 

@@ -255,3 +255,40 @@ def test_a_wait_only_its_own_later_copy_could_satisfy_is_unsatisfied_not_a_deadl
         assert "cycle" not in finding.message
         assert "itself, after " in finding.message and "which it never gets past" in finding.message
         assert len(finding.blocked) == devices
+
+
+def test_actions_name_a_thread_step_or_a_completion_firing():
+    """`enabled` lists each movable thread as its `ThreadStep` and each distinct pending
+    completion as an `EventFires`; a remote copy's two sides are `ir.DmaSide`s, send first."""
+    from semcheck.semantics import EventFires, ThreadStep
+
+    p = builder(2)
+    send, recv = p.semaphore("send", DMA), p.semaphore("recv", DMA)
+    buf = p.buffer("buf", (8, 128))
+    copy = p.thread(0).dma_start(buf.whole, buf.whole, recv_sem=recv, send_sem=send, device=1)
+    copy.wait_send()
+    p.thread(1).dma_wait(recv, 4096 // 32, side="recv")
+    system = System(p.build())
+    [start] = system.initial_states()
+    assert system.enabled(start) == [ThreadStep(0)] and system.thread_steps[0] == ThreadStep(0)
+    started = system.step(start, ThreadStep(0))
+    fires = system.enabled(started)  # both threads wait: only the copy's two sides can move
+    assert fires == [EventFires(e) for e in started.events] and ThreadStep(0) not in fires
+    assert [a.event.side for a in fires] == [ir.DmaSide.SEND, ir.DmaSide.RECV]
+    landed = system.step(started, fires[1])
+    assert [e.side for e in landed.events] == [ir.DmaSide.SEND] and landed.sems != started.sems
+
+
+def test_a_dma_side_reads_as_its_word_and_builders_take_either():
+    side = ir.DmaSide.named("send")
+    assert side is ir.DmaSide.SEND and ir.DmaSide.named(ir.DmaSide.RECV) is ir.DmaSide.RECV
+    assert (str(side), f"{ir.DmaSide.RECV}", f"[{side:>5}]") == ("send", "recv", "[ send]")
+    assert ir.DmaSide.SEND < ir.DmaSide.RECV  # pending completions sort send side first
+    with pytest.raises(ValueError, match="'send' or 'recv', got 'both'"):
+        ir.DmaSide.named("both")
+    p = builder(1)
+    sem = p.semaphore("sem", DMA)
+    p.thread(0).dma_wait(sem, 4, side="send")
+    p.thread(0).dma_wait(sem, 4, side=ir.DmaSide.SEND)
+    first, second = p.build().threads[0].body
+    assert first.side is second.side is ir.DmaSide.SEND

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck
 from semcheck.engines.explicit import symmetry
 from semcheck.engines.explicit.store import Fifo, SearchTree, StateStore
 from semcheck.model import ProtocolBuilder
-from semcheck.semantics import Counts, System
+from semcheck.semantics import Counts, EventFires, System, ThreadStep
 from tests.strategies import capacity_ring_protocols, control_flow_protocols, protocols, ring_protocols
 from tests.test_scale_tables import reachable_states
 from tests.test_symmetry import symmetric_protocols
@@ -112,16 +112,16 @@ def test_inputs_are_leaves_of_their_own_and_every_value_comes_back():
 
 
 def test_the_search_tree_gives_back_actions_and_sleep_sets():
-    from semcheck.semantics import Event
+    from semcheck.semantics import RECV, Event
 
     store = StateStore(_two_threads())
     tree = SearchTree(store)
-    event = Event(1, 0, 3, 0, 4)
-    asleep = frozenset({("t", 1), ("e", event)})
+    event = Event(RECV, 0, 3, 0, 4)
+    asleep = frozenset({ThreadStep(1), EventFires(event)})
     tree.add(-1, None, frozenset())
-    tree.add(0, ("t", 2), asleep)
-    tree.add(1, ("e", event), frozenset())
-    assert [tree.via(i) for i in range(3)] == [None, ("t", 2), ("e", event)]
+    tree.add(0, ThreadStep(2), asleep)
+    tree.add(1, EventFires(event), frozenset())
+    assert [tree.via(i) for i in range(3)] == [None, ThreadStep(2), EventFires(event)]
     assert list(tree.parent) == [-1, 0, 1]
     assert tree.sleep(1) == asleep and tree.sleep(2) == frozenset()
     tree.set_sleep(1, frozenset())
@@ -130,9 +130,9 @@ def test_the_search_tree_gives_back_actions_and_sleep_sets():
 
 def test_sleep_sets_past_two_bytes_of_names_keep_theirs():
     tree = SearchTree(StateStore(_two_threads()))
-    sets = [frozenset({("t", k)}) for k in range(70_000)]
+    sets = [frozenset({ThreadStep(k)}) for k in range(70_000)]
     for k, sleep in enumerate(sets):
-        tree.add(k - 1, ("t", 0), sleep)
+        tree.add(k - 1, ThreadStep(0), sleep)
     assert [tree.sleep(k) for k in (0, 65_534, 65_535, 65_536, 69_999)] == [sets[k] for k in (0, 65_534, 65_535, 65_536, 69_999)]
     tree.set_sleep(3, sets[69_999])
     assert tree.sleep(3) == sets[69_999]

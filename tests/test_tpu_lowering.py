@@ -163,7 +163,7 @@ def test_dma_sides_byte_sizes_and_semaphore_arrays():
     assert remote.dst == ir.Region(remote.dst.buffer, (4, 0), (4, 128))
     assert (local.nbytes, local.device, local.send_sem) == (512 // 32, None, None)
     assert [(w.side, w.nbytes, w.sem.index) for w in instrs(p, ir.DmaWait)] == [
-        ("send", 2048 // 32, 5), ("recv", 2048 // 32, 3), ("recv", 512 // 32, 0)
+        (ir.DmaSide.SEND, 2048 // 32, 5), (ir.DmaSide.RECV, 2048 // 32, 3), (ir.DmaSide.RECV, 512 // 32, 0)
     ]
     assert {d.name: d.size for d in p.semaphores if d.kind is ir.SemKind.DMA} == {
         "send_sems": 6, "recv_sems": 4, "local_sem": 1

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from semcheck import ir
-from semcheck.semantics import FAULTED, Action, State, System
+from semcheck.semantics import FAULTED, Action, EventFires, State, System, ThreadStep
 
 _READERS = (ir.Wait, ir.DmaWait, ir.Read)
 
@@ -37,13 +37,13 @@ def past_of(system: System, states: list[State], actions: list[Action], seeds: t
         before, after = states[j], states[j + 1]
         changes.append({s for s, (a, b) in enumerate(zip(before.sems, after.sems)) if a != b})
         reads.append(None)
-        kind, what = action
-        if kind == "e":
-            start_of[j] = pending[what].pop(0)
+        if isinstance(action, EventFires):
+            start_of[j] = pending[action.event].pop(0)
             continue
-        instr = system.current(before, what)
-        if after.pcs[what] != FAULTED and isinstance(instr, _READERS):
-            reads[j] = system.resolve(what, instr.sem, before)
+        t = action.thread
+        instr = system.current(before, t)
+        if after.pcs[t] != FAULTED and isinstance(instr, _READERS):
+            reads[j] = system.resolve(t, instr.sem, before)
         added = list(after.events)
         for e in before.events:
             added.remove(e)
@@ -55,18 +55,18 @@ def past_of(system: System, states: list[State], actions: list[Action], seeds: t
     semaphores: set[int] = set()
     starts: set[int] = set()
     for j in range(last, -1, -1):
-        kind, what = actions[j]
+        action = actions[j]
         wanted = (
             j in seeds
-            or (kind == "t" and what in threads)
+            or (isinstance(action, ThreadStep) and action.thread in threads)
             or bool(changes[j] & semaphores)
             or j in starts
         )
         if not wanted:
             continue
         keep.append(j)
-        if kind == "t":
-            threads.add(what)
+        if isinstance(action, ThreadStep):
+            threads.add(action.thread)
         else:
             starts.add(start_of[j])
         if (read := reads[j]) is not None:
@@ -110,9 +110,9 @@ def relevance(system: System, states: list[State], actions: list[Action], focus:
     for j in focus.steps:
         reach(j, 0)
     last_of: dict[int, int] = {}
-    for j, (kind, what) in enumerate(actions):
-        if kind == "t":
-            last_of[what] = j
+    for j, action in enumerate(actions):
+        if isinstance(action, ThreadStep):
+            last_of[action.thread] = j
     for t in sorted(focus.threads):
         if t in last_of:
             reach(last_of[t], 1)
@@ -134,19 +134,19 @@ def _dependencies(system: System, states: list[State], actions: list[Action]) ->
     pending: dict = {}  # event -> actions whose copy of it is still in flight
     for j, action in enumerate(actions):
         before, after = states[j], states[j + 1]
-        kind, what = action
         deps: list[int] = []
-        if kind == "e":
-            starts = pending.get(what)
+        if isinstance(action, EventFires):
+            starts = pending.get(action.event)
             if starts:
                 deps.append(starts.pop(0))
         else:
-            if what in previous:
-                deps.append(previous[what])
-            previous[what] = j
-            instr = system.current(before, what)
-            if after.pcs[what] != FAULTED and isinstance(instr, _READERS):
-                deps.extend(changed_by.get(system.resolve(what, instr.sem, before), ()))
+            t = action.thread
+            if t in previous:
+                deps.append(previous[t])
+            previous[t] = j
+            instr = system.current(before, t)
+            if after.pcs[t] != FAULTED and isinstance(instr, _READERS):
+                deps.extend(changed_by.get(system.resolve(t, instr.sem, before), ()))
             added = list(after.events)
             for e in before.events:
                 added.remove(e)

@@ -24,7 +24,7 @@ from semcheck.semantics import trace as tracing
 from semcheck.engines import causal
 from semcheck.semantics.properties import CASCADING_KINDS, FAULT_KINDS, Finding, Kind, fault_findings, hazard_findings
 from semcheck.result import Violation
-from semcheck.semantics import Action, State, System
+from semcheck.semantics import Action, State, System, ThreadStep
 
 CAUSE_KINDS = FAULT_KINDS | {Kind(k) for k in CASCADING_KINDS} | {Kind.DATA_RACE}
 
@@ -81,9 +81,10 @@ def _start_index(system: System, states: list[State], actions: list[Action], sta
     if start is None:
         return None
     thread, pc = start
+    starts = ThreadStep(thread)
     found = None
     for j, action in enumerate(actions[:-1]):
-        if action == ("t", thread) and states[j].pcs[thread] == pc:
+        if action == starts and states[j].pcs[thread] == pc:
             found = j
     return found
 

@@ -9,7 +9,7 @@ from semcheck.semantics import trace as tracing
 from semcheck.engines import causal, causes, diagnosis, missing
 from semcheck.semantics.properties import FAULT_KINDS, FIX_HINTS, SEVERITY, Finding, Kind, static_findings
 from semcheck.result import Result, Stats, Verdict, Violation, verdict_of
-from semcheck.semantics import Action, State, System
+from semcheck.semantics import Action, State, System, ThreadStep
 
 
 @dataclass
@@ -260,8 +260,9 @@ def _racing_start_step(system: System, initial: State | None, actions, start) ->
     if start is None or initial is None:
         return None
     thread, pc = start
+    starts = ThreadStep(thread)
     found = None
     for index, (action, before) in enumerate(zip(actions, tracing.replay(system, initial, actions)), 1):
-        if action == ("t", thread) and before.pcs[thread] == pc:
+        if action == starts and before.pcs[thread] == pc:
             found = index
     return found

@@ -164,7 +164,7 @@ def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
     `last_only` when the waits of some earlier start there are found: a loop's last copy."""
     if loc is None:
         return None
-    sides: set[str] = set()
+    sides: set[ir.DmaSide] = set()
     waited_earlier: list[ir.Loc] = []
     for t, body in enumerate(system.bodies):
         starts = [pc for pc, instr in enumerate(body) if isinstance(instr, ir.DmaStart) and instr.loc == loc]
@@ -178,11 +178,11 @@ def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
                     sides.add(side)
     if not sides:
         return None
-    return RootCause(CauseKind.UNWAITED_COPY, loc, sides=tuple(s for s in ("send", "recv") if s in sides),
+    return RootCause(CauseKind.UNWAITED_COPY, loc, sides=tuple(map(str, sorted(sides))),
                      last_only=bool(waited_earlier), wait=waited_earlier[0] if waited_earlier else None)
 
 
-def _sides(system: System, t: int, pc: int) -> list[tuple[str, frozenset[int], list[int]]]:
+def _sides(system: System, t: int, pc: int) -> list[tuple[ir.DmaSide, frozenset[int], list[int]]]:
     """(side, the semaphore instances the copy started at (t, pc) adds to on that side, the
     threads that can wait on them) for its send and receive sides."""
     instr = system.bodies[t][pc]
@@ -193,8 +193,8 @@ def _sides(system: System, t: int, pc: int) -> list[tuple[str, frozenset[int], l
                      and system.instances[i].decl.name == instr.send_sem.alloc
                      and system.instances[i].device == device)
     recv = frozenset(i for i in fp if system.instances[i].decl.name == instr.recv_sem.alloc) - send
-    return [(side, ids, owners) for side, ids, owners in (("send", send, [t]), ("recv", recv, _owners(system, recv)))
-            if ids and owners]
+    sides = ((ir.DmaSide.SEND, send, [t]), (ir.DmaSide.RECV, recv, _owners(system, recv)))
+    return [(side, ids, owners) for side, ids, owners in sides if ids and owners]
 
 
 def _nth_start(system: System, t: int, loc: ir.Loc, k: int) -> int:
@@ -310,7 +310,7 @@ def _same_cells(a: RegionRef, a_step: TraceStep, b: RegionRef, b_step: TraceStep
 def _reading_wait_fed_elsewhere(path: Path, access: TraceStep, copy: TraceStep) -> tuple[int, int] | None:
     """(the wait, the start of the copy that satisfied it) when the accessing thread's last
     wait on the racing copy's receive semaphore took another copy's completion."""
-    recv = [c.semaphore for c in copy.completions if c.side == "recv"]
+    recv = [c.semaphore for c in copy.completions if c.side == str(ir.DmaSide.RECV)]
     if not recv:
         return None
     for s in reversed(path.steps[: access.index - 1]):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from semcheck import ir
 from semcheck.result import AbsentSite, MissingAction, Site
-from semcheck.semantics import FAULTED, Action, State, System
+from semcheck.semantics import FAULTED, Action, State, System, ThreadStep
 
 _SHOWN_SITES = 8  # a semaphore any thread may reach (a register target) lists this many
 
@@ -39,9 +39,10 @@ def missing_action(
     path `actions` (through `states`) did with them, and what `sid` holds in `judged` (the
     path's last state unless given)."""
     runs: dict[tuple[int, int], list[int]] = {}
-    for j, (kind, what) in enumerate(actions):
-        if kind == "t":
-            runs.setdefault((what, states[j].pcs[what]), []).append(j + 1)
+    for j, action in enumerate(actions):
+        if isinstance(action, ThreadStep):
+            t = action.thread
+            runs.setdefault((t, states[j].pcs[t]), []).append(j + 1)
     final = states[-1]
     judged = judged or final
     sites = []

@@ -30,7 +30,7 @@ def canonical_arrivals(protocol: ir.Protocol, read_points: dict, payloads: dict)
 
     `read_points` maps id(instr) -> ((device, core), seq); `payloads` id(DmaStart) -> Payload.
     """
-    from semcheck.semantics import RECV, System
+    from semcheck.semantics import RECV, EventFires, System, ThreadStep
 
     system = System(protocol)
     state = system.initial_state(tuple(inp.lo for inp in protocol.inputs))
@@ -39,16 +39,17 @@ def canonical_arrivals(protocol: ir.Protocol, read_points: dict, payloads: dict)
     seen: set = set()
     for _ in range(MAX_STEPS):
         actions = system.enabled(state)
-        threads = [a for a in actions if a[0] == "t"]
+        threads = [a for a in actions if isinstance(a, ThreadStep)]
+        action: ThreadStep | EventFires
         if threads:
             action = threads[0]
-            instr = system.current(state, action[1])
+            instr = system.current(state, action.thread)
             point = read_points.get(id(instr))
             early = None if point is None or point in seen else _landing_before(
                 system, actions, point[0], _read_buffer(instr), payloads)
             if early is not None:
                 action, point = early, None  # the read comes back here once the copy has landed
-                payload = payloads[id(system.bodies[early[1].issuer][early[1].start_pc])]
+                payload = payloads[id(system.bodies[early.event.issuer][early.event.start_pc])]
                 landed.setdefault((payload.device, payload.core), []).append(payload)
             elif point is not None and point not in seen:
                 seen.add(point)
@@ -57,7 +58,8 @@ def canonical_arrivals(protocol: ir.Protocol, read_points: dict, payloads: dict)
                     arrivals[point] = tuple(landed.pop(thread))
         elif actions:
             action = actions[0]
-            event = action[1]
+            assert isinstance(action, EventFires), "no thread can move: only completions are enabled"
+            event = action.event
             if event.side == RECV:
                 start = system.bodies[event.issuer][event.start_pc]
                 payload = payloads.get(id(start))
@@ -84,12 +86,12 @@ def _landing_before(system, actions, thread: tuple[int, int], buffer: str | None
     value changes; when the read races with the copy, the landed data is what the kernel
     means to read, so the protocol can still be built and the race is reported (with the
     note that values may differ between schedules) instead of an unknown value."""
-    from semcheck.semantics import RECV
+    from semcheck.semantics import RECV, EventFires
 
     for action in actions:
-        if action[0] != "e" or action[1].side != RECV:
+        if not isinstance(action, EventFires) or action.event.side != RECV:
             continue
-        payload = payloads.get(id(system.bodies[action[1].issuer][action[1].start_pc]))
+        payload = payloads.get(id(system.bodies[action.event.issuer][action.event.start_pc]))
         if payload is not None and (payload.device, payload.core) == thread and payload.ref.alloc == buffer:
             return action
     return None

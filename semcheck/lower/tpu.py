@@ -190,7 +190,7 @@ def dma_wait(t: ThreadLowering, eqn, inputs):
     # `is_wait_send`; 0.10.2 only with `insert_dummy_device`.
     params = eqn.params
     send_side = params["is_wait_send"] if "is_wait_send" in params else params.get("insert_dummy_device", False)
-    side = "send" if send_side else "recv"
+    side = ir.DmaSide.SEND if send_side else ir.DmaSide.RECV
 
     def wait(operands) -> None:
         dst, sem = operands

@@ -48,7 +48,7 @@ class Obligation:
     copy: Step
     access: Step
     offset: int
-    side: int | None = None  # a race: the completion that ends the copy's pending access
+    side: ir.DmaSide | None = None  # a race: the completion that ends the copy's pending access
     pending: Area | None = None
     touching: Area | None = None
 

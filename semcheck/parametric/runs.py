@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 
+from semcheck.ir import DmaSide
 from semcheck.parametric.template import Step, Template
 
 
@@ -71,7 +72,7 @@ class Held:
 
     device: int
     position: int
-    side: int | None = None  # None: the device stops at `position`
+    side: DmaSide | None = None  # None: the device stops at `position`
 
 
 @lru_cache(maxsize=64)

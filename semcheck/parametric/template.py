@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping
 
 from semcheck import ir
 from semcheck.parametric import expr as ex
+from semcheck.ir import DmaSide
 from semcheck.parametric.expr import Expr
 from semcheck.semantics import dma_increment
 
@@ -96,18 +97,16 @@ class Step:
     def waits(self) -> bool:
         return self.op in (Op.WAIT, Op.DMA_WAIT)
 
-    def adds(self) -> list[tuple[SemUse, int, int]]:
-        """(semaphore, amount, side) of every addition this step makes or schedules; side 0
-        for the step itself, SEND or RECV (semantics) for a copy's completions."""
-        from semcheck.semantics import RECV, SEND
-
+    def adds(self) -> list[tuple[SemUse, int, DmaSide | None]]:
+        """(semaphore, amount, side) of every addition this step makes or schedules; side
+        None for the step itself, the completion's side for a copy's."""
         if self.op is Op.SIGNAL and self.sem is not None:
-            return [(self.sem, self.amount, -1)]
-        out = []
+            return [(self.sem, self.amount, None)]
+        out: list[tuple[SemUse, int, DmaSide | None]] = []
         if self.recv is not None:
-            out.append((self.recv, self.recv_inc, RECV))
+            out.append((self.recv, self.recv_inc, DmaSide.RECV))
         if self.send is not None:
-            out.append((self.send, self.send_inc, SEND))
+            out.append((self.send, self.send_inc, DmaSide.SEND))
         return out
 
     def describe(self) -> str:

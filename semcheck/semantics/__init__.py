@@ -58,8 +58,8 @@ from semcheck.semantics.instances import SemInstance
 from semcheck.semantics.rules import event_footprint
 from semcheck.semantics.state import (
     BARRIER_PHASE_OVERRUN, DATA_RACE, FAULTED, INVALID_CORE, INVALID_DEVICE, INVALID_REGION, INVALID_SEM_INDEX,
-    LEFTOVER_AT_EXIT, PLAIN_RACE, RECV, REMOTE_BEFORE_ENTRY, SEND, Access, Action, Counts, Event, Fault, Hazard,
-    State, conflict, dma_increment, must_be_zero_at_exit, overlap,
+    LEFTOVER_AT_EXIT, PLAIN_RACE, RECV, REMOTE_BEFORE_ENTRY, SEND, Access, Action, Counts, Event, EventFires, Fault,
+    Hazard, State, ThreadStep, conflict, dma_increment, must_be_zero_at_exit, overlap,
 )
 from semcheck.semantics.system import Model, System
 from semcheck.semantics.tables import without_gc
@@ -67,6 +67,7 @@ from semcheck.semantics.tables import without_gc
 __all__ = [
     "BARRIER_PHASE_OVERRUN", "DATA_RACE", "FAULTED", "INVALID_CORE", "INVALID_DEVICE", "INVALID_REGION",
     "INVALID_SEM_INDEX", "LEFTOVER_AT_EXIT", "PLAIN_RACE", "RECV", "REMOTE_BEFORE_ENTRY", "SEND", "Access",
-    "Action", "Counts", "Event", "Fault", "Hazard", "Model", "SemInstance", "State", "System", "apply_op", "bits",
+    "Action", "Counts", "Event", "EventFires", "Fault", "Hazard", "Model", "SemInstance", "State", "System",
+    "ThreadStep", "apply_op", "bits",
     "conflict", "dma_increment", "event_footprint", "must_be_zero_at_exit", "overlap", "without_gc",
 ]

@@ -80,8 +80,8 @@ class System(Protocol):
     def near_of(self, cells) -> frozenset[int]: ...
 
 
-RECV_SIDE, SEND_SIDE = "recv", "send"
-_SIDES = {None: 0, RECV_SIDE: 1, SEND_SIDE: 2}
+RECV, SEND = ir.DmaSide.RECV, ir.DmaSide.SEND
+_SIDES = {None: 0, RECV: 1, SEND: 2}  # an addition's code: a signal's (no side), or a copy side's
 MAX_ROUNDS = 64
 # A question "does one instruction come before another?" looks at most this many waits and
 # facts; all of them together at most `_STEPS_PER_INSTRUCTION` per instruction (and
@@ -173,7 +173,7 @@ class CopyOrder:
         found = self._known_at.get(take)
         return found if more is None else [*found, *more]
 
-    def _completed_before(self, ct: int, cpc: int, side: str, t: int, pc: int) -> bool:
+    def _completed_before(self, ct: int, cpc: int, side: ir.DmaSide, t: int, pc: int) -> bool:
         for a in self._additions_of(ct, cpc, side):
             for e, wpc in self._firsts(a):
                 if (e == t and wpc < pc) or (e != t and self.precedes(e, wpc, t, pc - 1)):
@@ -211,7 +211,7 @@ class CopyOrder:
             self._more_known_at.setdefault(take, []).append(a)
         return True
 
-    def _sides_touching(self, t: int, pc: int, ct: int, cpc: int) -> list[str]:
+    def _sides_touching(self, t: int, pc: int, ct: int, cpc: int) -> list[ir.DmaSide]:
         """The completions of the copy whose memory the access may conflict with."""
         system = self.system
         copy = system.bodies[ct][cpc]
@@ -219,13 +219,13 @@ class CopyOrder:
         access: Footprint = system.footprints[t][pc]
         started: Footprint = system.footprints[ct][cpc]
         if copy.send_sem is None:  # local: one completion, reading and writing
-            return [RECV_SIDE]
+            return [RECV]
         src = frozenset(c for c in started.mread if system.is_buffer_cell(c))
         sides = []
         if access.mnear & started.mwrite:  # the destination, which the receive side writes
-            sides.append(RECV_SIDE)
+            sides.append(RECV)
         if access.mwrite & system.near_of(src):  # the source, which the send side reads
-            sides.append(SEND_SIDE)
+            sides.append(SEND)
         return sides
 
     # -- the facts --
@@ -332,7 +332,7 @@ class CopyOrder:
         self._unbounded = bytearray(system.resource_count)
         keys = array("q")  # (thread, pc, side), encoded, for `_additions_of`
 
-        def add(t: int, pc: int, side: str | None, sid: int, amount: int, exact: bool) -> None:
+        def add(t: int, pc: int, side: ir.DmaSide | None, sid: int, amount: int, exact: bool) -> None:
             self._add_thread.append(t)
             self._add_pc.append(pc)
             self._add_side.append(_SIDES[side])
@@ -354,7 +354,7 @@ class CopyOrder:
                         add(t, pc, None, sid, max(instr.inc, 0), len(inc) == 1)
                 elif isinstance(instr, ir.DmaStart) and isinstance(instr.nbytes, int) and instr.nbytes >= 0:
                     target = ir.SemRef(instr.recv_sem.alloc, instr.recv_sem.index, instr.device, instr.core)
-                    sides = [(RECV_SIDE, target)] + ([(SEND_SIDE, instr.send_sem)] if instr.send_sem is not None else [])
+                    sides = [(RECV, target)] + ([(SEND, instr.send_sem)] if instr.send_sem is not None else [])
                     for side, ref in sides:
                         sids = system.candidates(t, ref)
                         for sid in sorted(sids):
@@ -370,7 +370,7 @@ class CopyOrder:
         for sid in sids:
             self._unbounded[sid] = 1
 
-    def _additions_of(self, t: int, pc: int, side: str) -> range:
+    def _additions_of(self, t: int, pc: int, side: ir.DmaSide) -> range:
         """The additions of one side of the copy started at (t, pc)."""
         key = (t * self._stride + pc) * 4 + _SIDES[side]
         return range(bisect_left(self._keys, key), bisect_right(self._keys, key))

@@ -15,7 +15,7 @@ from semcheck.semantics.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
 from semcheck.result import BlockedWait, Reading
 from semcheck.semantics.instances import SemInstance
-from semcheck.semantics.state import Fault, Hazard, State, must_be_zero_at_exit
+from semcheck.semantics.state import Action, Fault, Hazard, State, ThreadStep, must_be_zero_at_exit
 from semcheck.semantics.system import System
 
 
@@ -385,7 +385,7 @@ def _behind_lines(waits: list[BlockedWait]) -> list[str]:
     return out
 
 
-def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Finding | None:
+def spin_finding(system: System, t: int, cycle: list[tuple[State, Action]]) -> Finding | None:
     """Thread t turns on `cycle` (pairs of state and the action taken from it), a cycle of
     states from which no schedule ends: it loops for ever. Reported as an unsatisfied wait
     at its loop's semaphore_read (or, without one, at the backward jump): a polling loop is
@@ -393,7 +393,7 @@ def spin_finding(system: System, t: int, cycle: list[tuple[State, tuple]]) -> Fi
     if cycle and system.at_cut(cycle[0][0]):
         return None  # the thread it waits for may be the one stopped at its cut
     body = system.bodies[t]
-    moves = [(state, state.pcs[t]) for state, action in cycle if action == ("t", t)]
+    moves = [(state, state.pcs[t]) for state, action in cycle if action == ThreadStep(t)]
     jumps = [jump for _, pc in moves if isinstance(jump := body[pc], (ir.Branch, ir.Jump)) and jump.target <= pc]
     if not jumps:
         return None

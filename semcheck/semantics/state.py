@@ -1,7 +1,7 @@
 """A state of the transition system and its parts: program counters, registers, semaphore
 counts (`Counts`, sparse), DMA completions in flight (`Event`s, each with the memory its copy
 still touches as `Access`es), faults and hazards. Every part is immutable, so a state hashes
-and compares by value; what an action is (`Action`)."""
+and compares by value; what an action is (`Action`: a `ThreadStep` or an `EventFires`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from bisect import bisect_left
 from typing import NamedTuple
 
 from semcheck import ir
-from semcheck.ir import Backend, SemKind, SemOrigin
+from semcheck.ir import Backend, DmaSide, SemKind, SemOrigin
 
 # --- faults: what a thread hits when an instruction names something that does not exist -------
 
@@ -28,7 +28,7 @@ class Fault(Exception):
 
 FAULTED = -1  # the pc of a thread that executed an instruction naming a non-existent target
 
-SEND, RECV = 0, 1
+SEND, RECV = DmaSide.SEND, DmaSide.RECV
 
 
 class Access(NamedTuple):
@@ -45,7 +45,7 @@ class Access(NamedTuple):
 class Event(NamedTuple):
     """A pending DMA completion. Identical events are interchangeable (a multiset)."""
 
-    side: int  # SEND or RECV
+    side: DmaSide
     issuer: int  # thread index that started the copy
     start_pc: int  # where it started (for messages and the graph)
     sem: int  # semaphore instance that completion adds to
@@ -154,8 +154,22 @@ class State(NamedTuple):
     hazards: tuple[Hazard, ...] = ()  # sorted
 
 
-# An action is ("t", thread index) for the thread's next instruction, or ("e", Event).
-Action = tuple
+class ThreadStep(NamedTuple):
+    """The action of a thread: its next instruction runs."""
+
+    thread: int
+
+
+class EventFires(NamedTuple):
+    """The action of a pending completion: it happens (identical pending completions are
+    one actor, so one action)."""
+
+    event: Event
+
+
+# What a state's successors are reached by. Tuples, so that an action hashes and compares
+# at the speed of one (the explicit search makes millions): `isinstance` tells them apart.
+Action = ThreadStep | EventFires
 
 
 def overlap(a: Access, b: Access) -> bool:

@@ -7,8 +7,8 @@ for each successor, and judges states with properties.py (`fault_findings`,
 rest of `System` is what the engines' reductions and messages read: the static tables
 (tables.py: threads, bodies, semaphore and buffer instances, cells, invocations),
 the footprints of every instruction (`footprints`, `tables`, `touchers`, `resource_count`),
-the racing pairs (races.py), and the search's shortcuts (`movable_threads`, `movable_after`,
-`can_move`, `static_wait`, `may_add`, `touches`, `inputs_read`).
+the racing pairs (races.py), and the search's shortcuts (`thread_steps`, `movable_threads`,
+`movable_after`, `can_move`, `static_wait`, `may_add`, `touches`, `inputs_read`).
 
 What each instruction does is in rules.py, one function per instruction kind.
 """
@@ -23,7 +23,7 @@ from semcheck.semantics.footprints import EMPTY, Y_WAITER, Footprint, ThreadFoot
 from semcheck.semantics.races import RaceTables
 from semcheck.semantics.resource_index import ResourceIndex
 from semcheck.semantics.rules import EXEC_RULES, FOOTPRINT_RULES, WAIT_RULES, complete
-from semcheck.semantics.state import FAULTED, Action, Counts, Fault, State, distinct
+from semcheck.semantics.state import FAULTED, Action, Counts, EventFires, Fault, State, ThreadStep, distinct
 from semcheck.semantics.tables import without_gc
 
 
@@ -37,8 +37,8 @@ class Model(Protocol):
         """`initial_states`, lazily."""
 
     def enabled(self, state: State, movable: tuple[int, ...] | None = None) -> list[Action]:
-        """Every action enabled in `state`: ("t", thread) for a thread's next instruction,
-        ("e", event) for a DMA completion in flight."""
+        """Every action enabled in `state`: a `ThreadStep` for each thread that can move,
+        an `EventFires` for each distinct DMA completion in flight."""
 
     def step(self, state: State, action: Action) -> State:
         """The successor of `state` by an enabled `action` (hazards recorded in it)."""
@@ -106,6 +106,8 @@ class System(RaceTables):
         self.touchers = ResourceIndex.of_threads(self.resource_count, (table.resources for table in self.tables))
         self._waits = [_WaitTable([self._static_wait(t, instr) for instr in body]) for t, body in enumerate(self.bodies)]
         self._resolved = {}
+        # every thread's action, made once: `enabled` and the reduction name them in every state
+        self.thread_steps = tuple(map(ThreadStep, range(len(self.bodies))))
 
     def waiters(self, sid: int) -> list[int]:
         """The threads that may wait on (or read) semaphore instance `sid`."""
@@ -203,7 +205,7 @@ class System(RaceTables):
         threads that could move in `before`: only the acting thread, and threads whose wait
         may name a semaphore whose count changed, can differ. (A thread's wait resolves
         through its own registers, which only its own steps change.)"""
-        recheck = {action[1]} if action[0] == "t" else set()
+        recheck = {action.thread} if isinstance(action, ThreadStep) else set()
         if before.sems is not after.sems:
             for sid, _count in set(before.sems.items).symmetric_difference(after.sems.items):
                 recheck.update(self.waiters(sid))
@@ -217,16 +219,16 @@ class System(RaceTables):
         """Every enabled action: each thread that can move (`movable`, when the caller
         already knows them), then each distinct pending completion."""
         threads = self.movable_threads(state) if movable is None else movable
-        actions: list[Action] = [("t", t) for t in threads]
+        steps = self.thread_steps
+        actions: list[Action] = [steps[t] for t in threads]
         if state.events:
-            actions.extend([("e", e) for e in distinct(state.events)])
+            actions.extend(map(EventFires, distinct(state.events)))
         return actions
 
     def step(self, state: State, action: Action) -> State:
-        kind, what = action
-        if kind == "e":
-            return complete(self, state, what)
-        t = what
+        if isinstance(action, EventFires):
+            return complete(self, state, action.event)
+        t = action.thread
         instr = self.bodies[t][state.pcs[t]]
         try:
             return EXEC_RULES[type(instr)](self, t, instr, state)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from semcheck import ir
 from semcheck.result import Completion, RegionRef, StepEvent, TraceStep
-from semcheck.semantics.state import FAULTED, RECV, SEND, Action, Fault, State
+from semcheck.semantics.state import FAULTED, RECV, SEND, Action, EventFires, Fault, State, ThreadStep
 from semcheck.semantics.system import System
 
 
@@ -28,7 +28,7 @@ def build(system: System, initial: State, actions: list[Action]) -> list[TraceSt
     additions: dict[int, list[int]] = {}  # semaphore -> steps that added since the last take
     # (issuer, start pc, side) -> dma_start steps whose completion on that side is pending.
     # Copies from one start site are interchangeable to the semantics; first in, first out.
-    in_flight: dict[tuple[int, int, int], list[int]] = {}
+    in_flight: dict[tuple[int, int, ir.DmaSide], list[int]] = {}
     steps = []
     for i, action in enumerate(actions):
         before, after = states[i], states[i + 1]
@@ -52,22 +52,25 @@ def build(system: System, initial: State, actions: list[Action]) -> list[TraceSt
 
 
 def _link_copy(system: System, before: State, action: Action, step: TraceStep, in_flight: dict) -> None:
-    kind, what = action
-    if kind == "e":
-        pending = in_flight.get((what.issuer, what.start_pc, what.side))
+    if isinstance(action, EventFires):
+        event = action.event
+        pending = in_flight.get((event.issuer, event.start_pc, event.side))
         if pending:
             step.started_by = pending.pop(0)
         return
-    instr = system.bodies[what][before.pcs[what]]
+    t = action.thread
+    instr = system.bodies[t][before.pcs[t]]
     if isinstance(instr, ir.DmaStart) and step.fault is None:
-        pc = before.pcs[what]
+        pc = before.pcs[t]
         sides = (RECV, SEND) if instr.send_sem is not None else (RECV,)
         for side in sides:
-            in_flight.setdefault((what, pc, side), []).append(step.index)
+            in_flight.setdefault((t, pc, side), []).append(step.index)
 
 
 def _sem_of_wait(system: System, state: State, action: Action) -> int | None:
-    t = action[1]
+    if not isinstance(action, ThreadStep):
+        return None
+    t = action.thread
     instr = system.current(state, t)
     if not isinstance(instr, (ir.Wait, ir.DmaWait)):
         return None
@@ -78,10 +81,9 @@ def _sem_of_wait(system: System, state: State, action: Action) -> int | None:
 
 
 def _describe(system: System, before: State, after: State, action: Action, index: int) -> TraceStep:
-    kind, what = action
-    if kind == "e":
-        return _describe_event(system, before, after, what, index)
-    t = what
+    if isinstance(action, EventFires):
+        return _describe_event(system, before, after, action.event, index)
+    t = action.thread
     thread = system.threads[t]
     instr = system.bodies[t][before.pcs[t]]
     step = TraceStep(
@@ -149,7 +151,7 @@ def _text_wait(system, before, after, t, instr, step) -> str:
     step.before, step.after = before.sems[sid], after.sems[sid]
     step.need = need
     if isinstance(instr, ir.DmaWait):
-        step.side = instr.side
+        step.side = str(instr.side)
     step.decrement = not isinstance(instr, ir.Wait) or instr.decrement
     if isinstance(instr, ir.Wait) and not instr.decrement:
         return f"wait {inst.short} >= {need} without decrement (holds {step.before})"
@@ -178,7 +180,7 @@ def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
     for e in before.events:
         new.remove(e)
     step.completions = tuple(
-        Completion("send" if e.side != RECV else "recv", system.instances[e.sem].short, e.inc) for e in new
+        Completion(str(e.side), system.instances[e.sem].short, e.inc) for e in new
     )
     parts = [f"{c.side} {c.semaphore} +{c.amount}" for c in step.completions]
     device, core = instr.dst_place()
@@ -243,7 +245,7 @@ def _describe_event(system: System, before: State, after: State, event, index: i
         event=StepEvent.DMA_RECV_DONE if event.side == RECV else StepEvent.DMA_SEND_DONE,
         text="",
         location=start.loc,
-        side="recv" if event.side == RECV else "send",
+        side=str(event.side),
         amount=event.inc,
         kernel=_kernel_at(system, event.issuer, event.start_pc),
     )

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from semcheck import ir
 from semcheck.semantics.properties import Finding, spin_finding
-from semcheck.semantics import Action, State, System
+from semcheck.semantics import Action, State, System, ThreadStep
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -85,7 +85,7 @@ def findings(
         members = condensed.nodes[component]["members"]
         entry = min(members)  # the first one the breadth-first search reached
         cycle = [(states[i], action) for i, action in _cycle(graph, members, entry)]
-        spinning = sorted({action[1] for _, action in cycle if action[0] == "t"})
+        spinning = sorted({action.thread for _, action in cycle if isinstance(action, ThreadStep)})
         new = [f for t in spinning if (f := spin_finding(system, t, cycle)) is not None and f.key not in seen]
         if not new:
             continue
@@ -98,7 +98,7 @@ def findings(
             assert t is not None, "an endless loop is some thread's"
             k = next(
                 (n for n, (state, action) in enumerate(cycle)
-                 if action == ("t", t) and system.bodies[t][state.pcs[t]].loc == finding.loc),
+                 if action == ThreadStep(t) and system.bodies[t][state.pcs[t]].loc == finding.loc),
                 0,
             )
             lasso = prefix + actions[:k] + actions[k:] + actions[:k]

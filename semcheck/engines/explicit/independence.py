@@ -28,7 +28,7 @@ from semcheck.semantics.footprints import (
     X_DEC, X_INC, X_WRITE, Y_CHANGE, Y_NEAR, Y_WAITER, Channels, Footprint, ThreadFootprints, ThreadTable, channels,
     clash,
 )
-from semcheck.semantics import DATA_RACE, PLAIN_RACE, Action, Event, State, System, event_footprint
+from semcheck.semantics import DATA_RACE, PLAIN_RACE, Action, Event, EventFires, State, System, event_footprint
 
 _KEPT = 8_192  # answers kept per kind before the cache starts again
 
@@ -57,10 +57,10 @@ class Independence:
 
     def own(self, state: State, action: Action) -> Channels:
         """The channels of the action itself (a thread's next instruction, or a completion)."""
-        kind, what = action
-        if kind == "e":
-            return self.event_channels(what)
-        return self.tables[what].own[state.pcs[what]]
+        if isinstance(action, EventFires):
+            return self.event_channels(action.event)
+        t = action.thread
+        return self.tables[t].own[state.pcs[t]]
 
     def event_channels(self, event: Event) -> Channels:
         found = self._event_channels.get(event)
@@ -119,7 +119,7 @@ class Independence:
                     previous = e
                     found = self.event_channels(e).get(r)
                     if found is not None:
-                        yield ("e", e), found[0], found[1]
+                        yield EventFires(e), found[0], found[1]
 
     def completions_may_clash(self, r: int, x: int, y: int) -> bool:
         """Whether some pending completion could conflict with (x, y) on resource r, by
@@ -295,7 +295,7 @@ class Independence:
     def independent(self, state: State, a: Action, b: Action) -> bool:
         """Two actions of different actors, both enabled in `state`, that commute and cannot
         disable each other."""
-        if a == b or (a[0] == "t" and b[0] == "t" and a[1] == b[1]):
+        if a == b:  # one actor (a thread has one next step; identical completions are one)
             return False
         return not clash(self.own(state, a), self.own(state, b))
 
@@ -377,7 +377,7 @@ def _additions_to(events: tuple[Event, ...], sid: int, copies) -> list[tuple[Act
                     run += 1
                 k += run
                 if e.sem == sid and e.inc > 0 and e.start_pc in starts:
-                    found.append((("e", e), e.inc * run))
+                    found.append((EventFires(e), e.inc * run))
     return found
 
 

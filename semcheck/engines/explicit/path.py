@@ -22,7 +22,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 
-from semcheck.semantics import Action, State, System
+from semcheck.semantics import Action, EventFires, State, System
 
 
 class OnePath:
@@ -43,8 +43,8 @@ class OnePath:
 
     def append(self, state: State, action: Action) -> None:
         """`action`, taken in `state` (the state at the end of the path)."""
-        kind, what = action
-        self._codes.append(what if kind == "t" else -1 - bisect_left(state.events, what))
+        code = -1 - bisect_left(state.events, action.event) if isinstance(action, EventFires) else action.thread
+        self._codes.append(code)
 
     def actions(self) -> list[Action]:
         """Every action from the initial state to the end of the path."""
@@ -52,7 +52,7 @@ class OnePath:
         state = self._at
         for k in range(len(decoded), len(codes)):
             code = codes[k]
-            action = ("t", code) if code >= 0 else ("e", state.events[-1 - code])
+            action = system.thread_steps[code] if code >= 0 else EventFires(state.events[-1 - code])
             decoded.append(action)
             state = system.step(state, action)  # hazards never change what happens next
         self._at = state

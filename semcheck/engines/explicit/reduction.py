@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from semcheck.engines.explicit.independence import Independence
 from semcheck.semantics.footprints import X_INC, Channels
-from semcheck.semantics import Action, State
+from semcheck.semantics import Action, EventFires, State, ThreadStep
 
 
 def isolated_thread(ind: Independence, state: State, ready: tuple[int, ...]) -> list[Action] | None:
@@ -32,12 +32,13 @@ def isolated_thread(ind: Independence, state: State, ready: tuple[int, ...]) -> 
     None: no thread is isolated, so the whole list is needed."""
     if not ready:
         return None
+    steps = ind.system.thread_steps
     if len(ready) == 1 and not state.events:
-        return [("t", ready[0])]
+        return [steps[ready[0]]]
     ctx = _Context(ind, state, None)
     for t in ready:
-        if ctx.isolated(("t", t)):
-            return [("t", t)]
+        if ctx.isolated(steps[t]):
+            return [steps[t]]
     return None
 
 
@@ -55,8 +56,9 @@ def isolated_action(ind: Independence, state: State, ready: tuple[int, ...]) -> 
         if event == previous:
             continue
         previous = event
-        if ctx.isolated(("e", event)):
-            return [("e", event)]
+        action = EventFires(event)
+        if ctx.isolated(action):
+            return [action]
     return None
 
 
@@ -69,14 +71,14 @@ def stubborn_subset(ind: Independence, state: State, enabled: list[Action], thre
         return enabled
     ctx = _Context(ind, state, enabled)
     for seed in () if isolated_tried else enabled:  # most actions conflict with nothing: a stubborn set of their own
-        if threads_tried and seed[0] == "t":
+        if threads_tried and isinstance(seed, ThreadStep):
             continue
         if ctx.isolated(seed):
             return [seed]
     best: list[Action] = enabled
     # A pending completion usually needs only the thread blocked on it: try those first,
     # so a small set is found early and later closures stop as soon as they grow past it.
-    seeds = [a for a in enabled if a[0] == "e"] + [a for a in enabled if a[0] == "t"]
+    seeds = [a for a in enabled if isinstance(a, EventFires)] + [a for a in enabled if isinstance(a, ThreadStep)]
     for seed in seeds:
         # with the blocked waiters it feeds joining first, and without: either can be smaller
         for waiters_first in (True, False):
@@ -126,11 +128,12 @@ class _Context:
         first one."""
         found: dict[Action, None] = {}
         pcs, tables, touchers, ind = self.state.pcs, self.ind.tables, self.ind.touchers, self.ind
-        me = action[1] if action[0] == "t" else None
+        steps = self.system.thread_steps
+        me = action.thread if isinstance(action, ThreadStep) else None
         cuts: dict[int, tuple[int, ...] | None] = {}
         for r, (xa, ya) in own.items():
             for t in touchers.get(r, ()):
-                if t == me or ("t", t) in found or ("t", t) in members or not self._active(t):
+                if t == me or steps[t] in found or steps[t] in members or not self._active(t):
                     continue
                 # the future up to a cut is part of the whole future: only a thread whose
                 # whole future conflicts needs its cut (the costly part) at all
@@ -147,7 +150,7 @@ class _Context:
                 if cut_at is not None:
                     xb, yb = tables[t].future_before(pcs[t], r, cut_at)
                 if xa & yb or xb & ya:
-                    found[("t", t)] = None
+                    found[steps[t]] = None
                     if first:
                         return list(found)
             if not ind.completions_may_clash(r, xa, ya):
@@ -162,7 +165,7 @@ class _Context:
     def isolated(self, action: Action) -> bool:
         """An enabled action that conflicts with nothing any other actor may do before the
         action itself (for a completion: up to the waits only it can satisfy)."""
-        guard = action[1] if action[0] == "e" else None
+        guard = action.event if isinstance(action, EventFires) else None
         standing = _Standing()
         standing.add(action)
         return not self._clashing(action, self.ind.own(self.state, action), {action}, standing, guard=guard, first=True)
@@ -208,15 +211,16 @@ class _Context:
         if action not in self.enabled:
             return []
         found = []
+        steps = self.system.thread_steps
         for r, (x, _y) in self.ind.own(self.state, action).items():
             if not x & X_INC:
                 continue
             for t in self.ind.touchers.get(r, ()):
-                if ("t", t) in members or ("t", t) in self.enabled or not self._active(t):
+                if steps[t] in members or steps[t] in self.enabled or not self._active(t):
                     continue
                 blocked = self._blocked_wait(t)
                 if blocked is not None and blocked[0] == r:
-                    found.append(("t", t))
+                    found.append(steps[t])
         return found
 
     def _blocked_wait(self, t: int):
@@ -229,8 +233,10 @@ class _Context:
             own = self.ind.own(self.state, action)
             # a completion is compared with each thread's future up to the waits it alone
             # can satisfy (`Independence.guard_stops`)
-            return self._clashing(action, own, members, standing, guard=action[1] if action[0] == "e" else None)
-        blocked = self._blocked_wait(action[1])
+            guard = action.event if isinstance(action, EventFires) else None
+            return self._clashing(action, own, members, standing, guard=guard)
+        assert isinstance(action, ThreadStep), "a completion in flight is always enabled"
+        blocked = self._blocked_wait(action.thread)
         if blocked is None:  # not at a wait: cannot happen for an active, disabled thread
             return []
         # a blocked wait needs every actor that may still add to its semaphore
@@ -246,12 +252,12 @@ class _Standing:
 
     def __init__(self) -> None:
         self.threads: set[int] = set()
-        self.events: set[Action] = set()
+        self.events: set[EventFires] = set()
         self.sems: set[int] = set()
 
     def add(self, member: Action) -> None:
-        if member[0] == "t":
-            self.threads.add(member[1])
+        if isinstance(member, ThreadStep):
+            self.threads.add(member.thread)
         else:
             self.events.add(member)
-            self.sems.add(member[1].sem)
+            self.sems.add(member.event.sem)

@@ -42,7 +42,7 @@ from itertools import chain
 from operator import is_
 from typing import TYPE_CHECKING
 
-from semcheck.semantics import Action, Counts, Event, State, System
+from semcheck.semantics import Action, Counts, Event, EventFires, State, System, ThreadStep
 
 if TYPE_CHECKING:
     from semcheck.engines.explicit.symmetry import Rotations
@@ -454,11 +454,12 @@ class SearchTree:
         self._sleep.append(number)
 
     def _code(self, action: Action) -> int:
-        kind, what = action
-        return what if kind == "t" else -2 - self._store.event_id(what)
+        if isinstance(action, EventFires):
+            return -2 - self._store.event_id(action.event)
+        return action.thread
 
     def _action(self, code: int) -> Action:
-        return ("t", code) if code >= 0 else ("e", self._store.event(-2 - code))
+        return ThreadStep(code) if code >= 0 else EventFires(self._store.event(-2 - code))
 
     def via(self, i: int) -> Action | None:
         code = self._via[i]

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from semcheck import ir
-from semcheck.semantics import Access, Counts, Event, State, System
+from semcheck.semantics import Access, Action, Counts, Event, EventFires, State, System, ThreadStep
 
 # a state's hazards once recorded: this one is device-free (`properties.hazards_to_keep`)
 _DEVICE_FREE_HAZARDS = frozenset({"went_wrong"})
@@ -94,11 +94,10 @@ class Rotations:
         accesses = tuple(self._access(a, shift) for a in e.accesses)
         return e._replace(issuer=self.threads[g][e.issuer], sem=self._sem(e.sem, shift), accesses=accesses)
 
-    def action(self, action, g: int):
-        kind, what = action
-        if kind == "t":
-            return ("t", self.threads[g][what])
-        return ("e", self.event(what, g))
+    def action(self, action: Action, g: int) -> Action:
+        if isinstance(action, ThreadStep):
+            return ThreadStep(self.threads[g][action.thread])
+        return EventFires(self.event(action.event, g))
 
     def mappable(self, state: State) -> bool:
         return not state.faults and all(h.kind in _DEVICE_FREE_HAZARDS for h in state.hazards)

@@ -61,8 +61,8 @@ from semcheck.engines.z3.precedence import Precedence
 from semcheck.engines.z3.terms import AND, EQ, GE, IMPLIES, ITE, LT, NOT, OR, SUM, SymBool, SymInt, apply, in_range, is_const, truth
 from semcheck.semantics.properties import Kind
 from semcheck.semantics import (
-    INVALID_CORE, INVALID_DEVICE, INVALID_REGION, INVALID_SEM_INDEX, RECV, SEND, Action, Event, State, System,
-    bits, dma_increment, must_be_zero_at_exit,
+    INVALID_CORE, INVALID_DEVICE, INVALID_REGION, INVALID_SEM_INDEX, RECV, SEND, Action, Event, EventFires, State,
+    System, bits, dma_increment, must_be_zero_at_exit,
 )
 from semcheck.ir import Scope
 
@@ -310,8 +310,8 @@ class Encoding:
         # A copy of 0 bytes completes as it starts (`semantics.rules._complete_at_start`).
         empty = EQ(nbytes, 0)
         for side, target in sides:
-            done = z3.Bool(f"dma_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
-            pos = position_var(f"pos_t{nv.t}_n{nv.node.index}_{'send' if side == SEND else 'recv'}")
+            done = z3.Bool(f"dma_t{nv.t}_n{nv.node.index}_{side}")
+            pos = position_var(f"pos_t{nv.t}_n{nv.node.index}_{side}")
             self.constraints.append(IMPLIES(done, nv.done))
             self.constraints.append(IMPLIES(AND(empty, nv.done), done))
             self.ordering.append(IMPLIES(AND(done, NOT(empty)), nv.pos < pos))
@@ -731,11 +731,11 @@ class Encoding:
         """Input values and the executed actions, each with its thread and pc (None for a
         DMA completion), in an order the semantics can replay."""
         inputs = tuple(int_value(model, v) for v in self.inputs)
-        keyed: list[tuple[tuple, tuple, int | None, int | None]] = []
+        keyed: list[tuple[tuple, Action, int | None, int | None]] = []
         for t, row in enumerate(self.nodes):
             nv = row[0]
             while nv.node.kind == unrolling.INSTR and holds(model, nv.fires):
-                keyed.append(((position_of(model, nv.pos), 0, t, nv.node.index), ("t", t), t, nv.node.pc))
+                keyed.append(((position_of(model, nv.pos), 0, t, nv.node.index), self.system.thread_steps[t], t, nv.node.pc))
                 if not holds(model, nv.valid):
                     break
                 key = next(k for k, guard in nv.taken.items() if holds(model, guard))
@@ -745,7 +745,7 @@ class Encoding:
                 continue  # not yet, or part of its start's step (semantics.rules._complete_at_start)
             sid = next(s for s, cond in change_of(c).candidates if holds(model, cond))
             event = Event(c.side, c.start.t, c.start.node.pc, sid, int_value(model, change_of(c).delta))
-            keyed.append(((position_of(model, c.pos), 1, c.start.t, c.start.node.index), ("e", event), None, None))
+            keyed.append(((position_of(model, c.pos), 1, c.start.t, c.start.node.index), EventFires(event), None, None))
         keyed.sort(key=lambda item: item[0])
         return inputs, [(action, t, pc) for _, action, t, pc in keyed]
 

@@ -63,7 +63,7 @@ from semcheck.engines.z3.unroll import CONSTANT_JUMP_CAP
 from semcheck.semantics.properties import (
     CASCADING_KINDS, CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings, went_wrong,
 )
-from semcheck.semantics import Action, State, System
+from semcheck.semantics import Action, EventFires, State, System
 
 NAME = "z3"
 
@@ -428,12 +428,12 @@ class _Session:
 def _pending(state: State, action: Action) -> Action:
     """The completion in `state` that a decoded one names (same side, start, semaphore and
     amount); the solver does not track what a copy reads and writes, the state does."""
-    if action[0] != "e":
+    if not isinstance(action, EventFires):
         return action
-    decoded = action[1]
+    decoded = action.event
     for event in state.events:
         if event[:5] == decoded[:5]:
-            return ("e", event)
+            return EventFires(event)
     return action
 
 

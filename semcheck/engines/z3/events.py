@@ -12,6 +12,7 @@ from fractions import Fraction
 import z3
 
 from semcheck.engines.z3 import unroll as unrolling
+from semcheck.ir import DmaSide
 from semcheck.engines.z3.terms import AND, GE, ITE, LT, NOT, OR, SymBool, SymInt, apply, is_const
 
 
@@ -54,7 +55,7 @@ class NodeVars:
     need: SymInt | None = None  # what a wait needs
     read_value: z3.ArithRef | None = None
     regs_in: dict[str, SymInt] = field(default_factory=dict)
-    completions: dict[int, "Completion"] = field(default_factory=dict)  # side -> its completion
+    completions: dict[DmaSide, "Completion"] = field(default_factory=dict)  # side -> its completion
     accesses: list[SymAccess] = field(default_factory=list)  # what a load, store or copy touches
     resets: dict[int, z3.ArithRef] = field(default_factory=dict)  # entry: sid -> -(count before)
     # entry: sid -> count before, of a semaphore the entry keeps (not checked at exit)
@@ -94,7 +95,7 @@ class Change:
 @dataclass(eq=False)
 class Completion:
     start: NodeVars
-    side: int  # SEND or RECV
+    side: DmaSide
     done: z3.BoolRef
     pos: z3.ArithRef
     change: Change | None = None

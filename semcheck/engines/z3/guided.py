@@ -15,7 +15,7 @@ checks that it reaches what was asked, and asks the solver for the order when it
 from __future__ import annotations
 
 from semcheck import ir
-from semcheck.semantics import Action, State, System
+from semcheck.semantics import Action, EventFires, State, System, ThreadStep
 
 
 def _rank(instr: ir.Instr) -> int:
@@ -37,16 +37,17 @@ def schedule(
     state, states = initial, [initial]
     actions: list[Action] = []
     while True:
-        choice, best = None, None
-        completion = None
+        choice: Action | None = None
+        best = None
+        completion: Action | None = None
         for action in system.enabled(state):
-            if action[0] == "e":
+            if isinstance(action, EventFires):
                 completion = completion or action
                 if lazy_completions:
                     continue
                 choice = action
                 break
-            t = action[1]
+            t = action.thread
             if left[t] <= 0:
                 continue
             rank = ranks[t][state.pcs[t]]
@@ -55,8 +56,8 @@ def schedule(
         choice = choice or completion
         if choice is None:
             return actions, states
-        if choice[0] == "t":
-            left[choice[1]] -= 1
+        if isinstance(choice, ThreadStep):
+            left[choice.thread] -= 1
         state = system.step(state, choice)
         actions.append(choice)
         states.append(state)
