@@ -175,9 +175,9 @@ def test_a_state_stored_under_its_images_key_comes_back_as_reached():
 def test_actions_past_two_bytes_widen_the_record():
     tree = SearchTree(StateStore(_two_threads()))
     tree.add(-1, None, frozenset())
-    tree.add(0, ("t", 40_000), frozenset())
-    tree.add(1, ("t", 1), frozenset())
-    assert [tree.via(i) for i in range(3)] == [None, ("t", 40_000), ("t", 1)]
+    tree.add(0, ThreadStep(40_000), frozenset())
+    tree.add(1, ThreadStep(1), frozenset())
+    assert [tree.via(i) for i in range(3)] == [None, ThreadStep(40_000), ThreadStep(1)]
 
 
 def test_interned_sequences_number_each_distinct_one_once():
