@@ -11,7 +11,6 @@ instance, asks z3 to report how its runs end (`with_ends_reported`).
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Callable
 
@@ -122,6 +121,8 @@ def _reject_unknown(keywords: dict) -> None:
     unknown = sorted(set(keywords) - CHECK_KEYWORDS)
     if not unknown:
         return
+    import difflib  # only on a misspelt option: a run's start-up does without it
+
     said = []
     for name in unknown:
         close = difflib.get_close_matches(name, CHECK_KEYWORDS, n=1)
