@@ -1,6 +1,7 @@
 """Differential test against JAX's TPU interpreter (`interpret=pltpu.InterpretParams()`).
 
-Each example script runs unchanged in a subprocess with TPU interpret mode forced on
+Each example script runs unchanged in a process of its own (forked from one that imported
+JAX once, tests/interpreter_forks.py) with TPU interpret mode forced on
 (`pltpu.set_tpu_interpret_mode`), watched, since the interpreter hangs forever on a
 deadlock: a run is hung once its CPU time stops growing (a deadlocked wait sleeps on a
 condition variable) while one of its threads is in a semaphore wait, so a busy machine slows
@@ -54,6 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests import interpreter_forks
 from tests.tpu_support import HANG_KINDS, MEGACORE, ROOT, RUNS_FOLDER, config_of, device_counts, example_paths, prefetch, results
 
 DEVICE_COUNTS = (2, 4)
@@ -272,12 +274,11 @@ def _run_interpreter_once(path: str, devices: int, params: dict, tail: int | Non
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+    with tempfile.NamedTemporaryFile("rb") as out, tempfile.NamedTemporaryFile("rb") as err, \
             tempfile.NamedTemporaryFile("r") as blocked:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", RUNNER, path, json.dumps(params), blocked.name],
-            env=env, stdout=out, stderr=err, cwd=os.path.dirname(path),
-        )
+        # as `python -c RUNNER ...` in a subprocess, forked from a process that imported JAX once
+        proc = interpreter_forks.start(RUNNER, [path, json.dumps(params), blocked.name], env, os.path.dirname(path),
+                                       out.name, err.name)
         stopped = _watch(proc)
         if stopped == "hung" and _blocked_waits(blocked.name) == 0:
             return "stalled", ""
@@ -289,7 +290,7 @@ def _run_interpreter_once(path: str, devices: int, params: dict, tail: int | Non
     return ("finished" if proc.returncode == 0 else "failed"), text[-tail:] if tail else text
 
 
-def _watch(proc: subprocess.Popen) -> str | None:
+def _watch(proc: interpreter_forks.Child) -> str | None:
     """Wait for `proc`; None once it exits, or why it was killed ("hung": its CPU time stood
     still for HUNG_AFTER seconds; "timed out": still computing after GIVE_UP seconds)."""
     started = time.monotonic()
