@@ -25,6 +25,10 @@ os.environ.setdefault("SEMCHECK_TIMEOUT", "86400")
 # (semcheck/frontends/capture_server.py), which the controller starts and ends.
 _CAPTURES = "SEMCHECK_CAPTURE_CACHE"
 _SERVER = "SEMCHECK_CAPTURE_SERVER"
+# And what else a session's modules share across workers (tests/tpu_support.py, RUNS_FOLDER:
+# the interpreter runs of the TPU differential), in a folder of the session's own, even
+# where CI shares its capture folder between sessions.
+_RUNS = "SEMCHECK_TEST_RUNS"
 
 
 def pytest_configure(config):
@@ -39,6 +43,9 @@ def pytest_configure(config):
         if address:
             os.environ[_SERVER] = address
             config._semcheck_server = address
+    if _RUNS not in os.environ:
+        os.environ[_RUNS] = tempfile.mkdtemp(prefix="semcheck-test-runs-")
+        config._semcheck_runs = os.environ[_RUNS]
     if _CAPTURES in os.environ:
         return
     try:
@@ -52,10 +59,11 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     import shutil
 
-    folder = getattr(config, "_semcheck_captures", None)
-    if folder:
-        shutil.rmtree(folder, ignore_errors=True)
-        os.environ.pop(_CAPTURES, None)
+    for attribute, variable in (("_semcheck_captures", _CAPTURES), ("_semcheck_runs", _RUNS)):
+        folder = getattr(config, attribute, None)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+            os.environ.pop(variable, None)
     if getattr(config, "_semcheck_server", None):
         from semcheck.frontends import capture_server
 

@@ -1,6 +1,7 @@
 """Differential test against JAX's TPU interpreter (`interpret=pltpu.InterpretParams()`).
 
-Each example script runs unchanged in a subprocess with TPU interpret mode forced on
+Each example script runs unchanged in a process of its own (forked from one that imported
+JAX once, tests/interpreter_forks.py) with TPU interpret mode forced on
 (`pltpu.set_tpu_interpret_mode`), watched, since the interpreter hangs forever on a
 deadlock: a run is hung once its CPU time stops growing (a deadlocked wait sleeps on a
 condition variable) while one of its threads is in a semaphore wait, so a busy machine slows
@@ -54,7 +55,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.tpu_support import HANG_KINDS, MEGACORE, ROOT, config_of, device_counts, example_paths, prefetch, results
+from tests import interpreter_forks
+from tests.tpu_support import HANG_KINDS, MEGACORE, ROOT, RUNS_FOLDER, config_of, device_counts, example_paths, prefetch, results
 
 DEVICE_COUNTS = (2, 4)
 # The module's interpreter runs share one xdist worker (its fixtures are module-scoped), so
@@ -68,10 +70,16 @@ HUNG_AFTER = 15.0
 IDLE_CPU = 0.3
 GIVE_UP = 900.0  # wall seconds after which a run still computing is "timed out", never "hung"
 
+# What the runner prints when the interpreter permuted a parallel grid dimension of two or
+# more coordinates, the only use JAX 0.10.2 makes of `random_seed`
+# (`_get_randomized_grid_coordinates` in jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py,
+# never under a TensorCoreMesh).
+SEED_DECIDES = "semcheck-test: random_seed permuted a parallel grid dimension"
 RUNNER = """
 import json, runpy, sys
 from jax.experimental.pallas import tpu as pltpu
-from jax._src.pallas.mosaic.interpret import shared_memory
+from jax._src.pallas.mosaic.interpret import interpret_pallas_call, shared_memory
+SEED_DECIDES = "%s"
 
 def mend_zero_waits(wait):
     # A wait for 0 passes at once. JAX 0.10.2's race detector then asserts that the semaphore
@@ -102,6 +110,22 @@ def report_blocked(path):
             f.write(str(blocked[0]))
         time.sleep(0.5)
 
+def noting_permutations(randomize):
+    # JAX 0.10.2 uses `random_seed` only here, to permute the coordinates of parallel grid
+    # dimensions: a run in which no permutation has two or more coordinates gives every
+    # seed the same schedule, and says so by not printing SEED_DECIDES.
+    def randomized(grid, *args, **kwargs):
+        coordinates = randomize(grid, *args, **kwargs)
+        if any(c.shape[0] > 1 for c in coordinates):
+            print(SEED_DECIDES, file=sys.stderr, flush=True)
+        return coordinates
+    return randomized
+
+randomizer = getattr(interpret_pallas_call, "_get_randomized_grid_coordinates", None)
+if randomizer is None:  # another JAX: assume that the seed may decide the schedule
+    print(SEED_DECIDES, file=sys.stderr, flush=True)
+else:
+    interpret_pallas_call._get_randomized_grid_coordinates = noting_permutations(randomizer)
 blocked = [0]
 shared_memory.Semaphore.wait = counted(mend_zero_waits(shared_memory.Semaphore.wait))
 if len(sys.argv) > 3:
@@ -110,7 +134,7 @@ if len(sys.argv) > 3:
 pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(**json.loads(sys.argv[2])))
 sys.argv = [sys.argv[1]]
 runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+""" % SEED_DECIDES
 
 REJECTED = {  # example -> what the interpreter says when it refuses the kernel
     "nondecrementing_poll.py": "Non-decrementing wait is not supported",
@@ -161,18 +185,66 @@ def _has_parallel_grid(path: str) -> bool:
 
 
 def interpreter_runs():
-    """(example, devices, interpreter params, semcheck config to compare with)."""
+    """(example, devices, interpreter params, semcheck config to compare with). Where the
+    race runs will run the example (`races_are_compared`), the verdict run is their first,
+    with race detection on, so that one run serves both modules."""
     runs = []
     for path in example_paths():
         for n in device_counts(path, DEVICE_COUNTS):
-            if _has_parallel_grid(path):
-                runs.append((path, n, {"num_cores_or_threads": 2}, MEGACORE))
-            else:
-                runs.append((path, n, {}, ""))
+            params, config = ({"num_cores_or_threads": 2}, MEGACORE) if _has_parallel_grid(path) else ({}, "")
+            if races_are_compared(path, n, config):
+                params = race_params(params, RACE_MODES[0], RACE_SEEDS[0])
+            runs.append((path, n, params, config))
     return runs
 
 
-_outcomes: dict = {}
+def races_are_compared(path: str, devices: int, config: str) -> bool:
+    """Whether the race runs run this example: not the kernels the interpreter rejects, nor
+    those on which it fails (a bad id or window) or hangs."""
+    if os.path.basename(path) in REJECTED:
+        return False
+    [result] = [r for r in results(path, devices) if config_of(r) == config]
+    kinds = {v.kind for v in result.errors}
+    return not (kinds & {"invalid_device_id", "invalid_region"} or (kinds & HANG_KINDS and "remote_before_entry" not in kinds))
+
+
+def race_params(params: dict, mode: str, seed: int) -> dict:
+    """`params` with race detection in DMA execution mode `mode` and random seed `seed`,
+    written as JAX's defaults leave out (on_wait; a seed of 0 is `random_seed or 0`, the
+    default None's), so that equal runs have equal parameters."""
+    changed = dict(params, detect_races=True, dma_execution_mode=mode, random_seed=seed)
+    if mode == "on_wait":
+        del changed["dma_execution_mode"]
+    if not seed:
+        del changed["random_seed"]
+    return changed
+
+
+def shared_run(path: str, devices: int, params: dict) -> tuple[str, str]:
+    """`run_interpreter(path, devices, params, tail=None)`, made once per test session: the
+    verdict and race modules, on different xdist workers, share a run through a file in
+    the session's folder (tests/conftest.py, RUNS_FOLDER), and a run asked for while
+    another worker makes it is waited for, not made twice."""
+    import fcntl
+    import hashlib
+    import json
+
+    folder = os.environ.get(RUNS_FOLDER)
+    if not folder:
+        return run_interpreter(path, devices, params, tail=None)
+    key = json.dumps([os.path.abspath(path), devices, params], sort_keys=True)
+    entry = os.path.join(folder, "interpreter-" + hashlib.sha256(key.encode()).hexdigest()[:32])
+    with open(entry + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if os.path.exists(entry + ".json"):
+            with open(entry + ".json", encoding="utf-8") as f:
+                outcome, output = json.load(f)
+            return outcome, output
+        outcome, output = run_interpreter(path, devices, params, tail=None)
+        with open(entry + ".part", "w", encoding="utf-8") as f:
+            json.dump([outcome, output], f)
+        os.replace(entry + ".part", entry + ".json")
+    return outcome, output
 
 
 # A run that stops using CPU while no thread waits on a semaphore has stalled in XLA's CPU
@@ -202,12 +274,11 @@ def _run_interpreter_once(path: str, devices: int, params: dict, tail: int | Non
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+    with tempfile.NamedTemporaryFile("rb") as out, tempfile.NamedTemporaryFile("rb") as err, \
             tempfile.NamedTemporaryFile("r") as blocked:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", RUNNER, path, json.dumps(params), blocked.name],
-            env=env, stdout=out, stderr=err, cwd=os.path.dirname(path),
-        )
+        # as `python -c RUNNER ...` in a subprocess, forked from a process that imported JAX once
+        proc = interpreter_forks.start(RUNNER, [path, json.dumps(params), blocked.name], env, os.path.dirname(path),
+                                       out.name, err.name)
         stopped = _watch(proc)
         if stopped == "hung" and _blocked_waits(blocked.name) == 0:
             return "stalled", ""
@@ -219,7 +290,7 @@ def _run_interpreter_once(path: str, devices: int, params: dict, tail: int | Non
     return ("finished" if proc.returncode == 0 else "failed"), text[-tail:] if tail else text
 
 
-def _watch(proc: subprocess.Popen) -> str | None:
+def _watch(proc: interpreter_forks.Child) -> str | None:
     """Wait for `proc`; None once it exits, or why it was killed ("hung": its CPU time stood
     still for HUNG_AFTER seconds; "timed out": still computing after GIVE_UP seconds)."""
     started = time.monotonic()
@@ -269,7 +340,7 @@ def outcomes():
     runs = interpreter_runs()
     # Hung runs sleep on condition variables, so several can wait side by side.
     with ThreadPoolExecutor(max_workers=max(4, INTERPRETERS_AT_ONCE)) as pool:
-        done = pool.map(lambda r: run_interpreter(r[0], r[1], r[2]), runs)
+        done = pool.map(lambda r: shared_run(r[0], r[1], r[2]), runs)
         return {(path, n): (config, outcome) for (path, n, _p, config), outcome in zip(runs, done)}
 
 
@@ -280,6 +351,7 @@ def outcomes():
 )
 def test_semcheck_agrees_with_the_tpu_interpreter(outcomes, path, devices):
     config, (outcome, output) = outcomes[(path, devices)]
+    output = output[-4000:]
     [result] = [r for r in results(path, devices) if config_of(r) == config]
     assert result.error is None, result.error
     kinds = {v.kind for v in result.errors}
@@ -328,9 +400,8 @@ def test_the_discharge_interpreter_rejects_the_remote_signal_handshake_that_semc
 
 RACE_MODES = ("on_wait", "eager")
 # JAX 0.10.2 uses `random_seed` only to permute the coordinates of parallel grid dimensions
-# (`_get_randomized_grid_coordinates` in jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py;
-# never under a TensorCoreMesh). For every other kernel the three runs are repeats, which
-# still sample the schedules of the interpreter's threads: a race shows in some runs only.
+# (SEED_DECIDES above), so the seeds after the first run only where the first runs said
+# that it decided something: for every other kernel, further seeds were the same run again.
 RACE_SEEDS = (0, 1, 2)
 KERNEL_BOUNDARY = "pallas_call"  # the interpreter's frame for the copy-in/out around a kernel
 INTERLEAVED = "interleaved"  # an access whose report came out mixed with another's

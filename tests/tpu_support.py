@@ -19,6 +19,9 @@ EXAMPLES = os.path.join(ROOT, "examples", "tpu")
 DEVICE_COUNTS = (2, 4, 8)
 MEGACORE = "2 TensorCores per device"
 HANG_KINDS = {"deadlock", "unsatisfied_wait"}
+# A folder for the whole test session, every xdist worker's (tests/conftest.py makes it and
+# removes it): where the differential modules share their interpreter runs.
+RUNS_FOLDER = "SEMCHECK_TEST_RUNS"
 
 
 # Examples whose check at some device counts does not finish within the test budget today
