@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import pickle
+import re
 
 import pytest
 
@@ -63,7 +64,10 @@ def test_check_budgets_do_not_change_the_key_and_the_capture_environment_does(ca
     capture_cache.capture(script, 2)
     for name, value in [("SEMCHECK_TIMEOUT", "86400"), ("SEMCHECK_MAX_STATES", "5"),
                         ("SEMCHECK_SARIF_SCHEMA", "/elsewhere.json"), ("SEMCHECK_JAX_CACHE", "off"),
-                        ("SEMCHECK_CAPTURE_SERVER", "off")]:
+                        ("SEMCHECK_CAPTURE_SERVER", "off"), ("SEMCHECK_CAPTURE_TIMEOUT", "900"),
+                        # a test session's own variables (tests/conftest.py): the tiers and the
+                        # gate after them must share captures
+                        ("SEMCHECK_TEST_RUNS", "/tmp/runs-of-one-session"), ("SEMCHECK_HYPOTHESIS", "ci")]:
         monkeypatch.setenv(name, value)
         capture_cache.capture(script, 2)
     assert len(runs) == 1
@@ -71,6 +75,25 @@ def test_check_budgets_do_not_change_the_key_and_the_capture_environment_does(ca
     capture_cache.capture(script, 2)
     capture_cache.capture(script, 4)
     assert len(runs) == 3
+    monkeypatch.setenv("SEMCHECK_DEBUG", "1")  # a capture keeps the traceback's text
+    capture_cache.capture(script, 4)
+    assert len(runs) == 4
+
+
+def test_every_variable_semcheck_reads_is_known_to_change_a_capture_or_not():
+    """A new SEMCHECK_* variable must be placed on one side: in the key (it changes what the
+    capture child records) or out of it (it bounds or reports the check)."""
+    package = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "semcheck")
+    read = set()
+    for root, _, files in os.walk(package):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(root, name), encoding="utf-8") as f:
+                    read |= set(re.findall(r"[\"'](SEMCHECK_[A-Z_]+)[\"']", f.read()))
+    assert {"SEMCHECK_DEBUG", "SEMCHECK_TIMEOUT", "SEMCHECK_CAPTURE_CACHE"} <= read
+    assert read <= capture_cache.CAPTURE_VARIABLES | capture_cache.CHECK_VARIABLES, \
+        read - capture_cache.CAPTURE_VARIABLES - capture_cache.CHECK_VARIABLES
+    assert not capture_cache.CAPTURE_VARIABLES & capture_cache.CHECK_VARIABLES
 
 
 def test_the_key_sees_the_environment_as_the_capture_child_does(captures, monkeypatch):

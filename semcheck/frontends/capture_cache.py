@@ -6,9 +6,10 @@ An entry is bound to what it was made from, and checked against it before anythi
 is unpickled:
 
 * its name is a digest of the request: the script's path, the device count, the names
-  `--assume` bounds, the environment's SEMCHECK_*, XLA_* and JAX_* variables as the capture
-  child sees them (but those that only bound or report the check, `_UNSEEN`), semcheck's
-  version and the digest of its own source files, and JAX's and jaxlib's versions;
+  `--assume` bounds, the environment's XLA_* and JAX_* variables as the capture child sees
+  them and those of semcheck's own that change what a capture records (`CAPTURE_VARIABLES`),
+  semcheck's version and the digest of its own source files, and JAX's and jaxlib's
+  versions;
 * its header repeats that request, lists every user file the capture read (the script and
   each module of the user's it imported, `sources.user_sources`) with the digest of its content, and
   holds the digest of the pickled outcome that follows.
@@ -39,12 +40,17 @@ from semcheck.errors import LoadError
 from semcheck.frontends.sources import file_digest
 
 ENVIRONMENT = "SEMCHECK_CAPTURE_CACHE"
-_SEEN_PREFIXES = ("SEMCHECK_", "XLA_", "JAX_")
-# What bounds or reports the check, never what the capture child records: a test session
-# (SEMCHECK_TIMEOUT out of reach) and a CI gate after it (the default budget) share captures.
-_UNSEEN = frozenset({
+_SEEN_PREFIXES = ("XLA_", "JAX_")
+# semcheck's own variables that change what a capture child records (the error text it
+# keeps). Every other SEMCHECK_* one bounds or reports the check, or belongs to whoever runs
+# semcheck (a test session's folders): naming them all here, as this cache once did the other
+# way round, let one new variable of the test session's split CI's captures three ways (the
+# fast tier, the slow tier and the gate each captured every script again). A test holds every
+# SEMCHECK_* name semcheck reads to one of the two lists.
+CAPTURE_VARIABLES = frozenset({"SEMCHECK_DEBUG"})
+CHECK_VARIABLES = frozenset({
     ENVIRONMENT, "SEMCHECK_TIMEOUT", "SEMCHECK_MAX_STATES", "SEMCHECK_MAX_MEMORY_MB",
-    "SEMCHECK_SARIF_SCHEMA", "SEMCHECK_JAX_CACHE", "SEMCHECK_CAPTURE_SERVER",
+    "SEMCHECK_SARIF_SCHEMA", "SEMCHECK_JAX_CACHE", "SEMCHECK_CAPTURE_SERVER", "SEMCHECK_CAPTURE_TIMEOUT",
 })
 _MAGIC = b"semcheck capture cache 2\n"
 
@@ -95,7 +101,7 @@ def _request(path: str, devices: int, assumed: tuple[str, ...]) -> dict:
     from semcheck.frontends.capture_process import child_environment
 
     env = child_environment(devices)  # as the child sees it: a parent's device count is replaced
-    seen = {k: v for k, v in sorted(env.items()) if k.startswith(_SEEN_PREFIXES) and k not in _UNSEEN}
+    seen = {k: v for k, v in sorted(env.items()) if k.startswith(_SEEN_PREFIXES) or k in CAPTURE_VARIABLES}
     return {"script": path, "devices": devices, "assumed": list(assumed), "environment": seen,
             "semcheck": _semcheck_version(), "jax": _jax_version()}
 
