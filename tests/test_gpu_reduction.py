@@ -10,14 +10,14 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 
 from semcheck.frontends.capture_cache import capture
 from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
 from semcheck.engines.options import ExplicitOptions
 from tests.strategies import protocols
-from tests.test_reduction import REFERENCE_BUDGET
+from tests.reference import reference_findings
 from tests.test_gpu_examples import EXAMPLES
 
 _protocols: dict[str, list] = {}
@@ -45,9 +45,7 @@ def test_reduction_preserves_every_finding_on_gpu_examples(path):
 @given(protocols(with_mbarriers=True))
 def test_reduction_preserves_every_finding_with_mbarrier_phase_waits(protocol):
     # As in test_reduction: a random protocol whose unreduced search is huge is set aside.
-    full = explicit.explore(System(protocol),
-                            ExplicitOptions(reduce=False, silence_reported_races=False), budget=REFERENCE_BUDGET)
-    assume(full.exhausted is None)
+    full = reference_findings(protocol)
     reduced = explicit.explore(System(protocol), ExplicitOptions(reduce=True, silence_reported_races=False))
     assert reduced.exhausted is None
     assert set(reduced.findings) == set(full.findings), protocol

@@ -5,18 +5,16 @@ the reduced search on both sides (tests/test_reduction.py holds the reduction to
 unreduced search on the same strategies)."""
 
 import pytest
-from hypothesis import HealthCheck, assume
+from hypothesis import HealthCheck
 
-from semcheck.engines.budget import Budget
-from semcheck.engines.explicit import search as explicit
 from semcheck.engines.explicit.search import explore
 from semcheck.model import DMA, ProtocolBuilder
 from semcheck.semantics import System
 from semcheck.engines.options import ExplicitOptions
+from tests.reference import reference_findings
 from tests.strategies import capacity_ring_protocols, control_flow_protocols, protocols, ring_protocols
 from tests.tiers import example_counts, run_examples
 
-BUDGET = Budget(max_states=200_000)
 STRATEGIES = {  # name -> (strategy, whether the reference search is unreduced, examples per tier)
     "straight-line": (protocols(), True, (20, 150)),
     "control flow": (control_flow_protocols(), True, (8, 60)),
@@ -25,11 +23,8 @@ STRATEGIES = {  # name -> (strategy, whether the reference search is unreduced, 
 }
 
 
-def _findings(protocol, exclude: bool, unreduced: bool) -> set:
-    exploration = explicit.explore(System(protocol, exclude_ordered_pairs=exclude),
-                                   ExplicitOptions(reduce=not unreduced, silence_reported_races=False), budget=BUDGET)
-    assume(exploration.exhausted is None)
-    return set(exploration.findings)
+def _findings(protocol, exclude: bool, unreduced: bool) -> frozenset:
+    return reference_findings(protocol, reduce=not unreduced, exclude_ordered_pairs=exclude).findings
 
 
 @pytest.mark.parametrize("kind, examples", [

@@ -3,33 +3,19 @@
 import functools
 import operator
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from semcheck.engines.explicit import search as explicit
-from semcheck.engines.budget import Budget
 from semcheck.semantics import System
 from semcheck.engines.options import ExplicitOptions
+from tests.reference import reference_findings
 from tests.strategies import capacity_ring_protocols, control_flow_protocols, protocols, ring_protocols
-
-# Now and then a random protocol (nine threads full of DMAs) has millions of unreduced
-# states. The reference search is bounded, and such an example is set aside rather than
-# failed: a failing example would make hypothesis shrink through million-state searches.
-REFERENCE_BUDGET = Budget(max_states=200_000)
 
 
 def findings(protocol, reduce, silence=False):
     exploration = explicit.explore(System(protocol), ExplicitOptions(reduce=reduce, silence_reported_races=silence))
     assert exploration.exhausted is None
-    return exploration
-
-
-def reference_findings(protocol):
-    """The unreduced search, when it finishes within REFERENCE_BUDGET, watching every line
-    (as `findings` does: which racing pairs a silencing search reports depends on its order)."""
-    exploration = explicit.explore(System(protocol),
-                                   ExplicitOptions(reduce=False, silence_reported_races=False), budget=REFERENCE_BUDGET)
-    assume(exploration.exhausted is None)
     return exploration
 
 
