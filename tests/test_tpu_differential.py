@@ -56,7 +56,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests import interpreter_forks
-from tests.tpu_support import HANG_KINDS, MEGACORE, ROOT, RUNS_FOLDER, config_of, device_counts, example_paths, prefetch, results
+from tests.tpu_support import HANG_KINDS, MEGACORE, ROOT, config_of, device_counts, example_paths, made_once, prefetch, results
 
 DEVICE_COUNTS = (2, 4)
 # The module's interpreter runs share one xdist worker (its fixtures are module-scoped), so
@@ -222,29 +222,11 @@ def race_params(params: dict, mode: str, seed: int) -> dict:
 
 def shared_run(path: str, devices: int, params: dict) -> tuple[str, str]:
     """`run_interpreter(path, devices, params, tail=None)`, made once per test session: the
-    verdict and race modules, on different xdist workers, share a run through a file in
-    the session's folder (tests/conftest.py, RUNS_FOLDER), and a run asked for while
-    another worker makes it is waited for, not made twice."""
-    import fcntl
-    import hashlib
-    import json
-
-    folder = os.environ.get(RUNS_FOLDER)
-    if not folder:
-        return run_interpreter(path, devices, params, tail=None)
-    key = json.dumps([os.path.abspath(path), devices, params], sort_keys=True)
-    entry = os.path.join(folder, "interpreter-" + hashlib.sha256(key.encode()).hexdigest()[:32])
-    with open(entry + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if os.path.exists(entry + ".json"):
-            with open(entry + ".json", encoding="utf-8") as f:
-                outcome, output = json.load(f)
-            return outcome, output
-        outcome, output = run_interpreter(path, devices, params, tail=None)
-        with open(entry + ".part", "w", encoding="utf-8") as f:
-            json.dump([outcome, output], f)
-        os.replace(entry + ".part", entry + ".json")
-    return outcome, output
+    verdict and race modules, on different xdist workers, share a run (`made_once`)."""
+    found = made_once("interpreter", (os.path.abspath(path), devices, sorted(params.items())),
+                      lambda: run_interpreter(path, devices, params, tail=None))
+    assert found is not None
+    return found
 
 
 # A run that stops using CPU while no thread waits on a semaphore has stalled in XLA's CPU

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
+import pickle
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Callable, TypeVar
 
 from semcheck.run import expectations
 from semcheck.api import verify_path
@@ -20,8 +24,36 @@ DEVICE_COUNTS = (2, 4, 8)
 MEGACORE = "2 TensorCores per device"
 HANG_KINDS = {"deadlock", "unsatisfied_wait"}
 # A folder for the whole test session, every xdist worker's (tests/conftest.py makes it and
-# removes it): where the differential modules share their interpreter runs.
+# removes it): where the modules share what each would otherwise make on its own worker
+# (`made_once`): the interpreter runs of the differential modules, the examples' results.
 RUNS_FOLDER = "SEMCHECK_TEST_RUNS"
+
+T = TypeVar("T")
+
+
+def made_once(kind: str, key: object, make: Callable[[], T], *, wait: bool = True) -> T | None:
+    """`make()`, made once per test session, whichever worker asks first: the others read it
+    from the session's folder (pickled), and one that asks while another makes it waits for
+    that, not makes it twice. With `wait=False`, None instead of waiting (a worker with other
+    things to make comes back to it later). Without the folder (a test run on its own),
+    simply `make()`. `key` is anything whose repr names the value."""
+    folder = os.environ.get(RUNS_FOLDER)
+    if not folder:
+        return make()
+    entry = os.path.join(folder, f"{kind}-{hashlib.sha256(repr(key).encode()).hexdigest()[:32]}")
+    with open(entry + ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        if os.path.exists(entry + ".pickle"):  # the lock is released when the file closes
+            with open(entry + ".pickle", "rb") as f:
+                return pickle.load(f)
+        value = make()
+        with open(entry + ".part", "wb") as f:
+            pickle.dump(value, f)
+        os.replace(entry + ".part", entry + ".pickle")
+    return value
 
 
 # Examples whose check at some device counts does not finish within the test budget today
@@ -103,23 +135,35 @@ _lock = threading.Lock()
 
 
 def results(path: str, devices: int, invocations: int = 1) -> list:
+    found = _results_of(path, devices, invocations, wait=True)
+    assert found is not None
+    return found
+
+
+def _results_of(path: str, devices: int, invocations: int, *, wait: bool) -> list | None:
+    """The results of `path` at `devices`, made once per session (`made_once`); None when
+    another worker is making them and `wait` is false."""
     key = (path, devices, invocations)
     with _lock:
         if key in _results:
             return _results[key]
     # every finding, as the gate judges them (`semcheck verify --expectations` is exhaustive)
-    found = verify_path(path, [devices], invocations=invocations, exhaustive=True)
-    with _lock:
-        _results[key] = found
+    found = made_once("results", key,
+                      lambda: verify_path(path, [devices], invocations=invocations, exhaustive=True), wait=wait)
+    if found is not None:
+        with _lock:
+            _results[key] = found
     return found
 
 
 def prefetch(paths, counts=DEVICE_COUNTS, workers: int = 2) -> None:
-    """Capture and check every (example, device count) pair, `workers` subprocesses at a time,
-    once per invocation count the example documents."""
+    """Capture and check every (example, device count) pair, `workers` at a time, once per
+    invocation count the example documents: first those no other xdist worker is making,
+    then, waiting for them, those it was."""
     todo = [
         (p, n, k) for p in paths for n in device_counts(p, counts) for k in sorted(expectation(p).invocation_counts())
         if (p, n, k) not in _results
     ]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda check: results(*check), todo))
+        made = list(pool.map(lambda check: _results_of(*check, wait=False), todo))
+        list(pool.map(lambda check: results(*check), [c for c, r in zip(todo, made) if r is None]))
