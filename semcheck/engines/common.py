@@ -3,8 +3,9 @@ reach them, counts, and whether a budget ran out."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
+from semcheck.records import record
 from semcheck.semantics import trace as tracing
 from semcheck.engines import causal, causes, diagnosis, missing
 from semcheck.semantics.properties import FAULT_KINDS, FIX_HINTS, SEVERITY, Finding, Kind, static_findings
@@ -12,7 +13,7 @@ from semcheck.result import Result, Stats, Verdict, Violation, verdict_of
 from semcheck.semantics import Action, State, System, ThreadStep
 
 
-@dataclass
+@record
 class Exploration:
     system: System
     findings: dict[tuple, tuple[Finding, State, list[Action]]] = field(default_factory=dict)
