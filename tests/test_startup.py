@@ -43,6 +43,27 @@ def test_checking_a_safe_model_imports_no_heavy_dependency():
     lazy = {"multiprocessing", "concurrent.futures.process", "semcheck.report.baseline", "semcheck.report.sarif",
             "semcheck.run.sweep_ray", "semcheck.jax_compat", "difflib"}
     assert not lazy & modules, sorted(lazy & modules)
+    # Nor what only a violation needs: its trace, root cause and diagnosis.
+    assert not VIOLATION_PATH & modules, sorted(VIOLATION_PATH & modules)
+
+
+# What makes a finding a Violation (engines/violations.py), imported only when a check found one.
+VIOLATION_PATH = {"semcheck.engines.violations", "semcheck.engines.causes", "semcheck.engines.causal",
+                  "semcheck.engines.diagnosis", "semcheck.engines.missing", "semcheck.semantics.trace"}
+
+
+def test_a_violation_imports_its_path_and_is_reported():
+    """The converse of the test above, so that it cannot pass by never importing them."""
+    modules = _modules_after(
+        "import json, sys, contextlib, io\n"
+        "from semcheck import cli\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    code = cli.main(['verify', {model('circular_wait')!r}, '--devices', '2', '-q'])\n"
+        "assert code == 1 and 'deadlock' in out.getvalue(), (code, out.getvalue())\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    assert VIOLATION_PATH <= modules, sorted(VIOLATION_PATH - modules)
 
 
 def test_z3_is_imported_when_z3_is_asked_for():
