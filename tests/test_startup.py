@@ -66,6 +66,27 @@ def test_a_violation_imports_its_path_and_is_reported():
     assert VIOLATION_PATH <= modules, sorted(VIOLATION_PATH - modules)
 
 
+def test_the_command_freezes_what_its_imports_made():
+    """`semcheck.cli.main` imports the command's modules with the garbage collector paused
+    and freezes what they made out of later collections (cli/__init__.py), leaving the
+    collector running as it found it; a later call imports nothing and freezes nothing."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    code = (
+        "import contextlib, gc, io, json, sys\n"
+        "from semcheck import cli\n"
+        "counts = [gc.get_freeze_count()]\n"
+        "for _ in range(2):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"        assert cli.main(['verify', {model('ring_allgather')!r}, '--devices', '2', '-q']) == 0\n"
+        "    counts.append(gc.get_freeze_count())\n"
+        "print(json.dumps([counts, gc.isenabled()]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (before, first, second), enabled = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert before == 0 and first > 10_000 and second == first and enabled
+
+
 def test_z3_is_imported_when_z3_is_asked_for():
     """The converse, so the test above cannot pass by never checking anything."""
     modules = _modules_after(
