@@ -18,57 +18,91 @@ shared, loaded machine changes them little.
   (every kernel's check_protocol, in this process, from a capture made beforehand). The
   target: the folder under 2x the slowest single file plus the checks.
 
-* `--instructions` counts, under valgrind's callgrind, the instructions of a fresh Python
-  that imports exactly the modules a model file's run imports (and of Python alone): a figure
-  no load moves, and the share of it spent compiling the methods `dataclasses` generates.
+* `--instructions` counts, under valgrind's callgrind, the instructions of the first model's
+  whole `semcheck verify` process (the forked child that loads the model apart) and of
+  `python -c pass`: a figure no load moves, and the share of it spent compiling source text
+  that `dataclasses` and `namedtuple` generate.
+* `--python PY` runs another interpreter, still from the tree's root (so the tree's
+  semcheck): e.g. a virtual environment where semcheck is installed from a wheel, whose
+  start imports no editable install's finder (pathlib, urllib, ipaddress: `python -c pass`
+  takes 88 M instructions with the finder, 38 M without).
 
 Measured 2026-12-06 on the shared 2-core development machine (JAX 0.10.2, Python 3.11.7,
-bytecode compiled, the editable install's finder in site-packages), tree fa42e3e; CPU seconds
-at load average 5 to 15 from other sessions, which inflates them (the same run measured
-0.100-0.106 s whole at load 1-3 on main):
+bytecode compiled), this tree against main 7851e5b interleaved (`--baseline`); CPU seconds
+at load average 4.3 to 4.9 from other sessions, which inflates them (and main's with them):
 
-| model file (`--repeat 5`, load 5.0) | whole process CPU | load + check + report, warm | start-up |
+| model file (`--repeat 15`, editable install) | whole process CPU | load + check + report, warm | start-up |
 |---|---|---|---|
-| ring_allgather.py at 3 | 0.113 s | 0.016 s | 0.097 s |
-| double_buffer.py at 5 | 0.119 s | 0.021 s | 0.098 s |
-| nondec_poll.py at 21 | 0.122 s | 0.016 s | 0.106 s |
+| ring_allgather.py at 3 (this tree) | 0.071 s | 0.013 s | 0.059 s |
+| ring_allgather.py at 3 (main) | 0.108 s | 0.012 s | 0.096 s |
+| double_buffer.py at 5 (this tree) | 0.070 s | 0.018 s | 0.053 s |
+| double_buffer.py at 5 (main) | 0.120 s | 0.015 s | 0.104 s |
+| nondec_poll.py at 21 (this tree) | 0.072 s | 0.011 s | 0.061 s |
+| nondec_poll.py at 21 (main) | 0.108 s | 0.011 s | 0.097 s |
 
-| start-up (callgrind, `--instructions --baseline` main cea5b94) | modules | instructions | of them compiling generated source (dataclasses) |
+| model file (`--repeat 15 --python` a venv with semcheck installed from a wheel) | whole process CPU | warm | start-up |
 |---|---|---|---|
-| python, nothing imported | 0 | 88 M | - |
-| what ring_allgather.py at 3 imports (this tree) | 206 | 616 M | 257 M (42%) |
-| what ring_allgather.py at 3 imports (main) | 208 | 619 M | 257 M (42%) |
+| ring_allgather.py at 3 (this tree) | 0.070 s | 0.015 s | 0.054 s |
+| ring_allgather.py at 3 (main) | 0.112 s | 0.015 s | 0.097 s |
+| double_buffer.py at 5 (this tree) | 0.071 s | 0.016 s | 0.055 s |
+| double_buffer.py at 5 (main) | 0.117 s | 0.019 s | 0.098 s |
+| nondec_poll.py at 21 (this tree) | 0.073 s | 0.011 s | 0.062 s |
+| nondec_poll.py at 21 (main) | 0.115 s | 0.014 s | 0.101 s |
 
-| 20 TPU examples at 2 devices (load 5 to 6) | CPU | wall |
+| the process (callgrind; a forked child apart) | modules | instructions | of them compiling generated source |
+|---|---|---|---|
+| python -c pass, editable / wheel | 0 | 88 M / 38 M | - |
+| semcheck verify ring_allgather.py --devices 3, editable (this tree) | 203 | 362 M | 5 M (1%) |
+| the same, editable (main) | 207 | 683 M | 272 M (40%) |
+| the same, wheel (this tree) | 197 | 347 M | 6 M (2%) |
+| the same, wheel (main) | 201 | 666 M | 276 M (41%) |
+
+Issue 28's target (a model file under 60 ms of start-up) could not be shown on an idle
+machine: the machine never was. At load 4 to 5 the column varies between runs of the same
+tree, 0.053-0.066 s (a third run: 0.059 / 0.066 / 0.060), while main in the same runs takes
+0.096-0.111 s, so this tree takes 0.55-0.6 of main's start-up; main measured 0.090-0.092 s at
+load 2.5 (this branch then 0.054-0.057 s) and 0.091 s at load 0.7, which puts this tree at
+about 0.050-0.055 s idle. In instructions, the measure no load moves, it is 53% of main's.
+What changed, in instructions of the ring's whole process (wheel: 666 M -> 347 M):
+
+* Every data type of the package is a `semcheck.records.record`: a `dataclasses.dataclass`
+  whose methods are closures over its field names instead of source text compiled at
+  import (0.3 ms a class; 273 M instructions for the 85 classes a model run defines, now
+  none). Its annotations are shown to `dataclass` as placeholders, which spares a regular
+  expression matched three times a field (9 M). The price is at run time: see records.py.
+* `semcheck.cli.main` imports the command's modules with the garbage collector paused and
+  freezes what they made (cli/__init__.py): no collection scans them again, at exit
+  included (25 M).
+* A check that found nothing imports nothing of the violation path (engines/violations.py,
+  the trace, the causal analysis, the diagnosis: 4 M; tests/test_startup.py).
+
+What is left of the 347 M: Python's own start and exit (29 M and 11 M); importing 197
+modules (262 M: unmarshalling their bytecode 44 M, creating their classes 68 M, records and
+enums included, their other statements and the import system the rest); the CLI, the fork,
+the check and the report (about 45 M); the garbage collector, mostly before the freeze,
+17 M of all these. The largest module left is tomllib (18 M with `string` and `datetime`),
+read because the tree's pyproject.toml has a [tool.semcheck] table; then the report's
+violation half in report/text.py (under 2 M); exiting without finalizing (`os._exit`,
+11 M) is not taken: it would skip atexit handlers and the joining of threads. Python 3.12 and 3.13 added more instructions than
+3.11 for the same imports (678 M and 648 M on the tree before records).
+
+The model file is loaded in a forked child (issue 30), which stays: at the least / median
+of 100 loads in a warm process, 5.5 / 8.6 ms of CPU (parent and child) for ring_allgather.py
+at 3 against 0.4 ms loaded in-process; a bare fork and exit is 1.4 ms, a call of nothing
+isolated 2.7 / 5.6 ms (the child's session, signals and watcher thread, the pipe). In a fresh
+process it costs more: the whole process of the ring at 3 took 63 ms with the fork and 56
+without (least of 30, load 3), with 6,285 minor page faults against 3,138, the pages the
+parent and the child write after the fork. The start-up column subtracts a warm run that
+forks too, so the child is mostly outside it; the whole-process column and `spin.py`'s
+ratio pay it.
+
+| 20 TPU examples at 2 devices (tree fa42e3e, load 5 to 6; not measured again here) | CPU | wall |
 |---|---|---|
 | one run of the folder, -j 1 | 7.61 s | 24.3 s |
 | one run of the folder, -j 2 | 8.20 s | 17.5 s |
 | each file alone, 20 runs summed | 22.82 s | 61.0 s |
 | slowest file alone, allgather_ring_grid_no_wait.py | 1.37 s | 2.7 s |
 | the checks alone, in one process | 0.21 s | |
-
-Issue 28's targets are not met. A model file's start-up is 0.09-0.11 CPU s here, not 0.06;
-in instructions, of the 528 M a model file's imports add to Python's own 88 M, 257 M (49%)
-are CPython parsing and compiling the source text `dataclasses` generates for the 80
-dataclasses the run defines (`exec` in `dataclasses._create_fn`, 442 calls, 146 KB of
-source: about 0.4 ms of CPU a class, 17.7 ms for ir.py's and result.py's 43), 45 M unmarshalling bytecode, and the rest running 206 modules'
-bodies (class creation, enums, tables) and finding and reading their files. Nothing on
-this path is imported without use any more (no JAX, z3, NumPy, networkx, multiprocessing, Ray, no SARIF or baseline reader, no
-difflib, no JAX version notice: tests/test_startup.py), so lazy imports cannot reach 60 ms:
-what remains is the cost of defining the classes the run uses. Of the 80, 48 are never
-instantiated in the parent process of a safe run (the IR's are, in the forked child, and
-arrive pickled); those made only on a violation's path (result.py's ten trace and root-cause
-classes, report/groups.py's and folding.py's, engines/causal.py's and diagnosis.py's,
-semantics/properties.py's Finding) are 17, about 7 ms.
-Python 3.12 and 3.13 do not help: the same imports add 678 M and 648 M instructions to
-their Python's own start there.
-
-The model file is loaded in a forked child (issue 30): at the least / median of 100 loads in
-a warm process, 5.5 / 8.6 ms of CPU (parent and child) for ring_allgather.py at 3 against
-0.4 ms loaded in-process; a bare fork and exit is 1.4 ms, a call of nothing isolated 2.7 /
-5.6 ms (the child's session, signals and watcher thread, the pipe); the rest is pickling
-the Protocol across and, presumably, the page faults of a parent that writes to its 17 MB
-after the fork.
 
 A folder of 20 scripts costs 7.6 CPU s against a target of 2 x 1.37 + 0.21 = 2.94 s: about
 0.3 CPU s a capture is JAX's own work in each forked child, which a fork cannot share (the
@@ -85,6 +119,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -92,6 +127,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = [("ring_allgather", 3), ("double_buffer", 5), ("nondec_poll", 21)]
+# The interpreter every run uses (--python): this one, or e.g. a virtual environment where
+# semcheck is installed from a wheel, whose start imports no editable install's finder.
+PYTHON = sys.executable
 
 
 def environment() -> dict[str, str]:
@@ -106,7 +144,7 @@ def process_cpu(tree: str, argv: list[str]) -> tuple[float, float, int]:
     exit code of `python -m semcheck ARGV` run from `tree` (a checkout: its semcheck is the
     one imported, `python -m` putting the working directory first)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "semcheck", *argv], cwd=tree, env=environment(),
+    proc = subprocess.Popen([PYTHON, "-m", "semcheck", *argv], cwd=tree, env=environment(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     return usage.ru_utime + usage.ru_stime, time.perf_counter() - started, os.waitstatus_to_exitcode(status)
@@ -131,7 +169,7 @@ print(best)
 def warm_cpu(tree: str, argv: list[str], repeat: int) -> float:
     """CPU seconds of `cli.main(argv)` in a process that has run it before (the least of
     `repeat`), children included."""
-    out = subprocess.run([sys.executable, "-c", _WARM, str(repeat), *argv], cwd=tree, env=environment(),
+    out = subprocess.run([PYTHON, "-c", _WARM, str(repeat), *argv], cwd=tree, env=environment(),
                          capture_output=True, text=True, check=True).stdout
     return float(out.split()[-1])
 
@@ -158,51 +196,53 @@ print(json.dumps([name for name in sys.modules if not name.startswith(("__main__
 
 def imported_by(tree: str, argv: list[str]) -> list[str]:
     """The modules `semcheck ARGV` has imported when it ends, in the order it imported them."""
-    out = subprocess.run([sys.executable, "-c", _IMPORTED, *argv], cwd=tree, env=environment(),
+    out = subprocess.run([PYTHON, "-c", _IMPORTED, *argv], cwd=tree, env=environment(),
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.splitlines()[-1])
 
 
-def instructions(tree: str, modules: list[str]) -> tuple[int, int]:
-    """Instructions a fresh `python` run from `tree` executes to start and import `modules`
-    (valgrind's callgrind: the same count at any load), and of those the ones spent in `exec`
-    of source text (PyRun_StringFlags: parsing and compiling the methods `dataclasses`
-    generates for each class, its only caller here besides site's .pth lines). Imports, not
-    a whole run: under valgrind a run was seen to end by SIGALRM, the budget's timer signal
-    arriving after its phase had put the default action back."""
-    with tempfile.TemporaryDirectory(prefix="semcheck-callgrind-") as tmp:
-        script = os.path.join(tmp, "imports.py")
-        with open(script, "w") as f:
-            f.write("import importlib\n")
-            f.write("".join(f"importlib.import_module({name!r})\n" for name in modules))
-        proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.%p",
-                                 sys.executable, script], cwd=tree, env=environment(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if proc.wait() != 0:
-            raise SystemExit(f"valgrind {script} failed (exit {proc.returncode})")
-        annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", os.path.join(tmp, f"cg.{proc.pid}")],
-                                   capture_output=True, text=True, check=True).stdout
-    total = generated = 0
-    for line in annotated.splitlines():
-        count = int(line.split()[0].replace(",", "")) if line.strip()[:1].isdigit() else 0
-        if "PROGRAM TOTALS" in line:
-            total = count
-        elif "pythonrun.c:PyRun_StringFlags " in line and not generated:
-            generated = count
-    return total, generated
+def instructions(tree: str, argv: list[str]) -> tuple[int, int]:
+    """Instructions a fresh `python ARGV` run from `tree` executes (valgrind's callgrind: the
+    same count at any load), the process itself: a child it forks (the model file's load)
+    counts apart, in its own file. And of those the ones spent in `exec`/`eval` of source
+    text (PyRun_StringFlags: what `dataclasses` and `namedtuple` generate, and site's .pth
+    lines). Under valgrind's slow clock a run is sometimes ended by SIGALRM, the budget's
+    timer signal delivered after its phase put the default action back (valgrind holds
+    signals back and delivers them late); such a run is run again."""
+    for _ in range(5):
+        with tempfile.TemporaryDirectory(prefix="semcheck-callgrind-") as tmp:
+            proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.%p",
+                                     PYTHON, *argv], cwd=tree, env=environment(),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            code = proc.wait()
+            if code == 128 + signal.SIGALRM or code == -signal.SIGALRM:
+                continue
+            if code not in (0, 1):
+                raise SystemExit(f"valgrind python {' '.join(argv)} failed (exit {code})")
+            annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", os.path.join(tmp, f"cg.{proc.pid}")],
+                                       capture_output=True, text=True, check=True).stdout
+        total = generated = 0
+        for line in annotated.splitlines():
+            count = int(line.split()[0].replace(",", "")) if line.strip()[:1].isdigit() else 0
+            if "PROGRAM TOTALS" in line:
+                total = count
+            elif "pythonrun.c:PyRun_StringFlags " in line and not generated:
+                generated = count
+        return total, generated
+    raise SystemExit(f"valgrind python {' '.join(argv)}: ended by SIGALRM five times")
 
 
 def instruction_rows(trees: dict[str, str]) -> list[tuple]:
-    """Start-up in instructions: Python alone, and Python importing what a model file's run
-    imports (the first model of MODELS), per tree."""
+    """Start-up in instructions: Python alone, and the whole `semcheck verify` process of the
+    first model of MODELS, per tree."""
     family, n = MODELS[0]
     argv = ["verify", os.path.join("models", f"{family}.py"), "--devices", str(n), "-q"]
-    bare, site_exec = instructions(ROOT, [])  # site's own exec: the .pth files' lines
-    rows = [("python, nothing imported", bare, None, 0)]
+    bare, site_exec = instructions(ROOT, ["-c", "pass"])  # site's own exec: the .pth files' lines
+    rows = [("python -c pass", bare, None, 0)]
     for label, tree in trees.items():
         modules = imported_by(tree, argv)
-        total, generated = instructions(tree, modules)
-        rows.append((f"what {family}.py at {n} imports{label}", total, generated - site_exec, len(modules)))
+        total, generated = instructions(tree, ["-m", "semcheck", *argv])
+        rows.append((f"semcheck verify {family}.py --devices {n}{label}", total, generated - site_exec, len(modules)))
     return rows
 
 
@@ -265,25 +305,32 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--models-only", action="store_true")
     parser.add_argument("--instructions", action="store_true",
-                        help="also count, under valgrind's callgrind, the instructions of Python importing "
-                             "what the first model's run imports (tens of seconds a tree)")
+                        help="also count, under valgrind's callgrind, the instructions of the first model's "
+                             "whole run, the process itself (tens of seconds a tree)")
     parser.add_argument("--baseline", metavar="TREE",
                         help="also run a checkout of another commit (e.g. `git archive main | tar -x -C TREE`), "
                              "interleaved with this one, so that both see the same load")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter to run (default: this one); every run is from the tree's root, so "
+                             "its semcheck is the tree's, and only what the interpreter's start imports changes "
+                             "(an editable install's finder, or none for a package installed from a wheel)")
     args = parser.parse_args()
+    global PYTHON
+    PYTHON = args.python
     trees = {"": ROOT}
     if args.baseline:
         trees = {" (this tree)": ROOT, " (baseline)": os.path.abspath(args.baseline)}
     for tree in trees.values():  # as an installed package has it (pip compiles on install)
-        subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "semcheck")], check=True,
+        subprocess.run([PYTHON, "-m", "compileall", "-q", os.path.join(tree, "semcheck")], check=True,
                        stdout=subprocess.DEVNULL)
-    print(f"(load average {os.getloadavg()[0]:.1f})\n")
+    print(f"({PYTHON}; load average {os.getloadavg()[0]:.1f})\n")
     print("| model file | whole process CPU | load + check + report, warm | start-up |")
     print("|---|---|---|---|")
     for name, whole, check, start in model_rows(trees, args.repeat):
         print(f"| {name} | {whole:.3f} s | {check:.3f} s | {start:.3f} s |")
     if args.instructions:
-        print("\n| start-up (callgrind) | modules | instructions | of them compiling generated source (dataclasses) |")
+        print("\n| the process (callgrind; a forked child apart) | modules | instructions | "
+              "of them compiling generated source (dataclasses, namedtuple) |")
         print("|---|---|---|---|")
         for name, total, generated, modules in instruction_rows(trees):
             share = "-" if generated is None else f"{generated / 1e6:,.0f} M ({generated / total:.0%})"

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import field
 from typing import Callable, Union
 
 from semcheck.kinds import Kind
+from semcheck.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Frame:
     """One call on the way from the kernel body to a source line: `line` of `file`, in the
     function `function`."""
@@ -29,7 +30,7 @@ class Frame:
     function: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Loc:
     """A source location in the user's file (a kernel or a model). `chain`: when the line
     lies in a helper the kernel body calls (a wrapper around a copy, in the user's own
@@ -79,7 +80,7 @@ UNKNOWN_LOC = Loc("<unknown>", 0)
 # hold what cannot be known at trace time (a semaphore_read, an input value).
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Reg:
     """A per-thread register, or (when it names a declared `Input`) a protocol input."""
 
@@ -89,7 +90,7 @@ class Reg:
         return self.name
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class BinOp:
     """`a <op> b` with C-like integer semantics for comparisons (1 or 0).
 
@@ -220,7 +221,7 @@ class Scope(str, enum.Enum):
     DEVICE = "device"  # one instance per device, shared by all its cores/blocks
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SemDecl:
     """A semaphore allocation (possibly an array) that exists once per scope instance."""
 
@@ -241,7 +242,7 @@ class SemDecl:
     checked_at_exit: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class BufferDecl:
     """A buffer (HBM/VMEM/SMEM/GMEM ref) that loads, stores and DMAs touch."""
 
@@ -259,7 +260,7 @@ class BufferDecl:
     written_back: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Input:
     """A value unknown at trace time (scalar prefetch, data-dependent size): every value in
     `lo..hi` (inclusive) is checked."""
@@ -281,7 +282,7 @@ class Input:
 # --- references ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SemRef:
     """One semaphore of an allocation, possibly on another device or core.
 
@@ -294,7 +295,7 @@ class SemRef:
     core: Operand | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Region:
     """A rectangular region of a buffer: `start[i] : start[i] + size[i]` per dim.
 
@@ -315,12 +316,12 @@ class Region:
 # --- instructions --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Instr:
     loc: Loc
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Signal(Instr):
     """Atomically add `inc` to `sem` (local or remote); never blocks."""
 
@@ -328,7 +329,7 @@ class Signal(Instr):
     inc: Operand = 1
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Wait(Instr):
     """Block until `sem >= value`; then subtract `value` if `decrement`."""
 
@@ -337,7 +338,7 @@ class Wait(Instr):
     decrement: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Read(Instr):
     """`dst := sem` (semaphore_read)."""
 
@@ -345,7 +346,7 @@ class Read(Instr):
     dst: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Assign(Instr):
     """`dst := value` (register arithmetic that could not be folded)."""
 
@@ -353,7 +354,7 @@ class Assign(Instr):
     value: Operand
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DmaStart(Instr):
     """Start a copy `src` (local, unless `src_device`) -> `dst` on (`device`, `core`).
 
@@ -387,7 +388,7 @@ class DmaStart(Instr):
         return self.src_device, None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DmaWait(Instr):
     """Wait for `nbytes` (in the protocol's `dma_unit`) on a local DMA semaphore, for the
     completions of one `side` of the copies that add to it."""
@@ -397,7 +398,7 @@ class DmaWait(Instr):
     side: DmaSide = DmaSide.RECV
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Load(Instr):
     """A plain read of `region` on `device` (None: the thread's own; a device id reaches the
     same block of a peer, as a Mosaic GPU `plgpu.remote_ref` access does)."""
@@ -406,7 +407,7 @@ class Load(Instr):
     device: Operand | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Store(Instr):
     """A plain write of `region` on `device` (as for `Load`). `atomic`: an atomic
     read-modify-write of each element (a Mosaic GPU `plgpu.atomic_add`), which never races
@@ -417,7 +418,7 @@ class Store(Instr):
     atomic: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Branch(Instr):
     """Jump to instruction index `target` when `cond` is non-zero."""
 
@@ -425,26 +426,26 @@ class Branch(Instr):
     target: int
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Jump(Instr):
     target: int
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class KernelEntry(Instr):
     """The thread enters the kernel (scratch semaphores exist from here)."""
 
     kernel: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class KernelExit(Instr):
     """The thread leaves the kernel."""
 
     kernel: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Cut(Instr):
     """Where lowering stopped: the frontend could not follow the kernel past this point
     (`message`, `hint`: the error it raised). The thread never moves past it, and what it
@@ -476,7 +477,7 @@ def core_unit(semantics: str) -> str:
 # --- the protocol ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Thread:
     device: int
     core: int
@@ -488,7 +489,7 @@ class Thread:
         return thread_name(self.device, self.core, self.sub)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DataUse:
     """A value that decides the protocol (a device id, a semaphore index, an amount, a
     branch) and was computed from buffer contents while the kernel was lowered.
@@ -507,7 +508,7 @@ class DataUse:
     buffers: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Ports:
     """How a kernel meets the kernels around it, for linking kernels into a program: the
     declaration (semaphore or buffer) behind each operand of the call and each result, in
@@ -517,7 +518,7 @@ class Ports:
     results: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class LoweringFinding:
     """A finding the frontend makes while lowering, with no exploration: the backend's own
     lowering rejects the kernel (`Kind.NOT_LOWERABLE`), or lowers a construct otherwise than
@@ -529,7 +530,7 @@ class LoweringFinding:
     hint: str | None = None  # a fix more specific than the kind's
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Protocol:
     """A closed system of threads, semaphores and buffers, ready to be checked."""
 
@@ -566,32 +567,3 @@ class Protocol:
             if decl.name == name:
                 return decl
         raise KeyError(name)
-
-
-# --- pickling ------------------------------------------------------------------------------------
-# A protocol crosses a process boundary pickled (a model file loads in a forked child, a
-# kernel is captured in a subprocess). The state functions `dataclass(slots=True)` gives a
-# frozen class look their fields up anew for every object, which made pickling a ring of
-# 128 devices (49k instructions) cost four times building it; these read a tuple of field
-# names kept per class, and store the same state (the values in field order).
-
-
-def _fast_pickling(cls: type) -> None:
-    names = tuple(f.name for f in fields(cls))
-
-    def getstate(self):
-        return [getattr(self, name) for name in names]
-
-    def setstate(self, state):
-        for name, value in zip(names, state):
-            object.__setattr__(self, name, value)
-
-    # setattr, not assignment: mypy rejects assigning a method to a class.
-    setattr(cls, "__getstate__", getstate)  # noqa: B010
-    setattr(cls, "__setstate__", setstate)  # noqa: B010
-
-
-for _cls in list(globals().values()):
-    if isinstance(_cls, type) and _cls.__module__ == __name__ and is_dataclass(_cls) and "__slots__" in _cls.__dict__:
-        _fast_pickling(_cls)
-del _cls

@@ -22,11 +22,11 @@ import numbers
 import os
 import sys
 import types
-from dataclasses import dataclass
 from functools import lru_cache
 
 from semcheck import ir
 from semcheck.ir import Backend, BinOp, Loc, Reg, Scope, SemKind, SemOrigin
+from semcheck.records import record
 
 REGULAR, DMA, BARRIER, GPU_GLOBAL = SemKind.REGULAR, SemKind.DMA, SemKind.BARRIER, SemKind.GPU_GLOBAL
 
@@ -132,7 +132,7 @@ def caller_loc() -> Loc:
     return ir.UNKNOWN_LOC
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Sem:
     """A handle on a semaphore allocation; `sem[i]` picks one element of an array."""
 
@@ -149,7 +149,7 @@ class Sem:
         return _shared(ir.SemRef(self.name, self.index, device, core))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Buffer:
     name: str
     shape: tuple[int, ...]

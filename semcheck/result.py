@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable, Iterable
 
 from semcheck.ir import DataUse, Input, Loc
 from semcheck.kinds import Kind
+from semcheck.records import record
 
 
 class Verdict(str, enum.Enum):
@@ -54,7 +55,7 @@ class StepEvent(str, enum.Enum):
     EXIT = "exit"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RegionRef:
     """A rectangle of one buffer, as a step touched it: `out[2:3, 0:8, 0:128]@d1`."""
 
@@ -68,7 +69,7 @@ class RegionRef:
         return f"{self.buffer}[{dims}]" + (f"@d{self.device}" if self.device is not None else "")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Completion:
     """What a DMA start schedules: on `side`, `amount` is added to `semaphore`."""
 
@@ -77,7 +78,7 @@ class Completion:
     amount: int
 
 
-@dataclass
+@record
 class TraceStep:
     """One step of a counterexample: who moved, what it did, where in the user's source."""
 
@@ -119,7 +120,7 @@ class TraceStep:
     kernel: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BlockedWait:
     """A thread of a stuck state, at a wait it cannot pass."""
 
@@ -137,7 +138,7 @@ class BlockedWait:
     what: str  # the instruction, e.g. "semaphore_wait" or "dma_wait (recv side)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Site:
     """A static site of the kernel that can change the semaphore a violation is about."""
 
@@ -156,7 +157,7 @@ class Site:
     core: int | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AbsentSite:
     """A source line that adds to the same semaphore array on other devices, but that some
     threads do not have at all: the usual shape of a forgotten or mis-guarded signal."""
@@ -168,7 +169,7 @@ class AbsentSite:
     missing_devices: tuple[int, ...] = ()  # the devices of `missing_on`, where each is a device's only thread
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MissingAction:
     """For a stuck wait or a leftover: what could change its semaphore, what ran, what did not."""
 
@@ -180,7 +181,7 @@ class MissingAction:
     in_flight: int = 0  # what copies still landing will add to it (a leftover found at a later entry)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reading:
     """A disputed modelling rule a finding rests on, and the switch that takes the other one."""
 
@@ -197,7 +198,7 @@ class CauseKind(str, enum.Enum):
     WRONG_COPY = "wrong_copy"  # a reading wait satisfied by another copy than the one that writes the rows
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RootCause:
     """What one or more violations come from, and what to change: the same cause found on
     every device, at every device count, and behind several violations (a leftover and the
@@ -229,7 +230,7 @@ class RootCause:
                 self.by, self.writer, self.by_offset, self.want_offset)
 
 
-@dataclass(repr=False)
+@record(repr=False)
 class Violation:
     kind: Kind  # a kind's name (as JSON gives it) is taken too, and made the Kind
     severity: str  # "error" or "warning"
@@ -280,7 +281,7 @@ class Violation:
         return f"<Violation {self.kind}{who}{where}: {len(self.trace)} trace steps>"
 
 
-@dataclass
+@record
 class Stats:
     states: int = 0
     transitions: int = 0
@@ -297,7 +298,7 @@ class Stats:
     store_fixed_bytes: int | None = None
 
 
-@dataclass
+@record
 class EngineRun:
     """One engine's run within a check (`--engine auto` can run two side by side): its own
     verdict and stats, whether its verdict is the check's, and why it stopped early."""
@@ -309,7 +310,7 @@ class EngineRun:
     stopped: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckedValues:
     """What the verdict holds for: the values the script passed for the operands in
     `script` (concrete, per device and per call, as the capture saw them: they decided the
@@ -323,7 +324,7 @@ class CheckedValues:
         return bool(self.script or self.ranges)
 
 
-@dataclass(repr=False)
+@record(repr=False)
 class Result:
     kernel: str
     file: str
@@ -392,7 +393,7 @@ class Result:
         return [v for v in self.violations if v.severity == "warning"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Renderers:
     """How a Result shows itself: its text report (`str(result)`, `result.report()`) and its
     notebook display (`_repr_html_`). The report layer renders; it sits above this module, so

@@ -15,12 +15,13 @@ Vocabulary: imports nothing of semcheck's, so every layer can read it.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+from semcheck.records import record
 
 OBSERVED = "observed on TPU v5e, JAX 0.10.2"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Fact:
     """One hardware rule semcheck relies on. `key` names it (and its probe in
     benchmarks/on_tpu.py); `assumption` is what semcheck checks kernels by; `basis` where
@@ -42,7 +43,7 @@ class NonDecrementingWait(str, enum.Enum):
     REJECTED = "rejected"  # the lowering raises: the kernel does not build for TPU
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VersionRule:
     """How JAX versions `first`..`last` (inclusive; `last` None: every later one) lower a
     non-decrementing wait for TPU, and where that is read."""

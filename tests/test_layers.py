@@ -1,7 +1,7 @@
 """The package's layers, read from its imports: no import cycle, and no module imports a
 layer above its own. The layers, bottom to top (docs/architecture.md draws them):
 
-    vocabulary   ir, kinds, errors, version, intervals, tpu_facts (and lower.registry, engines.budget)
+    vocabulary   ir, kinds, errors, version, intervals, tpu_facts, records (and lower.registry, engines.budget)
     model        the builder API (model), passes/ (IR -> IR), result
     frontends    lower/, frontends/, jax_compat (jaxpr -> IR; never the semantics)
     semantics    semantics/ (IR -> transition system; never JAX)
@@ -25,7 +25,7 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 LAYERS = [
     ("vocabulary", ("semcheck.ir", "semcheck.kinds", "semcheck.errors", "semcheck.version", "semcheck.intervals",
-                    "semcheck.tpu_facts", "semcheck.lower.registry", "semcheck.engines.budget")),
+                    "semcheck.tpu_facts", "semcheck.records", "semcheck.lower.registry", "semcheck.engines.budget")),
     ("model", ("semcheck.model", "semcheck.passes", "semcheck.result")),
     ("frontends", ("semcheck.lower", "semcheck.frontends", "semcheck.jax_compat")),
     ("semantics", ("semcheck.semantics",)),

@@ -43,6 +43,48 @@ def test_checking_a_safe_model_imports_no_heavy_dependency():
     lazy = {"multiprocessing", "concurrent.futures.process", "semcheck.report.baseline", "semcheck.report.sarif",
             "semcheck.run.sweep_ray", "semcheck.jax_compat", "difflib"}
     assert not lazy & modules, sorted(lazy & modules)
+    # Nor what only a violation needs: its trace, root cause and diagnosis.
+    assert not VIOLATION_PATH & modules, sorted(VIOLATION_PATH & modules)
+
+
+# What makes a finding a Violation (engines/violations.py), imported only when a check found one.
+VIOLATION_PATH = {"semcheck.engines.violations", "semcheck.engines.causes", "semcheck.engines.causal",
+                  "semcheck.engines.diagnosis", "semcheck.engines.missing", "semcheck.semantics.trace"}
+
+
+def test_a_violation_imports_its_path_and_is_reported():
+    """The converse of the test above, so that it cannot pass by never importing them."""
+    modules = _modules_after(
+        "import json, sys, contextlib, io\n"
+        "from semcheck import cli\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    code = cli.main(['verify', {model('circular_wait')!r}, '--devices', '2', '-q'])\n"
+        "assert code == 1 and 'deadlock' in out.getvalue(), (code, out.getvalue())\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    assert VIOLATION_PATH <= modules, sorted(VIOLATION_PATH - modules)
+
+
+def test_the_command_freezes_what_its_imports_made():
+    """`semcheck.cli.main` imports the command's modules with the garbage collector paused
+    and freezes what they made out of later collections (cli/__init__.py), leaving the
+    collector running as it found it; a later call imports nothing and freezes nothing."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    code = (
+        "import contextlib, gc, io, json, sys\n"
+        "from semcheck import cli\n"
+        "counts = [gc.get_freeze_count()]\n"
+        "for _ in range(2):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"        assert cli.main(['verify', {model('ring_allgather')!r}, '--devices', '2', '-q']) == 0\n"
+        "    counts.append(gc.get_freeze_count())\n"
+        "print(json.dumps([counts, gc.isenabled()]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (before, first, second), enabled = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert before == 0 and first > 10_000 and second == first and enabled
 
 
 def test_z3_is_imported_when_z3_is_asked_for():

@@ -20,7 +20,8 @@ pass unnoticed); a value of the wrong type is an error (exit 2).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from semcheck.records import record
 
 KNOWN_KEYS = ("paths", "devices", "engine", "timeout", "invocations", "exhaustive", "expect")
 
@@ -29,7 +30,7 @@ class ConfigError(Exception):
     """A `[tool.semcheck]` value semcheck cannot use; names the file and the key."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Defaults:
     source: str | None = None  # the pyproject.toml they come from
     paths: tuple[str, ...] | None = None  # relative to the working directory

@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Callable
 
 from semcheck import ir
@@ -59,6 +59,7 @@ from semcheck.engines.merge import combine_stats, merge_violations
 from semcheck.engines.options import CheckOptions, EngineFn
 from semcheck.engines.turns import Slice, Turn, Turns
 from semcheck.ir import Protocol
+from semcheck.records import record
 from semcheck.result import EngineRun, Result, Verdict, verdict_of
 from semcheck.semantics import System
 
@@ -154,7 +155,7 @@ class Width:
             self.on_wide(states, projected)
 
 
-@dataclass
+@record
 class _Entrant:
     """One engine's run in the portfolio: its budget (own stop signal and turn), its Result."""
 

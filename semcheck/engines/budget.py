@@ -24,8 +24,10 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Iterator, Protocol
+
+from semcheck.records import record
 
 DEFAULT_MAX_STATES = 2_000_000
 DEFAULT_TIMEOUT = 600.0
@@ -112,7 +114,7 @@ class TakesTurns(Protocol):
 SearchWatch = Callable[[int, int, int], None]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Budget:
     max_states: int = DEFAULT_MAX_STATES
     timeout: float = DEFAULT_TIMEOUT  # seconds
@@ -158,7 +160,7 @@ class BudgetExceeded(BaseException):
         self.reason = reason
 
 
-@dataclass
+@record
 class ProgressInfo:
     states: int
     transitions: int

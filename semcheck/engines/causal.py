@@ -11,9 +11,9 @@ shorter path replays to the same action with the same outcome.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from semcheck import ir
+from semcheck.records import record
 from semcheck.semantics import FAULTED, Action, EventFires, State, System, ThreadStep
 
 _READERS = (ir.Wait, ir.DmaWait, ir.Read)
@@ -77,7 +77,7 @@ def past_of(system: System, states: list[State], actions: list[Action], seeds: t
 # --- relevance: how far each step of a trace is from the violation it shows ------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Focus:
     """What a violation is about, as the seeds of its happens-before past.
 

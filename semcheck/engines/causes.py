@@ -1,16 +1,16 @@
-"""Root causes first, and the shortest explanation of a path another engine found.
+"""Root causes, and the shortest explanation of a path another engine found.
 
-A counterexample is a path of the semantics. When the steps a violation depends on (its
-path cut down by `shorten`) include a step that is itself a violation, that violation is
-its root cause: reported first, at its own line, with the consequence linked to it
-(`Violation.caused_by`). The steps that can be causes (`CAUSE_KINDS`) are those that change
-what happens next or what a later step reads: a copy or signal reaching a peer before it
-entered, a leftover a later entry finds, an overrun mbarrier phase (the `CASCADING_KINDS`),
-a fault (its thread never moves again), and a copy started into memory another copy is
-still writing (a data race at the start: a later wait satisfied by the first copy lets a
-read race with the second, "a wait satisfied by the wrong copy"). Cutting the path first
-names a cause only when the consequence depends on it, not when it merely happened
-earlier in the schedule.
+A counterexample is a path of the semantics. When the steps a violation depends on (its path
+cut down by `shorten`) include a step that is itself a violation, that violation is its root
+cause: reported first (`merge.causes_first`), at its own line, with the consequence linked
+to it (`Violation.caused_by`). The steps that can be causes (`CAUSE_KINDS`) are those that
+change what happens next or what a later step reads: a copy or signal reaching a peer before
+it entered, a leftover a later entry finds, an overrun mbarrier phase (the
+`CASCADING_KINDS`), a fault (its thread never moves again), and a copy started into memory
+another copy is still writing (a data race at the start: a later wait satisfied by the first
+copy lets a read race with the second, "a wait satisfied by the wrong copy"). Cutting the
+path first names a cause only when the consequence depends on it, not when it merely
+happened earlier in the schedule.
 
 `shorten` is the shortening pass for paths that no breadth-first search found (a random
 walk, a solver's witness): the steps a hazard or fault depends on, and those the copy it
@@ -23,7 +23,6 @@ from __future__ import annotations
 from semcheck.semantics import trace as tracing
 from semcheck.engines import causal
 from semcheck.semantics.properties import CASCADING_KINDS, FAULT_KINDS, Finding, Kind, fault_findings, hazard_findings
-from semcheck.result import Violation
 from semcheck.semantics import Action, State, System, ThreadStep
 
 CAUSE_KINDS = FAULT_KINDS | {Kind(k) for k in CASCADING_KINDS} | {Kind.DATA_RACE}
@@ -87,43 +86,3 @@ def _start_index(system: System, states: list[State], actions: list[Action], sta
         if action == starts and states[j].pcs[thread] == pc:
             found = j
     return found
-
-
-def causes_first(violations: list[Violation]) -> list[Violation]:
-    """`violations` in their order, except that each consequence comes right after its
-    cause (and a cause no later than its first consequence)."""
-    consequences: dict[int, list[Violation]] = {}
-    present = {id(v) for v in violations}
-    for v in violations:
-        if v.caused_by is not None and id(v.caused_by) in present:
-            consequences.setdefault(id(v.caused_by), []).append(v)
-    out: list[Violation] = []
-    placed: set[int] = set()
-
-    def place(v: Violation) -> None:
-        if id(v) in placed:
-            return
-        placed.add(id(v))
-        out.append(v)
-        for c in consequences.get(id(v), ()):
-            place(c)
-
-    for v in violations:
-        root, seen = v, {id(v)}
-        while (root.caused_by is not None and id(root.caused_by) in present and id(root.caused_by) not in placed
-               and id(root.caused_by) not in seen):
-            root = root.caused_by
-            seen.add(id(root))
-        place(root)
-        place(v)
-    return out
-
-
-def relink(violations: list[Violation]) -> None:
-    """After merging the violations of several runs (one per identity kept): point each
-    consequence at the kept violation of its cause's identity."""
-    kept = {v.identity: v for v in violations if v.identity is not None}
-    for v in violations:
-        cause = v.caused_by
-        if cause is not None and cause.identity in kept:
-            v.caused_by = kept[cause.identity]

@@ -33,8 +33,7 @@ from dataclasses import replace
 from typing import Callable
 
 from semcheck import ir
-from semcheck.engines import causes
-from semcheck.engines.merge import merge_runs
+from semcheck.engines.merge import causes_first, merge_runs
 from semcheck.engines.budget import Budget, ProgressFn, ProgressInfo
 from semcheck.engines.common import describing
 from semcheck.semantics.properties import CLEAN_END, STUCK_END, Kind
@@ -158,7 +157,7 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
             key = v.identity if v.identity is not None else id(v)
             if key not in chosen or len(v.trace) < len(chosen[key].trace):
                 chosen[key] = v
-    violations = causes.causes_first(sorted(chosen.values(), key=lambda v: (v.severity != "error", len(v.trace))))
+    violations = causes_first(sorted(chosen.values(), key=lambda v: (v.severity != "error", len(v.trace))))
     # a part whose only errors were end-state findings the whole does not have is safe
     verdict = verdict_of(violations, complete=not unchecked and not any(
         r.exhausted or r.verdict is Verdict.INCONCLUSIVE for r in results))
@@ -190,7 +189,7 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
 
 def _static_warnings(system: System, have: list[Violation]) -> list[Violation]:
     """The whole protocol's static findings (`properties.static_findings`) not in `have`."""
-    from semcheck.engines.common import to_violation
+    from semcheck.engines.violations import to_violation
     from semcheck.semantics.properties import static_findings
 
     known = {v.identity for v in have}

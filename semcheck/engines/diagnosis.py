@@ -28,17 +28,18 @@ The causes, each from facts that can be checked against the IR:
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from semcheck import ir
 from semcheck.kinds import Kind
+from semcheck.records import record
 from semcheck.result import CauseKind, RegionRef, RootCause, StepEvent, TraceStep
 from semcheck.semantics import System
 
 _COMPLETIONS = (StepEvent.DMA_SEND_DONE, StepEvent.DMA_RECV_DONE)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Path:
     """A counterexample as the diagnosis reads it: the protocol's system and the trace steps."""
 

@@ -4,14 +4,13 @@
 Result. The check's Result holds the findings of every one of them: one violation per
 identity (the finding's key), with the shortest trace any engine found for it and the
 names of every engine that found it (`Violation.found_by`, the shown trace's engine first),
-each consequence linked to its root cause again (`causes.relink`) and placed after it.
+each consequence linked to its root cause again (`relink`) and placed after it (`causes_first`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from semcheck.engines import causes
 from semcheck.result import EngineRun, Result, Stats, Violation, worst
 
 
@@ -31,9 +30,9 @@ def merge_violations(results: list[Result]) -> list[Violation]:
     for key, v in chosen.items():
         shown = v.found_by[:1]
         merged.append(replace(v, found_by=shown + tuple(e for e in found_by[key] if e not in shown)))
-    causes.relink(merged)
+    relink(merged)
     merged.sort(key=lambda v: (v.severity != "error", v.identity is None, len(v.trace)))
-    return causes.causes_first(merged)
+    return causes_first(merged)
 
 
 def combine_stats(stats: list[Stats], seconds: float) -> Stats:
@@ -75,3 +74,43 @@ def merge_runs(results: list[Result]) -> list[EngineRun]:
         )
         for engine, runs in by_engine.items()
     ]
+
+
+def causes_first(violations: list[Violation]) -> list[Violation]:
+    """`violations` in their order, except that each consequence comes right after its
+    cause (and a cause no later than its first consequence)."""
+    consequences: dict[int, list[Violation]] = {}
+    present = {id(v) for v in violations}
+    for v in violations:
+        if v.caused_by is not None and id(v.caused_by) in present:
+            consequences.setdefault(id(v.caused_by), []).append(v)
+    out: list[Violation] = []
+    placed: set[int] = set()
+
+    def place(v: Violation) -> None:
+        if id(v) in placed:
+            return
+        placed.add(id(v))
+        out.append(v)
+        for c in consequences.get(id(v), ()):
+            place(c)
+
+    for v in violations:
+        root, seen = v, {id(v)}
+        while (root.caused_by is not None and id(root.caused_by) in present and id(root.caused_by) not in placed
+               and id(root.caused_by) not in seen):
+            root = root.caused_by
+            seen.add(id(root))
+        place(root)
+        place(v)
+    return out
+
+
+def relink(violations: list[Violation]) -> None:
+    """After merging the violations of several runs (one per identity kept): point each
+    consequence at the kept violation of its cause's identity."""
+    kept = {v.identity: v for v in violations if v.identity is not None}
+    for v in violations:
+        cause = v.caused_by
+        if cause is not None and cause.identity in kept:
+            v.caused_by = kept[cause.identity]

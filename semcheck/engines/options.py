@@ -11,8 +11,10 @@ instance, asks z3 to report how its runs end (`with_ends_reported`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from typing import TYPE_CHECKING, Callable
+
+from semcheck.records import record
 
 if TYPE_CHECKING:
     from semcheck.engines.budget import Budget, ProgressFn
@@ -23,7 +25,7 @@ DEFAULT_UNROLL = 8  # z3: backward jumps per thread that depend on inputs or rea
 DEFAULT_RUNS = 200  # simulate: random schedules walked
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ExplicitOptions:
     """The explicit search (explicit/search.py)."""
 
@@ -33,7 +35,7 @@ class ExplicitOptions:
     stop_at_first: bool = False  # end at the first counterexample
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Z3Options:
     """The z3 engine (z3/engine.py)."""
 
@@ -42,7 +44,7 @@ class Z3Options:
     stop_at_first: bool = False  # ask no more questions once an answer is an error
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SimulateOptions:
     """Random schedules (simulate.py)."""
 
@@ -54,7 +56,7 @@ class SimulateOptions:
 ENGINE_OPTION_TYPES = {"explicit": ExplicitOptions, "z3": Z3Options, "simulate": SimulateOptions}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckOptions:
     """One check: which engine (`engines.ENGINES`), whether independent parts are checked one
     at a time (`split`, engines/components.py), whether it goes on past the first

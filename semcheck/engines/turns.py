@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
 from semcheck.engines.budget import BudgetExceeded, StopSignal
+from semcheck.records import record
 
 WAIT_POLL = 0.05  # seconds between looks at the stop signal while waiting for a turn
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Slice:
     """How long one turn lasts: `ticks` budget checks, or `seconds` of the thread's CPU."""
 

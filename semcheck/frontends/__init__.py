@@ -10,12 +10,12 @@ from __future__ import annotations
 import ast
 import enum
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from semcheck.errors import FileError, LoadError, NothingToCheck
 from semcheck.frontends.discovery import Skipped, Walk, discover, walk
 from semcheck.ir import Loc, Protocol
+from semcheck.records import record
 
 if TYPE_CHECKING:
     from semcheck.frontends.kernel_script import OnPhases
@@ -26,7 +26,7 @@ class FileKind(str, enum.Enum):
     KERNEL = "kernel"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Classification:
     kind: FileKind
     reading: str | None = None  # why, when the file could be read either way (a result note)

@@ -40,12 +40,13 @@ import sys
 import tempfile
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable
 
 from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.jax_compat import JaxInternalMissing, jax_internal
+from semcheck.records import record
 
 from semcheck.frontends.capture_process import (  # noqa: F401 (child_environment: for the cache and tests)
     capture_server_address, child_environment, how_it_ended, last_words, run_child, with_device_count,
@@ -56,7 +57,7 @@ from semcheck.frontends.capture_process import (  # noqa: F401 (child_environmen
 DEFAULT_TIMEOUT = float(os.environ.get("SEMCHECK_CAPTURE_TIMEOUT", "600"))
 
 
-@dataclass
+@record
 class KernelError:
     """A kernel that was captured but cannot be lowered (picklable form of a LoadError)."""
 
@@ -77,7 +78,7 @@ class KernelError:
         return error
 
 
-@dataclass
+@record
 class CaptureOutcome:
     protocols: list[ir.Protocol] = field(default_factory=list)
     errors: list[KernelError] = field(default_factory=list)

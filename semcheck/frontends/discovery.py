@@ -12,7 +12,9 @@ from __future__ import annotations
 import enum
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from semcheck.records import record
 
 TOOLING_FILES = frozenset({"setup.py", "noxfile.py", "conftest.py", "fabfile.py", "tasks.py"})
 DOCS_FOLDERS = frozenset({"doc", "docs"})  # their conf.py is Sphinx's configuration
@@ -41,14 +43,14 @@ _PHRASES = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Skipped:
     path: str
     why: Why
     folder: bool = False
 
 
-@dataclass
+@record
 class Walk:
     files: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)

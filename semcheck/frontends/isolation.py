@@ -23,19 +23,19 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from semcheck.errors import LoadError, LoadTimedOut
 from semcheck.frontends.processes import kill_descendants
 from semcheck.ir import Loc
+from semcheck.records import record
 
 DEFAULT_TIMEOUT = 600.0  # seconds a model file may take to load
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Failed:
     """A failure in the child, in picklable form."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -23,9 +23,10 @@ from semcheck.lower.data import AssumedElements, ThreadMemory
 from semcheck.lower.pipeline import HBM_SPACES, Pipeline
 from semcheck.lower.values import Known, RefValue, Sym
 from semcheck.jax_compat import jax_internal
+from semcheck.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MeshShape:
     """The device mesh of the enclosing shard_map: axis names and sizes, row-major."""
 
@@ -97,7 +98,7 @@ def buffer_scope(space: str, origin: SemOrigin) -> Scope:
     return Scope.CORE
 
 
-@dataclass
+@record
 class KernelContext:
     name: str
     mesh: MeshShape

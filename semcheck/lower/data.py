@@ -20,7 +20,7 @@ value deciding the protocol can be reported as taken from data (`ir.DataUse`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Iterable
 
 import numpy as np
@@ -29,6 +29,7 @@ from semcheck import ir
 from semcheck.lower.discharge import transform_read, transform_write
 from semcheck.lower.values import DataSource, Known, Opaque, RefValue, RunTimeElements, Sym, Value
 from semcheck.jax_compat import jax_internal
+from semcheck.records import record
 
 # Buffers with more elements than this are not followed (their loads are opaque data):
 # copying them on every store would cost more than the protocol is worth.
@@ -38,7 +39,7 @@ DATA_LIMIT = 1 << 20
 MERGE_LIMIT = 64
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Contents:
     """One buffer of one thread. Replaced, never mutated, so a snapshot is a dict copy."""
 
@@ -83,7 +84,7 @@ def _numpy_dtype(dtype):
         return None
 
 
-@dataclass
+@record
 class ThreadMemory:
     """The buffers of one (device, core) as its lowering has seen them so far."""
 
@@ -735,7 +736,7 @@ def data_notes(uses: Iterable[ir.DataUse]) -> list[str]:
 # --- copies: data that moves by DMA --------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Payload:
     """What one copy writes on its destination thread: the source's values at the copy's
     start (None: not known), to `region` of `ref` through concrete `transforms`."""

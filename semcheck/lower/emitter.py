@@ -10,10 +10,11 @@ shifts a jump target.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from semcheck import ir
 from semcheck.errors import LoadError
+from semcheck.records import record
 
 # A thread longer than this is almost certainly a huge grid or loop unrolled by mistake.
 MAX_INSTRUCTIONS = 200_000
@@ -25,19 +26,19 @@ class Label:
     """A jump target; placed once with `Emitter.place`."""
 
 
-@dataclass
+@record
 class _Mark:
     label: Label
 
 
-@dataclass
+@record
 class _PendingJump:
     loc: ir.Loc
     label: Label
     cond: ir.Operand | None  # None for an unconditional jump
 
 
-@dataclass
+@record
 class Slot:
     """A place whose instructions are decided after later code was emitted."""
 

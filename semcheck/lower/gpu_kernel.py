@@ -17,12 +17,13 @@ threads out and runs them. What a GPU kernel is, in semcheck's terms:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.lower.context import KernelContext, ThreadLowering
+from semcheck.records import record
 
 GPU = "gpu"  # the backend whose lowering rules gpu_*.py register
 
@@ -49,7 +50,7 @@ def is_gpu_mesh(mesh) -> bool:
     return type(mesh).__module__.startswith("jax._src.pallas.mosaic_gpu") and hasattr(mesh, "num_threads")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MBarrier:
     """What lowering must know of an mbarrier allocation to number its phases."""
 
@@ -57,7 +58,7 @@ class MBarrier:
     cluster_axes: tuple[str, ...] = ()  # a ClusterBarrier's axes: arrivals reach every block on them
 
 
-@dataclass
+@record
 class GpuKernelContext(KernelContext):
     grid_sizes: dict[str, int] = field(default_factory=dict)  # grid and cluster axes, in order
     cluster_names: tuple[str, ...] = ()
@@ -103,7 +104,7 @@ class GpuKernelContext(KernelContext):
         return dict(reversed(list(coords.items())))
 
 
-@dataclass
+@record
 class BulkGroups:
     """One thread's TMA stores as PTX bulk async-groups: `cp.async.bulk.commit_group` closes
     the group of every store issued since the last commit, and `cp.async.bulk.wait_group n`

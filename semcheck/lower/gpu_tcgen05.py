@@ -23,7 +23,6 @@ TMEM accumulator, and TMEM itself, are not race-checked (a note says so).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from semcheck import ir
 from semcheck.ir import Scope, SemKind, SemOrigin
@@ -31,6 +30,7 @@ from semcheck.lower.emitter import Emitter
 from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering
 from semcheck.lower.gpu_memory import smem_region, split_flat
 from semcheck.lower.registry import rule
+from semcheck.records import record
 
 TCGEN05_NOTE = (
     "Mosaic GPU tcgen05: an MMA (and async_copy_smem_to_tmem) reads its SMEM operands until it "
@@ -42,7 +42,7 @@ TCGEN05_NOTE = (
 )
 
 
-@dataclass
+@record
 class TensorCore:
     """The tensor core's side of one issuing thread (see the module docstring)."""
 

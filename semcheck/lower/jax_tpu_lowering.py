@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 import re
 import traceback
-from dataclasses import dataclass
 
 from semcheck import ir
+from semcheck.records import record
 
 # Where JAX's TPU lowering lives: an exception raised through these is the lowering's
 # verdict on the kernel, anything else a failure to ask it (then the note says so).
@@ -61,7 +61,7 @@ ADVICE: tuple[tuple[str, str], ...] = (
 GENERIC_ADVICE = "rewrite the construct JAX's message names in a form Pallas TPU lowers"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TpuLowering:
     """JAX's answer for one kernel: `rejected` (its error, the user's line it points at, or
     None), or `unasked` (why semcheck could not run the lowering), or neither: it lowers."""

@@ -15,7 +15,6 @@ branched over) by `for_each_selection`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Callable
 
 import numpy as np
@@ -26,6 +25,7 @@ from semcheck.lower.interpreter import operand
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, known, sym_op
 from semcheck.jax_compat import jax_internal
+from semcheck.records import record
 
 
 def split_ref(value) -> tuple[object, tuple]:
@@ -60,7 +60,7 @@ def ref_of(t: ThreadLowering, eqn, value, what: str, extra=()) -> tuple[RefValue
     return ref, ref.transforms + transforms
 
 
-@dataclass
+@record
 class _Dim:
     """One dim of the allocation under a view: where the view starts (None when unknown),
     the distance between its consecutive elements, and how many elements it has (an
@@ -80,7 +80,7 @@ class _Dim:
         return sym_op("max", sym_op("sub", sym_op("mul", self.count, self.stride), self.stride - 1), 0)
 
 
-@dataclass
+@record
 class _View:
     dims: list[_Dim]  # per allocation dim
     kept: list[int]  # allocation dims the view still has, in order

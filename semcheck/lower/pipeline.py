@@ -23,10 +23,11 @@ block, _check_for_revisiting).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from semcheck import ir
 from semcheck.jax_compat import jax_internal
+from semcheck.records import record
 
 PIPELINE_BASIS = (
     "JAX 0.10.2's TPU interpreter copies an input block in before a grid step that is the "
@@ -43,7 +44,7 @@ PIPELINE_BASIS = (
 HBM_SPACES = frozenset({"any", "hbm"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BlockDim:
     """One dim of a block: its size, and whether the index map gives its start in elements
     (Squeezed, Element) rather than in blocks (Blocked)."""
@@ -52,7 +53,7 @@ class BlockDim:
     index_is_start: bool
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PipelinedBlock:
     """One BlockSpec'd operand in VMEM/SMEM: its block buffer and its block index per grid
     point (None where the index map needs a value semcheck does not know)."""
@@ -217,7 +218,7 @@ def dma_touched(threads: list[ir.Thread]) -> set[str]:
     }
 
 
-@dataclass
+@record
 class Pipeline:
     """A pallas_call's pipelined blocks per device, and which of them some DMA touches (only
     those get copies: found by lowering once, then again with them)."""

@@ -23,7 +23,7 @@ device barrier.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from semcheck import ir
 from semcheck.errors import LoadError
@@ -36,11 +36,12 @@ from semcheck.lower.source import is_user_file, kernel_function, loc_of_tracebac
 from semcheck.lower.tpu_hardware import hardware_notes, in_dma_units
 from semcheck.passes.programs import handed_in_note, handed_out_note
 from semcheck.jax_compat import jax_internal
+from semcheck.records import record
 
 ARRIVE, RELEASE = ir.DEVICE_BARRIER_ARRIVE, ir.DEVICE_BARRIER_RELEASE
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelFlow:
     """Where a captured kernel sits in the code around it: the scope its values belong to
     (an MLIR module being lowered, or a jaxpr) and the values of its operands and results,
@@ -51,7 +52,7 @@ class KernelFlow:
     results: tuple
 
 
-@dataclass
+@record
 class KernelCapture:
     """One pallas_call or mpmd_map as JAX traced it, with the mesh it runs on."""
 
@@ -538,7 +539,7 @@ def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
     return threads
 
 
-@dataclass
+@record
 class _PassState:
     """What one lowering of the threads adds to the kernel context, as it was before."""
 

@@ -20,16 +20,16 @@ Nothing here knows about primitives; the rules in this package do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Union
 
 import numpy as np
 
 from semcheck import ir
 from semcheck.ir import apply_op
+from semcheck.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DataSource:
     """A buffer a value was read from: `from_script` when its contents there were the
     operand values the script passed (not only what the kernel itself stored)."""
@@ -38,7 +38,7 @@ class DataSource:
     from_script: bool
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Known:
     value: np.ndarray
     # The buffers the value was computed from (empty: it follows from axis_index,
@@ -53,7 +53,7 @@ class Known:
         return int(self.value.reshape(()))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Sym:
     """An integer (or 0/1 boolean) scalar decided at protocol run time."""
 
@@ -61,12 +61,12 @@ class Sym:
     dtype: np.dtype
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Opaque:
     why: str  # e.g. "the value loaded from x_ref at kernel.py:12"
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class RunTimeElements(Opaque):
     """An integer array read from a buffer, some of whose elements are known only at run
     time: an element `semcheck.assume` names (its initial value is a protocol input), or a
@@ -104,7 +104,7 @@ def unknown_data(x: Opaque) -> Opaque:
     return Opaque(x.why) if isinstance(x, RunTimeElements) else x
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RefValue:
     """A ref: `space` is "semaphore" or the buffer's memory space."""
 

@@ -13,17 +13,17 @@ round, and one per semaphore for what is left at the end.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import z3
 
 from semcheck import ir
 from semcheck.parametric.symbolic import Context
 from semcheck.parametric.template import Op, Seg, Step, Template
+from semcheck.records import record
 from semcheck.semantics import must_be_zero_at_exit
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gap:
     """A property the template does not have for every N: what fails, and the smallest N
     (at least the proof's start) at which it does."""

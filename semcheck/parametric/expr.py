@@ -14,8 +14,10 @@ bounded quotient, so every query stays in linear integer arithmetic.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Sequence
+
+from semcheck.records import record
 
 N_MOD = 0  # `modulus` of a term taken mod N
 
@@ -23,7 +25,7 @@ N_MOD = 0  # `modulus` of a term taken mod N
 Sample = tuple[int, int, int, int]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Expr:
     const: int = 0
     k: int = 0

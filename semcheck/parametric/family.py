@@ -13,9 +13,10 @@ verdict per kernel:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Callable
 
+from semcheck.records import record
 from semcheck.run.checks import check_one, error_result
 from semcheck.engines.budget import Budget
 from semcheck.engines.options import CheckOptions
@@ -28,7 +29,7 @@ from semcheck.result import Result, Stats, Verdict
 DOCS = "docs/parametric.md"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EveryCount:
     """How `--devices all` goes about it (defaults: the counts fitted, confirmed and searched)."""
 
@@ -39,7 +40,7 @@ class EveryCount:
     budget: Budget | None = None  # for each explicit check and each load
 
 
-@dataclass
+@record
 class Outcome:
     """One kernel at every device count."""
 

@@ -23,7 +23,6 @@ certificate added, until none is left (or none exists there).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import z3
 
@@ -32,6 +31,7 @@ from semcheck.parametric import runs
 from semcheck.parametric.counting import Undecided, smallest_model
 from semcheck.parametric.symbolic import Context, Where
 from semcheck.parametric.template import Area, Op, Seg, Step, Template, counts_text
+from semcheck.records import record
 from semcheck.semantics import RECV, SEND
 
 FORBID, CAP = "forbid", "cap"
@@ -39,7 +39,7 @@ MAX_RADIUS = 3  # how far beyond the two devices a window reaches
 MAX_ROUNDS = 24  # certificates added to one obligation before it is given up
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Obligation:
     """The copy (or signal) D of device 0 in round k1 against the access (or entry) A of
     device `offset` in round k2."""
@@ -99,7 +99,7 @@ def obligations(template: Template) -> list[Obligation]:
 Point = tuple
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Certificate:
     goal: str
     points: tuple[tuple[int, Point], ...]  # window offset -> position; devices not named are outside
@@ -258,7 +258,7 @@ class _Symbols:
         return supply < ctx.demand(alloc, w, i)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Outcome:
     obligation: Obligation
     proved_from: int | None  # the smallest N from which it is proved; None: not proved

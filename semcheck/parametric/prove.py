@@ -5,13 +5,14 @@ good, no leftover, no index or window outside its allocation) from N0 on."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from semcheck.parametric import counting, ordering
 from semcheck.parametric.template import Template, counts_text
+from semcheck.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Proof:
     """`holds`: every property for every N >= `from_n`. Otherwise `gaps` says what could not
     be proved, and `smallest_gap` the smallest N at which a counting property fails (exact:

@@ -11,11 +11,11 @@ same final positions, and the run that lets every device move as far as it can r
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from functools import lru_cache
 
 from semcheck.ir import DmaSide
 from semcheck.parametric.template import Step, Template
+from semcheck.records import record
 
 
 @lru_cache(maxsize=64)
@@ -36,7 +36,7 @@ def position(template: Template, step: Step, k: int, n: int) -> int:
     return len(template.pro) + template.trips(n) * len(template.body) + step.j
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Stuck:
     """Where the symmetric run stops: a wait every device reaches and none can pass."""
 
@@ -65,7 +65,7 @@ def symmetric_run(template: Template, n: int) -> tuple[Stuck | None, dict[tuple[
     return None, {key: c for key, c in counts.items() if c}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Held:
     """What a greedy run holds back: the completion `side` of the copy device `device` starts
     at `position` (it never happens), or every step of `device` from `position` on."""

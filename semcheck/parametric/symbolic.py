@@ -7,18 +7,18 @@ constants only), so each query the proof asks is decidable and z3 answers it exa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import z3
 
 from semcheck.parametric.expr import N_MOD, Expr
 from semcheck.parametric.template import NotParametric, Seg, Step, Template
+from semcheck.records import record
 
 END = 3  # the segment of a finished program
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Where:
     """A position in one device's program: a segment (or END), the round (a z3 term; 0
     outside the loop) and the index in the segment."""

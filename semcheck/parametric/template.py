@@ -16,13 +16,14 @@ that is the `inconclusive: not parametric` reason.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import field, fields, is_dataclass, replace
 from typing import Any, Iterable, Mapping
 
 from semcheck import ir
 from semcheck.parametric import expr as ex
 from semcheck.ir import DmaSide
 from semcheck.parametric.expr import Expr
+from semcheck.records import record
 from semcheck.semantics import dma_increment
 
 
@@ -53,7 +54,7 @@ _OPS = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SemUse:
     """A semaphore an instruction names: `alloc[index]` on the device `offset` places away."""
 
@@ -62,7 +63,7 @@ class SemUse:
     offset: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Area:
     """A region of a buffer on the device `offset` places away, full rank."""
 
@@ -73,7 +74,7 @@ class Area:
     write: bool
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Step:
     """One instruction of the template."""
 
@@ -113,7 +114,7 @@ class Step:
         return f"{self.op.value} at {self.loc}"
 
 
-@dataclass(frozen=True, eq=False)  # compared (and hashed, for caches) by identity
+@record(frozen=True, eq=False)  # compared (and hashed, for caches) by identity
 class Template:
     """The program every device runs at every N: `pro`, `body` repeated `trips(N)` times,
     `epi`; semaphore array sizes and buffer shapes as functions of N."""
@@ -321,7 +322,7 @@ def _shapes_and_holes(p: ir.Protocol):
 # --- the loop ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Layout:
     pro: int
     body: int

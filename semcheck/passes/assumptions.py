@@ -28,17 +28,17 @@ import contextlib
 import re
 import sys
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterable, Iterator
 
-from semcheck import ir
+from semcheck import ir, records
 
 
 class AssumptionError(ValueError):
     """An assumption that is malformed, empty, or names no input."""
 
 
-@dataclass(frozen=True)
+@records.record(frozen=True)
 class Assumption:
     name: str
     lo: int

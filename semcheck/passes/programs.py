@@ -22,14 +22,14 @@ kernel by kernel). Every other declaration is the kernel's own, named `kernel.na
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Sequence
 
 from semcheck import ir, tpu_facts
+from semcheck.records import record
 from semcheck.result import Result, Verdict
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Handover:
     """Kernel `consumer`'s declaration `name` is kernel `producer`'s declaration `source`
     (indices into the program's kernels): a semaphore or buffer one kernel hands to a later

@@ -3,14 +3,14 @@ takes the Results and one `RenderOptions` and reads the options it has a use for
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from semcheck.ir import display_path  # noqa: F401  (re-exported for reports)
+from semcheck.records import record
 from semcheck.result import Result
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RenderOptions:
     """What `semcheck verify`'s flags say about the report."""
 
@@ -23,7 +23,10 @@ class RenderOptions:
     category: str | None = None  # sarif: the run's category (several uploads on one commit)
 
 
-def _text(results: list[Result], options: RenderOptions = RenderOptions()) -> str:
+_PLAIN = RenderOptions()
+
+
+def _text(results: list[Result], options: RenderOptions = _PLAIN) -> str:
     from semcheck.report import text
 
     return text.render(results, max_trace_steps=options.max_trace_steps, judgements=options.judgements,
@@ -31,25 +34,25 @@ def _text(results: list[Result], options: RenderOptions = RenderOptions()) -> st
                        color=options.color)
 
 
-def _json(results: list[Result], options: RenderOptions = RenderOptions()) -> str:
+def _json(results: list[Result], options: RenderOptions = _PLAIN) -> str:
     from semcheck.report import json as json_report
 
     return json_report.render(results, judgements=options.judgements)
 
 
-def _sarif(results: list[Result], options: RenderOptions = RenderOptions()) -> str:
+def _sarif(results: list[Result], options: RenderOptions = _PLAIN) -> str:
     from semcheck.report import sarif
 
     return sarif.render(results, judgements=options.judgements, category=options.category)
 
 
-def _concise(results: list[Result], options: RenderOptions = RenderOptions()) -> str:
+def _concise(results: list[Result], options: RenderOptions = _PLAIN) -> str:
     from semcheck.report import concise
 
     return concise.render(results, judgements=options.judgements)
 
 
-def _github(results: list[Result], options: RenderOptions = RenderOptions()) -> str:
+def _github(results: list[Result], options: RenderOptions = _PLAIN) -> str:
     from semcheck.report import github
 
     return github.render(results, judgements=options.judgements)

@@ -3,10 +3,10 @@ count, with where its time went (capturing a script takes seconds; checking it o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, TextIO
 
 from semcheck.ir import display_path
+from semcheck.records import record
 
 
 def capture_line(report) -> str | None:
@@ -35,7 +35,7 @@ def capture_line_printer(stream: TextIO, before: Callable[[], None] | None = Non
     return show
 
 
-@dataclass
+@record
 class Position:
     """Where a run is: how many of its (file, device count) checks are done, of how many."""
 

@@ -21,15 +21,16 @@ import linecache
 import os
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from semcheck.ir import Loc
+from semcheck.records import record
 from semcheck.result import Result, Violation
 
 FINGERPRINT_KEY = "semcheckFinding/v2"  # the partialFingerprints key; v1 keyed on line text only
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FindingId:
     """What makes a finding the same one in two runs."""
 
@@ -51,7 +52,7 @@ class FindingId:
         return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-@dataclass
+@record
 class Finding:
     """One violation at one source place, found at one or more device counts."""
 
@@ -197,7 +198,7 @@ def relative_to_root(path: str, root: str) -> str:
     return absolute
 
 
-@dataclass
+@record
 class Problem:
     """The findings one root cause explains (a finding without a named cause is a problem of
     its own): what the one-line formats (concise, github) print one line for."""

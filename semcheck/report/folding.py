@@ -5,9 +5,9 @@ shown; the runs between them fold into one line each, a completed handshake into
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable
 
+from semcheck.records import record
 from semcheck.result import StepEvent, TraceStep, Violation
 
 # How many steps of a trace are shown, at most: the rest fold.
@@ -45,7 +45,7 @@ def devices_text(devices: Iterable[int], total: int = 0) -> str:
     return f"devices {ranges(seen)}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Fold:
     """A run of steps shown as one line."""
 

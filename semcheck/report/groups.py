@@ -12,13 +12,13 @@ the other checks and violations it was also found in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from semcheck.ir import Loc, core_unit
+from semcheck.records import record
 from semcheck.result import Result, Violation
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProblemKey:
     """What stays the same when one bug is found at several device counts."""
 
@@ -31,7 +31,7 @@ class ProblemKey:
     cause: tuple | None = None  # the root cause's key (then `kind` is the cause's kind)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckRef:
     """One violation of one check: `results[result].violations[violation]`."""
 
@@ -39,7 +39,7 @@ class CheckRef:
     violation: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProblemGroup:
     key: ProblemKey
     shown: CheckRef  # the smallest counterexample, rendered in full

@@ -18,10 +18,11 @@ All sizes are in points (1/72 inch), y growing upwards as Graphviz has it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import networkx as nx
 
+from semcheck.records import record
 from semcheck.report import graph as cex
 
 CHAR_WIDTH = 5.9  # a little more than Helvetica's average at 10 pt, so labels always fit
@@ -37,7 +38,7 @@ TITLE_LINE_HEIGHT = 17.0
 _ORDERING_EDGES = (cex.PROGRAM, cex.FEEDS, cex.PARTIAL, cex.COPY)
 
 
-@dataclass
+@record
 class Layout:
     positions: dict[str, tuple[float, float]] = field(default_factory=dict)  # node -> centre
     widths: dict[str, float] = field(default_factory=dict)  # node -> width

@@ -8,9 +8,9 @@ import linecache
 import os
 import re
 import textwrap
-from dataclasses import dataclass
 
 from semcheck.ir import Loc, core_unit, display_path, thread_name
+from semcheck.records import record
 from semcheck.report import causes, colour, groups, origins
 from semcheck.report.folding import Fold, devices_text, fold_trace
 from semcheck.report.summary import summary_table  # noqa: F401  (part of this module's API)
@@ -56,7 +56,7 @@ def render(
     return colour.paint_report(report) if color else report
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Style:
     """How much a text report shows."""
 

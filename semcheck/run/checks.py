@@ -3,7 +3,7 @@ sweep's tasks (`semcheck.run.sweep`, on this machine or a Ray worker) share."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from semcheck import engines
@@ -15,6 +15,7 @@ from semcheck.errors import LoadError, LoadTimedOut, ProtocolError
 from semcheck.frontends import Classification, load
 from semcheck.ir import Loc, Protocol
 from semcheck.kinds import SEVERITY, Kind
+from semcheck.records import record
 from semcheck.result import Result, Verdict, Violation
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def check_one(
     return with_data_race_note(protocol, uncertain_races(protocol, outside_producers(protocol, result)))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LoadReport:
     """How loading one file at one device count went: what a capture line shows."""
 

@@ -45,10 +45,10 @@ import os
 import re
 import sys
 import tokenize
-from dataclasses import dataclass
 
 from semcheck.ir import Loc
 from semcheck.kinds import SEVERITY, Kind
+from semcheck.records import record
 from semcheck.result import Result, Verdict
 
 SAFE = "safe"
@@ -65,7 +65,7 @@ class ExpectationError(Exception):
     """A declaration that cannot be read; names where it is and what would be valid."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Expectation:
     outcomes: frozenset[str]  # violation kinds; empty means `safe`
     kernel: str | None = None
@@ -97,7 +97,7 @@ class Expectation:
         return ", ".join(sorted(self.outcomes)) or SAFE
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Judgement:
     """How one check compares with what was declared for it."""
 
@@ -158,7 +158,7 @@ def declared_in_file(path: str) -> list[Expectation]:
     return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NearMiss:
     """A comment that looks like a semcheck directive but is not one, so it is ignored."""
 

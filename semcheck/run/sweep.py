@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from semcheck.passes.assumptions import covers
+from semcheck.records import record
 from semcheck.result import Result
 from semcheck.run.tasks import ProgressFor, SweepOptions, Task, TaskOutcome, failed, run_task_safely
 
@@ -32,7 +32,7 @@ class Executor(str, enum.Enum):
     RAY = "ray"
 
 
-@dataclass
+@record
 class Plan:
     tasks: list[Task]
     skipped: list  # frontends.Skipped: what the folder walk left out

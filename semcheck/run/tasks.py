@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Callable
 
 from semcheck.engines.budget import Budget, ProgressFn
 from semcheck.engines.options import CheckOptions
 from semcheck.passes.assumptions import Assumption
 from semcheck.ir import Protocol
+from semcheck.records import record
 from semcheck.result import Result
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 ProgressFor = Callable[[str, int], "ProgressFn | None"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SweepOptions:
     """How every check of the sweep runs: what `semcheck verify`'s flags say."""
 
@@ -43,7 +44,7 @@ class SweepOptions:
         return self.check.engine
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Task:
     index: int  # position in the serial order
     path: str  # as the user gave it (relative to `cwd`)
@@ -55,7 +56,7 @@ class Task:
 
 
 
-@dataclass
+@record
 class TaskOutcome:
     index: int
     results: list[Result]

@@ -10,14 +10,14 @@ asked (a few hundred are kept: the search asks about the same ones again and aga
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
 from typing import Iterator
 
 from semcheck import ir
 from semcheck.ir import Scope
+from semcheck.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SemInstance:
     decl: ir.SemDecl
     index: int
@@ -37,7 +37,7 @@ class SemInstance:
         return f"{self.decl.name}{idx}@d{self.device}{core}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BufferInstance:
     decl: ir.BufferDecl
     device: int

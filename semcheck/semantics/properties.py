@@ -8,9 +8,10 @@ lets the explicit engine's reduction (which preserves every terminal state) stay
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from semcheck import ir, tpu_facts
+from semcheck.records import record
 from semcheck.semantics.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
 from semcheck.result import BlockedWait, Reading
@@ -19,7 +20,7 @@ from semcheck.semantics.state import Action, Fault, Hazard, State, ThreadStep, m
 from semcheck.semantics.system import System
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """A violation seen in one state, before the engine attaches the trace that reaches it."""
 

@@ -19,11 +19,11 @@ completions touching that resource cost, however many devices the protocol has:
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
 
 from semcheck import ir
 from semcheck.engines.explicit.copies import CopyIndex
 from semcheck.engines.explicit.counting import CountingTables
+from semcheck.records import record
 from semcheck.semantics.footprints import (
     X_DEC, X_INC, X_WRITE, Y_CHANGE, Y_NEAR, Y_WAITER, Channels, Footprint, ThreadFootprints, ThreadTable, channels,
     clash,
@@ -345,7 +345,7 @@ class Independence:
         )
         return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _ReachableSums:
     """One semaphore in one state: the most it can hold if every actor moves (`most`,
     counting only bounded adders), each adder thread's share (None: unbounded), how many

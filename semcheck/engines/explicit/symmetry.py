@@ -28,16 +28,17 @@ their own representatives, which is sound (a key only ever merges states of one 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from semcheck import ir
+from semcheck.records import record
 from semcheck.semantics import Access, Action, Counts, Event, EventFires, State, System, ThreadStep
 
 # a state's hazards once recorded: this one is device-free (`properties.hazards_to_keep`)
 _DEVICE_FREE_HAZARDS = frozenset({"went_wrong"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rotations:
     """The group of rotations by multiples of `step` (order `devices // step`)."""
 

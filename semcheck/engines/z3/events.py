@@ -6,7 +6,7 @@ decoding of a model share."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from fractions import Fraction
 
 import z3
@@ -14,9 +14,10 @@ import z3
 from semcheck.engines.z3 import unroll as unrolling
 from semcheck.ir import DmaSide
 from semcheck.engines.z3.terms import AND, GE, ITE, LT, NOT, OR, SymBool, SymInt, apply, is_const
+from semcheck.records import record
 
 
-@dataclass
+@record
 class SymAccess:
     """`semantics.Access` with symbolic parts: the buffer instance is one of `candidates`
     (each with the condition under which it is the one)."""
@@ -27,7 +28,7 @@ class SymAccess:
     sizes: tuple[SymInt, ...]
 
 
-@dataclass
+@record
 class Target:
     """Where a semaphore reference lands: candidate instances, each with the condition under
     which it is the one, and the condition of each fault kind."""
@@ -40,7 +41,7 @@ class Target:
         return AND(*(NOT(f) for f in self.faults.values()))
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class NodeVars:
     t: int
     node: unrolling.Node
@@ -79,7 +80,7 @@ class NodeVars:
         return self._final
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Change:
     """An event that may add to (or take from) a semaphore count."""
 
@@ -92,7 +93,7 @@ class Change:
     completion: "Completion | None" = None
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Completion:
     start: NodeVars
     side: DmaSide

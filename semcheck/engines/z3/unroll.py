@@ -19,9 +19,10 @@ an engine that sees it must not call the protocol safe.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from semcheck import ir
+from semcheck.records import record
 
 INSTR, EXIT, OVERFLOW = "instr", "exit", "overflow"
 
@@ -33,7 +34,7 @@ Key = tuple[int, int]  # (layer, pc); the overflow node is (CONSTANT_JUMP_CAP + 
 CONSTANT_JUMP_CAP = 1000
 
 
-@dataclass
+@record
 class Node:
     index: int  # position in the thread's topological order
     key: Key
