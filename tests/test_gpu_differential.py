@@ -36,13 +36,28 @@ from tests.tpu_support import ROOT, expectation, results
 pytestmark = pytest.mark.slow
 
 DEVICES = 2
-TIMEOUT = 300.0
+TIMEOUT = 300.0  # seconds
 
+# JAX 0.10.2's interpreter checks, from each device's thread at the end of its kernel, that
+# no barrier of ANY device is still allocated (`_assert_no_barriers_allocated` in
+# `gpu_callbacks.py`, `assert_no_barriers_allocated` in `shared_memory.py`: one memory for all
+# devices), before the devices meet at the clean-up barrier. A device that finishes while
+# another still holds its barrier fails that check, and the other then waits at the clean-up
+# barrier for ever: on a loaded machine the run hung until TIMEOUT with no outcome. The runner
+# lets the check run once every device has reached it; what the kernel does and the races the
+# interpreter reports are unchanged.
 RUNNER = """
-import json, runpy, sys
+import json, runpy, sys, threading
+import jax
 from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
 from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams, set_gpu_interpret_mode
 set_gpu_interpret_mode(InterpretGPUParams(detect_races=True))
+check_barriers_freed = gpu_callbacks._assert_no_barriers_allocated
+every_device_done = threading.Barrier(jax.device_count())
+def check_barriers_freed_once_all_are_done(token):
+    every_device_done.wait()
+    return check_barriers_freed(token)
+gpu_callbacks._assert_no_barriers_allocated = check_barriers_freed_once_all_are_done
 sys.argv = [sys.argv[1]]
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
@@ -101,7 +116,7 @@ def run_interpreted(name: str, raises: str | None = None) -> dict:
     return _run_interpreted(name, raises)[0]
 
 
-def _run_interpreted(name: str, raises: str | None = None) -> tuple[dict, list[str]]:
+def _run_interpreted(name: str, raises: str | None = None, runner: str = RUNNER) -> tuple[dict, list[str]]:
     """The RUNNER's outcome for one example. `raises`: a message the interpreter prints on
     stderr when a callback raises it; once it is there, the run is over for this test.
 
@@ -112,7 +127,7 @@ def _run_interpreted(name: str, raises: str | None = None) -> tuple[dict, list[s
     """
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES}", JAX_PLATFORMS="cpu")
     with subprocess.Popen(
-        [sys.executable, "-c", RUNNER, os.path.join(ROOT, "examples", "gpu", name)],
+        [sys.executable, "-c", runner, os.path.join(ROOT, "examples", "gpu", name)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     ) as process:
         stdout_lines: list[str] = []
@@ -185,6 +200,25 @@ def test_every_gpu_example_is_classified():
     # the two that hang or wait for ever in the interpreter are left out: a wait for a phase
     # that never completes, and competing decrementing waits (semaphores, rejected anyway)
     assert names - classified == {"tma_barrier_extra_wait.py", "grid_barrier_competing_waits.py", "ready_ring_unwrapped.py"}
+
+
+# device 1 releases its barriers two seconds after device 0 has finished its kernel
+LATE_RELEASE = """
+import time
+from jax._src.pallas.mosaic_gpu.interpret import shared_memory
+release = shared_memory.GPUSharedMemory.deallocate_barrier
+def release_late_on_device_1(memory, key, *args, **kwargs):
+    if key.device_id == 1:
+        time.sleep(2)
+    return release(memory, key, *args, **kwargs)
+shared_memory.GPUSharedMemory.deallocate_barrier = release_late_on_device_1
+"""
+
+
+def test_the_runner_outlasts_a_device_that_releases_its_barrier_late():
+    # Without RUNNER's mending of the interpreter's end-of-kernel check, this run never ends.
+    outcome, _ = _run_interpreted("tma_barrier_early_read.py", runner=LATE_RELEASE + RUNNER)
+    assert outcome == {"races": True}
 
 
 @pytest.mark.parametrize("name", AGREES)
