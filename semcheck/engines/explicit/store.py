@@ -178,6 +178,8 @@ class StateStore:
         self._sizes = tuple(len(r) for r in system.registers)
         self._inputs = len(system.protocol.inputs)
         self._sem_count = len(system.instances)
+        self._registers = sum(self._sizes)
+        self._pcs_alone = not self._registers and not self._inputs  # the pcs are the first part's leaves
         self._pairs = _Pairs()
         # two program counters to a leaf when every one fits 15 bits (the pc + 1 of each)
         self._paired_pcs = max((len(body) for body in system.bodies), default=0) + 1 < 1 << 15
@@ -207,6 +209,13 @@ class StateStore:
         # is not reused meanwhile)
         self._last_events: tuple[Event, ...] = ()
         self._last_ids: list[int] = []
+        self._last_root = 0  # their tree's root
+        # the parts met lately, each with its tree's top ids (at most _RECENT of each kind;
+        # they do not grow with the states)
+        self._own_tops: dict[tuple, int] = {}  # pcs (with registers and inputs) -> two tops
+        self._events_roots: dict[tuple[int, ...], int] = {}  # completions' numbers -> root
+        self._sems_roots: dict[tuple, int] = {}  # non-zero counts -> root
+        self._tails: dict[tuple, int] = {}  # (faults and hazards, two lengths) -> node
         # states added and not yet taken, as the objects reached (up to _KEPT of them): the
         # search expands each state it adds once, soon after, and unpacking what it has just
         # packed would only rebuild an equal state
@@ -215,31 +224,64 @@ class StateStore:
     # -- packing --
 
     def pack(self, state: State) -> int:
-        """The key of `state`: its three trees' ids (their nodes interned as needed)."""
+        """The key of `state`: its trees' top ids (their nodes interned as needed). Each part
+        is looked up first among the parts met lately (`_recent`): a search packs the same
+        few pcs, counts, completions and faults again and again (an unreduced search of four
+        threads packs 900,000 states with a few hundred of each), and a part met before
+        has the same tree, so its folding is skipped."""
+        events = state.events
+        known = events is self._last_events  # a step that left the completions as they were
+        ids = self._last_ids if known else self._event_ids(events)
+        items = state.sems.items
+        # new nodes are interned in the order they always were (the tail, the pcs', the
+        # completions', the counts'), so the keys do not depend on what was remembered
+        rest = (state.faults, state.hazards)
+        tail_key = (rest, len(items), len(ids))
+        tail = self._tails.get(tail_key)
+        if tail is None:
+            tail = _recent(self._tails, tail_key, self._tail(rest, len(items), len(ids)))
+        pcs = state.pcs
+        own_key = pcs if self._pcs_alone else (pcs, state.regs, state.inputs)
+        own = self._own_tops.get(own_key)
+        if own is None:
+            own = _recent(self._own_tops, own_key, self._own(state))
+        if known:
+            events_root = self._last_root
+        else:
+            id_key = tuple(ids)
+            events_root = self._events_roots.get(id_key)
+            if events_root is None:
+                events_root = _recent(self._events_roots, id_key, self._fold(ids)[0])
+            if events:  # `_event_ids` kept them as the last ones
+                self._last_root = events_root
+        sems_root = self._sems_roots.get(items)
+        if sems_root is None:
+            sems_root = _recent(self._sems_roots, items, self._fold(list(map(self._leaf, chain.from_iterable(items))))[0])
+        # what changes least goes deepest: most steps move a pc and a completion, few a
+        # count; the top is not interned: the ids are the state's key
+        return ((own << 32 | events_root) << 32 | self._pairs.intern(sems_root, tail))
+
+    def _own(self, state: State) -> int:
+        """The two top nodes of the pcs', registers' and inputs' tree, as one integer."""
         leaf = self._leaf
-        intern = self._pairs.intern
         own = [pc + 1 for pc in state.pcs]  # a faulted thread's pc is -1
         if self._paired_pcs:
             own = [own[k] << 15 | own[k + 1] for k in range(0, len(own) - 1, 2)] + own[len(own) - len(own) % 2:]
-        if any(self._sizes):
+        if self._registers:
             own.extend(map(leaf, chain.from_iterable(state.regs)))
         own.extend(map(leaf, state.inputs))
-        items = state.sems.items
-        sems = list(map(leaf, chain.from_iterable(items)))
-        events = list(self._event_ids(state.events))
-        rest = (state.faults, state.hazards)
+        left, right = self._fold(own, 2)
+        return left << 32 | right
+
+    def _tail(self, rest: tuple, count_items: int, count_events: int) -> int:
+        """The node of the faults and hazards (numbered) with the lengths of the two parts
+        that vary (which the shapes of their trees follow)."""
         number = self._rest.get(rest)
         if number is None:
             number = self._rest[rest] = len(self._rest_values)
             self._rest_values.append(rest)
-        # the lengths of the two parts that vary (which the shapes of their trees follow)
-        tail = intern(number, intern(leaf(len(items)), leaf(len(events))))
-        # what changes least goes deepest: most steps move a pc and a completion, few a
-        # count; the top is not interned: the three ids are the state's key
-        left, right = self._fold(own, 2)
-        (events_root,) = self._fold(events)
-        (sems_root,) = self._fold(sems)
-        return ((left << 32 | right) << 32 | events_root) << 32 | intern(sems_root, tail)
+        intern, leaf = self._pairs.intern, self._leaf
+        return intern(number, intern(leaf(count_items), leaf(count_events)))
 
     def _fold(self, values: list[int], top: int = 1) -> list[int]:
         """The `top` nodes at the top of `values`' tree: pairs folded level by level, an odd
@@ -336,7 +378,7 @@ class StateStore:
         sems_root, tail = pair(last)
         rest, lengths = pair(tail)
         count_items, count_events = map(self._value, pair(lengths))
-        threads, registers = self._threads, sum(self._sizes)
+        threads, registers = self._threads, self._registers
         leaves = (threads + 1) // 2 if self._paired_pcs else threads
         own = self._unfold(own_tops, leaves + registers + self._inputs)
         if self._paired_pcs:
@@ -361,7 +403,7 @@ class StateStore:
         ids = self._unfold([events_root], count_events)
         events = tuple(map(self._events.__getitem__, ids))
         if events:
-            self._last_events, self._last_ids = events, ids
+            self._last_events, self._last_ids, self._last_root = events, ids, events_root
         return State(pcs, tuple(regs), sems, events, faults, inputs, hazards)
 
     # -- the visited set --
@@ -572,6 +614,7 @@ class Fifo:
         return len(self._items) - self._head
 
 
+_RECENT = 4096  # parts of each kind remembered with their trees' tops (`StateStore.pack`)
 _KEPT = 4096  # states kept unpacked between `add` and `take`: a breadth-first frontier can be millions
 _DECODED_KEPT = 1024  # sleep sets kept decoded, of those asked for lately
 
@@ -594,6 +637,14 @@ def deep_size(obj) -> int:
         elif isinstance(item, (tuple, list, set, frozenset)):
             stack.extend(item)
     return total
+
+
+def _recent(memo: dict, key, value: int) -> int:
+    """`value`, remembered under `key` in `memo` (emptied first when full)."""
+    if len(memo) >= _RECENT:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 def _first_false(flags: list, default: int) -> int:
