@@ -40,7 +40,7 @@ import sys
 from array import array
 from itertools import chain
 from operator import is_
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from semcheck.semantics import Action, Counts, Event, EventFires, State, System, ThreadStep
 
@@ -213,9 +213,13 @@ class StateStore:
         # the parts met lately, each with its tree's top ids (at most _RECENT of each kind;
         # they do not grow with the states)
         self._own_tops: dict[tuple, int] = {}  # pcs (with registers and inputs) -> two tops
-        self._events_roots: dict[tuple[int, ...], int] = {}  # completions' numbers -> root
+        self._events_trees: dict[tuple[Event, ...], tuple[list[int], int]] = {}  # -> numbers, root
         self._sems_roots: dict[tuple, int] = {}  # non-zero counts -> root
         self._tails: dict[tuple, int] = {}  # (faults and hazards, two lengths) -> node
+        # and the other way, the parts unpacked lately by their tops' ids
+        self._own_parts: dict[int, tuple] = {}  # two tops -> pcs, registers, inputs
+        self._rest_parts: dict[int, tuple] = {}  # the last id -> counts, faults, hazards, completions
+        self._events_parts: dict[int, tuple] = {}  # (length, root) -> completions, their numbers
         # states added and not yet taken, as the objects reached (up to _KEPT of them): the
         # search expands each state it adds once, soon after, and unpacking what it has just
         # packed would only rebuild an equal state
@@ -230,8 +234,10 @@ class StateStore:
         threads packs 900,000 states with a few hundred of each), and a part met before
         has the same tree, so its folding is skipped."""
         events = state.events
-        known = events is self._last_events  # a step that left the completions as they were
-        ids = self._last_ids if known else self._event_ids(events)
+        if events is self._last_events:  # a step that left the completions as they were
+            ids, events_root = self._last_ids, self._last_root
+        else:
+            ids, events_root = self._events_trees.get(events) or (self._event_ids(events), -1)
         items = state.sems.items
         # new nodes are interned in the order they always were (the tail, the pcs', the
         # completions', the counts'), so the keys do not depend on what was remembered
@@ -245,15 +251,9 @@ class StateStore:
         own = self._own_tops.get(own_key)
         if own is None:
             own = _recent(self._own_tops, own_key, self._own(state))
-        if known:
-            events_root = self._last_root
-        else:
-            id_key = tuple(ids)
-            events_root = self._events_roots.get(id_key)
-            if events_root is None:
-                events_root = _recent(self._events_roots, id_key, self._fold(ids)[0])
-            if events:  # `_event_ids` kept them as the last ones
-                self._last_root = events_root
+        if events_root < 0:
+            events_root = _recent(self._events_trees, events, (ids, self._fold(ids)[0]))[1]
+        self._last_events, self._last_ids, self._last_root = events, ids, events_root
         sems_root = self._sems_roots.get(items)
         if sems_root is None:
             sems_root = _recent(self._sems_roots, items, self._fold(list(map(self._leaf, chain.from_iterable(items))))[0])
@@ -327,14 +327,8 @@ class StateStore:
         return leaf if leaf < _SMALL else self._big_values[leaf - _SMALL]
 
     def _event_ids(self, events: tuple[Event, ...]) -> list[int]:
-        if not events:
-            return []
         last = self._last_events
-        if events is last:  # a step that left the completions as they were
-            return self._last_ids
-        ids = self._spliced(events, last, self._last_ids) if last else self._event_ids_of(events)
-        self._last_events, self._last_ids = events, ids
-        return ids
+        return self._spliced(events, last, self._last_ids) if last else self._event_ids_of(events)
 
     def _spliced(self, events: tuple[Event, ...], last: tuple[Event, ...], last_ids: list[int]) -> list[int]:
         """The numbers of `events` from those of `last`, the events of the state packed or
@@ -372,15 +366,33 @@ class StateStore:
     # -- unpacking --
 
     def unpack(self, key: int) -> State:
-        pair = self._pairs.pair
-        own_tops = [key >> 96, (key >> 64) & _MASK32]
-        events_root, last = (key >> 32) & _MASK32, key & _MASK32
-        sems_root, tail = pair(last)
-        rest, lengths = pair(tail)
-        count_items, count_events = map(self._value, pair(lengths))
+        """The state whose key is `key`. Its parts are looked up first among those unpacked
+        lately (an unpacked state shares them with the states unpacked before it)."""
+        own_tops = key >> 64
+        own = self._own_parts.get(own_tops)
+        if own is None:
+            own = _recent(self._own_parts, own_tops, self._own_values(own_tops >> 32, own_tops & _MASK32))
+        last = key & _MASK32
+        rest = self._rest_parts.get(last)
+        if rest is None:
+            rest = _recent(self._rest_parts, last, self._rest_of(last))
+        sems, faults, hazards, count_events = rest
+        events_root = (key >> 32) & _MASK32
+        events_key = count_events << 32 | events_root
+        found = self._events_parts.get(events_key)
+        if found is None:
+            ids = self._unfold([events_root], count_events)
+            found = _recent(self._events_parts, events_key, (tuple(map(self._events.__getitem__, ids)), ids))
+        events, ids = found
+        self._last_events, self._last_ids, self._last_root = events, ids, events_root
+        pcs, regs, inputs = own
+        return State(pcs, regs, sems, events, faults, inputs, hazards)
+
+    def _own_values(self, left: int, right: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        """The pcs, registers and inputs whose tree's top nodes are `left` and `right`."""
         threads, registers = self._threads, self._registers
         leaves = (threads + 1) // 2 if self._paired_pcs else threads
-        own = self._unfold(own_tops, leaves + registers + self._inputs)
+        own = self._unfold([left, right], leaves + registers + self._inputs)
         if self._paired_pcs:
             unpaired: list[int] = []
             for leaf in own[:threads // 2]:
@@ -396,15 +408,19 @@ class StateStore:
                 at += size
         else:
             regs = [() for _ in self._sizes]
+        return pcs, tuple(regs), inputs
+
+    def _rest_of(self, last: int) -> tuple[Counts, tuple, tuple, int]:
+        """The counts, faults and hazards, and the number of pending completions, of the
+        node `last` (the counts' root with the tail)."""
+        pair = self._pairs.pair
+        sems_root, tail = pair(last)
+        rest, lengths = pair(tail)
+        count_items, count_events = map(self._value, pair(lengths))
         faults, hazards = self._rest_values[rest]
         flat_sems = [self._value(v) for v in self._unfold([sems_root], 2 * count_items)]
         pairs = iter(flat_sems)
-        sems = Counts(self._sem_count, tuple(zip(pairs, pairs)))
-        ids = self._unfold([events_root], count_events)
-        events = tuple(map(self._events.__getitem__, ids))
-        if events:
-            self._last_events, self._last_ids, self._last_root = events, ids, events_root
-        return State(pcs, tuple(regs), sems, events, faults, inputs, hazards)
+        return Counts(self._sem_count, tuple(zip(pairs, pairs))), faults, hazards, count_events
 
     # -- the visited set --
 
@@ -614,6 +630,7 @@ class Fifo:
         return len(self._items) - self._head
 
 
+_Remembered = TypeVar("_Remembered")
 _RECENT = 4096  # parts of each kind remembered with their trees' tops (`StateStore.pack`)
 _KEPT = 4096  # states kept unpacked between `add` and `take`: a breadth-first frontier can be millions
 _DECODED_KEPT = 1024  # sleep sets kept decoded, of those asked for lately
@@ -639,7 +656,7 @@ def deep_size(obj) -> int:
     return total
 
 
-def _recent(memo: dict, key, value: int) -> int:
+def _recent(memo: dict, key, value: _Remembered) -> _Remembered:
     """`value`, remembered under `key` in `memo` (emptied first when full)."""
     if len(memo) >= _RECENT:
         memo.clear()
