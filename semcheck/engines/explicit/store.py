@@ -134,7 +134,7 @@ class _Positions:
         high, low = key >> 64, key & _MASK64
         slots, highs, lows = self._slots, self.high, self.low
         size = len(slots)
-        i = _slot(high ^ low, size)
+        i = ((((high ^ low) * _MULTIPLIER) & _MASK64) * size) >> 64  # `_slot`, inline
         while True:
             found = slots[i]
             if found < 0:
@@ -159,7 +159,7 @@ class _Positions:
     def _place(self, mixed: int, position: int) -> None:
         slots = self._slots
         size = len(slots)
-        i = _slot(mixed, size)
+        i = (((mixed * _MULTIPLIER) & _MASK64) * size) >> 64  # `_slot`, inline
         while slots[i] >= 0:
             i = i + 1 if i + 1 < size else 0
         slots[i] = position
@@ -216,6 +216,7 @@ class StateStore:
         self._events_trees: dict[tuple[Event, ...], tuple[list[int], int]] = {}  # -> numbers, root
         self._sems_roots: dict[tuple, int] = {}  # non-zero counts -> root
         self._tails: dict[tuple, int] = {}  # (faults and hazards, two lengths) -> node
+        self._lasts: dict[int, int] = {}  # the counts' root and the tail -> their node
         # and the other way, the parts unpacked lately by their tops' ids
         self._own_parts: dict[int, tuple] = {}  # two tops -> pcs, registers, inputs
         self._rest_parts: dict[int, tuple] = {}  # the last id -> counts, faults, hazards, completions
@@ -259,7 +260,11 @@ class StateStore:
             sems_root = _recent(self._sems_roots, items, self._fold(list(map(self._leaf, chain.from_iterable(items))))[0])
         # what changes least goes deepest: most steps move a pc and a completion, few a
         # count; the top is not interned: the ids are the state's key
-        return ((own << 32 | events_root) << 32 | self._pairs.intern(sems_root, tail))
+        below = sems_root << 32 | tail
+        last = self._lasts.get(below)
+        if last is None:
+            last = _recent(self._lasts, below, self._pairs.intern(sems_root, tail))
+        return (own << 32 | events_root) << 32 | last
 
     def _own(self, state: State) -> int:
         """The two top nodes of the pcs', registers' and inputs' tree, as one integer."""
