@@ -207,3 +207,30 @@ def test_a_search_reports_its_fixed_tables_apart_from_what_grows_with_the_states
     assert found.stored_states == found.states > 1
     assert found.store_fixed_bytes is not None and found.store_bytes is not None
     assert 0 < found.store_fixed_bytes < found.store_bytes
+
+
+def test_the_visited_set_matches_a_dict_whatever_lookups_come_between_adds():
+    """`add` reuses the empty slot the last `find` of the same key ended at (the search looks
+    a key up just before adding it); another key added between them, into that very slot
+    or growing the index, leaves every key where `find` finds it again."""
+    from semcheck.engines.explicit.store import _FIRST_SLOTS, _Positions, _slot
+
+    def slot(key: int) -> int:
+        return _slot((key >> 64) ^ (key & (2**64 - 1)), _FIRST_SLOTS)
+
+    first = 1 << 70
+    second = next(k for k in range(first + 1, first + 10_000) if slot(k) == slot(first))
+    index = _Positions()
+    assert index.find(first) is None  # ends at the slot both keys hash to
+    assert index.add(second) == 0  # and another key takes it
+    assert index.add(first) == 1
+    assert index.find(second) == 0 and index.find(first) == 1
+
+    index, plain = _Positions(), {}
+    for key in range(3, 1000, 3):  # across every growth: a miss, another key added, the key
+        assert index.find(key) is None
+        plain[key + 1] = index.add(key + 1)
+        plain[key] = index.add(key)
+        assert all(index.find(k) == p for k, p in plain.items() if k >= key - 30)
+    assert all(index.find(k) == p for k, p in plain.items())
+    assert [index.key(p) for p in range(len(index))] == list(plain)

@@ -194,7 +194,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
             asleep = tree.sleep(i)
             done: list = []
             for action in chosen:
-                if action in asleep:
+                if asleep and action in asleep:  # (an empty set still hashes the action)
                     if edges is not None:
                         skipped.append((i, action))
                     continue

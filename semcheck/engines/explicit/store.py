@@ -123,6 +123,7 @@ class _Positions:
     def __init__(self) -> None:
         self.high, self.low = array("Q"), array("Q")  # position -> its key's two halves
         self._slots = array("i", [-1]) * _FIRST_SLOTS
+        self._vacant = (-1, 0)  # the last key `find` missed, and the empty slot it ended at
 
     def __len__(self) -> int:
         return len(self.low)
@@ -138,6 +139,7 @@ class _Positions:
         while True:
             found = slots[i]
             if found < 0:
+                self._vacant = (key, i)  # where `add` puts it, if it comes next
                 return None
             if lows[found] == low and highs[found] == high:
                 return found
@@ -149,10 +151,14 @@ class _Positions:
         high, low = key >> 64, key & _MASK64
         self.high.append(high)
         self.low.append(low)
+        (missed, vacant), self._vacant = self._vacant, (-1, 0)
         if 4 * len(self.low) > 3 * len(self._slots):
             self._slots = array("i", [-1]) * _grown(len(self._slots))
             for known in range(position):
                 self._place(self.high[known] ^ self.low[known], known)
+        elif missed == key:  # the search looked it up just before: no second probe
+            self._slots[vacant] = position
+            return position
         self._place(high ^ low, position)
         return position
 
