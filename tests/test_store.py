@@ -3,9 +3,12 @@ two states get one key exactly when they are equal (`engines/explicit/store.py`)
 search omits nothing and needs no collision probability stated. Checked against a plain
 set (and, under symmetry, a plain dict of orbits) of the same states."""
 
+from unittest import mock
+
 import pytest
 from hypothesis import HealthCheck
 
+from semcheck.engines.explicit import store as store_module
 from semcheck.engines.explicit import symmetry
 from semcheck.engines.explicit.store import Fifo, SearchTree, StateStore
 from semcheck.model import ProtocolBuilder
@@ -40,6 +43,29 @@ def states_round_trip(protocol):
             assert store[position] == state and store.holds(position, state, state, 0)
     assert len(set(keys.values())) == len(keys)
     assert [store[p] for p in range(len(store))] == list(plain)  # what `take` unpacks, in order
+
+
+@pytest.mark.parametrize("examples", example_counts(fast=20, slow=100))
+def test_what_pack_remembers_changes_no_key(examples):
+    run_examples(keys_alike_remembering_one_part, ANY_PROTOCOL, examples=examples,
+                 suppress_health_check=[HealthCheck.too_slow])
+
+
+def keys_alike_remembering_one_part(protocol):
+    """`pack` and `unpack` remember the parts met lately (`_RECENT` of each kind); with one
+    of each remembered (nearly every part folded anew, the memory emptied at each new one),
+    the same states get the same keys and unpack to the same states: new nodes are interned
+    in the same order either way."""
+    system = System(protocol)
+    states = [*reachable_states(system), *reachable_states(system, limit=50)]  # each met again too
+    remembering = StateStore(system)
+    keys = [remembering.pack(state) for state in states]
+    assert [remembering.unpack(key) for key in keys] == states
+    with mock.patch.object(store_module, "_RECENT", 1):
+        forgetting = StateStore(system)
+        assert [forgetting.pack(state) for state in states] == keys
+        assert [forgetting.unpack(key) for key in reversed(keys)] == states[::-1]
+        assert len(forgetting._pairs) == len(remembering._pairs)
 
 
 @pytest.mark.parametrize("examples", example_counts(fast=25, slow=200))
@@ -207,3 +233,30 @@ def test_a_search_reports_its_fixed_tables_apart_from_what_grows_with_the_states
     assert found.stored_states == found.states > 1
     assert found.store_fixed_bytes is not None and found.store_bytes is not None
     assert 0 < found.store_fixed_bytes < found.store_bytes
+
+
+def test_the_visited_set_matches_a_dict_whatever_lookups_come_between_adds():
+    """`add` reuses the empty slot the last `find` of the same key ended at (the search looks
+    a key up just before adding it); another key added between them, into that very slot
+    or growing the index, leaves every key where `find` finds it again."""
+    from semcheck.engines.explicit.store import _FIRST_SLOTS, _Positions, _slot
+
+    def slot(key: int) -> int:
+        return _slot((key >> 64) ^ (key & (2**64 - 1)), _FIRST_SLOTS)
+
+    first = 1 << 70
+    second = next(k for k in range(first + 1, first + 10_000) if slot(k) == slot(first))
+    index = _Positions()
+    assert index.find(first) is None  # ends at the slot both keys hash to
+    assert index.add(second) == 0  # and another key takes it
+    assert index.add(first) == 1
+    assert index.find(second) == 0 and index.find(first) == 1
+
+    index, plain = _Positions(), {}
+    for key in range(3, 1000, 3):  # across every growth: a miss, another key added, the key
+        assert index.find(key) is None
+        plain[key + 1] = index.add(key + 1)
+        plain[key] = index.add(key)
+        assert all(index.find(k) == p for k, p in plain.items() if k >= key - 30)
+    assert all(index.find(k) == p for k, p in plain.items())
+    assert [index.key(p) for p in range(len(index))] == list(plain)

@@ -194,7 +194,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
             asleep = tree.sleep(i)
             done: list = []
             for action in chosen:
-                if action in asleep:
+                if asleep and action in asleep:  # (an empty set still hashes the action)
                     if edges is not None:
                         skipped.append((i, action))
                     continue
@@ -211,7 +211,10 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                     inherited = frozenset()
                 done.append(action)
                 # where the search branches, a successor is looked up by its orbit
-                key_state, image = _key_state(group if len(chosen) > 1 else None, successor)
+                if group is None or len(chosen) == 1:
+                    key_state, image = successor, 0
+                else:
+                    key_state, image = _key_state(group, successor)
                 key = states.pack(key_state)
                 j = states.find(key)
                 if j is None:
@@ -232,7 +235,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                     if tree.sleep(j):
                         tree.set_sleep(j, frozenset())
                         queue.append(j, depth + 1)  # queued again at this path's depth (its first was no longer)
-                elif not tree.sleep(j) <= inherited:
+                elif reduce and not tree.sleep(j) <= inherited:  # unreduced, every sleep set is empty
                     tree.set_sleep(j, tree.sleep(j) & inherited)
                     queue.append(j, depth + 1)
                 if edges is not None:

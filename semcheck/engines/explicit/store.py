@@ -29,6 +29,14 @@ combinations met, and the search's records and distinct sleep sets (`SearchTree`
 with the protocol instead (`fixed_nbytes`), kept once: the numbered completions, their
 accesses shared between equal ones (docs/benchmarks.md gives both per example).
 
+Packing a state folds only the parts it has not met lately: each kind of part (the pcs
+with the registers and inputs, the completions, the counts, the tail) is remembered with its
+tree's top ids, up to `_RECENT` of each kind, and unpacking remembers the other way. A
+search packs the same few parts again and again: an unreduced search of four threads packs
+900,000 states from a few hundred distinct pcs, completions and counts, and folding each one
+anew was half of its CPU. New nodes are interned in the same order either way, so the keys
+and the nodes are those of folding every state.
+
 The search's own per-state bookkeeping (parent, action, sleep set, and the queue with each
 queued state's depth) is kept in machine arrays too (`SearchTree`, `Fifo`): one Python int,
 list slot and tuple per state cost more than the state itself.
@@ -40,7 +48,7 @@ import sys
 from array import array
 from itertools import chain
 from operator import is_
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from semcheck.semantics import Action, Counts, Event, EventFires, State, System, ThreadStep
 
@@ -123,6 +131,7 @@ class _Positions:
     def __init__(self) -> None:
         self.high, self.low = array("Q"), array("Q")  # position -> its key's two halves
         self._slots = array("i", [-1]) * _FIRST_SLOTS
+        self._vacant = (-1, 0)  # the last key `find` missed, and the empty slot it ended at
 
     def __len__(self) -> int:
         return len(self.low)
@@ -134,10 +143,11 @@ class _Positions:
         high, low = key >> 64, key & _MASK64
         slots, highs, lows = self._slots, self.high, self.low
         size = len(slots)
-        i = _slot(high ^ low, size)
+        i = ((((high ^ low) * _MULTIPLIER) & _MASK64) * size) >> 64  # `_slot`, inline
         while True:
             found = slots[i]
             if found < 0:
+                self._vacant = (key, i)  # where `add` puts it, if it comes next
                 return None
             if lows[found] == low and highs[found] == high:
                 return found
@@ -149,17 +159,21 @@ class _Positions:
         high, low = key >> 64, key & _MASK64
         self.high.append(high)
         self.low.append(low)
+        (missed, vacant), self._vacant = self._vacant, (-1, 0)
         if 4 * len(self.low) > 3 * len(self._slots):
             self._slots = array("i", [-1]) * _grown(len(self._slots))
             for known in range(position):
                 self._place(self.high[known] ^ self.low[known], known)
+        elif missed == key:  # the search looked it up just before: no second probe
+            self._slots[vacant] = position
+            return position
         self._place(high ^ low, position)
         return position
 
     def _place(self, mixed: int, position: int) -> None:
         slots = self._slots
         size = len(slots)
-        i = _slot(mixed, size)
+        i = (((mixed * _MULTIPLIER) & _MASK64) * size) >> 64  # `_slot`, inline
         while slots[i] >= 0:
             i = i + 1 if i + 1 < size else 0
         slots[i] = position
@@ -178,6 +192,8 @@ class StateStore:
         self._sizes = tuple(len(r) for r in system.registers)
         self._inputs = len(system.protocol.inputs)
         self._sem_count = len(system.instances)
+        self._registers = sum(self._sizes)
+        self._pcs_alone = not self._registers and not self._inputs  # the pcs are the first part's leaves
         self._pairs = _Pairs()
         # two program counters to a leaf when every one fits 15 bits (the pc + 1 of each)
         self._paired_pcs = max((len(body) for body in system.bodies), default=0) + 1 < 1 << 15
@@ -207,6 +223,18 @@ class StateStore:
         # is not reused meanwhile)
         self._last_events: tuple[Event, ...] = ()
         self._last_ids: list[int] = []
+        self._last_root = 0  # their tree's root
+        # the parts met lately, each with its tree's top ids (at most _RECENT of each kind;
+        # they do not grow with the states)
+        self._own_tops: dict[tuple, int] = {}  # pcs (with registers and inputs) -> two tops
+        self._events_trees: dict[tuple[Event, ...], tuple[list[int], int]] = {}  # -> numbers, root
+        self._sems_roots: dict[tuple, int] = {}  # non-zero counts -> root
+        self._tails: dict[tuple, int] = {}  # (faults and hazards, two lengths) -> node
+        self._lasts: dict[int, int] = {}  # the counts' root and the tail -> their node
+        # and the other way, the parts unpacked lately by their tops' ids
+        self._own_parts: dict[int, tuple] = {}  # two tops -> pcs, registers, inputs
+        self._rest_parts: dict[int, tuple] = {}  # the last id -> counts, faults, hazards, completions
+        self._events_parts: dict[int, tuple] = {}  # (length, root) -> completions, their numbers
         # states added and not yet taken, as the objects reached (up to _KEPT of them): the
         # search expands each state it adds once, soon after, and unpacking what it has just
         # packed would only rebuild an equal state
@@ -215,31 +243,64 @@ class StateStore:
     # -- packing --
 
     def pack(self, state: State) -> int:
-        """The key of `state`: its three trees' ids (their nodes interned as needed)."""
+        """The key of `state`: its trees' top ids (their nodes interned as needed). Each part
+        is looked up first among the parts met lately (`_recent`): a search packs the same
+        few pcs, counts, completions and faults again and again (an unreduced search of four
+        threads packs 900,000 states with a few hundred of each), and a part met before
+        has the same tree, so its folding is skipped."""
+        events = state.events
+        if events is self._last_events:  # a step that left the completions as they were
+            ids, events_root = self._last_ids, self._last_root
+        else:
+            ids, events_root = self._events_trees.get(events) or (self._event_ids(events), -1)
+        items = state.sems.items
+        # new nodes are interned in the order they always were (the tail, the pcs', the
+        # completions', the counts'), so the keys do not depend on what was remembered
+        rest = (state.faults, state.hazards)
+        tail_key = (rest, len(items), len(ids))
+        tail = self._tails.get(tail_key)
+        if tail is None:
+            tail = _recent(self._tails, tail_key, self._tail(rest, len(items), len(ids)))
+        pcs = state.pcs
+        own_key = pcs if self._pcs_alone else (pcs, state.regs, state.inputs)
+        own = self._own_tops.get(own_key)
+        if own is None:
+            own = _recent(self._own_tops, own_key, self._own(state))
+        if events_root < 0:
+            events_root = _recent(self._events_trees, events, (ids, self._fold(ids)[0]))[1]
+        self._last_events, self._last_ids, self._last_root = events, ids, events_root
+        sems_root = self._sems_roots.get(items)
+        if sems_root is None:
+            sems_root = _recent(self._sems_roots, items, self._fold(list(map(self._leaf, chain.from_iterable(items))))[0])
+        # what changes least goes deepest: most steps move a pc and a completion, few a
+        # count; the top is not interned: the ids are the state's key
+        below = sems_root << 32 | tail
+        last = self._lasts.get(below)
+        if last is None:
+            last = _recent(self._lasts, below, self._pairs.intern(sems_root, tail))
+        return (own << 32 | events_root) << 32 | last
+
+    def _own(self, state: State) -> int:
+        """The two top nodes of the pcs', registers' and inputs' tree, as one integer."""
         leaf = self._leaf
-        intern = self._pairs.intern
         own = [pc + 1 for pc in state.pcs]  # a faulted thread's pc is -1
         if self._paired_pcs:
             own = [own[k] << 15 | own[k + 1] for k in range(0, len(own) - 1, 2)] + own[len(own) - len(own) % 2:]
-        if any(self._sizes):
+        if self._registers:
             own.extend(map(leaf, chain.from_iterable(state.regs)))
         own.extend(map(leaf, state.inputs))
-        items = state.sems.items
-        sems = list(map(leaf, chain.from_iterable(items)))
-        events = list(self._event_ids(state.events))
-        rest = (state.faults, state.hazards)
+        left, right = self._fold(own, 2)
+        return left << 32 | right
+
+    def _tail(self, rest: tuple, count_items: int, count_events: int) -> int:
+        """The node of the faults and hazards (numbered) with the lengths of the two parts
+        that vary (which the shapes of their trees follow)."""
         number = self._rest.get(rest)
         if number is None:
             number = self._rest[rest] = len(self._rest_values)
             self._rest_values.append(rest)
-        # the lengths of the two parts that vary (which the shapes of their trees follow)
-        tail = intern(number, intern(leaf(len(items)), leaf(len(events))))
-        # what changes least goes deepest: most steps move a pc and a completion, few a
-        # count; the top is not interned: the three ids are the state's key
-        left, right = self._fold(own, 2)
-        (events_root,) = self._fold(events)
-        (sems_root,) = self._fold(sems)
-        return ((left << 32 | right) << 32 | events_root) << 32 | intern(sems_root, tail)
+        intern, leaf = self._pairs.intern, self._leaf
+        return intern(number, intern(leaf(count_items), leaf(count_events)))
 
     def _fold(self, values: list[int], top: int = 1) -> list[int]:
         """The `top` nodes at the top of `values`' tree: pairs folded level by level, an odd
@@ -285,14 +346,8 @@ class StateStore:
         return leaf if leaf < _SMALL else self._big_values[leaf - _SMALL]
 
     def _event_ids(self, events: tuple[Event, ...]) -> list[int]:
-        if not events:
-            return []
         last = self._last_events
-        if events is last:  # a step that left the completions as they were
-            return self._last_ids
-        ids = self._spliced(events, last, self._last_ids) if last else self._event_ids_of(events)
-        self._last_events, self._last_ids = events, ids
-        return ids
+        return self._spliced(events, last, self._last_ids) if last else self._event_ids_of(events)
 
     def _spliced(self, events: tuple[Event, ...], last: tuple[Event, ...], last_ids: list[int]) -> list[int]:
         """The numbers of `events` from those of `last`, the events of the state packed or
@@ -330,15 +385,33 @@ class StateStore:
     # -- unpacking --
 
     def unpack(self, key: int) -> State:
-        pair = self._pairs.pair
-        own_tops = [key >> 96, (key >> 64) & _MASK32]
-        events_root, last = (key >> 32) & _MASK32, key & _MASK32
-        sems_root, tail = pair(last)
-        rest, lengths = pair(tail)
-        count_items, count_events = map(self._value, pair(lengths))
-        threads, registers = self._threads, sum(self._sizes)
+        """The state whose key is `key`. Its parts are looked up first among those unpacked
+        lately (an unpacked state shares them with the states unpacked before it)."""
+        own_tops = key >> 64
+        own = self._own_parts.get(own_tops)
+        if own is None:
+            own = _recent(self._own_parts, own_tops, self._own_values(own_tops >> 32, own_tops & _MASK32))
+        last = key & _MASK32
+        rest = self._rest_parts.get(last)
+        if rest is None:
+            rest = _recent(self._rest_parts, last, self._rest_of(last))
+        sems, faults, hazards, count_events = rest
+        events_root = (key >> 32) & _MASK32
+        events_key = count_events << 32 | events_root
+        found = self._events_parts.get(events_key)
+        if found is None:
+            ids = self._unfold([events_root], count_events)
+            found = _recent(self._events_parts, events_key, (tuple(map(self._events.__getitem__, ids)), ids))
+        events, ids = found
+        self._last_events, self._last_ids, self._last_root = events, ids, events_root
+        pcs, regs, inputs = own
+        return State(pcs, regs, sems, events, faults, inputs, hazards)
+
+    def _own_values(self, left: int, right: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        """The pcs, registers and inputs whose tree's top nodes are `left` and `right`."""
+        threads, registers = self._threads, self._registers
         leaves = (threads + 1) // 2 if self._paired_pcs else threads
-        own = self._unfold(own_tops, leaves + registers + self._inputs)
+        own = self._unfold([left, right], leaves + registers + self._inputs)
         if self._paired_pcs:
             unpaired: list[int] = []
             for leaf in own[:threads // 2]:
@@ -354,15 +427,19 @@ class StateStore:
                 at += size
         else:
             regs = [() for _ in self._sizes]
+        return pcs, tuple(regs), inputs
+
+    def _rest_of(self, last: int) -> tuple[Counts, tuple, tuple, int]:
+        """The counts, faults and hazards, and the number of pending completions, of the
+        node `last` (the counts' root with the tail)."""
+        pair = self._pairs.pair
+        sems_root, tail = pair(last)
+        rest, lengths = pair(tail)
+        count_items, count_events = map(self._value, pair(lengths))
         faults, hazards = self._rest_values[rest]
         flat_sems = [self._value(v) for v in self._unfold([sems_root], 2 * count_items)]
         pairs = iter(flat_sems)
-        sems = Counts(self._sem_count, tuple(zip(pairs, pairs)))
-        ids = self._unfold([events_root], count_events)
-        events = tuple(map(self._events.__getitem__, ids))
-        if events:
-            self._last_events, self._last_ids = events, ids
-        return State(pcs, tuple(regs), sems, events, faults, inputs, hazards)
+        return Counts(self._sem_count, tuple(zip(pairs, pairs))), faults, hazards, count_events
 
     # -- the visited set --
 
@@ -415,7 +492,8 @@ class StateStore:
         the keys and theirs, the group elements, and the big values and fault combinations
         met (as Python objects, measured). Not counted: the states kept unpacked between
         `add` and `take` (at most `_KEPT`, whatever the number of states), and the
-        completions (`fixed_nbytes`)."""
+        completions (`fixed_nbytes`), and the parts remembered with their trees' ids (at most
+        `_RECENT` of each kind, whatever the number of states)."""
         images = sys.getsizeof(self._images) if self._images is not None else 0
         sides = deep_size((self._big, self._big_values, self._rest, self._rest_values))
         return self._pairs.nbytes() + self._index.nbytes() + images + sides
@@ -572,6 +650,8 @@ class Fifo:
         return len(self._items) - self._head
 
 
+_Remembered = TypeVar("_Remembered")
+_RECENT = 4096  # parts of each kind remembered with their trees' tops (`StateStore.pack`)
 _KEPT = 4096  # states kept unpacked between `add` and `take`: a breadth-first frontier can be millions
 _DECODED_KEPT = 1024  # sleep sets kept decoded, of those asked for lately
 
@@ -594,6 +674,14 @@ def deep_size(obj) -> int:
         elif isinstance(item, (tuple, list, set, frozenset)):
             stack.extend(item)
     return total
+
+
+def _recent(memo: dict, key, value: _Remembered) -> _Remembered:
+    """`value`, remembered under `key` in `memo` (emptied first when full)."""
+    if len(memo) >= _RECENT:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 def _first_false(flags: list, default: int) -> int:
