@@ -9,8 +9,9 @@ known, and the scalar elements that hold a run-time value (a `Sym`: a register o
 
 Every read and write is JAX's own: `jax._src.state.discharge.transform_array` and
 `transform_swap_array` (the functions the state discharge of `get`/`swap`/`addupdate` runs,
-JAX 0.10.2) applied to the concrete arrays, so indexing, strides, gathers and dtype rules
-are never reimplemented here. Nothing here decides synchronization: which copy lands when
+JAX 0.10.2), asked where a view puts the buffer's elements (lower/discharge.py) or, through
+a bitcast or reshape, applied to the concrete arrays, so indexing, strides, gathers and
+dtype rules are never reimplemented here. Nothing here decides synchronization: which copy lands when
 is the semantics' business (see docs/data-evaluation.md); this module only decides values.
 
 A value read from memory carries the buffers it came from (`Known.sources`), so that a
@@ -26,7 +27,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from semcheck import ir
-from semcheck.lower.discharge import transform_read, transform_write
+from semcheck.lower.discharge import read_positions, transform_read, transform_write, write_positions
 from semcheck.lower.values import DataSource, Known, Opaque, RefValue, RunTimeElements, Sym, Value
 from semcheck.jax_compat import jax_internal
 from semcheck.records import record
@@ -230,17 +231,31 @@ class ThreadMemory:
         if concrete is None:
             picked = self._element_at_run_time_index(c, ref, transforms, out_aval)
             return picked if picked is not None else Opaque(f"{why} (at an index semcheck does not know)")
+        if _only_indexing(concrete):
+            return self._read_elements(c, ref, concrete, why)
         known = transform_read(c.known, concrete)
         if known is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         if not bool(np.all(known)):
-            positions = transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
-            readable = positions is not None and positions.dtype == np.int32 and _only_indexing(concrete)
-            return self._unknown(c, ref, why, positions.ravel() if positions is not None and readable else None)
+            return self._unknown(c, ref, why, None)
         value = transform_read(c.value, concrete)
         if value is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         written = transform_read(c.written, concrete)
+        return Known(value, sources=c.sources | {DataSource(ref.alloc, _from_script(c, written))})
+
+    def _read_elements(self, c: Contents, ref: RefValue, concrete: tuple, why: str) -> Value:
+        """A read through a view that only indexes: JAX's reading of the elements' positions
+        (`read_positions`) says which elements it sees, and those give its value, whether
+        each is known and whether the thread stored it."""
+        positions = read_positions(c.value.shape, concrete)
+        if positions is None:
+            return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
+        flat = positions.ravel()
+        if not bool(np.all(c.known.ravel()[flat])):
+            return self._unknown(c, ref, why, flat)
+        value = c.value.ravel()[flat].reshape(positions.shape)
+        written = c.written.ravel()[flat].reshape(positions.shape)
         return Known(value, sources=c.sources | {DataSource(ref.alloc, _from_script(c, written))})
 
     def _unknown(self, c: Contents, ref: RefValue, why: str, flat: np.ndarray | None) -> Opaque:
@@ -303,8 +318,8 @@ class ThreadMemory:
                           f"follow it through this read ({how})")
         if _read_size(out_aval, region) > limit:
             return Opaque(f"{why}, {self._run_time_text(c, ref, np.flatnonzero(mask))}")
-        positions = transform_read(np.arange(c.value.size, dtype=np.int32).reshape(c.value.shape), concrete)
-        if positions is None or positions.dtype != np.int32:
+        positions = read_positions(c.value.shape, concrete)
+        if positions is None:
             return Opaque(f"{why} (through a view JAX's state discharge cannot read)")
         flat = positions.ravel()
         run_time = mask.ravel()[flat]
@@ -413,6 +428,9 @@ class ThreadMemory:
             return
         concrete = concrete_transforms(tuple(transforms))
         exact = _element(region)
+        if isinstance(value, (Known, RunTimeElements)) and concrete is not None and _only_indexing(concrete):
+            self._write_elements(c, ref, concrete, region, value)
+            return
         if isinstance(value, Known) and concrete is not None:
             new_value = transform_write(c.value, concrete, value.value)
             known = transform_write(c.known, concrete, np.ones(value.value.shape, bool))
@@ -426,9 +444,6 @@ class ThreadMemory:
                 sources=c.sources | value.sources,
             )
             return
-        if isinstance(value, RunTimeElements) and concrete is not None and _only_indexing(concrete):
-            self._write_run_time(c, ref, concrete, region, value)
-            return
         if isinstance(value, Sym) and exact is not None:
             known, written = c.known.copy(), c.written.copy()
             known[exact], written[exact] = False, True
@@ -439,26 +454,31 @@ class ThreadMemory:
         lost = value.why if isinstance(value, Opaque) else "a value at an index semcheck does not know"
         self.forget(ref, region, lost)
 
-    def _write_run_time(self, c: Contents, ref: RefValue, concrete: tuple, region: ir.Region,
-                        value: RunTimeElements) -> None:
-        """A store (or local copy) of an array holding elements known only at run time: JAX's
-        writing of their positions says where each lands, and there the element keeps its
-        `Sym` (an assumed element copied into another buffer is still its input)."""
-        size = value.value.size
-        landed = transform_write(np.full(c.value.shape, -1, np.int32), concrete,
-                                  np.arange(size, dtype=np.int32).reshape(value.value.shape))
-        new_value = transform_write(c.value, concrete, value.value)
-        if landed is None or new_value is None:
+    def _write_elements(self, c: Contents, ref: RefValue, concrete: tuple, region: ir.Region,
+                        value: Known | RunTimeElements) -> None:
+        """A store (or local copy) through a view that only indexes: JAX's writing of the
+        value's positions (`write_positions`) says where each element lands. An element
+        known only at run time keeps its `Sym` there (an assumed element copied into another
+        buffer is still its input); a known one makes its destination known."""
+        landed = write_positions(c.value.shape, concrete, value.value.shape)
+        if landed is None:
             self.forget(ref, region, "a value through a view JAX's state discharge cannot write")
             return
         stored = landed >= 0
-        run_time = np.zeros(size, bool)
-        run_time[list(value.symbolic)] = True
+        sources = landed[stored]
+        new_value = c.value.copy()
+        new_value[stored] = np.asarray(value.value, c.value.dtype).ravel()[sources]
         known = c.known.copy()
-        known[stored] = ~run_time[landed[stored]]
-        symbolic = {k: v for k, v in c.symbolic.items() if not stored[k]}
-        for destination in np.flatnonzero(stored.ravel() & run_time[landed.ravel().clip(0)]):
-            symbolic[_unravel(int(destination), c.value.shape)] = value.symbolic[int(landed.ravel()[destination])]
+        if isinstance(value, Known):
+            known[stored] = True
+            symbolic = _drop(c.symbolic, _box(region, ref.shape))
+        else:
+            run_time = np.zeros(value.value.size, bool)
+            run_time[list(value.symbolic)] = True
+            known[stored] = ~run_time[sources]
+            symbolic = {k: v for k, v in c.symbolic.items() if not stored[k]}
+            for destination in np.flatnonzero(stored.ravel() & run_time[landed.ravel().clip(0)]):
+                symbolic[_unravel(int(destination), c.value.shape)] = value.symbolic[int(landed.ravel()[destination])]
         self.contents[ref.alloc] = replace(c, value=new_value, known=known, written=c.written | stored,
                                            symbolic=symbolic, sources=c.sources | value.sources)
 

@@ -43,6 +43,9 @@ def _internal_patterns() -> re.Pattern[str]:
 
 
 _INTERNAL: re.Pattern[str] | None = None
+# is_user_file's answers for absolute file names (a relative one depends on the working
+# directory): every eqn's traceback names the same few files, frame by frame.
+_USER_FILE: dict[str, bool] = {}
 
 
 def is_user_file(filename: str) -> bool:
@@ -51,7 +54,13 @@ def is_user_file(filename: str) -> bool:
         _INTERNAL = _internal_patterns()
     if not filename or filename.startswith("<"):
         return False
-    return _INTERNAL.search(os.path.abspath(filename)) is None
+    known = _USER_FILE.get(filename)
+    if known is not None:
+        return known
+    answer = _INTERNAL.search(os.path.abspath(filename)) is None
+    if os.path.isabs(filename):
+        _USER_FILE[filename] = answer
+    return answer
 
 
 # The most calls a location's chain names (the frames nearest the line are kept).
