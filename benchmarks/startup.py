@@ -57,8 +57,12 @@ at load average 4.3 to 4.9 from other sessions, which inflates them (and main's 
 | the same, wheel (this tree) | 197 | 347 M | 6 M (2%) |
 | the same, wheel (main) | 201 | 666 M | 276 M (41%) |
 
-Issue 28's target (a model file under 60 ms of start-up) could not be shown on an idle
-machine: the machine never was. At load 4 to 5 the column varies between runs of the same
+Measured again at load 0.8 with nothing else running (main b4f26e9, bytecode compiled, three
+runs of `--models-only --repeat 15`): start-up 0.052-0.056 s (ring), 0.054-0.059 s (double
+buffer), 0.055-0.057 s (poll), whole processes 0.062-0.075 s: issue 28's target, a model
+file under 60 ms of start-up, is met. (With PYTHONDONTWRITEBYTECODE set and a module edited
+since its bytecode was written, every run compiles it again: 0.056-0.059 s in the first run.)
+Before that, it could not be shown on an idle machine: the machine never was. At load 4 to 5 the column varies between runs of the same
 tree, 0.053-0.066 s (a third run: 0.059 / 0.066 / 0.060), while main in the same runs takes
 0.096-0.111 s, so this tree takes 0.55-0.6 of main's start-up; main measured 0.090-0.092 s at
 load 2.5 (this branch then 0.054-0.057 s) and 0.091 s at load 0.7, which puts this tree at
