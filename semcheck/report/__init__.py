@@ -3,6 +3,7 @@ takes the Results and one `RenderOptions` and reads the options it has a use for
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Callable, Sequence
 
 from semcheck.ir import display_path  # noqa: F401  (re-exported for reports)
@@ -29,9 +30,8 @@ _PLAIN = RenderOptions()
 def _text(results: list[Result], options: RenderOptions = _PLAIN) -> str:
     from semcheck.report import text
 
-    return text.render(results, max_trace_steps=options.max_trace_steps, judgements=options.judgements,
-                       all_traces=options.all_traces, width=options.width, verbose=options.verbose,
-                       color=options.color)
+    # every option but SARIF's category is the text report's (a new one reaches it, or fails loudly)
+    return text.render(results, **{f.name: getattr(options, f.name) for f in fields(options) if f.name != "category"})
 
 
 def _json(results: list[Result], options: RenderOptions = _PLAIN) -> str:
