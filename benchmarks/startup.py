@@ -100,18 +100,37 @@ parent and the child write after the fork. The start-up column subtracts a warm 
 forks too, so the child is mostly outside it; the whole-process column and `spin.py`'s
 ratio pay it.
 
-| 20 TPU examples at 2 devices (tree fa42e3e, load 5 to 6; not measured again here) | CPU | wall |
+| 20 TPU examples at 2 devices | fa42e3e, load 5-6 | 833e53c, load 1.3-2.3 |
 |---|---|---|
-| one run of the folder, -j 1 | 7.61 s | 24.3 s |
-| one run of the folder, -j 2 | 8.20 s | 17.5 s |
-| each file alone, 20 runs summed | 22.82 s | 61.0 s |
-| slowest file alone, allgather_ring_grid_no_wait.py | 1.37 s | 2.7 s |
-| the checks alone, in one process | 0.21 s | |
+| one run of the folder, -j 1 | 7.61 s | 4.52 s (five runs: 4.33-4.87, median 4.45) |
+| one run of the folder, -j 2 | 8.20 s | 4.67 s |
+| each file alone, 20 runs summed | 22.82 s | 15.86 s |
+| slowest file alone | 1.37 s | 0.89 s (allreduce_ring_no_capacity_wait.py) |
+| the checks alone, in one process | 0.21 s | 0.16 s |
 
-A folder of 20 scripts costs 7.6 CPU s against a target of 2 x 1.37 + 0.21 = 2.94 s: about
-0.3 CPU s a capture is JAX's own work in each forked child, which a fork cannot share (the
-server starts no backend: XLA's threads must not be forked). Profiled in one child
-(allreduce_ring.py, 0.38 CPU s): running the script 42%, lowering the captured kernel 56%,
+(CPU seconds; the fa42e3e column predates the lowering's one request to JAX per view,
+branch `eval`.) At 833e53c the folder is 4.5 CPU s against a target of 2 x 0.89 + 0.16 =
+1.94 s: not met, and not within reach of one fresh process per capture. Where the 4.5 s go:
+the capture server's start and preload, 0.45 s; the parent (semcheck, the 20 checks, the
+report), about 0.3 s; the 20 forked capture children, 3.8 s, 0.15-0.24 s each (running the
+script 55%, lowering its kernels 40%). A capture run in a process that has just captured
+another script takes 0.08 s: the other 0.11 s of each child is its first capture in a fresh
+process, JAX's own work that needs the backend, so the server (which starts none: XLA's
+threads must not be forked) cannot do it for its children. It is 14 more jit compilations
+of one primitive each (jax/_src/dispatch.py, apply_primitive: the script's eager operations
+and the lowering's folds of scalars), each a lowering to HLO in a fresh MLIR context (4.5
+ms, 2.5 of them `mlir.make_ir_context`) and a read of JAX's persistent cache (2.5 ms), and
+the CPU backend's start (5 ms). Both captures also compile the script's program once, which
+is never cached (it carries semcheck's operand callback, and JAX writes no cache entry for a
+program with host callbacks: jax/_src/compiler.py, `_cache_write`, JAX 0.10.2): 8-36 ms.
+Even 20 captures as warm as that would leave 0.45 + 20 x 0.08 + 0.3 = 2.35 s, above the
+target: meeting it needs captures that share one process's backend and compiled
+executables, which the isolation of a capture (one child per script and device count)
+rules out. (The target moves with the slowest file: 2 x 1.37 + 0.21 = 2.94 s at fa42e3e.)
+The server preloads every module a TPU capture child would import after the fork (833e53c:
+19 of them, semcheck.semantics and Mosaic TPU's lowering of pallas_call among them; about 7
+ms a child, 3% of the folder: five runs interleaved with main c8f9fc9, median 4.45 against
+4.60 CPU s). Profiled in one child (allreduce_ring.py, 0.38 CPU s, fa42e3e): running the script 42%, lowering the captured kernel 56%,
 most of both JAX dispatching one primitive at a time (22 jit compilations, each a lowering
 to HLO and a persistent-cache lookup; without the cache two scripts take 2.2 CPU s instead
 of 1.6), the CPU backend's start 2.5%.

@@ -123,3 +123,32 @@ def test_off_means_a_subprocess_per_capture(monkeypatch, tmp_path):
     assert capture_server.shared_address({}, ()) is None
     outcome = capture.capture_script(kernel_script(tmp_path), 2)
     assert outcome.captured == 1 and "jax import" in outcome.cpu_seconds
+
+
+_IMPORTED_AFTER_PRELOAD = """
+import json, pickle, sys
+from semcheck.frontends import capture, capture_process, capture_server
+script, output = sys.argv[1:]
+capture_server._import(list(capture_process.SERVER_PRELOAD) + [f"{n}?" for n in capture_process._jax_imports(script)])
+before = set(sys.modules)
+capture.main(["--devices", "2", "--output", output, script])
+with open(output, "rb") as f:
+    outcome = pickle.load(f)
+print(json.dumps({"protocols": len(outcome.protocols), "error": outcome.script_error,
+                  "imported": sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("semcheck", "jax", "jaxlib"))}))
+"""
+
+
+def test_a_tpu_capture_imports_nothing_the_server_did_not_preload(tmp_path):
+    """What a child imports after the fork every child pays again: the server's preload must
+    hold all of it (a capture run, lowering included, as the child runs it, after the preload)."""
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "tpu", "allreduce_ring.py")
+    out = subprocess.run([sys.executable, "-c", _IMPORTED_AFTER_PRELOAD, script, str(tmp_path / "capture.pickle")],
+                         env=capture.child_environment(2), cwd=tmp_path, capture_output=True, text=True, check=True,
+                         timeout=300).stdout
+    seen = json.loads(out.splitlines()[-1])
+    assert seen == {"protocols": 1, "error": None, "imported": []}

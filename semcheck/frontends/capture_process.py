@@ -22,11 +22,16 @@ _CHILD = "import sys; del sys.path[0]; from semcheck.frontends.capture import ch
 
 
 # What the capture server imports once for all its children (frontends/capture_server.py),
-# and the function each child runs.
+# and the function each child runs: every module a TPU capture child imports after the fork
+# (tests/test_capture_server.py asserts none is left), so no child pays for it again. Those
+# JAX imports lazily: Mosaic TPU's lowering of pallas_call (jax/_src/pallas/pallas_call.py,
+# `tpu_lowering`, JAX 0.10.2) with what it pulls in, and MLIR's builtin dialect.
 # (Mosaic GPU is not among them: 0.11 CPU s that a TPU script never needs; a script that
 # imports it has the server import it before its child is forked, see `_jax_imports`.)
 SERVER_PRELOAD = ("jax", "jax.experimental.pallas", "jax.experimental.pallas.tpu", "jaxlib.mlir.dialects.mhlo?",
-                  "semcheck.frontends.capture", "semcheck.lower.*", "semcheck.frontends.operands", "semcheck.passes.assumptions",
+                  "jax._src.pallas.mosaic.pallas_call_registration?", "jaxlib.mlir.dialects.builtin?",
+                  "jaxlib.mlir.extras.meta?", "semcheck.frontends.capture", "semcheck.lower.*", "semcheck.semantics",
+                  "semcheck.semantics.ordering", "semcheck.frontends.operands", "semcheck.passes.assumptions",
                   "semcheck.frontends.isolation", "semcheck.frontends.sources")
 _ENTRY = "semcheck.frontends.capture:child_main"
 
