@@ -362,10 +362,12 @@ class StateCache:
     """One state's answers that its stubborn-set closures share: per (action, whether it is
     asked as a blocked wait), the actors whose whole footprint conflicts with it
     (`reduction._Context._candidates`); per (thread, the members standing still), the
-    counting cut (`Independence.cut`)."""
+    counting cut (`Independence.cut`); per enabled action, the threads blocked at a wait on a
+    semaphore it adds to (`reduction._Context._waiting_for`)."""
 
     candidates: dict[tuple[Action, bool], list[tuple]] = field(default_factory=dict)
     cuts: dict[tuple[int, frozenset], int | None] = field(default_factory=dict)
+    waiters: dict[Action, list[Action]] = field(default_factory=dict)
 
 
 @record(frozen=True)

@@ -240,18 +240,21 @@ class _Context:
         may add to."""
         if action not in self.enabled:
             return []
-        found = []
-        steps = self.system.thread_steps
-        for r, (x, _y) in self.ind.own(self.state, action).items():
-            if not x & X_INC:
-                continue
-            for t in self.ind.touchers.get(r, ()):
-                if steps[t] in members or steps[t] in self.enabled or not self._active(t):
+        cache = self.ind.state_cache(self.state).waiters
+        waiting = cache.get(action)
+        if waiting is None:  # the same in each of the state's closures, but for the members
+            waiting = cache[action] = []
+            steps = self.system.thread_steps
+            for r, (x, _y) in self.ind.own(self.state, action).items():
+                if not x & X_INC:
                     continue
-                blocked = self._blocked_wait(t)
-                if blocked is not None and blocked[0] == r:
-                    found.append(steps[t])
-        return found
+                for t in self.ind.touchers.get(r, ()):
+                    if steps[t] in self.enabled or not self._active(t):
+                        continue
+                    blocked = self._blocked_wait(t)
+                    if blocked is not None and blocked[0] == r:
+                        waiting.append(steps[t])
+        return [step for step in waiting if step not in members]
 
     def _blocked_wait(self, t: int):
         if t not in self._blocked:
