@@ -29,29 +29,16 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from packing import CHILD_PREAMBLE, run  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET = 20_000  # tests/test_one_path.py's BUDGET
 
-CHILD = """
-import hashlib, pickle, sys, time
-from semcheck.engines.budget import Budget
-from semcheck.engines.explicit import search
-from semcheck.engines.options import ExplicitOptions
-from semcheck.semantics import System
-
-def plain(value):
-    # findings' keys hold frozensets, whose order follows string hashing
-    if isinstance(value, (frozenset, set)):
-        return tuple(sorted(map(plain, value), key=repr))
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(map(plain, value))
-    return value
-
-protocols = pickle.load(open(sys.argv[1], "rb"))
+CHILD = CHILD_PREAMBLE + """
 check_sets = sys.argv[3] == "sets"
 sets = hashlib.sha1()
 if check_sets:
@@ -97,14 +84,6 @@ def draw(examples: int) -> list:
     return drawn
 
 
-def run(tree: str, protocols_file: str, mode: str) -> list[str]:
-    proc = subprocess.run([sys.executable, "-c", CHILD, protocols_file, str(BUDGET), mode], capture_output=True,
-                          text=True, cwd=tree, env=dict(os.environ, PYTHONPATH=tree))
-    if proc.returncode:
-        sys.exit(f"{tree}: the searches failed:\n{proc.stderr[-2000:]}")
-    return proc.stdout.strip().split("|")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=300, help="protocols drawn (default 300)")
@@ -127,12 +106,12 @@ def main() -> None:
         print("| tree | CPU s | states | transitions | exhausted | digest | sets | load |")
         print("|---|---|---|---|---|---|---|---|")
         for name, tree in trees.items():  # the untimed pass that hashes the stubborn sets
-            *_rest, digest, sets = run(tree, scratch.name, "sets")
+            *_rest, digest, sets = run(tree, scratch.name, CHILD, BUDGET, "sets")
             seen["sets"].add((sets,))
             print(f"| {name} (sets) | | | | | {digest} | {sets} | |", flush=True)
         for _ in range(args.repeat):
             for name, tree in trees.items():
-                cpu, states, transitions, exhausted, digest, _sets = run(tree, scratch.name, "timed")
+                cpu, states, transitions, exhausted, digest, _sets = run(tree, scratch.name, CHILD, BUDGET, "timed")
                 seen["digest"].add((states, transitions, exhausted, digest))
                 load = os.getloadavg()[0]
                 print(f"| {name} | {cpu} | {int(states):,} | {int(transitions):,} | {exhausted} | {digest} | | "
