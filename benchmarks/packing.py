@@ -28,7 +28,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET = 200_000  # tests/test_reduction.py's REFERENCE_BUDGET
 
-CHILD = """
+# what a child searching pickled protocols starts with (benchmarks/closure.py's too)
+CHILD_PREAMBLE = """
 import hashlib, pickle, sys, time
 from semcheck.engines.budget import Budget
 from semcheck.engines.explicit import search
@@ -44,6 +45,9 @@ def plain(value):
     return value
 
 protocols = pickle.load(open(sys.argv[1], "rb"))
+"""
+
+CHILD = CHILD_PREAMBLE + """
 digest, cpu, states, transitions, stored, grown, exhausted = hashlib.sha1(), 0.0, 0, 0, 0, 0, 0
 for protocol in protocols:
     system = System(protocol)
@@ -81,8 +85,9 @@ def draw(strategy: str, examples: int) -> list:
     return drawn
 
 
-def run(tree: str, protocols_file: str) -> list[str]:
-    proc = subprocess.run([sys.executable, "-c", CHILD, protocols_file, str(BUDGET)], capture_output=True,
+def run(tree: str, protocols_file: str, child: str = CHILD, budget: int = BUDGET, *more: str) -> list[str]:
+    """`child` (run in `tree`, with `tree`'s semcheck) on the pickled protocols: its fields."""
+    proc = subprocess.run([sys.executable, "-c", child, protocols_file, str(budget), *more], capture_output=True,
                           text=True, cwd=tree, env=dict(os.environ, PYTHONPATH=tree))
     if proc.returncode:
         sys.exit(f"{tree}: the searches failed:\n{proc.stderr[-2000:]}")

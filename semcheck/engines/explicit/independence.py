@@ -19,6 +19,7 @@ completions touching that resource cost, however many devices the protocol has:
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import field
 
 from semcheck import ir
 from semcheck.engines.explicit.copies import CopyIndex
@@ -52,6 +53,15 @@ class Independence:
         self._additions_by_sem: dict[int, list[tuple[Action, int]]] = {}
         self._feeds_cache: dict[tuple[int, int], tuple[list[float], bool]] = {}
         self.counting = CountingTables(system, self.tables)
+        self._cache_state: State | None = None
+        self._cache = StateCache()
+
+    def state_cache(self, state: State) -> StateCache:
+        """What the stubborn-set closures of `state` find once and ask again
+        (`reduction.py`), empty for each new state and after a report."""
+        if state is not self._cache_state:
+            self._cache_state, self._cache = state, StateCache()
+        return self._cache
 
     # -- what an actor may touch --
 
@@ -330,6 +340,7 @@ class Independence:
         self._event_channels.clear()
         self._pending_events, self._pending = None, {}
         self._sums_state, self._sums = None, {}
+        self._cache_state, self._cache = None, StateCache()
         return True
 
     def normalize(self, state: State) -> State:
@@ -344,6 +355,20 @@ class Independence:
             not in self.reported_pairs
         )
         return state if len(kept) == len(state.hazards) else state._replace(hazards=kept)
+
+
+@record(slots=True)
+class StateCache:
+    """One state's answers that its stubborn-set closures share: per (action, whether it is
+    asked as a blocked wait), the actors whose whole footprint conflicts with it
+    (`reduction._Context._candidates`); per (thread, the members standing still), the
+    counting cut (`Independence.cut`); per enabled action, the threads blocked at a wait on a
+    semaphore it adds to (`reduction._Context._waiting_for`)."""
+
+    candidates: dict[tuple[Action, bool], list[tuple]] = field(default_factory=dict)
+    cuts: dict[tuple[int, frozenset], int | None] = field(default_factory=dict)
+    waiters: dict[Action, list[Action]] = field(default_factory=dict)
+
 
 @record(frozen=True)
 class _ReachableSums:

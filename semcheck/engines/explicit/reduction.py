@@ -19,6 +19,8 @@ its own and the search follows one path through each independent stretch.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from semcheck.engines.explicit.independence import Independence
 from semcheck.semantics.footprints import X_INC, Channels
 from semcheck.semantics import Action, EventFires, State, ThreadStep
@@ -119,48 +121,76 @@ class _Context:
         return 0 <= self.state.pcs[t] < len(self.system.bodies[t])
 
     def _clashing(self, action: Action, own: Channels, members: set[Action], standing: _Standing,
-                  guard=None, first: bool = False) -> list[Action]:
+                  guard=None, first: bool = False, blocked: bool = False) -> list[Action]:
         """Every actor outside `members` (the stubborn set so far, `standing` its parts)
         whose footprint conflicts with `own`. A thread's footprint is its future, cut at the
         first wait it cannot pass while the set stands still: with `guard` (a completion in
         the set), a wait only that completion can satisfy; and the first wait the set's
         members keep closed by counting (`Independence.cut`). With `first`, stop at the
-        first one."""
+        first one. `blocked`: `own` is what a blocked wait needs, not the action's own
+        channels (one state asks both of a thread in different roles)."""
         found: dict[Action, None] = {}
-        pcs, tables, touchers, ind = self.state.pcs, self.ind.tables, self.ind.touchers, self.ind
-        steps = self.system.thread_steps
-        me = action.thread if isinstance(action, ThreadStep) else None
+        pcs, tables, ind = self.state.pcs, self.ind.tables, self.ind
         cuts: dict[int, tuple[int, ...] | None] = {}
-        for r, (xa, ya) in own.items():
-            for t in touchers.get(r, ()):
-                if t == me or steps[t] in found or steps[t] in members or not self._active(t):
-                    continue
-                # the future up to a cut is part of the whole future: only a thread whose
-                # whole future conflicts needs its cut (the costly part) at all
-                xb, yb = tables[t].future(pcs[t], r)
-                if not (xa & yb or xb & ya):
-                    continue
+        counted = ind.state_cache(self.state).cuts
+        for t, actor, r, xa, ya in self._candidates(action, own, blocked):
+            if actor in found or actor in members:
+                continue
+            if t >= 0:
                 if t not in cuts:
                     stops = set(ind.guard_stops(t, guard) or ()) if guard is not None else set()
-                    stop = ind.cut(self.state, standing.threads, standing.events, t, still_sems=standing.sems)
+                    # one state's closures stand the same few members still again and again
+                    key = (t, standing.key())
+                    if key in counted:
+                        stop = counted[key]
+                    else:
+                        stop = counted[key] = ind.cut(self.state, standing.threads, standing.events, t,
+                                                      still_sems=standing.sems)
                     if stop is not None:
                         stops.add(stop)
                     cuts[t] = tuple(sorted(stops)) if stops else None
                 cut_at = cuts[t]
                 if cut_at is not None:
                     xb, yb = tables[t].future_before(pcs[t], r, cut_at)
+                    if not (xa & yb or xb & ya):
+                        continue
+            found[actor] = None
+            if first:
+                break
+        return list(found)
+
+    def _candidates(self, action: Action, own: Channels, blocked: bool) -> list[tuple]:
+        """(thread or -1, actor, resource, x, y) of every actor whose whole footprint in this
+        state conflicts with `own` (x, y) on a resource, in the order `_clashing` asks them:
+        per resource, the threads that may touch it, then its pending completions. What
+        depends only on the state and the action is found once per state
+        (`Independence.state_cache`): a state's closures ask about the same actions again
+        and again, with different members; the members and the cuts are applied per query."""
+        cache = self.ind.state_cache(self.state).candidates
+        key = (action, blocked)
+        found = cache.get(key)
+        if found is None:
+            # all of them, even for an isolation test that stops at the first clash: the
+            # closures that follow (a state none of whose actions is isolated) reuse them
+            found = cache[key] = list(self._find_candidates(action, own))
+        return found
+
+    def _find_candidates(self, action: Action, own: Channels) -> Iterator[tuple]:
+        pcs, tables, touchers, ind = self.state.pcs, self.ind.tables, self.ind.touchers, self.ind
+        steps, bodies = self.system.thread_steps, self.system.bodies
+        me = action.thread if isinstance(action, ThreadStep) else None
+        for r, (xa, ya) in own.items():
+            for t in touchers.get(r, ()):
+                if t == me or not 0 <= pcs[t] < len(bodies[t]):
+                    continue
+                xb, yb = tables[t].future(pcs[t], r)
                 if xa & yb or xb & ya:
-                    found[steps[t]] = None
-                    if first:
-                        return list(found)
+                    yield t, steps[t], r, xa, ya
             if not ind.completions_may_clash(r, xa, ya):
                 continue
             for other, xb, yb in ind.pending_on(self.state.events, r):
-                if other != action and other not in found and other not in members and (xa & yb or xb & ya):
-                    found[other] = None
-                    if first:
-                        return list(found)
-        return list(found)
+                if other != action and (xa & yb or xb & ya):
+                    yield -1, other, r, xa, ya
 
     def isolated(self, action: Action) -> bool:
         """An enabled action that conflicts with nothing any other actor may do before the
@@ -210,18 +240,21 @@ class _Context:
         may add to."""
         if action not in self.enabled:
             return []
-        found = []
-        steps = self.system.thread_steps
-        for r, (x, _y) in self.ind.own(self.state, action).items():
-            if not x & X_INC:
-                continue
-            for t in self.ind.touchers.get(r, ()):
-                if steps[t] in members or steps[t] in self.enabled or not self._active(t):
+        cache = self.ind.state_cache(self.state).waiters
+        waiting = cache.get(action)
+        if waiting is None:  # the same in each of the state's closures, but for the members
+            waiting = cache[action] = []
+            steps = self.system.thread_steps
+            for r, (x, _y) in self.ind.own(self.state, action).items():
+                if not x & X_INC:
                     continue
-                blocked = self._blocked_wait(t)
-                if blocked is not None and blocked[0] == r:
-                    found.append(steps[t])
-        return found
+                for t in self.ind.touchers.get(r, ()):
+                    if steps[t] in self.enabled or not self._active(t):
+                        continue
+                    blocked = self._blocked_wait(t)
+                    if blocked is not None and blocked[0] == r:
+                        waiting.append(steps[t])
+        return [step for step in waiting if step not in members]
 
     def _blocked_wait(self, t: int):
         if t not in self._blocked:
@@ -240,7 +273,7 @@ class _Context:
         if blocked is None:  # not at a wait: cannot happen for an active, disabled thread
             return []
         # a blocked wait needs every actor that may still add to its semaphore
-        return self._clashing(action, {blocked[0]: (0, X_INC)}, members, standing)
+        return self._clashing(action, {blocked[0]: (0, X_INC)}, members, standing, blocked=True)
 
 
 class _Standing:
@@ -248,14 +281,23 @@ class _Standing:
     threads, its pending completions and the semaphores those add to. Kept as the set
     grows, not rebuilt from the members for every query."""
 
-    __slots__ = ("threads", "events", "sems")
+    __slots__ = ("threads", "events", "sems", "_key")
 
     def __init__(self) -> None:
         self.threads: set[int] = set()
         self.events: set[EventFires] = set()
         self.sems: set[int] = set()
+        self._key: frozenset | None = None
+
+    def key(self) -> frozenset:
+        """The members standing still, hashable (a thread by its number, a completion by
+        its action: never equal to each other)."""
+        if self._key is None:
+            self._key = frozenset(self.threads).union(self.events)
+        return self._key
 
     def add(self, member: Action) -> None:
+        self._key = None
         if isinstance(member, ThreadStep):
             self.threads.add(member.thread)
         else:
