@@ -161,10 +161,19 @@ def test_another_scripts_entry_copied_over_is_discarded(captures, tmp_path, caps
     assert "made for another script" in capsys.readouterr().err
 
 
-def test_the_cache_folder_must_exist(captures, tmp_path, monkeypatch):
+def test_a_cache_folder_named_for_the_first_time_is_made(captures, tmp_path, monkeypatch):
+    script, runs = captures
+    folder = tmp_path / "new" / "captures"
+    monkeypatch.setenv(capture_cache.ENVIRONMENT, str(folder))
+    capture_cache.capture(script, 2)
+    capture_cache.capture(script, 2)
+    assert folder.is_dir() and len(runs) == 1  # made, and the second capture came from it
+
+
+def test_the_cache_folder_must_be_a_folder_semcheck_can_make(captures, tmp_path, monkeypatch):
     script, _ = captures
-    monkeypatch.setenv(capture_cache.ENVIRONMENT, str(tmp_path / "missing"))
-    with pytest.raises(capture_cache.CacheFolderError, match="SEMCHECK_CAPTURE_CACHE: the folder .* does not exist"):
+    monkeypatch.setenv(capture_cache.ENVIRONMENT, os.path.join(script, "below_a_file"))
+    with pytest.raises(capture_cache.CacheFolderError, match="SEMCHECK_CAPTURE_CACHE: the folder .* cannot be made"):
         capture_cache.capture(script, 2)
     monkeypatch.setenv(capture_cache.ENVIRONMENT, script)
     with pytest.raises(capture_cache.CacheFolderError, match="is not a folder"):

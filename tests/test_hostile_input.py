@@ -185,7 +185,8 @@ BAD_ENVIRONMENT = {
     "SEMCHECK_MAX_STATES": ["-5", "1.5", "many"],
     "SEMCHECK_MAX_MEMORY_MB": ["x", "0"],
     "SEMCHECK_CAPTURE_TIMEOUT": ["soon"],
-    "SEMCHECK_CAPTURE_CACHE": ["/no/such/folder", os.path.join(MODELS, "ring_allgather.py")],
+    "SEMCHECK_CAPTURE_CACHE": [os.path.join(MODELS, "ring_allgather.py", "below_a_file"),
+                               os.path.join(MODELS, "ring_allgather.py")],
 }
 
 

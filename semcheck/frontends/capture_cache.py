@@ -22,8 +22,9 @@ outcome cut short by its time depends on the machine's speed); it serves a calle
 least the time it took. A lock per entry makes a second process that wants the same capture
 wait for the first instead of running the script again.
 
-The folder must exist (tests/conftest.py and .ci/run make one per session); the cache
-trusts whoever can write in it no more than the checks above.
+The folder is made (with its parents) the first time it is named, as JAX's compilation
+cache folder is; a path that is a file, or where no folder can be made or written, is
+refused. The cache trusts whoever can write in it no more than the checks above.
 """
 
 from __future__ import annotations
@@ -60,9 +61,13 @@ class CacheFolderError(LoadError):
 
 
 def folder_problem(value: str) -> str | None:
-    """Why `value` cannot be the cache's folder, or None."""
+    """Why `value` cannot be the cache's folder, or None; a folder that is not there yet is
+    made (a user naming the cache for the first time means "keep captures here")."""
     if not os.path.exists(value):
-        return f"the folder {value!r} does not exist"
+        try:
+            os.makedirs(value, exist_ok=True)
+        except OSError as e:
+            return f"the folder {value!r} does not exist and cannot be made ({e.strerror or e})"
     if not os.path.isdir(value):
         return f"{value!r} is not a folder"
     if not os.access(value, os.W_OK | os.X_OK):
