@@ -4,7 +4,8 @@ example pair double_buffer_via_helper{,_wrong_slot}.py.
 
 A wait on the racing copy's receive semaphore that came before that copy even started took
 an earlier copy's completion, rightly: it is not a wait that "took the wrong copy"
-(`WRONG_COPY`), and the race has no root cause beyond itself."""
+(`WRONG_COPY`), and the race has no root cause beyond itself. Lines inside a helper are
+named with the kernel line that called it, in root causes as elsewhere."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import os
 
 import pytest
 
+from semcheck import ir
+from semcheck.report import causes
 from semcheck.report.text import render_violation
+from semcheck.result import CauseKind, RootCause
 from tests.tpu_support import EXAMPLES, results
 
 SAFE = os.path.join(EXAMPLES, "double_buffer_via_helper.py")
@@ -51,3 +55,18 @@ def test_reading_the_slot_being_filled_is_a_race_with_no_wrong_copy_blamed(devic
     assert "was satisfied by" not in report
     assert "wait for the copy's semaphore before touching its memory" in report
 
+
+def test_a_root_cause_names_a_helper_line_with_the_kernel_line_that_called_it():
+    helper = _line_of(WRONG_SLOT, "copy.start()")
+    start = _line_of(WRONG_SLOT, "copy_in(wait=False)")
+    in_helper = ir.Loc(WRONG_SLOT, helper, (ir.Frame(WRONG_SLOT, 40, "copy_in"), ir.Frame(WRONG_SLOT, start, "_")))
+    cause = RootCause(CauseKind.UNWAITED_COPY, in_helper, sides=("recv",))
+    assert causes.statement(cause) == f"the copy started at line {helper} (called from line {start}) is never waited for"
+    assert causes.fix(cause) == f"call its `.wait_recv()` (on the receiving device) after line {helper} (called from line {start})"
+    # a line of the kernel body itself reads as before
+    assert causes.statement(RootCause(CauseKind.UNWAITED_COPY, ir.Loc(WRONG_SLOT, 52), sides=("recv",))) == \
+        "the copy started at line 52 is never waited for"
+    # a call from another file names that file
+    elsewhere = ir.Loc(WRONG_SLOT, helper, (ir.Frame("/elsewhere/driver.py", 7, "main"),))
+    assert causes.statement(RootCause(CauseKind.UNWAITED_COPY, elsewhere, sides=("recv",))).endswith(
+        f"line {helper} (called from /elsewhere/driver.py:7) is never waited for")
