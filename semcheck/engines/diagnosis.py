@@ -310,11 +310,13 @@ def _same_cells(a: RegionRef, a_step: TraceStep, b: RegionRef, b_step: TraceStep
 
 def _reading_wait_fed_elsewhere(path: Path, access: TraceStep, copy: TraceStep) -> tuple[int, int] | None:
     """(the wait, the start of the copy that satisfied it) when the accessing thread's last
-    wait on the racing copy's receive semaphore took another copy's completion."""
+    wait on the racing copy's receive semaphore, after that copy started, took another
+    copy's completion. A wait before the racing copy started cannot have been meant for it
+    (it took an earlier copy's, rightly): then the access simply never waited."""
     recv = [c.semaphore for c in copy.completions if c.side == str(ir.DmaSide.RECV)]
     if not recv:
         return None
-    for s in reversed(path.steps[: access.index - 1]):
+    for s in reversed(path.steps[copy.index : access.index - 1]):
         if s.actor != access.actor or s.event is not StepEvent.DMA_WAIT or s.semaphore != recv[0]:
             continue
         started = [f.started_by for f in feeders_of(path.steps, s) if f.event in _COMPLETIONS]

@@ -3,9 +3,10 @@ and the fix, naming the line and the call that is missing."""
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
-from semcheck.ir import Loc
+from semcheck.ir import Loc, display_path
 from semcheck.result import CauseKind, RootCause, Violation
 
 
@@ -30,7 +31,16 @@ def found_as(violations: Iterable[Violation]) -> str:
 
 
 def _line(loc: Loc | None) -> str:
-    return f"line {loc.line}" if loc is not None else "(unknown line)"
+    """"line 27", or for a line inside a helper, "line 27 (called from line 42)" with the
+    kernel body's call: every copy that a helper starts is on the helper's one line, and
+    two copies named by that line alone read as one."""
+    if loc is None:
+        return "(unknown line)"
+    if not loc.chain:
+        return f"line {loc.line}"
+    call = loc.chain[-1]
+    at = f"line {call.line}" if os.path.abspath(call.file) == os.path.abspath(loc.file) else f"{display_path(call.file)}:{call.line}"
+    return f"line {loc.line} (called from {at})"
 
 
 def offset_text(offset: int | None) -> str:
