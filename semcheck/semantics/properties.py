@@ -79,7 +79,7 @@ def hazard_findings(system: System, state: State, already: tuple = ()) -> list[F
 
 # What a race between two copies of one thread into one device's memory rests on: that the
 # later copy may land first. A kernel author may read the DMA engine as keeping one path's
-# copies in issue order; no TPU run has shown either way (shared/reference/tpu-observations.md).
+# copies in issue order; no TPU run has shown either way, so no switch takes that reading yet.
 ISSUE_ORDER_READING = (
     "copies that one thread started to the same device may land in another order than they were "
     "started; nothing in JAX orders their completions, and JAX 0.10.2's TPU interpreter, in its "
