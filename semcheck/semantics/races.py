@@ -146,8 +146,10 @@ class RaceTables(Tables):
                 yield t, pc, u, upc
 
 
-def copy_races(system: RaceTables, state: State, t: int, accesses: list[Access]) -> list[Hazard]:
-    """Hazards for every pending copy access that conflicts with one of `accesses`."""
+def copy_races(system: RaceTables, state: State, t: int, accesses: list[Access], *,
+               copy: bool = False) -> list[Hazard]:
+    """Hazards for every pending copy access that conflicts with one of `accesses` (`copy`:
+    they are a copy's, which thread t starts)."""
     found: list[Hazard] = []
     pc = state.pcs[t]
     if not state.events:
@@ -159,9 +161,12 @@ def copy_races(system: RaceTables, state: State, t: int, accesses: list[Access])
                 continue
             for access in accesses:
                 if conflict(pending, access):
+                    # Two writes to one buffer instance by copies that t started: one path
+                    # (issuer to target), on which only the landing order decides.
+                    same_path = copy and event.issuer == t and access.write and pending.write
                     found.append(Hazard(
                         DATA_RACE, t, pc, event.issuer, event.start_pc,
-                        _race_detail(system, access, pending),
+                        _race_detail(system, access, pending), same_path=same_path,
                     ))
     return found
 

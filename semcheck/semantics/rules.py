@@ -173,7 +173,7 @@ def _exec_dma_start(system: RaceTables, t: int, instr: ir.DmaStart, state: State
     for side, access in (("source", src), ("destination", dst)):
         _check_window(system, side, access)
     invocation = system.invocation_at[t][pc] if system.has_lifecycle[t] else 0
-    hazards = _with(state.hazards, *copy_races(system, state, t, [src, dst]))
+    hazards = _with(state.hazards, *copy_races(system, state, t, [src, dst], copy=True))
     if send is None:  # local: the source is read until the copy lands
         new = [Event(RECV, t, pc, recv, dma_increment(landing.decl, nbytes), (src, dst), invocation)]
     else:
