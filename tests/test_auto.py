@@ -247,6 +247,97 @@ def test_a_stopped_member_waiting_for_its_turn_raises():
         b.begin(stop)
 
 
+def _burn(cpu_seconds: float) -> None:
+    """Spend this much CPU of the calling thread (a solver call that cannot be cut)."""
+    import time
+
+    until = time.thread_time() + cpu_seconds
+    while time.thread_time() < until:
+        pass
+
+
+def test_a_turn_that_overran_lends_its_cpu_to_a_member_with_a_share():
+    """A member with share 1 gets, in its next turn, at least the CPU by which the other
+    member's turn overran its slice; one without a share keeps its slice. CPU time of each thread is what
+    is compared (`thread_time`), so the machine's load cannot change the outcome."""
+    import time
+
+    turns = Turns()
+    solver = turns.join("z3", Slice(seconds=0.001))
+    search = turns.join("explicit", Slice(ticks=1), share=1.0)
+    walks = turns.join("simulate", Slice(ticks=1))
+    spent: dict[str, float] = {}
+
+    def overrun():
+        solver.tick()  # the first holder's clock starts here
+        _burn(0.3)
+        solver.tick()  # hands over: 0.3 s lent to the search
+        solver.leave()
+
+    def member(turn, name):
+        turn.begin()
+        started = time.thread_time()
+        while not turn.handovers:  # its first turn (tick waits for the next one once it hands over)
+            _burn(0.001)
+            turn.tick()
+        spent[name] = time.thread_time() - started
+        turn.leave()
+
+    threads = [threading.Thread(target=overrun)] + [threading.Thread(target=member, args=(t, t.name))
+                                                    for t in (search, walks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert spent["explicit"] >= 0.3 - 0.001 > spent["simulate"]  # the overrun, past its 0.001 s slice
+    assert search.owed == 0.0  # repaid, and nothing is owed once its turn ended
+
+
+def _idle(turn, done: threading.Event) -> None:
+    """A member that takes its turns and hands them back at once, until `done`."""
+    turn.begin()
+    while not done.is_set():
+        turn.tick()
+    turn.leave()
+
+
+def test_bounded_solver_calls_asked_again_reach_the_same_verdicts(monkeypatch):
+    """While z3 shares the core its calls are cut at a bound and asked again with the bound
+    doubled: with a bound far below what a query takes, every query is cut and asked again,
+    and z3 still decides what it decides alone."""
+    import z3 as z3_module
+
+    from semcheck.engines.z3 import engine as smt
+
+    monkeypatch.setattr(smt, "FIRST_CALL_BOUND", 0.0005)
+    calls = []
+    check = z3_module.Solver.check
+    monkeypatch.setattr(z3_module.Solver, "check", lambda self, *a: calls.append(1) or check(self, *a))
+    asked = answered = 0
+    for name, devices in (("ring_allgather", 6), ("ring_allgather_missing_signal", 6), ("circular_wait", 3)):
+        system = System(load(model(name), devices)[0])
+        alone = smt.explore(system)
+        calls.clear()
+        turns = Turns()
+        solver = turns.join("z3", Slice(seconds=0.0))
+        idle = turns.join("explicit", Slice(ticks=1))  # takes its turns and hands them back at once
+        done = threading.Event()
+
+        other = threading.Thread(target=_idle, args=(idle, done))
+        other.start()
+        try:
+            shared = smt.explore(system, budget=Budget(turn=solver).started())
+        finally:
+            solver.leave()
+            done.set()
+            other.join(30)
+        assert shared.exhausted is None and shared.has_errors == alone.has_errors, name
+        assert set(shared.findings) == set(alone.findings), name
+        assert shared.solver_queries == alone.solver_queries, name
+        asked, answered = asked + len(calls), answered + shared.solver_queries
+    assert asked > answered  # calls were cut and asked again
+
+
 # --- with the real engines ------------------------------------------------------------------
 
 

@@ -108,6 +108,8 @@ class TakesTurns(Protocol):
 
     def tick(self, stop: "StopSignal | None") -> None: ...
 
+    def shared(self) -> bool: ...
+
 
 # Told (states stored, frontier, depth) at every state of a search: `--engine auto` reads
 # how wide the search grows from it (a decision that depends on the work done, not on the load).

@@ -13,6 +13,15 @@ after it). A slice is counted in the engine's own work (states, steps) where tha
 in small pieces, so which of two such engines finds a violation first depends on the
 protocol alone, not on the machine's load; z3's slice is counted in its thread's CPU
 seconds, its only measure that grows while it solves.
+
+A turn can overrun its slice by far (one solver call of minutes). Rotating slices alone
+would then give that engine nearly all of the core, and a search that needed two seconds
+would wait behind it. So a member may join with a `share`: when the turn of a member whose
+slice is counted in CPU seconds overran it by t of them, this member's next turn lasts at
+least `share` x t of its own CPU (and at least its slice). Slices of work lend nothing, so two
+engines counted in work still alternate as the protocol decides. z3 bounds its own calls while it shares the core and
+doubles the bound each time a call reaches it (`z3/engine.py`), so an engine with share 1
+gets as much CPU as the solver took, round after round, whichever of the two needs less.
 """
 
 from __future__ import annotations
@@ -42,15 +51,24 @@ class Turns:
         self._members: list[Turn] = []
         self._holder: Turn | None = None
 
-    def join(self, name: str, slice_: Slice) -> "Turn":
+    def join(self, name: str, slice_: Slice, share: float = 0.0) -> "Turn":
         """A new member; the first one holds the turn at once, later ones wait for theirs
-        (`Turn.begin`)."""
+        (`Turn.begin`). `share`: of the CPU
+        another member's turn used, how much this member's next turn gets at least."""
         with self._cond:
-            turn = Turn(self, name, slice_)
+            turn = Turn(self, name, slice_, share)
             self._members.append(turn)
             if self._holder is None:
                 self._holder = turn
             return turn
+
+    def _lend(self, lender: "Turn", used: float) -> None:
+        if lender.slice.seconds is None:  # a slice of work ends on time: the rotation stays the protocol's
+            return
+        overrun = used - lender.slice.seconds
+        for member in self._members:
+            if member is not lender and member.active and member.share and overrun > 0:
+                member.owed = max(member.owed, member.share * overrun)
 
     @property
     def holder(self) -> "Turn | None":
@@ -70,12 +88,18 @@ class Turns:
 class Turn:
     """One engine's place in the rotation."""
 
-    def __init__(self, turns: Turns, name: str, slice_: Slice):
-        self.turns, self.name, self.slice = turns, name, slice_
+    def __init__(self, turns: Turns, name: str, slice_: Slice, share: float = 0.0):
+        self.turns, self.name, self.slice, self.share = turns, name, slice_, share
         self.active = True
         self._used = 0
-        self._cpu_from = 0.0
+        self._cpu_from: float | None = None  # its thread's CPU clock when the turn began
+        self.owed = 0.0  # CPU seconds its current or next turn lasts at least (lent by an overrun)
         self.handovers = 0  # how often it gave the turn away (for tests and notes)
+
+    def shared(self) -> bool:
+        """Whether another member still takes turns (an engine alone need not bound its calls)."""
+        with self.turns._cond:
+            return self.turns._next_after(self) is not None
 
     def begin(self, stop: StopSignal | None = None) -> None:
         """Wait until it is this engine's turn (its thread calls this before any work)."""
@@ -86,13 +110,18 @@ class Turn:
     def tick(self, stop: StopSignal | None = None) -> None:
         """One unit of work done: at the end of the slice, hand over and wait for the next turn."""
         self._used += 1
+        if self._cpu_from is None:  # the first holder never waited: its clock starts at its first tick
+            self._cpu_from = time.thread_time()
         if self.slice.ticks is not None and self._used < self.slice.ticks:
             return
-        if self.slice.seconds is not None and time.thread_time() - self._cpu_from < self.slice.seconds:
+        used = time.thread_time() - self._cpu_from
+        if used < max(self.slice.seconds or 0.0, self.owed):
             return
         with self.turns._cond:
             following = self.turns._next_after(self)
             if following is not None and self.turns._holder is self:
+                self.owed = 0.0
+                self.turns._lend(self, used)
                 self.turns._holder = following
                 self.handovers += 1
                 self.turns._cond.notify_all()
@@ -119,5 +148,4 @@ class Turn:
 
     def _start_slice(self) -> None:
         self._used = 0
-        if self.slice.seconds is not None:
-            self._cpu_from = time.thread_time()
+        self._cpu_from = time.thread_time()

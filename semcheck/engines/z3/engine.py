@@ -77,6 +77,11 @@ class EncodingMismatch(AssertionError):
 _Z3_IN_USE = threading.Lock()
 
 
+# The first bound on a solver call while z3 shares the core with other engines (engine
+# auto): the MoE kernels' queries take well under it, so they are never asked twice.
+FIRST_CALL_BOUND = 1.0
+
+
 def explore(
     system: System,
     options: Z3Options = Z3Options(),
@@ -161,6 +166,7 @@ class _Session:
         self.system, self.encoding, self.monitor, self.found = system, encoding, monitor, found
         self.stop_at_first = stop_at_first
         self.queries = 0
+        self.call_bound = FIRST_CALL_BOUND  # seconds a solver call may take while z3 shares the core
         base = [_solver_term(c) for c in encoding.constraints if c is not True]
         self.counting = _new_solver()  # the relaxation: no ordering constraints at all
         self.counting.add(*base)
@@ -362,28 +368,39 @@ class _Session:
         return initial, actions, states
 
     def _satisfiable(self, goal, what: str, ordered: bool) -> z3.ModelRef | None:
-        """A model of the question (with ordering, or its counting relaxation), or None."""
+        """A model of the question (with ordering, or its counting relaxation), or None.
+        While other engines share the core (engine auto), a call is cut at `call_bound`
+        seconds and asked again, with the bound doubled, at z3's next turn
+        (engines/turns.py), so that one hard query cannot hold the core for minutes while
+        a search that needs seconds waits."""
         budget = self.monitor.budget
-        self.monitor.check()
-        remaining = self.monitor.remaining()
         solver = self.solver if ordered else self.counting
-        solver.set("timeout", max(1, int(remaining * 1000)))
-        self.queries += 1
-        self._progress(what)
         term = [] if goal is True else [_solver_term(goal)]
-        if budget.stop is None:
-            answer = solver.check(*term)
-        else:  # this thread holds _Z3_IN_USE: interrupting the context stops only this call
-            with budget.stop.on_stop(solver.ctx.interrupt):
+        self.queries += 1
+        while True:
+            self.monitor.check()  # at the end of z3's turn: wait for its next one
+            remaining = self.monitor.remaining()
+            shares = budget.turn is not None and budget.turn.shared()
+            bounded = shares and self.call_bound < remaining
+            solver.set("timeout", max(1, int((self.call_bound if bounded else remaining) * 1000)))
+            self._progress(what)
+            if budget.stop is None:
                 answer = solver.check(*term)
+            else:  # this thread holds _Z3_IN_USE: interrupting the context stops only this call
+                with budget.stop.on_stop(solver.ctx.interrupt):
+                    answer = solver.check(*term)
+            if answer != z3.unknown:
+                break
+            reason = solver.reason_unknown()
+            cut = "timeout" in reason or "canceled" in reason or "interrupted" in reason
+            if not (bounded and cut and not (budget.stop is not None and budget.stop.is_set())):
+                self.monitor.check()  # stopped from outside, or out of memory: say which
+                if cut:
+                    raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out in the solver")
+                raise BudgetExceeded(f"the solver gave up ({reason})")
+            self.call_bound *= 2
         if answer == z3.unsat:
             return None
-        if answer == z3.unknown:
-            self.monitor.check()  # stopped from outside, or out of memory: say which
-            reason = solver.reason_unknown()
-            if "timeout" in reason or "canceled" in reason or "interrupted" in reason:
-                raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out in the solver")
-            raise BudgetExceeded(f"the solver gave up ({reason})")
         return solver.model()
 
     def _progress(self, what: str) -> None:
