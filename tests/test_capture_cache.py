@@ -170,6 +170,13 @@ def test_a_cache_folder_named_for_the_first_time_is_made(captures, tmp_path, mon
     assert folder.is_dir() and len(runs) == 1  # made, and the second capture came from it
 
 
+def test_a_capture_served_from_the_cache_is_marked_kept(captures):
+    script, runs = captures
+    first = capture_cache.capture(script, 2)
+    second = capture_cache.capture(script, 2)
+    assert len(runs) == 1 and not first.kept and second.kept  # the capture line says which
+
+
 def test_the_cache_folder_must_be_a_folder_semcheck_can_make(captures, tmp_path, monkeypatch):
     script, _ = captures
     monkeypatch.setenv(capture_cache.ENVIRONMENT, os.path.join(script, "below_a_file"))

@@ -26,6 +26,13 @@ def test_capture_line_names_the_file_the_devices_and_each_phase():
     assert feedback.capture_line(LoadReport("models/ring.py", 4, 0.01, 1)) is None  # nothing captured
 
 
+def test_a_capture_from_the_cache_says_so_and_when_its_times_were_measured():
+    report = LoadReport("examples/tpu/ring_permute.py", 4, 0.02, 2, {"script": 0.7, "lowering": 0.3}, kept=True)
+    assert feedback.capture_line(report) == (
+        "semcheck: examples/tpu/ring_permute.py at 4 devices: 2 kernels from the capture cache in 0.0 s "
+        "(captured earlier in 1.0 s: script 0.7 s, lowering 0.3 s)")
+
+
 def test_verify_path_reports_every_load():
     heard = []
     verify_path([model("ring_allgather"), model("circular_wait")], [2, 4], on_load=heard.append)

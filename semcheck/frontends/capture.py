@@ -92,6 +92,7 @@ class CaptureOutcome:
     timed_out: bool = False  # the script was stopped at the time it was given
     exited: str | None = None  # the script ended itself with sys.exit(0) (or None): how and where
     sources: dict[str, str] = field(default_factory=dict)  # user files it read -> digest (capture_cache.py)
+    kept: bool = False  # served from the capture cache, not captured now
 
 
 # --- the hooks ------------------------------------------------------------------------------

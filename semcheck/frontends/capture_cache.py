@@ -30,6 +30,7 @@ refused. The cache trusts whoever can write in it no more than the checks above.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -95,7 +96,7 @@ def capture(path: str, devices: int, *, timeout: float | None = None, assumed: t
     with _locked(entry + ".lock"):
         kept = _load(entry + ".capture", request)
         if kept is not None and (timeout is None or timeout >= sum(kept.seconds.values())):
-            return kept
+            return dataclasses.replace(kept, kept=True)
         outcome = capturing.capture_script(path, devices, timeout=timeout, assumed=assumed)
         if not outcome.timed_out:
             _store(entry + ".capture", request, outcome)

@@ -12,11 +12,19 @@ from typing import Callable
 
 from semcheck.errors import LoadError, NothingToCheck
 from semcheck.ir import Loc, Protocol
+from semcheck.records import record
 
 
-# Hears how long each phase of a script's load took (jax import, script, lowering) and how
-# many kernels it captured: the CLI's capture line (run.checks.LoadReport).
-OnPhases = Callable[[dict[str, float], int], None]
+@record(frozen=True)
+class CaptureTimes:
+    """How a script's capture went, for the CLI's capture line (run.checks.LoadReport)."""
+
+    phases: dict[str, float]  # seconds of each phase: jax import, script, lowering
+    kernels: int  # kernels captured
+    kept: bool = False  # served from the capture cache: `phases` are those of the capture that made it
+
+
+OnPhases = Callable[[CaptureTimes], None]
 
 
 def load(path: str, devices: int, *, capture_timeout: float | None = None, assumed: tuple[str, ...] = (),
@@ -27,7 +35,7 @@ def load(path: str, devices: int, *, capture_timeout: float | None = None, assum
 
     outcome = capture_cache.capture(path, devices, timeout=capture_timeout, assumed=tuple(assumed))
     if on_phases is not None:
-        on_phases(dict(outcome.seconds), outcome.captured)
+        on_phases(CaptureTimes(dict(outcome.seconds), outcome.captured, outcome.kept))
     _reassume(outcome.assumptions)
     if not outcome.protocols and not outcome.errors and outcome.timed_out and capture_timeout is not None:
         from semcheck.engines.budget import BudgetExceeded

@@ -11,7 +11,8 @@ from semcheck.records import record
 
 def capture_line(report) -> str | None:
     """`semcheck: captured ring.py at 4 devices: 2 kernels in 3.1 s (jax import 1.0 s, script
-    1.9 s, lowering 0.2 s)`; None for a model file (nothing to capture)."""
+    1.9 s, lowering 0.2 s)`, or `... 2 kernels from the capture cache in 0.0 s (captured
+    earlier in 3.1 s: ...)`; None for a model file (nothing to capture)."""
     if not report.phases and not report.failed:
         return None
     where = f"{display_path(report.path)} at {report.devices} device{'s' if report.devices != 1 else ''}"
@@ -19,6 +20,10 @@ def capture_line(report) -> str | None:
         return f"semcheck: {where}: could not be loaded ({report.seconds:.1f} s)"
     kernels = f"{report.kernels} kernel{'s' if report.kernels != 1 else ''}"
     phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in report.phases.items())
+    if report.kept:
+        made = sum(report.phases.values())
+        return (f"semcheck: {where}: {kernels} from the capture cache in {report.seconds:.1f} s "
+                f"(captured earlier in {made:.1f} s: {phases})")
     return f"semcheck: captured {where}: {kernels} in {report.seconds:.1f} s ({phases})"
 
 

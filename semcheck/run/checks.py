@@ -63,6 +63,7 @@ class LoadReport:
     kernels: int  # kernels captured (a model file: 1)
     phases: dict[str, float] = field(default_factory=dict)  # a kernel script's: jax import, script, lowering
     failed: bool = False
+    kept: bool = False  # the capture came from the capture cache: `phases` are the earlier capture's
 
 
 CAPTURE_GRACE = 2.0

@@ -110,12 +110,14 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
     path, n = task.path, task.devices
     if task.file_error is not None:  # not Python: one error for the file
         return TaskOutcome(task.index, [load_error_result(path, n, task.file_error, options.engine)], devices=n)
-    phases: dict[str, float] = {}
-    captured = [1]
+    heard: list = []  # the capture's CaptureTimes, once the script's load reports them
 
-    def heard(seconds: dict[str, float], kernels: int) -> None:
-        phases.update(seconds)
-        captured[0] = kernels
+    def load_report(seconds: float, failed: bool, kernels: int | None = None) -> LoadReport:
+        times = heard[-1] if heard else None
+        if kernels is None:
+            kernels = times.kernels if times else 1
+        return LoadReport(path, n, seconds, kernels, dict(times.phases) if times else {}, failed,
+                          kept=bool(times and times.kept))
 
     with _working_directory(task.cwd):
         started = time.monotonic()
@@ -126,18 +128,18 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
                 from dataclasses import replace
 
                 file_budget = replace(file_budget, deadline=min(file_budget.deadline, started + options.capture_timeout))
-            loaded = load_within(path, n, file_budget, progress, on_phases=heard,
+            loaded = load_within(path, n, file_budget, progress, on_phases=heard.append,
                                   classification=task.classification,
                                   assumed=tuple(a.name for a in options.assume))
         except NothingToCheck as e:
-            report = LoadReport(path, n, time.monotonic() - started, 0, phases, False)
+            report = load_report(time.monotonic() - started, False, kernels=0)
             return TaskOutcome(task.index, [], load=report, devices=n, nothing_to_check=error_text(e))
         except (LoadError, BudgetExceeded) as e:
             seconds = time.monotonic() - started
             result = (load_error_result(path, n, e, options.engine) if isinstance(e, LoadError)
                       else out_of_budget_loading(path, n, e.reason, options.engine, seconds))
-            return TaskOutcome(task.index, [result], load=LoadReport(path, n, seconds, captured[0], phases, True))
-        report = LoadReport(path, n, time.monotonic() - started, captured[0], phases, False)
+            return TaskOutcome(task.index, [result], load=load_report(seconds, True))
+        report = load_report(time.monotonic() - started, False)
         protocols = [q for p in loaded for q in (p.prefixes if isinstance(p, LoadError) else [p])]
         names = frozenset(inp.name for p in protocols for inp in p.inputs)
         check_budget = budget.started(started)
