@@ -18,10 +18,11 @@ A turn can overrun its slice by far (one solver call of minutes). Rotating slice
 would then give that engine nearly all of the core, and a search that needed two seconds
 would wait behind it. So a member may join with a `share`: when the turn of a member whose
 slice is counted in CPU seconds overran it by t of them, this member's next turn lasts at
-least `share` x t of its own CPU (and at least its slice). Slices of work lend nothing, so two
-engines counted in work still alternate as the protocol decides. z3 bounds its own calls while it shares the core and
-doubles the bound each time a call reaches it (`z3/engine.py`), so an engine with share 1
-gets as much CPU as the solver took, round after round, whichever of the two needs less.
+least `share` x t of its own CPU (and at least its slice). Slices of work lend nothing, so
+two engines counted in work still alternate as the protocol decides. z3 bounds its own
+calls while it shares the core and doubles the bound each time a call reaches it
+(`z3/engine.py`), so an engine with share 1 gets about as much CPU as the solver took,
+round after round, whichever of the two needs less.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class Turns:
 
     def join(self, name: str, slice_: Slice, share: float = 0.0) -> "Turn":
         """A new member; the first one holds the turn at once, later ones wait for theirs
-        (`Turn.begin`). `share`: of the CPU
-        another member's turn used, how much this member's next turn gets at least."""
+        (`Turn.begin`). `share`: of the CPU by which a member counted in CPU seconds overran
+        its slice, how much this member's next turn gets at least."""
         with self._cond:
             turn = Turn(self, name, slice_, share)
             self._members.append(turn)
