@@ -17,8 +17,9 @@ seconds, its only measure that grows while it solves.
 A turn can overrun its slice by far (one solver call of minutes). Rotating slices alone
 would then give that engine nearly all of the core, and a search that needed two seconds
 would wait behind it. So a member may join with a `share`: when the turn of a member whose
-slice is counted in CPU seconds overran it by t of them, this member's next turn lasts at
-least `share` x t of its own CPU (and at least its slice). Slices of work lend nothing, so
+slice is counted in CPU seconds overran it by t of them (more than the slice itself: a turn
+ends at the first budget check past its slice, which is no overrun), this member's next
+turn lasts at least `share` x t of its own CPU (and at least its slice). Slices of work lend nothing, so
 two engines counted in work still alternate as the protocol decides. z3 bounds its own
 calls while it shares the core and doubles the bound each time a call reaches it
 (`z3/engine.py`), so an engine with share 1 gets about as much CPU as the solver took,
@@ -67,8 +68,10 @@ class Turns:
         if lender.slice.seconds is None:  # a slice of work ends on time: the rotation stays the protocol's
             return
         overrun = used - lender.slice.seconds
+        if overrun <= lender.slice.seconds:  # a turn ends at a budget check just past its slice: not an overrun
+            return
         for member in self._members:
-            if member is not lender and member.active and member.share and overrun > 0:
+            if member is not lender and member.active and member.share:
                 member.owed = max(member.owed, member.share * overrun)
 
     @property
