@@ -5,20 +5,11 @@ cannot be used (the kernel only lowered, or different extents on different devic
 
 from __future__ import annotations
 
-import os
-
 from semcheck.api import verify_path
-from tests.tpu_support import results
+from tests.tpu_support import example_line, results
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAFE = os.path.join(HERE, "examples", "tpu", "dynamic_grid_double_buffer.py")
-FIXED_BOUND = os.path.join(HERE, "examples", "tpu", "dynamic_grid_double_buffer_fixed_bound.py")
-
-
-def _line(path: str, text: str) -> int:
-    with open(path, encoding="utf-8") as f:
-        [number] = [n for n, line in enumerate(f, start=1) if text in line]
-    return number
+SAFE, _ = example_line("dynamic_grid_double_buffer.py", "grid=(blocks[0],)")
+FIXED_BOUND, PREFETCH = example_line("dynamic_grid_double_buffer_fixed_bound.py", "copy(i + 1, 1 - slot).start()")
 
 
 def test_the_grid_is_the_extent_the_script_passed():
@@ -33,7 +24,7 @@ def test_a_prefetch_bounded_by_the_capacity_leaves_a_copy_when_fewer_blocks_are_
     [r] = results(FIXED_BOUND, 2)
     assert r.verdict.value == "violation"
     assert {v.kind for v in r.errors} == {"semaphore_leftover"}
-    assert {v.location.line for v in r.errors} == {_line(FIXED_BOUND, "copy(i + 1, 1 - slot).start()")}
+    assert {v.location.line for v in r.errors} == {PREFETCH}
 
 
 def _variant(tmp_path, main: str) -> str:

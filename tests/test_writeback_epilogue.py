@@ -6,19 +6,10 @@ write-back started one step earlier is never waited for."""
 
 from __future__ import annotations
 
-import os
+from tests.tpu_support import example_line, results
 
-from tests.tpu_support import results
-
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DRAINED = os.path.join(HERE, "examples", "tpu", "writeback_drained_in_epilogue.py")
-ONE_SLOT = os.path.join(HERE, "examples", "tpu", "writeback_drained_in_epilogue_one_slot.py")
-
-
-def _line(path: str, text: str) -> int:
-    with open(path, encoding="utf-8") as f:
-        [number] = [n for n, line in enumerate(f, start=1) if text in line]
-    return number
+DRAINED, _ = example_line("writeback_drained_in_epilogue.py", "DRAINED_SLOTS = (0, 1)")
+ONE_SLOT, START = example_line("writeback_drained_in_epilogue_one_slot.py", "writeback(slot, i, ROWS).start()")
 
 
 def test_draining_both_slots_is_safe_with_every_state_counted():
@@ -31,7 +22,6 @@ def test_draining_one_slot_leaves_the_other_slots_write_back_in_flight():
     [r] = results(ONE_SLOT, 2)
     assert r.verdict.value == "violation"
     assert {v.kind for v in r.errors} == {"semaphore_leftover"}
-    start = _line(ONE_SLOT, "writeback(slot, i, ROWS).start()")
-    assert {v.location.line for v in r.errors} == {start}
+    assert {v.location.line for v in r.errors} == {START}
     # the leftover is on the slot the last step did not drain: NUM_BLOCKS = 4, so slot 0
     assert all("sems[0]" in v.message for v in r.errors), [v.message for v in r.errors]
