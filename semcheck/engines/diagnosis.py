@@ -167,7 +167,7 @@ def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
         return None
     sides: set[ir.DmaSide] = set()
     waited_earlier: list[ir.Loc] = []
-    local = True
+    local = system.protocol.backend is ir.Backend.TPU  # a GPU copy is awaited otherwise
     for t, body in enumerate(system.bodies):
         starts = [pc for pc, instr in enumerate(body) if isinstance(instr, ir.DmaStart) and instr.loc == loc]
         local = local and all(_is_local(body[pc]) for pc in starts)
@@ -186,7 +186,8 @@ def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
 
 
 def _is_local(instr: ir.Instr) -> bool:
-    """A copy within the issuing thread's own memory, counted on one semaphore of its own."""
+    """A copy within the issuing thread's own memory, counted on one semaphore of its own
+    (on TPU, `pltpu.make_async_copy`)."""
     assert isinstance(instr, ir.DmaStart)
     return instr.send_sem is None and instr.device is None and instr.core is None \
         and instr.dst_device is None and instr.src_device is None

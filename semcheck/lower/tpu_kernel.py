@@ -164,7 +164,7 @@ def _grid_as_passed(capture: KernelCapture, grid: tuple, name: str, loc: ir.Loc)
         return grid, None
     unseen = _unseen_operands_reason(capture)
     per_device = [tuple(int(np.asarray(values[j]).reshape(-1)[0]) for j in range(len(dynamic)))
-                  for device, values in sorted(capture.operand_values.items())
+                  for _, values in sorted(capture.operand_values.items())
                   if all(j in values for j in range(len(dynamic)))]
     if unseen is None and len(per_device) < capture.mesh.size:
         unseen = "the capture saw them on only some devices"
