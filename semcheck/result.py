@@ -212,6 +212,9 @@ class RootCause:
     # last run is left (the wait at `wait` takes each earlier one: a loop's last copy).
     sides: tuple[str, ...] = ()
     last_only: bool = False
+    # UNWAITED_COPY: every copy started at `site` is a local one (`pltpu.make_async_copy`:
+    # one semaphore, awaited with `.wait()` by the thread that started it)
+    local: bool = False
     wait: Loc | None = None  # the wait concerned (WRONG_SIGNALLER, WRONG_COPY; UNWAITED_COPY with last_only)
     by: Loc | None = None  # WRONG_COPY: the start of the copy that satisfied the wait
     writer: Loc | None = None  # WRONG_COPY: the copy that writes the rows; WRONG_SIGNALLER: the copy the wait guards

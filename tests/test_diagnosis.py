@@ -100,6 +100,33 @@ def test_one_side_left_names_that_sides_wait():
     assert v.cause.sides == ("send",) and causes.fix(v.cause).startswith("call its `.wait_send()` after line")
 
 
+def local_prefetch(devices: int):
+    """Each device copies a block within its own memory (`pltpu.make_async_copy`) and never
+    waits for it, as a pipeline whose wait for its first block was deleted."""
+    p = ProtocolBuilder("local_prefetch", devices=devices, backend="tpu")
+    sem = p.semaphore("copy_sem", DMA)
+    src, dst = p.buffer("src", BLOCK), p.buffer("dst", BLOCK, space="vmem")
+    for d in range(devices):
+        p.thread(d).dma_start(src.whole, dst.whole, recv_sem=sem)  # local start
+    return p.build()
+
+
+def test_a_local_copy_never_waited_for_is_fixed_by_its_wait():
+    """A local copy has one semaphore, awaited with `.wait()` by the thread that started it:
+    the fix names that call, not `.wait_recv()` on a receiving device (found on a mutant of
+    tpu-inference's ragged paged attention v3 whose wait for the query block was deleted)."""
+    r = check_protocol(local_prefetch(2), engine="explicit")
+    [v] = r.errors
+    start = line_of(local_prefetch, "# local start")
+    assert v.kind == "semaphore_leftover" and v.cause.kind is CauseKind.UNWAITED_COPY
+    assert v.cause.sides == ("recv",) and v.cause.local and v.cause.site.line == start
+    assert causes.fix(v.cause) == f"call its `.wait()` after line {start}"
+    assert "receiving device" not in text.render([r])
+    # a remote copy keeps naming its side
+    [remote] = check_protocol(ring(4, wait_recv=False), engine="explicit").errors
+    assert not remote.cause.local and "`.wait_recv()` (on the receiving device)" in causes.fix(remote.cause)
+
+
 def test_a_loops_last_copy_names_the_wait_that_takes_the_earlier_ones():
     r = check_protocol(loop_ring(4), engine="explicit")
     cause = {v.cause for v in r.errors}

@@ -69,6 +69,14 @@ def device_counts(path: str, counts=DEVICE_COUNTS) -> tuple[int, ...]:
     return tuple(n for n in counts if n in finishing)
 
 
+def example_line(name: str, text: str) -> tuple[str, int]:
+    """The path of TPU example `name` and the number of its one line containing `text`."""
+    path = os.path.join(EXAMPLES, name)
+    with open(path, encoding="utf-8") as f:
+        [number] = [n for n, line in enumerate(f, start=1) if text in line]
+    return path, number
+
+
 def example_paths() -> list[str]:
     return sorted(
         os.path.join(EXAMPLES, name) for name in os.listdir(EXAMPLES)

@@ -167,8 +167,10 @@ def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
         return None
     sides: set[ir.DmaSide] = set()
     waited_earlier: list[ir.Loc] = []
+    local = system.protocol.backend is ir.Backend.TPU  # a GPU copy is awaited otherwise
     for t, body in enumerate(system.bodies):
         starts = [pc for pc, instr in enumerate(body) if isinstance(instr, ir.DmaStart) and instr.loc == loc]
+        local = local and all(_is_local(body[pc]) for pc in starts)
         for k, pc in enumerate(starts):
             for side, ids, owners in _sides(system, t, pc):
                 taken = [system.bodies[u][w].loc for u in owners for w in _waits_on(system, u, ids)
@@ -179,8 +181,16 @@ def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
                     sides.add(side)
     if not sides:
         return None
-    return RootCause(CauseKind.UNWAITED_COPY, loc, sides=tuple(map(str, sorted(sides))),
+    return RootCause(CauseKind.UNWAITED_COPY, loc, sides=tuple(map(str, sorted(sides))), local=local,
                      last_only=bool(waited_earlier), wait=waited_earlier[0] if waited_earlier else None)
+
+
+def _is_local(instr: ir.Instr) -> bool:
+    """A copy within the issuing thread's own memory, counted on one semaphore of its own
+    (on TPU, `pltpu.make_async_copy`)."""
+    assert isinstance(instr, ir.DmaStart)
+    return instr.send_sem is None and instr.device is None and instr.core is None \
+        and instr.dst_device is None and instr.src_device is None
 
 
 def _sides(system: System, t: int, pc: int) -> list[tuple[ir.DmaSide, frozenset[int], list[int]]]:

@@ -116,13 +116,7 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
             kernel_loc,
             hint="use pl.kernel(..., mesh=pltpu.create_tensorcore_mesh(...))",
         )
-    grid = tuple(gm.grid)
-    if not all(isinstance(d, int) for d in grid):
-        raise LoadError(
-            f"pallas_call {name}: the grid {grid} has dimensions known only at run time",
-            kernel_loc,
-            hint="check the kernel with a static grid",
-        )
+    grid, grid_note = _grid_as_passed(capture, tuple(gm.grid), name, kernel_loc)
     parallel = _parallel_prefix(compiler_params, grid, name, kernel_loc)
     if tpu_cores is not None:
         configs = [tpu_cores]
@@ -141,6 +135,8 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
         label = name if len(configs) == 1 or cores == 1 else f"{name} ({cores} TensorCores per device)"
         ctx = _context(label, capture, cores, kernel_loc, compiler_params, grid, tuple(gm.grid_names or ()), jaxpr)
         points = _grid_points(grid, parallel, cores)
+        if grid_note is not None:
+            ctx.note(grid_note)
         if cores > 1:
             ctx.note(
                 f"checked as on a chip with {cores} TensorCores per device (v4/v5p megacore): the "
@@ -153,6 +149,51 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
                                 data=data, data_seen=bool(capture.operand_values), n_leading=n_dynamic,
                                 n_results=gm.num_outputs, grid_mapping=gm, call_loc=capture.call_loc))
     return protocols
+
+
+def _grid_as_passed(capture: KernelCapture, grid: tuple, name: str, loc: ir.Loc) -> tuple[tuple[int, ...], str | None]:
+    """The grid, with each dimension known only at run time (`grid=(n_ref[0],)`) as the
+    script passed it. JAX passes those extents as the pallas_call's leading operands, one
+    size-1 array per dynamic dimension in order (jax/_src/pallas/pallas_call.py,
+    `dynamic_grid_args`, 0.10.2), so the capture saw their values as it sees any operand's.
+    They must be known, and the same, on every device: one grid is checked for all."""
+    import numpy as np
+
+    dynamic = [k for k, d in enumerate(grid) if not isinstance(d, int)]
+    if not dynamic:
+        return grid, None
+    unseen = _unseen_operands_reason(capture)
+    per_device = [tuple(int(np.asarray(values[j]).reshape(-1)[0]) for j in range(len(dynamic)))
+                  for _, values in sorted(capture.operand_values.items())
+                  if all(j in values for j in range(len(dynamic)))]
+    if unseen is None and len(per_device) < capture.mesh.size:
+        unseen = "the capture saw them on only some devices"
+    if unseen is None and len(set(per_device)) > 1:
+        unseen = f"the devices were passed different extents {sorted(set(per_device))}, and one grid is checked for all"
+    if unseen is not None:
+        dims = ", ".join(str(k) for k in dynamic)
+        raise LoadError(
+            f"pallas_call {name}: the grid {grid} has dimensions known only at run time ({dims}), "
+            f"and their values cannot be used: {unseen}",
+            loc,
+            hint="run the kernel in the script (its grid is then taken as passed), on its own, or with a static grid",
+        )
+    extents = dict(zip(dynamic, per_device[0]))
+    resolved = tuple(extents.get(k, d) for k, d in enumerate(grid))
+    return resolved, (
+        f"the grid {resolved} has dimensions known only at run time ({', '.join(map(str, dynamic))}): "
+        f"checked for the extents the script passed (a pallas_call's leading operands, "
+        f"jax/_src/pallas/pallas_call.py, JAX 0.10.2); another extent is another protocol"
+    )
+
+
+def _unseen_operands_reason(capture: KernelCapture) -> str | None:
+    if not capture.operand_values:
+        return "the kernel was traced but not run, so the capture saw no operand values"
+    if capture.after_other_kernel:
+        return ("another kernel ran first, and semcheck's capture replaces kernel outputs with zeros, "
+                "so a value seen may be one")
+    return None
 
 
 def _parallel_prefix(compiler_params, grid, name, loc) -> int:

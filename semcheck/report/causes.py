@@ -83,7 +83,9 @@ _STATEMENTS = {
 }
 
 
-def _call(sides: tuple[str, ...]) -> str:
+def _call(sides: tuple[str, ...], local: bool = False) -> str:
+    if local:  # pltpu.make_async_copy: its one semaphore is the receive side, awaited by `.wait()`
+        return "`.wait()`"
     if sides == ("send",):
         return "`.wait_send()`"
     if sides == ("recv",):
@@ -93,8 +95,8 @@ def _call(sides: tuple[str, ...]) -> str:
 
 def _fix_unwaited_copy(c: RootCause) -> str:
     if c.last_only:
-        return f"call its {_call(c.sides)} once more after the last run of {_line(c.site)} (after the loop)"
-    return f"call its {_call(c.sides)} after {_line(c.site)}"
+        return f"call its {_call(c.sides, c.local)} once more after the last run of {_line(c.site)} (after the loop)"
+    return f"call its {_call(c.sides, c.local)} after {_line(c.site)}"
 
 
 def _fix_unconsumed_signal(c: RootCause) -> str:

@@ -127,6 +127,7 @@ def cause_dict(c: RootCause) -> dict:
         "semaphore": c.semaphore,
         "sides": list(c.sides),
         "last_only": c.last_only,
+        "local": c.local,
         "wait": location(c.wait),
         "by": location(c.by),
         "writer": location(c.writer),
