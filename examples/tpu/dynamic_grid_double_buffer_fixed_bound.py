@@ -38,7 +38,7 @@ def double_buffer_kernel(x_hbm, o_ref, buf, sems):
 
     @pl.when(i + 1 < n)
     def _():
-        copy(i + 1, 1 - slot).start()
+        copy(i + 1, 1 - slot).start()  # <- semaphore_leftover
 
     copy(i, slot).wait()
     o_ref[...] = buf[slot] * 2.0

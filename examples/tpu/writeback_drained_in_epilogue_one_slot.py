@@ -47,7 +47,7 @@ def writeback_kernel(x_ref, o_hbm, buf, sems, pending_ref, block_ref):
     slot = i % 2
     drain(slot)  # the write-back of two steps back still reads this slot
     buf[slot] = x_ref[...] + 1.0
-    writeback(slot, i, ROWS).start()
+    writeback(slot, i, ROWS).start()  # <- semaphore_leftover
     pending_ref[slot] = ROWS
     block_ref[slot] = i
 
