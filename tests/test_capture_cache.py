@@ -177,6 +177,56 @@ def test_a_capture_served_from_the_cache_is_marked_kept(captures):
     assert len(runs) == 1 and not first.kept and second.kept  # the capture line says which
 
 
+def test_a_variable_the_script_read_binds_the_kept_capture(captures, monkeypatch):
+    """A script that picks its kernel by an environment variable is another capture when the
+    variable changes (or is unset); the entry holds digests of the values, not the values."""
+    from semcheck.frontends.sources import value_digest
+
+    script, runs = captures
+    fake = capturing.capture_script
+
+    def reading_mode(path, devices, **kwargs):
+        outcome = fake(path, devices, **kwargs)
+        outcome.environment = {"KERNEL_MODE": value_digest(os.environ.get("KERNEL_MODE"))}
+        return outcome
+
+    monkeypatch.setattr(capturing, "capture_script", reading_mode)
+    monkeypatch.setenv("KERNEL_MODE", "ring-secret-value")
+    capture_cache.capture(script, 2)
+    capture_cache.capture(script, 2)
+    assert len(runs) == 1
+    monkeypatch.setenv("KERNEL_MODE", "tree")
+    capture_cache.capture(script, 2)
+    monkeypatch.delenv("KERNEL_MODE")
+    capture_cache.capture(script, 2)
+    assert len(runs) == 3
+    [entry] = glob.glob(os.path.join(os.environ[capture_cache.ENVIRONMENT], "*.capture"))
+    with open(entry, "rb") as f:
+        assert b"ring-secret-value" not in f.read()
+
+
+def test_the_capture_child_records_the_variables_the_script_reads():
+    import os as os_module
+
+    from semcheck.frontends.sources import environment_reads, value_digest
+
+    os_module.environ["SEMCHECK_TEST_SET"] = "1"
+    try:
+        with environment_reads() as reads:
+            os_module.environ.get("SEMCHECK_TEST_SET")
+            os_module.getenv("SEMCHECK_TEST_UNSET")
+            assert "SEMCHECK_TEST_IN" not in os_module.environ
+        assert reads.digests() == {"SEMCHECK_TEST_IN": None, "SEMCHECK_TEST_SET": value_digest("1"),
+                                   "SEMCHECK_TEST_UNSET": None}
+        with environment_reads() as reads:
+            dict(os_module.environ)
+        assert set(reads.digests()) == set(os_module.environ)  # went through all of it
+        os_module.environ.get("SEMCHECK_TEST_AFTER")
+        assert "SEMCHECK_TEST_AFTER" not in reads.names  # recording ends with the block
+    finally:
+        del os_module.environ["SEMCHECK_TEST_SET"]
+
+
 def test_the_cache_folder_must_be_a_folder_semcheck_can_make(captures, tmp_path, monkeypatch):
     script, _ = captures
     monkeypatch.setenv(capture_cache.ENVIRONMENT, os.path.join(script, "below_a_file"))
@@ -209,3 +259,13 @@ def test_what_a_capture_read_is_the_script_and_the_users_own_modules(tmp_path, m
     assert read[str(helper)] == file_digest(str(helper))
     assert "numpy" not in " ".join(read) and not any(name.startswith(os.path.dirname(capturing.__file__))
                                                       for name in read)
+
+
+def test_a_real_capture_keeps_what_its_script_read_from_the_environment(tmp_path, monkeypatch):
+    from semcheck.frontends.sources import value_digest
+
+    script = tmp_path / "reads_a_variable.py"
+    script.write_text("import os\nMODE = os.environ.get('SEMCHECK_TEST_KERNEL_MODE', 'ring')\n")
+    monkeypatch.setenv("SEMCHECK_TEST_KERNEL_MODE", "tree")
+    outcome = capturing.capture_script(str(script), 1)
+    assert outcome.environment["SEMCHECK_TEST_KERNEL_MODE"] == value_digest("tree")

@@ -93,6 +93,7 @@ class CaptureOutcome:
     exited: str | None = None  # the script ended itself with sys.exit(0) (or None): how and where
     sources: dict[str, str] = field(default_factory=dict)  # user files it read -> digest (capture_cache.py)
     kept: bool = False  # served from the capture cache, not captured now
+    environment: dict[str, str | None] = field(default_factory=dict)  # variables the script read -> value digest
 
 
 # --- the hooks ------------------------------------------------------------------------------
@@ -546,6 +547,7 @@ def _child(args) -> int:
             from semcheck.frontends.sources import user_sources
 
             outcome.sources = user_sources(args.script)
+            outcome.environment = read_environment.digests()
             outcome.seconds = {
                 "jax import": imported - started,
                 "script": ran - imported,
@@ -570,10 +572,12 @@ def _child(args) -> int:
     watchdog = threading.Timer(args.timeout, on_timeout)
     watchdog.daemon = True
     watchdog.start()
+    from semcheck.frontends.sources import environment_reads
     from semcheck.passes import assumptions
 
     exited: list[str | None] = [None]
-    with assumptions.collecting() as script_assumptions, capturing(captures.append):
+    with assumptions.collecting() as script_assumptions, capturing(captures.append), \
+            environment_reads() as read_environment:
         script_error, where = _run_script(os.path.abspath(args.script), exited)
     watchdog.cancel()
     finish(script_error, where)

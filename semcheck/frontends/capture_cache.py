@@ -11,11 +11,13 @@ is unpickled:
   semcheck's version and the digest of its own source files, and JAX's and jaxlib's
   versions;
 * its header repeats that request, lists every user file the capture read (the script and
-  each module of the user's it imported, `sources.user_sources`) with the digest of its content, and
-  holds the digest of the pickled outcome that follows.
+  each module of the user's it imported, `sources.user_sources`) with the digest of its content,
+  every environment variable the script read with the digest of its value
+  (`sources.environment_reads`), and holds the digest of the pickled outcome that follows.
 
 On load, the header must name the same request, every listed file must still have its
-digest, and the outcome must have its digest; anything else (another script's entry copied
+digest, every variable read must still have its value (as the capture child would see it),
+and the outcome must have its digest; anything else (another script's entry copied
 over this one, a truncated or garbage file, a file of another version) is discarded with a
 one-line warning and the script is captured again. Only a capture that finished is kept (an
 outcome cut short by its time depends on the machine's speed); it serves a caller with at
@@ -39,7 +41,7 @@ import pickle
 import sys
 
 from semcheck.errors import LoadError
-from semcheck.frontends.sources import file_digest
+from semcheck.frontends.sources import file_digest, value_digest
 
 ENVIRONMENT = "SEMCHECK_CAPTURE_CACHE"
 _SEEN_PREFIXES = ("XLA_", "JAX_")
@@ -54,7 +56,7 @@ CHECK_VARIABLES = frozenset({
     ENVIRONMENT, "SEMCHECK_TIMEOUT", "SEMCHECK_MAX_STATES", "SEMCHECK_MAX_MEMORY_MB",
     "SEMCHECK_SARIF_SCHEMA", "SEMCHECK_JAX_CACHE", "SEMCHECK_CAPTURE_SERVER", "SEMCHECK_CAPTURE_TIMEOUT",
 })
-_MAGIC = b"semcheck capture cache 2\n"
+_MAGIC = b"semcheck capture cache 3\n"
 
 
 class CacheFolderError(LoadError):
@@ -94,7 +96,7 @@ def capture(path: str, devices: int, *, timeout: float | None = None, assumed: t
     request = _request(os.path.abspath(path), devices, assumed)
     entry = os.path.join(folder, hashlib.sha256(_canonical(request)).hexdigest())
     with _locked(entry + ".lock"):
-        kept = _load(entry + ".capture", request)
+        kept = _load(entry + ".capture", request, _child_environment(devices))
         if kept is not None and (timeout is None or timeout >= sum(kept.seconds.values())):
             return dataclasses.replace(kept, kept=True)
         outcome = capturing.capture_script(path, devices, timeout=timeout, assumed=assumed)
@@ -103,10 +105,14 @@ def capture(path: str, devices: int, *, timeout: float | None = None, assumed: t
         return outcome
 
 
-def _request(path: str, devices: int, assumed: tuple[str, ...]) -> dict:
+def _child_environment(devices: int) -> dict[str, str]:
     from semcheck.frontends.capture_process import child_environment
 
-    env = child_environment(devices)  # as the child sees it: a parent's device count is replaced
+    return child_environment(devices)  # as the child sees it: a parent's device count is replaced
+
+
+def _request(path: str, devices: int, assumed: tuple[str, ...]) -> dict:
+    env = _child_environment(devices)
     seen = {k: v for k, v in sorted(env.items()) if k.startswith(_SEEN_PREFIXES) or k in CAPTURE_VARIABLES}
     return {"script": path, "devices": devices, "assumed": list(assumed), "environment": seen,
             "semcheck": _semcheck_version(), "jax": _jax_version()}
@@ -150,17 +156,17 @@ def _jax_version() -> str:
 def _store(file: str, request: dict, outcome) -> None:
     payload = pickle.dumps(outcome)
     sources = dict(getattr(outcome, "sources", {}) or {})
-    header = {"request": request, "sources": sources, "payload": hashlib.sha256(payload).hexdigest(),
-              "size": len(payload)}
+    header = {"request": request, "sources": sources, "environment": dict(outcome.environment),
+              "payload": hashlib.sha256(payload).hexdigest(), "size": len(payload)}
     partial = f"{file}.{os.getpid()}.tmp"
     with open(partial, "wb") as f:
         f.write(_MAGIC + _canonical(header) + b"\n" + payload)
     os.replace(partial, file)  # readers never see half a file
 
 
-def _load(file: str, request: dict):
-    """The outcome kept in `file` if it is sound and made for `request`; else None (a bad
-    entry is removed, with a one-line warning)."""
+def _load(file: str, request: dict, env: dict[str, str]):
+    """The outcome kept in `file` if it is sound and made for `request` in the capture
+    child's environment `env`; else None (a bad entry is removed, with a one-line warning)."""
     try:
         with open(file, "rb") as f:
             data = f.read()
@@ -187,6 +193,11 @@ def _load(file: str, request: dict):
     changed = [name for name, digest in sources.items() if file_digest(name) != digest]
     if changed:
         return None  # a file the script read has changed: an ordinary miss, captured again
+    read = header.get("environment")
+    if not isinstance(read, dict):
+        return _discard(file, "its header is damaged")
+    if any(value_digest(env.get(name)) != digest for name, digest in read.items()):
+        return None  # a variable the script read has another value: an ordinary miss
     try:
         return pickle.loads(payload)  # verified above: written by this cache, for this request
     except Exception as e:  # noqa: BLE001 - a class that changed shape under the same version
