@@ -215,9 +215,10 @@ def test_the_capture_child_records_the_variables_the_script_reads():
         with environment_reads() as reads:
             os_module.environ.get("SEMCHECK_TEST_SET")
             os_module.getenv("SEMCHECK_TEST_UNSET")
+            os_module.get_exec_path()  # reads PATH, and tries b"PATH" (what subprocess.Popen does)
             assert "SEMCHECK_TEST_IN" not in os_module.environ
-        assert reads.digests() == {"SEMCHECK_TEST_IN": None, "SEMCHECK_TEST_SET": value_digest("1"),
-                                   "SEMCHECK_TEST_UNSET": None}
+        assert reads.digests() == {"PATH": value_digest(os_module.environ["PATH"]), "SEMCHECK_TEST_IN": None,
+                                   "SEMCHECK_TEST_SET": value_digest("1"), "SEMCHECK_TEST_UNSET": None}
         with environment_reads() as reads:
             dict(os_module.environ)
         assert set(reads.digests()) == set(os_module.environ)  # went through all of it

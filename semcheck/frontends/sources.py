@@ -68,7 +68,7 @@ def environment_reads():
     getitem, iterate = environ_type.__getitem__, environ_type.__iter__
 
     def recorded_getitem(self, key):
-        if self is os.environ:
+        if self is os.environ and isinstance(key, str):  # (os.get_exec_path also tries b"PATH")
             reads.names.add(key)
         return getitem(self, key)
 
