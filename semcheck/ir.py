@@ -50,10 +50,15 @@ class Loc:
         """"called from line 40 in kernel, ..." (a frame in another file names the file)."""
         calls = []
         for frame in self.chain:
-            at = (f"line {frame.line}" if os.path.abspath(frame.file) == os.path.abspath(self.file)
-                  else f"{display_path(frame.file)}:{frame.line}")
+            at = self.call_site(frame)
             calls.append(f"{at} in {frame.function}" if frame.function else at)
         return "called from " + ", from ".join(calls)
+
+    def call_site(self, frame: Frame) -> str:
+        """"line 40" for a call in this location's file, else "path:40"."""
+        if os.path.abspath(frame.file) == os.path.abspath(self.file):
+            return f"line {frame.line}"
+        return f"{display_path(frame.file)}:{frame.line}"
 
     def bare(self) -> "Loc":
         """The line alone, without the calls that led to it."""

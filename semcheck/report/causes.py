@@ -3,10 +3,9 @@ and the fix, naming the line and the call that is missing."""
 
 from __future__ import annotations
 
-import os
 from typing import Iterable
 
-from semcheck.ir import Loc, display_path
+from semcheck.ir import Loc
 from semcheck.result import CauseKind, RootCause, Violation
 
 
@@ -38,9 +37,7 @@ def _line(loc: Loc | None) -> str:
         return "(unknown line)"
     if not loc.chain:
         return f"line {loc.line}"
-    call = loc.chain[-1]
-    at = f"line {call.line}" if os.path.abspath(call.file) == os.path.abspath(loc.file) else f"{display_path(call.file)}:{call.line}"
-    return f"line {loc.line} (called from {at})"
+    return f"line {loc.line} (called from {loc.call_site(loc.chain[-1])})"
 
 
 def offset_text(offset: int | None) -> str:
