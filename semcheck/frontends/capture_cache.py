@@ -93,10 +93,13 @@ def capture(path: str, devices: int, *, timeout: float | None = None, assumed: t
     problem = folder_problem(folder)
     if problem:
         raise CacheFolderError(f"{ENVIRONMENT}: {problem}")
-    request = _request(os.path.abspath(path), devices, assumed)
+    from semcheck.frontends.capture_process import child_environment
+
+    env = child_environment(devices)  # as the child sees it: a parent's device count is replaced
+    request = _request(os.path.abspath(path), devices, assumed, env)
     entry = os.path.join(folder, hashlib.sha256(_canonical(request)).hexdigest())
     with _locked(entry + ".lock"):
-        kept = _load(entry + ".capture", request, _child_environment(devices))
+        kept = _load(entry + ".capture", request, env)
         if kept is not None and (timeout is None or timeout >= sum(kept.seconds.values())):
             return dataclasses.replace(kept, kept=True)
         outcome = capturing.capture_script(path, devices, timeout=timeout, assumed=assumed)
@@ -105,14 +108,7 @@ def capture(path: str, devices: int, *, timeout: float | None = None, assumed: t
         return outcome
 
 
-def _child_environment(devices: int) -> dict[str, str]:
-    from semcheck.frontends.capture_process import child_environment
-
-    return child_environment(devices)  # as the child sees it: a parent's device count is replaced
-
-
-def _request(path: str, devices: int, assumed: tuple[str, ...]) -> dict:
-    env = _child_environment(devices)
+def _request(path: str, devices: int, assumed: tuple[str, ...], env: dict[str, str]) -> dict:
     seen = {k: v for k, v in sorted(env.items()) if k.startswith(_SEEN_PREFIXES) or k in CAPTURE_VARIABLES}
     return {"script": path, "devices": devices, "assumed": list(assumed), "environment": seen,
             "semcheck": _semcheck_version(), "jax": _jax_version()}
