@@ -132,7 +132,7 @@ def capturing(record: Callable):
 
         return lowering_rule
 
-    from semcheck.frontends.operands import forget_runs
+    from semcheck.frontends.operands import forget_runs, runs_one_at_a_time
 
     forget_runs()
     table = mlir._platform_specific_lowerings["cpu"]
@@ -140,8 +140,15 @@ def capturing(record: Callable):
     calls = call_primitives()
     saved = {p: table.get(p) for p in (*prims.values(), *calls)}
     # Lowered inline, not through JAX's per-eqn lowering cache (which lowers each kernel in a
-    # function of its own, whose arguments hide where an operand came from).
-    cached = {p for p in (*prims.values(), *calls) if p not in mlir._uncacheable_primitives}
+    # function of its own, whose arguments hide where an operand came from). So is every
+    # other primitive JAX knows now: the cache lowers an eqn (a while loop, a cond) once into
+    # a detached function and clones its body at each use (jax/_src/interpreters/mlir.py,
+    # `_emit_lowering_rule_as_fun`, JAX 0.10.2), so a kernel inside one would see the
+    # template's values, not the program's, and where its operands come from
+    # (frontends/provenance.py) could not be followed.
+    known = {*mlir._lowerings, *(p for rules in mlir._platform_specific_lowerings.values() for p in rules)}
+    cached = {p for p in (*known, *prims.values(), *calls) if p not in mlir._uncacheable_primitives}
+    mlir._uncacheable_primitives.update(cached)
     try:
         for name, prim in prims.items():
             mlir.register_lowering(prim, hook(name), platform="cpu", cacheable=False)
@@ -149,7 +156,7 @@ def capturing(record: Callable):
             mlir.register_lowering(prim, _inlined_call(prim, param), platform="cpu", cacheable=False)
         from semcheck.lower.tpu_hardware import tpu_generation_for_cpu
 
-        with tpu_generation_for_cpu():
+        with tpu_generation_for_cpu(), runs_one_at_a_time():
             yield
     finally:
         mlir._uncacheable_primitives.difference_update(cached)
@@ -330,9 +337,12 @@ def with_operand_values(found: list, fn, args, kwargs) -> list:
         return found
     if [(c.primitive, c.num_operands) for c in ran] != [(c.primitive, c.num_operands) for c in found]:
         return found
+    from semcheck.frontends.provenance import decide_withheld
+
+    decide_withheld(ran)
     for kernel, run in zip(found, ran):
         kernel.operand_values = run.operand_values
-        kernel.after_other_kernel = run.after_other_kernel
+        kernel.withheld = run.withheld
     return found
 
 
@@ -540,6 +550,9 @@ def _child(args) -> int:
             outcome.devices = jax.device_count()
             ran, ran_cpu = time.perf_counter(), time.process_time()
             _settle_callbacks()
+            from semcheck.frontends.provenance import decide_withheld
+
+            decide_withheld(captures)
             outcome.protocols, outcome.errors = lower_captures(
                 list(captures), assumed=[a.name for a in script_assumptions] + list(args.assumed))
             outcome.assumptions = list(script_assumptions)
