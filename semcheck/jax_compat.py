@@ -111,14 +111,15 @@ def jax_internal(name: str) -> Any:
 
 
 @contextlib.contextmanager
-def replaced(name: str, attr: str, make: Callable[[Any], Any]) -> Iterator[None]:
+def replaced(name: str, attr: str, make: Callable[[Any], Any]) -> Iterator[Any]:
     """Within this block, attribute `attr` of the JAX internal module `name` is
-    `make(original)`; the original is restored after."""
+    `make(original)` (what the block gets); the original is restored after."""
     module = jax_internal(name)
     original = getattr(module, attr)
-    setattr(module._module, attr, make(original))
+    replacement = make(original)
+    setattr(module._module, attr, replacement)
     try:
-        yield
+        yield replacement
     finally:
         setattr(module._module, attr, original)
 

@@ -45,7 +45,7 @@ from typing import Callable
 
 from semcheck import ir
 from semcheck.errors import LoadError
-from semcheck.jax_compat import JaxInternalMissing, jax_internal
+from semcheck.jax_compat import JaxInternalMissing, jax_internal, replaced
 from semcheck.records import record
 
 from semcheck.frontends.capture_process import (  # noqa: F401 (child_environment: for the cache and tests)
@@ -139,32 +139,40 @@ def capturing(record: Callable):
     prims = {"pallas_call": pallas_call.pallas_call_p, "mpmd_map": mpmd.mpmd_map_p}
     calls = call_primitives()
     saved = {p: table.get(p) for p in (*prims.values(), *calls)}
-    # Lowered inline, not through JAX's per-eqn lowering cache (which lowers each kernel in a
-    # function of its own, whose arguments hide where an operand came from). So is every
-    # other primitive JAX knows now: the cache lowers an eqn (a while loop, a cond) once into
-    # a detached function and clones its body at each use (jax/_src/interpreters/mlir.py,
-    # `_emit_lowering_rule_as_fun`, JAX 0.10.2), so a kernel inside one would see the
-    # template's values, not the program's, and where its operands come from
-    # (frontends/provenance.py) could not be followed.
-    known = {*mlir._lowerings, *(p for rules in mlir._platform_specific_lowerings.values() for p in rules)}
-    cached = {p for p in (*known, *prims.values(), *calls) if p not in mlir._uncacheable_primitives}
-    mlir._uncacheable_primitives.update(cached)
+    # Lowered inline, not through JAX's per-eqn lowering cache: the cache lowers an eqn once
+    # into a detached function and clones its body at each use (jax/_src/interpreters/mlir.py,
+    # `_emit_lowering_rule_as_fun`, JAX 0.10.2), so a kernel inside it (in a while loop, a
+    # cond) would see the template's values, not the program's: two uses would be one
+    # capture, and where an operand comes from
+    # (frontends/provenance.py) could not be followed. So while capturing, no primitive
+    # is cached; one that JAX registers as uncacheable meanwhile stays so after.
+    uncacheable = mlir._uncacheable_primitives
+    everything: set = set()
     try:
-        for name, prim in prims.items():
-            mlir.register_lowering(prim, hook(name), platform="cpu", cacheable=False)
-        for prim, param in calls.items():
-            mlir.register_lowering(prim, _inlined_call(prim, param), platform="cpu", cacheable=False)
-        from semcheck.lower.tpu_hardware import tpu_generation_for_cpu
+        with replaced("mlir", "_uncacheable_primitives", _EveryPrimitive) as everything:
+            for name, prim in prims.items():
+                mlir.register_lowering(prim, hook(name), platform="cpu", cacheable=False)
+            for prim, param in calls.items():
+                mlir.register_lowering(prim, _inlined_call(prim, param), platform="cpu", cacheable=False)
+            from semcheck.lower.tpu_hardware import tpu_generation_for_cpu
 
-        with tpu_generation_for_cpu(), runs_one_at_a_time():
-            yield
+            with tpu_generation_for_cpu(), runs_one_at_a_time():
+                yield
     finally:
-        mlir._uncacheable_primitives.difference_update(cached)
+        uncacheable.update(p for p in everything if p not in saved)
         for prim, entry in saved.items():
             if entry is None:
                 table.pop(prim, None)
             else:
                 table[prim] = entry
+
+
+class _EveryPrimitive(set):
+    """JAX's set of primitives it lowers without its per-eqn cache, while capturing: every
+    primitive is in it (those added to it are kept, to be put back)."""
+
+    def __contains__(self, primitive) -> bool:
+        return True
 
 
 def call_primitives() -> dict:

@@ -384,11 +384,11 @@ class ThreadLowering:
         self.program_ids: tuple[int, ...] = ()
         self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile,
                                    read_buffers=kernel.read_buffers, shared_written=kernel.shared_written,
-                                   unfollowed=kernel.unfollowed_data.get(device, {}),
+                                   unfollowed={**kernel.unfollowed_data.get(device, {}), **{
+                                       buffer: f"the values the capture saw of {buffer} on this device are not used: {why}"
+                                       for buffer, why in kernel.withheld_data.get(device, {}).items()}},
                                    assumed=_ThreadsAssumedElements(self))
         self._reads = 0
-        for buffer, why in kernel.withheld_data.get(device, {}).items():
-            self.memory.unfollowed[buffer] = f"the values the capture saw of {buffer} on this device are not used: {why}"
         if not kernel.data_seen:
             self.memory.undefined = (
                 "which this thread has not stored, and the capture saw no operand values (the "
