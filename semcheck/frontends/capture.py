@@ -12,7 +12,8 @@ In that process semcheck registers its own CPU lowering rules for `pallas_call` 
 which take precedence over JAX's: when the script's jitted code is compiled, each rule
 receives the kernel's jaxpr and params, reads the device mesh of the enclosing shard_map
 from `ctx.module_context.axis_context`, records the kernel, and returns zeros of the output
-avals so the script runs on. A nested `jax.jit` or closed call that holds a kernel is
+avals so the script runs on (which operands may then hold such zeros:
+frontends/provenance.py). A nested `jax.jit` or closed call that holds a kernel is
 lowered inline (`_inlined_call`), so that every call is a capture of its own among the
 values around it (the program linking follows semaphores through it). After the script
 ends (or fails), each recorded kernel is lowered to Protocols, which go back to the parent

@@ -99,9 +99,8 @@ def trace_operands(captures: list) -> None:
 class _Slice:
     """One backward slice being gathered."""
 
-    def __init__(self, values: list, own: set):
+    def __init__(self, values: list):
         self.stack = list(values)
-        self.own = own
         self.kernels: dict[str, None] = {}
         self.arguments: set[int] = set()  # of the main function
         self.outside: dict[str, None] = {}  # other values from outside the program
@@ -133,7 +132,7 @@ class _ModuleWalk:
         return tuple(self._origin([node, *control], own) for node in operands)
 
     def _origin(self, values: list, own: set) -> OperandOrigin:
-        found = _Slice(values, own)
+        found = _Slice(values)
         seen: set = set()
         expanded: set = set()
         while found.stack:
