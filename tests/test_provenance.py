@@ -205,6 +205,51 @@ def test_later_runs_of_a_program_are_seen_although_jax_would_take_its_fast_path(
     assert sorted(in_g.withheld[0]) == [0, 1]
 
 
+def test_a_kernel_whose_runs_are_not_seen_counts_as_run_before_every_later_program():
+    m = mesh((2, 2), ("x", "y"))
+    # Manual over x only: no per-device callback, so when this kernel runs is not seen.
+    partly_manual = jax.jit(jax.shard_map(lambda n, x: kern(n, x), mesh=m, in_specs=(P("x"), P("x")),
+                                          out_specs=P("x"), axis_names={"x"}, check_vma=False))
+
+    @jax.jit
+    def f(n, x):
+        return kern(n, x)
+
+    unseen, later = captured((partly_manual, (jnp.arange(2, dtype=jnp.int32), jnp.ones((16, 128), jnp.float32))),
+                             (f, (N, X)))
+    assert unseen.operand_values == {}
+    assert later.ran_before[0] == (f"{_label(unseen)} is a kernel semcheck saw compiled but cannot see run, so it "
+                                   f"may have run before, and {ZEROS}")
+    assert sorted(later.withheld[0]) == [0, 1]
+
+
+def test_a_run_inside_another_makes_runs_indistinguishable_from_then_on():
+    @jax.jit
+    def inner(n, x):
+        return kern(n, x)
+
+    def host(n):
+        jax.block_until_ready(inner(jnp.asarray(n), X))  # a run while the outer one is in flight
+
+    @jax.jit
+    def outer(n, x):
+        jax.debug.callback(host, n)
+        return kern(n, x)
+
+    @jax.jit
+    def later(n, x):
+        return kern(n, x)
+
+    from semcheck.frontends import operands
+
+    in_outer, in_inner, in_later = captured((outer, (N, X)), (later, (N, X)))
+    assert operands._runs.overlapped
+    assert in_inner.withheld == {}  # the first kernel to run at all
+    for capture in (in_outer, in_later):
+        assert "semcheck cannot tell whether in an earlier run of a program" in capture.ran_before[0]
+        assert sorted(capture.withheld[0]) == [0, 1]
+
+
 # --- the walk on modules written by hand ----------------------------------------------------------
 
 
