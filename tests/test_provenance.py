@@ -15,7 +15,9 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import PartitionSpec as P
 
+from semcheck.api import check_protocol
 from semcheck.errors import LoadError
+from semcheck.report import text
 from semcheck.frontends.capture import capture_function, capturing, lower_captures
 from semcheck.frontends.provenance import OperandOrigin, _ModuleWalk, decide_withheld
 from tests.tpu_kernels import mesh
@@ -364,6 +366,12 @@ def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chai
     assert not errors
     second = protocols[-1]
     assert len(second.inputs) == inputs
+    result = check_protocol(second)
+    assert result.verdict.value == ("violation" if chained else "safe")
+    assert result.values.withheld == (("n_ref",) if chained else ())
+    assert text.values_lines(result) == (
+        ["  values: over ranges n_ref[0] any int32; not as passed n_ref (an earlier kernel's output may reach them)"]
+        if chained else ["  values: as the script passed n_ref"])
     withheld = [note for note in second.notes if note.startswith("the values the script passed are not used for")]
     if chained:
         assert withheld == [

@@ -276,6 +276,10 @@ class KernelContext:
         if self.withheld_data:
             self.note(withheld_note(self.withheld_data, self.mesh.size))
 
+    def withheld_buffers(self) -> tuple[str, ...]:
+        """The operands whose script values are not used on some device."""
+        return tuple(sorted({buffer for why in self.withheld_data.values() for buffer in why}))
+
     def is_assumed(self, input_name: str) -> bool:
         from semcheck.passes.assumptions import covers
 

@@ -163,6 +163,7 @@ def _lower_once(capture, name: str, kernel_loc: ir.Loc, unfollowed: dict[str, st
             frontend="gpu",
             notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
             data_uses=tuple(ctx.data_uses),
+            withheld=ctx.withheld_buffers(),
             # What the kernel takes and returns, for the program linking (lower/program.py).
             ports=ir.Ports(tuple(arg_names[:n_in]), tuple(arg_names[n_in:n_in + n_out])),
         ),

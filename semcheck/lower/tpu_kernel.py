@@ -446,6 +446,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         frontend="tpu",
         notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
         data_uses=tuple(ctx.data_uses),
+        withheld=ctx.withheld_buffers(),
         findings=tuple(ctx.findings),
         dma_unit=dma_unit,
         ports=ir.Ports(
