@@ -551,6 +551,9 @@ class Protocol:
     frontend: str = "model"  # "model", "tpu" or "gpu": who produced it
     notes: tuple[str, ...] = field(default=())
     data_uses: tuple[DataUse, ...] = field(default=())  # values taken from data (lower/data.py)
+    # Operands whose script values were not used because an earlier kernel's output (zeros in
+    # the capture) may reach them (frontends/provenance.py); the notes say where and why.
+    withheld: tuple[str, ...] = field(default=())
     # Whether the cores of one chip enter (and leave) each invocation of the kernel together,
     # so that a signal or copy between two cores of one device never meets a core outside
     # the sender's invocation (docs/semantics.md, "How the cores of a chip enter a kernel";

@@ -16,8 +16,9 @@ package's metadata (`version_notice` runs in the CLI, where JAX is not imported 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from semcheck.errors import LoadError
 
@@ -39,7 +40,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "debugging": ("jax._src.debugging",),
     "dtypes": ("jax._src.dtypes",),
     "mlir": ("jax._src.interpreters.mlir",),
+    "mlir_ir": ("jax._src.lib.mlir:ir",),  # an attribute of jax._src.lib.mlir
     "pjit": ("jax._src.pjit",),
+    "pxla": ("jax._src.interpreters.pxla",),
     "sharding_impls": ("jax._src.sharding_impls",),
     "source_info_util": ("jax._src.source_info_util",),
     "xla_client": ("jax._src.lib:xla_client",),  # an attribute of jax._src.lib, not a submodule
@@ -105,6 +108,20 @@ def jax_internal(name: str) -> Any:
         found = _loaded[name] = _Internal(module, path.replace(":", "."))
         return found
     raise JaxInternalMissing(f"the module {paths[0].replace(':', '.')}", tuple(p.replace(":", ".") for p in paths[1:]))
+
+
+@contextlib.contextmanager
+def replaced(name: str, attr: str, make: Callable[[Any], Any]) -> Iterator[Any]:
+    """Within this block, attribute `attr` of the JAX internal module `name` is
+    `make(original)` (what the block gets); the original is restored after."""
+    module = jax_internal(name)
+    original = getattr(module, attr)
+    replacement = make(original)
+    setattr(module._module, attr, replacement)
+    try:
+        yield replacement
+    finally:
+        setattr(module._module, attr, original)
 
 
 def first_attr(name: str, *attrs: str) -> Any:

@@ -322,9 +322,12 @@ class CheckedValues:
 
     script: tuple[str, ...] = ()
     ranges: tuple[Input, ...] = ()
+    # Operands whose script values were not used: an earlier kernel's output may reach them
+    # (the capture's zeros; the notes say on which devices and why).
+    withheld: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.script or self.ranges)
+        return bool(self.script or self.ranges or self.withheld)
 
 
 @record(repr=False)

@@ -12,7 +12,8 @@ In that process semcheck registers its own CPU lowering rules for `pallas_call` 
 which take precedence over JAX's: when the script's jitted code is compiled, each rule
 receives the kernel's jaxpr and params, reads the device mesh of the enclosing shard_map
 from `ctx.module_context.axis_context`, records the kernel, and returns zeros of the output
-avals so the script runs on. A nested `jax.jit` or closed call that holds a kernel is
+avals so the script runs on (which operands may then hold such zeros:
+frontends/provenance.py). A nested `jax.jit` or closed call that holds a kernel is
 lowered inline (`_inlined_call`), so that every call is a capture of its own among the
 values around it (the program linking follows semaphores through it). After the script
 ends (or fails), each recorded kernel is lowered to Protocols, which go back to the parent
@@ -45,7 +46,7 @@ from typing import Callable
 
 from semcheck import ir
 from semcheck.errors import LoadError
-from semcheck.jax_compat import JaxInternalMissing, jax_internal
+from semcheck.jax_compat import JaxInternalMissing, jax_internal, replaced
 from semcheck.records import record
 
 from semcheck.frontends.capture_process import (  # noqa: F401 (child_environment: for the cache and tests)
@@ -132,32 +133,47 @@ def capturing(record: Callable):
 
         return lowering_rule
 
-    from semcheck.frontends.operands import forget_runs
+    from semcheck.frontends.operands import forget_runs, runs_one_at_a_time
 
     forget_runs()
     table = mlir._platform_specific_lowerings["cpu"]
     prims = {"pallas_call": pallas_call.pallas_call_p, "mpmd_map": mpmd.mpmd_map_p}
     calls = call_primitives()
     saved = {p: table.get(p) for p in (*prims.values(), *calls)}
-    # Lowered inline, not through JAX's per-eqn lowering cache (which lowers each kernel in a
-    # function of its own, whose arguments hide where an operand came from).
-    cached = {p for p in (*prims.values(), *calls) if p not in mlir._uncacheable_primitives}
+    # Lowered inline, not through JAX's per-eqn lowering cache: the cache lowers an eqn once
+    # into a detached function and clones its body at each use (jax/_src/interpreters/mlir.py,
+    # `_emit_lowering_rule_as_fun`, JAX 0.10.2), so a kernel inside it (in a while loop, a
+    # cond) would see the template's values, not the program's: two uses would be one
+    # capture, and where an operand comes from
+    # (frontends/provenance.py) could not be followed. So while capturing, no primitive
+    # is cached; one that JAX registers as uncacheable meanwhile stays so after.
+    uncacheable = mlir._uncacheable_primitives
+    everything: set = set()
     try:
-        for name, prim in prims.items():
-            mlir.register_lowering(prim, hook(name), platform="cpu", cacheable=False)
-        for prim, param in calls.items():
-            mlir.register_lowering(prim, _inlined_call(prim, param), platform="cpu", cacheable=False)
-        from semcheck.lower.tpu_hardware import tpu_generation_for_cpu
+        with replaced("mlir", "_uncacheable_primitives", _EveryPrimitive) as everything:
+            for name, prim in prims.items():
+                mlir.register_lowering(prim, hook(name), platform="cpu", cacheable=False)
+            for prim, param in calls.items():
+                mlir.register_lowering(prim, _inlined_call(prim, param), platform="cpu", cacheable=False)
+            from semcheck.lower.tpu_hardware import tpu_generation_for_cpu
 
-        with tpu_generation_for_cpu():
-            yield
+            with tpu_generation_for_cpu(), runs_one_at_a_time():
+                yield
     finally:
-        mlir._uncacheable_primitives.difference_update(cached)
+        uncacheable.update(p for p in everything if p not in saved)
         for prim, entry in saved.items():
             if entry is None:
                 table.pop(prim, None)
             else:
                 table[prim] = entry
+
+
+class _EveryPrimitive(set):
+    """JAX's set of primitives it lowers without its per-eqn cache, while capturing: every
+    primitive is in it (those added to it are kept, to be put back)."""
+
+    def __contains__(self, primitive) -> bool:
+        return True
 
 
 def call_primitives() -> dict:
@@ -330,9 +346,12 @@ def with_operand_values(found: list, fn, args, kwargs) -> list:
         return found
     if [(c.primitive, c.num_operands) for c in ran] != [(c.primitive, c.num_operands) for c in found]:
         return found
+    from semcheck.frontends.provenance import decide_withheld
+
+    decide_withheld(ran)
     for kernel, run in zip(found, ran):
         kernel.operand_values = run.operand_values
-        kernel.after_other_kernel = run.after_other_kernel
+        kernel.withheld = run.withheld
     return found
 
 
@@ -540,6 +559,9 @@ def _child(args) -> int:
             outcome.devices = jax.device_count()
             ran, ran_cpu = time.perf_counter(), time.process_time()
             _settle_callbacks()
+            from semcheck.frontends.provenance import decide_withheld
+
+            decide_withheld(captures)
             outcome.protocols, outcome.errors = lower_captures(
                 list(captures), assumed=[a.name for a in script_assumptions] + list(args.assumed))
             outcome.assumptions = list(script_assumptions)

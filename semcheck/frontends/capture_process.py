@@ -31,7 +31,8 @@ _CHILD = "import sys; del sys.path[0]; from semcheck.frontends.capture import ch
 SERVER_PRELOAD = ("jax", "jax.experimental.pallas", "jax.experimental.pallas.tpu", "jaxlib.mlir.dialects.mhlo?",
                   "jax._src.pallas.mosaic.pallas_call_registration?", "jaxlib.mlir.dialects.builtin?",
                   "jaxlib.mlir.extras.meta?", "semcheck.frontends.capture", "semcheck.lower.*", "semcheck.semantics",
-                  "semcheck.semantics.ordering", "semcheck.frontends.operands", "semcheck.passes.assumptions",
+                  "semcheck.semantics.ordering", "semcheck.frontends.operands", "semcheck.frontends.provenance",
+                  "semcheck.passes.assumptions",
                   "semcheck.frontends.isolation", "semcheck.frontends.sources")
 _ENTRY = "semcheck.frontends.capture:child_main"
 

@@ -10,27 +10,68 @@ per-device values inside shard_map (jax/_src/debugging.py, 0.10.2); nothing is e
 twice and the script's own computation is untouched.
 
 Only the first call of a kernel on each device is kept: the verdict is for the values the
-script passed the first time. The capture replaces every kernel's outputs with zeros, so a
-kernel that first runs on a device after another kernel ran there may be fed those zeros:
-its values on that device are not used (`KernelCapture.after_other_kernel`). A kernel that was lowered but never run (e.g. `.lower()`
-only) has no values; then the data path cannot be evaluated and says so.
+script passed the first time. The capture replaces every kernel's outputs with zeros, so an
+operand may be an earlier kernel's zeros: frontends/provenance.py decides, per operand,
+whether its value is the script's own. For operands that come from outside the program (its
+arguments), that depends on whether any kernel ran before the program's run began. So that
+every callback is known to belong to one run, each run of a program that holds semcheck's
+callbacks runs alone while capturing (`runs_one_at_a_time`): it goes through JAX's Python
+dispatch (`ExecuteReplicated.__call__`; the C++ fast path is not kept for it) and waits for
+its callbacks before returning. At each kernel's first call on a device, `ran_before` gets
+what ran before that run began, if anything. A kernel that was lowered but never run (e.g.
+`.lower()` only) has no values; then the data path cannot be evaluated and says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from semcheck.jax_compat import jax_internal
 
 _lock = threading.Lock()
-_ran: dict[int, set[int]] = {}  # device -> ids of the captures that ran on it
+
+
+class _Runs:
+    """What ran so far in this capture session (guarded by `_lock`)."""
+
+    def __init__(self):
+        self.first_calls: list[tuple[object, int | None]] = []  # (capture, run) of each first call on a device
+        self.count = 0  # runs of programs with semcheck's callbacks begun
+        self.current: int | None = None  # the one in progress (None: none, or not known)
+        self.in_flight = 0
+        self.overlapped = False  # two runs were in flight at once: runs can no longer be told apart
+        self.unseen: list[str] = []  # kernels lowered without a callback: when they run is not seen
+
+
+_runs = _Runs()
 
 
 def forget_runs() -> None:
     """Start a capture session: kernels that ran in an earlier one (an earlier in-process
     `semcheck.verify`) did not run before this session's kernels."""
+    global _runs
     with _lock:
-        _ran.clear()
+        _runs = _Runs()
+
+
+def _before_this_run(capture) -> str | None:
+    """What ran before the run of `capture`'s program now in progress began (None: no kernel
+    did, so none can have fed the program's arguments)."""
+    from semcheck.frontends.provenance import ZEROS, kernel_label
+
+    runs = _runs
+    if runs.unseen:
+        return (f"{runs.unseen[0]} is a kernel semcheck saw compiled but cannot see run, so it may have run "
+                f"before, and {ZEROS}")
+    earlier = [c for c, run in runs.first_calls if runs.current is None or run != runs.current]
+    if not earlier:
+        return None
+    if runs.current is None:
+        return (f"{kernel_label(earlier[0])} ran before it, and semcheck cannot tell whether in an earlier run "
+                f"of a program, whose outputs may have become this program's arguments ({ZEROS})")
+    return (f"{kernel_label(earlier[0])} ran in an earlier run of a program, whose outputs may have become "
+            f"this program's arguments ({ZEROS})")
 
 
 def record_operands(ctx, in_nodes, capture) -> None:
@@ -44,10 +85,15 @@ def record_operands(ctx, in_nodes, capture) -> None:
     names = tuple(axis_context.mesh.axis_names) if isinstance(axis_context, sharding_impls.SPMDAxisContext) else ()
     sizes = tuple(int(capture.mesh.axis_sizes[capture.mesh.axis_names.index(n)]) for n in names) \
         if tuple(capture.mesh.axis_names) == names else ()
-    if len(sizes) != len(names):
-        return  # a mesh semcheck does not lay out: no values (the lowering says so if it needs them)
-    if names and set(axis_context.manual_axes) != set(names):
-        return  # a partly automatic shard_map: no per-device shards to call back with
+    if len(sizes) != len(names) or (names and set(axis_context.manual_axes) != set(names)):
+        # A mesh semcheck does not lay out, or a partly automatic shard_map (no per-device
+        # shards to call back with): no values (the lowering says so if it needs them), and
+        # when this kernel runs is not seen either.
+        from semcheck.frontends.provenance import kernel_label
+
+        with _lock:
+            _runs.unseen.append(kernel_label(capture))
+        return
     numeric = [k for k, aval in enumerate(ctx.avals_in) if not dtypes.issubdtype(aval.dtype, dtypes.extended)]
 
     def received(*args):
@@ -60,10 +106,10 @@ def record_operands(ctx, in_nodes, capture) -> None:
             if device in capture.operand_values:
                 return
             capture.operand_values[device] = arrays
-            earlier = _ran.setdefault(device, set())
-            if earlier - {id(capture)}:
-                capture.after_other_kernel.add(device)
-            earlier.add(id(capture))
+            before = _before_this_run(capture)
+            if before is not None:
+                capture.ran_before[device] = before
+            _runs.first_calls.append((capture, _runs.current))
 
     def call_back(*operands):
         coords = [lax.axis_index(n) for n in names]
@@ -71,6 +117,70 @@ def record_operands(ctx, in_nodes, capture) -> None:
         return []
 
     mlir.lower_fun(call_back, multiple_results=True)(ctx, *in_nodes)
+
+
+@contextlib.contextmanager
+def runs_one_at_a_time():
+    """Within this block, each run of a compiled program that has host callbacks (semcheck's
+    operand callbacks among them) is numbered, runs alone and returns once its callbacks
+    ran, so a callback knows which run it belongs to (`_Runs.current`). JAX keeps a C++
+    fast path for a jitted function whose jaxpr has no effects (jax/_src/pjit.py,
+    `_get_fastpath_data`, 0.10.2), which would run later calls without Python seeing them:
+    it is not kept for such programs here. A run that starts while another is in flight (a
+    callback that calls a jitted function, threads) makes runs indistinguishable from then
+    on (`overlapped`): every later operand from outside its program counts as possibly an
+    earlier kernel's output."""
+    from semcheck.jax_compat import replaced
+
+    def no_fastpath_with_callbacks(fastpath):
+        def get(executable, *args, **kwargs):
+            if getattr(getattr(executable, "unsafe_call", None), "has_host_callbacks", False):
+                return None
+            return fastpath(executable, *args, **kwargs)
+
+        return get
+
+    pxla = jax_internal("pxla")
+    execute = pxla.ExecuteReplicated.__call__
+
+    def run_alone(self, *args):
+        if not self.has_host_callbacks:
+            return execute(self, *args)
+        with _lock:
+            runs = _runs
+            alone = not runs.in_flight and not runs.overlapped
+            if alone:
+                runs.count += 1
+                runs.current = runs.count
+            else:
+                runs.overlapped, runs.current = True, None
+            runs.in_flight += 1
+        try:
+            out = execute(self, *args)
+            if alone:
+                _settle()
+            return out
+        finally:
+            with _lock:
+                runs.in_flight -= 1
+                if not runs.in_flight:
+                    runs.current = None
+
+    with replaced("pjit", "_get_fastpath_data", no_fastpath_with_callbacks):
+        pxla.ExecuteReplicated.__call__ = run_alone
+        try:
+            yield
+        finally:
+            pxla.ExecuteReplicated.__call__ = execute
+
+
+def _settle() -> None:
+    import jax
+
+    try:
+        jax.effects_barrier()
+    except Exception:  # noqa: BLE001 - a runtime the script broke: its callbacks are what they are
+        pass
 
 
 _primitive = None

@@ -19,7 +19,7 @@ from semcheck.errors import LoadError
 from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.emitter import Emitter
 from semcheck.lower.source import KernelBody, Locator
-from semcheck.lower.data import AssumedElements, ThreadMemory
+from semcheck.lower.data import AssumedElements, ThreadMemory, initial_contents, unfollowed_operands
 from semcheck.lower.pipeline import HBM_SPACES, Pipeline
 from semcheck.lower.values import Known, RefValue, Sym
 from semcheck.jax_compat import jax_internal
@@ -53,6 +53,31 @@ class MeshShape:
 
     def __str__(self) -> str:
         return "x".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_sizes)) or "1 device"
+
+
+@record(frozen=True)
+class OperandData:
+    """The operand values the capture saw, by kernel invar index: `used` (device -> index ->
+    the script's array) and `withheld` (device -> index -> (array, why it is not used):
+    frontends/provenance.py)."""
+
+    seen: bool = False  # the script ran the kernel, so its operand values were captured
+    used: dict = field(default_factory=dict)
+    withheld: dict = field(default_factory=dict)
+
+
+def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
+    """The values a KernelCapture saw of its operands, by kernel invar index (`operand_of`:
+    invar index -> the call's operand index)."""
+    used: dict[int, dict[int, object]] = {}
+    withheld: dict[int, dict[int, tuple]] = {}
+    for device, values in capture.operand_values.items():
+        why = capture.withheld.get(device, {})
+        used[device] = {k: values[op] for k, op in operand_of.items() if op in values and op not in why}
+        held = {k: (values[op], why[op]) for k, op in operand_of.items() if op in values and op in why}
+        if held:
+            withheld[device] = held
+    return OperandData(bool(capture.operand_values), used, withheld)
 
 
 def semaphore_kind(dtype) -> SemKind | None:
@@ -134,7 +159,9 @@ class KernelContext:
     # capture saw none, e.g. the kernel was traced but never run).
     initial_data: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     data_seen: bool = False  # the script ran the kernel, so its operand values were captured
-    data_withheld: frozenset[int] = frozenset()  # devices whose values may be an earlier kernel's zeros
+    # Operands whose script values were seen but are not used, because they may be an earlier
+    # kernel's zeros (frontends/provenance.py): device -> buffer -> why.
+    withheld_data: dict[int, dict[str, str]] = field(default_factory=dict)
     # Operands whose values were seen but are not followed (blocked ones): device -> buffer -> why.
     unfollowed_data: dict[int, dict[str, str]] = field(default_factory=dict)
     # Data moved by remote copies (schedule.py): where each thread reads data, what each
@@ -226,10 +253,32 @@ class KernelContext:
             return None
         if not self.data_seen:
             return "the kernel was traced but not run, so the capture saw no operand values"
-        if device in self.data_withheld:
-            return ("another kernel ran first on that device, and semcheck's capture replaces kernel outputs "
-                    "with zeros, so the value seen may be one")
+        why = self.withheld_data.get(device, {}).get(buffer)
+        if why is not None:
+            return f"the value the capture saw on device {device} is not used: {why}"
         return "the capture saw no value of it on that device"
+
+    def use_operand_values(self, refs: list[RefValue], data: dict, withheld: dict) -> None:
+        """The script's operand values as the threads' initial memory. `data`: device -> ref
+        index -> the script's array; `withheld`: device -> ref index -> (array, why) for the
+        values that may be an earlier kernel's zeros (not used; a note says which, where the
+        kernel's ref would have held them)."""
+        seen = {d: {**{k: a for k, (a, _) in withheld.get(d, {}).items()}, **data.get(d, {})}
+                for d in set(data) | set(withheld)}
+        self.initial_data = initial_contents(refs, data)
+        self.unfollowed_data = unfollowed_operands(refs, seen)
+        followed = initial_contents(refs, seen)
+        self.withheld_data = {}
+        for device, why in withheld.items():
+            kept = {refs[k].alloc: reason for k, (_, reason) in why.items() if refs[k].alloc in followed.get(device, {})}
+            if kept:
+                self.withheld_data[device] = kept
+        if self.withheld_data:
+            self.note(withheld_note(self.withheld_data, self.mesh.size))
+
+    def withheld_buffers(self) -> tuple[str, ...]:
+        """The operands whose script values are not used on some device."""
+        return tuple(sorted({buffer for why in self.withheld_data.values() for buffer in why}))
 
     def is_assumed(self, input_name: str) -> bool:
         from semcheck.passes.assumptions import covers
@@ -282,6 +331,22 @@ def _element_named(name: str, buffer: str) -> tuple[int, ...] | None:
         return None
 
 
+def withheld_note(withheld: dict[int, dict[str, str]], devices: int) -> str:
+    """Which operands' script values are not used, on which devices, and why."""
+    where: dict[tuple[str, str], list[int]] = {}
+    for device, why in sorted(withheld.items()):
+        for buffer, reason in why.items():
+            where.setdefault((buffer, reason), []).append(device)
+    parts = []
+    for (buffer, reason), on in where.items():
+        place = ("every device" if len(on) == devices and devices > 1 else
+                 f"device {on[0]}" if len(on) == 1 else f"devices {', '.join(map(str, on))}")
+        parts.append(f"{buffer} on {place} ({reason})")
+    return ("the values the script passed are not used for " + "; ".join(parts)
+            + ": such an operand holds what the kernel's own stores define, and a scalar-prefetch element "
+            "it reads is an input over its type (docs/data-evaluation.md)")
+
+
 def _element_input_note(buffer: str, index: tuple[int, ...], unseen: str | None, blocked: bool) -> str:
     element = f"{buffer}[{', '.join(map(str, index))}]"
     if unseen is not None:
@@ -323,16 +388,12 @@ class ThreadLowering:
         self.program_ids: tuple[int, ...] = ()
         self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile,
                                    read_buffers=kernel.read_buffers, shared_written=kernel.shared_written,
-                                   unfollowed=kernel.unfollowed_data.get(device, {}),
+                                   unfollowed={**kernel.unfollowed_data.get(device, {}), **{
+                                       buffer: f"the values the capture saw of {buffer} on this device are not used: {why}"
+                                       for buffer, why in kernel.withheld_data.get(device, {}).items()}},
                                    assumed=_ThreadsAssumedElements(self))
         self._reads = 0
-        if device in kernel.data_withheld:
-            self.memory.undefined = (
-                "which this thread has not stored; the operand values seen on this device are not "
-                "used, because another kernel ran there first and semcheck's capture replaces kernel "
-                "outputs with zeros (the operand may be one)"
-            )
-        elif not kernel.data_seen:
+        if not kernel.data_seen:
             self.memory.undefined = (
                 "which this thread has not stored, and the capture saw no operand values (the "
                 "kernel was traced but not run: check the script that runs it)"

@@ -14,7 +14,8 @@ from semcheck.ir import Backend, SemOrigin
 from semcheck.lower.gpu_kernel import GPU, SKIPPED_BARRIER_NOTE, ZERO_FILL_NOTE, GpuKernelContext, GpuThreadLowering
 from semcheck.lower.gpu_memory import declare_gpu_ref
 from semcheck.lower import gpu_data
-from semcheck.lower.data import data_notes, initial_contents, unfollowed_operands
+from semcheck.lower.context import operand_data
+from semcheck.lower.data import data_notes
 from semcheck.lower.interpreter import eval_jaxpr
 
 
@@ -162,6 +163,7 @@ def _lower_once(capture, name: str, kernel_loc: ir.Loc, unfollowed: dict[str, st
             frontend="gpu",
             notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
             data_uses=tuple(ctx.data_uses),
+            withheld=ctx.withheld_buffers(),
             # What the kernel takes and returns, for the program linking (lower/program.py).
             ports=ir.Ports(tuple(arg_names[:n_in]), tuple(arg_names[n_in:n_in + n_out])),
         ),
@@ -171,12 +173,8 @@ def _lower_once(capture, name: str, kernel_loc: ir.Loc, unfollowed: dict[str, st
 
 def _operand_data(ctx: GpuKernelContext, capture, inputs: list) -> None:
     """The script's values of the kernel's inputs, per device, as the threads' initial
-    memory (lower/data.py; the same rules as a TPU kernel's operands)."""
-    data = {
-        device: {k: values[k] for k in range(len(inputs)) if k in values}
-        for device, values in capture.operand_values.items() if device not in capture.after_other_kernel
-    }
-    ctx.data_seen = bool(capture.operand_values)
-    ctx.data_withheld = frozenset(set(range(ctx.mesh.size)) - set(data)) if ctx.data_seen else frozenset()
-    ctx.initial_data = initial_contents(inputs, data)
-    ctx.unfollowed_data = unfollowed_operands(inputs, data)
+    memory (lower/data.py; the same rules as a TPU kernel's operands, those that may be an
+    earlier kernel's zeros included)."""
+    data = operand_data(capture, {k: k for k in range(len(inputs))})
+    ctx.data_seen = data.seen
+    ctx.use_operand_values(inputs, data.used, data.withheld)

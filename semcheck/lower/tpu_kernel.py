@@ -28,8 +28,8 @@ from dataclasses import field
 from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
-from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, ThreadLowering
-from semcheck.lower.data import data_notes, initial_contents, unfollowed_operands
+from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, OperandData, ThreadLowering, operand_data
+from semcheck.lower.data import data_notes
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
@@ -67,9 +67,14 @@ class KernelCapture:
     # Names the script's semcheck.assume calls bound: a buffer element they name stays a
     # protocol input (checked over the range) instead of its value in the data.
     assumed: frozenset[str] = frozenset()
-    # Devices where another kernel ran before this one's first call: its operands there may
-    # be that kernel's outputs, which the capture replaced with zeros (not used).
-    after_other_kernel: set = field(default_factory=set)
+    # The capture replaces kernel outputs with zeros, so an operand may hold an earlier
+    # kernel's zeros (frontends/provenance.py). Device -> why a kernel ran before the run of
+    # this kernel's program began (its outputs may be the program's arguments); what each
+    # operand is computed from; and, decided from both, device -> operand index -> why its
+    # value there is not the script's own (not used).
+    ran_before: dict = field(default_factory=dict)
+    operand_origins: tuple = ()
+    withheld: dict = field(default_factory=dict)
     flow: KernelFlow | None = None
     # The avals of the eqn's operands, as JAX lowers the call: what JAX's own TPU lowering
     # of the kernel needs (lower/jax_tpu_lowering.py).
@@ -144,9 +149,9 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
             )
         # The eqn's operands are the dynamic grid bounds, then the kernel's index and inputs.
         n_dynamic = capture.num_operands - n_index - gm.num_inputs
-        data = _operand_data(capture, {k: n_dynamic + k for k in range(n_index + gm.num_inputs)})
+        data = operand_data(capture, {k: n_dynamic + k for k in range(n_index + gm.num_inputs)})
         protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index,
-                                data=data, data_seen=bool(capture.operand_values), n_leading=n_dynamic,
+                                data=data, n_leading=n_dynamic,
                                 n_results=gm.num_outputs, grid_mapping=gm, call_loc=capture.call_loc))
     return protocols
 
@@ -162,7 +167,7 @@ def _grid_as_passed(capture: KernelCapture, grid: tuple, name: str, loc: ir.Loc)
     dynamic = [k for k, d in enumerate(grid) if not isinstance(d, int)]
     if not dynamic:
         return grid, None
-    unseen = _unseen_operands_reason(capture)
+    unseen = _unseen_operands_reason(capture, range(len(dynamic)))
     per_device = [tuple(int(np.asarray(values[j]).reshape(-1)[0]) for j in range(len(dynamic)))
                   for _, values in sorted(capture.operand_values.items())
                   if all(j in values for j in range(len(dynamic)))]
@@ -187,12 +192,13 @@ def _grid_as_passed(capture: KernelCapture, grid: tuple, name: str, loc: ir.Loc)
     )
 
 
-def _unseen_operands_reason(capture: KernelCapture) -> str | None:
+def _unseen_operands_reason(capture: KernelCapture, operands) -> str | None:
     if not capture.operand_values:
         return "the kernel was traced but not run, so the capture saw no operand values"
-    if capture.after_other_kernel:
-        return ("another kernel ran first, and semcheck's capture replaces kernel outputs with zeros, "
-                "so a value seen may be one")
+    for device, why in sorted(capture.withheld.items()):
+        for k in operands:
+            if k in why:
+                return f"the value the capture saw on device {device} is not used: {why[k]}"
     return None
 
 
@@ -280,18 +286,8 @@ def _mpmd_map(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Protocol
     ctx = _context(name, capture, cores, kernel_loc, compiler_params, (cores,), (axis,), jaxpr)
     ctx.core_axis = axis
     points = [[(core,)] for core in range(cores)]
-    data = _operand_data(capture, {k: k for k in range(n_in)})
-    return [_build(ctx, jaxpr, invars, origins, points, n_in, data=data, data_seen=bool(capture.operand_values),
-                   n_results=n_out)]
-
-
-def _operand_data(capture: KernelCapture, operand_of: dict[int, int]) -> dict[int, dict[int, object]]:
-    """device -> kernel invar index -> the script's array for it."""
-    return {
-        device: {k: values[op] for k, op in operand_of.items() if op in values}
-        for device, values in capture.operand_values.items()
-        if device not in capture.after_other_kernel
-    }
+    data = operand_data(capture, {k: k for k in range(n_in)})
+    return [_build(ctx, jaxpr, invars, origins, points, n_in, data=data, n_results=n_out)]
 
 
 # --- shared -------------------------------------------------------------------------------------
@@ -391,11 +387,11 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
 
 
 def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0,
-           data: dict | None = None, data_seen: bool = False, n_leading: int = 0,
+           data: OperandData | None = None, n_leading: int = 0,
            n_results: int = 0, grid_mapping=None, call_loc: ir.Loc | None = None) -> ir.Protocol:
     """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs,
     the first `n_scalar` of them scalar-prefetch operands. `data` holds the script's values
-    of those operands per device (see lower/data.py). The call's operands are `n_leading`
+    of those operands per device, and those not used (see lower/data.py). The call's operands are `n_leading`
     that are no ref (dynamic grid bounds), then the inputs; its `n_results` results are the
     refs after the inputs (the kernel's ports, for linking it into a program). A pallas_call's
     `grid_mapping` says which operands the pipeline copies in and out around each grid step
@@ -411,10 +407,9 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         names = [f"operand{k}" for k in range(len(invars))]
     refs = [ctx.declare_ref(n, v.aval, o, ctx.kernel_loc) for n, v, o in zip(names, invars, origins)]
     ctx.scalar_operands = frozenset(r.alloc for r in refs[:n_scalar] if not r.is_semaphore)
-    ctx.data_seen = data_seen
-    ctx.data_withheld = frozenset(set(range(ctx.mesh.size)) - set((data or {}).keys())) if data_seen else frozenset()
-    ctx.initial_data = initial_contents(refs, data or {})
-    ctx.unfollowed_data = unfollowed_operands(refs, data or {})
+    data = data or OperandData()
+    ctx.data_seen = data.seen
+    ctx.use_operand_values(refs, data.used, data.withheld)
     handed_in = [
         r.alloc for r, o in zip(refs[:n_inputs], origins) if r.is_semaphore and o is SemOrigin.ARGUMENT
     ]
@@ -425,7 +420,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         ctx.note(handed_out_note(handed_out))
     devices = ctx.mesh.size
     if grid_mapping is not None:
-        ctx.pipeline = _pipeline(ctx, grid_mapping, refs, n_scalar, points, data or {}, call_loc)
+        ctx.pipeline = _pipeline(ctx, grid_mapping, refs, n_scalar, points, data.used, call_loc)
     barrier = _declare_default_barrier(ctx, devices)
     threads, dma_unit = in_dma_units(ctx, _lower_with_copied_data(ctx, jaxpr, refs, points, barrier))
     for note in modelling_notes(ctx, devices, barrier) + hardware_notes(ctx):
@@ -451,6 +446,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         frontend="tpu",
         notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
         data_uses=tuple(ctx.data_uses),
+        withheld=ctx.withheld_buffers(),
         findings=tuple(ctx.findings),
         dma_unit=dma_unit,
         ports=ir.Ports(

@@ -156,6 +156,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
         frontend=first.frontend,
         notes=(_program_note(labels, kernels, handovers),) + _kernel_notes(kernels, labels, handovers),
         data_uses=tuple(u for kernel in kernels for u in kernel.data_uses),
+        withheld=tuple(dict.fromkeys(w for kernel in kernels for w in kernel.withheld)),
         cores_enter_together=all(k.cores_enter_together for k in kernels),
         kernels=tuple(labels),
         findings=tuple(dict.fromkeys(f for kernel in kernels for f in kernel.findings)),

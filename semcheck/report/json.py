@@ -221,6 +221,7 @@ def values_dict(r: Result) -> dict:
     return {
         "script": list(r.values.script),
         "ranges": [{"name": i.name, "lo": i.lo, "hi": i.hi, "assumed": i.assumed} for i in r.values.ranges],
+        "withheld": list(r.values.withheld),
     }
 
 

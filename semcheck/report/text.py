@@ -248,8 +248,9 @@ _INT_RANGES = {(-(1 << 31), (1 << 31) - 1): "int32", (0, (1 << 32) - 1): "uint32
 
 def values_lines(r: Result) -> list[str]:
     """One short line saying what the verdict holds for (result.CheckedValues): the
-    operands whose script values decided the protocol, and the inputs checked over a range,
-    one per family (`init_flag_ref[0]` for its per-device inputs `init_flag_ref[0]@d0`, ...)."""
+    operands whose script values decided the protocol, the inputs checked over a range,
+    one per family (`init_flag_ref[0]` for its per-device inputs `init_flag_ref[0]@d0`, ...),
+    and the operands whose script values were not used (frontends/provenance.py)."""
     values = r.values
     if not values:
         return []
@@ -261,6 +262,8 @@ def values_lines(r: Result) -> list[str]:
             (re.sub(r"@d\d+", "", i.name), i.lo, i.hi, i.assumed) for i in values.ranges)
         parts.append("over ranges " + _few([
             f"{name} {_range_text(lo, hi)}{' (assumed)' if assumed else ''}" for name, lo, hi, assumed in families]))
+    if values.withheld:
+        parts.append(f"not as passed {_few(list(values.withheld))} (an earlier kernel's output may reach them)")
     return ["  values: " + "; ".join(parts)]
 
 

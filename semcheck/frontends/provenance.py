@@ -1,0 +1,352 @@
+"""Where each captured kernel's operand values come from, and on which devices semcheck may
+use them as the script's own.
+
+TPU kernels cannot run on a CPU, so the capture replaces every kernel's outputs with zeros
+(frontends/capture.py, `_zeros`). An operand computed from such zeros is not what the
+script would pass on a chip, so its value must not decide a verdict. Which operands those
+are is decided per (device, operand):
+
+* Within one jitted program, the capture hook sees a kernel's operands as MLIR values of
+  the program being lowered. Their backward slice through the program (`trace_operands`,
+  run once the program is complete) says whether an operand is computed from an earlier
+  kernel's zero outputs (then it is withheld on every device), from the program's own
+  arguments or a host callback's result (values from outside the program), or from neither
+  (constants, iotas, device ids: always the script's own). The slice follows each value's
+  defining op to its operands; a loop or conditional also to what decides which iteration
+  or branch produced it (the loop condition, the branch index), and so does the kernel's
+  own place inside one; a region's block argument to the operands of the op that holds the
+  region (and a loop's yielded value); a block argument of the main function is a program
+  argument, one of another function the operands of its `func.call` sites.
+* Across programs: a value from outside the program can be an earlier kernel's zeros that
+  the script carried over (through numpy or otherwise) only if some kernel ran before the
+  program's run began: frontends/operands.py records that at each kernel's first run on each
+  device (`KernelCapture.ran_before`), having made each run of a program with semcheck's
+  callbacks run alone. Kernels that ran earlier in the same run cannot have fed its
+  arguments.
+
+Where the walk cannot follow a value (a block argument of a function nothing calls with
+`func.call`), the operand is withheld: a value wrongly taken as the script's could be an
+earlier kernel's zeros, while a withheld one is only checked over more values (a
+scalar-prefetch element over its type) or is an error that says so.
+"""
+
+from __future__ import annotations
+
+from semcheck.records import record
+
+
+@record(frozen=True)
+class OperandOrigin:
+    """What one operand's value is computed from, as far as it can matter: earlier kernels of
+    the same program (whose outputs the capture replaced with zeros), values the program
+    receives from outside (its arguments, a host callback's result), or something the walk
+    could not follow."""
+
+    kernels: tuple[str, ...] = ()
+    outside: tuple[str, ...] = ()
+    unresolved: str | None = None
+
+
+ZEROS = "semcheck's capture replaces kernel outputs with zeros"
+
+# Custom calls that only annotate how a value is laid out across devices: the value passes.
+_LAYOUT_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
+                             "MoveToHost", "MoveToDevice", "annotate_device_placement", "LayoutConstraint"})
+
+
+def kernel_label(capture) -> str:
+    """The kernel as a note names it: its name and the line that called it."""
+    from semcheck import ir
+    from semcheck.lower.source import kernel_function
+
+    params = capture.params
+    jaxpr = params.get("jaxpr") or (params.get("jaxprs") or [None])[0]
+    name = params.get("name") or kernel_function(getattr(jaxpr, "debug_info", None))[0] or capture.primitive
+    loc = capture.call_loc
+    return f"{name} (called at {ir.display_path(loc.file)}:{loc.line})" if loc is not None else name
+
+
+# --- the walk ---------------------------------------------------------------------------------
+
+
+def trace_operands(captures: list) -> None:
+    """Set each capture's `operand_origins` from the program it was lowered in. A capture
+    whose operands are not MLIR values (one found in a jaxpr) keeps none: its values are
+    then all withheld (`decide_withheld`)."""
+    import os
+
+    walks: dict[int, _ModuleWalk] = {}
+    for capture in captures:
+        scope = capture.flow.scope if capture.flow is not None else None
+        module = getattr(scope, "module", None)
+        if module is None:
+            continue
+        walk = walks.setdefault(id(scope), _ModuleWalk(module))
+        for value in capture.flow.results:
+            walk.producers.setdefault(value, kernel_label(capture))
+    for capture in captures:
+        found = walks.get(id(capture.flow.scope)) if capture.flow is not None else None
+        if found is None:
+            continue
+        try:
+            capture.operand_origins = found.origins(capture.flow.operands, capture.flow.results)
+        except Exception:  # a program semcheck cannot walk: every operand is withheld
+            if os.environ.get("SEMCHECK_DEBUG"):
+                raise
+            capture.operand_origins = ()
+
+
+class _Slice:
+    """One backward slice being gathered."""
+
+    def __init__(self, values: list):
+        self.stack = list(values)
+        self.kernels: dict[str, None] = {}
+        self.arguments: set[int] = set()  # of the main function
+        self.outside: dict[str, None] = {}  # other values from outside the program
+        self.unresolved: list[str] = []
+
+    def origin(self, program: str) -> OperandOrigin:
+        args = sorted(self.arguments)
+        outside = tuple(self.outside)
+        if args:
+            listed = ", ".join(map(str, args[:-1])) + f" and {args[-1]}" if len(args) > 1 else str(args[0])
+            outside = (f"argument{'s' if len(args) > 1 else ''} {listed} of {program}", *outside)
+        return OperandOrigin(tuple(self.kernels), outside, self.unresolved[0] if self.unresolved else None)
+
+
+class _ModuleWalk:
+    """Backward slices through one MLIR module; `producers` maps each kernel's zero outputs
+    to the kernel."""
+
+    def __init__(self, module):
+        self.module = module
+        self.producers: dict = {}
+        self._calls: dict[str, list] | None = None
+        self._functions: dict[str, object] | None = None
+        self.name = _symbol(module.operation) or "the jitted program"
+
+    def origins(self, operands, results) -> tuple[OperandOrigin, ...]:
+        control = self._control(results)
+        own = set(results)
+        return tuple(self._origin([node, *control], own) for node in operands)
+
+    def _origin(self, values: list, own: set) -> OperandOrigin:
+        found = _Slice(values)
+        seen: set = set()
+        expanded: set = set()
+        while found.stack:
+            value = found.stack.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            if value in own:  # the kernel's own outputs, carried round a loop back into it
+                found.kernels.setdefault("this kernel's own earlier call", None)
+                continue
+            label = self.producers.get(value)
+            if label is not None:
+                found.kernels.setdefault(label, None)
+                continue
+            owner = value.owner
+            if _is_block(owner):
+                self._block_argument(value, owner.owner.operation, found)
+            else:
+                self._result(value, owner.operation, found, expanded)
+        return found.origin(self.name)
+
+    def _block_argument(self, value, op, found: _Slice) -> None:
+        index = value.arg_number
+        if op.name == "func.func":
+            name = _symbol(op)
+            if name == "main":
+                found.arguments.add(index)
+                return
+            calls = self._call_sites().get(name or "", [])
+            if not calls:
+                found.unresolved.append(f"an argument of the function @{name}, which no func.call in {self.name} calls")
+            found.stack.extend(call.operands[index] for call in calls)
+            return
+        if op.name == "stablehlo.while":  # the value entering the loop, or the one the body yields
+            found.stack.append(op.operands[index])
+            _yielded(op.regions[1], index, found)
+            return
+        if op.name == "sdy.manual_computation":
+            found.stack.append(op.operands[index])
+            return
+        # Another op with regions (reduce, sort, scatter, ...): its region's arguments are
+        # elements of its operands.
+        found.stack.extend(op.operands)
+
+    def _result(self, value, op, found: _Slice, expanded: set) -> None:
+        name, index = op.name, value.result_number
+        if name == "func.call":
+            callee = self._function(_callee(op))
+            if callee is None:
+                found.unresolved.append(f"the result of a call of @{_callee(op)}, a function not in {self.name}")
+                return
+            for ret in _returns(callee):
+                found.stack.append(ret.operands[index])
+            return
+        if name == "stablehlo.while":
+            found.stack.append(op.operands[index])
+            _yielded(op.regions[1], index, found)
+            found.stack.extend(_nested_operands(op.regions[0]))  # the condition decides which iteration's value
+            return
+        if name in ("stablehlo.case", "stablehlo.if"):
+            found.stack.extend(op.operands)  # the branch index (or predicate) decides which branch's value
+            for region in op.regions:
+                _yielded(region, index, found)
+            return
+        if name == "sdy.manual_computation":
+            _yielded(op.regions[0], index, found)
+            return
+        if name == "stablehlo.custom_call" and _target(op) not in _LAYOUT_TARGETS:
+            found.outside.setdefault(f"the result of the custom call {_target(op)!r} (a host callback's, for one)", None)
+        found.stack.extend(op.operands)
+        if op.regions and op not in expanded:  # reduce, sort, scatter, ...: their bodies too
+            expanded.add(op)
+            for region in op.regions:
+                found.stack.extend(_nested_operands(region))
+
+    def _control(self, results) -> list:
+        """What decides whether, and in which iteration, the kernel whose outputs are
+        `results` runs: the conditions of the loops and the indices of the branches around
+        it (up to the main function, through the call sites of a function it is in)."""
+        if not results:
+            return []
+        out: list = []
+        pending = [results[0].owner.operation]
+        seen: set = set()
+        while pending:
+            parent = pending.pop().parent
+            if parent is None or parent in seen:
+                continue
+            seen.add(parent)
+            if parent.name == "stablehlo.while":
+                out.extend(_nested_operands(parent.regions[0]))
+            elif parent.name in ("stablehlo.case", "stablehlo.if"):
+                out.extend(parent.operands)
+            elif parent.name == "func.func":
+                name = _symbol(parent)
+                if name != "main":
+                    pending.extend(self._call_sites().get(name or "", []))
+                continue
+            pending.append(parent)
+        return out
+
+    def _call_sites(self) -> dict[str, list]:
+        if self._calls is None:
+            self._calls = {}
+            for op in _all_ops(self.module.body):
+                if op.name == "func.call":
+                    self._calls.setdefault(_callee(op), []).append(op)
+        return self._calls
+
+    def _function(self, name: str):
+        if self._functions is None:
+            self._functions = {}
+            for op in self.module.body.operations:
+                op = op.operation
+                if op.name == "func.func":
+                    self._functions[_symbol(op) or ""] = op
+        return self._functions.get(name)
+
+
+_TERMINATORS = frozenset({"stablehlo.return", "sdy.return", "func.return"})
+
+
+def _yielded(region, index: int, found: _Slice) -> None:
+    """The value a region yields at `index` (onto the slice), or why it cannot be known."""
+    ops = region.blocks[0].operations if len(region.blocks) else []
+    last = ops[len(ops) - 1].operation if len(ops) else None
+    if last is None or last.name not in _TERMINATORS or index >= len(last.operands):
+        found.unresolved.append("a region that is not complete (a program whose lowering did not finish)")
+        return
+    found.stack.append(last.operands[index])
+
+
+def _is_block(owner) -> bool:
+    from semcheck.jax_compat import jax_internal
+
+    return isinstance(owner, jax_internal("mlir_ir").Block)
+
+
+def _symbol(op) -> str | None:
+    try:
+        return op.attributes["sym_name"].value
+    except (KeyError, AttributeError):
+        return None
+
+
+def _callee(op) -> str:
+    return op.attributes["callee"].value
+
+
+def _target(op) -> str:
+    try:
+        return op.attributes["call_target_name"].value
+    except (KeyError, AttributeError):
+        return ""
+
+
+def _returns(function) -> list:
+    return [op for op in _all_ops(function.regions[0]) if op.name == "func.return"]
+
+
+def _nested_operands(region) -> list:
+    return [value for op in _all_ops(region) for value in op.operands]
+
+
+def _all_ops(container) -> list:
+    """Every operation in a region or block, nested ones included."""
+    blocks = list(container.blocks) if hasattr(container, "blocks") else [container]
+    out = []
+    while blocks:
+        block = blocks.pop()
+        for op in block.operations:
+            op = op.operation
+            out.append(op)
+            for region in op.regions:
+                blocks.extend(region.blocks)
+    return out
+
+
+# --- the decision -----------------------------------------------------------------------------
+
+
+def decide_withheld(captures: list) -> None:
+    """Set each capture's `withheld` (device -> operand index -> why its value there is not
+    the script's own), from its operands' origins (`trace_operands`) and what ran before it on
+    each device (frontends/operands.py). Called once the script's runs are over and every
+    program it lowered is complete."""
+    trace_operands(captures)
+    for capture in captures:
+        capture.withheld = {}
+        for device, values in capture.operand_values.items():
+            why = {k: reason for k in values
+                   if (reason := withheld_reason(capture, k, capture.ran_before.get(device))) is not None}
+            if why:
+                capture.withheld[device] = why
+
+
+def withheld_reason(capture, index: int, before: str | None) -> str | None:
+    """Why operand `index` of `capture` on a device is not used (None: it is the script's own
+    value there). `before`: what ran before the program's run began on that device."""
+    origins = capture.operand_origins
+    if index >= len(origins):  # never walked: it may be anything, an earlier kernel's zeros included
+        return f"semcheck did not follow where it comes from in the program, so it may be an earlier kernel's output, and {ZEROS}"
+    origin = origins[index]
+    if origin.kernels:
+        return f"it is computed from the outputs of {_names(origin.kernels)}, and {ZEROS}"
+    if origin.unresolved is not None:
+        return (f"semcheck could not follow where it comes from ({origin.unresolved}), so it may be an "
+                f"earlier kernel's output, and {ZEROS}")
+    if origin.outside and before is not None:
+        return f"it comes from {_names(origin.outside)}, and {before}"
+    return None
+
+
+def _names(items: tuple[str, ...]) -> str:
+    if len(items) <= 2:
+        return " and ".join(items)
+    return f"{', '.join(items[:2])} and {len(items) - 2} more"

@@ -1,0 +1,431 @@
+"""Where a captured kernel's operand values come from (semcheck/frontends/provenance.py): an
+operand is withheld on a device when its backward slice through the jitted program reaches
+an earlier kernel's outputs (zeros in the capture), or when it comes from outside the
+program and a kernel ran before the program's run began (frontends/operands.py). The
+kernels here are traced in this process under the capture hooks and never run."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import PartitionSpec as P
+
+from semcheck.api import check_protocol
+from semcheck.errors import LoadError
+from semcheck.report import text
+from semcheck.frontends.capture import capture_function, capturing, lower_captures
+from semcheck.frontends.provenance import OperandOrigin, _ModuleWalk, decide_withheld
+from tests.tpu_kernels import mesh
+
+ZEROS = "semcheck's capture replaces kernel outputs with zeros"
+
+
+def copy_kernel(n_ref, x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def kern(n, x):
+    """A kernel taking a scalar-prefetch operand `n` and a block `x`."""
+    return pl.pallas_call(
+        copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid_spec=pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                                               out_specs=pl.BlockSpec(memory_space=pl.ANY)))(n, x)
+
+
+def to_count(y):
+    return jnp.sum(y).astype(jnp.int32).reshape(1)
+
+
+N = jnp.array([3], jnp.int32)
+X = jnp.ones((8, 128), jnp.float32)
+
+
+def captured(*calls) -> list:
+    """The captures of running each (jitted function, args) in turn, with their withheld
+    operands decided."""
+    caps: list = []
+    with capturing(caps.append):
+        for fn, args in calls:
+            jax.block_until_ready(fn(*args))
+    decide_withheld(caps)
+    return caps
+
+
+def test_an_operand_that_is_a_program_argument_is_the_scripts_value_after_another_kernel():
+    @jax.jit
+    def f(n, x):
+        return kern(n, kern(n, x))
+
+    first, second = captured((f, (N, X)))
+    assert second.operand_origins[0] == OperandOrigin(outside=("argument 0 of jit_f",))
+    assert second.operand_origins[1].kernels and not second.operand_origins[1].outside
+    assert first.withheld == {} and first.ran_before == {}
+    assert list(second.withheld) == [0] and list(second.withheld[0]) == [1]  # only the block
+    assert second.withheld[0][1].startswith("it is computed from the outputs of copy_kernel (called at ")
+    assert second.withheld[0][1].endswith(ZEROS)
+
+
+def test_an_operand_computed_from_an_earlier_kernels_output_is_withheld():
+    @jax.jit
+    def f(n, x):
+        return kern(to_count(kern(n, x)), x)
+
+    _, second = captured((f, (N, X)))
+    assert second.operand_origins[0].kernels and not second.operand_origins[0].outside
+    assert sorted(second.withheld[0]) == [0]
+
+
+def test_the_slice_goes_through_a_nested_jit_with_and_without_a_kernel():
+    @jax.jit
+    def plain(y):
+        return y + 1  # no kernel: JAX lowers it as a func.call of a function of its own
+
+    @jax.jit
+    def with_kernel(n, x):
+        return kern(n, x)  # holds a kernel: lowered inline (capture._inlined_call)
+
+    @jax.jit
+    def f(n, x):
+        y = with_kernel(n, x)
+        return kern(plain(n), kern(to_count(plain(y)), x))
+
+    a, b, c = captured((f, (N, X)))
+    assert "call @plain" in str(a.flow.scope.module)
+    assert b.operand_origins[0].kernels == (_label(a),)  # through the func.call of `plain`
+    assert c.operand_origins[0] == OperandOrigin(outside=("argument 0 of jit_f",))  # argument, through `plain`
+    assert _label(b) in c.operand_origins[1].kernels
+
+
+def test_a_loop_carrying_a_kernels_output_withholds_it_and_keeps_the_unchanged_count():
+    @jax.jit
+    def f(n, x):
+        return jax.lax.fori_loop(0, 3, lambda i, c: (c[0], kern(c[0], c[1])), (n, x))[1]
+
+    [loop] = captured((f, (N, X)))
+    assert loop.operand_origins[0] == OperandOrigin(outside=("argument 0 of jit_f",))
+    assert loop.operand_origins[1].kernels == ("this kernel's own earlier call",)
+    assert sorted(loop.withheld[0]) == [1]
+
+
+def test_a_loop_result_depends_on_the_loop_condition():
+    @jax.jit
+    def f(n, x):
+        limit = to_count(kern(n, x))[0]  # the trip count comes from a kernel's output
+        m = jax.lax.while_loop(lambda c: c[0] < limit, lambda c: c + 1, n)
+        return kern(m, x)
+
+    first, second = captured((f, (N, X)))
+    assert second.operand_origins[0].kernels == (_label(first),)
+
+
+def test_a_branch_chosen_by_a_kernels_output_withholds_its_value():
+    @jax.jit
+    def f(n, x):
+        flag = to_count(kern(n, x))[0] > 0
+        m = jax.lax.cond(flag, lambda: n + 1, lambda: n)
+        return kern(m, x)
+
+    first, second = captured((f, (N, X)))
+    assert second.operand_origins[0].kernels == (_label(first),)
+
+
+def test_a_kernel_under_a_branch_depends_on_what_chose_the_branch():
+    @jax.jit
+    def f(n, x):
+        y = kern(n, x)
+        return jax.lax.cond(to_count(y)[0] > 0, lambda: kern(n, x), lambda: x)
+
+    first, second = captured((f, (N, X)))
+    assert second.operand_origins[0].kernels == (_label(first),)
+    assert "argument 0 of jit_f" in second.operand_origins[0].outside
+
+
+def test_a_shard_map_region_maps_its_arguments_to_the_programs():
+    m = mesh((4,))
+
+    def per_device(n, x):
+        return kern(n, kern(n, x))
+
+    f = jax.jit(jax.shard_map(per_device, mesh=m, in_specs=(P("x"), P("x")), out_specs=P("x"), check_vma=False))
+    first, second = captured((f, (jnp.arange(4, dtype=jnp.int32), jnp.ones((32, 128), jnp.float32))))
+    assert second.operand_origins[0] == OperandOrigin(outside=("argument 0 of jit_per_device",))
+    assert sorted(second.operand_values) == [0, 1, 2, 3]
+    assert {d: sorted(w) for d, w in second.withheld.items()} == {d: [1] for d in range(4)}
+    assert [int(second.operand_values[d][0][0]) for d in range(4)] == [0, 1, 2, 3]
+
+
+def test_an_argument_is_withheld_after_a_kernel_of_an_earlier_run():
+    @jax.jit
+    def f1(n, x):
+        return kern(n, x)
+
+    @jax.jit
+    def f2(n, x):
+        return kern(n + 1, x)
+
+    first, second = captured((f1, (N, X)), (f2, (N, X)))
+    assert first.withheld == {}
+    assert second.ran_before[0].startswith(f"{_label(first)} ran in an earlier run of a program")
+    assert sorted(second.withheld[0]) == [0, 1]
+    assert second.withheld[0][0].startswith(f"it comes from argument 0 of jit_f2, and {_label(first)} ran in an ")
+
+
+def test_a_kernel_first_run_in_a_programs_second_run_is_after_the_first_runs_kernels():
+    @jax.jit
+    def f(n, x):
+        y = kern(n, x)
+        return jax.lax.cond(n[0] > 3, lambda: kern(n, y), lambda: y)
+
+    first, second = captured((f, (N, X)), (f, (N + 1, X)))  # the branch's kernel runs only the second time
+    assert sorted(first.operand_values) == sorted(second.operand_values) == [0]
+    assert first.withheld == {}
+    assert _label(first) in second.ran_before[0]
+    assert sorted(second.withheld[0]) == [0, 1]
+    assert "argument 0 of jit_f" in second.withheld[0][0]
+
+
+def test_later_runs_of_a_program_are_seen_although_jax_would_take_its_fast_path():
+    @jax.jit
+    def g(n, x):
+        return jax.lax.cond(n[0] > 3, lambda: kern(n, x), lambda: x)
+
+    @jax.jit
+    def f(n, x):
+        return kern(n, x)
+
+    # g's kernel first runs in g's third call (through JAX's C++ dispatch, were it kept),
+    # after f's kernel ran: g's arguments may be f's zeros by then.
+    in_g, in_f = captured((g, (N, X)), (f, (N, X)), (g, (N, X)), (g, (N + 1, X)))
+    assert sorted(in_g.operand_values) == sorted(in_f.operand_values) == [0]
+    assert in_f.withheld == {}
+    assert in_g.ran_before[0].startswith(f"{_label(in_f)} ran in an earlier run of a program")
+    assert sorted(in_g.withheld[0]) == [0, 1]
+
+
+def test_a_kernel_whose_runs_are_not_seen_counts_as_run_before_every_later_program():
+    m = mesh((2, 2), ("x", "y"))
+    # Manual over x only: no per-device callback, so when this kernel runs is not seen.
+    partly_manual = jax.jit(jax.shard_map(lambda n, x: kern(n, x), mesh=m, in_specs=(P("x"), P("x")),
+                                          out_specs=P("x"), axis_names={"x"}, check_vma=False))
+
+    @jax.jit
+    def f(n, x):
+        return kern(n, x)
+
+    unseen, later = captured((partly_manual, (jnp.arange(2, dtype=jnp.int32), jnp.ones((16, 128), jnp.float32))),
+                             (f, (N, X)))
+    assert unseen.operand_values == {}
+    assert later.ran_before[0] == (f"{_label(unseen)} is a kernel semcheck saw compiled but cannot see run, so it "
+                                   f"may have run before, and {ZEROS}")
+    assert sorted(later.withheld[0]) == [0, 1]
+
+
+def test_a_run_inside_another_makes_runs_indistinguishable_from_then_on():
+    @jax.jit
+    def inner(n, x):
+        return kern(n, x)
+
+    def host(n):
+        jax.block_until_ready(inner(jnp.asarray(n), X))  # a run while the outer one is in flight
+
+    @jax.jit
+    def outer(n, x):
+        jax.debug.callback(host, n)
+        return kern(n, x)
+
+    @jax.jit
+    def later(n, x):
+        return kern(n, x)
+
+    from semcheck.frontends import operands
+
+    in_outer, in_inner, in_later = captured((outer, (N, X)), (later, (N, X)))
+    assert operands._runs.overlapped
+    assert in_inner.withheld == {}  # the first kernel to run at all
+    for capture in (in_outer, in_later):
+        assert "semcheck cannot tell whether in an earlier run of a program" in capture.ran_before[0]
+        assert sorted(capture.withheld[0]) == [0, 1]
+
+
+# --- the walk on modules written by hand ----------------------------------------------------------
+
+
+def _walk(text: str):
+    from semcheck.jax_compat import jax_internal
+
+    mlir = jax_internal("mlir")
+    ir = jax_internal("mlir_ir")
+    context = mlir.make_ir_context()
+    module = ir.Module.parse(text, context=context)
+    ops = {}
+    stack = [module.body]
+    while stack:
+        block = stack.pop()
+        for op in block.operations:
+            op = op.operation
+            if "tag" in op.attributes:
+                ops[op.attributes["tag"].value] = op
+            for region in op.regions:
+                stack.extend(region.blocks)
+    return _ModuleWalk(module), ops, context
+
+
+def test_an_argument_of_a_function_nothing_calls_is_unresolved():
+    walk, ops, context = _walk("""
+      func.func public @main(%a: tensor<i32>) -> tensor<i32> {
+        return %a : tensor<i32>
+      }
+      func.func private @orphan(%b: tensor<i32>) -> tensor<i32> {
+        %0 = stablehlo.add %b, %b {tag = "use"} : tensor<i32>
+        return %0 : tensor<i32>
+      }""")
+    with context:
+        [origin] = walk.origins([ops["use"].result], [])
+    assert origin.unresolved == "an argument of the function @orphan, which no func.call in the jitted program calls"
+    kernel = _capture_with(origin)
+    decide_withheld([kernel])
+    assert "could not follow where it comes from" in kernel.withheld[0][0]
+
+
+def test_an_argument_of_a_called_function_is_what_its_call_sites_pass():
+    walk, ops, context = _walk("""
+      func.func public @main(%a: tensor<i32>) -> tensor<i32> {
+        %c = stablehlo.constant {tag = "zeros"} dense<0> : tensor<i32>
+        %0 = func.call @helper(%c) : (tensor<i32>) -> tensor<i32>
+        %1 = func.call @helper(%a) : (tensor<i32>) -> tensor<i32>
+        return %1 : tensor<i32>
+      }
+      func.func private @helper(%b: tensor<i32>) -> tensor<i32> {
+        %0 = stablehlo.negate %b {tag = "use"} : tensor<i32>
+        return %0 : tensor<i32>
+      }""")
+    walk.producers[ops["zeros"].result] = "producer"
+    with context:
+        [origin] = walk.origins([ops["use"].result], [])
+    assert origin == OperandOrigin(kernels=("producer",), outside=("argument 0 of the jitted program",))
+
+
+def test_a_while_body_argument_is_the_entering_or_the_yielded_value():
+    walk, ops, context = _walk("""
+      func.func public @main(%a: tensor<i32>, %z: tensor<i32>) -> tensor<i32> {
+        %c = stablehlo.constant {tag = "zeros"} dense<0> : tensor<i32>
+        %0:2 = stablehlo.while(%i = %a, %j = %z) : tensor<i32>, tensor<i32>
+          cond {
+            %p = stablehlo.compare LT, %i, %i : (tensor<i32>, tensor<i32>) -> tensor<i1>
+            stablehlo.return %p : tensor<i1>
+          } do {
+            %u = stablehlo.add %j, %j {tag = "use"} : tensor<i32>
+            stablehlo.return %i, %c : tensor<i32>, tensor<i32>
+          }
+        return %0#0 : tensor<i32>
+      }""")
+    walk.producers[ops["zeros"].result] = "producer"
+    with context:
+        [origin] = walk.origins([ops["use"].result], [])
+    assert origin == OperandOrigin(kernels=("producer",), outside=("argument 1 of the jitted program",))
+
+
+def _capture_with(origin: OperandOrigin):
+    from semcheck.lower import KernelCapture
+
+    capture = KernelCapture("pallas_call", {}, 1)
+    capture.operand_origins = (origin,)
+    capture.operand_values = {0: {0: np.zeros(1, np.int32)}}
+    return capture
+
+
+# --- what the lowering makes of it -------------------------------------------------------------------
+
+
+def count_kernel(n_ref, o_ref, credits):
+    pl.semaphore_signal(credits, jnp.clip(n_ref[0], 0, 4))
+    pl.semaphore_wait(credits, 4)
+    o_ref[0] = n_ref[0]
+
+
+def counted(n):
+    return pl.pallas_call(
+        count_kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+        grid_spec=pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, in_specs=[],
+                                               out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+                                               scratch_shapes=[pltpu.SemaphoreType.REGULAR]))(n)
+
+
+@pytest.mark.parametrize("chained, inputs", [(False, 0), (True, 1)])
+def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chained, inputs):
+    def f(n):
+        first = counted(n)
+        return counted(first if chained else n)
+
+    protocols, errors = lower_captures(capture_function(f, jnp.array([4], jnp.int32), operand_values=True))
+    assert not errors
+    second = protocols[-1]
+    assert len(second.inputs) == inputs
+    result = check_protocol(second)
+    assert result.verdict.value == ("violation" if chained else "safe")
+    assert result.values.withheld == (("n_ref",) if chained else ())
+    assert text.values_lines(result) == (
+        ["  values: over ranges n_ref[0] any int32; not as passed n_ref (an earlier kernel's output may reach them)"]
+        if chained else ["  values: as the script passed n_ref"])
+    withheld = [note for note in second.notes if note.startswith("the values the script passed are not used for")]
+    if chained:
+        assert withheld == [
+            f"the values the script passed are not used for n_ref on device 0 (it is computed from the outputs of "
+            f"count_kernel (called at {_call_line()}), and {ZEROS}): such an operand holds what the kernel's own "
+            "stores define, and a scalar-prefetch element it reads is an input over its type (docs/data-evaluation.md)"
+        ]
+        assert any("is a scalar-prefetch operand whose script value is not known (the value the capture saw on "
+                   "device 0 is not used: it is computed from the outputs of count_kernel" in n for n in second.notes)
+    else:
+        assert withheld == []
+
+
+def test_a_gpu_kernels_device_id_from_an_earlier_kernels_output_is_an_error_that_says_why():
+    m = mesh((2,))
+
+    def producer(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    def consumer(x_ref, peer_ref, o_ref, stage):
+        stage[...] = x_ref[...]
+        plgpu.copy_smem_to_gmem(stage, plgpu.remote_ref(o_ref, peer_ref[0]))
+        plgpu.wait_smem_to_gmem(0)
+
+    def per_device(x, peer, chained):
+        peers = plgpu.kernel(producer, out_type=jax.ShapeDtypeStruct(peer.shape, peer.dtype))(peer) if chained else peer
+        return plgpu.kernel(consumer, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                            scratch_types=[plgpu.SMEM((8, 128), jnp.float32)])(x, peers)
+
+    x, peer = jnp.ones((16, 128), jnp.float32), jnp.asarray(np.array([1, 0], np.int32))
+    for chained in (False, True):
+        fn = jax.shard_map(lambda a, b, c=chained: per_device(a, b, c), mesh=m, in_specs=(P("x"), P("x")),
+                           out_specs=P("x"), check_vma=False)
+        protocols, errors = lower_captures(capture_function(fn, x, peer, operand_values=True))
+        if not chained:
+            assert not errors and len(protocols) == 1
+            continue
+        [error] = [e.to_load_error() for e in errors]
+        assert isinstance(error, LoadError)
+        assert "the values the capture saw of peer_ref on this device are not used: it is computed from the outputs " \
+               "of producer" in error.message, error.message
+
+
+def _label(capture) -> str:
+    from semcheck.frontends.provenance import kernel_label
+
+    return kernel_label(capture)
+
+
+def _call_line() -> str:
+    from semcheck import ir
+
+    import inspect
+
+    source, start = inspect.getsourcelines(counted)
+    line = start + next(k for k, text in enumerate(source) if "pl.pallas_call(" in text)
+    return f"{ir.display_path(__file__)}:{line}"
