@@ -37,6 +37,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "core": ("jax._src.core",),
     "custom_batching": ("jax._src.custom_batching",),
     "debugging": ("jax._src.debugging",),
+    "dispatch": ("jax._src.dispatch",),
     "dtypes": ("jax._src.dtypes",),
     "mlir": ("jax._src.interpreters.mlir",),
     "pjit": ("jax._src.pjit",),

@@ -71,6 +71,7 @@ def read_atom(env: dict, atom) -> Value:
 def eval_jaxpr(t: ThreadLowering, jaxpr, consts: Sequence[Value], args: Sequence[Value]) -> list[Value]:
     jax_core = jax_internal("core")
 
+    t.kernel.folds.scan(jaxpr)
     env: dict = {}
     for var, value in zip(jaxpr.constvars, consts):
         env[var] = value
@@ -183,7 +184,8 @@ def fold(t: ThreadLowering, eqn, inputs: list[Known]) -> list[Value] | str | Non
     key = (id(eqn), tuple((x.value.dtype.str, x.value.shape, x.value.tobytes()) for x in inputs))
     cache = t.kernel.fold_cache
     if key not in cache:
-        cache[key] = _bind(eqn, inputs)
+        batched = t.kernel.folds.evaluate(eqn, inputs)
+        cache[key] = _bind(eqn, inputs) if batched is None else batched
     result = cache[key]
     sources = frozenset().union(*(x.sources for x in inputs))
     if isinstance(result, list) and sources:  # the cache holds values; provenance is per use
