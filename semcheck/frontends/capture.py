@@ -520,6 +520,9 @@ def _child(args) -> int:
     import jax
 
     use_compilation_cache(jax)
+    from semcheck.frontends.mlir_contexts import share_contexts
+
+    share_contexts()
     imported, imported_cpu = time.perf_counter(), time.process_time()
 
     captures: list = []
