@@ -108,14 +108,6 @@ def jax_internal(name: str) -> Any:
     raise JaxInternalMissing(f"the module {paths[0].replace(':', '.')}", tuple(p.replace(":", ".") for p in paths[1:]))
 
 
-def replace_attr(name: str, attr: str, value: Any) -> None:
-    """Replace `attr` of the JAX internal module `name` (JaxInternalMissing where it has
-    none): the capture child wraps a JAX function this way (frontends/mlir_contexts.py)."""
-    module = jax_internal(name)
-    getattr(module, attr)
-    setattr(module._module, attr, value)
-
-
 def first_attr(name: str, *attrs: str) -> Any:
     """The first of `attrs` that module `name` has (a name that JAX renamed: the newest
     spelling first)."""

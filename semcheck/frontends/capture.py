@@ -520,9 +520,6 @@ def _child(args) -> int:
     import jax
 
     use_compilation_cache(jax)
-    from semcheck.frontends.mlir_contexts import share_contexts
-
-    share_contexts()
     imported, imported_cpu = time.perf_counter(), time.process_time()
 
     captures: list = []
