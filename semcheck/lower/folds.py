@@ -1,4 +1,4 @@
-"""A kernel's integer folds through one JAX program instead of one program per primitive.
+"""A kernel's exact folds through one JAX program instead of one program per primitive.
 
 The interpreter folds an eqn whose inputs are known by binding its primitive on them
 (`interpreter._bind`, under `ensure_compile_time_eval`): JAX evaluates a primitive eagerly
@@ -6,7 +6,8 @@ by compiling a program of that primitive alone (`dispatch.apply_primitive`, jax/
 JAX 0.10.2), a jit trace, a lowering to StableHLO in a fresh MLIR context and a read of
 JAX's persistent cache, 5-7 ms of CPU each in a capture child, which starts with none of
 them compiled. A TPU example folds about six primitives, so its capture paid about 35 ms
-for them (benchmarks/startup.py).
+for them (benchmarks/startup.py): 0.58 CPU s of the 1.45 s the 20 TPU examples of its
+folder spend lowering at 2 devices; through one program per kernel, 0.19 s.
 
 `KernelFolds` collects, from every jaxpr the kernel's threads evaluate, the eqns that may
 be folded on integer values (`candidate`), one slot per distinct (primitive, params, input
@@ -26,9 +27,10 @@ ones), or a primitive that only places elements (`_PLACES_ELEMENTS`: a broadcast
 reshape, a slice, a select), which computes no value of any dtype. So no rewrite XLA may
 make of the larger program (fusion, simplification) can give a slot another value. Other
 floating-point folds are never batched: a fused program could round differently (XLA's CPU
-backend contracts a multiply and an add into an FMA, and vectorizes some functions), so
-they stay one eager bind each. Only primitives whose eager evaluation is `apply_primitive`
-are batched (a primitive with an implementation of its own is bound eagerly, as before).
+backend always lets LLVM contract a multiply and an add into an FMA: `AllowFPOpFusion =
+Fast` in xla/service/cpu/cpu_compiler.cc, CompilerTargetOptions; and it vectorizes some
+functions), so they stay one eager bind each. Only primitives whose eager evaluation is
+`apply_primitive` are batched (one with an implementation of its own is bound eagerly).
 """
 
 from __future__ import annotations
