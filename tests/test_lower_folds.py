@@ -186,7 +186,7 @@ def test_slots_inside_control_flow_are_found(name):
 
 
 def _all_eqns(jaxpr):
-    from semcheck.lower.interpreter import subjaxprs
+    from semcheck.lower.jaxprs import subjaxprs
 
     for eqn in jaxpr.eqns:
         yield eqn

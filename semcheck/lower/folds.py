@@ -40,7 +40,8 @@ from typing import Callable
 
 import numpy as np
 
-from semcheck.jax_compat import jax_internal
+from semcheck.jax_compat import JaxInternalMissing, jax_internal
+from semcheck.lower.jaxprs import has_subjaxprs, subjaxprs
 from semcheck.lower.values import Known
 
 # Past this many programs for one kernel (a jaxpr with new slots after the first), folds
@@ -86,8 +87,6 @@ def _params_key(params: dict):
 
 def candidate(eqn):
     """The slot key of an eqn that may be folded on integers in a batch, or None."""
-    from semcheck.lower.interpreter import has_subjaxprs
-
     if eqn.effects or has_subjaxprs(eqn.params) or not _evaluated_alone(eqn.primitive):
         return None
     any_dtype = eqn.primitive.name in _PLACES_ELEMENTS
@@ -102,10 +101,14 @@ def candidate(eqn):
 
 
 def _evaluated_alone(primitive) -> bool:
-    """The primitive's eager evaluation is JAX compiling it alone (apply_primitive)."""
-    dispatch = jax_internal("dispatch")
+    """The primitive's eager evaluation is JAX compiling it alone (apply_primitive, as in
+    JAX 0.10.2 and its newest source); a JAX that evaluates otherwise batches nothing."""
+    try:
+        apply_primitive = jax_internal("dispatch").apply_primitive
+    except JaxInternalMissing:
+        return False
     impl = primitive.impl if hasattr(primitive, "impl") else None
-    return getattr(impl, "func", None) is dispatch.apply_primitive
+    return getattr(impl, "func", None) is apply_primitive
 
 
 class _Slot:
@@ -132,8 +135,6 @@ class KernelFolds:
 
     def scan(self, jaxpr) -> None:
         """Note the slots of `jaxpr` and of every jaxpr inside it."""
-        from semcheck.lower.interpreter import subjaxprs
-
         if id(jaxpr) in self._seen:
             return
         self._seen.add(id(jaxpr))

@@ -16,6 +16,7 @@ import numpy as np
 
 from semcheck.errors import LoadError
 from semcheck.lower.context import ThreadLowering
+from semcheck.lower.jaxprs import has_subjaxprs, subjaxprs  # noqa: F401 (subjaxprs: for the frontends)
 from semcheck.lower.registry import lookup
 from semcheck.lower.values import Known, Opaque, RefValue, RunTimeElements, Sym, Value
 from semcheck.jax_compat import jax_internal
@@ -213,22 +214,6 @@ def _size(aval) -> int:
         return math.prod(int(d) for d in shape)
     except TypeError:
         return FOLD_LIMIT + 1
-
-
-def subjaxprs(params: dict):
-    """The open jaxprs among an eqn's params (alone or in tuples)."""
-    jax_core = jax_internal("core")
-
-    for value in params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(item, jax_core.ClosedJaxpr):
-                yield item.jaxpr
-            elif isinstance(item, jax_core.Jaxpr):
-                yield item
-
-
-def has_subjaxprs(params: dict) -> bool:
-    return next(subjaxprs(params), None) is not None
 
 
 def operand(t: ThreadLowering, eqn, value: Value, what: str):
