@@ -150,7 +150,19 @@ main fa7bb6a interleaved, `--captures --repeat 3`:
 
 and the whole folder (`semcheck verify FOLDER -j 1`, CPU of the process tree from
 `perf stat` task-clock, three runs interleaved): main 4.82 / 5.05 / 5.20 s, 339,000-342,000
-page faults; folds batched 4.46 / 4.56 / 5.05 s, 312,000-316,000.
+page faults; folds batched 4.46 / 4.56 / 5.05 s, 312,000-316,000. This script's own table,
+`--baseline` main fa7bb6a, `--repeat 3`, load 5.7-6.0:
+
+| kernel scripts at 2 devices | CPU | minor page faults |
+|---|---|---|
+| 20 files, -j 1, folds batched / main | 5.08 s / 5.50 s | 315,867 / 341,239 |
+| 20 files, -j 2, folds batched / main | 4.91 s / 5.45 s | 326,351 / 348,000 |
+| each file alone, summed, folds batched / main | 16.45 s / 16.01 s | 807,256 / 830,744 |
+| slowest file alone, folds batched / main | 0.94 s / 0.93 s | 41,737 / 43,458 |
+| the checks alone, in one process | 0.18 s | |
+
+(target 2 x 0.94 + 0.18 = 2.07 s: not met). A file alone gains little: a one-kernel script
+folds few distinct primitives, and its fold program is one compilation of its own.
 
 What changed: the lowering folds a kernel's scalar arithmetic through JAX, and binding a
 primitive eagerly compiled a program of that primitive alone (a jit trace, a lowering in a
