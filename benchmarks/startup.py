@@ -147,6 +147,8 @@ main fa7bb6a interleaved, `--captures --repeat 3`:
 |---|---|---|---|---|---|
 | main fa7bb6a, three runs | 3.79-4.00 s | 0.92-1.00 s | 300,020-301,483 | 2.13-2.22 s | 1.40-1.52 s |
 | folds batched (lower/folds.py) | 3.41-3.56 s | 0.83-0.97 s | 276,074-279,142 | 2.11-2.20 s | 1.04-1.09 s |
+| main 990187a (prov merged), load 2-3 | 3.87-4.44 s | 0.93-1.08 s | 300,546-305,488 | 2.16-2.45 s | 1.43-1.70 s |
+| the same with this branch merged | 3.51-3.80 s | 1.01-1.06 s | 276,780-280,497 | 2.19-2.34 s | 1.05-1.17 s |
 
 and the whole folder (`semcheck verify FOLDER -j 1`, CPU of the process tree from
 `perf stat` task-clock, three runs interleaved): main 4.82 / 5.05 / 5.20 s, 339,000-342,000
