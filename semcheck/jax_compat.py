@@ -38,6 +38,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "core": ("jax._src.core",),
     "custom_batching": ("jax._src.custom_batching",),
     "debugging": ("jax._src.debugging",),
+    "dispatch": ("jax._src.dispatch",),
     "dtypes": ("jax._src.dtypes",),
     "mlir": ("jax._src.interpreters.mlir",),
     "mlir_ir": ("jax._src.lib.mlir:ir",),  # an attribute of jax._src.lib.mlir

@@ -18,6 +18,7 @@ from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.emitter import Emitter
+from semcheck.lower.folds import KernelFolds
 from semcheck.lower.source import KernelBody, Locator
 from semcheck.lower.data import AssumedElements, ThreadMemory, initial_contents, unfollowed_operands
 from semcheck.lower.pipeline import HBM_SPACES, Pipeline
@@ -151,6 +152,7 @@ class KernelContext:
     # run_scoped allocations by site: a TPU site's list of refs, a GPU site's ref per argument
     scoped: dict[tuple, list[RefValue] | RefValue] = field(default_factory=dict)
     fold_cache: dict = field(default_factory=dict)
+    folds: KernelFolds = field(default_factory=KernelFolds)  # exact folds through one JAX program a kernel (folds.py)
     # Scalar-prefetch operands: like any operand they hold the script's values; where the
     # capture saw none, each integer element is a protocol input per device over its type.
     scalar_operands: frozenset[str] = frozenset()

@@ -16,6 +16,7 @@ import numpy as np
 
 from semcheck.errors import LoadError
 from semcheck.lower.context import ThreadLowering
+from semcheck.lower.jaxprs import has_subjaxprs, subjaxprs  # noqa: F401 (subjaxprs: for the frontends)
 from semcheck.lower.registry import lookup
 from semcheck.lower.values import Known, Opaque, RefValue, RunTimeElements, Sym, Value
 from semcheck.jax_compat import jax_internal
@@ -71,6 +72,7 @@ def read_atom(env: dict, atom) -> Value:
 def eval_jaxpr(t: ThreadLowering, jaxpr, consts: Sequence[Value], args: Sequence[Value]) -> list[Value]:
     jax_core = jax_internal("core")
 
+    t.kernel.folds.scan(jaxpr)
     env: dict = {}
     for var, value in zip(jaxpr.constvars, consts):
         env[var] = value
@@ -183,7 +185,8 @@ def fold(t: ThreadLowering, eqn, inputs: list[Known]) -> list[Value] | str | Non
     key = (id(eqn), tuple((x.value.dtype.str, x.value.shape, x.value.tobytes()) for x in inputs))
     cache = t.kernel.fold_cache
     if key not in cache:
-        cache[key] = _bind(eqn, inputs)
+        batched = t.kernel.folds.evaluate(eqn, inputs)
+        cache[key] = _bind(eqn, inputs) if batched is None else batched
     result = cache[key]
     sources = frozenset().union(*(x.sources for x in inputs))
     if isinstance(result, list) and sources:  # the cache holds values; provenance is per use
@@ -211,22 +214,6 @@ def _size(aval) -> int:
         return math.prod(int(d) for d in shape)
     except TypeError:
         return FOLD_LIMIT + 1
-
-
-def subjaxprs(params: dict):
-    """The open jaxprs among an eqn's params (alone or in tuples)."""
-    jax_core = jax_internal("core")
-
-    for value in params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(item, jax_core.ClosedJaxpr):
-                yield item.jaxpr
-            elif isinstance(item, jax_core.Jaxpr):
-                yield item
-
-
-def has_subjaxprs(params: dict) -> bool:
-    return next(subjaxprs(params), None) is not None
 
 
 def operand(t: ThreadLowering, eqn, value: Value, what: str):
