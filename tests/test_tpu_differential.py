@@ -56,7 +56,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests import interpreter_forks
-from tests.tpu_support import HANG_KINDS, MEGACORE, ROOT, config_of, device_counts, example_paths, made_once, prefetch, results
+from tests.tpu_support import (
+    HANG_KINDS, MEGACORE, ROOT, config_of, device_counts, example_paths, made_once, prefetch, results, script_verdict,
+)
 
 DEVICE_COUNTS = (2, 4)
 # The module's interpreter runs share one xdist worker (its fixtures are module-scoped), so
@@ -210,8 +212,7 @@ def races_are_compared(path: str, devices: int, config: str) -> bool:
     those on which it fails (a bad id or window) or hangs."""
     if os.path.basename(path) in REJECTED:
         return False
-    [result] = [r for r in results(path, devices) if config_of(r) == config]
-    kinds = {v.kind for v in result.errors}
+    kinds = {v.kind for v in script_verdict(path, devices, config).errors}
     return not (kinds & {"invalid_device_id", "invalid_region"} or (kinds & HANG_KINDS and "remote_before_entry" not in kinds))
 
 
@@ -341,7 +342,7 @@ def outcomes():
 def test_semcheck_agrees_with_the_tpu_interpreter(outcomes, path, devices):
     config, (outcome, output) = outcomes[(path, devices)]
     output = output[-4000:]
-    [result] = [r for r in results(path, devices) if config_of(r) == config]
+    result = script_verdict(path, devices, config)
     assert result.error is None, result.error
     kinds = {v.kind for v in result.errors}
     name = os.path.basename(path)
@@ -361,7 +362,7 @@ def test_semcheck_agrees_with_the_tpu_interpreter(outcomes, path, devices):
     else:
         assert outcome == "finished", (kinds, outcome, output)
         if not kinds:
-            assert result.verdict.value == "safe"
+            assert result.safe
 
 
 @pytest.mark.slow

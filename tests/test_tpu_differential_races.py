@@ -18,7 +18,7 @@ from tests.test_tpu_differential import (
     DEVICE_COUNTS, INTERPRETERS_AT_ONCE, RACE_MODES, RACE_SEEDS, SEED_DECIDES, assert_semcheck_reports,
     interpreter_races, interpreter_runs, lost_the_race, race_params, races_are_compared, shared_run,
 )
-from tests.tpu_support import config_of, example_paths, prefetch, results
+from tests.tpu_support import example_paths, prefetch, script_verdict
 
 
 def first_race_runs():
@@ -65,9 +65,8 @@ def test_every_race_the_interpreter_reports_is_reported_by_semcheck(race_outcome
         # (a run that failed on a lost race's uninitialized value still printed its races)
         races = interpreter_races(output, path)
         races_seen += len(races)
-        [result] = [r for r in results(path, devices) if config_of(r) == config]
         try:
-            assert_semcheck_reports(result, races)
+            assert_semcheck_reports(script_verdict(path, devices, config), races)
         except AssertionError as e:
             problems.append((where, "missed", str(e)))
     assert not problems, problems

@@ -138,6 +138,27 @@ def config_of(result) -> str:
     return MEGACORE if MEGACORE in result.kernel else ""
 
 
+@dataclass(frozen=True)
+class ScriptVerdict:
+    """What semcheck said of one example's script at one device count and configuration,
+    over all its kernels: a script with two kernels (e.g. prefetch_count_from_kernel.py) is
+    one run of JAX's interpreter, which hangs or races if either kernel does."""
+
+    errors: tuple
+    error: object  # the first kernel's error, or None
+    safe: bool
+
+
+def script_verdict(path: str, devices: int, config: str) -> ScriptVerdict:
+    found = [r for r in results(path, devices) if config_of(r) == config]
+    assert found, (path, devices, config)
+    return ScriptVerdict(
+        errors=tuple(v for r in found for v in r.errors),
+        error=next((r.error for r in found if r.error is not None), None),
+        safe=all(r.verdict.value == "safe" for r in found),
+    )
+
+
 _results: dict[tuple[str, int, int], list] = {}
 _lock = threading.Lock()
 

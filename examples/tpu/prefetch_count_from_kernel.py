@@ -3,7 +3,8 @@
 `route_kernel` counts the rows of its block that are routed here (positive) and hands the
 count to `credits_kernel` as its scalar-prefetch operand; `credits_kernel` signals that
 many credits (clipped to 0..EXPECTED) but always waits for EXPECTED, as if every block
-routed EXPECTED rows. A block with fewer routed rows hangs the wait.
+routed EXPECTED rows. A block with fewer routed rows hangs the wait: the script's first
+block has one positive element, so device 0 hangs on a chip (and in JAX's TPU interpreter).
 
 semcheck's capture replaces `route_kernel`'s output with zeros (TPU kernels cannot run on
 a CPU), so the count `credits_kernel` receives in the capture is not the one a chip would
@@ -64,7 +65,7 @@ def route_then_credit(x, mesh):
 if __name__ == "__main__":
     mesh = Mesh(np.array(jax.devices()), ("x",), axis_types=(AxisType.Auto,))
     n = mesh.size
-    x = jnp.arange(n * 8 * 128, dtype=jnp.float32).reshape(n * 8, 128) - 4
+    x = jnp.arange(n * 8 * 128, dtype=jnp.float32).reshape(n * 8, 128) - (8 * 128 - 2)
     out = route_then_credit(x, mesh)
     jax.block_until_ready(out)
     print("route then credit:", out.shape)
