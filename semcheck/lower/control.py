@@ -18,6 +18,7 @@ from semcheck.ir import SemOrigin
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.data import ScalarMerge, element_operand
 from semcheck.lower.interpreter import eval_closed, eval_jaxpr, operand, unwrap, const_value
+from semcheck.lower.ref_names import ref_names
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, sym_op, unknown_data
 
@@ -366,11 +367,8 @@ def _allocations(t: ThreadLowering, eqn, jaxpr) -> list[RefValue]:
     cached = t.kernel.scoped.get(key)
     if isinstance(cached, list):
         return cached
-    names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
-    allocs = []
-    for k, var in enumerate(jaxpr.invars):
-        base = names[k] if k < len(names) and names[k] else f"scoped{k}"
-        allocs.append(t.kernel.declare_ref(base, var.aval, SemOrigin.SCOPED, t.loc(eqn)))
+    names = ref_names(jaxpr, "scoped")
+    allocs = [t.kernel.declare_ref(n, v.aval, SemOrigin.SCOPED, t.loc(eqn)) for n, v in zip(names, jaxpr.invars)]
     t.kernel.scoped[key] = allocs
     return allocs
 

@@ -72,6 +72,9 @@ class GpuKernelContext(KernelContext):
     # Pallas thread -> its warps' (fork, join) semaphores (gpu_warps.py)
     warp_semaphores: dict[int, tuple[str, str]] = field(default_factory=dict)
     gpu_compiler_params: object = None  # the kernel's plgpu.CompilerParams, if any
+    # How many refs plgpu.kernel's wrapper passes the body before its scratch: it allocates
+    # the scratch with run_scoped(functools.partial(body, *refs), ...).
+    body_operands: int = 0
     # The data path (gpu_data.py): buffer -> the threads that read it through the data path,
     # and buffer -> why its values are not followed (found by an earlier lowering).
     gpu_data_reads: dict[str, set] = field(default_factory=dict)

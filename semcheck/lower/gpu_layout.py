@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 
 from semcheck import ir
 from semcheck.errors import LoadError
@@ -16,6 +15,7 @@ from semcheck.lower.gpu_memory import declare_gpu_ref
 from semcheck.lower import gpu_data
 from semcheck.lower.data import data_notes, initial_contents, unfollowed_operands
 from semcheck.lower.interpreter import eval_jaxpr
+from semcheck.lower.ref_names import ref_names
 
 
 def definition_loc(loc: ir.Loc, name: str) -> ir.Loc:
@@ -29,33 +29,6 @@ def definition_loc(loc: ir.Loc, name: str) -> ir.Loc:
         if pattern.match(linecache.getline(loc.file, line)):
             return ir.Loc(loc.file, line)
     return loc
-
-
-# How the jaxpr names the operands `plgpu.kernel`'s wrapper passes on as `*refs`.
-_FLATTENED = re.compile(r"^\w+\[\d+\]$")
-
-
-def parameter_names(loc: ir.Loc, count: int) -> list[str] | None:
-    """The names of the first `count` parameters of the kernel body defined at `loc` (its
-    operands; scratch parameters follow them). `plgpu.kernel` calls the body through a wrapper
-    that takes `*refs`, so the jaxpr's own names are the wrapper's (`refs[0]`, `refs[1]`):
-    reports should use the names the kernel's author wrote."""
-    import ast
-    import linecache
-
-    source = "".join(linecache.getlines(loc.file))
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.lineno == loc.line:
-            args = node.args
-            names = [a.arg for a in args.posonlyargs + args.args]
-            if args.vararg is None and len(names) >= count:
-                return names[:count]
-            return None
-    return None
 
 
 def _gpu_compiler_params(compiler_params):
@@ -121,11 +94,8 @@ def _lower_once(capture, name: str, kernel_loc: ir.Loc, unfollowed: dict[str, st
     ctx.gpu_unfollowed = dict(unfollowed)
     n_in, n_out = capture.num_operands, len(params["out_avals"])
     invars = list(jaxpr.invars)
-    arg_names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
-    if all(_FLATTENED.match(a) for a in arg_names):
-        arg_names = parameter_names(kernel_loc, len(invars)) or arg_names
-    if len(arg_names) != len(invars):
-        arg_names = [f"operand{k}" for k in range(len(invars))]
+    arg_names = ref_names(jaxpr, "operand", kernel_loc)
+    ctx.body_operands = len(invars)
     origins = [SemOrigin.ARGUMENT] * (n_in + n_out) + [SemOrigin.SCRATCH] * (len(invars) - n_in - n_out)
     refs = [declare_gpu_ref(ctx, a, v.aval, o, kernel_loc) for a, v, o in zip(arg_names, invars, origins)]
     _operand_data(ctx, capture, refs[:n_in])

@@ -13,7 +13,9 @@ from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower import gpu_data
 from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering, MBarrier
 from semcheck.lower.interpreter import const_value, eval_jaxpr, operand, unwrap
+from semcheck.lower.ref_names import ref_names
 from semcheck.lower.registry import rule
+from semcheck.lower.source import kernel_function
 from semcheck.lower.values import Known, Opaque, RefValue
 from semcheck.jax_compat import jax_internal
 
@@ -261,15 +263,16 @@ def run_scoped(t: GpuThreadLowering, eqn, inputs):
     # `ref_transforms` records how the allocations were wrapped for the body; the body's
     # eqns already spell those transforms out, so they are not applied twice.
     refs = []
-    names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
+    _name, scoped_fn = kernel_function(jaxpr.debug_info)
+    is_body = scoped_fn is not None and (scoped_fn.file, scoped_fn.line) == (t.kernel.kernel_loc.file, t.kernel.kernel_loc.line)
+    names = ref_names(jaxpr, "scoped", bound=t.kernel.body_operands if is_body else None)
     for k, var in enumerate(jaxpr.invars):
         is_barrier = barrier_info(var.aval.dtype) is not None
         # Barriers are initialized at every entry; memory and semaphores keep their slot.
         key = (id(eqn), k, t.sub if per_thread else None, entry if is_barrier else None)
         ref = t.kernel.scoped.get(key)
         if not isinstance(ref, RefValue):  # not yet allocated
-            base = names[k] if k < len(names) and names[k] else f"scoped{k}"
-            ref = t.kernel.scoped[key] = declare_gpu_ref(t.kernel, base, var.aval, SemOrigin.SCOPED, t.loc(eqn))
+            ref = t.kernel.scoped[key] = declare_gpu_ref(t.kernel, names[k], var.aval, SemOrigin.SCOPED, t.loc(eqn))
         refs.append(ref)
     return eval_jaxpr(t, jaxpr, closed_over[:len(jaxpr.constvars)], refs)
 

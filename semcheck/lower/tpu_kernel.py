@@ -32,6 +32,7 @@ from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, T
 from semcheck.lower.data import data_notes, initial_contents, unfollowed_operands
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
+from semcheck.lower.ref_names import ref_names
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
 from semcheck.lower.tpu_hardware import hardware_notes, in_dma_units
 from semcheck.passes.programs import handed_in_note, handed_out_note
@@ -406,9 +407,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
             ctx.kernel_loc,
             hint="pass the constants as kernel inputs",
         )
-    names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
-    if len(names) != len(invars):
-        names = [f"operand{k}" for k in range(len(invars))]
+    names = ref_names(jaxpr, "operand", ctx.kernel_loc)
     refs = [ctx.declare_ref(n, v.aval, o, ctx.kernel_loc) for n, v, o in zip(names, invars, origins)]
     ctx.scalar_operands = frozenset(r.alloc for r in refs[:n_scalar] if not r.is_semaphore)
     ctx.data_seen = data_seen
