@@ -152,3 +152,27 @@ def test_a_tpu_capture_imports_nothing_the_server_did_not_preload(tmp_path):
                          timeout=300).stdout
     seen = json.loads(out.splitlines()[-1])
     assert seen == {"protocols": 1, "error": None, "imported": []}
+
+
+def test_start_gives_the_child_by_its_pid_to_watch_and_kill(server, tmp_path):
+    """`start` answers once the child is forked: its pid is the process that runs the
+    script (tests/interpreter_forks.py watches an interpreter run's CPU time by it), and
+    killing it ends it and what it started, with the exit code of a SIGKILL."""
+    marker = tmp_path / "pids"
+    script = kernel_script(tmp_path, prefix=(
+        "import os, subprocess, time\n"
+        "daemon = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        f"open({str(marker)!r}, 'w').write(f'{{os.getpid()}} {{daemon.pid}}')\n"
+        "time.sleep(600)\n"))
+    argv = ["--devices", "2", "--output", str(tmp_path / "out.pickle"), "--timeout", "300", script]
+    child = capture_server.start(server.address, ENTRY, argv, capture.child_environment(2),
+                                 stdout=str(tmp_path / "out.txt"), stderr=str(tmp_path / "err.txt"))
+    deadline = time.monotonic() + 120
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        with pytest.raises(TimeoutError):
+            child.wait(timeout=0.1)
+    script_pid, daemon_pid = (int(p) for p in marker.read_text().split())
+    assert child.pid == script_pid
+    child.kill()
+    assert child.wait() == -9
+    assert not pid_alive(script_pid) and not pid_alive(daemon_pid)
