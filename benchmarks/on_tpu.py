@@ -3,12 +3,17 @@
     python benchmarks/on_tpu.py [--only KEY,...] [--timeout S]   # on a machine with a TPU
     python benchmarks/on_tpu.py --list                           # the facts, anywhere
     python benchmarks/on_tpu.py --lower                          # JAX's TPU lowering of every probe, on a CPU
+    python benchmarks/on_tpu.py --interpret --only copy_issue_order   # a probe in JAX's TPU interpreter
 
 Each fact semcheck checks TPU kernels by is an entry of `semcheck/tpu_facts.py` (`FACTS`: the
 rule, its basis, whether a chip has shown it); the TPU frontend and the semantics' messages
 read the same entries. For every fact this script runs a probe on the TPU and prints what
 the chip did beside what semcheck assumes, the unobserved facts included (zero-size and
-traced-size copies, `run_scoped` semaphores, sizes that are not a multiple of 32 bytes).
+traced-size copies, `run_scoped` semaphores, sizes that are not a multiple of 32 bytes,
+whether copies one core started to one device land in the order they started). After the
+table it prints the same as lines to paste into ../shared/reference/tpu-observations.md; the
+docstring of a probe whose answer would change semcheck's wording says which lines change
+(`_order`, for the `rests on:` line of a race between two copies).
 
 No probe can block for ever: before every wait the kernel polls the semaphore with
 `semaphore_read`, a bounded number of times, and waits only when the count is there (a
@@ -20,7 +25,9 @@ kernels in that one process, since that is where the carry was seen. The parent 
 backend is a TPU, and without one it says so and exits 1.
 
 It is not a test (CI has no TPU). `--lower` runs JAX's Pallas TPU lowering of every probe on
-the CPU, which is what tests/test_on_tpu.py checks. Not run on a TPU yet: the observations
+the CPU, which is what tests/test_on_tpu.py checks; `--interpret` runs probes in JAX's TPU
+interpreter (its eager DMA mode), which cannot read a semaphore, so there the counts a probe
+polls for read as there and only the data it moves is real. Not run on a TPU yet: the observations
 in docs/semantics.md ("What the hardware does") come from the earlier probes of the same
 facts (../shared/reference/tpu-observations.md).
 """
@@ -28,6 +35,7 @@ facts (../shared/reference/tpu-observations.md).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -49,10 +57,22 @@ ROWS = 2048  # the f32 (ROWS, 128) input: 1 MiB
 # --- kernel helpers (JAX is imported only in a probe's process) --------------------------------
 
 
+# Set in a process that runs the probes in JAX's TPU interpreter (`--interpret`), which cannot
+# read a semaphore (semaphore_read has no interpreter rule in JAX 0.10.2): a poll then answers
+# that the count is there (so a count a probe reports is the one it asked for, not one read),
+# and the waits it guards are made. The interpreter runs in its eager DMA mode, where a copy
+# has landed once started, so a probe's copy waits end.
+INTERPRETED = False
+
+
 def poll(sem, value, tries=POLL_TRIES):
     """Read `sem` until it is at least `value` or `tries` reads were made; the last read."""
+    import jax.numpy as jnp
     from jax import lax
     from jax.experimental import pallas as pl
+
+    if INTERPRETED:
+        return jnp.asarray(value, jnp.int32)
 
     def going(carry):
         i, seen = carry
@@ -101,11 +121,8 @@ def call(kernel, *, scratch=(), prefetch=None, **params) -> Step:
     `out_smem` is int32[OUT], what the probe reports."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
-    from jax.sharding import Mesh
-    from jax.sharding import PartitionSpec as P
 
     out_shape = jax.ShapeDtypeStruct((OUT,), jnp.int32)
     any_spec, out_spec = pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pltpu.SMEM)
@@ -119,13 +136,27 @@ def call(kernel, *, scratch=(), prefetch=None, **params) -> Step:
         kernel_call = pl.pallas_call(kernel, out_shape=out_shape, grid_spec=spec, compiler_params=compiler_params)
 
     def args():
-        x = jnp.arange(ROWS * 128, dtype=jnp.float32).reshape(ROWS, 128)
-        return (x,) if prefetch is None else (jnp.asarray(prefetch, jnp.int32), x)
+        return (source(),) if prefetch is None else (jnp.asarray(prefetch, jnp.int32), source())
 
-    n_args = 1 if prefetch is None else 2
+    return Step(jax.jit(on_first_device(kernel_call, 1 if prefetch is None else 2)), args)
+
+
+def source():
+    """The probes' input: f32 (ROWS, 128) holding 0, 1, 2, ... (each value names its place)."""
+    import jax.numpy as jnp
+
+    return jnp.arange(ROWS * 128, dtype=jnp.float32).reshape(ROWS, 128)
+
+
+def on_first_device(kernel_call, n_args: int):
+    """`kernel_call` inside a shard_map over a mesh of the first device (axis "x")."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
     mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
-    fn = jax.shard_map(kernel_call, mesh=mesh, in_specs=(P(),) * n_args, out_specs=P(), check_vma=False)
-    return Step(jax.jit(fn), args)
+    return jax.shard_map(kernel_call, mesh=mesh, in_specs=(P(),) * n_args, out_specs=P(), check_vma=False)
 
 
 # --- the probes: one per fact ------------------------------------------------------------------
@@ -140,14 +171,15 @@ class Probe:
     fact: str
     steps: Callable[[], list[Step]]
     judge: Callable[[list | None, str | None], tuple[str, bool | None]]
+    repeats: int = 1  # runs of each kernel call, in a row (for what a chip may do only sometimes)
 
 
 PROBES: dict[str, Probe] = {}
 
 
-def probe(fact: str, judge):
+def probe(fact: str, judge, repeats: int = 1):
     def register(steps):
-        PROBES[fact] = Probe(fact, steps, judge)
+        PROBES[fact] = Probe(fact, steps, judge, repeats)
         return steps
     return register
 
@@ -459,15 +491,165 @@ def _own():
                                   pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA], disable_semaphore_checks=True)]
 
 
+# Copies one core started, in order, into one destination region: does the destination ever
+# show an earlier copy's data last? Each case is (what it is, its copies in the order they
+# start: (source row, destination row, rows)); every source row range is its own, so each value
+# that lands names the copy that brought it (the input holds 0, 1, 2, ...).
+ORDER_CASES = (
+    ("4 copies of 4 KiB", ((0, 0, 8), (8, 0, 8), (16, 0, 8), (24, 0, 8))),
+    ("4 copies of 128 KiB", ((0, 0, 256), (256, 0, 256), (512, 0, 256), (768, 0, 256))),
+    ("512 KiB, then 4 KiB over its first rows", ((0, 0, 1024), (1024, 0, 8))),
+    ("4 KiB, then 512 KiB over it", ((1024, 0, 8), (0, 0, 1024))),
+    ("16 copies of 4 KiB", tuple((8 * k, 0, 8) for k in range(16))),
+)
+ORDER_ROUTES = ("local", "remote to its own id")
+ORDER_REPEATS = 20
+DESTINATION_ROWS = 1024  # the destination: an f32 (1024, 128) output in HBM, 512 KiB
+
+
+def _judge_order(outs, error):
+    """Per run: (copies whose receive side landed, whose send side did, elements holding the
+    last-started copy's data, an earlier copy's, neither's)."""
+    if outs is None:
+        return f"failed: {error}", None
+    steps = [(case, route, len(copies)) for case, copies in ORDER_CASES for route in ORDER_ROUTES]
+    repeats = max(1, len(outs) // len(steps))
+    runs = [(*steps[i // repeats], _values([o], 5)) for i, o in enumerate(outs)]
+    judged = [(case, route, earlier) for case, route, n, (landed, sent, _last, earlier, _other) in runs
+              if landed == sent == n]
+    reordered = sorted({f"{case}, {route}" for case, route, earlier in judged if earlier})
+    torn = sum(1 for *_, n, (landed, sent, _last, _earlier, other) in runs if other and landed == sent == n)
+    text = (f"{len(runs)} runs of 2 to 16 copies one core started in order into one region of its device "
+            f"(local, and remote to its own id; 4 KiB to 512 KiB): an earlier copy's data showed last in "
+            f"{sum(1 for *_, earlier in judged if earlier)} of the {len(judged)} runs in which every copy landed"
+            + (f" ({'; '.join(reordered)})" if reordered else "")
+            + (f"; {len(runs) - len(judged)} runs had a copy that did not land within the poll"
+               if len(judged) < len(runs) else "")
+            + (f"; {torn} runs held values of no copy" if torn else ""))
+    # Seeing the earlier copy last shows the reading semcheck checks by; never seeing it
+    # cannot show that the chip keeps copies in order.
+    return text, (True if reordered else None)
+
+
+@probe("copy_issue_order", _judge_order, repeats=ORDER_REPEATS)
+def _order():
+    """What to change for each outcome (the line it prints goes into
+    ../shared/reference/tpu-observations.md either way):
+
+    * an earlier copy's data showed last (agrees: yes): the reading is observed. In
+      semcheck/tpu_facts.py, the `copy_issue_order` fact gets observed=True and the printed
+      counts as its basis, and ISSUE_ORDER_READING cites them instead of JAX's interpreter;
+      since the reading is then a fact, semantics/properties.py (`_race_finding`, the
+      `readings = ...` line) may stop saying the race rests on it (tests/test_issue_order_reading.py
+      and docs/races.md's "DMAs may complete in any order" paragraph follow);
+    * never (agrees: ?): the chip kept issue order in every run, which does not show that it
+      always does. ISSUE_ORDER_READING (semcheck/tpu_facts.py) and docs/races.md's paragraph
+      say how many runs on which chip landed in order; a switch to check kernels under the
+      other reading (result.Reading's `switch`) is then worth offering.
+    """
+    return [_order_step(copies, route) for _case, copies in ORDER_CASES for route in ORDER_ROUTES]
+
+
+def _order_step(copies, route: str, waits=None) -> Step:
+    """The kernel that starts `copies` in order and waits for each (in the order `waits`
+    gives their indices: start order by default; tests/test_on_tpu.py reverses it in JAX's
+    interpreter, which lands a copy when it is waited for, to see the probe catch copies
+    landing out of order), and what landed where."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    remote = route != "local"
+    n = len(copies)
+
+    def kernel(x_hbm, out, dst, send, recv):
+        # Its own id as a kernel finds a peer's (JAX 0.10.2 gives a kernel whose only remote
+        # operations are copies to a constant id no mesh: it sees none without an axis_index).
+        me = lax.axis_index("x") if remote else None
+        started = []
+        for k, (src, at, rows) in enumerate(copies):
+            window, into = x_hbm.at[pl.ds(src, rows)], dst.at[pl.ds(at, rows)]
+            if remote:
+                copy = pltpu.make_async_remote_copy(window, into, send.at[k], recv.at[k], device_id=(me,))
+            else:
+                copy = pltpu.make_async_copy(window, into, recv.at[k])
+            copy.start()
+            started.append(copy)
+        landed = sent = 0
+        for k in range(n) if waits is None else waits:
+            (_src, _at, rows), copy = copies[k], started[k]
+            units = rows * 128 * 4 // tpu_facts.DMA_UNIT_BYTES
+            received = bounded_copy_wait(_Side(copy, "recv") if remote else copy, recv.at[k], units)
+            landed += (received >= units).astype(jnp.int32)
+            if remote:
+                sent += (bounded_copy_wait(_Side(copy, "send"), send.at[k], units) >= units).astype(jnp.int32)
+        out[0], out[1] = landed, sent if remote else landed
+
+    kernel_call = pl.pallas_call(
+        kernel,
+        out_shape=(jax.ShapeDtypeStruct((OUT,), jnp.int32), jax.ShapeDtypeStruct((DESTINATION_ROWS, 128), jnp.float32)),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=(pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pl.ANY)),
+        scratch_shapes=[pltpu.SemaphoreType.DMA((n,)), pltpu.SemaphoreType.DMA((n,))],
+        compiler_params=pltpu.CompilerParams(disable_semaphore_checks=True),
+    )
+    # Which copy should be last at each element of the destination, and what each copy brings.
+    last = np.full((DESTINATION_ROWS, 128), -1)
+    brought = np.full((n, DESTINATION_ROWS, 128), np.nan, np.float32)
+    for k, (src, at, rows) in enumerate(copies):
+        last[at:at + rows] = k
+        brought[k, at:at + rows] = np.arange(src * 128, (src + rows) * 128, dtype=np.float32).reshape(rows, 128)
+    covered = last >= 0
+    from_last = np.take_along_axis(brought, np.maximum(last, 0)[None], 0)[0]
+
+    def run(x):
+        status, dst = on_first_device(kernel_call, 1)(x)
+        on_last = jnp.sum(covered & (dst == from_last))
+        on_earlier = jnp.sum(covered & jnp.any((dst[None] == brought) & (np.arange(n)[:, None, None] < last[None]), 0))
+        other = int(covered.sum()) - on_last - on_earlier
+        return jnp.concatenate([status[:2], jnp.stack([on_last, on_earlier, other]).astype(jnp.int32)])
+
+    return Step(jax.jit(run), lambda: (source(),))
+
+
+class _Side:
+    """One side of a remote copy, waited for as `bounded_copy_wait` waits a copy."""
+
+    def __init__(self, copy, side: str):
+        self.copy, self.side = copy, side
+
+    def wait(self):
+        (self.copy.wait_recv if self.side == "recv" else self.copy.wait_send)()
+
+
 # --- running ------------------------------------------------------------------------------------
 
 
-def run_probe(key: str) -> None:
-    """In a process of its own: run the probe's kernels in order, print their outputs."""
+def run_probe(key: str, interpret: bool = False, repeats: int | None = None) -> list[list[int]]:
+    """Run the probe's kernels in order (each `repeats` times, by default the probe's), on
+    the TPU or in JAX's TPU interpreter; their outputs."""
+    import contextlib
+
     import jax
 
-    outs = [jax.device_get(step.fn(*step.args())) for step in PROBES[key].steps()]
-    print(json.dumps([[int(v) for v in out] for out in outs]))
+    global INTERPRETED
+    found = PROBES[key]
+    runs = found.repeats if repeats is None else repeats
+    mode = contextlib.nullcontext()
+    if interpret:
+        from jax.experimental.pallas import tpu as pltpu
+
+        INTERPRETED = True
+        mode = pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(dma_execution_mode="eager"))
+    try:
+        with mode:
+            outs = [jax.device_get(step.fn(*step.args())) for step in found.steps() for _ in range(runs)]
+    finally:
+        INTERPRETED = False
+    return [[int(v) for v in out] for out in outs]
 
 
 def lower_probe(key: str) -> str | None:
@@ -484,19 +666,22 @@ def lower_probe(key: str) -> str | None:
     return None
 
 
-def backend(timeout: float) -> str:
-    """JAX's default backend, asked in a child (this process must not open the TPU)."""
+def backend(timeout: float) -> tuple[str, str]:
+    """JAX's default backend, and the device and JAX version in words ("TPU v5 lite, JAX
+    0.10.2"), asked in a child (this process must not open the TPU)."""
+    ask = "import jax; print(f'{jax.devices()[0].device_kind}, JAX {jax.__version__}'); print(jax.default_backend())"
     try:
-        done = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"],
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return "unknown (JAX did not start in time)"
-    return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else "unknown"
+        return "unknown (JAX did not start in time)", ""
+    lines = done.stdout.strip().splitlines()
+    return (lines[-1], lines[-2]) if done.returncode == 0 and len(lines) >= 2 else ("unknown", "")
 
 
-def observe(key: str, timeout: float) -> tuple[str, bool | None]:
+def observe(key: str, timeout: float, interpret: bool = False) -> tuple[str, bool | None]:
     try:
-        done = subprocess.run([sys.executable, HERE, "--probe", key], capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run([sys.executable, HERE, "--probe", key] + (["--interpret"] if interpret else []),
+                              capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"did not end within {timeout:g} s (a probe that blocked: a bug in the probe)", None
     outs, error = None, None
@@ -520,10 +705,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a probe's process may take")
     parser.add_argument("--list", action="store_true", help="print the facts and semcheck's assumptions, run nothing")
     parser.add_argument("--lower", action="store_true", help="lower every probe for TPU with JAX on this machine")
+    parser.add_argument("--interpret", action="store_true",
+                        help="run the probes in JAX's TPU interpreter on this machine, to try a probe end to end "
+                             "(e.g. --only copy_issue_order): what the interpreter does, not a chip, and a count a "
+                             "probe polls for reads as there (the interpreter cannot read a semaphore)")
     parser.add_argument("--probe", help=argparse.SUPPRESS)  # one probe, in its own process
     args = parser.parse_args(argv)
     if args.probe:
-        run_probe(args.probe)
+        print(json.dumps(run_probe(args.probe, args.interpret)))
         return 0
     keys = [k for k in args.only.split(",") if k] or [f.key for f in tpu_facts.FACTS]
     unknown = sorted(set(keys) - set(PROBES))
@@ -540,17 +729,21 @@ def main(argv: list[str] | None = None) -> int:
         for k in keys:
             print(f"{k}: {'lowers for TPU' if k not in failed else 'JAX TPU lowering failed: ' + failed[k]}")
         return 1 if failed else 0
-    found = backend(args.timeout)
+    found, device = ("tpu", "JAX's TPU interpreter") if args.interpret else backend(args.timeout)
     if found != "tpu":
         print(f"no TPU here (JAX's default backend is {found}): these probes run only on a TPU; "
               "`--list` prints the facts and `--lower` checks the probes with JAX's TPU lowering", file=sys.stderr)
         return 1
-    rows = [("fact", "semcheck assumes", "the chip did", "agrees")]
+    rows = [("fact", "semcheck assumes", "JAX's TPU interpreter did" if args.interpret else "the chip did", "agrees")]
     for k in keys:
-        did, agrees = observe(k, args.timeout)
+        did, agrees = observe(k, args.timeout, args.interpret)
         rows.append((k, tpu_facts.fact(k).assumption, did, {True: "yes", False: "NO", None: "?"}[agrees]))
         print(f"{k}: {did}", file=sys.stderr, flush=True)
     print(table(rows))
+    # The same, as lines for ../shared/reference/tpu-observations.md.
+    print(f"\nobserved on {device}, {datetime.date.today().isoformat()} (benchmarks/on_tpu.py):")
+    for key, _assumes, did, agrees in rows[1:]:
+        print(f"- `{key}`: {did} (semcheck's rule: {'holds' if agrees == 'yes' else 'contradicted' if agrees == 'NO' else 'not decided'})")
     return 0 if all(r[3] == "yes" for r in rows[1:]) else 1
 
 

@@ -159,6 +159,21 @@ BARRIER_LEFTOVER_CARRIES = (
 )
 
 
+# --- copies of one core into one device ---------------------------------------------------------
+
+# What a race between two copies of one thread into one device's memory rests on: that the
+# later copy may land first. A kernel author may read the DMA engine as keeping one path's
+# copies in issue order; no TPU run has shown either way (benchmarks/on_tpu.py's
+# `copy_issue_order` probe asks a chip; its docstring says what to change here for each answer),
+# so no switch takes that reading yet.
+ISSUE_ORDER_READING = (
+    "copies that one thread started to the same device may land in another order than they were "
+    "started; nothing in JAX orders their completions, and JAX 0.10.2's TPU interpreter, in its "
+    "default dma_execution_mode='on_wait', runs copies as late as possible and out of order "
+    "(Semaphore.wait in jax/_src/pallas/mosaic/interpret/shared_memory.py)"
+)
+
+
 FACTS: tuple[Fact, ...] = (
     Fact("nondecrementing_wait",
          "semaphore_wait(sem, v, decrement=False) in a TPU kernel takes v, like an ordinary wait",
@@ -205,6 +220,11 @@ FACTS: tuple[Fact, ...] = (
     Fact("remote_to_own_device",
          "a remote signal or remote copy to the issuing device's own id acts like a local one",
          f"{OBSERVED} (a mesh of one device)", True),
+    Fact("copy_issue_order",
+         "copies one core started to the same device may land in another order than they were "
+         "started (a race between two of them is reported, resting on this reading)",
+         "a guess: not observed (JAX's TPU interpreter lands copies late and out of order; "
+         "ISSUE_ORDER_READING)", False),
 )
 
 FACT_KEYS = frozenset(f.key for f in FACTS)

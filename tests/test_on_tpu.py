@@ -92,3 +92,51 @@ def test_the_semantics_page_states_every_fact():
     section = text[text.index("## What the hardware does"):]
     for f in tpu_facts.FACTS:
         assert f"`{f.key}`" in section, f.key
+
+
+def _order_runs(on_tpu, earlier_in=()):
+    """One run per copy_issue_order kernel call, each landed in order but those at `earlier_in`
+    (indices of the calls), where 5 elements hold an earlier copy's data."""
+    runs = []
+    for i, (_case, copies) in enumerate(c for c in on_tpu.ORDER_CASES for _route in on_tpu.ORDER_ROUTES):
+        n, covered = len(copies), 1024 * 128 if copies[0][2] == 1024 or copies[-1][2] == 1024 else copies[0][2] * 128
+        runs.append([n, n, covered - 5, 5, 0] if i in earlier_in else [n, n, covered, 0, 0])
+    return runs
+
+
+def test_the_copy_order_probe_agrees_only_once_an_earlier_copy_showed_last(on_tpu):
+    judge = on_tpu.PROBES["copy_issue_order"].judge
+    text, agrees = judge(_order_runs(on_tpu), None)
+    assert agrees is None and "showed last in 0 of the 10 runs in which every copy landed" in text
+    text, agrees = judge(_order_runs(on_tpu, earlier_in={5}), None)
+    assert agrees is True and "in 1 of the 10 runs" in text and "(512 KiB, then 4 KiB over its first rows, " \
+        "remote to its own id)" in text
+    unlanded = _order_runs(on_tpu)
+    unlanded[0][0] = 3  # one copy's receive side never reached its count within the poll
+    text, agrees = judge(unlanded, None)
+    assert agrees is None and "in 0 of the 9 runs" in text and "1 runs had a copy that did not land" in text
+
+
+def test_the_copy_order_probe_runs_in_jaxs_interpreter_and_finds_every_copy_landed_in_order(on_tpu):
+    """JAX's TPU interpreter, in its eager DMA mode, lands each copy as it starts: every
+    element of the destination holds the last-started copy's data."""
+    outs = on_tpu.run_probe("copy_issue_order", interpret=True, repeats=1)
+    assert outs == _order_runs(on_tpu)
+    text, agrees = on_tpu.PROBES["copy_issue_order"].judge(outs, None)
+    assert agrees is None and "in 0 of the 10 runs" in text
+
+
+def test_the_copy_order_probe_sees_copies_that_land_in_reverse(on_tpu):
+    """In its on_wait mode the interpreter lands a copy when it is waited for: waited for in
+    reverse, the copies land in reverse, and the probe finds the earlier data last."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    [(_case, copies)] = [c for c in on_tpu.ORDER_CASES if c[0] == "4 copies of 4 KiB"]
+    on_tpu.INTERPRETED = True
+    try:
+        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+            for route in on_tpu.ORDER_ROUTES:
+                step = on_tpu._order_step(copies, route, waits=[3, 2, 1, 0])
+                assert [int(v) for v in step.fn(*step.args())] == [4, 4, 0, 1024, 0], route
+    finally:
+        on_tpu.INTERPRETED = False

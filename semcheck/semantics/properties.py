@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from semcheck import ir, tpu_facts
+from semcheck.tpu_facts import ISSUE_ORDER_READING
 from semcheck.records import record
 from semcheck.semantics.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
@@ -75,17 +76,6 @@ def hazard_findings(system: System, state: State, already: tuple = ()) -> list[F
             continue
         out.append(_HAZARD_RULES[hazard.kind](system, hazard))
     return out
-
-
-# What a race between two copies of one thread into one device's memory rests on: that the
-# later copy may land first. A kernel author may read the DMA engine as keeping one path's
-# copies in issue order; no TPU run has shown either way, so no switch takes that reading yet.
-ISSUE_ORDER_READING = (
-    "copies that one thread started to the same device may land in another order than they were "
-    "started; nothing in JAX orders their completions, and JAX 0.10.2's TPU interpreter, in its "
-    "default dma_execution_mode='on_wait', runs copies as late as possible and out of order "
-    "(Semaphore.wait in jax/_src/pallas/mosaic/interpret/shared_memory.py)"
-)
 
 
 def _race_finding(system: System, h) -> Finding:

@@ -80,7 +80,7 @@ class Hazard(NamedTuple):
     detail: str
     sem: int = -1
     # A data race between the writes of two copies that one thread started to one device:
-    # it needs the later copy to land before the earlier one (properties.ISSUE_ORDER_READING).
+    # it needs the later copy to land before the earlier one (tpu_facts.ISSUE_ORDER_READING).
     same_path: bool = False
 
 
