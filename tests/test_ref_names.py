@@ -75,7 +75,7 @@ def unpacked_after_other_work(*args):
 
 
 LOCAL = ["x_ref", "o_ref", "staging", "sem"]
-JAX_OWN = ["args[0]", "args[1]", "args[2]", "args[3]"]
+JAX_OWN = ["args[0] (input)", "args[1] (output)", "args[2] (scratch)", "args[3] (scratch)"]
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ JAX_OWN = ["args[0]", "args[1]", "args[2]", "args[3]"]
         # scratch[0] is no local of its own, and `args[-1]` counts from an end semcheck
         # cannot know (JAX's `args[i]` counts the None elements it leaves out of the
         # jaxpr), so JAX's names stay; `_` names nothing.
-        (unpacked_by_index_and_star, ["x_ref", "o_ref", "args[2]", "args[3]"]),
+        (unpacked_by_index_and_star, ["x_ref", "o_ref", "args[2] (scratch)", "args[3] (scratch)"]),
         (passed_on, LOCAL),
         (used_in_place, JAX_OWN),
         # Names bound after the kernel has begun its work are not read: the unpacking
@@ -132,7 +132,7 @@ def passed_on_through_a_local(*args):
 
 
 def test_a_local_bound_to_several_functions_names_only_what_they_all_agree_on():
-    assert names_of(passed_on_through_a_local) == ["x_ref", "o_ref", "args[2]", "sem"]
+    assert names_of(passed_on_through_a_local) == ["x_ref", "o_ref", "args[2] (scratch)", "sem"]
 
 
 def scoped_star(*args):
@@ -144,7 +144,7 @@ def scoped_star(*args):
 
 
 def test_run_scoped_allocations_of_a_star_body_take_its_locals():
-    assert names_of(scoped_star, scratch=()) == ["args[0]", "args[1]", "staging", "sem"]
+    assert names_of(scoped_star, scratch=()) == ["args[0] (input)", "args[1] (output)", "staging", "sem"]
 
 
 def racy(*args):
@@ -206,3 +206,20 @@ def test_a_gpu_kernels_star_body_called_through_plgpu_kernels_wrapper_takes_its_
     names = {b.name for b in p.buffers} | {d.name for d in p.semaphores}
     assert {"x_ref", "o_ref", "done"} <= names
     assert not any("refs[" in n for n in names)
+
+
+def prefetching(*args):
+    flags, rest = args[0], args[1:]
+    pl.semaphore_signal(rest[2], flags[0] + 1)
+    pl.semaphore_wait(rest[2], 1)
+
+
+def test_a_ref_the_source_does_not_name_says_its_group_of_the_pallas_call():
+    """`flags` is a local; the others are reached only through `rest[i]`, so JAX's names
+    stay, with the pallas_call group each belongs to (grid spec: one scalar-prefetch
+    operand, an input, an output, a scratch semaphore)."""
+    from tests.test_tpu_lowering import _prefetch_call
+
+    [p] = protocols(_prefetch_call(prefetching), mesh((1,)))
+    assert [b.name for b in p.buffers] + [s.name for s in p.semaphores] == [
+        "flags", "args[1] (input)", "args[2] (output)", "args[3] (scratch)"]

@@ -7,7 +7,8 @@ wrapper's `*refs`, as `plgpu.kernel` calls its body, `refs[0]`, ...). A kernel a
 its arguments into locals at its top (`x_ref, o_ref, sem = args`, `q_ref = args[3]`,
 `(a, b), rest = args[:2], args[2:]`) or by passing them on to a function with named
 parameters (`body(seq_idx, *args)`). This module reads that from the kernel's source with
-`ast` and gives each such ref the local's name; a ref the source does not name keeps JAX's.
+`ast` and gives each such ref the local's name; a ref the source does not name keeps JAX's,
+with its group of the call where the caller knows it (`args[13] (scratch)`).
 """
 
 from __future__ import annotations
@@ -26,20 +27,23 @@ _FLATTENED = re.compile(r"^(?P<vararg>\w+)\[(?P<index>\d+)\]$")
 _MAX_FORWARDS = 4
 
 
-def ref_names(jaxpr, default: str, at: ir.Loc | None = None, bound: int | None = None) -> list[str]:
+def ref_names(jaxpr, default: str, at: ir.Loc | None = None, bound: int | None = None,
+              groups: list[str] | None = None) -> list[str]:
     """One name per invar of `jaxpr` (a kernel body or a run_scoped body): JAX's name, with
     a flattened one (`args[3]`) replaced by the local the kernel's source binds it to;
     `f"{default}{k}"` where JAX has none. The source is the function defined at `at`, or the
     one the jaxpr says it traced. JAX may have traced a `functools.partial` of it: `bound`
     says how many positional arguments that bound (None: not known), as JAX's names count
-    only those left."""
+    only those left. A flattened name the source does not replace says its invar's group
+    (`args[13] (scratch)`), where `groups` gives one per invar."""
     count = len(jaxpr.invars)
     names = list(getattr(jaxpr.debug_info, "arg_names", None) or ())
     if len(names) != count:
         names = [""] * count
     if any(_FLATTENED.match(n) for n in names):
         source_names = _source_names(jaxpr, names, at, bound)
-        names = [source_names.get(k) or n for k, n in enumerate(names)]
+        names = [source_names.get(k) or (f"{n} ({groups[k]})" if groups and _FLATTENED.match(n) else n)
+                 for k, n in enumerate(names)]
     return [n or f"{default}{k}" for k, n in enumerate(names)]
 
 

@@ -407,7 +407,9 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
             ctx.kernel_loc,
             hint="pass the constants as kernel inputs",
         )
-    names = ref_names(jaxpr, "operand", ctx.kernel_loc)
+    groups = (["scalar prefetch"] * n_scalar + ["input"] * (n_inputs - n_scalar) + ["output"] * n_results
+              + ["scratch"] * (len(invars) - n_inputs - n_results))
+    names = ref_names(jaxpr, "operand", ctx.kernel_loc, groups=groups)
     refs = [ctx.declare_ref(n, v.aval, o, ctx.kernel_loc) for n, v, o in zip(names, invars, origins)]
     ctx.scalar_operands = frozenset(r.alloc for r in refs[:n_scalar] if not r.is_semaphore)
     ctx.data_seen = data_seen
