@@ -65,6 +65,7 @@ def run_source(argv: list[str]) -> None:
     import traceback
 
     runner, sys.argv = argv[0], ["-c", *argv[1:]]
+    sys.path.insert(0, "")  # as `python -c` has it: the script's folder (the cwd) imports its neighbours
     code = 0
     try:
         exec(compile(runner, "<string>", "exec"), {"__name__": "__main__"})
