@@ -37,6 +37,16 @@ def _ask(server, monkeypatch, tmp_path, script: str, devices: int, *, env=None, 
         return code, pickle.load(f)
 
 
+def _sleeper(tmp_path, marker) -> str:
+    """A kernel script that starts a daemon of its own, writes its pid and the daemon's into
+    `marker`, and sleeps."""
+    return kernel_script(tmp_path, prefix=(
+        "import os, subprocess, time\n"
+        "daemon = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        f"open({str(marker)!r}, 'w').write(f'{{os.getpid()}} {{daemon.pid}}')\n"
+        "time.sleep(600)\n"))
+
+
 def test_each_child_gets_its_own_device_count(server, monkeypatch, tmp_path):
     """The server imported JAX but started no backend, so XLA_FLAGS set for the child decides."""
     script = kernel_script(tmp_path)
@@ -74,11 +84,7 @@ def test_a_request_whose_environment_jax_reads_differs_is_refused(server, monkey
 
 def test_a_capture_the_requester_stops_waiting_for_is_killed_with_what_it_started(server, monkeypatch, tmp_path):
     marker = tmp_path / "pids"
-    script = kernel_script(tmp_path, prefix=(
-        "import os, subprocess, time\n"
-        "daemon = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
-        f"open({str(marker)!r}, 'w').write(f'{{os.getpid()}} {{daemon.pid}}')\n"
-        "time.sleep(600)\n"))
+    script = _sleeper(tmp_path, marker)
     # The limit counts from the request, and a fresh server's first requester also waits for
     # its JAX import: on a loaded machine that took most of 20 s (the script never started,
     # so no marker). One capture first, and the limit is the script's alone.
@@ -152,3 +158,23 @@ def test_a_tpu_capture_imports_nothing_the_server_did_not_preload(tmp_path):
                          timeout=300).stdout
     seen = json.loads(out.splitlines()[-1])
     assert seen == {"protocols": 1, "error": None, "imported": []}
+
+
+def test_start_gives_the_child_by_its_pid_to_watch_and_kill(server, tmp_path):
+    """`start` answers once the child is forked: its pid is the process that runs the
+    script (tests/interpreter_forks.py watches an interpreter run's CPU time by it), and
+    killing it ends it and what it started, with the exit code of a SIGKILL."""
+    marker = tmp_path / "pids"
+    script = _sleeper(tmp_path, marker)
+    argv = ["--devices", "2", "--output", str(tmp_path / "out.pickle"), "--timeout", "300", script]
+    child = capture_server.start(server.address, ENTRY, argv, capture.child_environment(2),
+                                 stdout=str(tmp_path / "out.txt"), stderr=str(tmp_path / "err.txt"))
+    deadline = time.monotonic() + 120
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        with pytest.raises(TimeoutError):
+            child.wait(timeout=0.1)
+    script_pid, daemon_pid = (int(p) for p in marker.read_text().split())
+    assert child.pid == script_pid
+    child.kill()
+    assert child.wait() == -9
+    assert not pid_alive(script_pid) and not pid_alive(daemon_pid)

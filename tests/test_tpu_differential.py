@@ -289,7 +289,7 @@ def _watch(proc: interpreter_forks.Child) -> str | None:
         try:
             proc.wait(timeout=1.0)
             return None
-        except subprocess.TimeoutExpired:
+        except TimeoutError:
             pass
         now = time.monotonic()
         cpu = _cpu_seconds(proc.pid)

@@ -12,7 +12,9 @@ the server are subreapers, `processes.py`) when it ends, when its requester stop
 (closes the connection: a timeout, Ctrl-C, a killed worker), or when the server ends.
 
 Requests come over a Unix socket in a private folder, one connection per capture, as one
-line of JSON (no pickle crosses it); the answer is the child's exit code. The server ends
+line of JSON (no pickle crosses it); the server answers a line with the child's pid once it
+has forked it (`start` gives the requester a `Child` to watch by it: tests/interpreter_forks.py
+runs JAX's TPU interpreter this way), and a last line with its exit code. The server ends
 when the process that started it closes the pipe on its stdin (exits, or is killed).
 
 Whoever captures first in a process starts a server of its own (`_own`), unless
@@ -81,54 +83,105 @@ def run(entry: str, argv: list[str], env: dict[str, str], *, preload: tuple[str,
     address = shared_address(env, preload)
     if address is None:
         raise Unavailable("no capture server")
-    request = {"entry": entry, "argv": argv, "env": env, "cwd": os.getcwd(), "stdout": stdout, "stderr": stderr,
-               "fingerprint": fingerprint(env), "imports": list(imports)}
     deadline = time.monotonic() + limit
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        try:
-            conn.connect(address)
-            conn.sendall(json.dumps(request).encode() + b"\n")
-        except OSError as e:
-            raise Unavailable(f"the capture server at {address} cannot be reached: {e}") from None
-        try:
-            reply = _read_line(conn, deadline)
-        except BaseException:  # a timeout, Ctrl-C, SIGTERM: the child must be gone before this returns
-            _cancel(conn)
-            raise
-    if not reply:  # the server ended (or was killed) while the capture ran
+    child = start(address, entry, argv, env, stdout=stdout, stderr=stderr, imports=imports, deadline=deadline)
+    try:
+        code = child.wait(deadline - time.monotonic())
+    except BaseException:  # a timeout, Ctrl-C, SIGTERM: the child must be gone before this returns
+        child.kill()
+        raise
+    return code, child.import_seconds
+
+
+def start(address: str, entry: str, argv: list[str], env: dict[str, str], *, stdout: str, stderr: str,
+          cwd: str | None = None, imports: tuple[str, ...] = (), deadline: float | None = None) -> Child:
+    """Ask the server at `address` to fork a child that runs `entry` as `run` says (in `cwd`,
+    this working directory by default), and return once it has: the child, by its pid, to
+    watch, wait for and kill. Unavailable where the server cannot run it."""
+    request = {"entry": entry, "argv": argv, "env": env, "cwd": cwd or os.getcwd(), "stdout": stdout,
+               "stderr": stderr, "fingerprint": fingerprint(env), "imports": list(imports)}
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(address)
+        conn.sendall(json.dumps(request).encode() + b"\n")
+    except OSError as e:
+        conn.close()
+        raise Unavailable(f"the capture server at {address} cannot be reached: {e}") from None
+    child = Child(conn)
+    try:
+        started = child.answer(deadline)
+    except BaseException:  # the server is still importing: the child it may fork must not outlive this
+        child.kill()
+        raise
+    if started is None:
+        child.close()
         _forget_own()
         raise Unavailable("the capture server ended")
-    answer = json.loads(reply)
-    if "refused" in answer:
-        raise Unavailable(answer["refused"])
-    return int(answer["exit"]), float(answer.get("import_seconds", 0.0))
+    if "refused" in started:
+        child.close()
+        raise Unavailable(started["refused"])
+    child.pid = int(started["pid"])
+    return child
 
 
-def _cancel(conn: socket.socket) -> None:
-    """Tell the server to kill the capture (the end of this side of the connection), and
-    wait a little for it to say the child and all it started are gone."""
-    try:
-        conn.shutdown(socket.SHUT_WR)
-        _read_line(conn, time.monotonic() + _CANCEL_WAIT)
-    except (OSError, TimeoutError):
-        pass
+class Child:
+    """A child the server forked for one request: its pid (for watching it, as /proc shows
+    it), and its exit code once the server reaped it. The connection stays open while it
+    runs: closing this side of it is how the server learns to kill the child."""
 
+    def __init__(self, conn: socket.socket):
+        self.conn = conn
+        self.pid = 0
+        self.returncode: int | None = None
+        self.import_seconds = 0.0  # what the server spent importing while this request waited
+        self._buffer = b""
 
-def _read_line(conn: socket.socket, deadline: float) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        conn.settimeout(min(left, 1.0))
+    def wait(self, timeout: float | None = None) -> int:
+        """The child's exit code; TimeoutError when it still runs after `timeout` seconds.
+        Unavailable if the server ended while it ran."""
+        if self.returncode is None:
+            ended = self.answer(None if timeout is None else time.monotonic() + timeout)
+            self.close()
+            if ended is None:  # the server ended (or was killed) while the child ran
+                _forget_own()
+                raise Unavailable("the capture server ended")
+            self.returncode = int(ended["exit"])
+            self.import_seconds = float(ended.get("import_seconds", 0.0))
+        return self.returncode
+
+    def kill(self) -> None:
+        """End the child and all it started (the server does, on seeing this side of the
+        connection end), waiting a little for the server to say they are gone."""
+        if self.returncode is not None:
+            return
         try:
-            chunk = conn.recv(4096)
-        except socket.timeout:
-            continue
-        if not chunk:
-            return b""
-        data += chunk
-    return data
+            self.conn.shutdown(socket.SHUT_WR)
+            ended = self.answer(time.monotonic() + _CANCEL_WAIT)
+        except (OSError, TimeoutError):
+            ended = None
+        self.close()
+        self.returncode = int(ended["exit"]) if ended and "exit" in ended else -signal.SIGKILL
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def answer(self, deadline: float | None) -> dict | None:
+        """The server's next line (None once it closed the connection); TimeoutError after
+        `deadline` (time.monotonic(); None: no limit)."""
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            self.conn.settimeout(1.0 if left is None else min(left, 1.0))
+            try:
+                chunk = self.conn.recv(4096)
+            except socket.timeout:
+                continue
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
 
 
 def shared_address(env: dict[str, str], preload: tuple[str, ...]) -> str | None:
@@ -389,6 +442,17 @@ class _Serving:
         self.import_seconds = 0.0
         self.running[pid] = conn
         self.child_of[conn] = pid
+        self._tell(conn, {"pid": pid})
+
+    def _tell(self, conn: socket.socket, message: dict) -> None:
+        """A line to a requester whose child runs (the connection stays open)."""
+        try:
+            conn.setblocking(True)
+            conn.settimeout(5.0)
+            conn.sendall(json.dumps(message).encode() + b"\n")
+            conn.setblocking(False)
+        except OSError:
+            pass
 
     def _become_capture(self, request: dict) -> None:
         """In the forked child: leave the server behind and run the capture."""
@@ -451,12 +515,8 @@ class _Serving:
                 processes.kill_tree(pid)
 
     def _answer(self, conn: socket.socket, answer: dict) -> None:
-        try:
-            conn.setblocking(True)
-            conn.settimeout(5.0)
-            conn.sendall(json.dumps(answer).encode() + b"\n")
-        except OSError:
-            pass
+        """The last line to a requester: the connection ends with it."""
+        self._tell(conn, answer)
         self._drop(conn)
 
     def _drop(self, conn: socket.socket) -> None:
