@@ -99,6 +99,33 @@ def test_a_star_args_kernels_refs_take_the_names_its_source_gives_them(kernel, e
     assert names_of(kernel) == expected
 
 
+def rebinds_a_local(*args):
+    x_ref = args[0]
+    o_ref = args[1]
+    x_ref, sem = args[2], args[3]  # `x_ref` now names the staging buffer
+    copy_through(args[0], o_ref, x_ref, sem)
+
+
+def names_a_ref_after_a_parameter(x_ref, *refs):
+    x_ref2, o_ref, x_ref, sem = x_ref, refs[0], refs[1], refs[2]  # `x_ref` again, for the staging buffer
+    copy_through(x_ref2, o_ref, x_ref, sem)
+
+
+@pytest.mark.parametrize(
+    "kernel, expected",
+    [
+        (rebinds_a_local, ["args[0] (input)", "o_ref", "args[2] (scratch)", "sem"]),
+        (names_a_ref_after_a_parameter, ["x_ref", "o_ref", "refs[1] (scratch)", "sem"]),
+    ],
+)
+def test_a_name_the_source_gives_two_refs_names_neither(kernel, expected):
+    """Refs are told apart by name: one name for two refs would make them one buffer (or one
+    semaphore: a signal of one would satisfy a wait on the other) to the check."""
+    names = names_of(kernel)
+    assert names == expected
+    assert len(set(names)) == len(names)
+
+
 def _first(kernel_a, kernel_b, pick):
     return kernel_a if pick else kernel_b
 

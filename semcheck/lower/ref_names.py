@@ -41,10 +41,19 @@ def ref_names(jaxpr, default: str, at: ir.Loc | None = None, bound: int | None =
     if len(names) != count:
         names = [""] * count
     if any(_FLATTENED.match(n) for n in names):
-        source_names = _source_names(jaxpr, names, at, bound)
+        source_names = _distinct(_source_names(jaxpr, names, at, bound), names)
         names = [source_names.get(k) or (f"{n} ({groups[k]})" if groups and _FLATTENED.match(n) else n)
                  for k, n in enumerate(names)]
     return [n or f"{default}{k}" for k, n in enumerate(names)]
+
+
+def _distinct(source_names: dict[int, str], names: list[str]) -> dict[int, str]:
+    """`source_names` without a name the source gives two refs (a local rebound: `ref =
+    args[0]` ... `ref = args[2]`) or one that another ref already has: refs are told apart
+    by name, so two refs under one name would be one buffer or one semaphore to the
+    check. Those keep JAX's names."""
+    taken = [source_names.get(k, n) for k, n in enumerate(names)]
+    return {k: name for k, name in source_names.items() if taken.count(name) == 1}
 
 
 def _source_names(jaxpr, names: list[str], at: ir.Loc | None, bound: int | None) -> dict[int, str]:
