@@ -260,11 +260,13 @@ class KernelContext:
             return f"the value the capture saw on device {device} is not used: {why}"
         return "the capture saw no value of it on that device"
 
-    def use_operand_values(self, refs: list[RefValue], data: dict, withheld: dict) -> None:
-        """The script's operand values as the threads' initial memory. `data`: device -> ref
-        index -> the script's array; `withheld`: device -> ref index -> (array, why) for the
-        values that may be an earlier kernel's zeros (not used; a note says which, where the
-        kernel's ref would have held them)."""
+    def use_operand_values(self, refs: list[RefValue], operands: OperandData) -> None:
+        """The script's operand values as the threads' initial memory: `operands.used`
+        (device -> ref index -> the script's array), and `operands.withheld` (device -> ref
+        index -> (array, why)) for the values that may be an earlier kernel's zeros (not
+        used; a note says which, where the kernel's ref would have held them)."""
+        self.data_seen = operands.seen
+        data, withheld = operands.used, operands.withheld
         seen = {d: {**{k: a for k, (a, _) in withheld.get(d, {}).items()}, **data.get(d, {})}
                 for d in set(data) | set(withheld)}
         self.initial_data = initial_contents(refs, data)

@@ -146,5 +146,4 @@ def _operand_data(ctx: GpuKernelContext, capture, inputs: list) -> None:
     memory (lower/data.py; the same rules as a TPU kernel's operands, those that may be an
     earlier kernel's zeros included)."""
     data = operand_data(capture, {k: k for k in range(len(inputs))})
-    ctx.data_seen = data.seen
-    ctx.use_operand_values(inputs, data.used, data.withheld)
+    ctx.use_operand_values(inputs, data)
