@@ -29,8 +29,9 @@ from semcheck.cli.options import for_argparse
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import DEFAULT_MAX_STATES, DEFAULT_TIMEOUT, Budget, ProgressInfo
 from semcheck.frontends import discover
-from semcheck.frontends.discovery import summarize
+from semcheck.frontends.discovery import Why, summarize
 from semcheck.kinds import DESCRIPTIONS
+from semcheck.ir import display_path
 from semcheck.report import FORMATS, RenderOptions
 from semcheck.result import EXIT_CODES, worst
 
@@ -131,7 +132,8 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
         "verify",
         help="check kernel scripts, model files or folders of them",
         description="Check every schedule of each kernel or model for deadlocks, unsatisfied waits, "
-        "leftover semaphores and bad device or core ids.",
+        "leftover semaphores, bad device, core or semaphore ids and DMA windows, data races and early "
+        "arrivals (the kinds: semcheck --help).",
     )
     verify.add_argument("paths", nargs="*", metavar="PATH",
                         help="a kernel script, a model file, or a folder (default: [tool.semcheck] paths)")
@@ -311,14 +313,13 @@ def _verify(args) -> int:  # noqa: C901
     ))
     _clear_progress()
     _notice_jax_version(results)
+    if not results:
+        print(f"semcheck: error: {_nothing_to_check(args, skipped)}", file=sys.stderr)
+        return EXIT_USAGE
     if summarize(skipped):
         print(f"semcheck: {summarize(skipped)}", file=sys.stderr)
     for near_miss in expectations.near_misses_in(sorted({r.file for r in results if r.file})):
         print(f"semcheck: warning: {near_miss}", file=sys.stderr)
-    if not results:
-        print("semcheck: error: nothing to check: no kernel scripts or models in "
-              + ", ".join(args.paths), file=sys.stderr)
-        return EXIT_USAGE
     full, (results, hidden) = results, gate.apply_baseline(args, results)
     judgements = None
     if args.expectations:
@@ -333,7 +334,7 @@ def _verify(args) -> int:  # noqa: C901
     gate.write_sarif(args, results, options)
     if args.format == "text" and not args.output and sys.stdout.isatty():
         options = replace(options, width=shutil.get_terminal_size().columns)  # verdict lines wrap to the terminal
-    rendered = FORMATS[args.format](results, options)
+    rendered = _render(args.format, results, options, interrupted)
     from semcheck.report import colour
 
     if colour.wanted(sys.stdout):  # only what goes to a terminal: never -o's file, never a pipe
@@ -347,10 +348,10 @@ def _verify(args) -> int:  # noqa: C901
             print(f"semcheck: error: cannot write -o {args.output}: {e.strerror or e}", file=sys.stderr)
             written = False
         if not written or (not args.quiet and args.format != "text"):
-            sys.stdout.write(rendered if not written else FORMATS["text"](results, options))
+            sys.stdout.write(rendered if not written else _render("text", results, options, interrupted))
     else:
         if options.color and args.format == "text":
-            rendered = FORMATS["text"](results, options)
+            rendered = _render("text", results, options, interrupted)
         sys.stdout.write(rendered if rendered.endswith("\n") else rendered + "\n")
     if args.graph:
         code = _draw(results, args.graph)
@@ -369,6 +370,31 @@ def _verify(args) -> int:  # noqa: C901
     return EXIT_CODES[worst(r.verdict for r in results)]
 
 
+def _render(fmt: str, results: list, options: RenderOptions, interrupted: KeyboardInterrupt | None) -> str:
+    """The report in `fmt`; a text report of an interrupted run says so in its last line, so
+    that the report alone (a file, a pipe, a scrolled terminal) never reads as the whole run
+    (json and sarif carry the partial-run note in every result)."""
+    rendered = FORMATS[fmt](results, options)
+    if fmt != "text" or interrupted is None:
+        return rendered
+    return (rendered.rstrip("\n") + f"\nPARTIAL: semcheck was interrupted ({interrupts.signal_name(interrupted)}) "
+            f"after {len(results)} check(s) finished; the checks after them were not run\n")
+
+
+def _nothing_to_check(args, skipped: list) -> str:
+    """Why there is nothing to check. A script that ran but compiled no Pallas kernel is the
+    usual reason: say which, at which device counts, and what semcheck looks for."""
+    empty = sorted({s.path for s in skipped if s.why is Why.NO_KERNEL})
+    if not empty:
+        return "nothing to check: no kernel scripts or models in " + ", ".join(args.paths)
+    counts = ", ".join(map(str, args.devices))
+    named = ", ".join(display_path(p) for p in empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+    return (f"nothing to check: {named} ran with {counts} devices but compiled no Pallas kernel\n"
+            "  hint: semcheck checks the kernels a script compiles when run as `python FILE` "
+            "(pl.pallas_call, pl.kernel, pl.core_map, plgpu.kernel); make the script call its kernel, "
+            "e.g. under `if __name__ == \"__main__\":`, or write a model file (a `model(devices)` function)")
+
+
 def _list_mismatches(results: list, judgements: list) -> None:
     """The checks not as declared, last on stderr: a CI log that keeps only its tail still
     says which checks failed the gate and why."""
@@ -378,7 +404,7 @@ def _list_mismatches(results: list, judgements: list) -> None:
     print(f"semcheck: {len(missed)} check(s) not as declared:", file=sys.stderr)
     for result, judgement in missed:
         why = result.exhausted or result.unjustified or (result.error or "").split("\n")[0]
-        print(f"  {result.file} {result.kernel} at {result.devices} devices: {judgement.reason}"
+        print(f"  {display_path(result.file)} {result.kernel} at {result.devices} devices: {judgement.reason}"
               + (f" ({why})" if why else ""), file=sys.stderr)
 
 

@@ -197,7 +197,9 @@ def no_verdict_reason(r: Result) -> str:
 
 
 def verdict_line(r: Result) -> str:
-    where = f"{display_path(r.file)}:{r.line}" if r.file else ""
+    # line 0: no line is known (a script that died before its kernel was found), and `file:0`
+    # is no place an editor can open
+    where = f"{display_path(r.file)}:{r.line}" if r.file and r.line else display_path(r.file)
     head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
     if r.cores > 1:
         head += f" x {r.cores} {core_unit(r.backend)}s"

@@ -1,0 +1,109 @@
+"""What a kernel author meets on a first run: the messages of the paths a new user takes
+(an interrupted run, a script with no kernel, a primitive semcheck does not model, a gate's
+list of mismatches, the help), each worded so that it needs no knowledge of semcheck."""
+
+import json
+import os
+import shutil
+
+from semcheck import cli
+from semcheck.cli import command
+from semcheck.ir import Loc
+from semcheck.report import text
+from semcheck.result import Result, Stats, Verdict
+from tests.test_hostile_input import semcheck_process, write
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = os.path.join(ROOT, "models", "ring_allgather.py")
+RING_PERMUTE = os.path.join(ROOT, "examples", "tpu", "ring_permute.py")
+
+
+def _interrupted_after_the_first_check(monkeypatch):
+    real = command.check_paths
+
+    def checks(*args, **kwargs):
+        results = real(*args, **kwargs)
+        yield next(results)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "check_paths", checks)
+
+
+PARTIAL = ("PARTIAL: semcheck was interrupted (Ctrl-C) after 1 check(s) finished; "
+           "the checks after them were not run")
+
+
+def test_an_interrupted_text_report_says_in_itself_that_it_is_partial(capsys, monkeypatch, tmp_path):
+    # The stderr line goes to the terminal; the report alone (piped, written with -o, or
+    # scrolled) said nothing of the checks that never ran, and read as a whole run.
+    _interrupted_after_the_first_check(monkeypatch)
+    code = cli.main(["verify", MODEL, "--devices", "2,4", "-q"])
+    out = capsys.readouterr().out
+    assert code == 130
+    assert out.startswith("SAFE: ring_allgather [2 devices")
+    assert out.splitlines()[-1] == PARTIAL
+    report = tmp_path / "report.txt"
+    assert cli.main(["verify", MODEL, "--devices", "2,4", "-q", "-o", str(report)]) == 130
+    assert report.read_text().splitlines()[-1] == PARTIAL
+    # json keeps the partial-run note in every result, and no line of prose after it
+    assert cli.main(["verify", MODEL, "--devices", "2,4", "-q", "--format", "json"]) == 130
+    [result] = json.loads(capsys.readouterr().out)["results"]
+    assert any(note.startswith("partial run:") for note in result["notes"])
+
+
+def test_a_script_that_compiles_no_kernel_is_explained(tmp_path):
+    script = write(tmp_path / "no_kernel.py", "import jax.numpy as jnp\nprint(jnp.ones(3).sum())\n")
+    proc = semcheck_process("verify", script, "--devices", "2")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    # one error and its hint, last: no "skipped" line about declared expectations before it
+    assert lines[-2] == (f"semcheck: error: nothing to check: {script} ran with 2 devices but "
+                         "compiled no Pallas kernel")
+    assert lines[-1].startswith("  hint: semcheck checks the kernels a script compiles when run as "
+                                "`python FILE` (pl.pallas_call, pl.kernel, pl.core_map, plgpu.kernel)")
+    assert not any("skipped" in line for line in lines)
+
+
+def test_an_unmodelled_effectful_primitive_is_named_with_its_effect_not_an_object_address(tmp_path):
+    source = open(RING_PERMUTE).read().replace("# semcheck: expect safe\n", "")
+    source = source.replace("    copy.wait()\n", "    copy.wait()\n"
+                            "    pltpu.matmul_push_rhs(jnp.zeros((128, 128), jnp.float32), 0, 0)\n", 1)
+    script = write(tmp_path / "mxu.py", source)
+    line = source.splitlines().index("    pltpu.matmul_push_rhs(jnp.zeros((128, 128), jnp.float32), 0, 0)") + 1
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    assert proc.returncode == 2, proc.stderr
+    [result] = json.loads(proc.stdout)["results"]
+    assert result["verdict"] == "error"
+    assert result["error"].startswith(
+        "matmul_push_rhs: semcheck has no model of this effectful primitive (effects: MXUEffect)")
+    assert result["line"] == line  # the kernel's own line, not JAX's
+
+
+def test_an_error_with_no_known_line_names_the_file_without_line_0():
+    r = Result("script", "kernels/script.py", 0, "tpu", "tpu", 2, 1, "", Verdict.ERROR, [], Stats(0, 0, 0.0),
+               error="running kernels/script.py with 2 devices ended (killed by SIGABRT)")
+    assert text.verdict_line(r).startswith("ERROR: script [2 devices] kernels/script.py: running")
+    assert "script.py:0" not in text.render([r, r])
+    assert text.verdict_line(Result("k", "a.py", 7, "tpu", "tpu", 2, 1, "", Verdict.ERROR, [], Stats(0, 0, 0.0),
+                                    error="x")).startswith("ERROR: k [2 devices] a.py:7: x")
+    assert Loc("a.py", 0).line == 0  # what a LoadError without a line carries
+
+
+def test_the_list_of_checks_not_as_declared_names_files_as_the_report_does(capsys, monkeypatch, tmp_path):
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    shutil.copy(MODEL, kernels / "ring.py")
+    (kernels / "ring.py").write_text("# semcheck: expect deadlock\n" + (kernels / "ring.py").read_text()
+                                     .replace("# semcheck: expect safe\n", ""))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["verify", "kernels/", "--devices", "2", "--expectations", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "  kernels/ring.py ring_allgather at 2 devices: expected deadlock" in err
+    assert str(tmp_path) not in err
+
+
+def test_the_verify_help_names_every_family_of_finding(capsys):
+    description = command.build_parser()._subparsers._group_actions[0].choices["verify"].description
+    for words in ("deadlocks", "unsatisfied waits", "leftover semaphores", "data races", "early arrivals",
+                  "semaphore ids", "DMA windows"):
+        assert words in description, words
