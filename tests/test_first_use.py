@@ -107,3 +107,10 @@ def test_the_verify_help_names_every_family_of_finding(capsys):
     for words in ("deadlocks", "unsatisfied waits", "leftover semaphores", "data races", "early arrivals",
                   "semaphore ids", "DMA windows"):
         assert words in description, words
+
+
+def test_the_devices_help_says_what_all_proves_in_words_a_user_has():
+    [devices] = [a for a in command.build_parser()._subparsers._group_actions[0].choices["verify"]._actions
+                 if "--devices" in a.option_strings]
+    assert "one program in d and N" not in devices.help  # the proof's own notation, undefined in the help
+    assert "its id and the device count" in devices.help and "inconclusive" in devices.help

@@ -139,8 +139,8 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
                         help="a kernel script, a model file, or a folder (default: [tool.semcheck] paths)")
     verify.add_argument("--devices", type=_device_counts, default=[2, 4, 8], metavar="N[,N...]|all",
                         help="device counts to check (default: 2,4,8); `all`: every device count, proved "
-                        "for a kernel whose devices run one program in d and N, else the smallest N that "
-                        "fails (docs/parametric.md)")
+                        "where every device runs one program written in terms of its id and the device count, "
+                        "else the smallest count that fails, or inconclusive (docs/parametric.md)")
     verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
                         help="how to decide: explicit (exhaustive search), z3 (SMT; every input value "
                         "in one query), auto (default: explicit, joined by simulate and z3 taking turns "
