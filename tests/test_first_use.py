@@ -114,3 +114,26 @@ def test_the_devices_help_says_what_all_proves_in_words_a_user_has():
                  if "--devices" in a.option_strings]
     assert "one program in d and N" not in devices.help  # the proof's own notation, undefined in the help
     assert "its id and the device count" in devices.help and "inconclusive" in devices.help
+
+
+def test_the_job_summary_headline_is_the_gates_verdict_under_expectations(capsys, monkeypatch, tmp_path):
+    # A folder of declared known bugs passes the gate (exit 0); its summary's headline said
+    # "❌ violation" all the same, above "Every check as expected".
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    shutil.copy(os.path.join(ROOT, "models", "ring_allgather_missing_signal.py"), kernels / "bug.py")
+    shutil.copy(MODEL, kernels / "ring.py")
+    monkeypatch.chdir(tmp_path)
+    summary = tmp_path / "summary.md"
+    assert cli.main(["verify", "kernels/", "--devices", "2", "--expectations", "-q", "--summary", str(summary)]) == 0
+    lines = summary.read_text().splitlines()
+    assert lines[0] == "## semcheck: ✅ as expected"
+    assert lines[2] == "2 checks of 2 kernels: 1 safe, 1 violation. Every check as expected."
+    # declared safe, found a bug: the gate fails, and the headline says so
+    (kernels / "ring.py").write_text((kernels / "bug.py").read_text().replace(
+        "# semcheck: expect unsatisfied_wait", "# semcheck: expect safe"))
+    assert cli.main(["verify", "kernels/", "--devices", "2", "--expectations", "-q", "--summary", str(summary)]) == 1
+    assert summary.read_text().splitlines()[0] == "## semcheck: ❌ not as expected"
+    # without --expectations the headline is the kernels' worst verdict, as before
+    assert cli.main(["verify", "kernels/", "--devices", "2", "-q", "--summary", str(summary)]) == 1
+    assert summary.read_text().splitlines()[0] == "## semcheck: ❌ violation"

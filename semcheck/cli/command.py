@@ -328,7 +328,7 @@ def _verify(args) -> int:  # noqa: C901
         except expectations.ExpectationError as e:
             print(f"semcheck: error: {e}", file=sys.stderr)
             return EXIT_USAGE
-    gate.write_summary(args, results, judgements, hidden)
+    gate.write_summary(args, results, judgements, hidden, full=full)
     options = RenderOptions(max_trace_steps=args.max_trace_steps, judgements=judgements,
                             all_traces=args.all_traces, category=args.category, verbose=args.verbose)
     gate.write_sarif(args, results, options)
@@ -366,7 +366,7 @@ def _verify(args) -> int:  # noqa: C901
     if not written:
         return EXIT_USAGE
     if judgements is not None:
-        return EXIT_CODES[worst(gate.judged_verdict(f, r, j) for f, r, j in zip(full, results, judgements))]
+        return EXIT_CODES[gate.run_verdict(full, results, judgements)]
     return EXIT_CODES[worst(r.verdict for r in results)]
 
 
