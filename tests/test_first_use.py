@@ -137,3 +137,26 @@ def test_the_job_summary_headline_is_the_gates_verdict_under_expectations(capsys
     # without --expectations the headline is the kernels' worst verdict, as before
     assert cli.main(["verify", "kernels/", "--devices", "2", "-q", "--summary", str(summary)]) == 1
     assert summary.read_text().splitlines()[0] == "## semcheck: ❌ violation"
+
+
+def test_a_script_that_fails_inside_an_installed_package_is_located_at_its_own_line(tmp_path):
+    # numpy raised; the error pointed at numpy/linalg/_linalg.py, a file the user never wrote
+    script = write(tmp_path / "raises.py", (
+        "import jax\nimport numpy as np\n\n\ndef helper(x):\n    return np.linalg.inv(x)\n\n\n"
+        "helper(np.zeros((2, 3)))\n"))
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    assert proc.returncode == 2, proc.stderr
+    [result] = json.loads(proc.stdout)["results"]
+    assert (result["file"], result["line"]) == (script, 6)
+    assert result["error"].startswith(f"the script raised LinAlgError: Last 2 dimensions of the array must be "
+                                      f"square at {script}:6 before any Pallas kernel was compiled")
+
+
+def test_a_script_whose_import_is_not_installed_gets_a_hint_to_install_it(tmp_path):
+    script = write(tmp_path / "needs.py", "import not_installed_anywhere.sub\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "-q")
+    assert proc.returncode == 2
+    assert "the script raised ModuleNotFoundError: No module named 'not_installed_anywhere'" in proc.stdout
+    [hint] = [line for line in proc.stdout.splitlines() if line.startswith("  hint: ")]
+    assert hint.startswith("  hint: semcheck runs the script with its own Python (")
+    assert "-m pip install not_installed_anywhere` (the package's name on PyPI may differ)" in hint
