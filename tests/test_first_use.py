@@ -160,3 +160,24 @@ def test_a_script_whose_import_is_not_installed_gets_a_hint_to_install_it(tmp_pa
     [hint] = [line for line in proc.stdout.splitlines() if line.startswith("  hint: ")]
     assert hint.startswith("  hint: semcheck runs the script with its own Python (")
     assert "-m pip install not_installed_anywhere` (the package's name on PyPI may differ)" in hint
+
+
+def test_on_a_terminal_a_violations_prose_wraps_at_words_under_its_own_indent():
+    # Only verdict lines and notes wrapped; a violation's message, trace and fix ran to 300
+    # columns and the terminal cut them mid-word at column 80, indent lost.
+    from semcheck.api import verify_path
+
+    results = verify_path([os.path.join(ROOT, "examples", "tpu", "ring_permute_right_handshake.py")], [4, 8])
+    wide, narrow = text.render(results), text.render(results, width=80)
+    assert max(len(line) for line in wide.splitlines()) > 250
+    body = narrow.split("\nsummary:\n")[0].splitlines()
+    quotes = [line for line in body if text._SOURCE_QUOTE.match(line)]
+    assert quotes == ["       41 |     copy.start()  # <- remote_before_entry"]  # the kernel's line, as written
+    assert all(len(line) <= 80 for line in body)
+    assert " ".join(narrow.split()) == " ".join(wide.split())  # nothing lost, no word cut
+    assert "\nsummary:\n" + wide.split("\nsummary:\n")[1] in narrow  # the table keeps its columns
+    # the DMA step (step 6) continues under its actor, right of its number
+    [six] = [i for i, line in enumerate(body) if line.startswith("         6. device 1 ")]
+    assert body[six + 1].startswith(" " * 14) and not text._TRACE_STEP.match(body[six + 1])
+    [fix] = [i for i, line in enumerate(body) if line.startswith("    fix: ")]
+    assert body[fix + 1].startswith("        ") and body[fix + 1].strip()  # the fix goes on, indented

@@ -77,16 +77,34 @@ def _notes_hidden(results: list[Result], verbose: bool) -> str:
 _NOTES_COUNTED = "(what the verdicts rest on): shown with -v, and in --format json and sarif"
 
 
+_SOURCE_QUOTE = re.compile(r"^\s+\d+ \| ")  # `   41 |     copy.start()`: the kernel's line, as written
+_TRACE_STEP = re.compile(r"^\s+\d+\. ")
+
+
 def _wrap_verdict_lines(report: str, width: int) -> str:
-    """Verdict lines and notes (the long lines of prose) wrapped to `width`, continued indented."""
+    """The report's lines of prose wrapped to `width` at word boundaries, each continued
+    indented under its own start (a terminal's own wrap cuts words and loses the indent):
+    verdict lines, notes, and a violation's message, trace steps and fix. A quoted source
+    line stays as written, and the summary table keeps its columns."""
     out = []
+    in_summary = False
     for line in report.split("\n"):
-        if len(line) > width and line.startswith(tuple(f"{w}:" for w in _VERDICT_WORDS.values())):
-            out.extend(textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False))
-        elif len(line) > width and (line.startswith(("  note: ", "  note [")) or _NOTES_COUNTED in line):
-            out.extend(textwrap.wrap(line, width, subsequent_indent="        ", break_on_hyphens=False))
-        else:
+        in_summary = in_summary or line == "summary:"
+        if len(line) <= width or in_summary or _SOURCE_QUOTE.match(line):
             out.append(line)
+            continue
+        lead = " " * (len(line) - len(line.lstrip(" ")))
+        step = _TRACE_STEP.match(line)
+        if line.startswith(tuple(f"{w}:" for w in _VERDICT_WORDS.values())):
+            indent = "    "
+        elif line.startswith(("  note: ", "  note [")) or _NOTES_COUNTED in line:
+            indent = "        "
+        elif step:
+            indent = " " * (step.end() + 2)  # under the step's actor, past its number
+        else:
+            indent = lead + "    "
+        out.extend(textwrap.wrap(line.lstrip(" "), width, initial_indent=lead, subsequent_indent=indent,
+                                 break_on_hyphens=False, break_long_words=False))
     return "\n".join(out)
 
 
