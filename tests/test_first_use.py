@@ -181,3 +181,15 @@ def test_on_a_terminal_a_violations_prose_wraps_at_words_under_its_own_indent():
     assert body[six + 1].startswith(" " * 14) and not text._TRACE_STEP.match(body[six + 1])
     [fix] = [i for i, line in enumerate(body) if line.startswith("    fix: ")]
     assert body[fix + 1].startswith("        ") and body[fix + 1].strip()  # the fix goes on, indented
+
+
+def test_a_script_stopped_by_the_time_budget_does_not_claim_a_search(tmp_path):
+    # It read "INCONCLUSIVE: hangs [2 devices, unknown rules] ...: the search stopped early:
+    # ... (0 states, 0 transitions, 5.74 s, auto)": no rules, no search and no states were involved.
+    script = write(tmp_path / "hangs.py", "import time\nimport jax\ntime.sleep(1000)\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "--timeout", "2", "-q")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    line = proc.stdout.splitlines()[0]
+    assert line.startswith(f"INCONCLUSIVE: hangs [2 devices] {script}: no verdict: time budget ")
+    assert "before it compiled any Pallas kernel" in line
+    assert "rules" not in line and "search" not in line and "states" not in line

@@ -277,7 +277,7 @@ def _notice_jax_version(results) -> None:
 def _ran_jax(result) -> bool:
     if result.frontend in ("tpu", "gpu"):
         return True
-    if result.frontend != "unknown" or not result.file.endswith(".py"):
+    if result.built or not result.file.endswith(".py"):
         return False
     from semcheck.errors import LoadError
     from semcheck.frontends import FileKind, classify

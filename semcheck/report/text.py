@@ -209,6 +209,8 @@ def no_verdict_reason(r: Result) -> str:
     search stopped (a budget, or a construct the engine does not model yet)."""
     if r.unjustified:
         return r.unjustified
+    if r.exhausted and not r.built:  # it ran out while the file loaded: there was no search
+        return f"no verdict: {r.exhausted}"
     if r.exhausted:
         return f"the search stopped early: {r.exhausted}"
     return "a budget ran out before every schedule was explored"
@@ -221,7 +223,7 @@ def verdict_line(r: Result) -> str:
     head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
     if r.cores > 1:
         head += f" x {r.cores} {core_unit(r.backend)}s"
-    head += f", {r.backend} rules]" if r.verdict is not Verdict.ERROR else "]"
+    head += f", {r.backend} rules]" if r.verdict is not Verdict.ERROR and r.built else "]"
     word = _VERDICT_WORDS[r.verdict]
     if r.verdict is Verdict.SAFE and r.known_findings:
         detail = (f"no new findings: {r.known_findings} known from the baseline "
@@ -251,6 +253,8 @@ def verdict_line(r: Result) -> str:
         # z3 may decline a protocol before encoding it (then it has no event count).
         events = "" if r.stats.encoded_events is None else f"{r.stats.encoded_events:,} events, "
         stats = f"  ({events}{r.stats.solver_queries:,} solver queries, {r.stats.seconds:.2f} s, {r.engine})"
+    elif r.verdict is not Verdict.ERROR and not r.built:
+        stats = f"  ({r.stats.seconds:.2f} s)"
     elif r.verdict is not Verdict.ERROR:
         stats = (
             f"  ({r.stats.states:,} states, {r.stats.transitions:,} transitions, "
