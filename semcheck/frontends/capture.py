@@ -531,8 +531,10 @@ def _where(e: BaseException) -> ir.Loc | None:
 
     frames = [f for f in traceback.extract_tb(e.__traceback__) if is_user_file(f.filename)]
     own = [f for f in frames if not _installed(f.filename)]
-    frame = (own or frames or [None])[-1]
-    return None if frame is None else ir.Loc(os.path.abspath(frame.filename), frame.lineno or 0)
+    if not frames:
+        return None
+    frame = (own or frames)[-1]
+    return ir.Loc(os.path.abspath(frame.filename), frame.lineno or 0)
 
 
 def _installed(filename: str) -> bool:
