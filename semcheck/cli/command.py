@@ -333,7 +333,7 @@ def _verify(args) -> int:  # noqa: C901
                             all_traces=args.all_traces, category=args.category, verbose=args.verbose)
     gate.write_sarif(args, results, options)
     if args.format == "text" and not args.output and sys.stdout.isatty():
-        options = replace(options, width=shutil.get_terminal_size().columns)  # verdict lines wrap to the terminal
+        options = replace(options, width=shutil.get_terminal_size().columns)  # prose lines wrap to the terminal
     rendered = _render(args.format, results, options, interrupted)
     from semcheck.report import colour
 

@@ -52,7 +52,7 @@ def render(
         if len(results) > 1 or judgements is not None:
             blocks.append(summary_table(results, judgements, problems=True))
         report = "\n\n".join(blocks) + "\n"
-    report = _wrap_verdict_lines(report, width) if width else report
+    report = _wrap_prose(report, width) if width else report
     return colour.paint_report(report) if color else report
 
 
@@ -81,7 +81,7 @@ _SOURCE_QUOTE = re.compile(r"^\s+\d+ \| ")  # `   41 |     copy.start()`: the ke
 _TRACE_STEP = re.compile(r"^\s+\d+\. ")
 
 
-def _wrap_verdict_lines(report: str, width: int) -> str:
+def _wrap_prose(report: str, width: int) -> str:
     """The report's lines of prose wrapped to `width` at word boundaries, each continued
     indented under its own start (a terminal's own wrap cuts words and loses the indent):
     verdict lines, notes, and a violation's message, trace steps and fix. A quoted source
