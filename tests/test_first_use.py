@@ -193,3 +193,14 @@ def test_a_script_stopped_by_the_time_budget_does_not_claim_a_search(tmp_path):
     assert line.startswith(f"INCONCLUSIVE: hangs [2 devices] {script}: no verdict: time budget ")
     assert "before it compiled any Pallas kernel" in line
     assert "rules" not in line and "search" not in line and "states" not in line
+
+
+def test_the_proof_note_counts_its_pairs_of_steps_in_english():
+    from semcheck.parametric.prove import Proof
+
+    # it read "each of 1 pairs of steps that could race or arrive early is ordered"
+    assert Proof(holds=True, from_n=2, obligations=1)._ordered() == (
+        "the 1 pair of steps that could race or arrive early is ordered")
+    assert Proof(holds=True, from_n=2, obligations=3)._ordered() == (
+        "each of the 3 pairs of steps that could race or arrive early is ordered")
+    assert Proof(holds=True, from_n=2)._ordered() == "no two steps could race or arrive early"
