@@ -204,3 +204,15 @@ def test_the_proof_note_counts_its_pairs_of_steps_in_english():
     assert Proof(holds=True, from_n=2, obligations=3)._ordered() == (
         "each of the 3 pairs of steps that could race or arrive early is ordered")
     assert Proof(holds=True, from_n=2)._ordered() == "no two steps could race or arrive early"
+
+
+def test_a_bare_semcheck_says_what_to_type(capsys):
+    # it said argparse's "the following arguments are required: command"
+    assert cli.main([]) == 2
+    assert capsys.readouterr().err == (
+        "semcheck: error: no command given: `semcheck verify PATH...` checks kernel scripts, model files "
+        "or folders of them (semcheck --help lists the options)\n")
+    assert cli.main(["--devcies"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("semcheck: error: unknown option: --devcies")
+    assert err.endswith("(options go after the command: `semcheck verify [OPTIONS] PATH...`)\n")

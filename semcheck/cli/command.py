@@ -127,7 +127,9 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"semcheck {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    # not required: a bare `semcheck` gets a line saying what to type (main), not argparse's
+    # "the following arguments are required: command"
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     verify = sub.add_parser(
         "verify",
         help="check kernel scripts, model files or folders of them",
@@ -222,6 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         print(warning, file=sys.stderr)
     parser = build_parser(defaults)
     args, extras = parser.parse_known_args(argv)
+    if args.command is None:
+        what = (f"{_unknown_options(parser, extras)} (options go after the command: "
+                "`semcheck verify [OPTIONS] PATH...`)" if extras else
+                "no command given: `semcheck verify PATH...` checks kernel scripts, model files or "
+                "folders of them (semcheck --help lists the options)")
+        print(f"semcheck: error: {what}", file=sys.stderr)
+        return EXIT_USAGE
     if extras:
         print(f"semcheck: error: {_unknown_options(parser, extras)} (semcheck verify --help lists the options)",
               file=sys.stderr)
