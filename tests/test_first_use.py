@@ -216,3 +216,14 @@ def test_a_bare_semcheck_says_what_to_type(capsys):
     err = capsys.readouterr().err
     assert err.startswith("semcheck: error: unknown option: --devcies")
     assert err.endswith("(options go after the command: `semcheck verify [OPTIONS] PATH...`)\n")
+
+
+def test_drawing_a_counterexample_leaves_graphviz_warnings_out_of_the_terminal(capfd, tmp_path):
+    # dot printed "Warning: some nodes with margin (3.20,3.20) touch - falling back to straight
+    # line edges" for this one, between semcheck's own lines
+    svg = tmp_path / "race.svg"
+    script = os.path.join(ROOT, "examples", "gpu", "tma_barrier_early_read.py")
+    assert cli.main(["verify", script, "--devices", "2", "-q", "--graph", str(svg)]) == 1
+    err = capfd.readouterr().err
+    assert err == f"semcheck: counterexample drawn to {svg}\n"
+    assert "<svg" in svg.read_text()
