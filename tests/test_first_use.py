@@ -227,3 +227,24 @@ def test_drawing_a_counterexample_leaves_graphviz_warnings_out_of_the_terminal(c
     err = capfd.readouterr().err
     assert err == f"semcheck: counterexample drawn to {svg}\n"
     assert "<svg" in svg.read_text()
+
+
+def test_a_failed_test_assertion_shows_the_notes_and_steps_it_cannot_ask_for_with_v():
+    # A pytest user cannot add -v: the message said "-v shows every step" and "1 modelling
+    # note (what the verdicts rest on): shown with -v", and never showed the note.
+    import pytest
+
+    from semcheck import testing
+    from semcheck.api import verify_path
+
+    bug = os.path.join(ROOT, "examples", "tpu", "ring_permute_right_handshake.py")
+    with pytest.raises(AssertionError) as failed:
+        testing.assert_protocol_safe(bug, devices=4)
+    message = str(failed.value)
+    [result] = verify_path([bug], [4])
+    assert result.notes and all(f"  note: {note}" in message.splitlines() for note in result.notes)
+    assert "-v" not in message
+    assert "trace to it: the 7 of its 9 steps that it depends on" in message
+    with pytest.raises(AssertionError) as failed:
+        testing.assert_violation(bug, "deadlock", devices=4)
+    assert "-v" not in str(failed.value) and "  note: " in str(failed.value)
