@@ -330,6 +330,11 @@ class CheckedValues:
         return bool(self.script or self.ranges or self.withheld)
 
 
+# The frontend and backend of a check that never built a protocol (its file failed to load,
+# or the budget ran out while it loaded).
+NO_PROTOCOL = "unknown"
+
+
 @record(repr=False)
 class Result:
     kernel: str
@@ -393,6 +398,12 @@ class Result:
     @property
     def errors(self) -> list[Violation]:
         return [v for v in self.violations if v.severity == "error"]
+
+    @property
+    def built(self) -> bool:
+        """Whether the check got as far as a protocol: one that failed or ran out of time
+        while its file loaded has no frontend, rules or search to speak of."""
+        return self.frontend != NO_PROTOCOL
 
     @property
     def warnings(self) -> list[Violation]:

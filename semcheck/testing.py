@@ -52,7 +52,7 @@ def assert_protocol_safe(
         if r.verdict is not Verdict.SAFE or (not allow_warnings and r.warnings)
     ]
     if failed:
-        raise AssertionError(f"semcheck: not verified safe: {_headline(failed)}\n\n" + text.render(failed))
+        raise AssertionError(f"semcheck: not verified safe: {_headline(failed)}\n\n" + _report(failed))
     return results
 
 
@@ -68,7 +68,7 @@ def assert_violation(
         got = _headline(failed) if any(r.violations or r.verdict is not Verdict.SAFE for r in failed) else (
             f"safe at {_counts(failed)}")
         raise AssertionError(f"semcheck: expected {kind} at every device count, got {got}\n\n"
-                             + text.render(failed))
+                             + _report(failed))
     return results
 
 
@@ -84,9 +84,16 @@ def assert_as_declared(paths: str | Iterable[str], devices: Iterable[int] = (2, 
     judgements = expectations.judge_all(results)
     if not all(j.matched for j in judgements):
         unexpected = [(r, j) for r, j in zip(results, judgements) if not j.matched]
-        report = text.render([r for r, _ in unexpected], judgements=[j for _, j in unexpected])
+        report = _report([r for r, _ in unexpected], judgements=[j for _, j in unexpected])
         raise AssertionError(f"semcheck: not as declared: {_headline([r for r, _ in unexpected])}\n\n" + report)
     return results
+
+
+def _report(results: list[Result], judgements=None) -> str:
+    """The text report of a failed assertion, verbose: a test's reader cannot add `-v` to
+    see every step the violation depends on and the modelling notes the verdict rests on,
+    which the terse report only counts ("shown with -v")."""
+    return text.render(results, judgements=judgements, verbose=True)
 
 
 def _headline(results: list[Result]) -> str:

@@ -12,6 +12,7 @@ from semcheck import cli
 from semcheck.run import expectations
 from semcheck.run.expectations import Expectation, ExpectationError, judge, parse_spec
 from semcheck.result import Result, Stats, Verdict, Violation
+from semcheck.ir import display_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "models")
@@ -257,7 +258,7 @@ def test_the_gate_says_last_why_a_check_was_inconclusive(capsys):
     code, _, err = run(capsys, ring, "--devices", "8", "--expectations", "--max-states", "5")
     assert code == 3
     last = err.splitlines()[-1]
-    assert last.startswith(f"  {ring} ring_allgather at 8 devices: expected safe, but the check ended "
+    assert last.startswith(f"  {display_path(ring)} ring_allgather at 8 devices: expected safe, but the check ended "
                            "inconclusive (") and "5" in last, last
 
 

@@ -29,8 +29,9 @@ from semcheck.cli.options import for_argparse
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import DEFAULT_MAX_STATES, DEFAULT_TIMEOUT, Budget, ProgressInfo
 from semcheck.frontends import discover
-from semcheck.frontends.discovery import summarize
+from semcheck.frontends.discovery import Why, summarize
 from semcheck.kinds import DESCRIPTIONS
+from semcheck.ir import display_path
 from semcheck.report import FORMATS, RenderOptions
 from semcheck.result import EXIT_CODES, worst
 
@@ -126,19 +127,22 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"semcheck {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    # not required: a bare `semcheck` gets a line saying what to type (main), not argparse's
+    # "the following arguments are required: command"
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     verify = sub.add_parser(
         "verify",
         help="check kernel scripts, model files or folders of them",
         description="Check every schedule of each kernel or model for deadlocks, unsatisfied waits, "
-        "leftover semaphores and bad device or core ids.",
+        "leftover semaphores, bad device, core or semaphore ids and DMA windows, data races and early "
+        "arrivals (the kinds: semcheck --help).",
     )
     verify.add_argument("paths", nargs="*", metavar="PATH",
                         help="a kernel script, a model file, or a folder (default: [tool.semcheck] paths)")
     verify.add_argument("--devices", type=_device_counts, default=[2, 4, 8], metavar="N[,N...]|all",
                         help="device counts to check (default: 2,4,8); `all`: every device count, proved "
-                        "for a kernel whose devices run one program in d and N, else the smallest N that "
-                        "fails (docs/parametric.md)")
+                        "where every device runs one program written in terms of its id and the device count, "
+                        "else the smallest count that fails, or inconclusive (docs/parametric.md)")
     verify.add_argument("--engine", choices=sorted(ENGINES), default="auto",
                         help="how to decide: explicit (exhaustive search), z3 (SMT; every input value "
                         "in one query), auto (default: explicit, joined by simulate and z3 taking turns "
@@ -220,6 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         print(warning, file=sys.stderr)
     parser = build_parser(defaults)
     args, extras = parser.parse_known_args(argv)
+    if args.command is None:
+        what = (f"{_unknown_options(parser, extras)} (options go after the command: "
+                "`semcheck verify [OPTIONS] PATH...`)" if extras else
+                "no command given: `semcheck verify PATH...` checks kernel scripts, model files or "
+                "folders of them (semcheck --help lists the options)")
+        print(f"semcheck: error: {what}", file=sys.stderr)
+        return EXIT_USAGE
     if extras:
         print(f"semcheck: error: {_unknown_options(parser, extras)} (semcheck verify --help lists the options)",
               file=sys.stderr)
@@ -275,7 +286,7 @@ def _notice_jax_version(results) -> None:
 def _ran_jax(result) -> bool:
     if result.frontend in ("tpu", "gpu"):
         return True
-    if result.frontend != "unknown" or not result.file.endswith(".py"):
+    if result.built or not result.file.endswith(".py"):
         return False
     from semcheck.errors import LoadError
     from semcheck.frontends import FileKind, classify
@@ -311,14 +322,13 @@ def _verify(args) -> int:  # noqa: C901
     ))
     _clear_progress()
     _notice_jax_version(results)
+    if not results:
+        print(f"semcheck: error: {_nothing_to_check(args, skipped)}", file=sys.stderr)
+        return EXIT_USAGE
     if summarize(skipped):
         print(f"semcheck: {summarize(skipped)}", file=sys.stderr)
     for near_miss in expectations.near_misses_in(sorted({r.file for r in results if r.file})):
         print(f"semcheck: warning: {near_miss}", file=sys.stderr)
-    if not results:
-        print("semcheck: error: nothing to check: no kernel scripts or models in "
-              + ", ".join(args.paths), file=sys.stderr)
-        return EXIT_USAGE
     full, (results, hidden) = results, gate.apply_baseline(args, results)
     judgements = None
     if args.expectations:
@@ -327,13 +337,13 @@ def _verify(args) -> int:  # noqa: C901
         except expectations.ExpectationError as e:
             print(f"semcheck: error: {e}", file=sys.stderr)
             return EXIT_USAGE
-    gate.write_summary(args, results, judgements, hidden)
+    gate.write_summary(args, results, judgements, hidden, full=full)
     options = RenderOptions(max_trace_steps=args.max_trace_steps, judgements=judgements,
                             all_traces=args.all_traces, category=args.category, verbose=args.verbose)
     gate.write_sarif(args, results, options)
     if args.format == "text" and not args.output and sys.stdout.isatty():
-        options = replace(options, width=shutil.get_terminal_size().columns)  # verdict lines wrap to the terminal
-    rendered = FORMATS[args.format](results, options)
+        options = replace(options, width=shutil.get_terminal_size().columns)  # prose lines wrap to the terminal
+    rendered = _render(args.format, results, options, interrupted)
     from semcheck.report import colour
 
     if colour.wanted(sys.stdout):  # only what goes to a terminal: never -o's file, never a pipe
@@ -347,10 +357,10 @@ def _verify(args) -> int:  # noqa: C901
             print(f"semcheck: error: cannot write -o {args.output}: {e.strerror or e}", file=sys.stderr)
             written = False
         if not written or (not args.quiet and args.format != "text"):
-            sys.stdout.write(rendered if not written else FORMATS["text"](results, options))
+            sys.stdout.write(rendered if not written else _render("text", results, options, interrupted))
     else:
         if options.color and args.format == "text":
-            rendered = FORMATS["text"](results, options)
+            rendered = _render("text", results, options, interrupted)
         sys.stdout.write(rendered if rendered.endswith("\n") else rendered + "\n")
     if args.graph:
         code = _draw(results, args.graph)
@@ -365,8 +375,33 @@ def _verify(args) -> int:  # noqa: C901
     if not written:
         return EXIT_USAGE
     if judgements is not None:
-        return EXIT_CODES[worst(gate.judged_verdict(f, r, j) for f, r, j in zip(full, results, judgements))]
+        return EXIT_CODES[gate.run_verdict(full, results, judgements)]
     return EXIT_CODES[worst(r.verdict for r in results)]
+
+
+def _render(fmt: str, results: list, options: RenderOptions, interrupted: KeyboardInterrupt | None) -> str:
+    """The report in `fmt`; a text report of an interrupted run says so in its last line, so
+    that the report alone (a file, a pipe, a scrolled terminal) never reads as the whole run
+    (json and sarif carry the partial-run note in every result)."""
+    rendered = FORMATS[fmt](results, options)
+    if fmt != "text" or interrupted is None:
+        return rendered
+    return (rendered.rstrip("\n") + f"\nPARTIAL: semcheck was interrupted ({interrupts.signal_name(interrupted)}) "
+            f"after {len(results)} check(s) finished; the checks after them were not run\n")
+
+
+def _nothing_to_check(args, skipped: list) -> str:
+    """Why there is nothing to check. A script that ran but compiled no Pallas kernel is the
+    usual reason: say which, at which device counts, and what semcheck looks for."""
+    empty = sorted({s.path for s in skipped if s.why is Why.NO_KERNEL})
+    if not empty:
+        return "nothing to check: no kernel scripts or models in " + ", ".join(args.paths)
+    counts = ", ".join(map(str, args.devices))
+    named = ", ".join(display_path(p) for p in empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+    return (f"nothing to check: {named} ran with {counts} devices but compiled no Pallas kernel\n"
+            "  hint: semcheck checks the kernels a script compiles when run as `python FILE` "
+            "(pl.pallas_call, pl.kernel, pl.core_map, plgpu.kernel); make the script call its kernel, "
+            "e.g. under `if __name__ == \"__main__\":`, or write a model file (a `model(devices)` function)")
 
 
 def _list_mismatches(results: list, judgements: list) -> None:
@@ -378,7 +413,7 @@ def _list_mismatches(results: list, judgements: list) -> None:
     print(f"semcheck: {len(missed)} check(s) not as declared:", file=sys.stderr)
     for result, judgement in missed:
         why = result.exhausted or result.unjustified or (result.error or "").split("\n")[0]
-        print(f"  {result.file} {result.kernel} at {result.devices} devices: {judgement.reason}"
+        print(f"  {display_path(result.file)} {result.kernel} at {result.devices} devices: {judgement.reason}"
               + (f" ({why})" if why else ""), file=sys.stderr)
 
 

@@ -10,7 +10,7 @@ import sys
 
 from semcheck.cli import config
 from semcheck.report import RenderOptions
-from semcheck.result import Result, Verdict
+from semcheck.result import Result, Verdict, worst
 from semcheck.run.sweep import Executor
 from semcheck.run.tasks import Task, TaskOutcome
 
@@ -133,8 +133,15 @@ def judged_verdict(full: Result, shown: Result, judgement) -> Verdict:
     return verdict
 
 
-def write_summary(args, results, judgements, hidden: int) -> list[str]:
-    """Write the Markdown summary where asked; returns the files written."""
+def run_verdict(full: list[Result], shown: list[Result], judgements) -> Verdict:
+    """What the whole run counts as under --expectations: its exit code, and the headline
+    of its summary."""
+    return worst(judged_verdict(f, r, j) for f, r, j in zip(full, shown, judgements))
+
+
+def write_summary(args, results, judgements, hidden: int, full=None) -> list[str]:
+    """Write the Markdown summary where asked; returns the files written. `full`: the
+    results before the baseline hid known findings (the gate judges those)."""
     targets = [args.summary] if args.summary else []
     step_summary = os.environ.get(SUMMARY_VARIABLE)
     if step_summary and step_summary not in targets:
@@ -143,7 +150,8 @@ def write_summary(args, results, judgements, hidden: int) -> list[str]:
         return []
     from semcheck.report import job_summary
 
-    text = job_summary.render(results, judgements=judgements, hidden=hidden,
+    judged = None if judgements is None else run_verdict(full or results, results, judgements)
+    text = job_summary.render(results, judgements=judgements, hidden=hidden, judged=judged,
                               title=f"semcheck ({args.category})" if args.category else "semcheck")
     for path in targets:
         mode = "a" if path == step_summary else "w"  # the job summary file collects every step's

@@ -92,6 +92,7 @@ class CaptureOutcome:
     assumptions: list = field(default_factory=list)  # the script's semcheck.assume calls
     timed_out: bool = False  # the script was stopped at the time it was given
     exited: str | None = None  # the script ended itself with sys.exit(0) (or None): how and where
+    missing_module: str | None = None  # the module the script imports that is not installed
     sources: dict[str, str] = field(default_factory=dict)  # user files it read -> digest (capture_cache.py)
     kept: bool = False  # served from the capture cache, not captured now
     environment: dict[str, str | None] = field(default_factory=dict)  # variables the script read -> value digest
@@ -467,9 +468,11 @@ def _refuse_exit(code=0):
     raise _ScriptExit(code)
 
 
-def _run_script(path: str, exited: list[str | None]) -> tuple[str | None, ir.Loc | None]:
+def _run_script(path: str, exited: list[str | None], missing: list[str | None] | None = None,
+                ) -> tuple[str | None, ir.Loc | None]:
     """Run the script as `python path` would; why it failed and where, or (None, None).
-    A script that ended itself with status 0 says how and where in `exited[0]`."""
+    A script that ended itself with status 0 says how and where in `exited[0]`; one that
+    imports a module not installed here names it in `missing[0]`."""
     sys.argv = [path]
     sys.path.insert(0, os.path.dirname(path))
     os._exit = _refuse_exit
@@ -487,6 +490,8 @@ def _run_script(path: str, exited: list[str | None]) -> tuple[str | None, ir.Loc
     except JaxInternalMissing as e:  # semcheck's own hooks met a JAX they do not know
         return f"semcheck stopped the script: {e.message}", _where(e)
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script is reported
+        if isinstance(e, ModuleNotFoundError) and e.name and missing is not None:
+            missing[0] = e.name
         loc = _where(e)
         where = f" at {loc}" if loc else ""
         why = f"; {SEMAPHORE_RESULT}" if _returns_semaphore(e) else ""
@@ -519,14 +524,23 @@ def _first_line(e: BaseException) -> str:
 
 
 def _where(e: BaseException) -> ir.Loc | None:
-    """The innermost frame of the failure that is the user's code."""
+    """The innermost frame of the failure that is the user's code: of the script's own files
+    before an installed package's (where numpy raised says less than the script's line that
+    called it)."""
     from semcheck.lower.source import is_user_file
 
-    loc = None
-    for frame in traceback.extract_tb(e.__traceback__):
-        if is_user_file(frame.filename):
-            loc = ir.Loc(os.path.abspath(frame.filename), frame.lineno or 0)
-    return loc
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if is_user_file(f.filename)]
+    own = [f for f in frames if not _installed(f.filename)]
+    if not frames:
+        return None
+    frame = (own or frames)[-1]
+    return ir.Loc(os.path.abspath(frame.filename), frame.lineno or 0)
+
+
+def _installed(filename: str) -> bool:
+    """A file of an installed package (site-packages, or Debian's dist-packages)."""
+    parts = os.path.abspath(filename).split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts
 
 
 def _child(args) -> int:
@@ -566,6 +580,7 @@ def _child(args) -> int:
                 list(captures), assumed=[a.name for a in script_assumptions] + list(args.assumed))
             outcome.assumptions = list(script_assumptions)
             outcome.exited = exited[0]
+            outcome.missing_module = missing[0]
             from semcheck.frontends.sources import user_sources
 
             outcome.sources = user_sources(args.script)
@@ -598,9 +613,10 @@ def _child(args) -> int:
     from semcheck.passes import assumptions
 
     exited: list[str | None] = [None]
+    missing: list[str | None] = [None]
     with assumptions.collecting() as script_assumptions, capturing(captures.append), \
             environment_reads() as read_environment:
-        script_error, where = _run_script(os.path.abspath(args.script), exited)
+        script_error, where = _run_script(os.path.abspath(args.script), exited, missing)
     watchdog.cancel()
     finish(script_error, where)
     return 0

@@ -53,7 +53,7 @@ def load(path: str, devices: int, *, capture_timeout: float | None = None, assum
         raise error(
             _nothing_captured(path, devices, why),
             outcome.script_error_loc or Loc(path, 0),
-            hint=_HINT,
+            hint=_missing_module_hint(outcome.missing_module) if outcome.missing_module else _HINT,
         )
     notes = []
     if outcome.script_error:
@@ -93,6 +93,17 @@ _HINT = (
     "wrap the kernel in jax.shard_map, and call it (e.g. jax.jit(f)(x)) when the file runs "
     "as __main__"
 )
+
+
+def _missing_module_hint(module: str) -> str:
+    """The script imports what the environment semcheck runs in does not have: semcheck runs
+    the script with its own Python, so the script's dependencies must be installed there."""
+    import sys
+
+    top = module.split(".")[0]
+    return (f"semcheck runs the script with its own Python ({sys.executable}), where `{top}` is not "
+            f"installed: install the script's dependencies there, e.g. `{sys.executable} -m pip install "
+            f"{top}` (the package's name on PyPI may differ)")
 
 
 def _nothing_captured(path: str, devices: int, script_error: str | None) -> str:

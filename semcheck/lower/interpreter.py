@@ -108,6 +108,12 @@ def dispatch(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
     return generic(t, eqn, inputs)
 
 
+def effect_names(effects) -> str:
+    """JAX's effects by their class names ("MXUEffect"): most effect objects have no repr
+    of their own, and `<... object at 0x7f...>` tells a reader nothing."""
+    return ", ".join(sorted({type(e).__name__ for e in effects}))
+
+
 def generic(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
     """A primitive with no rule: fold it, or treat its results as opaque data."""
     name = eqn.primitive.name
@@ -128,7 +134,7 @@ def generic(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
     if eqn.effects and name not in HARMLESS_EFFECTFUL:
         raise t.error(
             eqn,
-            f"semcheck has no model of this effectful primitive (effects: {set(eqn.effects)})",
+            f"semcheck has no model of this effectful primitive (effects: {effect_names(eqn.effects)})",
             hint="please report this primitive so a rule can be added",
         )
     if any(isinstance(x, RunTimeElements) for x in inputs):

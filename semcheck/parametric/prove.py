@@ -29,6 +29,14 @@ class Proof:
     smallest_gap: int | None = None
     kinds: tuple[str, ...] = field(default=())  # what the gaps are about (deadlock, leftover, ...)
 
+    def _ordered(self) -> str:
+        """What the certificates showed, in words that agree with the count."""
+        if self.obligations == 0:
+            return "no two steps could race or arrive early"
+        if self.obligations == 1:
+            return "the 1 pair of steps that could race or arrive early is ordered"
+        return f"each of the {self.obligations} pairs of steps that could race or arrive early is ordered"
+
     def argument(self, template: Template) -> str:
         """The note a proved result carries."""
         return (
@@ -37,8 +45,8 @@ class Proof:
                                                     if template.confirmed_at else "")
             + "), and z3 proved for every such N: no device blocks for good and every semaphore ends at 0 "
             "(the symmetric run, where every wait gets what the steps before it add), every semaphore "
-            f"index and copy window lies inside its allocation, and each of {self.obligations} pairs of steps "
-            "that could race or arrive early is ordered (a blocking certificate over a window of "
+            f"index and copy window lies inside its allocation, and {self._ordered()} (a blocking "
+            "certificate over a window of "
             f"{self.window} neighbouring devices, {self.certificates} in all, {self.queries} queries)"
             + ("; no device runs the body before every device entered (the default device barrier, "
                "taken out of the template)" if template.entered_together else "") + "; "

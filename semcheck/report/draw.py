@@ -154,7 +154,9 @@ def render(graph: nx.DiGraph, fmt: str) -> bytes:
     """The drawing as bytes in `fmt` (svg or png); needs Graphviz's `dot` program."""
     source = to_dot(graph, dpi=PNG_DPI if fmt == "png" else None)
     try:
-        return graphviz.Source(source).pipe(format=fmt)
+        # quiet: dot's layout warnings ("some nodes with margin touch - falling back to
+        # straight line edges") went to the user's terminal; the drawing is made all the same
+        return graphviz.Source(source).pipe(format=fmt, quiet=True)
     except graphviz.ExecutableNotFound:
         raise DrawError(
             f"drawing {fmt.upper()} needs Graphviz's `dot` program: install Graphviz "

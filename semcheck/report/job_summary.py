@@ -20,14 +20,23 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render(results: list[Result], *, judgements=None, hidden: int = 0, title: str = "semcheck") -> str:
+# The headline under --expectations: what the gate made of the run, not the kernels' verdicts
+# (a folder of known-buggy examples, every one as declared, passes).
+_JUDGED = {Verdict.SAFE: "as expected", Verdict.VIOLATION: "not as expected"}
+
+
+def render(results: list[Result], *, judgements=None, hidden: int = 0, title: str = "semcheck",
+           judged: Verdict | None = None) -> str:
+    """`judged`: the gate's verdict of the run (`cli/gate.py`), for the headline, when
+    expectations were judged; else the headline is the worst verdict of the checks."""
     counts = {v: sum(r.verdict is v for r in results) for v in Verdict}
     kernels: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(results):
         kernels.setdefault((r.file, r.kernel), []).append(i)
-    overall = worst(r.verdict for r in results)
+    overall = judged or worst(r.verdict for r in results)
+    word = _JUDGED.get(overall, overall.value) if judged is not None else overall.value
     parts = ", ".join(f"{counts[v]} {v.value}" for v in Verdict if counts[v]) or "nothing checked"
-    out = [f"## {title}: {_ICONS[overall]} {overall.value}", "",
+    out = [f"## {title}: {_ICONS[overall]} {word}", "",
            f"{len(results)} checks of {len(kernels)} kernels: {parts}."]
     if judgements is not None:
         unexpected = sum(not j.matched for j in judgements)

@@ -42,7 +42,7 @@ def summary_table(results: list[Result], judgements=None, *, problems: bool = Fa
         if judgements is not None:
             j = judgements[i]
             row += [j.expected_text, "ok" if j.matched else "UNEXPECTED"]
-        row.append("" if same_kernel else (f"{display_path(r.file)}:{r.line}" if r.file else ""))
+        row.append("" if same_kernel else (f"{display_path(r.file)}:{r.line}" if r.file and r.line else display_path(r.file)))
         rows.append(row)
         previous = r
     widths = [max(len(row[c]) for row in rows) for c in range(len(header))]

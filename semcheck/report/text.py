@@ -52,7 +52,7 @@ def render(
         if len(results) > 1 or judgements is not None:
             blocks.append(summary_table(results, judgements, problems=True))
         report = "\n\n".join(blocks) + "\n"
-    report = _wrap_verdict_lines(report, width) if width else report
+    report = _wrap_prose(report, width) if width else report
     return colour.paint_report(report) if color else report
 
 
@@ -77,16 +77,34 @@ def _notes_hidden(results: list[Result], verbose: bool) -> str:
 _NOTES_COUNTED = "(what the verdicts rest on): shown with -v, and in --format json and sarif"
 
 
-def _wrap_verdict_lines(report: str, width: int) -> str:
-    """Verdict lines and notes (the long lines of prose) wrapped to `width`, continued indented."""
+_SOURCE_QUOTE = re.compile(r"^\s+\d+ \| ")  # `   41 |     copy.start()`: the kernel's line, as written
+_TRACE_STEP = re.compile(r"^\s+\d+\. ")
+
+
+def _wrap_prose(report: str, width: int) -> str:
+    """The report's lines of prose wrapped to `width` at word boundaries, each continued
+    indented under its own start (a terminal's own wrap cuts words and loses the indent):
+    verdict lines, notes, and a violation's message, trace steps and fix. A quoted source
+    line stays as written, and the summary table keeps its columns."""
     out = []
+    in_summary = False
     for line in report.split("\n"):
-        if len(line) > width and line.startswith(tuple(f"{w}:" for w in _VERDICT_WORDS.values())):
-            out.extend(textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False))
-        elif len(line) > width and (line.startswith(("  note: ", "  note [")) or _NOTES_COUNTED in line):
-            out.extend(textwrap.wrap(line, width, subsequent_indent="        ", break_on_hyphens=False))
-        else:
+        in_summary = in_summary or line == "summary:"
+        if len(line) <= width or in_summary or _SOURCE_QUOTE.match(line):
             out.append(line)
+            continue
+        lead = " " * (len(line) - len(line.lstrip(" ")))
+        step = _TRACE_STEP.match(line)
+        if line.startswith(tuple(f"{w}:" for w in _VERDICT_WORDS.values())):
+            indent = "    "
+        elif line.startswith(("  note: ", "  note [")) or _NOTES_COUNTED in line:
+            indent = "        "
+        elif step:
+            indent = " " * (step.end() + 2)  # under the step's actor, past its number
+        else:
+            indent = lead + "    "
+        out.extend(textwrap.wrap(line.lstrip(" "), width, initial_indent=lead, subsequent_indent=indent,
+                                 break_on_hyphens=False, break_long_words=False))
     return "\n".join(out)
 
 
@@ -191,17 +209,21 @@ def no_verdict_reason(r: Result) -> str:
     search stopped (a budget, or a construct the engine does not model yet)."""
     if r.unjustified:
         return r.unjustified
+    if r.exhausted and not r.built:  # it ran out while the file loaded: there was no search
+        return f"no verdict: {r.exhausted}"
     if r.exhausted:
         return f"the search stopped early: {r.exhausted}"
     return "a budget ran out before every schedule was explored"
 
 
 def verdict_line(r: Result) -> str:
-    where = f"{display_path(r.file)}:{r.line}" if r.file else ""
+    # line 0: no line is known (a script that died before its kernel was found), and `file:0`
+    # is no place an editor can open
+    where = f"{display_path(r.file)}:{r.line}" if r.file and r.line else display_path(r.file)
     head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
     if r.cores > 1:
         head += f" x {r.cores} {core_unit(r.backend)}s"
-    head += f", {r.backend} rules]" if r.verdict is not Verdict.ERROR else "]"
+    head += f", {r.backend} rules]" if r.verdict is not Verdict.ERROR and r.built else "]"
     word = _VERDICT_WORDS[r.verdict]
     if r.verdict is Verdict.SAFE and r.known_findings:
         detail = (f"no new findings: {r.known_findings} known from the baseline "
@@ -231,6 +253,8 @@ def verdict_line(r: Result) -> str:
         # z3 may decline a protocol before encoding it (then it has no event count).
         events = "" if r.stats.encoded_events is None else f"{r.stats.encoded_events:,} events, "
         stats = f"  ({events}{r.stats.solver_queries:,} solver queries, {r.stats.seconds:.2f} s, {r.engine})"
+    elif r.verdict is not Verdict.ERROR and not r.built:
+        stats = f"  ({r.stats.seconds:.2f} s)"
     elif r.verdict is not Verdict.ERROR:
         stats = (
             f"  ({r.stats.states:,} states, {r.stats.transitions:,} transitions, "

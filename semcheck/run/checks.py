@@ -16,7 +16,7 @@ from semcheck.frontends import Classification, load
 from semcheck.ir import Loc, Protocol
 from semcheck.kinds import SEVERITY, Kind
 from semcheck.records import record
-from semcheck.result import Result, Verdict, Violation
+from semcheck.result import NO_PROTOCOL, Result, Verdict, Violation
 
 if TYPE_CHECKING:
     from semcheck.frontends.kernel_script import OnPhases
@@ -91,7 +91,7 @@ def out_of_budget_loading(path: str, devices: int, reason: str, engine: str, sec
     from semcheck.result import Stats
 
     return Result(
-        kernel=stem(path), file=path, line=0, frontend="unknown", backend="unknown", devices=devices,
+        kernel=stem(path), file=path, line=0, frontend=NO_PROTOCOL, backend=NO_PROTOCOL, devices=devices,
         cores=0, engine=engine, verdict=Verdict.INCONCLUSIVE, stats=Stats(seconds=round(seconds, 4)),
         notes=[f"no verdict: {reason}"],
         exhausted=reason,
@@ -111,7 +111,7 @@ def error_text(e: LoadError) -> str:
 
 def error_result(kernel: str, file: str, line: int, devices: int, message: str, engine: str) -> Result:
     return Result(
-        kernel=kernel, file=file, line=line, frontend="unknown", backend="unknown",
+        kernel=kernel, file=file, line=line, frontend=NO_PROTOCOL, backend=NO_PROTOCOL,
         devices=devices, cores=0, engine=engine, verdict=Verdict.ERROR, error=message,
     )
 

@@ -1,0 +1,250 @@
+"""What a kernel author meets on a first run: the messages of the paths a new user takes
+(an interrupted run, a script with no kernel, a primitive semcheck does not model, a gate's
+list of mismatches, the help), each worded so that it needs no knowledge of semcheck."""
+
+import json
+import os
+import shutil
+
+from semcheck import cli
+from semcheck.cli import command
+from semcheck.ir import Loc
+from semcheck.report import text
+from semcheck.result import Result, Stats, Verdict
+from tests.test_hostile_input import semcheck_process, write
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = os.path.join(ROOT, "models", "ring_allgather.py")
+RING_PERMUTE = os.path.join(ROOT, "examples", "tpu", "ring_permute.py")
+
+
+def _interrupted_after_the_first_check(monkeypatch):
+    real = command.check_paths
+
+    def checks(*args, **kwargs):
+        results = real(*args, **kwargs)
+        yield next(results)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "check_paths", checks)
+
+
+PARTIAL = ("PARTIAL: semcheck was interrupted (Ctrl-C) after 1 check(s) finished; "
+           "the checks after them were not run")
+
+
+def test_an_interrupted_text_report_says_in_itself_that_it_is_partial(capsys, monkeypatch, tmp_path):
+    # The stderr line goes to the terminal; the report alone (piped, written with -o, or
+    # scrolled) said nothing of the checks that never ran, and read as a whole run.
+    _interrupted_after_the_first_check(monkeypatch)
+    code = cli.main(["verify", MODEL, "--devices", "2,4", "-q"])
+    out = capsys.readouterr().out
+    assert code == 130
+    assert out.startswith("SAFE: ring_allgather [2 devices")
+    assert out.splitlines()[-1] == PARTIAL
+    report = tmp_path / "report.txt"
+    assert cli.main(["verify", MODEL, "--devices", "2,4", "-q", "-o", str(report)]) == 130
+    assert report.read_text().splitlines()[-1] == PARTIAL
+    # json keeps the partial-run note in every result, and no line of prose after it
+    assert cli.main(["verify", MODEL, "--devices", "2,4", "-q", "--format", "json"]) == 130
+    [result] = json.loads(capsys.readouterr().out)["results"]
+    assert any(note.startswith("partial run:") for note in result["notes"])
+
+
+def test_a_script_that_compiles_no_kernel_is_explained(tmp_path):
+    script = write(tmp_path / "no_kernel.py", "import jax.numpy as jnp\nprint(jnp.ones(3).sum())\n")
+    proc = semcheck_process("verify", script, "--devices", "2")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    # one error and its hint, last: no "skipped" line about declared expectations before it
+    assert lines[-2] == (f"semcheck: error: nothing to check: {script} ran with 2 devices but "
+                         "compiled no Pallas kernel")
+    assert lines[-1].startswith("  hint: semcheck checks the kernels a script compiles when run as "
+                                "`python FILE` (pl.pallas_call, pl.kernel, pl.core_map, plgpu.kernel)")
+    assert not any("skipped" in line for line in lines)
+
+
+def test_an_unmodelled_effectful_primitive_is_named_with_its_effect_not_an_object_address(tmp_path):
+    source = open(RING_PERMUTE).read().replace("# semcheck: expect safe\n", "")
+    source = source.replace("    copy.wait()\n", "    copy.wait()\n"
+                            "    pltpu.matmul_push_rhs(jnp.zeros((128, 128), jnp.float32), 0, 0)\n", 1)
+    script = write(tmp_path / "mxu.py", source)
+    line = source.splitlines().index("    pltpu.matmul_push_rhs(jnp.zeros((128, 128), jnp.float32), 0, 0)") + 1
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    assert proc.returncode == 2, proc.stderr
+    [result] = json.loads(proc.stdout)["results"]
+    assert result["verdict"] == "error"
+    assert result["error"].startswith(
+        "matmul_push_rhs: semcheck has no model of this effectful primitive (effects: MXUEffect)")
+    assert result["line"] == line  # the kernel's own line, not JAX's
+
+
+def test_an_error_with_no_known_line_names_the_file_without_line_0():
+    r = Result("script", "kernels/script.py", 0, "tpu", "tpu", 2, 1, "", Verdict.ERROR, [], Stats(0, 0, 0.0),
+               error="running kernels/script.py with 2 devices ended (killed by SIGABRT)")
+    assert text.verdict_line(r).startswith("ERROR: script [2 devices] kernels/script.py: running")
+    assert "script.py:0" not in text.render([r, r])
+    assert text.verdict_line(Result("k", "a.py", 7, "tpu", "tpu", 2, 1, "", Verdict.ERROR, [], Stats(0, 0, 0.0),
+                                    error="x")).startswith("ERROR: k [2 devices] a.py:7: x")
+    assert Loc("a.py", 0).line == 0  # what a LoadError without a line carries
+
+
+def test_the_list_of_checks_not_as_declared_names_files_as_the_report_does(capsys, monkeypatch, tmp_path):
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    shutil.copy(MODEL, kernels / "ring.py")
+    (kernels / "ring.py").write_text("# semcheck: expect deadlock\n" + (kernels / "ring.py").read_text()
+                                     .replace("# semcheck: expect safe\n", ""))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["verify", "kernels/", "--devices", "2", "--expectations", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "  kernels/ring.py ring_allgather at 2 devices: expected deadlock" in err
+    assert str(tmp_path) not in err
+
+
+def test_the_verify_help_names_every_family_of_finding(capsys):
+    description = command.build_parser()._subparsers._group_actions[0].choices["verify"].description
+    for words in ("deadlocks", "unsatisfied waits", "leftover semaphores", "data races", "early arrivals",
+                  "semaphore ids", "DMA windows"):
+        assert words in description, words
+
+
+def test_the_devices_help_says_what_all_proves_in_words_a_user_has():
+    [devices] = [a for a in command.build_parser()._subparsers._group_actions[0].choices["verify"]._actions
+                 if "--devices" in a.option_strings]
+    assert "one program in d and N" not in devices.help  # the proof's own notation, undefined in the help
+    assert "its id and the device count" in devices.help and "inconclusive" in devices.help
+
+
+def test_the_job_summary_headline_is_the_gates_verdict_under_expectations(capsys, monkeypatch, tmp_path):
+    # A folder of declared known bugs passes the gate (exit 0); its summary's headline said
+    # "❌ violation" all the same, above "Every check as expected".
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    shutil.copy(os.path.join(ROOT, "models", "ring_allgather_missing_signal.py"), kernels / "bug.py")
+    shutil.copy(MODEL, kernels / "ring.py")
+    monkeypatch.chdir(tmp_path)
+    summary = tmp_path / "summary.md"
+    assert cli.main(["verify", "kernels/", "--devices", "2", "--expectations", "-q", "--summary", str(summary)]) == 0
+    lines = summary.read_text().splitlines()
+    assert lines[0] == "## semcheck: ✅ as expected"
+    assert lines[2] == "2 checks of 2 kernels: 1 safe, 1 violation. Every check as expected."
+    # declared safe, found a bug: the gate fails, and the headline says so
+    (kernels / "ring.py").write_text((kernels / "bug.py").read_text().replace(
+        "# semcheck: expect unsatisfied_wait", "# semcheck: expect safe"))
+    assert cli.main(["verify", "kernels/", "--devices", "2", "--expectations", "-q", "--summary", str(summary)]) == 1
+    assert summary.read_text().splitlines()[0] == "## semcheck: ❌ not as expected"
+    # without --expectations the headline is the kernels' worst verdict, as before
+    assert cli.main(["verify", "kernels/", "--devices", "2", "-q", "--summary", str(summary)]) == 1
+    assert summary.read_text().splitlines()[0] == "## semcheck: ❌ violation"
+
+
+def test_a_script_that_fails_inside_an_installed_package_is_located_at_its_own_line(tmp_path):
+    # numpy raised; the error pointed at numpy/linalg/_linalg.py, a file the user never wrote
+    script = write(tmp_path / "raises.py", (
+        "import jax\nimport numpy as np\n\n\ndef helper(x):\n    return np.linalg.inv(x)\n\n\n"
+        "helper(np.zeros((2, 3)))\n"))
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    assert proc.returncode == 2, proc.stderr
+    [result] = json.loads(proc.stdout)["results"]
+    assert (result["file"], result["line"]) == (script, 6)
+    assert result["error"].startswith(f"the script raised LinAlgError: Last 2 dimensions of the array must be "
+                                      f"square at {script}:6 before any Pallas kernel was compiled")
+
+
+def test_a_script_whose_import_is_not_installed_gets_a_hint_to_install_it(tmp_path):
+    script = write(tmp_path / "needs.py", "import not_installed_anywhere.sub\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "-q")
+    assert proc.returncode == 2
+    assert "the script raised ModuleNotFoundError: No module named 'not_installed_anywhere'" in proc.stdout
+    [hint] = [line for line in proc.stdout.splitlines() if line.startswith("  hint: ")]
+    assert hint.startswith("  hint: semcheck runs the script with its own Python (")
+    assert "-m pip install not_installed_anywhere` (the package's name on PyPI may differ)" in hint
+
+
+def test_on_a_terminal_a_violations_prose_wraps_at_words_under_its_own_indent():
+    # Only verdict lines and notes wrapped; a violation's message, trace and fix ran to 300
+    # columns and the terminal cut them mid-word at column 80, indent lost.
+    from semcheck.api import verify_path
+
+    results = verify_path([os.path.join(ROOT, "examples", "tpu", "ring_permute_right_handshake.py")], [4, 8])
+    wide, narrow = text.render(results), text.render(results, width=80)
+    assert max(len(line) for line in wide.splitlines()) > 250
+    body = narrow.split("\nsummary:\n")[0].splitlines()
+    quotes = [line for line in body if text._SOURCE_QUOTE.match(line)]
+    assert quotes == ["       41 |     copy.start()  # <- remote_before_entry"]  # the kernel's line, as written
+    assert all(len(line) <= 80 for line in body)
+    assert " ".join(narrow.split()) == " ".join(wide.split())  # nothing lost, no word cut
+    assert "\nsummary:\n" + wide.split("\nsummary:\n")[1] in narrow  # the table keeps its columns
+    # the DMA step (step 6) continues under its actor, right of its number
+    [six] = [i for i, line in enumerate(body) if line.startswith("         6. device 1 ")]
+    assert body[six + 1].startswith(" " * 14) and not text._TRACE_STEP.match(body[six + 1])
+    [fix] = [i for i, line in enumerate(body) if line.startswith("    fix: ")]
+    assert body[fix + 1].startswith("        ") and body[fix + 1].strip()  # the fix goes on, indented
+
+
+def test_a_script_stopped_by_the_time_budget_does_not_claim_a_search(tmp_path):
+    # It read "INCONCLUSIVE: hangs [2 devices, unknown rules] ...: the search stopped early:
+    # ... (0 states, 0 transitions, 5.74 s, auto)": no rules, no search and no states were involved.
+    script = write(tmp_path / "hangs.py", "import time\nimport jax\ntime.sleep(1000)\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "--timeout", "2", "-q")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    line = proc.stdout.splitlines()[0]
+    assert line.startswith(f"INCONCLUSIVE: hangs [2 devices] {script}: no verdict: time budget ")
+    assert "before it compiled any Pallas kernel" in line
+    assert "rules" not in line and "search" not in line and "states" not in line
+
+
+def test_the_proof_note_counts_its_pairs_of_steps_in_english():
+    from semcheck.parametric.prove import Proof
+
+    # it read "each of 1 pairs of steps that could race or arrive early is ordered"
+    assert Proof(holds=True, from_n=2, obligations=1)._ordered() == (
+        "the 1 pair of steps that could race or arrive early is ordered")
+    assert Proof(holds=True, from_n=2, obligations=3)._ordered() == (
+        "each of the 3 pairs of steps that could race or arrive early is ordered")
+    assert Proof(holds=True, from_n=2)._ordered() == "no two steps could race or arrive early"
+
+
+def test_a_bare_semcheck_says_what_to_type(capsys):
+    # it said argparse's "the following arguments are required: command"
+    assert cli.main([]) == 2
+    assert capsys.readouterr().err == (
+        "semcheck: error: no command given: `semcheck verify PATH...` checks kernel scripts, model files "
+        "or folders of them (semcheck --help lists the options)\n")
+    assert cli.main(["--devcies"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("semcheck: error: unknown option: --devcies")
+    assert err.endswith("(options go after the command: `semcheck verify [OPTIONS] PATH...`)\n")
+
+
+def test_drawing_a_counterexample_leaves_graphviz_warnings_out_of_the_terminal(capfd, tmp_path):
+    # dot printed "Warning: some nodes with margin (3.20,3.20) touch - falling back to straight
+    # line edges" for this one, between semcheck's own lines
+    svg = tmp_path / "race.svg"
+    script = os.path.join(ROOT, "examples", "gpu", "tma_barrier_early_read.py")
+    assert cli.main(["verify", script, "--devices", "2", "-q", "--graph", str(svg)]) == 1
+    err = capfd.readouterr().err
+    assert err == f"semcheck: counterexample drawn to {svg}\n"
+    assert "<svg" in svg.read_text()
+
+
+def test_a_failed_test_assertion_shows_the_notes_and_steps_it_cannot_ask_for_with_v():
+    # A pytest user cannot add -v: the message said "-v shows every step" and "1 modelling
+    # note (what the verdicts rest on): shown with -v", and never showed the note.
+    import pytest
+
+    from semcheck import testing
+    from semcheck.api import verify_path
+
+    bug = os.path.join(ROOT, "examples", "tpu", "ring_permute_right_handshake.py")
+    with pytest.raises(AssertionError) as failed:
+        testing.assert_protocol_safe(bug, devices=4)
+    message = str(failed.value)
+    [result] = verify_path([bug], [4])
+    assert result.notes and all(f"  note: {note}" in message.splitlines() for note in result.notes)
+    assert "-v" not in message
+    assert "trace to it: the 7 of its 9 steps that it depends on" in message
+    with pytest.raises(AssertionError) as failed:
+        testing.assert_violation(bug, "deadlock", devices=4)
+    assert "-v" not in str(failed.value) and "  note: " in str(failed.value)
