@@ -75,10 +75,20 @@ def test_text_report_shows_the_line_and_the_trace(capsys):
     assert any(line.lstrip()[:1].isdigit() and ". device 3  signal" in line for line in out.splitlines())
 
 
-def test_safe_run_exits_zero_with_one_line_per_check(capsys):
+def test_safe_run_exits_zero_with_one_line_per_kernel(capsys):
     code, out, _ = run(capsys, "verify", model("ring_allgather"), "--devices", "2,4")
     assert code == 0
-    assert [line.split(":")[0] for line in out.splitlines() if line.startswith(("SAFE", "VIOLATION"))] == ["SAFE"] * 2
+    [line] = [line for line in out.splitlines() if line.startswith(("SAFE", "VIOLATION"))]
+    assert line.startswith("SAFE: ring_allgather [2, 4 devices, ")
+
+
+def test_checks_share_a_line_only_where_they_say_the_same(capsys):
+    # safe at 2 devices (one neighbour sends), a race at 3 and 4: two lines, not three
+    code, out, _ = run(capsys, "verify", model("ring_allgather_shared_recv"), "--devices", "2,3,4")
+    assert code == 1
+    lines = [line for line in out.splitlines() if line.startswith(("SAFE", "VIOLATION"))]
+    assert [line.split(" rules]")[0] for line in lines] == [
+        "SAFE: ring_allgather_shared_recv [2 devices, tpu", "VIOLATION: ring_allgather_shared_recv [3, 4 devices, tpu"]
 
 
 def test_budget_exhaustion_is_inconclusive_exit_3(capsys):

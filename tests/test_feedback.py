@@ -2,7 +2,9 @@
 its phase times, progress in a CI log at most every 15 s, verdict lines wrapped to the
 terminal."""
 
+import io
 import os
+import sys
 
 from semcheck.cli import command
 from semcheck.api import LoadReport, verify_path
@@ -24,6 +26,30 @@ def test_capture_line_names_the_file_the_devices_and_each_phase():
         "semcheck: captured examples/tpu/ring_permute.py at 4 devices: 2 kernels in 3.1 s "
         "(jax import 1.0 s, script 1.9 s, lowering 0.2 s)")
     assert feedback.capture_line(LoadReport("models/ring.py", 4, 0.01, 1)) is None  # nothing captured
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_a_capture_line_is_progress_cleared_before_the_report(monkeypatch):
+    report = LoadReport("examples/tpu/ring_permute.py", 4, 3.14, 2, {"script": 1.9})
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    command._capture_printer(verbose=False)(report)
+    assert terminal.getvalue().startswith("\rsemcheck: captured examples/tpu/ring_permute.py at 4 devices")
+    assert "\n" not in terminal.getvalue()
+    command._clear_progress()
+    assert terminal.getvalue().endswith(" \r")  # wiped before the report is written
+    kept = _Terminal()
+    monkeypatch.setattr(sys, "stderr", kept)
+    command._capture_printer(verbose=True)(report)  # -v keeps every line
+    assert kept.getvalue() == feedback.capture_line(report) + "\n"
+    log = io.StringIO()  # off a terminal: a line for good
+    monkeypatch.setattr(sys, "stderr", log)
+    command._capture_printer(verbose=False)(report)
+    assert log.getvalue() == feedback.capture_line(report) + "\n"
 
 
 def test_a_capture_from_the_cache_says_so_and_when_its_times_were_measured():

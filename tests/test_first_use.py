@@ -167,7 +167,9 @@ def test_on_a_terminal_a_violations_prose_wraps_at_words_under_its_own_indent():
     # columns and the terminal cut them mid-word at column 80, indent lost.
     from semcheck.api import verify_path
 
-    results = verify_path([os.path.join(ROOT, "examples", "tpu", "ring_permute_right_handshake.py")], [4, 8])
+    # with a second kernel (a model file), so that the report ends with its summary table
+    results = verify_path([os.path.join(ROOT, "examples", "tpu", "ring_permute_right_handshake.py"),
+                           os.path.join(ROOT, "models", "ring_allgather.py")], [4, 8])
     wide, narrow = text.render(results), text.render(results, width=80)
     assert max(len(line) for line in wide.splitlines()) > 250
     body = narrow.split("\nsummary:\n")[0].splitlines()

@@ -30,8 +30,14 @@ def test_text_shows_the_smallest_trace_once_and_names_the_other_counts():
     assert report.count("error: unsatisfied_wait") == 1
     assert "error: unsatisfied_wait (device 1) at " in report  # device N-1 of the 2-device check
     assert "[at 2 devices; also at 4, 8 devices]" in report
-    assert len([line for line in report.splitlines() if line.startswith("VIOLATION: ")]) == 3
-    assert "1 distinct problem:" in report and "at 2, 4, 8 devices" in report
+    # the three checks say the same but for their size: one verdict line, and no summary
+    # table repeating it for one kernel
+    [verdict] = [line for line in report.splitlines() if line.startswith("VIOLATION: ")]
+    assert "[2, 4, 8 devices, " in verdict and " states, " in verdict
+    assert [f"{r.stats.states:,}" for r in results] == verdict.rsplit("  (", 1)[1].split(" states")[0].split(" / ")
+    assert "summary:" not in report
+    both = text.render(results + verify_path(model("ring_allgather"), [2]))
+    assert "1 distinct problem:" in both and "at 2, 4, 8 devices" in both
     every = text.render(results, all_traces=True)
     assert every.count("error: unsatisfied_wait") == 3 and "also at" not in every
 

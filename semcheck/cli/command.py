@@ -304,14 +304,14 @@ def _verify(args) -> int:  # noqa: C901
 
         return command.run(args)
     budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
-    from semcheck.report.feedback import Position, capture_line_printer
+    from semcheck.report.feedback import Position
 
     position = Position(total=len(discover(args.paths)) * len(args.devices))
     progress_for = None if args.quiet else _progress_printer(position, budget)
     skipped: list = []
     results, interrupted = interrupts.collect(check_paths(  # keeps what finished on Ctrl-C, marked partial
         args.paths, args.devices, engine=args.engine, budget=budget, progress_for=progress_for,
-        on_load=None if args.quiet else capture_line_printer(sys.stderr, before=_clear_progress),
+        on_load=None if args.quiet else _capture_printer(args.verbose),
         assume=args.assume, reduce=not args.no_reduction, split=not args.no_split,
         symmetry=False if args.no_symmetry else None,  # None: with the reduction
         invocations=args.invocations, skipped=skipped, cores_enter_together=args.assume_cores_enter_together,
@@ -473,6 +473,28 @@ def _progress_printer(position, budget: Budget):
         return show
 
     return printer
+
+
+def _capture_printer(verbose: bool):
+    """Where a capture line goes: on a terminal it is progress, shown in place until the next
+    line or the report (so that the report keeps to a screen), and kept with -v; off a
+    terminal (a CI log) every one is a line for good."""
+    from semcheck.report.feedback import capture_line, capture_line_printer
+
+    if verbose or not sys.stderr.isatty():
+        return capture_line_printer(sys.stderr, before=_clear_progress)
+
+    def show(report) -> None:
+        global _progress_shown
+        line = capture_line(report)
+        if line is None:
+            return
+        width = shutil.get_terminal_size().columns - 1
+        sys.stderr.write("\r" + line[:width].ljust(min(width, 120)))
+        sys.stderr.flush()
+        _progress_shown = True
+
+    return show
 
 
 def _clear_progress() -> None:

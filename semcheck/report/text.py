@@ -49,7 +49,7 @@ def render(
         notes = _notes_hidden(results, verbose)
         if notes:
             blocks[-1] += "\n" + notes
-        if len(results) > 1 or judgements is not None:
+        if len(blocks) > 1 or judgements is not None:  # one kernel's verdict lines already say it all
             blocks.append(summary_table(results, judgements, problems=True))
         report = "\n\n".join(blocks) + "\n"
     report = _wrap_prose(report, width) if width else report
@@ -117,20 +117,10 @@ def _by_kernel(results: list[Result]) -> list[list[int]]:
 
 
 def _render_kernel(results: list[Result], indices: list[int], style: Style, judgements) -> str:
-    lines = []
-    in_full = []
-    for i in indices:
-        r = results[i]
-        judgement = judgements[i] if judgements is not None else None
-        lines.append(verdict_line(r))
-        lines.extend(values_lines(r))
-        if judgement is not None and judgement.matched and r.verdict is Verdict.VIOLATION:
-            lines.append(f"  expected: {_declared(judgement)}")
-            continue
-        in_full.append(i)
-        if judgement is not None and not judgement.matched:
-            lines.append(f"  UNEXPECTED: {judgement.reason}" + (
-                f" (declared at {judgement.expected.where})" if judgement.expected else ""))
+    if judgements is None:
+        lines, in_full = _verdict_lines(results, indices)
+    else:
+        lines, in_full = _judged_lines(results, indices, judgements)
     shown = [results[i] for i in in_full]
     problems = groups.group(shown)
     problems.sort(key=lambda g: shown[g.shown.result].violations[g.shown.violation].severity != "error")
@@ -144,6 +134,34 @@ def _render_kernel(results: list[Result], indices: list[int], style: Style, judg
     if style.verbose:
         lines.extend(_note_lines(results, indices))
     return "\n".join(lines)
+
+
+def _verdict_lines(results: list[Result], indices: list[int]) -> tuple[list[str], list[int]]:
+    """A kernel's verdict lines, one per run of its checks that say the same but for their
+    size; every check's problems are shown."""
+    lines = []
+    for run in _same_but_size(results, indices):
+        lines.append(merged_verdict_line([results[i] for i in run]) or verdict_line(results[run[0]]))
+        lines.extend(values_lines(results[run[0]]))
+    return lines, list(indices)
+
+
+def _judged_lines(results: list[Result], indices: list[int], judgements) -> tuple[list[str], list[int]]:
+    """A gate's verdict lines, one per check with what was declared; the checks whose
+    problems are shown (a declared violation is a line)."""
+    lines, in_full = [], []
+    for i in indices:
+        r, judgement = results[i], judgements[i]
+        lines.append(verdict_line(r))
+        lines.extend(values_lines(r))
+        if judgement.matched and r.verdict is Verdict.VIOLATION:
+            lines.append(f"  expected: {_declared(judgement)}")
+            continue
+        in_full.append(i)
+        if not judgement.matched:
+            lines.append(f"  UNEXPECTED: {judgement.reason}" + (
+                f" (declared at {judgement.expected.where})" if judgement.expected else ""))
+    return lines, in_full
 
 
 def _found_as(results: list[Result], problem: groups.ProblemGroup) -> str:
@@ -261,6 +279,53 @@ def verdict_line(r: Result) -> str:
             f"{r.stats.seconds:.2f} s, {r.engine})"
         )
     return f"{word}: {head} {where}: {detail}{origins.first_only_text(r)}{stats}"
+
+
+def _same_but_size(results: list[Result], indices: list[int]) -> list[list[int]]:
+    """A kernel's checks in runs of neighbours that say the same but for the device count
+    and the search's size (`_shape`); a check that can not share its line is a run alone."""
+    runs: list[list[int]] = []
+    for i in indices:
+        shape = _shape(results[i])
+        if runs and shape is not None and shape == _shape(results[runs[-1][-1]]) \
+                and results[i].devices not in {results[k].devices for k in runs[-1]}:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _shape(r: Result) -> tuple | None:
+    """What a verdict line says of a check but its device count and its search's figures;
+    None for a check whose line is its own (no verdict, an error, engines side by side, z3)."""
+    if r.verdict not in (Verdict.SAFE, Verdict.VIOLATION) or r.runs or r.stats.solver_queries is not None \
+            or not r.built:
+        return None
+    return _line_without_size(r), r.engine, r.cores, tuple(values_lines(r))
+
+
+def merged_verdict_line(checks: list[Result]) -> str | None:
+    """One verdict line for a kernel's checks at several device counts that say the same but
+    for the device count and the search's size (the common case: one bug found at 2, 4 and 8
+    devices, or safe at each), so a report keeps to a screen; None for a single check."""
+    if len(checks) < 2:
+        return None
+    first = checks[0]
+    line = verdict_line(first)
+    one_count = f"[{first.devices} device{'s' if first.devices != 1 else ''}"
+    counts = ", ".join(str(r.devices) for r in checks)
+    stats_at = line.rindex("  (")
+    states = " / ".join(f"{r.stats.states:,}" for r in checks)
+    seconds = sum(r.stats.seconds for r in checks)
+    return (line[:stats_at].replace(one_count, f"[{counts} devices", 1)
+            + f"  ({states} states, {seconds:.2f} s, {first.engine})")
+
+
+def _line_without_size(r: Result) -> str:
+    """The verdict line less its device count and its search's figures."""
+    line = verdict_line(r)
+    head = f"[{r.devices} device{'s' if r.devices != 1 else ''}"
+    return line[:line.rindex("  (")].replace(head, "[", 1)
 
 
 # Operands or ranges named in the values line; the rest are counted (the JSON lists them all).
