@@ -65,6 +65,9 @@ class OperandData:
     seen: bool = False  # the script ran the kernel, so its operand values were captured
     used: dict = field(default_factory=dict)
     withheld: dict = field(default_factory=dict)
+    # Indices whose used values are the first call's, which later calls do not receive: they
+    # get the kernel's own output, carried round a loop (KernelCapture.own_carried).
+    first_call: tuple[int, ...] = ()
 
 
 def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
@@ -78,7 +81,8 @@ def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
         held = {k: (values[op], why[op]) for k, op in operand_of.items() if op in values and op in why}
         if held:
             withheld[device] = held
-    return OperandData(bool(capture.operand_values), used, withheld)
+    carried = tuple(k for k, op in operand_of.items() if op in capture.own_carried)
+    return OperandData(bool(capture.operand_values), used, withheld, carried)
 
 
 def semaphore_kind(dtype) -> SemKind | None:
@@ -279,6 +283,10 @@ class KernelContext:
                 self.withheld_data[device] = kept
         if self.withheld_data:
             self.note(withheld_note(self.withheld_data, self.mesh.size))
+        carried = sorted({refs[k].alloc for k in operands.first_call
+                          if any(refs[k].alloc in used for used in self.initial_data.values())})
+        if carried:
+            self.note(first_call_note(carried))
 
     def withheld_buffers(self) -> tuple[str, ...]:
         """The operands whose script values are not used on some device."""
@@ -349,6 +357,17 @@ def withheld_note(withheld: dict[int, dict[str, str]], devices: int) -> str:
     return ("the values the script passed are not used for " + "; ".join(parts)
             + ": such an operand holds what the kernel's own stores define, and a scalar-prefetch element "
             "it reads is an input over its type (docs/data-evaluation.md)")
+
+
+def first_call_note(buffers: list[str]) -> str:
+    """The operands checked with the values of the kernel's first call, which later calls do
+    not receive (frontends/provenance.py, `earlier_calls`)."""
+    names = " and ".join(buffers) if len(buffers) <= 2 else f"{', '.join(buffers[:-1])} and {buffers[-1]}"
+    return (f"{names} {'is' if len(buffers) == 1 else 'are'} carried round a loop from this kernel's own output: "
+            "checked with the values the script passed to the kernel's first call on each device, which no call "
+            "of it can have fed (every device calls it first at the same point of the program); later calls "
+            "receive its earlier output instead, which semcheck's capture replaces with zeros, so the check "
+            "covers the first call (docs/data-evaluation.md)")
 
 
 def _element_input_note(buffer: str, index: tuple[int, ...], unseen: str | None, blocked: bool) -> str:

@@ -71,11 +71,15 @@ class KernelCapture:
     # The capture replaces kernel outputs with zeros, so an operand may hold an earlier
     # kernel's zeros (frontends/provenance.py). Device -> why a kernel ran before the run of
     # this kernel's program began (its outputs may be the program's arguments); what each
-    # operand is computed from; and, decided from both, device -> operand index -> why its
-    # value there is not the script's own (not used).
+    # operand is computed from; why a device's first call may be fed by another call of this
+    # kernel (None: it cannot); and, decided from these, device -> operand index -> why its
+    # value there is not the script's own (not used), and the operands used although later
+    # calls receive the kernel's own output there, carried round a loop.
     ran_before: dict = field(default_factory=dict)
     operand_origins: tuple = ()
+    earlier_calls: str | None = "semcheck did not look at where the kernel is called"
     withheld: dict = field(default_factory=dict)
+    own_carried: tuple[int, ...] = ()
     flow: KernelFlow | None = None
     # The avals of the eqn's operands, as JAX lowers the call: what JAX's own TPU lowering
     # of the kernel needs (lower/jax_tpu_lowering.py).
