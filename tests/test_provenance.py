@@ -499,8 +499,8 @@ def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chai
             f"count_kernel (called at {_call_line()}), and {ZEROS}): such an operand holds what the kernel's own "
             "stores define, and a scalar-prefetch element it reads is an input over its type (docs/data-evaluation.md)"
         ]
-        assert any("is a scalar-prefetch operand whose script value is not known (the value the capture saw on "
-                   "device 0 is not used: it is computed from the outputs of count_kernel" in n for n in second.notes)
+        assert any("is a scalar-prefetch operand whose script value is not known (the values the capture saw of "
+                   "n_ref on device 0 are not used: it is computed from the outputs of count_kernel" in n for n in second.notes)
     else:
         assert withheld == []
 
@@ -566,8 +566,24 @@ def test_a_gpu_kernels_device_id_from_an_earlier_kernels_output_is_an_error_that
             continue
         [error] = [e.to_load_error() for e in errors]
         assert isinstance(error, LoadError)
-        assert "the values the capture saw of peer_ref on this device are not used: it is computed from the outputs " \
+        assert "the values the capture saw of peer_ref on device 0 are not used: it is computed from the outputs " \
                "of producer" in error.message, error.message
+
+
+def test_a_grid_extent_from_an_earlier_kernels_output_is_an_error_that_says_why():
+    def sized(n, x):
+        return pl.pallas_call(copy_block, grid=(n[0],), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[pl.BlockSpec((8, 128), lambda i: (0, 0))],
+                              out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)))(x)
+
+    _, errors = lower_captures(capture_function(lambda n, x: sized(counted(n), x), N, X, operand_values=True))
+    [error] = [e.to_load_error() for e in errors]
+    assert "has dimensions known only at run time (0), and their values cannot be used: the values the capture saw " \
+           "of operand 0 on device 0 are not used: it is computed from the outputs of count_kernel" in error.message
+
+
+def copy_block(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
 
 
 def _label(capture) -> str:

@@ -261,7 +261,7 @@ class KernelContext:
             return "the kernel was traced but not run, so the capture saw no operand values"
         why = self.withheld_data.get(device, {}).get(buffer)
         if why is not None:
-            return f"the value the capture saw on device {device} is not used: {why}"
+            return values_not_used(why, device, buffer)
         return "the capture saw no value of it on that device"
 
     def use_operand_values(self, refs: list[RefValue], operands: OperandData) -> None:
@@ -343,6 +343,13 @@ def _element_named(name: str, buffer: str) -> tuple[int, ...] | None:
         return None
 
 
+def values_not_used(why: str, device: int, operand: str | None = None) -> str:
+    """How every lowering's message and note says that the values the capture saw of an
+    operand on `device` are not used, `why` being frontends/provenance.py's reason."""
+    of = f" of {operand}" if operand else ""
+    return f"the values the capture saw{of} on device {device} are not used: {why}"
+
+
 def withheld_note(withheld: dict[int, dict[str, str]], devices: int) -> str:
     """Which operands' script values are not used, on which devices, and why."""
     where: dict[tuple[str, str], list[int]] = {}
@@ -412,7 +419,7 @@ class ThreadLowering:
         self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile,
                                    read_buffers=kernel.read_buffers, shared_written=kernel.shared_written,
                                    unfollowed={**kernel.unfollowed_data.get(device, {}), **{
-                                       buffer: f"the values the capture saw of {buffer} on this device are not used: {why}"
+                                       buffer: values_not_used(why, device, buffer)
                                        for buffer, why in kernel.withheld_data.get(device, {}).items()}},
                                    assumed=_ThreadsAssumedElements(self))
         self._reads = 0

@@ -28,7 +28,9 @@ from dataclasses import field
 from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
-from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, OperandData, ThreadLowering, operand_data
+from semcheck.lower.context import (
+    SHARED_HBM_BASIS, KernelContext, MeshShape, OperandData, ThreadLowering, operand_data, values_not_used,
+)
 from semcheck.lower.data import data_notes
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
@@ -203,7 +205,7 @@ def _unseen_operands_reason(capture: KernelCapture, operands) -> str | None:
     for device, why in sorted(capture.withheld.items()):
         for k in operands:
             if k in why:
-                return f"the value the capture saw on device {device} is not used: {why[k]}"
+                return values_not_used(why[k], device, f"operand {k}")
     return None
 
 
