@@ -113,6 +113,17 @@ def test_a_loop_carrying_a_kernels_output_uses_its_first_calls_value_and_keeps_t
     assert loop.withheld == {} and loop.own_carried == (1,)
 
 
+def test_a_loop_run_while_the_kernels_output_says_so_uses_the_first_calls_values():
+    @jax.jit
+    def f(n, x):
+        return jax.lax.while_loop(lambda c: c[0, 0] > 0, lambda c: kern(n, c), x)  # once: zeros stop it
+
+    [loop] = captured((f, (N, X)))
+    # n reaches the kernel unchanged, but whether the loop runs again depends on x, then its output
+    assert loop.operand_origins[0] == OperandOrigin(outside=("arguments 0 and 1 of jit_f",), own=True)
+    assert loop.earlier_calls is None and loop.withheld == {} and loop.own_carried == (0, 1)
+
+
 def test_a_kernel_called_before_the_loop_that_carries_its_output_withholds_it():
     @jax.jit
     def f(n, x):
@@ -522,7 +533,7 @@ def test_a_layer_loops_carried_count_is_checked_as_its_first_call_received_it(br
     result = check_protocol(protocol)
     assert result.verdict.value == ("violation" if branched else "safe")
     assert len(protocol.inputs) == (1 if branched else 0)
-    carried = [note for note in protocol.notes if note.startswith("n_ref is carried round a loop")]
+    carried = [note for note in protocol.notes if note.startswith("the values the script passed of n_ref are checked")]
     withheld = [note for note in protocol.notes if note.startswith("the values the script passed are not used for")]
     if branched:
         assert carried == [] and len(withheld) == 1
@@ -533,10 +544,11 @@ def test_a_layer_loops_carried_count_is_checked_as_its_first_call_received_it(br
             "  values: over ranges n_ref[0] any int32; not as passed n_ref (an earlier kernel's output may reach them)"]
     else:
         assert withheld == [] and carried == [
-            "n_ref is carried round a loop from this kernel's own output: checked with the values the script passed "
-            "to the kernel's first call on each device, which no call of it can have fed (every device calls it "
-            "first at the same point of the program); later calls receive its earlier output instead, which "
-            "semcheck's capture replaces with zeros, so the check covers the first call (docs/data-evaluation.md)"]
+            "the values the script passed of n_ref are checked as the kernel's first call on each device received "
+            "them, which no call of the kernel can have fed (every device calls it first at the same point of the "
+            "program); later calls may receive values computed from its own earlier output, carried round the loop "
+            "around it, which semcheck's capture replaces with zeros: the check covers the first call "
+            "(docs/data-evaluation.md)"]
         assert text.values_lines(result) == ["  values: as the script passed n_ref"]
 
 

@@ -58,6 +58,10 @@ class OperandOrigin:
     own: bool = False  # the kernel's own outputs, carried round a loop back into it
     per_device: str | None = None  # an op whose value can differ between devices (a device id, a collective)
 
+    def feeding(self) -> tuple[str, ...]:
+        """The kernels whose outputs it is computed from, this one's own earlier call included."""
+        return (*self.kernels, *((OWN,) if self.own else ()))
+
 
 OWN = "this kernel's own earlier call"
 ZEROS = "semcheck's capture replaces kernel outputs with zeros"
@@ -320,8 +324,8 @@ _TERMINATORS = frozenset({"stablehlo.return", "sdy.return", "func.return"})
 
 def _varies(origin: OperandOrigin) -> str | None:
     """What in `origin` may differ between devices or be a kernel's output (None: nothing)."""
-    if origin.own or origin.kernels:
-        return f"the outputs of {_names((*origin.kernels, *((OWN,) if origin.own else ())))}"
+    if origin.feeding():
+        return f"the outputs of {_names(origin.feeding())}"
     if origin.outside:
         return origin.outside[0]
     if origin.per_device is not None:
@@ -416,7 +420,7 @@ def withheld_reason(capture, index: int, before: str | None) -> str | None:
         return f"semcheck did not follow where it comes from in the program, so it may be an earlier kernel's output, and {ZEROS}"
     origin = origins[index]
     if origin.kernels:
-        return f"it is computed from the outputs of {_names((*origin.kernels, *((OWN,) if origin.own else ())))}, and {ZEROS}"
+        return f"it is computed from the outputs of {_names(origin.feeding())}, and {ZEROS}"
     if origin.own and capture.earlier_calls is not None:
         return (f"it is computed from the outputs of {OWN}, and {ZEROS}; its first call on a device may come after "
                 f"another call of it, since {capture.earlier_calls}")

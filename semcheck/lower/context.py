@@ -370,11 +370,11 @@ def first_call_note(buffers: list[str]) -> str:
     """The operands checked with the values of the kernel's first call, which later calls do
     not receive (frontends/provenance.py, `earlier_calls`)."""
     names = " and ".join(buffers) if len(buffers) <= 2 else f"{', '.join(buffers[:-1])} and {buffers[-1]}"
-    return (f"{names} {'is' if len(buffers) == 1 else 'are'} carried round a loop from this kernel's own output: "
-            "checked with the values the script passed to the kernel's first call on each device, which no call "
-            "of it can have fed (every device calls it first at the same point of the program); later calls "
-            "receive its earlier output instead, which semcheck's capture replaces with zeros, so the check "
-            "covers the first call (docs/data-evaluation.md)")
+    return (f"the values the script passed of {names} are checked as the kernel's first call on each device "
+            "received them, which no call of the kernel can have fed (every device calls it first at the same "
+            "point of the program); later calls may receive values computed from its own earlier output, "
+            "carried round the loop around it, which semcheck's capture replaces with zeros: the check covers "
+            "the first call (docs/data-evaluation.md)")
 
 
 def _element_input_note(buffer: str, index: tuple[int, ...], unseen: str | None, blocked: bool) -> str:
