@@ -101,15 +101,121 @@ def test_the_slice_goes_through_a_nested_jit_with_and_without_a_kernel():
     assert _label(b) in c.operand_origins[1].kernels
 
 
-def test_a_loop_carrying_a_kernels_output_withholds_it_and_keeps_the_unchanged_count():
+def test_a_loop_carrying_a_kernels_output_uses_its_first_calls_value_and_keeps_the_unchanged_count():
     @jax.jit
     def f(n, x):
         return jax.lax.fori_loop(0, 3, lambda i, c: (c[0], kern(c[0], c[1])), (n, x))[1]
 
     [loop] = captured((f, (N, X)))
     assert loop.operand_origins[0] == OperandOrigin(outside=("argument 0 of jit_f",))
-    assert loop.operand_origins[1].kernels == ("this kernel's own earlier call",)
-    assert sorted(loop.withheld[0]) == [1]
+    assert loop.operand_origins[1] == OperandOrigin(outside=("argument 1 of jit_f",), own=True)
+    assert loop.earlier_calls is None  # the loop's first iteration is the first call everywhere
+    assert loop.withheld == {} and loop.own_carried == (1,)
+
+
+def test_a_loop_run_while_the_kernels_output_says_so_uses_the_first_calls_values():
+    @jax.jit
+    def f(n, x):
+        return jax.lax.while_loop(lambda c: c[0, 0] > 0, lambda c: kern(n, c), x)  # once: zeros stop it
+
+    [loop] = captured((f, (N, X)))
+    # n reaches the kernel unchanged, but whether the loop runs again depends on x, then its output
+    assert loop.operand_origins[0] == OperandOrigin(outside=("arguments 0 and 1 of jit_f",), own=True)
+    assert loop.earlier_calls is None and loop.withheld == {} and loop.own_carried == (0, 1)
+
+
+def test_a_kernel_called_before_the_loop_that_carries_its_output_withholds_it():
+    @jax.jit
+    def f(n, x):
+        return jax.lax.fori_loop(0, 3, lambda i, c: kern(n, c), kern(n, x))
+
+    before, loop = captured((f, (N, X)))
+    assert loop.operand_origins[1].kernels == (_label(before),) and loop.operand_origins[1].own
+    assert loop.withheld[0][1] == (f"it is computed from the outputs of {_label(before)} and this kernel's own "
+                                   f"earlier call, and {ZEROS}")
+    assert loop.own_carried == ()
+
+
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_two_kernels_in_a_loop_feeding_each_other_withhold_what_they_carry(unroll):
+    @jax.jit
+    def f(n, x):
+        return jax.lax.fori_loop(0, 4, lambda i, c: kern(n, kern(n, c)), x, unroll=unroll)
+
+    caps = captured((f, (N, X)))
+    assert len(caps) == 2 * unroll  # unrolled, each copy of the body is a kernel of its own
+    for capture in caps:
+        assert capture.operand_origins[1].kernels and not capture.operand_origins[1].own
+        assert sorted(capture.withheld[0]) == [1] and capture.own_carried == ()
+
+
+def _flag_branch(flag, i, c):
+    return jax.lax.cond(flag[0] > i, lambda: kern(N, c), lambda: c)
+
+
+@pytest.mark.parametrize("around, why", [
+    (lambda flag, i, c: _flag_branch(flag, i, c),
+     "the branch index of a conditional around it, inside the outermost loop, depends on argument 1 of jit_f"),
+    (lambda flag, i, c: jax.lax.fori_loop(0, flag[0], lambda j, d: kern(N, d), c),
+     "the condition of a loop around it, inside the outermost loop, depends on argument 1 of jit_f"),
+])
+def test_a_kernel_first_called_at_a_point_that_depends_on_data_withholds_its_own_output(around, why):
+    @jax.jit
+    def f(x, flag):
+        return jax.lax.fori_loop(0, 3, lambda i, c: around(flag, i, c), x)
+
+    [loop] = captured((f, (X, jnp.array([2], jnp.int32))))
+    assert loop.operand_origins[1].own and not loop.operand_origins[1].kernels
+    assert loop.earlier_calls == why
+    assert loop.withheld[0][1] == (f"it is computed from the outputs of this kernel's own earlier call, and {ZEROS}; "
+                                   f"its first call on a device may come after another call of it, since {why}")
+    assert loop.own_carried == ()
+
+
+def test_a_kernel_first_called_on_some_devices_only_withholds_its_own_output():
+    m = mesh((2,))
+
+    def per_device(x):
+        # Device 1 skips the first layer: its first call could receive device 0's first output.
+        def layer(i, c):
+            y = jax.lax.cond(jax.lax.axis_index("x") <= i, lambda: kern(N, c), lambda: c)
+            return jax.lax.ppermute(y, "x", [(0, 1), (1, 0)])
+
+        return jax.lax.fori_loop(0, 2, layer, x)
+
+    f = jax.jit(jax.shard_map(per_device, mesh=m, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    [loop] = captured((f, (jnp.ones((16, 128), jnp.float32),)))
+    assert loop.earlier_calls == ("the branch index of a conditional around it, inside the outermost loop, depends "
+                                  "on stablehlo.partition_id, whose value differs between devices")
+    assert {d: sorted(w) for d, w in loop.withheld.items()} == {0: [1], 1: [1]}
+
+
+@pytest.mark.parametrize("around", [
+    lambda i, c: jax.lax.cond(i == 1, lambda: kern(N, c), lambda: c),  # first called in the second iteration
+    lambda i, c: jax.lax.fori_loop(0, 2, lambda j, d: kern(N, d), c),  # a loop of a fixed length inside
+])
+def test_a_kernel_first_called_at_the_same_point_on_every_device_uses_its_first_calls_value(around):
+    m = mesh((2,))
+    per_device = lambda x: jax.lax.fori_loop(0, 3, around, x)  # noqa: E731
+    f = jax.jit(jax.shard_map(per_device, mesh=m, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    [loop] = captured((f, (jnp.ones((16, 128), jnp.float32),)))
+    assert loop.operand_origins[1].own and loop.earlier_calls is None
+    assert loop.withheld == {} and loop.own_carried == (1,) and sorted(loop.operand_values) == [0, 1]
+
+
+def test_an_own_output_first_called_after_an_earlier_runs_kernel_comes_from_the_arguments():
+    @jax.jit
+    def other(n, x):
+        return kern(n, x)
+
+    @jax.jit
+    def f(n, x):
+        return jax.lax.fori_loop(0, 3, lambda i, c: kern(n, c), x)
+
+    first, loop = captured((other, (N, X)), (f, (N, X)))
+    assert loop.earlier_calls is None and loop.operand_origins[1].own
+    assert loop.withheld[0][1].startswith(f"it comes from argument 1 of jit_f, and {_label(first)} ran in an earlier")
+    assert loop.own_carried == ()
 
 
 def test_a_loop_result_depends_on_the_loop_condition():
@@ -330,6 +436,31 @@ def test_a_while_body_argument_is_the_entering_or_the_yielded_value():
     assert origin == OperandOrigin(kernels=("producer",), outside=("argument 1 of the jitted program",))
 
 
+def test_a_kernel_in_a_function_called_from_two_sites_may_be_fed_by_its_other_call():
+    walk, ops, context = _walk("""
+      func.func public @main(%a: tensor<i32>) -> tensor<i32> {
+        %0 = func.call @layer(%a) : (tensor<i32>) -> tensor<i32>
+        %1 = stablehlo.while(%i = %0) : tensor<i32>
+          cond {
+            %p = stablehlo.compare LT, %i, %i : (tensor<i32>, tensor<i32>) -> tensor<i1>
+            stablehlo.return %p : tensor<i1>
+          } do {
+            %2 = func.call @layer(%i) : (tensor<i32>) -> tensor<i32>
+            stablehlo.return %2 : tensor<i32>
+          }
+        return %1 : tensor<i32>
+      }
+      func.func private @layer(%b: tensor<i32>) -> tensor<i32> {
+        %0 = stablehlo.negate %b {tag = "kernel"} : tensor<i32>
+        return %0 : tensor<i32>
+      }""")
+    with context:
+        result = ops["kernel"].result
+        [origin] = walk.origins([ops["kernel"].operands[0]], [result])
+        assert origin == OperandOrigin(outside=("argument 0 of the jitted program",), own=True)
+        assert walk.earlier_calls([result]) == "it is in the function @layer, which 2 func.call sites in the jitted program call"
+
+
 def _capture_with(origin: OperandOrigin):
     from semcheck.lower import KernelCapture
 
@@ -379,10 +510,46 @@ def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chai
             f"count_kernel (called at {_call_line()}), and {ZEROS}): such an operand holds what the kernel's own "
             "stores define, and a scalar-prefetch element it reads is an input over its type (docs/data-evaluation.md)"
         ]
-        assert any("is a scalar-prefetch operand whose script value is not known (the value the capture saw on "
-                   "device 0 is not used: it is computed from the outputs of count_kernel" in n for n in second.notes)
+        assert any("is a scalar-prefetch operand whose script value is not known (the values the capture saw of "
+                   "n_ref on device 0 are not used: it is computed from the outputs of count_kernel" in n for n in second.notes)
     else:
         assert withheld == []
+
+
+@pytest.mark.parametrize("branched", [False, True])
+def test_a_layer_loops_carried_count_is_checked_as_its_first_call_received_it(branched):
+    """count_kernel passes its count on (o_ref[0] = n_ref[0]) and the layer loop carries it
+    into the next call: the first call receives the script's 4 (safe), later calls the kernel's
+    own output, zeros in the capture. Under a conditional decided by data inside the loop, the
+    first call may come after another, so the count is an input over int32 (a violation)."""
+    def f(n, flag):
+        layer = (lambda i, c: jax.lax.cond(flag[0] > i, counted, lambda c: c, c)) if branched else \
+            (lambda i, c: counted(c))
+        return jax.lax.fori_loop(0, 3, layer, n)
+
+    [protocol], errors = lower_captures(capture_function(f, jnp.array([4], jnp.int32), jnp.array([2], jnp.int32),
+                                                         operand_values=True))
+    assert not errors
+    result = check_protocol(protocol)
+    assert result.verdict.value == ("violation" if branched else "safe")
+    assert len(protocol.inputs) == (1 if branched else 0)
+    carried = [note for note in protocol.notes if note.startswith("the values the script passed of n_ref are checked")]
+    withheld = [note for note in protocol.notes if note.startswith("the values the script passed are not used for")]
+    if branched:
+        assert carried == [] and len(withheld) == 1
+        assert ("n_ref on device 0 (it is computed from the outputs of this kernel's own earlier call, and "
+                f"{ZEROS}; its first call on a device may come after another call of it, since the branch index "
+                "of a conditional around it, inside the outermost loop, depends on argument 1 of ") in withheld[0]
+        assert text.values_lines(result) == [
+            "  values: over ranges n_ref[0] any int32; not as passed n_ref (an earlier kernel's output may reach them)"]
+    else:
+        assert withheld == [] and carried == [
+            "the values the script passed of n_ref are checked as the kernel's first call on each device received "
+            "them, which no call of the kernel can have fed (every device calls it first at the same point of the "
+            "program); later calls may receive values computed from its own earlier output, carried round the loop "
+            "around it, which semcheck's capture replaces with zeros: the check covers the first call "
+            "(docs/data-evaluation.md)"]
+        assert text.values_lines(result) == ["  values: as the script passed n_ref"]
 
 
 def test_a_gpu_kernels_device_id_from_an_earlier_kernels_output_is_an_error_that_says_why():
@@ -411,8 +578,24 @@ def test_a_gpu_kernels_device_id_from_an_earlier_kernels_output_is_an_error_that
             continue
         [error] = [e.to_load_error() for e in errors]
         assert isinstance(error, LoadError)
-        assert "the values the capture saw of peer_ref on this device are not used: it is computed from the outputs " \
+        assert "the values the capture saw of peer_ref on device 0 are not used: it is computed from the outputs " \
                "of producer" in error.message, error.message
+
+
+def test_a_grid_extent_from_an_earlier_kernels_output_is_an_error_that_says_why():
+    def sized(n, x):
+        return pl.pallas_call(copy_block, grid=(n[0],), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[pl.BlockSpec((8, 128), lambda i: (0, 0))],
+                              out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)))(x)
+
+    _, errors = lower_captures(capture_function(lambda n, x: sized(counted(n), x), N, X, operand_values=True))
+    [error] = [e.to_load_error() for e in errors]
+    assert "has dimensions known only at run time (0), and their values cannot be used: the values the capture saw " \
+           "of operand 0 on device 0 are not used: it is computed from the outputs of count_kernel" in error.message
+
+
+def copy_block(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
 
 
 def _label(capture) -> str:

@@ -353,6 +353,7 @@ def with_operand_values(found: list, fn, args, kwargs) -> list:
     for kernel, run in zip(found, ran):
         kernel.operand_values = run.operand_values
         kernel.withheld = run.withheld
+        kernel.own_carried = run.own_carried
     return found
 
 

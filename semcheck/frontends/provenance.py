@@ -17,6 +17,16 @@ are is decided per (device, operand):
   own place inside one; a region's block argument to the operands of the op that holds the
   region (and a loop's yielded value); a block argument of the main function is a program
   argument, one of another function the operands of its `func.call` sites.
+* The kernel's own outputs, carried round a loop back into it, cannot reach its first call
+  on a device, the call whose values the capture keeps (frontends/operands.py), where no
+  call of the kernel on any device comes before it (`earlier_calls`): where what decides,
+  inside the outermost loop around the kernel, whether and when it runs (the branch index of
+  each conditional around it, the condition of each inner loop) is the same on every device
+  and uses no kernel's output, every device calls it first at the same point of the
+  program. Such an operand is the script's own at the first call (`own_carried`: a note says
+  that later calls receive the kernel's own output, which the check does not cover);
+  otherwise (a conditional decided by data or a device id, a loop of data-dependent length
+  inside, a function called from several places) it is withheld.
 * Across programs: a value from outside the program can be an earlier kernel's zeros that
   the script carried over (through numpy or otherwise) only if some kernel ran before the
   program's run began: frontends/operands.py records that at each kernel's first run on each
@@ -45,9 +55,21 @@ class OperandOrigin:
     kernels: tuple[str, ...] = ()
     outside: tuple[str, ...] = ()
     unresolved: str | None = None
+    own: bool = False  # the kernel's own outputs, carried round a loop back into it
+    per_device: str | None = None  # an op whose value can differ between devices (a device id, a collective)
+
+    def feeding(self) -> tuple[str, ...]:
+        """The kernels whose outputs it is computed from, this one's own earlier call included."""
+        return (*self.kernels, *((OWN,) if self.own else ()))
 
 
+OWN = "this kernel's own earlier call"
 ZEROS = "semcheck's capture replaces kernel outputs with zeros"
+
+# Ops whose results can differ between devices although their operands do not.
+_PER_DEVICE_OPS = frozenset({"partition_id", "replica_id", "all_gather", "all_reduce", "all_to_all",
+                             "collective_permute", "collective_broadcast", "reduce_scatter", "infeed", "recv",
+                             "rng"})
 
 # Custom calls that only annotate how a value is laid out across devices: the value passes.
 _LAYOUT_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
@@ -90,6 +112,8 @@ def trace_operands(captures: list) -> None:
             continue
         try:
             capture.operand_origins = found.origins(capture.flow.operands, capture.flow.results)
+            if any(origin.own for origin in capture.operand_origins):
+                capture.earlier_calls = found.earlier_calls(capture.flow.results)
         except Exception:  # a program semcheck cannot walk: every operand is withheld
             if os.environ.get("SEMCHECK_DEBUG"):
                 raise
@@ -105,6 +129,8 @@ class _Slice:
         self.arguments: set[int] = set()  # of the main function
         self.outside: dict[str, None] = {}  # other values from outside the program
         self.unresolved: list[str] = []
+        self.own = False
+        self.per_device: str | None = None
 
     def origin(self, program: str) -> OperandOrigin:
         args = sorted(self.arguments)
@@ -112,7 +138,8 @@ class _Slice:
         if args:
             listed = ", ".join(map(str, args[:-1])) + f" and {args[-1]}" if len(args) > 1 else str(args[0])
             outside = (f"argument{'s' if len(args) > 1 else ''} {listed} of {program}", *outside)
-        return OperandOrigin(tuple(self.kernels), outside, self.unresolved[0] if self.unresolved else None)
+        return OperandOrigin(tuple(self.kernels), outside, self.unresolved[0] if self.unresolved else None,
+                             self.own, self.per_device)
 
 
 class _ModuleWalk:
@@ -141,7 +168,7 @@ class _ModuleWalk:
                 continue
             seen.add(value)
             if value in own:  # the kernel's own outputs, carried round a loop back into it
-                found.kernels.setdefault("this kernel's own earlier call", None)
+                found.own = True
                 continue
             label = self.producers.get(value)
             if label is not None:
@@ -202,6 +229,8 @@ class _ModuleWalk:
             return
         if name == "stablehlo.custom_call" and _target(op) not in _LAYOUT_TARGETS:
             found.outside.setdefault(f"the result of the custom call {_target(op)!r} (a host callback's, for one)", None)
+        if found.per_device is None and name.rpartition(".")[2] in _PER_DEVICE_OPS:
+            found.per_device = name
         found.stack.extend(op.operands)
         if op.regions and op not in expanded:  # reduce, sort, scatter, ...: their bodies too
             expanded.add(op)
@@ -234,6 +263,44 @@ class _ModuleWalk:
             pending.append(parent)
         return out
 
+    def earlier_calls(self, results) -> str | None:
+        """Why a device's first call of the kernel whose outputs are `results` may come after
+        a call of it (on that device or another) whose outputs can reach it; None where none
+        can. A kernel is called again only by the loops around it. Where whatever decides,
+        inside the outermost of them, whether and when the kernel runs (the branch index of
+        each conditional and the condition of each inner loop around it) uses no kernel's
+        output and is the same on every device, every device reaches the kernel's first call
+        at the same point of the program, before which no call of it ran anywhere. The
+        outermost loop's own condition may be anything: it only decides whether the loop
+        goes on. A kernel in a function with several `func.call` sites is called from each,
+        in an order the walk does not know."""
+        if not results:
+            return None
+        around: list = []  # the loops and conditionals around the kernel, innermost first
+        op = results[0].owner.operation
+        while (parent := op.parent) is not None:
+            if parent.name == "func.func":
+                name = _symbol(parent)
+                if name == "main":
+                    break
+                sites = self._call_sites().get(name or "", [])
+                if len(sites) != 1:
+                    return f"it is in the function @{name}, which {len(sites)} func.call sites in {self.name} call"
+                op = sites[0]
+                continue
+            if parent.name in ("stablehlo.while", "stablehlo.case", "stablehlo.if"):
+                around.append(parent)
+            op = parent
+        loops = [k for k, construct in enumerate(around) if construct.name == "stablehlo.while"]
+        for construct in around[:loops[-1]] if loops else ():
+            loop = construct.name == "stablehlo.while"
+            varies = _varies(self._origin(_nested_operands(construct.regions[0]) if loop else list(construct.operands),
+                                          set(results)))
+            if varies is not None:
+                what = "the condition of a loop around it" if loop else "the branch index of a conditional around it"
+                return f"{what}, inside the outermost loop, depends on {varies}"
+        return None
+
     def _call_sites(self) -> dict[str, list]:
         if self._calls is None:
             self._calls = {}
@@ -253,6 +320,17 @@ class _ModuleWalk:
 
 
 _TERMINATORS = frozenset({"stablehlo.return", "sdy.return", "func.return"})
+
+
+def _varies(origin: OperandOrigin) -> str | None:
+    """What in `origin` may differ between devices or be a kernel's output (None: nothing)."""
+    if origin.feeding():
+        return f"the outputs of {_names(origin.feeding())}"
+    if origin.outside:
+        return origin.outside[0]
+    if origin.per_device is not None:
+        return f"{origin.per_device}, whose value differs between devices"
+    return origin.unresolved and f"a value semcheck could not follow ({origin.unresolved})"
 
 
 def _yielded(region, index: int, found: _Slice) -> None:
@@ -317,8 +395,9 @@ def _all_ops(container) -> list:
 def decide_withheld(captures: list) -> None:
     """Set each capture's `withheld` (device -> operand index -> why its value there is not
     the script's own), from its operands' origins (`trace_operands`) and what ran before it on
-    each device (frontends/operands.py). Called once the script's runs are over and every
-    program it lowered is complete."""
+    each device (frontends/operands.py), and its `own_carried`: the operands whose value is
+    the script's only at the first call (later calls receive the kernel's own output). Called
+    once the script's runs are over and every program it lowered is complete."""
     trace_operands(captures)
     for capture in captures:
         capture.withheld = {}
@@ -327,17 +406,24 @@ def decide_withheld(captures: list) -> None:
                    if (reason := withheld_reason(capture, k, capture.ran_before.get(device))) is not None}
             if why:
                 capture.withheld[device] = why
+        capture.own_carried = tuple(k for k, origin in enumerate(capture.operand_origins)
+                                    if origin.own and any(k in values and k not in capture.withheld.get(d, {})
+                                                          for d, values in capture.operand_values.items()))
 
 
 def withheld_reason(capture, index: int, before: str | None) -> str | None:
     """Why operand `index` of `capture` on a device is not used (None: it is the script's own
-    value there). `before`: what ran before the program's run began on that device."""
+    value there, at the kernel's first call on the device). `before`: what ran before the
+    program's run began on that device."""
     origins = capture.operand_origins
     if index >= len(origins):  # never walked: it may be anything, an earlier kernel's zeros included
         return f"semcheck did not follow where it comes from in the program, so it may be an earlier kernel's output, and {ZEROS}"
     origin = origins[index]
     if origin.kernels:
-        return f"it is computed from the outputs of {_names(origin.kernels)}, and {ZEROS}"
+        return f"it is computed from the outputs of {_names(origin.feeding())}, and {ZEROS}"
+    if origin.own and capture.earlier_calls is not None:
+        return (f"it is computed from the outputs of {OWN}, and {ZEROS}; its first call on a device may come after "
+                f"another call of it, since {capture.earlier_calls}")
     if origin.unresolved is not None:
         return (f"semcheck could not follow where it comes from ({origin.unresolved}), so it may be an "
                 f"earlier kernel's output, and {ZEROS}")

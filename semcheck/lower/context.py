@@ -65,6 +65,9 @@ class OperandData:
     seen: bool = False  # the script ran the kernel, so its operand values were captured
     used: dict = field(default_factory=dict)
     withheld: dict = field(default_factory=dict)
+    # Indices whose used values are the first call's, which later calls do not receive: they
+    # get the kernel's own output, carried round a loop (KernelCapture.own_carried).
+    first_call: tuple[int, ...] = ()
 
 
 def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
@@ -78,7 +81,8 @@ def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
         held = {k: (values[op], why[op]) for k, op in operand_of.items() if op in values and op in why}
         if held:
             withheld[device] = held
-    return OperandData(bool(capture.operand_values), used, withheld)
+    carried = tuple(k for k, op in operand_of.items() if op in capture.own_carried)
+    return OperandData(bool(capture.operand_values), used, withheld, carried)
 
 
 def semaphore_kind(dtype) -> SemKind | None:
@@ -257,7 +261,7 @@ class KernelContext:
             return "the kernel was traced but not run, so the capture saw no operand values"
         why = self.withheld_data.get(device, {}).get(buffer)
         if why is not None:
-            return f"the value the capture saw on device {device} is not used: {why}"
+            return values_not_used(why, device, buffer)
         return "the capture saw no value of it on that device"
 
     def use_operand_values(self, refs: list[RefValue], operands: OperandData) -> None:
@@ -279,6 +283,10 @@ class KernelContext:
                 self.withheld_data[device] = kept
         if self.withheld_data:
             self.note(withheld_note(self.withheld_data, self.mesh.size))
+        carried = sorted({refs[k].alloc for k in operands.first_call
+                          if any(refs[k].alloc in used for used in self.initial_data.values())})
+        if carried:
+            self.note(first_call_note(carried))
 
     def withheld_buffers(self) -> tuple[str, ...]:
         """The operands whose script values are not used on some device."""
@@ -335,6 +343,13 @@ def _element_named(name: str, buffer: str) -> tuple[int, ...] | None:
         return None
 
 
+def values_not_used(why: str, device: int, operand: str | None = None) -> str:
+    """How every lowering's message and note says that the values the capture saw of an
+    operand on `device` are not used, `why` being frontends/provenance.py's reason."""
+    of = f" of {operand}" if operand else ""
+    return f"the values the capture saw{of} on device {device} are not used: {why}"
+
+
 def withheld_note(withheld: dict[int, dict[str, str]], devices: int) -> str:
     """Which operands' script values are not used, on which devices, and why."""
     where: dict[tuple[str, str], list[int]] = {}
@@ -349,6 +364,17 @@ def withheld_note(withheld: dict[int, dict[str, str]], devices: int) -> str:
     return ("the values the script passed are not used for " + "; ".join(parts)
             + ": such an operand holds what the kernel's own stores define, and a scalar-prefetch element "
             "it reads is an input over its type (docs/data-evaluation.md)")
+
+
+def first_call_note(buffers: list[str]) -> str:
+    """The operands checked with the values of the kernel's first call, which later calls do
+    not receive (frontends/provenance.py, `earlier_calls`)."""
+    names = " and ".join(buffers) if len(buffers) <= 2 else f"{', '.join(buffers[:-1])} and {buffers[-1]}"
+    return (f"the values the script passed of {names} are checked as the kernel's first call on each device "
+            "received them, which no call of the kernel can have fed (every device calls it first at the same "
+            "point of the program); later calls may receive values computed from its own earlier output, "
+            "carried round the loop around it, which semcheck's capture replaces with zeros: the check covers "
+            "the first call (docs/data-evaluation.md)")
 
 
 def _element_input_note(buffer: str, index: tuple[int, ...], unseen: str | None, blocked: bool) -> str:
@@ -393,7 +419,7 @@ class ThreadLowering:
         self.memory = ThreadMemory(dict(kernel.initial_data.get(device, {})), volatile=kernel.volatile,
                                    read_buffers=kernel.read_buffers, shared_written=kernel.shared_written,
                                    unfollowed={**kernel.unfollowed_data.get(device, {}), **{
-                                       buffer: f"the values the capture saw of {buffer} on this device are not used: {why}"
+                                       buffer: values_not_used(why, device, buffer)
                                        for buffer, why in kernel.withheld_data.get(device, {}).items()}},
                                    assumed=_ThreadsAssumedElements(self))
         self._reads = 0

@@ -28,7 +28,9 @@ from dataclasses import field
 from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.ir import Backend, SemKind, SemOrigin
-from semcheck.lower.context import SHARED_HBM_BASIS, KernelContext, MeshShape, OperandData, ThreadLowering, operand_data
+from semcheck.lower.context import (
+    SHARED_HBM_BASIS, KernelContext, MeshShape, OperandData, ThreadLowering, operand_data, values_not_used,
+)
 from semcheck.lower.data import data_notes
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
@@ -71,11 +73,15 @@ class KernelCapture:
     # The capture replaces kernel outputs with zeros, so an operand may hold an earlier
     # kernel's zeros (frontends/provenance.py). Device -> why a kernel ran before the run of
     # this kernel's program began (its outputs may be the program's arguments); what each
-    # operand is computed from; and, decided from both, device -> operand index -> why its
-    # value there is not the script's own (not used).
+    # operand is computed from; why a device's first call may be fed by another call of this
+    # kernel (None: it cannot); and, decided from these, device -> operand index -> why its
+    # value there is not the script's own (not used), and the operands used although later
+    # calls receive the kernel's own output there, carried round a loop.
     ran_before: dict = field(default_factory=dict)
     operand_origins: tuple = ()
+    earlier_calls: str | None = "semcheck did not look at where the kernel is called"
     withheld: dict = field(default_factory=dict)
+    own_carried: tuple[int, ...] = ()
     flow: KernelFlow | None = None
     # The avals of the eqn's operands, as JAX lowers the call: what JAX's own TPU lowering
     # of the kernel needs (lower/jax_tpu_lowering.py).
@@ -199,7 +205,7 @@ def _unseen_operands_reason(capture: KernelCapture, operands) -> str | None:
     for device, why in sorted(capture.withheld.items()):
         for k in operands:
             if k in why:
-                return f"the value the capture saw on device {device} is not used: {why[k]}"
+                return values_not_used(why[k], device, f"operand {k}")
     return None
 
 
