@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 
+import pytest
+
 from semcheck import cli
 from semcheck.cli import command
 from semcheck.ir import Loc
@@ -250,3 +252,14 @@ def test_a_failed_test_assertion_shows_the_notes_and_steps_it_cannot_ask_for_wit
     with pytest.raises(AssertionError) as failed:
         testing.assert_violation(bug, "deadlock", devices=4)
     assert "-v" not in str(failed.value) and "  note: " in str(failed.value)
+
+
+def test_an_option_before_the_command_says_options_go_after_it(capsys):
+    # `semcheck --devices 2 k.py` said "argument command: invalid choice: '2' (choose from verify)"
+    with pytest.raises(SystemExit) as stopped:  # argparse's own exit, with semcheck's message
+        cli.main(["--devices", "2", "k.py"])
+    assert stopped.value.code == 2
+    assert "'2' is not a command (the command is verify; options go after it: " in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["verfy", "k.py"])
+    assert "'verfy' is not a command; did you mean verify?" in capsys.readouterr().err

@@ -49,6 +49,12 @@ class _Parser(argparse.ArgumentParser):
         return "verify " if self.prog.endswith(" verify") else ""
 
     def _check_value(self, action, value):
+        if action.dest == "command" and value not in (action.choices or ()):
+            # `semcheck --devices 2 k.py`: argparse takes an option's value for the command
+            close = did_you_mean(str(value), list(action.choices or ()))
+            raise argparse.ArgumentError(action, f"{value!r} is not a command" + (close or (
+                f" (the command is {', '.join(action.choices or ())}; options go after it: "
+                "`semcheck verify [OPTIONS] PATH...`)")))
         if action.choices is not None and value not in action.choices:
             choices = ", ".join(map(str, action.choices))
             raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices})"
