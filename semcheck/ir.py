@@ -383,6 +383,10 @@ class DmaStart(Instr):
     # The device whose memory `src` is, when not the issuer's: a Mosaic GPU TMA load from a
     # peer's GMEM (plgpu.remote_ref), read until the copy lands. None: the issuer's own.
     src_device: Operand | None = None
+    # False for a TPU kernel compiled with disable_bounds_checks=True: nothing checks the
+    # windows, so an empty one (a 0 in its sizes) moves nothing wherever it starts; a
+    # non-empty window outside its buffer still touches memory that is not the buffer.
+    bounds_checked: bool = True
 
     def dst_place(self) -> tuple[Operand | None, Operand | None]:
         """(device, core) whose memory `dst` is (None: the issuing thread's own)."""

@@ -479,6 +479,51 @@ def test_window_bounds_follow_the_inputs_in_both_engines():
     assert faulting == {-1, 4}
 
 
+
+def _gather_rows_into_the_tail(*, disable_bounds_checks: bool, always_one_row: bool = False):
+    """The gather of fused MoE kernels: copy i moves `valid_i` rows (0 or 1, traced) into row
+    6 + i of an 8-row buffer, so rows 8 and 9 are empty windows past the end (row 9's starts
+    one past the extent); `always_one_row` makes them one row each, outside for real."""
+
+    def kernel(x_ref, o_ref, sem):
+        d = lax.axis_index("x")
+        for i in range(4):
+            row = d * 0 + 6 + i  # traced, as a row from metadata is (JAX refuses a static one past the end)
+            valid = jnp.logical_or(row < 8, always_one_row).astype(jnp.int32)
+            pltpu.make_async_copy(x_ref.at[pl.ds(i, valid)], o_ref.at[pl.ds(row, valid)], sem).start()  # <- gather
+        pltpu.make_async_copy(x_ref.at[pl.ds(0, 2)], o_ref.at[pl.ds(6, 2)], sem).wait()
+
+    def per_device(block):
+        params = pltpu.CompilerParams(disable_bounds_checks=disable_bounds_checks)
+        any_spec = pl.BlockSpec(memory_space=pl.ANY)
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+                              in_specs=[any_spec], out_specs=any_spec, scratch_shapes=[DMA_SEM],
+                              compiler_params=params)(block)
+
+    [p] = protocols(per_device, mesh((2,)))
+    return p
+
+
+def test_an_empty_window_past_the_end_faults_only_where_bounds_are_checked():
+    """With Mosaic's bounds check on (the default), JAX's interpreter fails the empty window
+    that starts at row 9 of 8; with disable_bounds_checks=True nothing checks it and it
+    moves nothing, so the kernel is safe, with a note saying why. A one-row window there
+    is invalid_region either way."""
+    checked = _gather_rows_into_the_tail(disable_bounds_checks=False)
+    unchecked = _gather_rows_into_the_tail(disable_bounds_checks=True)
+    outside = _gather_rows_into_the_tail(disable_bounds_checks=True, always_one_row=True)
+    for engine in ("explicit", "z3"):
+        [fault] = check_protocol(checked, engine=engine).errors
+        assert fault.kind == "invalid_region" and "[9:9, 0:128]" in fault.message, engine
+        assert fault.location.line == line_of(HERE, "# <- gather")
+        result = check_protocol(unchecked, engine=engine)
+        assert result.verdict.value == "safe" and not result.violations, engine
+        [fault] = check_protocol(outside, engine=engine).errors
+        assert fault.kind == "invalid_region" and "[8:9, 0:128]" in fault.message, engine
+    assert any("disable_bounds_checks=True" in note for note in unchecked.notes)
+    assert not any("disable_bounds_checks=True" in note for note in checked.notes)
+
+
 # --- races on regions the lowering widened ------------------------------------------------------
 
 

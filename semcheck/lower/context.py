@@ -144,6 +144,9 @@ class KernelContext:
     # pltpu.CompilerParams(disable_semaphore_checks=True) turns the chip's check that scratch
     # semaphores are 0 at exit off: a leftover then carries into the next kernel.
     semaphore_checks: bool = True
+    # pltpu.CompilerParams(disable_bounds_checks=True): Mosaic checks no copy window, so an
+    # empty window past its buffer's end is no fault (ir.DmaStart.bounds_checked).
+    bounds_checks: bool = True
     # The first copy whose size is not a whole number of the chip's 32-byte DMA units
     # (lower/tpu_hardware.py: the kernel's DMA semaphores then count bytes).
     partial_unit_copy: ir.Loc | None = None

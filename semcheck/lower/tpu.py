@@ -172,6 +172,7 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             nbytes=dma_amount(t, eqn, nbytes_of_window(t, eqn, dst, avals[1], "the DMA destination")),
             device=device,
             core=core,
+            bounds_checked=t.kernel.bounds_checks,
         )
         t.emitter.emit(instr)
         copy_data(t, eqn, instr, src, dst)  # the data it moves (lower/data.py)

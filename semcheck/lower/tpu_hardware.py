@@ -111,15 +111,26 @@ def note_by_hand(t: ThreadLowering, alloc: str) -> None:
         t.kernel.dma_by_hand = True
 
 
+BOUNDS_UNCHECKED = (
+    "the kernel is compiled with disable_bounds_checks=True, so nothing checks its copy windows: "
+    "a copy with a 0 in its sizes moves nothing and is no fault wherever its window starts "
+    "(JAX 0.10.2's TPU interpreter ignores the flag and fails an empty window that starts past "
+    "its buffer's end: jax/_src/pallas/mosaic/interpret/utils.py, "
+    "is_range_out_of_bounds_for_shape; a zero-size copy is not observed on a chip); a non-empty "
+    "window outside its buffer is still invalid_region, as it touches memory that is not the buffer"
+)
+
+
 def hardware_notes(ctx: KernelContext) -> list[str]:
     """The hardware rules the kernel's verdict rests on, beyond those its instructions note."""
+    notes = [] if ctx.bounds_checks else [BOUNDS_UNCHECKED]
     unchecked = sorted(d.name for d in ctx.semaphores.values() if not d.checked_at_exit)
-    if not unchecked:
-        return []
-    return [
-        f"{', '.join(unchecked)}: {LEFTOVER_CARRIES}; semcheck still reports a leftover, and with "
-        "--invocations K (or kernels of one program) the next kernel starts with it"
-    ]
+    if unchecked:
+        notes.append(
+            f"{', '.join(unchecked)}: {LEFTOVER_CARRIES}; semcheck still reports a leftover, and with "
+            "--invocations K (or kernels of one program) the next kernel starts with it"
+        )
+    return notes
 
 
 @contextlib.contextmanager

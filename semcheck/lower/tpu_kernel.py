@@ -379,6 +379,7 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
             getattr(compiler_params, "allow_collective_id_without_custom_barrier", False)
         ),
         semaphore_checks=not getattr(compiler_params, "disable_semaphore_checks", False),
+        bounds_checks=not getattr(compiler_params, "disable_bounds_checks", False),
         assumed=capture.assumed,
     )
     mode = _auto_collective_ids()

@@ -171,7 +171,7 @@ def _exec_dma_start(system: RaceTables, t: int, instr: ir.DmaStart, state: State
         dst = system.resolve_region(t, instr.dst, state, write=True,
                                     device=device_in_mesh(system, system.eval(instr.dst_device, t, state)))
     for side, access in (("source", src), ("destination", dst)):
-        _check_window(system, side, access)
+        _check_window(system, side, access, instr.bounds_checked)
     invocation = system.invocation_at[t][pc] if system.has_lifecycle[t] else 0
     hazards = _with(state.hazards, *copy_races(system, state, t, [src, dst], copy=True))
     if send is None:  # local: the source is read until the copy lands
@@ -200,12 +200,16 @@ def _complete_at_start(system: RaceTables, state: State, t: int, new: list[Event
     return state
 
 
-def _check_window(system: RaceTables, side: str, access: Access) -> None:
+def _check_window(system: RaceTables, side: str, access: Access, bounds_checked: bool) -> None:
     """A copy window must lie inside its buffer: 0 <= start and start + size <= extent in
     every dim (JAX's TPU interpreter fails the copy otherwise:
-    jax/_src/pallas/mosaic/interpret/utils.py, is_range_out_of_bounds_for_shape, 0.10.2)."""
+    jax/_src/pallas/mosaic/interpret/utils.py, is_range_out_of_bounds_for_shape, 0.10.2).
+    Where nothing checks the windows (`ir.DmaStart.bounds_checked`), an empty one touches no
+    memory wherever it starts, so it is no fault."""
     shape = system.buffer_instances[access.buffer].decl.shape
     if all(0 <= s and s + z <= n for s, z, n in zip(access.starts, access.sizes, shape)):
+        return
+    if not bounds_checked and 0 in access.sizes:
         return
     raise Fault(
         INVALID_REGION,

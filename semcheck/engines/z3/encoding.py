@@ -302,7 +302,7 @@ class Encoding:
             src_places, inside = self._peer_places(nv.t, instr.src, instr.src_device, regs)
             faults[INVALID_DEVICE] = OR(faults[INVALID_DEVICE], AND(*(NOT(f) for f in faults.values()), NOT(inside)))
         # Then the windows (`semantics.rules._check_window`), once both semaphores resolved.
-        outside = OR(self._outside(nv.t, instr.src, regs), self._outside(nv.t, instr.dst, regs))
+        outside = OR(*(self._outside(nv.t, window, regs, instr.bounds_checked) for window in (instr.src, instr.dst)))
         faults[INVALID_REGION] = AND(*(NOT(f) for f in faults.values()), outside)
         nv.faults = faults
         nv.valid = AND(*(NOT(f) for f in faults.values()))
@@ -386,14 +386,18 @@ class Encoding:
         sizes = tuple(self.eval(op, t, regs) for op in region.size) + tuple(decl.shape[len(region.size):])
         return SymAccess(write, candidates, starts[:rank], sizes[:rank])
 
-    def _outside(self, t: int, region: ir.Region, regs) -> SymBool:
-        """The window reaches outside its buffer in some dim."""
+    def _outside(self, t: int, region: ir.Region, regs, bounds_checked: bool) -> SymBool:
+        """The window reaches outside its buffer in some dim (where nothing checks the
+        windows, an empty one never does: `semantics.rules._check_window`)."""
         decl, _base = self.system.buffer_allocs[region.buffer]
         access = self.region(t, region, regs, False, [])
-        return OR(*(
+        outside = OR(*(
             OR(LT(start, 0), LT(extent, apply("add", start, size)))
             for start, size, extent in zip(access.starts, access.sizes, decl.shape)
         ))
+        if bounds_checked:
+            return outside
+        return AND(outside, NOT(OR(*(EQ(size, 0) for size in access.sizes))))
 
     def _use_target(self, nv: NodeVars, target: Target) -> Target:
         nv.target = target
