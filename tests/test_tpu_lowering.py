@@ -235,7 +235,7 @@ def test_newer_jax_auto_assigned_collective_ids_key_the_barrier_without_a_defaul
         monkeypatch.setattr(tpu_layout, "_auto_collective_ids", lambda mode=mode: mode)
         [p] = protocols(call(kernel, collective_id=given), mesh((2,)))
         [barrier] = [d for d in p.semaphores if d.origin is ir.SemOrigin.BARRIER]
-        assert barrier.collective_id == tpu_layout.AUTO_COLLECTIVE_BASE_ID
+        assert barrier.collective_id >= tpu_layout.AUTO_COLLECTIVE_BASE_ID
         assert not {ARRIVE, RELEASE} & {d.name for d in p.semaphores}
         assert any(f"jax_pallas_auto_assign_collective_ids={mode}" in n for n in p.notes)
     monkeypatch.setattr(tpu_layout, "_auto_collective_ids", lambda: "yes")
@@ -579,3 +579,35 @@ def test_unmodelled_constructs_are_errors_with_primitive_line_and_hint():
         body_line = kernel.__code__.co_firstlineno + 1  # each kernel is one line long
         assert (error.file, error.line) == (HERE, body_line)
         assert error.hint
+
+
+def test_auto_assigned_ids_share_a_barrier_only_between_calls_of_the_same_kernel(monkeypatch):
+    """JAX 0.11 assigns one id per distinct kernel (jax/_src/tpu_custom_call.py, keyed by the
+    lowered module's hash): two different kernels of one program have barrier semaphores of
+    their own, so a signal of the second cannot satisfy a wait of the first (JAX's
+    test_auto_assigned_barrier_semaphores_no_data_corruption gives both collective_id=0 under
+    "override"); two calls of one kernel share theirs, and are checked as one program."""
+    from semcheck.lower import tpu_kernel as tpu_layout
+
+    def ring(x_ref, o_ref):
+        barrier = pltpu.get_barrier_semaphore()
+        pl.semaphore_signal(barrier, 1, device_id=(lax.rem(lax.axis_index("x") + 1, 2),))
+        pl.semaphore_wait(barrier, 1)
+
+    def ring_twice(x_ref, o_ref):
+        barrier = pltpu.get_barrier_semaphore()
+        for _ in range(2):
+            pl.semaphore_signal(barrier, 1, device_id=(lax.rem(lax.axis_index("x") + 1, 2),))
+        pl.semaphore_wait(barrier, 2)
+
+    monkeypatch.setattr(tpu_layout, "_auto_collective_ids", lambda: "override")
+    first, second = call(ring, collective_id=0), call(ring_twice, collective_id=0)
+    different = protocols(lambda block: second(first(block)), mesh((2,)))
+    assert len(different) == 2 and not any(p.kernels for p in different)  # each alone
+    ids = [d.collective_id for p in different for d in p.semaphores if d.origin is ir.SemOrigin.BARRIER]
+    assert len(set(ids)) == 2
+    [same] = protocols(lambda block: first(first(block)), mesh((2,)))
+    assert same.kernels and len(same.kernels) == 2  # one barrier semaphore: one program
+    monkeypatch.setattr(tpu_layout, "_auto_collective_ids", lambda: "no")  # ids as given: shared
+    [linked] = protocols(lambda block: second(first(block)), mesh((2,)))
+    assert linked.kernels and len(linked.kernels) == 2

@@ -23,6 +23,7 @@ device barrier.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import field
 
 from semcheck import ir
@@ -345,8 +346,20 @@ def _tpu_compiler_params(compiler_params, name, loc):
 # Newer JAX (0.11) can assign collective ids itself (`jax_pallas_auto_assign_collective_ids`
 # = "yes" or "override", jax/_src/tpu_custom_call.py): a kernel that uses the barrier
 # semaphore and has no id (or any id, with "override") gets one from 7000 up, one per distinct
-# kernel. 0.10.2 has no such option, and there a barrier without an id is an error.
+# kernel (keyed by the hash of its lowered module and skip_device_barrier), so two different
+# kernels of a program never share a barrier semaphore and two calls of the same kernel do.
+# 0.10.2 has no such option, and there a barrier without an id is an error.
 AUTO_COLLECTIVE_BASE_ID = 7000
+# semcheck keys a kernel by its body's jaxpr, its grid and skip_device_barrier (what its
+# lowered module is made from): the id is the base plus a digest of that, which only has to
+# be equal for equal kernels and different for different ones.
+_AUTO_ID_SPREAD = 1 << 20
+
+
+def auto_collective_id(jaxpr, grid, skip_device_barrier: bool) -> int:
+    """The collective id JAX assigns a kernel, up to its number (equal kernels, equal ids)."""
+    key = f"{jaxpr}\n{grid}\n{skip_device_barrier}".encode()
+    return AUTO_COLLECTIVE_BASE_ID + zlib.crc32(key) % _AUTO_ID_SPREAD
 
 
 def _auto_collective_ids() -> str:
@@ -385,10 +398,12 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
     mode = _auto_collective_ids()
     if mode in ("yes", "override") and jaxpr is not None and _uses_barrier_semaphore(jaxpr):
         if ctx.collective_id is None or mode == "override":
-            ctx.collective_id = AUTO_COLLECTIVE_BASE_ID
+            ctx.collective_id = auto_collective_id(jaxpr, grid, ctx.skip_device_barrier)
             ctx.note(
                 f"jax_pallas_auto_assign_collective_ids={mode}: JAX assigns this kernel's "
-                f"collective_id itself (checked as {AUTO_COLLECTIVE_BASE_ID}); as with an explicit "
+                f"collective_id itself, one per distinct kernel of the program (checked as "
+                f"{ctx.collective_id}: its barrier semaphore is shared only with calls of the same kernel, "
+                "jax/_src/tpu_custom_call.py, JAX 0.11.1); as with an explicit "
                 "id, XLA runs no default device barrier before the body"
             )
     return ctx
