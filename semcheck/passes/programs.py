@@ -322,7 +322,11 @@ def _program_note(labels: list[str], kernels: Sequence[ir.Protocol], handovers: 
         parts.append(
             "kernels with the same collective_id share its barrier semaphore "
             f"({', '.join(map(str, shared))}): a signal one kernel leaves there can be taken by a "
-            "later kernel's wait"
+            "later kernel's wait, and a later kernel's signal, from a device that moved on, by the wait of "
+            "a device still in an earlier kernel; the check counts the semaphore as one and does not tell "
+            "whose signal a wait took, so such a wait is reported only through what it causes (a race, a "
+            "hang, a leftover), not when it merely passes early (JAX 0.11's "
+            "jax_pallas_auto_assign_collective_ids=override gives each kernel a barrier semaphore of its own)"
         )
     return "; ".join(parts)
 
