@@ -236,9 +236,11 @@ def test_help_columns_do_not_collide_and_defaults_are_shown():
 
     parser = command.build_parser()
     epilog = parser.epilog.split("violation kinds:\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert len(epilog) == len(DESCRIPTIONS)
-    for line, (kind, _) in zip(epilog, DESCRIPTIONS.items()):
+    heads = [line for line in epilog if not line.startswith("   ")]  # a description goes on indented
+    assert len(heads) == len(DESCRIPTIONS)
+    for line, (kind, _) in zip(heads, DESCRIPTIONS.items()):
         assert line.startswith(f"  {kind.value}  ")  # at least two spaces before the description
+    assert max(len(line) for line in parser.epilog.splitlines()) <= 100  # wrapped, as the options' help
     verify = command._verify_parser(parser)
     for action in verify._actions:
         if action.option_strings and action.default not in (None, False, argparse.SUPPRESS, []):

@@ -123,13 +123,21 @@ def _graph_file(text: str) -> str:
 
 
 def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentParser:
-    column = max(len(k.value) for k in DESCRIPTIONS) + 2
-    kinds = "\n".join(f"  {k.value:<{column}}{d}" for k, d in DESCRIPTIONS.items())
+    import textwrap
+
+    # the epilog is laid out by hand (RawDescriptionHelpFormatter), so it is wrapped here, as
+    # argparse wraps the options' help: to the terminal, at most 100 columns
+    width = max(60, min(100, shutil.get_terminal_size().columns - 2))
+    column = max(len(k.value) for k in DESCRIPTIONS) + 4
+    kinds = "\n".join(textwrap.fill(d, width, initial_indent=f"  {k.value:<{column - 2}}",
+                                    subsequent_indent=" " * column) for k, d in DESCRIPTIONS.items())
+    exits = textwrap.fill("exit codes: 0 safe, 1 violation, 2 error, 3 inconclusive, 130/143/129 interrupted "
+                          "(Ctrl-C/SIGTERM/SIGHUP; what finished is reported, marked partial)", width,
+                          subsequent_indent="  ")
     parser = _Parser(
         prog="semcheck",
         description="Model-check the synchronization protocol of Pallas kernels and semcheck models.",
-        epilog=f"violation kinds:\n{kinds}\n\nexit codes: 0 safe, 1 violation, 2 error, 3 inconclusive, "
-        "130/143/129 interrupted (Ctrl-C/SIGTERM/SIGHUP; what finished is reported, marked partial)",
+        epilog=f"violation kinds:\n{kinds}\n\n{exits}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"semcheck {__version__}")
