@@ -154,6 +154,22 @@ def test_a_script_that_fails_inside_an_installed_package_is_located_at_its_own_l
                                       f"square at {script}:6 before any Pallas kernel was compiled")
 
 
+def test_a_tensorcore_mesh_without_a_core_count_says_to_pass_one(tmp_path):
+    # JAX 0.10.2's create_tensorcore_mesh asks jax.devices()[0] for num_cores; a CPU device
+    # has none and raises an AttributeError with no message: the error read
+    # "the script raised AttributeError:  at ...", which says nothing a user can act on.
+    script = write(tmp_path / "cores.py", (
+        "from jax.experimental.pallas import tpu as pltpu\n\n"
+        "mesh = pltpu.create_tensorcore_mesh('core')\n"))
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    assert proc.returncode == 2, proc.stderr
+    [result] = json.loads(proc.stdout)["results"]
+    assert (result["file"], result["line"]) == (script, 3)
+    assert result["error"].startswith(f"the script raised AttributeError at {script}:3; a CPU device "
+                                      "has no `num_cores`")
+    assert "pass `num_cores=`" in result["error"]
+
+
 def test_a_script_whose_import_is_not_installed_gets_a_hint_to_install_it(tmp_path):
     script = write(tmp_path / "needs.py", "import not_installed_anywhere.sub\n")
     proc = semcheck_process("verify", script, "--devices", "2", "-q")
