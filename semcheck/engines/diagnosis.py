@@ -24,8 +24,8 @@ The causes, each from facts that can be checked against the IR:
 * `WRONG_COPY`: a race whose reading wait was satisfied by another copy than the one
   that writes the rows it reads.
 * `OTHER_KERNELS_SIGNAL`: an early arrival (or a race) whose copy or signal was let go by a
-  wait that a signal from another kernel of the program satisfied: two kernels that share
-  a barrier semaphore (one collective_id), one a step ahead on the signalling device.
+  barrier wait that a signal from another kernel of the program satisfied: two kernels that
+  share a barrier semaphore (one collective_id), one a step ahead on the signalling device.
 
 An early arrival whose copy or signal was let go by a wait that another device's signal
 satisfied, in the same kernel, is `WRONG_SIGNALLER` too.
@@ -371,7 +371,8 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
         if signal.location is None or signal.device is None:
             return None
         kind, kernels = CauseKind.WRONG_SIGNALLER, tuple[str, ...]()
-        if signal.kernel is not None and s.kernel is not None and signal.kernel != s.kernel:
+        if signal.kernel is not None and s.kernel is not None and signal.kernel != s.kernel \
+                and _is_barrier(system, s.declaration):  # what collective_ids make kernels share
             kind, kernels = CauseKind.OTHER_KERNELS_SIGNAL, (s.kernel, signal.kernel)
         return RootCause(kind, signal.location, semaphore=s.declaration,
                          wait=s.location, writer=writer.location,
@@ -379,6 +380,10 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
                          writer_signals=writer.event is StepEvent.SIGNAL, kernels=kernels,
                          steps=(signal.index, s.index, writer.index))
     return None
+
+
+def _is_barrier(system: System, decl: str | None) -> bool:
+    return any(d.name == decl and d.origin is ir.SemOrigin.BARRIER for d in system.protocol.semaphores)
 
 
 def _signals_between(system: System, source: int, target: int) -> list[tuple[str, ir.Loc]]:
