@@ -196,6 +196,9 @@ class CauseKind(str, enum.Enum):
     UNCONSUMED_SIGNAL = "unconsumed_signal"  # a semaphore signalled and never waited on: `site` signals it
     WRONG_SIGNALLER = "wrong_signaller"  # a wait before a copy fed by another device than the one the copy writes
     WRONG_COPY = "wrong_copy"  # a reading wait satisfied by another copy than the one that writes the rows
+    # a wait before an early copy or signal fed by a signal from another kernel of the program
+    # that shares the semaphore (two kernels with one collective_id): `site` is that signal
+    OTHER_KERNELS_SIGNAL = "other_kernels_signal"
 
 
 @record(frozen=True)
@@ -223,6 +226,10 @@ class RootCause:
     by_offset: int | None = None
     want_offset: int | None = None
     before: Loc | None = None  # UNCONSUMED_SIGNAL: where a wait belongs (before this line)
+    # WRONG_SIGNALLER, OTHER_KERNELS_SIGNAL: the early action is a signal, not a copy
+    # (remote_before_entry of a signal); OTHER_KERNELS_SIGNAL: the two kernels
+    writer_signals: bool = False
+    kernels: tuple[str, ...] = ()  # (the waiter's kernel, the signaller's)
     # The trace steps of the violation it was found from that show it (not part of `key`).
     steps: tuple[int, ...] = field(default=(), compare=False)
 
@@ -230,7 +237,7 @@ class RootCause:
     def key(self) -> tuple:
         """What makes two violations one problem."""
         return (self.kind, self.site, self.semaphore, self.wait if self.kind is not CauseKind.UNWAITED_COPY else None,
-                self.by, self.writer, self.by_offset, self.want_offset)
+                self.by, self.writer, self.by_offset, self.want_offset, self.kernels)
 
 
 @record(repr=False)

@@ -5,6 +5,7 @@ explains grouped into one problem, and the fix naming what is missing."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 from semcheck.api import check_protocol
 from semcheck.model import DMA, REGULAR, ProtocolBuilder
@@ -191,3 +192,91 @@ def test_a_handshake_without_its_wait_is_one_problem_with_its_early_arrivals():
     [early] = [v for v in r.errors if v.kind == "remote_before_entry"]
     assert early.cause.before.line == copy  # the wait belongs before the copy that arrives early
     assert len(groups.group([r])) == 1
+
+
+# --- early arrivals let go by the wrong signal ----------------------------------------------------
+
+
+def one_way_handshake(devices: int, *, to_every_peer: bool = False):
+    """Each device signals its right neighbour's barrier semaphore and waits for one signal
+    (its left neighbour's), then signals a flag of its right neighbour (or, with
+    `to_every_peer`, of every peer) and waits for its own flag(s)."""
+    p = ProtocolBuilder("one_way", devices=devices, backend="tpu")
+    barrier, flag = p.barrier_semaphore(), p.semaphore("flag", REGULAR)
+    for d in range(devices):
+        t = p.thread(d)
+        t.entry()
+        t.signal(barrier, device=(d + 1) % devices)  # handshake
+        t.wait(barrier, 1)
+        peers = [(d + k) % devices for k in range(1, devices)] if to_every_peer else [(d + 1) % devices]
+        for peer in peers:
+            t.signal(flag, device=peer)  # flag
+        t.wait(flag, len(peers))
+        t.exit()
+    return p.build()
+
+
+def test_an_early_signal_let_go_by_the_left_neighbours_handshake_names_the_wrong_signaller():
+    r = check_protocol(one_way_handshake(4), engine="explicit")
+    [early] = r.errors
+    assert early.kind == "remote_before_entry"
+    handshake, flag = line_of(one_way_handshake, "# handshake"), line_of(one_way_handshake, "# flag")
+    c = early.cause
+    assert (c.kind, c.site.line, c.wait.line, c.writer.line) == (CauseKind.WRONG_SIGNALLER, handshake,
+                                                                     handshake + 1, flag)
+    assert (c.by_offset, c.want_offset, c.writer_signals) == (-1, 1, True)
+    assert causes.statement(c) == (
+        f"the wait at line {handshake + 1} on device d was satisfied by the signal at line {handshake} from "
+        f"device d-1, not by device d+1, whose semaphore the signal at line {flag} increments")
+    assert causes.fix(c) == (
+        f"the signal at line {handshake} goes from each device d to device d+1; the signal at line {flag} needs "
+        "it from the device it signals: send it to device d-1 instead")
+    assert check_protocol(one_way_handshake(2), engine="explicit").verdict.value == "safe"
+
+
+def test_an_early_signal_to_every_peer_gets_no_fix_that_mends_one_peer():
+    # Redirecting the handshake's signal would hold back the signal to one peer only.
+    r = check_protocol(one_way_handshake(4, to_every_peer=True), engine="explicit")
+    [early] = r.errors
+    assert early.kind == "remote_before_entry" and early.cause is None
+
+
+def two_kernels_one_barrier(devices: int):
+    """Two kernels run one after the other on every device and share the barrier semaphore
+    (one collective_id): `right` copies to the right neighbour after a handshake in which
+    each device signals the device that sends to it and waits for one signal; `left` does
+    the same the other way round."""
+    p = ProtocolBuilder("two_kernels", devices=devices, backend="tpu")
+    barrier = p.barrier_semaphore()
+    send, recv = p.semaphore("send_sem", DMA), p.semaphore("recv_sem", DMA)
+    x = p.buffer("x", BLOCK)
+    outs = {"right": p.buffer("out_right", BLOCK), "left": p.buffer("out_left", BLOCK)}
+    for d in range(devices):
+        t = p.thread(d)
+        for kernel, step in (("right", 1), ("left", -1)):
+            out = outs[kernel]
+            t.entry(kernel)
+            t.signal(barrier, device=(d - step) % devices)  # ready
+            t.wait(barrier, 1)
+            copy = t.dma_start(x.region(0), out.region(0), recv_sem=recv, send_sem=send,
+                               device=(d + step) % devices)
+            copy.wait()
+            t.exit(kernel)
+    return replace(p.build(), kernels=("right", "left"))  # a program of two kernels, as linked
+
+
+def test_an_early_copy_let_go_by_another_kernels_barrier_signal_names_both_kernels():
+    r = check_protocol(two_kernels_one_barrier(4), engine="explicit")
+    [early] = r.errors
+    assert early.kind == "remote_before_entry"
+    ready, copy = line_of(two_kernels_one_barrier, "# ready"), line_of(two_kernels_one_barrier, "copy = t.dma_start")
+    c = early.cause
+    assert (c.kind, c.site.line, c.wait.line, c.writer.line) == (CauseKind.OTHER_KERNELS_SIGNAL, ready,
+                                                                 ready + 1, copy)
+    assert (c.kernels, c.by_offset, c.want_offset, c.writer_signals) == (("right", "left"), -1, 1, False)
+    assert causes.statement(c) == (
+        f"the wait at line {ready + 1} in `right` on device d was satisfied by the signal at line {ready} that "
+        "device d-1 sent from another kernel, `left`, which shares `barrier`; device d+1, whose memory the "
+        f"copy at line {copy} writes, may not have entered `right` yet")
+    assert causes.fix(c).startswith("give `right` and `left` different collective_ids")
+    assert check_protocol(two_kernels_one_barrier(2), engine="explicit").verdict.value == "safe"

@@ -148,6 +148,39 @@ def _errors(per_device, devices=2):
     return lower_captures(capture_function(*sharded(per_device, mesh((devices,)))))
 
 
+# --- copies counting on a REGULAR semaphore --------------------------------------------------------
+
+
+def test_a_copy_counting_on_a_regular_semaphore_says_it_adds_one_not_its_bytes():
+    """The verdict rests on the completion's amount (a wait for 1 balances only if a copy adds
+    1), which JAX 0.10.2's interpreter counts in bytes: the result says which rule it used.
+    A copy on a DMA semaphore gets no such note (the control)."""
+    from semcheck.lower.tpu_hardware import REGULAR_DMA_COUNT
+
+    def waiting_for(amount):
+        def on_regular(x_ref, o_ref, flag):
+            pltpu.make_async_copy(x_ref, o_ref, flag).start()
+            pl.semaphore_wait(flag, amount)
+        return on_regular
+
+    def on_dma(x_ref, o_ref, sem):
+        copy = pltpu.make_async_copy(x_ref, o_ref, sem)
+        copy.start()
+        copy.wait()
+
+    [regular] = protocols(_call(waiting_for(1), [REGULAR_SEM]), mesh((2,)))
+    [start] = instrs(regular, ir.DmaStart, 0)
+    assert start.nbytes == 8 * ROW  # the amount a DMA semaphore would get; a REGULAR one gains 1
+    assert REGULAR_DMA_COUNT in regular.notes
+    assert check_protocol(regular).verdict.value == "safe"
+    [two] = protocols(_call(waiting_for(2), [REGULAR_SEM]), mesh((2,)))
+    assert {v.kind for v in check_protocol(two, exhaustive=True).errors} == {"unsatisfied_wait"}
+    assert REGULAR_DMA_COUNT in two.notes
+    [dma] = protocols(_call(on_dma, [DMA_SEM]), mesh((2,)))
+    assert not any("REGULAR semaphore" in note for note in dma.notes)
+    assert check_protocol(dma).verdict.value == "safe"
+
+
 # --- dynamic-size DMAs ----------------------------------------------------------------------------
 
 

@@ -23,6 +23,12 @@ The causes, each from facts that can be checked against the IR:
   signal satisfied, not the signal of the device the copy writes to.
 * `WRONG_COPY`: a race whose reading wait was satisfied by another copy than the one
   that writes the rows it reads.
+* `OTHER_KERNELS_SIGNAL`: an early arrival (or a race) whose copy or signal was let go by a
+  barrier wait that a signal from another kernel of the program satisfied: two kernels that
+  share a barrier semaphore (one collective_id), one a step ahead on the signalling device.
+
+An early arrival whose copy or signal was let go by a wait that another device's signal
+satisfied, in the same kernel, is `WRONG_SIGNALLER` too.
 """
 
 from __future__ import annotations
@@ -364,11 +370,20 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
         signal, n = remote[-1], system.protocol.devices
         if signal.location is None or signal.device is None:
             return None
-        return RootCause(CauseKind.WRONG_SIGNALLER, signal.location, semaphore=s.declaration,
+        kind, kernels = CauseKind.WRONG_SIGNALLER, tuple[str, ...]()
+        if signal.kernel is not None and s.kernel is not None and signal.kernel != s.kernel \
+                and _is_barrier(system, s.declaration):  # what collective_ids make kernels share
+            kind, kernels = CauseKind.OTHER_KERNELS_SIGNAL, (s.kernel, signal.kernel)
+        return RootCause(kind, signal.location, semaphore=s.declaration,
                          wait=s.location, writer=writer.location,
                          by_offset=_offset(signal.device - issuer, n), want_offset=_offset(target - issuer, n),
+                         writer_signals=writer.event is StepEvent.SIGNAL, kernels=kernels,
                          steps=(signal.index, s.index, writer.index))
     return None
+
+
+def _is_barrier(system: System, decl: str | None) -> bool:
+    return any(d.name == decl and d.origin is ir.SemOrigin.BARRIER for d in system.protocol.semaphores)
 
 
 def _signals_between(system: System, source: int, target: int) -> list[tuple[str, ir.Loc]]:
@@ -400,7 +415,32 @@ def _early_arrival(path: Path, finding) -> RootCause | None:
     for decl in path.system.protocol.semaphores:
         if decl.origin is ir.SemOrigin.BARRIER and not _waited_anywhere(path.system, decl.name):
             return _unconsumed_signal(path, decl.name, before=finding.loc)
-    return None
+    # The early signal itself, or the start of the copy whose landing is early: the wait
+    # that let it go may have been fed by another device than its target.
+    last = path.steps[-1]
+    writer = path.step(last.started_by) if last.event in _COMPLETIONS and last.started_by else last
+    if writer.target_device is None or writer.device is None or writer.location is None:
+        return None
+    cause = _held_back_by(path, writer)
+    if cause is None or cause.kind is not CauseKind.WRONG_SIGNALLER:
+        return cause
+    # Sending the signal to the writer's target instead mends only a line that writes to one
+    # peer; a line that writes to several (a loop over peers) needs every one to signal.
+    return cause if len(_peers_of_line(path.system, writer.device, writer.location)) == 1 else None
+
+
+def _peers_of_line(system: System, device: int, loc: ir.Loc) -> set[int]:
+    """The other devices whose semaphores the signals and copies at `loc` of a thread of
+    `device` may add to."""
+    peers: set[int] = set()
+    for t, body in enumerate(system.bodies):
+        if system.threads[t].device != device:
+            continue
+        for pc, instr in enumerate(body):
+            if isinstance(instr, (ir.Signal, ir.DmaStart)) and instr.loc == loc:
+                peers.update(system.instances[i].device for i in system.footprints[t][pc].inc)
+    peers.discard(device)
+    return peers
 
 
 _RULES = {

@@ -495,8 +495,11 @@ def _run_script(path: str, exited: list[str | None], missing: list[str | None] |
             missing[0] = e.name
         loc = _where(e)
         where = f" at {loc}" if loc else ""
-        why = f"; {SEMAPHORE_RESULT}" if _returns_semaphore(e) else ""
-        return f"the script raised {type(e).__name__}: {_first_line(e)}{where}{why}", loc
+        why = (f"; {SEMAPHORE_RESULT}" if _returns_semaphore(e)
+               else f"; {NO_CORE_COUNT}" if _asks_core_count(e) else "")
+        said = _first_line(e)
+        said = f": {said}" if said else ""
+        return f"the script raised {type(e).__name__}{said}{where}{why}", loc
     finally:
         os._exit = _real_exit
     return None, None
@@ -517,6 +520,22 @@ def _returns_semaphore(e: BaseException) -> bool:
     owner = getattr(e, "obj", None)
     return (isinstance(e, AttributeError) and e.name == "global_sharded_result_handler"
             and getattr(owner, "__name__", "") == "AbstractSemaphoreTyRules")
+
+
+NO_CORE_COUNT = (
+    "a CPU device has no `num_cores`, which `pltpu.create_tensorcore_mesh` reads from "
+    "`jax.devices()[0]` when it is not given one (jax/_src/pallas/mosaic/core.py, JAX "
+    "0.10.2): pass `num_cores=` (the TensorCores per chip to check, e.g. 1, or 2 for a "
+    "megacore chip)"
+)
+
+
+def _asks_core_count(e: BaseException) -> bool:
+    """JAX's failure (an AttributeError with no message) when a TensorCore mesh asks the
+    CPU device the script runs on for its core count."""
+    owner = getattr(e, "obj", None)
+    return (isinstance(e, AttributeError) and e.name == "num_cores"
+            and type(owner).__name__.endswith("Device"))
 
 
 def _first_line(e: BaseException) -> str:

@@ -18,7 +18,7 @@ from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.memory import copy_data, for_each_selection, nbytes_of_window, region, semaphore_ref
 from semcheck.lower.registry import rule
-from semcheck.lower.tpu_hardware import dma_amount, nondecrementing_wait, note_by_hand
+from semcheck.lower.tpu_hardware import dma_amount, nondecrementing_wait, note_by_hand, note_regular_dma
 from semcheck.lower.values import Known, Sym, sym_op
 
 
@@ -174,6 +174,9 @@ def dma_start(t: ThreadLowering, eqn, inputs):
             core=core,
             bounds_checked=t.kernel.bounds_checks,
         )
+        for sem_ref in (instr.recv_sem, instr.send_sem):
+            if sem_ref is not None:
+                note_regular_dma(t, sem_ref.alloc)
         t.emitter.emit(instr)
         copy_data(t, eqn, instr, src, dst)  # the data it moves (lower/data.py)
 

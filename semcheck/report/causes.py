@@ -58,10 +58,23 @@ def _unconsumed_signal(c: RootCause) -> str:
     return f"no wait on `{c.semaphore}` exists: its signals at {_line(c.site)} are never consumed"
 
 
+def _guarded(c: RootCause) -> str:
+    """The early action: a copy into the target's memory, or a signal of its semaphore."""
+    return (f"whose semaphore the signal at {_line(c.writer)} increments" if c.writer_signals
+            else f"whose memory the copy at {_line(c.writer)} writes")
+
+
 def _wrong_signaller(c: RootCause) -> str:
     return (f"the wait at {_line(c.wait)} on device d was satisfied by the signal at {_line(c.site)} from "
-            f"{offset_text(c.by_offset)}, not by {offset_text(c.want_offset)}, whose memory the copy at "
-            f"{_line(c.writer)} writes")
+            f"{offset_text(c.by_offset)}, not by {offset_text(c.want_offset)}, {_guarded(c)}")
+
+
+def _other_kernels_signal(c: RootCause) -> str:
+    waiter, signaller = c.kernels
+    return (f"the wait at {_line(c.wait)} in `{waiter}` on device d was satisfied by the signal at "
+            f"{_line(c.site)} that {offset_text(c.by_offset)} sent from another kernel, `{signaller}`, "
+            f"which shares `{c.semaphore}`; {offset_text(c.want_offset)}, {_guarded(c)}, may not have "
+            f"entered `{waiter}` yet")
 
 
 def _wrong_copy(c: RootCause) -> str:
@@ -77,6 +90,7 @@ _STATEMENTS = {
     CauseKind.UNCONSUMED_SIGNAL: _unconsumed_signal,
     CauseKind.WRONG_SIGNALLER: _wrong_signaller,
     CauseKind.WRONG_COPY: _wrong_copy,
+    CauseKind.OTHER_KERNELS_SIGNAL: _other_kernels_signal,
 }
 
 
@@ -107,8 +121,17 @@ def _fix_unconsumed_signal(c: RootCause) -> str:
 def _fix_wrong_signaller(c: RootCause) -> str:
     sent = -c.by_offset if c.by_offset is not None else None
     wanted = -c.want_offset if c.want_offset is not None else None
-    return (f"the signal at {_line(c.site)} goes from each device d to {offset_text(sent)}; the copy at "
-            f"{_line(c.writer)} needs it from the device it writes into: send it to {offset_text(wanted)} instead")
+    needs = (f"the signal at {_line(c.writer)} needs it from the device it signals" if c.writer_signals
+             else f"the copy at {_line(c.writer)} needs it from the device it writes into")
+    return (f"the signal at {_line(c.site)} goes from each device d to {offset_text(sent)}; {needs}: "
+            f"send it to {offset_text(wanted)} instead")
+
+
+def _fix_other_kernels_signal(c: RootCause) -> str:
+    waiter, signaller = c.kernels
+    return (f"give `{waiter}` and `{signaller}` different collective_ids, or have the wait at "
+            f"{_line(c.wait)} count only signals of this kernel (a second barrier round, as the double "
+            "barrier of JAX's distributed Pallas guide does)")
 
 
 def _fix_wrong_copy(c: RootCause) -> str:
@@ -125,4 +148,5 @@ _FIXES = {
     CauseKind.UNCONSUMED_SIGNAL: _fix_unconsumed_signal,
     CauseKind.WRONG_SIGNALLER: _fix_wrong_signaller,
     CauseKind.WRONG_COPY: _fix_wrong_copy,
+    CauseKind.OTHER_KERNELS_SIGNAL: _fix_other_kernels_signal,
 }

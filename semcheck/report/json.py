@@ -134,6 +134,8 @@ def cause_dict(c: RootCause) -> dict:
         "by_offset": c.by_offset,
         "want_offset": c.want_offset,
         "before": location(c.before),
+        "writer_signals": c.writer_signals,
+        "kernels": list(c.kernels),
         "steps": list(c.steps),
         "statement": causes.statement(c),
         "fix": causes.fix(c),
