@@ -469,7 +469,6 @@ def _progress_printer(position, budget: Budget):
         last_logged = [-LOG_PROGRESS_EVERY]
 
         def show(info: ProgressInfo) -> None:
-            global _progress_shown
             if not tty:
                 now = time.monotonic()
                 if now - last_logged[0] < LOG_PROGRESS_EVERY:
@@ -477,12 +476,10 @@ def _progress_printer(position, budget: Budget):
                 last_logged[0] = now
             line = progress_line(kernel, devices, info, position, budget)
             if tty:
-                width = shutil.get_terminal_size().columns - 1
-                sys.stderr.write("\r" + line[:width].ljust(min(width, 120)))
-                _progress_shown = True
+                _show_in_place(line)
             else:
                 sys.stderr.write(line + "\n")
-            sys.stderr.flush()
+                sys.stderr.flush()
 
         return show
 
@@ -499,16 +496,21 @@ def _capture_printer(verbose: bool):
         return capture_line_printer(sys.stderr, before=_clear_progress)
 
     def show(report) -> None:
-        global _progress_shown
         line = capture_line(report)
-        if line is None:
-            return
-        width = shutil.get_terminal_size().columns - 1
-        sys.stderr.write("\r" + line[:width].ljust(min(width, 120)))
-        sys.stderr.flush()
-        _progress_shown = True
+        if line is not None:
+            _show_in_place(line)
 
     return show
+
+
+def _show_in_place(line: str) -> None:
+    """`line` on the terminal's last line, over what was there, until the next one or the
+    report (`_clear_progress`)."""
+    global _progress_shown
+    width = shutil.get_terminal_size().columns - 1
+    sys.stderr.write("\r" + line[:width].ljust(min(width, 120)))
+    sys.stderr.flush()
+    _progress_shown = True
 
 
 def _clear_progress() -> None:
