@@ -234,11 +234,13 @@ def no_verdict_reason(r: Result) -> str:
     return "a budget ran out before every schedule was explored"
 
 
-def verdict_line(r: Result) -> str:
+def verdict_line(r: Result, *, count: str | None = None, stats: str | None = None) -> str:
+    """The check's verdict line; `count` and `stats` in place of its device count ("4
+    devices") and its search's figures, for a line that speaks for several checks."""
     # line 0: no line is known (a script that died before its kernel was found), and `file:0`
     # is no place an editor can open
     where = f"{display_path(r.file)}:{r.line}" if r.file and r.line else display_path(r.file)
-    head = f"{r.kernel} [{r.devices} device{'s' if r.devices != 1 else ''}"
+    head = f"{r.kernel} [{_device_count(r) if count is None else count}"
     if r.cores > 1:
         head += f" x {r.cores} {core_unit(r.backend)}s"
     head += f", {r.backend} rules]" if r.verdict is not Verdict.ERROR and r.built else "]"
@@ -259,6 +261,16 @@ def verdict_line(r: Result) -> str:
         detail = no_verdict_reason(r)
     else:
         detail = r.error or "error"
+    stats = _stats(r) if stats is None else stats
+    return f"{word}: {head} {where}: {detail}{origins.first_only_text(r)}{stats}"
+
+
+def _device_count(r: Result) -> str:
+    return f"{r.devices} device{'s' if r.devices != 1 else ''}"
+
+
+def _stats(r: Result) -> str:
+    """What the search of a check took, as its verdict line ends."""
     stats = ""
     if r.verdict is not Verdict.ERROR and r.runs:  # auto ran engines side by side: the work of both
         stats = (
@@ -278,20 +290,22 @@ def verdict_line(r: Result) -> str:
             f"  ({r.stats.states:,} states, {r.stats.transitions:,} transitions, "
             f"{r.stats.seconds:.2f} s, {r.engine})"
         )
-    return f"{word}: {head} {where}: {detail}{origins.first_only_text(r)}{stats}"
+    return stats
 
 
 def _same_but_size(results: list[Result], indices: list[int]) -> list[list[int]]:
     """A kernel's checks in runs of neighbours that say the same but for the device count
     and the search's size (`_shape`); a check that can not share its line is a run alone."""
     runs: list[list[int]] = []
+    last = None
     for i in indices:
         shape = _shape(results[i])
-        if runs and shape is not None and shape == _shape(results[runs[-1][-1]]) \
+        if runs and shape is not None and shape == last \
                 and results[i].devices not in {results[k].devices for k in runs[-1]}:
             runs[-1].append(i)
         else:
             runs.append([i])
+        last = shape
     return runs
 
 
@@ -301,7 +315,7 @@ def _shape(r: Result) -> tuple | None:
     if r.verdict not in (Verdict.SAFE, Verdict.VIOLATION) or r.runs or r.stats.solver_queries is not None \
             or not r.built:
         return None
-    return _line_without_size(r), r.engine, r.cores, tuple(values_lines(r))
+    return verdict_line(r, count="", stats=""), r.engine, r.cores, tuple(values_lines(r))
 
 
 def merged_verdict_line(checks: list[Result]) -> str | None:
@@ -310,22 +324,10 @@ def merged_verdict_line(checks: list[Result]) -> str | None:
     devices, or safe at each), so a report keeps to a screen; None for a single check."""
     if len(checks) < 2:
         return None
-    first = checks[0]
-    line = verdict_line(first)
-    one_count = f"[{first.devices} device{'s' if first.devices != 1 else ''}"
-    counts = ", ".join(str(r.devices) for r in checks)
-    stats_at = line.rindex("  (")
     states = " / ".join(f"{r.stats.states:,}" for r in checks)
     seconds = sum(r.stats.seconds for r in checks)
-    return (line[:stats_at].replace(one_count, f"[{counts} devices", 1)
-            + f"  ({states} states, {seconds:.2f} s, {first.engine})")
-
-
-def _line_without_size(r: Result) -> str:
-    """The verdict line less its device count and its search's figures."""
-    line = verdict_line(r)
-    head = f"[{r.devices} device{'s' if r.devices != 1 else ''}"
-    return line[:line.rindex("  (")].replace(head, "[", 1)
+    return verdict_line(checks[0], count=f"{', '.join(str(r.devices) for r in checks)} devices",
+                        stats=f"  ({states} states, {seconds:.2f} s, {checks[0].engine})")
 
 
 # Operands or ranges named in the values line; the rest are counted (the JSON lists them all).
