@@ -19,12 +19,13 @@ STOCK = 16  # contexts: more than the 10-15 a capture child of a small script as
 
 def stock() -> None:
     """Make the stock in this process and have JAX take its contexts from it (once)."""
+    from semcheck.jax_compat import JaxInternalMissing, jax_internal, replace_for_good
+
     try:
-        from jax._src.interpreters import mlir
-    except ImportError:  # a JAX that moved it: its own contexts, as before
+        make = jax_internal("mlir").make_ir_context
+    except JaxInternalMissing:  # a JAX that moved it: its own contexts, as before
         return
-    make = getattr(mlir, "make_ir_context", None)
-    if make is None or getattr(make, "semcheck_stock", None) is not None:
+    if getattr(make, "semcheck_stock", None) is not None:
         return
     made = [make() for _ in range(STOCK)]
 
@@ -33,4 +34,4 @@ def stock() -> None:
 
     make_ir_context.semcheck_stock = made  # type: ignore[attr-defined]
     make_ir_context.__doc__ = make.__doc__
-    mlir.make_ir_context = make_ir_context
+    replace_for_good("mlir", "make_ir_context", make_ir_context)
