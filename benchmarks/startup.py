@@ -199,14 +199,33 @@ Measured and not taken:
   changes neither.
 * A warm-up lowering in the server before it forks (so that children inherit JAX's and
   MLIR's first-use work): lowering starts the CPU backend and its threads even for
-  `lowering_platforms`, which the server must not have. A context made in the server (the
-  first one in a process takes 10 ms, later ones 2) saved nothing measurable.
+  `lowering_platforms`, which the server must not have. One MLIR context made in the
+  server (the first one in a process takes 10 ms, later ones 2) saved nothing measurable;
+  a stock of them does (below).
 * JAX's Pallas TPU lowering of each kernel (the "builds for a TPU" check, 13 ms a kernel,
   0.36 s over the 27 kernels of the 20 files, half of it Mosaic's lowering proper) is
   asked once per captured kernel, and no two kernels of one capture were the same here; the
   capture cache keeps its answer. It decides a finding, so it is not skipped.
 * JAX's persistent cache with a size bound (semcheck sets one) locks and writes an access
   time on every read: 0.33 ms against 0.015 ms a read, about 4 ms a child; kept (the bound).
+
+A stock of fresh MLIR contexts (frontends/mlir_contexts.py, 2026-12-07): JAX lowers every
+program in a context of its own, made fresh with every dialect loaded; a capture child of
+these examples makes 10-15 (allreduce_ring.py: 11, 59 ms in a cold process, the first 24).
+The server makes 16 before it forks its second child (not before the first: a run of one
+capture would pay 40-80 ms for nothing), and each later child takes one per lowering from
+its copy, so no context serves two lowerings. `--captures --repeat 5` against main df02039
+interleaved (load 2-3 from other sessions, JAX 0.10.2):
+
+| 20 capture children at 2 devices | CPU (user + sys) | minor page faults | script | lowering |
+|---|---|---|---|---|
+| main df02039, five runs | 4.39-5.46 s (mean 5.04) | 283,065-285,425 | 2.72-3.34 s | 1.34-1.74 s |
+| the stock, the same runs | 3.74-4.91 s (mean 4.23) | 247,626-250,915 | 2.29-2.97 s | 1.12-1.53 s |
+
+(10-23% less CPU in each pair of runs; both phases gain, as the script's eager operations
+and program lower too). The whole folder, one run each interleaved at load 2.5: -j 1 5.80
+against 6.56 s, -j 2 5.38 against 5.94 s; each file alone, summed, 19.47 against 21.15 s
+(a run of one file forks one child and makes no stock).
 
 Issue 28's target, 2 x the slowest file alone + the checks (about 2.07 s), is not within
 reach of a fresh child per capture: the 20 children alone still take 3.4-3.6 CPU s, of which
@@ -414,6 +433,8 @@ capture_server._import(list(capture_process.SERVER_PRELOAD))  # what the capture
 out = tempfile.mkdtemp(prefix="semcheck-captures-")
 for i, path in enumerate(files):
     output = os.path.join(out, str(i))
+    if i == 1:
+        getattr(capture_server, "_stock_for_children", lambda: None)()  # as the server does before its second child
     pid = os.fork()
     if pid == 0:  # as the server's child: a session of its own, output in files
         os.setsid()

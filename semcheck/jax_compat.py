@@ -125,6 +125,12 @@ def replaced(name: str, attr: str, make: Callable[[Any], Any]) -> Iterator[Any]:
         setattr(module._module, attr, original)
 
 
+def replace_for_good(name: str, attr: str, replacement: Any) -> None:
+    """Attribute `attr` of the JAX internal module `name` is `replacement` from now on, in
+    this process (a capture server's, whose children inherit it)."""
+    setattr(jax_internal(name)._module, attr, replacement)
+
+
 def first_attr(name: str, *attrs: str) -> Any:
     """The first of `attrs` that module `name` has (a name that JAX renamed: the newest
     spelling first)."""

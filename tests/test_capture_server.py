@@ -178,3 +178,72 @@ def test_start_gives_the_child_by_its_pid_to_watch_and_kill(server, tmp_path):
     child.kill()
     assert child.wait() == -9
     assert not pid_alive(script_pid) and not pid_alive(daemon_pid)
+
+
+_STOCKED_CONTEXTS = """
+import json, pickle, sys
+from semcheck.frontends import capture, capture_process, capture_server
+script, output = sys.argv[1:]
+capture_server._import(list(capture_process.SERVER_PRELOAD))
+capture_server._stock_for_children()
+from jax._src.interpreters import mlir
+stock = mlir.make_ir_context.semcheck_stock
+stocked = {id(c) for c in stock}
+made = []
+plain = mlir.make_ir_context
+mlir.make_ir_context = lambda: made.append(plain()) or made[-1]
+capture.main(["--devices", "2", "--output", output, script])
+with open(output, "rb") as f:
+    outcome = pickle.load(f)
+print(json.dumps({"protocols": len(outcome.protocols), "error": outcome.script_error, "stocked": len(stocked),
+                  "handed out": len(made), "distinct": len({id(c) for c in made}),
+                  "from the stock": sum(id(c) in stocked for c in made), "left": len(stock)}))
+"""
+
+
+def test_a_capture_child_takes_each_fresh_mlir_context_from_the_servers_stock_once(tmp_path):
+    """The server makes JAX's MLIR contexts before it forks its second child
+    (frontends/mlir_contexts.py): a capture's lowerings take them from the stock, each
+    context serving one lowering only."""
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "tpu", "allreduce_ring.py")
+    out = subprocess.run([sys.executable, "-c", _STOCKED_CONTEXTS, script, str(tmp_path / "capture.pickle")],
+                         env=capture.child_environment(2), cwd=tmp_path, capture_output=True, text=True, check=True,
+                         timeout=300).stdout
+    seen = json.loads(out.splitlines()[-1])
+    assert seen["protocols"] == 1 and seen["error"] is None
+    assert seen["stocked"] == 16 and seen["handed out"] >= 5
+    assert seen["distinct"] == seen["handed out"]  # never one context for two lowerings
+    assert seen["from the stock"] == min(seen["handed out"], 16) and seen["left"] == 16 - seen["from the stock"]
+
+
+def test_past_the_stock_jax_makes_its_contexts_as_before():
+    import subprocess
+    import sys
+
+    code = ("from semcheck.frontends import mlir_contexts\n"
+            "mlir_contexts.stock()\n"
+            "from jax._src.interpreters import mlir\n"
+            "stock = list(mlir.make_ir_context.semcheck_stock)\n"
+            "got = [mlir.make_ir_context() for _ in range(18)]\n"
+            "assert len({id(c) for c in got}) == 18\n"
+            "assert {id(c) for c in got[:16]} == {id(c) for c in stock}\n"
+            "assert mlir.make_ir_context.semcheck_stock == []\n"
+            "print('ok')\n")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          timeout=300).stdout.strip() == "ok"
+
+
+def test_the_server_stocks_contexts_before_its_second_child_only(server, monkeypatch, tmp_path):
+    """A run of one capture does not pay for contexts its child would not use."""
+    marker = tmp_path / "stocked"
+    script = kernel_script(tmp_path, prefix=(
+        "from jax._src.interpreters import mlir\n"
+        f"open({str(marker)!r}, 'a').write(str(len(getattr(mlir.make_ir_context, 'semcheck_stock', ()))) + ' ')\n"))
+    for _ in range(3):
+        code, outcome = _ask(server, monkeypatch, tmp_path, script, 2)
+        assert code == 0 and outcome.captured == 1
+    assert marker.read_text().split() == ["0", "16", "16"]  # each child its own copy of the stock

@@ -337,6 +337,19 @@ def _import(names: list[str]) -> None:
                 raise
 
 
+def _stock_for_children() -> None:
+    """Make once what every later child would make again (frontends/mlir_contexts.py); not
+    before the second child, so that a run of one capture does not pay for it."""
+    if "jax._src.interpreters.mlir" not in sys.modules:
+        return
+    try:
+        from semcheck.frontends import mlir_contexts
+
+        mlir_contexts.stock()
+    except Exception:  # noqa: BLE001 - then each child makes its own, as before
+        pass
+
+
 class _Serving:
     def __init__(self, listener: socket.socket, mine: dict):
         self.listener, self.mine = listener, mine
@@ -358,6 +371,7 @@ class _Serving:
         self.import_seconds = 0.0  # the preload's, told to the first requester, who waited for it
         self.waited: dict[int, float] = {}  # capture child -> seconds its request waited for imports
         self.tried: set[str] = set()  # names a request asked to import
+        self.forked = 0
 
     def _stop(self, *_) -> None:
         self.stopping = True
@@ -435,9 +449,12 @@ class _Serving:
         _import([f"{name}?" for name in wanted])
         self.tried.update(wanted)  # (`from jax import numpy` names jax.numpy; `from jax import jit`, no module)
         waited = time.monotonic() - started if wanted else 0.0
+        if self.forked == 1:
+            _stock_for_children()
         pid = os.fork()
         if pid == 0:
             self._become_capture(request)  # never returns
+        self.forked += 1
         self.waited[pid] = waited + self.import_seconds
         self.import_seconds = 0.0
         self.running[pid] = conn
