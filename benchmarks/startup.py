@@ -227,6 +227,13 @@ and program lower too). The whole folder, one run each interleaved at load 2.5: 
 against 6.56 s, -j 2 5.38 against 5.94 s; each file alone, summed, 19.47 against 21.15 s
 (a run of one file forks one child and makes no stock).
 
+Measured with the stock and not taken (each timed in a forked child, load 3-6): the
+server running JAX's search for PJRT plugins where none is installed (the entry points of
+46 distributions read by every child's first backend: 3 ms of its 8, not the 15 cProfile
+showed), and making the tables Python, JAX and semcheck make at a first use (sysconfig's
+configuration, the expressions that tell the user's files from JAX's: 2.5 ms): together
+0.1 CPU s over the 20 children, not worth reaching into two more of JAX's internals.
+
 Issue 28's target, 2 x the slowest file alone + the checks (about 2.07 s), is not within
 reach of a fresh child per capture: the 20 children alone still take 3.4-3.6 CPU s, of which
 the parts no isolated child can share are the backend's start (about 15 ms), the script's
