@@ -246,4 +246,28 @@ def test_the_server_stocks_contexts_before_its_second_child_only(server, monkeyp
     for _ in range(3):
         code, outcome = _ask(server, monkeypatch, tmp_path, script, 2)
         assert code == 0 and outcome.captured == 1
-    assert marker.read_text().split() == ["0", "16", "16"]  # each child its own copy of the stock
+    assert marker.read_text().split() == ["0", "16", "16"]  # each child its own copy of the stock (JAX 0.10.2)
+
+
+def test_a_jax_that_reuses_its_contexts_gets_a_smaller_stock_where_it_makes_them():
+    """JAX 0.11 makes contexts in `_create_ir_context` and reuses each up to 10 times in
+    `make_ir_context` (jax-ml/jax cec06d11); simulated on the installed JAX."""
+    import subprocess
+    import sys
+
+    code = ("from jax._src.interpreters import mlir\n"
+            "def _create_ir_context():\n"
+            "    return plain()\n"
+            "plain = mlir.make_ir_context\n"
+            "mlir._create_ir_context = _create_ir_context\n"
+            "reusing = lambda: mlir._create_ir_context()\n"
+            "mlir.make_ir_context = reusing\n"
+            "from semcheck.frontends import mlir_contexts\n"
+            "mlir_contexts.stock()\n"
+            "stock = list(mlir._create_ir_context.semcheck_stock)\n"
+            "assert mlir.make_ir_context is reusing and len(stock) == 3\n"
+            "got = [mlir.make_ir_context() for _ in range(4)]\n"
+            "assert {id(c) for c in got[:3]} == {id(c) for c in stock} and len({id(c) for c in got}) == 4\n"
+            "print('ok')\n")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          timeout=300).stdout.strip() == "ok"
