@@ -7,6 +7,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import replace
 
+import pytest
+
 from semcheck.api import check_protocol
 from semcheck.model import DMA, REGULAR, ProtocolBuilder
 from semcheck.report import causes, groups, text
@@ -265,11 +267,33 @@ def two_kernels_one_barrier(devices: int):
     return replace(p.build(), kernels=("right", "left"))  # a program of two kernels, as linked
 
 
-def test_an_early_copy_let_go_by_another_kernels_barrier_signal_names_both_kernels():
-    r = check_protocol(two_kernels_one_barrier(4), engine="explicit")
+@pytest.mark.parametrize("engine", ["explicit", "z3"])
+def test_a_barrier_wait_that_passes_on_another_kernels_signal_names_both_kernels_and_invocations(engine):
+    # The early pass itself is the first violation (semantics.rules._early_pass): device d's
+    # barrier wait in `right` passes on the signal device d-1 sent from `left`.
+    r = check_protocol(two_kernels_one_barrier(4), engine=engine)
     [early] = r.errors
-    assert early.kind == "remote_before_entry"
+    ready = line_of(two_kernels_one_barrier, "# ready")
+    assert (early.kind, early.location.line) == ("remote_before_entry", ready + 1)
+    c = early.cause
+    assert (c.kind, c.site.line, c.wait.line, c.writer) == (CauseKind.OTHER_KERNELS_SIGNAL, ready, ready + 1, None)
+    assert (c.kernels, c.invocations, c.by_offset) == (("right", "left"), (1, 2), -1)
+    assert causes.statement(c) == (
+        f"the wait at line {ready + 1} in `right` (invocation 1) on device d passed on the signal at line {ready} "
+        "that device d-1 sent from another kernel, `left` (invocation 2), which shares `barrier`: the signals "
+        "meant for this wait had not all arrived, so what follows it may reach a peer that has not entered "
+        "this invocation")
+    assert causes.fix(c).startswith("give `right` and `left` different collective_ids")
+
+
+def test_an_early_copy_let_go_by_another_kernels_barrier_signal_names_both_kernels():
+    # The copy the early pass lets go, reported too when the check goes on past the first.
+    r = check_protocol(two_kernels_one_barrier(4), engine="explicit", exhaustive=True)
     ready, copy = line_of(two_kernels_one_barrier, "# ready"), line_of(two_kernels_one_barrier, "copy = t.dma_start")
+    passed, early = r.errors
+    assert [(v.kind, v.location.line) for v in r.errors] == [("remote_before_entry", ready + 1),
+                                                              ("remote_before_entry", copy)]
+    assert early.caused_by is passed
     c = early.cause
     assert (c.kind, c.site.line, c.wait.line, c.writer.line) == (CauseKind.OTHER_KERNELS_SIGNAL, ready,
                                                                  ready + 1, copy)

@@ -428,6 +428,7 @@ class Encoding:
                 waits.append(AND(cond, GE(exact, w.need)))
                 highs.append(AND(cond, GE(high, w.need)))
                 self._encode_phase_overrun(w, sid, cond, exact, high)
+                self._encode_early_pass(w, sid, cond, exact)
             else:
                 reads.append(ITE(cond, exact, 0))
                 lows.append(IMPLIES(cond, GE(w.read_value, low)))
@@ -453,6 +454,30 @@ class Encoding:
         self.add_hazard(
             (Kind.BARRIER_PHASE_OVERRUN, instr.loc), AND(w.done, cond, GE(exact, overrun), GE(high, overrun)),
         )
+
+    def _encode_early_pass(self, w: NodeVars, sid: int, cond: SymBool, exact: SymInt) -> None:
+        """remote_before_entry at a wait (`semantics.rules._early_pass`): on a barrier
+        semaphore that keeps a ledger, the wait passes while the count before it, less what
+        other threads added to it from invocations later than the wait's own before it (the
+        ledger's later units), is below its value. A thread's own additions from a later
+        invocation come after its wait in program order, so never before it."""
+        if sid not in self.system.ledger_floor:
+            return
+        assert w.need is not None, "a wait needs a count"
+        invocation_at = self.system.invocation_at
+        mine = invocation_at[w.t][w.node.pc]
+        later = [
+            ITE(AND(change.done, c, LT(change.pos, w.pos)), change.delta, 0)
+            for change, c in self.changes.get(sid, ())
+            if change.thread != w.t and (change.completion is not None or isinstance(change.node.node.instr, ir.Signal))
+            and invocation_at[change.node.t][change.node.node.pc] > mine
+        ]
+        if not later:
+            return
+        instr = w.node.instr
+        assert instr is not None, "a wait is an instruction"
+        self.add_hazard((Kind.REMOTE_BEFORE_ENTRY, instr.loc),
+                        AND(w.done, cond, LT(apply("sub", exact, SUM(later)), w.need)))
 
     def count_before(self, w: NodeVars, sid: int) -> tuple[SymInt, SymInt, SymInt]:
         """The count of `sid` just before `w` (exact, with positions) and positionless
