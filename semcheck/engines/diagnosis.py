@@ -365,6 +365,9 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
     for s in reversed(path.steps[: writer.index - 1]):
         if s.actor != writer.actor or s.event is not StepEvent.WAIT:
             continue
+        early = early_pass(path, s)
+        if early is not None:
+            return replace(early, steps=tuple(sorted({*early.steps, writer.index})))
         feeders = [f for f in feeders_of(path.steps, s) if f.event is StepEvent.SIGNAL]
         remote = [f for f in feeders if f.device is not None and f.device != issuer]
         if not remote or any(f.device == target for f in remote):
@@ -415,7 +418,7 @@ def _early_arrival(path: Path, finding) -> RootCause | None:
     """A handshake whose wait is missing: the barrier semaphore is signalled but nothing
     waits on it, so nothing holds a device back until its peers have entered."""
     if path.steps[-1].event in (StepEvent.WAIT, StepEvent.DMA_WAIT):
-        return _early_pass(path)
+        return early_pass(path, path.steps[-1])
     for decl in path.system.protocol.semaphores:
         if decl.origin is ir.SemOrigin.BARRIER and not _waited_anywhere(path.system, decl.name):
             return _unconsumed_signal(path, decl.name, before=finding.loc)
@@ -433,19 +436,25 @@ def _early_arrival(path: Path, finding) -> RootCause | None:
     return cause if len(_peers_of_line(path.system, writer.device, writer.location)) == 1 else None
 
 
-def _early_pass(path: Path) -> RootCause | None:
-    """A barrier wait that passed in invocation i on units a later invocation added
-    (`semantics.rules._early_pass`): the last signal (or landing copy) from a later
-    invocation that added to its semaphore before it is the one it should not have counted."""
-    wait = path.steps[-1]
-    if wait.invocation is None or wait.location is None or wait.device is None:
+def early_pass(path: Path, wait: TraceStep) -> RootCause | None:
+    """OTHER_KERNELS_SIGNAL when the barrier wait `wait` passed in invocation i on units a
+    later invocation added (`semantics.rules._early_pass`: its count less those units was
+    below its value), naming the last signal (or landing copy) from a later invocation that
+    added to its semaphore before it: the one it should not have counted. The same cause
+    whether found at the wait itself or behind what the wait let go (`_held_back_by`), so
+    they group as one problem. None when the wait did not pass early."""
+    if wait.invocation is None or wait.location is None or wait.device is None or wait.before is None \
+            or wait.need is None:
         return None
-    later = [s for s in path.steps[:-1] if s.semaphore == wait.semaphore and s.event in (StepEvent.SIGNAL, *_COMPLETIONS)
+    later = [s for s in path.steps[: wait.index - 1]
+             if s.semaphore == wait.semaphore and s.event in (StepEvent.SIGNAL, *_COMPLETIONS)
              and s.invocation is not None and s.invocation > wait.invocation
-             and s.before is not None and s.after is not None and s.after > s.before]
-    if not later:
+             and s.before is not None and s.after is not None and s.after != s.before]
+    if not later or wait.before - sum(s.after - s.before for s in later) >= wait.need:
         return None
-    signal = later[-1]
+    signal = next((s for s in reversed(later) if s.after > s.before), None)
+    if signal is None:
+        return None
     origin = path.step(signal.started_by) if signal.event in _COMPLETIONS and signal.started_by else signal
     if origin.location is None or origin.device is None:
         return None

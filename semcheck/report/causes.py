@@ -78,11 +78,12 @@ def _invocation(c: RootCause, k: int) -> str:
 
 def _other_kernels_signal(c: RootCause) -> str:
     if c.writer is None:  # found at the wait itself: it passed early
-        where = "another kernel" if c.kernels and c.kernels[0] != c.kernels[1] else "a later call of the kernel"
+        where = (f"another kernel, {_invocation(c, 1)}, which shares `{c.semaphore}`"
+                 if c.kernels and c.kernels[0] != c.kernels[1]
+                 else f"a later call of the kernel ({_invocation(c, 1)}) to the same `{c.semaphore}`")
         return (f"the wait at {_line(c.wait)} in {_invocation(c, 0)} on device d passed on the signal at "
-                f"{_line(c.site)} that {offset_text(c.by_offset)} sent from {where}, {_invocation(c, 1)}, "
-                f"which shares `{c.semaphore}`: the signals meant for this wait had not all arrived, so "
-                f"what follows it may reach a peer that has not entered this invocation")
+                f"{_line(c.site)} that {offset_text(c.by_offset)} sent from {where}: the signals meant for "
+                "this wait had not all arrived, so what follows it runs before its peers are ready for it")
     waiter, signaller = c.kernels
     return (f"the wait at {_line(c.wait)} in `{waiter}` on device d was satisfied by the signal at "
             f"{_line(c.site)} that {offset_text(c.by_offset)} sent from another kernel, `{signaller}`, "
@@ -142,8 +143,8 @@ def _fix_wrong_signaller(c: RootCause) -> str:
 
 def _fix_other_kernels_signal(c: RootCause) -> str:
     if not c.kernels or c.kernels[0] == c.kernels[1]:  # one kernel called again: one collective_id
-        return (f"add a second barrier round after the wait at {_line(c.wait)} (the double barrier of JAX's "
-                "distributed Pallas guide), so that no device can finish this call and signal "
+        return (f"add a second barrier round after the wait at {_line(c.wait)}, as the double barrier of JAX's "
+                "distributed Pallas guide does, so that no device can finish this call and signal "
                 f"`{c.semaphore}` for the next one before every peer has passed this wait")
     waiter, signaller = c.kernels
     return (f"give `{waiter}` and `{signaller}` different collective_ids, or have the wait at "

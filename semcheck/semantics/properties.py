@@ -158,8 +158,9 @@ def _early_pass_finding(system: System, h, here: ir.Instr) -> Finding:
         f"remote before entry: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
         f"{h.detail}. The barrier semaphore outlives the kernel: every invocation with its "
         f"collective_id counts on it, so this wait cannot tell the signal meant for it from one "
-        f"sent for a later invocation, and what it lets go may reach a peer before that peer "
-        f"entered this invocation (or a later wait takes the signal meant for this one)"
+        f"sent for a later invocation: what it lets go runs before the peers it waits for are "
+        f"ready (it may reach a peer that has not entered this invocation, or read what a peer "
+        f"has not yet sent), and a later wait takes the signal meant for this one"
     )
     return Finding(Kind.REMOTE_BEFORE_ENTRY, (Kind.REMOTE_BEFORE_ENTRY, here.loc), h.thread, here.loc, message,
                    sem=h.sem, hint=EARLY_PASS_HINT)

@@ -128,10 +128,10 @@ def _early_pass(system: RaceTables, state: State, t: int, sid: int, need: int) -
         return state.hazards
     return _with(state.hazards, Hazard(
         REMOTE_BEFORE_ENTRY, t, pc, -1, -1,
-        f"passes in {system.invocation_name(invocation)} on {system.instances[sid].label}, which holds {have}, "
-        f"needing {need}: only {max(own, 0)} of them {'was' if max(own, 0) == 1 else 'were'} added in this "
-        f"invocation or before; the rest came from {', '.join(map(system.invocation_name, sorted(later)))}, "
-        f"signalled by a peer that has moved on",
+        f"passes in {system.invocation_name(invocation)} on {system.instances[sid].label}: it needs {need} and "
+        f"the semaphore holds {have}, but {f'only {own}' if own > 0 else 'none'} of that was signalled for "
+        f"this invocation or an earlier one; the rest came from "
+        f"{', '.join(map(system.invocation_name, sorted(later)))}, from a peer that has moved on",
         sid,
     ))
 
