@@ -18,6 +18,7 @@ import inspect
 from dataclasses import replace
 
 import pytest
+from hypothesis import strategies as st
 
 from semcheck import ir
 from semcheck.api import check_protocol
@@ -29,6 +30,7 @@ from semcheck.report import causes
 from semcheck.result import CauseKind
 from semcheck.semantics import System
 from semcheck.semantics.state import NO_LEDGER
+from tests.tiers import example_counts, run_examples
 
 
 def line_of(fn, marker: str) -> int:
@@ -201,3 +203,72 @@ def test_the_z3_encoding_states_the_early_pass_itself():
     wait = next(i.loc for i in system.bodies[1] if isinstance(i, ir.Wait) and i.loc.line == DONE_WAIT)
     assert (Kind.REMOTE_BEFORE_ENTRY, wait) in Encoding(system, 4).hazards
     assert (Kind.REMOTE_BEFORE_ENTRY, wait) not in Encoding(System(handoff(3, shared=False)), 4).hazards
+
+
+@st.composite
+def barrier_programs(draw):
+    """Two kernels of random barrier handshakes on one barrier semaphore (collective_id 0),
+    run one after the other on every device: each thread signals peers' barrier
+    semaphores, waits on its own for 1 or 2, and signals and waits on a REGULAR scratch
+    semaphore too, in a random order."""
+    devices = draw(st.integers(2, 3))
+    p = ProtocolBuilder("random_handshakes", devices=devices, backend="tpu")
+    barrier = p.barrier_semaphore()
+    scratch = p.semaphore("flag", REGULAR)
+    for d in range(devices):
+        t = p.thread(d)
+        for kernel in ("first", "second"):
+            t.entry(kernel)
+            for _ in range(draw(st.integers(1, 4))):
+                op = draw(st.integers(0, 5))  # the barrier semaphore twice as often
+                peer = draw(st.integers(0, devices - 1))
+                if op < 2:
+                    t.signal(barrier, device=peer)
+                elif op < 4:
+                    t.wait(barrier, draw(st.integers(1, 2)))
+                elif op == 4:
+                    t.signal(scratch, device=peer)
+                else:
+                    t.wait(scratch, 1)
+            t.exit(kernel)
+    return replace(p.build(), kernels=("first", "second"))
+
+
+def engines_agree_on_a_shared_barrier(protocol):
+    from tests.agreement import assert_engines_agree
+
+    assert_engines_agree(protocol)
+
+
+@pytest.mark.parametrize("examples", example_counts(fast=20, slow=300))
+def test_engines_agree_on_random_handshakes_on_a_barrier_semaphore_two_kernels_share(examples):
+    run_examples(engines_agree_on_a_shared_barrier, barrier_programs(), examples=examples)
+
+
+@pytest.mark.parametrize("devices", [3, 4])
+def test_a_rotation_commutes_with_every_step_of_a_ring_that_keeps_a_barrier_ledger(devices):
+    # The ledger's slots name semaphore instances: the image of a state rotates them too.
+    import random
+
+    from semcheck.engines.explicit import symmetry
+
+    protocol = repeat(neighbour_barrier(devices), 2)
+    system = System(protocol)
+    group = symmetry.rotations(system)
+    assert group is not None and group.order == devices
+    with_ledger = 0
+    for seed in range(20):  # step(g s, g a) == g step(s, a) along random schedules
+        rng, state = random.Random(seed), system.initial_states()[0]
+        while (enabled := system.enabled(state)) and group.mappable(state):
+            action = rng.choice(enabled)
+            after = system.step(state, action)
+            with_ledger += bool(after.ledger.items)
+            for g in range(1, group.order):
+                if group.mappable(after):
+                    assert system.step(group.image(state, g), group.action(action, g)) == group.image(after, g)
+            state = after
+    assert with_ledger
+    reduced = check_protocol(protocol, engine="explicit", exhaustive=True)
+    plain = check_protocol(protocol, engine="explicit", exhaustive=True, symmetry=False)
+    assert {(v.kind, v.location, v.device) for v in reduced.errors} == {(v.kind, v.location, v.device)
+                                                                         for v in plain.errors}
