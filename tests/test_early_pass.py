@@ -111,6 +111,13 @@ def test_a_single_barrier_run_twice_passes_early_from_three_devices(engine):
         assert findings(repeat(neighbour_barrier(devices, double=True), 2), engine) == set()
 
 
+def test_a_check_of_invocations_sharing_a_barrier_semaphore_says_what_it_rests_on():
+    [note] = repeat(neighbour_barrier(4), 2).notes
+    assert note.startswith("the barrier semaphore of collective_id 0 is one semaphore for every invocation")
+    assert "observed on TPU v5e" in note and "remote_before_entry at that wait" in note
+    assert repeat(neighbour_barrier(4), 1).notes == ()
+
+
 def test_a_single_barrier_run_once_is_safe_and_keeps_no_ledger():
     once = neighbour_barrier(4)
     assert findings(once, "explicit") == set()

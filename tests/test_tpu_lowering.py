@@ -612,5 +612,5 @@ def test_auto_assigned_ids_share_a_barrier_only_between_calls_of_the_same_kernel
     [linked] = protocols(lambda block: second(first(block)), mesh((2,)))
     assert linked.kernels and len(linked.kernels) == 2
     # the note says the kernels share it, and that a wait passing on the other's signal is reported
-    assert any("share its barrier semaphore" in n and "remote_before_entry where it passes" in n
+    assert any("share its barrier semaphore" in n and "remote_before_entry at that wait" in n
                for n in linked.notes)

@@ -28,6 +28,7 @@ import dataclasses
 from typing import Sequence
 
 from semcheck import ir, tpu_facts
+from semcheck.passes.invocations import shared_barrier_note
 from semcheck.records import record
 from semcheck.result import Result, Verdict
 
@@ -323,11 +324,9 @@ def _program_note(labels: list[str], kernels: Sequence[ir.Protocol], handovers: 
             )
     if shared:
         parts.append(
-            "kernels with the same collective_id share its barrier semaphore "
-            f"({', '.join(map(str, shared))}), as the chip keys it by collective_id alone: a later "
-            "kernel's signal, from a device that moved on, can be taken by the wait of a device still "
-            "in an earlier kernel; such a wait is remote_before_entry where it passes, told apart by the "
-            "invocation of whoever signalled (docs/semantics.md; JAX 0.11's "
+            "kernels with the same collective_id share its barrier semaphore: a later kernel's signal, "
+            "from a device that moved on, can be taken by the wait of a device still in an earlier "
+            f"kernel; {shared_barrier_note(shared)} (JAX 0.11's "
             "jax_pallas_auto_assign_collective_ids=override gives each kernel a barrier semaphore of its own)"
         )
     return "; ".join(parts)

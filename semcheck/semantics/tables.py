@@ -137,11 +137,12 @@ class Tables:
         protocol of one invocation, or of kernels with their own collective_ids, has the
         states it would have without one."""
         self.ledger_floor: dict[int, int] = {}
-        # the most kernel invocations a thread runs (0: no thread has a kernel entry)
-        self.most_invocations = max((max(row) for row in self.invocation_at if len(row)), default=0)
+        # the most kernel invocations a thread runs (0: no thread has a kernel entry); a
+        # row only grows, and its last slot is "finished"
+        self.most_invocations = max((row[-1] for row in self.invocation_at), default=0)
         self.ledger_stride = self.most_invocations + 1
-        if self.backend is not Backend.TPU or not any(self.has_lifecycle):
-            return
+        if self.backend is not Backend.TPU or self.most_invocations < 2:
+            return  # no later invocation to tell apart (and no pass over every instruction)
         barriers = {name for name, (decl, _base) in self.allocs.items() if decl.origin is SemOrigin.BARRIER}
         waited: dict[str, int] = {}
         added: dict[str, int] = {}
