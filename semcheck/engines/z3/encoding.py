@@ -25,7 +25,9 @@ and the constraints make it exactly a prefix the semantics can produce:
   copy's conflicting access, over symbolic regions as `System.resolve_region` gives them;
   a remote signal or copy completion positioned where a thread of the target core has not
   executed the entry of the sender's invocation or has executed the next one; an entry
-  after the first whose reset is non-zero or that a copy still lands on; a non-decrementing
+  after the first whose reset is non-zero or that a copy still lands on; a wait on a barrier
+  semaphore that several invocations share whose count before it, less what later
+  invocations added to it before it, is below its value (the early pass); a non-decrementing
   wait on a GPU mbarrier whose count just before it reaches its value plus one more
   phase's arrivals (barrier_phase_overrun: its parity-based wait cannot see its phase).
   Pairs a wait statically orders (its semaphore's only adder is the other's completion)
