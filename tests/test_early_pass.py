@@ -151,6 +151,11 @@ def test_the_early_pass_names_the_later_calls_signal_and_the_second_barrier_as_f
         "signals meant for this wait had not all arrived, so what follows it runs before its peers are ready "
         "for it")
     assert causes.fix(c).startswith(f"add a second barrier round after the wait at line {WAIT}")
+    # the trace says which call each step belongs to
+    from semcheck.report import text
+
+    report = text.render([r])
+    assert f"[call 1, line {WAIT}]" in report and f"[call 2, line {signal}]" in report
 
 
 @pytest.mark.parametrize("engine", ["explicit", "z3"])
