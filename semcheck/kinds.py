@@ -49,7 +49,10 @@ DESCRIPTIONS = {
     Kind.INVALID_SEMAPHORE_INDEX: "A semaphore array is indexed outside its bounds.",
     Kind.INVALID_REGION: "A DMA's source or destination window reaches outside its buffer.",
     Kind.DATA_RACE: "Two accesses to overlapping memory, one a write, that some execution leaves unordered.",
-    Kind.REMOTE_BEFORE_ENTRY: "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it moved on to a later one.",
+    Kind.REMOTE_BEFORE_ENTRY: (
+        "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it "
+        "moved on to a later one; or a barrier wait passes on a signal a peer sent from a later invocation."
+    ),
     Kind.BARRIER_PHASE_OVERRUN: "GPU: an mbarrier completes two phases before a thread that waits on it has waited for the first.",
     Kind.NOT_LOWERABLE: "TPU: JAX's own Pallas TPU lowering rejects the kernel, so it does not build for a TPU.",
     Kind.LOWERED_AS_DECREMENTING: (

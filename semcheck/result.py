@@ -118,6 +118,10 @@ class TraceStep:
     # In a program of several kernels: the kernel the step belongs to (a completion: the
     # kernel that started the copy). None for a protocol of one kernel.
     kernel: str | None = None
+    # Where threads run several kernel invocations (`--invocations`, a program): the
+    # invocation of its thread the step belongs to (a completion: the one that started the
+    # copy), counted from 1. None where every thread runs one.
+    invocation: int | None = None
 
 
 @record(frozen=True)
@@ -230,6 +234,9 @@ class RootCause:
     # (remote_before_entry of a signal); OTHER_KERNELS_SIGNAL: the two kernels
     writer_signals: bool = False
     kernels: tuple[str, ...] = ()  # (the waiter's kernel, the signaller's)
+    # OTHER_KERNELS_SIGNAL found at the barrier wait itself (it passed on a later
+    # invocation's signal): (the waiter's invocation, the signaller's), counted from 1
+    invocations: tuple[int, ...] = ()
     # The trace steps of the violation it was found from that show it (not part of `key`).
     steps: tuple[int, ...] = field(default=(), compare=False)
 
@@ -237,7 +244,7 @@ class RootCause:
     def key(self) -> tuple:
         """What makes two violations one problem."""
         return (self.kind, self.site, self.semaphore, self.wait if self.kind is not CauseKind.UNWAITED_COPY else None,
-                self.by, self.writer, self.by_offset, self.want_offset, self.kernels)
+                self.by, self.writer, self.by_offset, self.want_offset, self.kernels, self.invocations)
 
 
 @record(repr=False)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import replace
 
+import pytest
+
 from semcheck.api import check_protocol
 from semcheck.model import DMA, REGULAR, ProtocolBuilder
 from semcheck.report import causes, groups, text
@@ -265,18 +267,35 @@ def two_kernels_one_barrier(devices: int):
     return replace(p.build(), kernels=("right", "left"))  # a program of two kernels, as linked
 
 
-def test_an_early_copy_let_go_by_another_kernels_barrier_signal_names_both_kernels():
-    r = check_protocol(two_kernels_one_barrier(4), engine="explicit")
+@pytest.mark.parametrize("engine", ["explicit", "z3"])
+def test_a_barrier_wait_that_passes_on_another_kernels_signal_names_both_kernels_and_invocations(engine):
+    # The early pass itself is the first violation (semantics.rules._early_pass): device d's
+    # barrier wait in `right` passes on the signal device d-1 sent from `left`.
+    r = check_protocol(two_kernels_one_barrier(4), engine=engine)
     [early] = r.errors
-    assert early.kind == "remote_before_entry"
-    ready, copy = line_of(two_kernels_one_barrier, "# ready"), line_of(two_kernels_one_barrier, "copy = t.dma_start")
+    ready = line_of(two_kernels_one_barrier, "# ready")
+    assert (early.kind, early.location.line) == ("remote_before_entry", ready + 1)
     c = early.cause
-    assert (c.kind, c.site.line, c.wait.line, c.writer.line) == (CauseKind.OTHER_KERNELS_SIGNAL, ready,
-                                                                 ready + 1, copy)
-    assert (c.kernels, c.by_offset, c.want_offset, c.writer_signals) == (("right", "left"), -1, 1, False)
+    assert (c.kind, c.site.line, c.wait.line, c.writer) == (CauseKind.OTHER_KERNELS_SIGNAL, ready, ready + 1, None)
+    assert (c.kernels, c.invocations, c.by_offset) == (("right", "left"), (1, 2), -1)
     assert causes.statement(c) == (
-        f"the wait at line {ready + 1} in `right` on device d was satisfied by the signal at line {ready} that "
-        "device d-1 sent from another kernel, `left`, which shares `barrier`; device d+1, whose memory the "
-        f"copy at line {copy} writes, may not have entered `right` yet")
+        f"the wait at line {ready + 1} in `right` (invocation 1) on device d passed on the signal at line {ready} "
+        "that device d-1 sent from another kernel, `left` (invocation 2), which shares `barrier`: the signals "
+        "meant for this wait had not all arrived, so what follows it runs before its peers are ready for it")
     assert causes.fix(c).startswith("give `right` and `left` different collective_ids")
+
+
+def test_an_early_copy_let_go_by_a_barrier_wait_that_passed_early_has_that_wait_as_its_cause():
+    # The copy the early pass lets go, reported too when the check goes on past the first:
+    # its root cause is the early pass (the same cause, so one problem), and it follows it.
+    r = check_protocol(two_kernels_one_barrier(4), engine="explicit", exhaustive=True)
+    ready, copy = line_of(two_kernels_one_barrier, "# ready"), line_of(two_kernels_one_barrier, "copy = t.dma_start")
+    passed, early = r.errors
+    assert [(v.kind, v.location.line) for v in r.errors] == [("remote_before_entry", ready + 1),
+                                                              ("remote_before_entry", copy)]
+    assert early.caused_by is passed
+    assert early.cause.key == passed.cause.key
+    assert (early.cause.kind, early.cause.site.line, early.cause.invocations) == (CauseKind.OTHER_KERNELS_SIGNAL,
+                                                                                  ready, (1, 2))
+    assert len(groups.group([r])) == 1
     assert check_protocol(two_kernels_one_barrier(2), engine="explicit").verdict.value == "safe"

@@ -611,5 +611,6 @@ def test_auto_assigned_ids_share_a_barrier_only_between_calls_of_the_same_kernel
     monkeypatch.setattr(tpu_layout, "_auto_collective_ids", lambda: "no")  # ids as given: shared
     [linked] = protocols(lambda block: second(first(block)), mesh((2,)))
     assert linked.kernels and len(linked.kernels) == 2
-    # what the check of a shared barrier semaphore does not see is said
-    assert any("does not tell whose signal a wait took" in n for n in linked.notes)
+    # the note says the kernels share it, and that a wait passing on the other's signal is reported
+    assert any("share its barrier semaphore" in n and "remote_before_entry at that wait" in n
+               for n in linked.notes)

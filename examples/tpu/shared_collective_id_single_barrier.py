@@ -8,8 +8,10 @@ to the right neighbour. This is shift_single_barrier.py called twice, except tha
 calls are different kernels: device 0, which receives nothing, finishes the first kernel
 as soon as its neighbours have entered and signals device 1's barrier again from the
 second. Device 1, still in the first kernel, can pass its barrier on those signals before
-device 2 has entered, and its copy lands on device 2 before device 2 entered the kernel
-(`remote_before_entry`). With 2 devices each device has one neighbour: safe.
+device 2 has entered (`remote_before_entry` at the wait: it passed on a signal sent from the
+second kernel), and its copy lands on device 2 before device 2 entered the kernel
+(`remote_before_entry` at the copy, caused by the early pass). With 2 devices each device
+has one neighbour: safe.
 
 shared_collective_id_double_barrier.py is the fix: the tutorial's second barrier.
 """
@@ -31,7 +33,7 @@ def neighbour_barrier(left, right):
     barrier = pltpu.get_barrier_semaphore()
     pl.semaphore_signal(barrier, 1, device_id=(left,))
     pl.semaphore_signal(barrier, 1, device_id=(right,))
-    pl.semaphore_wait(barrier, 2)  # where the second call then hangs (the consequence)
+    pl.semaphore_wait(barrier, 2)  # <- remote_before_entry (passes on the other kernel's signal)
 
 
 def shift_kernel(x_ref, o_ref, send_sem, recv_sem):

@@ -11,8 +11,10 @@ the barrier semaphore outlives the kernel, so the two signals a device waits for
 be its two neighbours' signals of this call. Device 0 receives nothing, so it finishes its
 first call as soon as its neighbours have entered, enters the second call and signals
 device 1's barrier again. Device 1, still in its first call, can pass its barrier on
-device 0's two signals before device 2 has entered, and its copy lands on device 2 before
-device 2 entered the kernel (`remote_before_entry`). Entering allocates device 2's
+device 0's two signals before device 2 has entered: one of the two units it takes was
+signalled for the second call (`remote_before_entry` at the wait: it passed early). Its
+copy then lands on device 2 before device 2 entered the kernel (`remote_before_entry` at the
+copy, caused by the early pass; `--exhaustive` shows both). Entering allocates device 2's
 semaphores afresh, so the bytes that copy added to its receive semaphore are lost: device 2
 waits for them forever, while device 1, in its second call, waits for device 2's barrier
 signal: a deadlock, the consequence, which semcheck does not report again (one bug, one
@@ -46,7 +48,7 @@ def neighbour_barrier(left, right):
     barrier = pltpu.get_barrier_semaphore()
     pl.semaphore_signal(barrier, 1, device_id=(left,))
     pl.semaphore_signal(barrier, 1, device_id=(right,))
-    pl.semaphore_wait(barrier, 2)  # where the second call then hangs (the consequence)
+    pl.semaphore_wait(barrier, 2)  # <- remote_before_entry (passes on the next call's signal)
 
 
 def shift_kernel(x_ref, o_ref, send_sem, recv_sem):

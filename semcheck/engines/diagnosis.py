@@ -26,6 +26,8 @@ The causes, each from facts that can be checked against the IR:
 * `OTHER_KERNELS_SIGNAL`: an early arrival (or a race) whose copy or signal was let go by a
   barrier wait that a signal from another kernel of the program satisfied: two kernels that
   share a barrier semaphore (one collective_id), one a step ahead on the signalling device.
+  Also an early pass itself: a barrier wait that passed on a signal a peer sent from a later
+  invocation (another kernel of the program, or the same kernel called again).
 
 An early arrival whose copy or signal was let go by a wait that another device's signal
 satisfied, in the same kernel, is `WRONG_SIGNALLER` too.
@@ -363,6 +365,9 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
     for s in reversed(path.steps[: writer.index - 1]):
         if s.actor != writer.actor or s.event is not StepEvent.WAIT:
             continue
+        early = early_pass(path, s)
+        if early is not None:
+            return replace(early, steps=tuple(sorted({*early.steps, writer.index})))
         feeders = [f for f in feeders_of(path.steps, s) if f.event is StepEvent.SIGNAL]
         remote = [f for f in feeders if f.device is not None and f.device != issuer]
         if not remote or any(f.device == target for f in remote):
@@ -412,6 +417,8 @@ def _offset(delta: int, n: int) -> int:
 def _early_arrival(path: Path, finding) -> RootCause | None:
     """A handshake whose wait is missing: the barrier semaphore is signalled but nothing
     waits on it, so nothing holds a device back until its peers have entered."""
+    if path.steps[-1].event in (StepEvent.WAIT, StepEvent.DMA_WAIT):
+        return early_pass(path, path.steps[-1])
     for decl in path.system.protocol.semaphores:
         if decl.origin is ir.SemOrigin.BARRIER and not _waited_anywhere(path.system, decl.name):
             return _unconsumed_signal(path, decl.name, before=finding.loc)
@@ -427,6 +434,35 @@ def _early_arrival(path: Path, finding) -> RootCause | None:
     # Sending the signal to the writer's target instead mends only a line that writes to one
     # peer; a line that writes to several (a loop over peers) needs every one to signal.
     return cause if len(_peers_of_line(path.system, writer.device, writer.location)) == 1 else None
+
+
+def early_pass(path: Path, wait: TraceStep) -> RootCause | None:
+    """OTHER_KERNELS_SIGNAL when the barrier wait `wait` passed in invocation i on units a
+    later invocation added (`semantics.rules._early_pass`: its count less those units was
+    below its value), naming the last signal (or landing copy) from a later invocation that
+    added to its semaphore before it: the one it should not have counted. The same cause
+    whether found at the wait itself or behind what the wait let go (`_held_back_by`), so
+    they group as one problem. None when the wait did not pass early."""
+    if wait.invocation is None or wait.location is None or wait.device is None or wait.before is None \
+            or wait.need is None:
+        return None
+    later = [s for s in path.steps[: wait.index - 1]
+             if s.semaphore == wait.semaphore and s.event in (StepEvent.SIGNAL, *_COMPLETIONS)
+             and s.invocation is not None and s.invocation > wait.invocation
+             and s.before is not None and s.after is not None and s.after != s.before]
+    if not later or wait.before - sum(s.after - s.before for s in later) >= wait.need:
+        return None
+    signal = next((s for s in reversed(later) if s.after > s.before), None)
+    if signal is None:
+        return None
+    origin = path.step(signal.started_by) if signal.event in _COMPLETIONS and signal.started_by else signal
+    if origin.location is None or origin.device is None:
+        return None
+    kernels = (wait.kernel, origin.kernel) if wait.kernel is not None and origin.kernel is not None else ()
+    return RootCause(CauseKind.OTHER_KERNELS_SIGNAL, origin.location, semaphore=wait.declaration, wait=wait.location,
+                     by_offset=_offset(origin.device - wait.device, path.system.protocol.devices), kernels=kernels,
+                     invocations=(wait.invocation, signal.invocation),
+                     steps=tuple(sorted({origin.index, signal.index, wait.index})))
 
 
 def _peers_of_line(system: System, device: int, loc: ir.Loc) -> set[int]:

@@ -11,7 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 
-from semcheck import ir
+from semcheck import ir, tpu_facts
+
+
+def shared_barrier_note(collective_ids) -> str:
+    """What a check rests on where invocations share a barrier semaphore (this pass, and a
+    program of kernels with one collective_id: passes/programs.py)."""
+    return (
+        f"the barrier semaphore of collective_id {', '.join(map(str, collective_ids))} is one semaphore for "
+        "every invocation with that id (the chip keys it by collective_id alone: "
+        f"{tpu_facts.fact('barrier_leftover_carries').basis}, a count left there is read by the next "
+        "kernel with the same id); a wait on it that passes on units signalled from a later invocation is "
+        "remote_before_entry at that wait, told apart by the invocation of whoever signalled (docs/semantics.md)"
+    )
 
 
 def repeat(protocol: ir.Protocol, invocations: int) -> ir.Protocol:
@@ -27,7 +39,10 @@ def repeat(protocol: ir.Protocol, invocations: int) -> ir.Protocol:
         dataclasses.replace(t, body=_repeat_body(t.body, invocations, protocol)) for t in protocol.threads
     )
     name = protocol.name if invocations == 1 else f"{protocol.name} x{invocations}"
-    return dataclasses.replace(protocol, threads=threads, name=name)
+    ids = sorted({d.collective_id for d in protocol.semaphores
+                  if d.origin is ir.SemOrigin.BARRIER and d.collective_id is not None})
+    notes = protocol.notes + ((shared_barrier_note(ids),) if invocations > 1 and ids else ())
+    return dataclasses.replace(protocol, threads=threads, name=name, notes=notes)
 
 
 def _repeat_body(body: tuple[ir.Instr, ...], invocations: int, protocol: ir.Protocol) -> tuple[ir.Instr, ...]:

@@ -11,12 +11,15 @@ of the program, so semaphore counts and copies in flight carry across, and what 
 a semaphore any kernel of the program returns is judged when the program ends
 (`ir.SemOrigin.HANDED_ON`): one no later kernel takes is dropped there. Kernels
 that share a `collective_id` share its barrier semaphore, so a fast device's signals in
-kernel 2 can meet a slow device still in kernel 1.
+kernel 2 can meet a slow device still in kernel 1: a wait there that passes on them is
+reported (`semantics.rules._early_pass`, the barrier ledger).
 
 The composition is an ordinary Protocol: every thread's body is the concatenation of its
 kernels' bodies, each between a KernelEntry and a KernelExit naming the kernel, so the
 semantics and the engines need nothing new (the lifecycle rules of `--invocations` apply,
-kernel by kernel). Every other declaration is the kernel's own, named `kernel.name`.
+kernel by kernel: every kernel runs on every core of the one mesh, so kernel k is invocation k
+of every thread). Every other declaration is the
+kernel's own, named `kernel.name`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import dataclasses
 from typing import Sequence
 
 from semcheck import ir, tpu_facts
+from semcheck.passes.invocations import shared_barrier_note
 from semcheck.records import record
 from semcheck.result import Result, Verdict
 
@@ -320,12 +324,9 @@ def _program_note(labels: list[str], kernels: Sequence[ir.Protocol], handovers: 
             )
     if shared:
         parts.append(
-            "kernels with the same collective_id share its barrier semaphore "
-            f"({', '.join(map(str, shared))}): a signal one kernel leaves there can be taken by a "
-            "later kernel's wait, and a later kernel's signal, from a device that moved on, by the wait of "
-            "a device still in an earlier kernel; the check counts the semaphore as one and does not tell "
-            "whose signal a wait took, so such a wait is reported only through what it causes (a race, a "
-            "hang, a leftover), not when it merely passes early (JAX 0.11's "
+            "kernels with the same collective_id share its barrier semaphore: a later kernel's signal, "
+            "from a device that moved on, can be taken by the wait of a device still in an earlier "
+            f"kernel; {shared_barrier_note(shared)} (JAX 0.11's "
             "jax_pallas_auto_assign_collective_ids=override gives each kernel a barrier semaphore of its own)"
         )
     return "; ".join(parts)

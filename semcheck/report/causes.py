@@ -69,7 +69,21 @@ def _wrong_signaller(c: RootCause) -> str:
             f"{offset_text(c.by_offset)}, not by {offset_text(c.want_offset)}, {_guarded(c)}")
 
 
+def _invocation(c: RootCause, k: int) -> str:
+    """The waiter's (k=0) or the signaller's (1) kernel and invocation: "`a` (invocation 1)",
+    or for one kernel called again, "invocation 2"."""
+    said = f"invocation {c.invocations[k]}"
+    return f"`{c.kernels[k]}` ({said})" if c.kernels else said
+
+
 def _other_kernels_signal(c: RootCause) -> str:
+    if c.writer is None:  # found at the wait itself: it passed early
+        where = (f"another kernel, {_invocation(c, 1)}, which shares `{c.semaphore}`"
+                 if c.kernels and c.kernels[0] != c.kernels[1]
+                 else f"a later call of the kernel ({_invocation(c, 1)}) to the same `{c.semaphore}`")
+        return (f"the wait at {_line(c.wait)} in {_invocation(c, 0)} on device d passed on the signal at "
+                f"{_line(c.site)} that {offset_text(c.by_offset)} sent from {where}: the signals meant for "
+                "this wait had not all arrived, so what follows it runs before its peers are ready for it")
     waiter, signaller = c.kernels
     return (f"the wait at {_line(c.wait)} in `{waiter}` on device d was satisfied by the signal at "
             f"{_line(c.site)} that {offset_text(c.by_offset)} sent from another kernel, `{signaller}`, "
@@ -128,6 +142,10 @@ def _fix_wrong_signaller(c: RootCause) -> str:
 
 
 def _fix_other_kernels_signal(c: RootCause) -> str:
+    if not c.kernels or c.kernels[0] == c.kernels[1]:  # one kernel called again: one collective_id
+        return (f"add a second barrier round after the wait at {_line(c.wait)}, as the double barrier of JAX's "
+                "distributed Pallas guide does, so that no device can finish this call and signal "
+                f"`{c.semaphore}` for the next one before every peer has passed this wait")
     waiter, signaller = c.kernels
     return (f"give `{waiter}` and `{signaller}` different collective_ids, or have the wait at "
             f"{_line(c.wait)} count only signals of this kernel (a second barrier round, as the double "

@@ -68,6 +68,7 @@ def _step_details(step: TraceStep) -> dict:
         "dst": _region_dict(step.dst),
         "fault": step.fault,
         "kernel": step.kernel,  # in a program of several kernels: the one the step belongs to
+        "invocation": step.invocation,  # where threads run several invocations: the step's
     }
     out: dict[str, object] = {key: value for key, value in details.items() if value is not None}
     if step.event in ("wait",) and not step.decrement:
@@ -136,6 +137,7 @@ def cause_dict(c: RootCause) -> dict:
         "before": location(c.before),
         "writer_signals": c.writer_signals,
         "kernels": list(c.kernels),
+        "invocations": list(c.invocations),
         "steps": list(c.steps),
         "statement": causes.statement(c),
         "fix": causes.fix(c),

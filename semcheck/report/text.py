@@ -464,6 +464,8 @@ def _trace_lines(v: Violation, kernel_file: str, style: Style, devices: int, sho
         at = _short_loc(s.location, kernel_file)
         if s.kernel:
             at = f"{s.kernel} {at}"
+        elif s.invocation is not None:  # one kernel run several times (--invocations)
+            at = f"call {s.invocation}, {at}"
         fed = f"  <- step{'s' if len(s.fed_by) > 1 else ''} {', '.join(map(str, s.fed_by))}" if s.fed_by else ""
         lines.append(f"      {s.index:>4}. {s.actor:<{width}}  {s.text}{fed}  [{at}]")
     return lines

@@ -24,7 +24,10 @@ nothing else decides what an instruction does. Every rule is stated, with its so
   to be 0 with no copy of an earlier invocation still landing on them (TPU). A signal or
   copy that reaches a (device, core) before it entered the sender's invocation, or after it
   moved on to a later one, is `remote_before_entry`; barrier and argument semaphores
-  outlive kernels and are exempt. Something that arrives after the target exited adds to a
+  outlive kernels and are exempt. A wait on a barrier semaphore that several invocations
+  share, passing in invocation i on units added from a later invocation (the barrier
+  ledger, `State.ledger`), is `remote_before_entry` at the wait (`rules._early_pass`).
+  Something that arrives after the target exited adds to a
   count nobody will wait for again: the end state (or the next entry) reports it as a
   leftover, which is why exit itself needs no check and commutes with everything.
 * cut (`ir.Cut`, where lowering stopped): never enabled; the thread stays there for good.

@@ -13,6 +13,16 @@ def sem_refs(instr: ir.Instr) -> list[ir.SemRef]:
     return [sem] if isinstance(sem, ir.SemRef) else []
 
 
+def added_refs(instr: ir.Instr) -> list[ir.SemRef]:
+    """The semaphores an instruction adds to: a signal's, a copy's two (through its
+    completions)."""
+    if isinstance(instr, ir.Signal):
+        return [instr.sem]
+    if isinstance(instr, ir.DmaStart):
+        return sem_refs(instr)
+    return []
+
+
 def operands(instr: ir.Instr) -> list[ir.Operand | None]:
     ops: list[ir.Operand | None] = []
     for ref in sem_refs(instr):

@@ -125,6 +125,8 @@ def _race_between(h, here: ir.Instr, there: ir.Instr, message: str, hint: str | 
 
 def _early_arrival_finding(system: System, h) -> Finding:
     here = system.bodies[h.thread][h.pc]
+    if isinstance(here, (ir.Wait, ir.DmaWait)):
+        return _early_pass_finding(system, h, here)
     message = (
         f"remote before entry: {system.thread_name(h.thread)} at {here.loc} "
         f"({_describe_instr(here)}) {h.detail}; a remote write or signal must wait for a "
@@ -138,6 +140,30 @@ def _early_arrival_finding(system: System, h) -> Finding:
                          for rule, switch in system.arrival_readings(system.threads[h.thread], target))
     return Finding(Kind.REMOTE_BEFORE_ENTRY, (Kind.REMOTE_BEFORE_ENTRY, here.loc), h.thread, here.loc, message,
                    rests_on=readings)
+
+
+# What an early pass on a shared barrier semaphore needs (`rules._early_pass`).
+EARLY_PASS_HINT = (
+    "give the kernels that share this barrier semaphore different collective_ids, or add a second "
+    "barrier round, so that no device can signal it for its next invocation before every peer has "
+    "passed its wait of this one (the double barrier of JAX's distributed Pallas guide)"
+)
+
+
+def _early_pass_finding(system: System, h, here: ir.Instr) -> Finding:
+    """remote_before_entry at a barrier wait: it passed on a signal sent from a later
+    invocation, so the peers it waits for may not have entered (or reached the wait's
+    partner signal of) this one; whatever it lets go arrives early."""
+    message = (
+        f"remote before entry: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
+        f"{h.detail}. The barrier semaphore outlives the kernel: every invocation with its "
+        f"collective_id counts on it, so this wait cannot tell the signal meant for it from one "
+        f"sent for a later invocation: what it lets go runs before the peers it waits for are "
+        f"ready (it may reach a peer that has not entered this invocation, or read what a peer "
+        f"has not yet sent), and a later wait takes the signal meant for this one"
+    )
+    return Finding(Kind.REMOTE_BEFORE_ENTRY, (Kind.REMOTE_BEFORE_ENTRY, here.loc), h.thread, here.loc, message,
+                   sem=h.sem, hint=EARLY_PASS_HINT)
 
 
 def _leftover_at_exit_finding(system: System, h) -> Finding:

@@ -29,6 +29,7 @@ def complete(system: RaceTables, state: State, event: Event) -> State:
     k = events.index(event)  # the event is most often one of these very objects: found by identity
     events = events[:k] + events[k + 1:]
     sems = state.sems.add(event.sem, event.inc)
+    ledger = _ledgered(system, state.ledger, event.sem, event.invocation, event.inc)
     hazards = state.hazards
     # Unlike a signal, a landing copy is checked whatever semaphore counts it: what arrives
     # early is its write into the peer's buffer, which does not outlive the kernel.
@@ -46,11 +47,11 @@ def complete(system: RaceTables, state: State, event: Event) -> State:
                 event.sem,
             ))
     # built whole: `_replace` costs three times as much, and a search completes millions of copies
-    return State(state.pcs, state.regs, sems, events, state.faults, state.inputs, hazards)
+    return State(state.pcs, state.regs, sems, events, state.faults, state.inputs, hazards, ledger)
 
 
 def _advance(state: State, t: int, *, to: int | None = None, sems=None, regs=None, events=None,
-             hazards=None) -> State:
+             hazards=None, ledger=None) -> State:
     pcs = list(state.pcs)
     pcs[t] = pcs[t] + 1 if to is None else to
     return State(
@@ -61,6 +62,7 @@ def _advance(state: State, t: int, *, to: int | None = None, sems=None, regs=Non
         state.faults,
         state.inputs,
         state.hazards if hazards is None else hazards,
+        state.ledger if ledger is None else ledger,
     )
 
 
@@ -86,8 +88,52 @@ def _set_reg(system: RaceTables, state: State, t: int, name: str, value: int):
 
 def _exec_signal(system: RaceTables, t: int, instr: ir.Signal, state: State) -> State:
     sid = system.resolve(t, instr.sem, state)
-    sems = _add(state.sems, sid, system.eval(instr.inc, t, state))
-    return _advance(state, t, sems=sems, hazards=_early_arrival(system, state, t, sid))
+    inc = system.eval(instr.inc, t, state)
+    ledger = _ledgered(system, state.ledger, sid, system.invocation_at[t][state.pcs[t]], inc)
+    return _advance(state, t, sems=_add(state.sems, sid, inc), hazards=_early_arrival(system, state, t, sid),
+                    ledger=ledger)
+
+
+def _ledgered(system: RaceTables, ledger: Counts, sid: int, invocation: int, delta: int) -> Counts:
+    """The barrier ledger (`State.ledger`) after `invocation` added `delta` to `sid`: kept
+    apart when `sid` keeps a ledger and the invocation is later than the first one that
+    waits on it (no wait of that one or an earlier one may count it)."""
+    floor = system.ledger_floor.get(sid)
+    if floor is None or invocation <= floor:
+        return ledger
+    return ledger.add(system.ledger_slot(sid, invocation), delta)
+
+
+def _early_pass(system: RaceTables, state: State, t: int, sid: int, need: int) -> tuple[Hazard, ...]:
+    """A wait on a barrier semaphore that several invocations share, passing in invocation
+    i on units that a later invocation added: a peer that moved on signalled it, and the
+    units meant for invocation i have not all arrived (TPU; the barrier semaphore outlives
+    the kernel, so nothing tells the two apart on the chip). A passing wait takes the units
+    of invocations up to its own, oldest first (any of them will do for this wait and for
+    the later waits of its core, which come in later invocations); the units of later
+    invocations are left to those invocations' waits, even by a wait that passes early: it
+    borrows from the units of its own invocation still to come, so the later invocation's
+    wait is not reported again for the same units (one bug, one report). So the units a
+    wait in invocation i may count are the count less the ledger's later units."""
+    floor = system.ledger_floor.get(sid)
+    have = state.sems[sid]
+    if floor is None or have < need:
+        return state.hazards
+    pc = state.pcs[t]
+    invocation = system.invocation_at[t][pc]
+    later = {j: count for slot, count in state.ledger.nonzero()
+             if (entry := system.ledger_entry(slot))[0] == sid and (j := entry[1]) > invocation and count}
+    own = have - sum(later.values())
+    if own >= need:
+        return state.hazards
+    return _with(state.hazards, Hazard(
+        REMOTE_BEFORE_ENTRY, t, pc, -1, -1,
+        f"passes in {system.invocation_name(invocation)} on {system.instances[sid].label}: it needs {need} and "
+        f"the semaphore holds {have}, but {f'only {own}' if own > 0 else 'none'} of that was signalled for "
+        f"this invocation or an earlier one; the rest came from "
+        f"{', '.join(map(system.invocation_name, sorted(later)))}, from a peer that has moved on",
+        sid,
+    ))
 
 
 def _early_arrival(system: RaceTables, state: State, t: int, sid: int) -> tuple[Hazard, ...]:
@@ -115,9 +161,11 @@ def _early_arrival(system: RaceTables, state: State, t: int, sid: int) -> tuple[
 
 def _exec_wait(system: RaceTables, t: int, instr: ir.Wait, state: State) -> State:
     sid = system.resolve(t, instr.sem, state)
+    need = system.eval(instr.value, t, state)
     if not instr.decrement:
-        return _advance(state, t, hazards=_phase_overrun(system, state, t, sid, instr))
-    return _advance(state, t, sems=_add(state.sems, sid, -system.eval(instr.value, t, state)))
+        state = state._replace(hazards=_phase_overrun(system, state, t, sid, instr))
+        return _advance(state, t, hazards=_early_pass(system, state, t, sid, need))
+    return _advance(state, t, sems=_add(state.sems, sid, -need), hazards=_early_pass(system, state, t, sid, need))
 
 
 def _phase_overrun(system: RaceTables, state: State, t: int, sid: int, instr: ir.Wait) -> tuple[Hazard, ...]:
@@ -141,7 +189,8 @@ def _phase_overrun(system: RaceTables, state: State, t: int, sid: int, instr: ir
 
 def _exec_dma_wait(system: RaceTables, t: int, instr: ir.DmaWait, state: State) -> State:
     sid = system.resolve(t, instr.sem, state)
-    return _advance(state, t, sems=_add(state.sems, sid, -system.eval(instr.nbytes, t, state)))
+    need = system.eval(instr.nbytes, t, state)
+    return _advance(state, t, sems=_add(state.sems, sid, -need), hazards=_early_pass(system, state, t, sid, need))
 
 
 def _exec_read(system: RaceTables, t: int, instr: ir.Read, state: State) -> State:
@@ -333,16 +382,26 @@ def _fp_signal(system: RaceTables, t: int, instr: ir.Signal) -> Footprint:
 
 def _fp_wait(system: RaceTables, t: int, instr: ir.Wait) -> Footprint:
     mask = system.candidates(t, instr.sem)
+    ledgered = _ledgered_of(system, mask)
     if instr.decrement:
-        return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.value) else _NONE)
+        return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.value) else _NONE, read=ledgered)
     # An mbarrier phase wait reads the count (_phase_overrun), so arrivals do not commute with it.
     phased = system.allocs[instr.sem.alloc][0].arrivals_per_phase
-    return Footprint(wait=mask, read=mask if phased else _NONE)
+    return Footprint(wait=mask, read=(mask if phased else _NONE) | ledgered)
+
+
+def _ledgered_of(system: RaceTables, mask: frozenset[int]) -> frozenset[int]:
+    """Those of `mask` that keep a barrier ledger: a wait on one reads how its count splits
+    (`_early_pass`), so an addition does not commute with the wait (the order decides
+    whether the wait passes early)."""
+    floor = system.ledger_floor
+    return frozenset(sid for sid in mask if sid in floor) if floor else _NONE
 
 
 def _fp_dma_wait(system: RaceTables, t: int, instr: ir.DmaWait) -> Footprint:
     mask = system.candidates(t, instr.sem)
-    return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.nbytes) else _NONE)
+    return Footprint(dec=mask, inc=mask if _may_be_negative(system, t, instr.nbytes) else _NONE,
+                     read=_ledgered_of(system, mask))
 
 
 def _fp_read(system: RaceTables, t: int, instr: ir.Read) -> Footprint:

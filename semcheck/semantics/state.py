@@ -147,6 +147,11 @@ class Counts:
         return f"Counts({self.size}, {dict(self.items)})"
 
 
+# A protocol whose barrier semaphores no kernel invocation shares with a later one keeps no
+# ledger (`State.ledger`): its states are what they were before there was one.
+NO_LEDGER = Counts(0)
+
+
 class State(NamedTuple):
     pcs: tuple[int, ...]
     regs: tuple[tuple[int, ...], ...]
@@ -155,6 +160,12 @@ class State(NamedTuple):
     faults: tuple[tuple[int, int, str, str], ...]  # (thread, pc, kind, detail), sorted
     inputs: tuple[int, ...]
     hazards: tuple[Hazard, ...] = ()  # sorted
+    # The barrier ledger: of a barrier semaphore that several kernel invocations share
+    # (`Tables.ledger_floor`), the units added from each later invocation, counted as
+    # they arrive and never taken (slot `Tables.ledger_slot(sid, invocation)`), so a wait
+    # can tell the units of its own and earlier invocations from those of later ones
+    # (`rules._early_pass`). Part of `sems` too, which stays the semaphore's one count.
+    ledger: Counts = NO_LEDGER
 
 
 class ThreadStep(NamedTuple):

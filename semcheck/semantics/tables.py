@@ -124,6 +124,56 @@ class Tables:
                 if isinstance(instr, ir.KernelEntry):
                     invocation += 1
             self.invocation_at.append(row)
+        self._ledger_tables()
+
+    def _ledger_tables(self) -> None:
+        """Which barrier semaphores keep a ledger (`State.ledger`): on TPU, a barrier
+        semaphore outlives the kernel, so every invocation with its collective_id (the same
+        kernel again, `--invocations`, or another kernel of a program) counts on it. One that
+        some thread adds to in an invocation later than one in which some thread waits on
+        it can let a wait pass on a later invocation's units (`rules._early_pass`): its
+        additions from invocations after the first it is waited in are kept apart
+        (`ledger_floor[sid]`: that invocation). Every other semaphore keeps no ledger, so a
+        protocol of one invocation, or of kernels with their own collective_ids, has the
+        states it would have without one."""
+        self.ledger_floor: dict[int, int] = {}
+        # the most kernel invocations a thread runs (0: no thread has a kernel entry); a
+        # row only grows, and its last slot is "finished"
+        self.most_invocations = max((row[-1] for row in self.invocation_at), default=0)
+        self.ledger_stride = self.most_invocations + 1
+        if self.backend is not Backend.TPU or self.most_invocations < 2:
+            return  # no later invocation to tell apart (and no pass over every instruction)
+        barriers = {name for name, (decl, _base) in self.allocs.items() if decl.origin is SemOrigin.BARRIER}
+        waited: dict[str, int] = {}
+        added: dict[str, int] = {}
+        for t, body in enumerate(self.bodies):
+            at = self.invocation_at[t]
+            for pc, instr in enumerate(body):
+                if isinstance(instr, (ir.Wait, ir.DmaWait)) and instr.sem.alloc in barriers:
+                    waited[instr.sem.alloc] = min(waited.get(instr.sem.alloc, at[pc]), at[pc])
+                for ref in instructions.added_refs(instr):
+                    if ref.alloc in barriers:
+                        added[ref.alloc] = max(added.get(ref.alloc, at[pc]), at[pc])
+        for name, first_wait in waited.items():
+            if added.get(name, 0) > first_wait:
+                for sid in self.instances.of_decl(self.allocs[name][0]):
+                    self.ledger_floor[sid] = first_wait
+
+    def invocation_name(self, invocation: int) -> str:
+        """An invocation as messages name it: "invocation 2", with its kernel's name in a
+        program of several kernels ("invocation 2 (kernel `b`)")."""
+        kernels = self.protocol.kernels
+        if not kernels:
+            return f"invocation {invocation}"
+        return f"invocation {invocation} (kernel `{kernels[(max(invocation, 1) - 1) % len(kernels)]}`)"
+
+    def ledger_slot(self, sid: int, invocation: int) -> int:
+        """Where the barrier ledger counts the units `invocation` added to `sid`."""
+        return sid * self.ledger_stride + invocation
+
+    def ledger_entry(self, slot: int) -> tuple[int, int]:
+        """(semaphore instance, invocation) of a ledger slot."""
+        return divmod(slot, self.ledger_stride)
 
     def _validate(self, t: int, thread: ir.Thread) -> None:
         p = self.protocol

@@ -97,6 +97,7 @@ def _describe(system: System, before: State, after: State, action: Action, index
         location=instr.loc,
     )
     step.kernel = _kernel_at(system, t, before.pcs[t])
+    step.invocation = _invocation_at(system, t, before.pcs[t])
     if after.pcs[t] == FAULTED:
         step.fault = next(f[3] for f in after.faults if f[0] == t)
         step.text = f"FAULT in {step.event.value}: {step.fault}"
@@ -114,6 +115,15 @@ def _kernel_at(system: System, t: int, pc: int) -> str | None:
     entering = isinstance(system.bodies[t][pc], ir.KernelEntry) if pc < len(system.bodies[t]) else False
     invocation = system.invocation_at[t][pc] + (1 if entering else 0)
     return kernels[(max(invocation, 1) - 1) % len(kernels)]
+
+
+def _invocation_at(system: System, t: int, pc: int) -> int | None:
+    """The invocation of thread t that instruction `pc` belongs to (its entry: the one it
+    enters), where threads run more than one; None where each runs one."""
+    if system.most_invocations <= 1:
+        return None
+    entering = isinstance(system.bodies[t][pc], ir.KernelEntry) if pc < len(system.bodies[t]) else False
+    return max(system.invocation_at[t][pc] + (1 if entering else 0), 1)
 
 
 def _hazard_note(before: State, after: State) -> str:
@@ -248,6 +258,7 @@ def _describe_event(system: System, before: State, after: State, event, index: i
         side=str(event.side),
         amount=event.inc,
         kernel=_kernel_at(system, event.issuer, event.start_pc),
+        invocation=_invocation_at(system, event.issuer, event.start_pc),
     )
     step.text = (
         f"copy started at line {start.loc.line} {side}: {_note_sem(system, step, event.sem, before, after)}"

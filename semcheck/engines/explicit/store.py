@@ -3,8 +3,8 @@
 A state is laid out as four parts of integers: every thread's pc (two to a leaf), its
 registers and the inputs; the pending completions (each distinct `Event` numbered once, the
 first time the store sees it); the non-zero semaphore counts as (id, count) pairs; and a
-tail: the faults and hazards (one number for each distinct combination: most states have
-none) with the lengths of the two parts that vary. Each part is folded pairwise into a
+tail: the faults, hazards and barrier ledger (one number for each distinct combination:
+most states have none) with the lengths of the two parts that vary. Each part is folded pairwise into a
 binary tree whose nodes are interned: a node is the pair of its children's ids, kept once
 in a table of machine integers (`_Pairs`), and the state's key is four ids (the two top
 nodes of the pcs' tree, the completions' root, the node (counts, tail)), 128 bits kept in
@@ -207,7 +207,7 @@ class StateStore:
             self._images = array("B" if self._group.order <= 256 else "H" if self._group.order <= 65_536 else "i")
         self._big: dict[int, int] = {}  # a value that does not fit 31 bits -> its number
         self._big_values: list[int] = []
-        # faults and hazards: each distinct combination numbered once (most states have none)
+        # faults, hazards and barrier ledger: each distinct combination numbered once (most states have none)
         self._rest: dict[tuple, int] = {}
         self._rest_values: list[tuple] = []
         # id -> the Event with that value, kept as the store's own copy whose accesses are
@@ -256,7 +256,8 @@ class StateStore:
         items = state.sems.items
         # new nodes are interned in the order they always were (the tail, the pcs', the
         # completions', the counts'), so the keys do not depend on what was remembered
-        rest = (state.faults, state.hazards)
+        # the barrier ledger goes with them: few states have one, and few distinct ones
+        rest = (state.faults, state.hazards, state.ledger)
         tail_key = (rest, len(items), len(ids))
         tail = self._tails.get(tail_key)
         if tail is None:
@@ -395,7 +396,7 @@ class StateStore:
         rest = self._rest_parts.get(last)
         if rest is None:
             rest = _recent(self._rest_parts, last, self._rest_of(last))
-        sems, faults, hazards, count_events = rest
+        sems, faults, hazards, ledger, count_events = rest
         events_root = (key >> 32) & _MASK32
         events_key = count_events << 32 | events_root
         found = self._events_parts.get(events_key)
@@ -405,7 +406,7 @@ class StateStore:
         events, ids = found
         self._last_events, self._last_ids, self._last_root = events, ids, events_root
         pcs, regs, inputs = own
-        return State(pcs, regs, sems, events, faults, inputs, hazards)
+        return State(pcs, regs, sems, events, faults, inputs, hazards, ledger)
 
     def _own_values(self, left: int, right: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...], tuple[int, ...]]:
         """The pcs, registers and inputs whose tree's top nodes are `left` and `right`."""
@@ -429,17 +430,17 @@ class StateStore:
             regs = [() for _ in self._sizes]
         return pcs, tuple(regs), inputs
 
-    def _rest_of(self, last: int) -> tuple[Counts, tuple, tuple, int]:
-        """The counts, faults and hazards, and the number of pending completions, of the
-        node `last` (the counts' root with the tail)."""
+    def _rest_of(self, last: int) -> tuple[Counts, tuple, tuple, Counts, int]:
+        """The counts, faults, hazards and barrier ledger, and the number of pending
+        completions, of the node `last` (the counts' root with the tail)."""
         pair = self._pairs.pair
         sems_root, tail = pair(last)
         rest, lengths = pair(tail)
         count_items, count_events = map(self._value, pair(lengths))
-        faults, hazards = self._rest_values[rest]
+        faults, hazards, ledger = self._rest_values[rest]
         flat_sems = [self._value(v) for v in self._unfold([sems_root], 2 * count_items)]
         pairs = iter(flat_sems)
-        return Counts(self._sem_count, tuple(zip(pairs, pairs))), faults, hazards, count_events
+        return Counts(self._sem_count, tuple(zip(pairs, pairs))), faults, hazards, ledger, count_events
 
     # -- the visited set --
 

@@ -112,11 +112,19 @@ class Rotations:
         pcs, regs = state.pcs, state.regs
         sems = state.sems
         items = tuple(sorted((self._sem(sid, shift), c) for sid, c in sems.nonzero()))
+        ledger = state.ledger
+        if ledger.items:  # a slot names its semaphore instance, which rotates
+            system = self.system
+            ledger = Counts(ledger.size, tuple(sorted(
+                (system.ledger_slot(self._sem(sid, shift), invocation), c)
+                for (sid, invocation), c in ((system.ledger_entry(slot), c) for slot, c in ledger.nonzero())
+            )))
         return state._replace(
             pcs=tuple([pcs[t] for t in source]),
             regs=tuple([regs[t] for t in source]),
             sems=Counts(sems.size, items),
             events=tuple(sorted(self.event(e, g) for e in state.events)),
+            ledger=ledger,
         )
 
     def canonical(self, state: State) -> tuple[State, int]:
@@ -140,7 +148,7 @@ class Rotations:
 
 
 def _order(state: State) -> tuple:
-    return (state.pcs, state.regs, state.sems.nonzero(), state.events)
+    return (state.pcs, state.regs, state.sems.nonzero(), state.events, state.ledger.nonzero())
 
 
 def rotations(system: System) -> Rotations | None:

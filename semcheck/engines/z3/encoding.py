@@ -25,7 +25,9 @@ and the constraints make it exactly a prefix the semantics can produce:
   copy's conflicting access, over symbolic regions as `System.resolve_region` gives them;
   a remote signal or copy completion positioned where a thread of the target core has not
   executed the entry of the sender's invocation or has executed the next one; an entry
-  after the first whose reset is non-zero or that a copy still lands on; a non-decrementing
+  after the first whose reset is non-zero or that a copy still lands on; a wait on a barrier
+  semaphore that several invocations share whose count before it, less what later
+  invocations added to it before it, is below its value (the early pass); a non-decrementing
   wait on a GPU mbarrier whose count just before it reaches its value plus one more
   phase's arrivals (barrier_phase_overrun: its parity-based wait cannot see its phase).
   Pairs a wait statically orders (its semaphore's only adder is the other's completion)
@@ -428,6 +430,7 @@ class Encoding:
                 waits.append(AND(cond, GE(exact, w.need)))
                 highs.append(AND(cond, GE(high, w.need)))
                 self._encode_phase_overrun(w, sid, cond, exact, high)
+                self._encode_early_pass(w, sid, cond, exact)
             else:
                 reads.append(ITE(cond, exact, 0))
                 lows.append(IMPLIES(cond, GE(w.read_value, low)))
@@ -453,6 +456,30 @@ class Encoding:
         self.add_hazard(
             (Kind.BARRIER_PHASE_OVERRUN, instr.loc), AND(w.done, cond, GE(exact, overrun), GE(high, overrun)),
         )
+
+    def _encode_early_pass(self, w: NodeVars, sid: int, cond: SymBool, exact: SymInt) -> None:
+        """remote_before_entry at a wait (`semantics.rules._early_pass`): on a barrier
+        semaphore that keeps a ledger, the wait passes while the count before it, less what
+        other threads added to it from invocations later than the wait's own before it (the
+        ledger's later units), is below its value. A thread's own additions from a later
+        invocation come after its wait in program order, so never before it."""
+        if sid not in self.system.ledger_floor:
+            return
+        assert w.need is not None, "a wait needs a count"
+        invocation_at = self.system.invocation_at
+        mine = invocation_at[w.t][w.node.pc]
+        later = [
+            ITE(AND(change.done, c, LT(change.pos, w.pos)), change.delta, 0)
+            for change, c in self.changes.get(sid, ())
+            if change.thread != w.t and (change.completion is not None or isinstance(change.node.node.instr, ir.Signal))
+            and invocation_at[change.node.t][change.node.node.pc] > mine
+        ]
+        if not later:
+            return
+        instr = w.node.instr
+        assert instr is not None, "a wait is an instruction"
+        self.add_hazard((Kind.REMOTE_BEFORE_ENTRY, instr.loc),
+                        AND(w.done, cond, LT(apply("sub", exact, SUM(later)), w.need)))
 
     def count_before(self, w: NodeVars, sid: int) -> tuple[SymInt, SymInt, SymInt]:
         """The count of `sid` just before `w` (exact, with positions) and positionless
