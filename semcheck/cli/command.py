@@ -23,7 +23,7 @@ from dataclasses import replace
 from semcheck.cli import config, gate, interrupts, options as cli_options
 from semcheck.run import expectations
 from semcheck.api import check_paths
-from semcheck.version import __version__
+from semcheck.version import ISSUES_URL, __version__
 from semcheck.passes.assumptions import AssumptionError, parse as parse_assumption
 from semcheck.cli.options import for_argparse
 from semcheck.engines import ENGINES
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("SEMCHECK_DEBUG"):
             raise
         print(f"semcheck: internal error: {type(e).__name__}: {e}\n"
-              "  (set SEMCHECK_DEBUG=1 to see the traceback, and please report it)", file=sys.stderr)
+              f"  (set SEMCHECK_DEBUG=1 to see the traceback, and please report it at {ISSUES_URL})", file=sys.stderr)
         return EXIT_USAGE
 
 

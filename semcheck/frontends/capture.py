@@ -48,6 +48,7 @@ from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.jax_compat import JaxInternalMissing, jax_internal, replaced
 from semcheck.records import record
+from semcheck.version import ISSUES_URL
 
 from semcheck.frontends.capture_process import (  # noqa: F401 (child_environment: for the cache and tests)
     capture_server_address, child_environment, how_it_ended, last_words, run_child, with_device_count,
@@ -285,7 +286,7 @@ def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tup
                     capture,
                     f"internal error while lowering the kernel: {type(e).__name__}: {e}",
                     capture.call_loc,
-                    "set SEMCHECK_DEBUG=1 to see the traceback, and please report it",
+                    f"set SEMCHECK_DEBUG=1 to see the traceback, and please report it at {ISSUES_URL}",
                 )
             )
     return _dedupe(link_programs(captures, lowered)), errors
