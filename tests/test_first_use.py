@@ -11,6 +11,7 @@ import pytest
 from semcheck import cli
 from semcheck.cli import command
 from semcheck.ir import Loc
+from semcheck.kinds import Kind
 from semcheck.report import text
 from semcheck.result import Result, Stats, Verdict
 from tests.test_hostile_input import semcheck_process, write
@@ -232,7 +233,8 @@ def test_a_bare_semcheck_says_what_to_type(capsys):
     assert cli.main([]) == 2
     assert capsys.readouterr().err == (
         "semcheck: error: no command given: `semcheck verify PATH...` checks kernel scripts, model files "
-        "or folders of them (semcheck --help lists the options)\n")
+        "or folders of them, `semcheck explain KIND` says what a finding means (semcheck --help lists "
+        "the options)\n")
     assert cli.main(["--devcies"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("semcheck: error: unknown option: --devcies")
@@ -280,3 +282,38 @@ def test_an_option_before_the_command_says_options_go_after_it(capsys):
     with pytest.raises(SystemExit):
         cli.main(["verfy", "k.py"])
     assert "'verfy' is not a command; did you mean verify?" in capsys.readouterr().err
+
+
+def test_semcheck_explain_prints_a_kinds_page(capsys):
+    """A report names its findings by kind; `semcheck explain KIND` shows what the kind means
+    (the page SARIF rules carry: a bad and a good pattern, the fix), in the terminal."""
+    from semcheck.report.kinds import help_markdown
+
+    assert cli.main(["explain", "data_race"]) == 0
+    out, err = capsys.readouterr()
+    assert out == help_markdown(Kind.DATA_RACE) and out.startswith("# data_race\n") and "**Bad**" in out
+    assert err == ""
+    assert cli.main(["explain", "Data-Race"]) == 0  # as a user may type it
+    assert capsys.readouterr().out == out
+
+
+def test_semcheck_explain_of_a_misspelt_kind_says_which_it_meant_and_lists_them(capsys):
+    assert cli.main(["explain", "data_rcae"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("semcheck: error: 'data_rcae' is not a violation kind; did you mean data_race?\n")
+    assert all(f"  {kind.value} " in err for kind in Kind)
+    assert cli.main(["explain", "zzz"]) == 2  # nothing close: the list alone
+    assert capsys.readouterr().err.startswith("semcheck: error: 'zzz' is not a violation kind\nviolation kinds:\n")
+
+
+def test_semcheck_explain_alone_lists_every_kind_with_its_meaning(capsys):
+    from semcheck.kinds import DESCRIPTIONS
+
+    assert cli.main(["explain"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the meanings are wrapped to the terminal
+    for kind, meaning in DESCRIPTIONS.items():
+        assert f" {kind.value} {meaning}" in out
+    assert "semcheck explain KIND shows a kind's page" in out
+    assert cli.main(["explain", "data_race", "deadlock"]) == 2
+    assert "unrecognized argument: deadlock" in capsys.readouterr().err
