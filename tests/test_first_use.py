@@ -217,6 +217,19 @@ def test_a_script_stopped_by_the_time_budget_does_not_claim_a_search(tmp_path):
     assert "rules" not in line and "search" not in line and "states" not in line
 
 
+def test_a_script_stopped_by_the_time_budget_says_where_it_was_and_how_to_give_it_longer(tmp_path):
+    # Its one note read "no verdict: time budget ran out while running ...": the verdict line again.
+    script = write(tmp_path / "hangs.py", "import time\nimport jax\n\nwhile True:\n    time.sleep(0.05)\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "--timeout", "3", "--format", "json", "-q")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    [result] = json.loads(proc.stdout)["results"]
+    [note] = result["notes"]
+    assert "no verdict" not in note and "ran out while running" not in note  # the verdict line's words
+    assert note.startswith("semcheck stopped the script after ")
+    assert f"while it ran line 5 of {script}: time.sleep(0.05), before it compiled any Pallas kernel" in note
+    assert note.endswith("needs a larger budget: --timeout S (or SEMCHECK_TIMEOUT)")
+
+
 def test_the_proof_note_counts_its_pairs_of_steps_in_english():
     from semcheck.parametric.prove import Proof
 

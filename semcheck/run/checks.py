@@ -87,13 +87,17 @@ def load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | 
             raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while {what}") from None
 
 
-def out_of_budget_loading(path: str, devices: int, reason: str, engine: str, seconds: float) -> Result:
+def out_of_budget_loading(path: str, devices: int, reason: str, engine: str, seconds: float,
+                          notes: tuple[str, ...] = ()) -> Result:
+    """`notes`: what the budget's reason does not say (where a stopped script was, and how to
+    give it longer), said in their own words; without them, the reason is the note (JSON and
+    SARIF carry no other field for it)."""
     from semcheck.result import Stats
 
     return Result(
         kernel=stem(path), file=path, line=0, frontend=NO_PROTOCOL, backend=NO_PROTOCOL, devices=devices,
         cores=0, engine=engine, verdict=Verdict.INCONCLUSIVE, stats=Stats(seconds=round(seconds, 4)),
-        notes=[f"no verdict: {reason}"],
+        notes=list(notes) or [f"no verdict: {reason}"],
         exhausted=reason,
     )
 
