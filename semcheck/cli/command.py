@@ -225,13 +225,13 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     gate.add_arguments(verify)
     if defaults is not None:
         gate.apply_project_defaults(verify, defaults)
-    explain = sub.add_parser(
+    explaining = sub.add_parser(
         "explain",
         help="show what a violation kind means: a bad and a good pattern, and the fix",
         description="Print a violation kind's page (what it means, a bad and a good pattern, the fix); "
         "without KIND, list the kinds with one line each.",
     )
-    explain.add_argument("kind", nargs="?", metavar="KIND", help="a violation kind, e.g. data_race")
+    explaining.add_argument("kind", nargs="?", metavar="KIND", help="a violation kind, e.g. data_race")
     return parser
 
 
