@@ -291,7 +291,8 @@ def test_an_option_before_the_command_says_options_go_after_it(capsys):
     with pytest.raises(SystemExit) as stopped:  # argparse's own exit, with semcheck's message
         cli.main(["--devices", "2", "k.py"])
     assert stopped.value.code == 2
-    assert "'2' is not a command (the command is verify; options go after it: " in capsys.readouterr().err
+    assert "'2' is not a command (the commands are verify and explain; options go after the command: " \
+        in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["verfy", "k.py"])
     assert "'verfy' is not a command; did you mean verify?" in capsys.readouterr().err

@@ -26,7 +26,7 @@ from semcheck.api import check_paths
 from semcheck.version import ISSUES_URL, __version__
 from semcheck.passes.assumptions import AssumptionError, parse as parse_assumption
 from semcheck.cli.explain import explain as explain_kind, kind_lines
-from semcheck.cli.options import for_argparse
+from semcheck.cli.options import did_you_mean, for_argparse
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import DEFAULT_MAX_STATES, DEFAULT_TIMEOUT, Budget, ProgressInfo
 from semcheck.frontends import discover
@@ -52,21 +52,14 @@ class _Parser(argparse.ArgumentParser):
         if action.dest == "command" and value not in (action.choices or ()):
             # `semcheck --devices 2 k.py`: argparse takes an option's value for the command
             close = did_you_mean(str(value), list(action.choices or ()))
+            commands = list(action.choices or ())
             raise argparse.ArgumentError(action, f"{value!r} is not a command" + (close or (
-                f" (the command is {', '.join(action.choices or ())}; options go after it: "
+                f" (the commands are {' and '.join(commands)}; options go after the command: "
                 "`semcheck verify [OPTIONS] PATH...`)")))
         if action.choices is not None and value not in action.choices:
             choices = ", ".join(map(str, action.choices))
             raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices})"
                                          + did_you_mean(str(value), [str(c) for c in action.choices]))
-
-
-def did_you_mean(word: str, candidates: list[str]) -> str:
-    """ "; did you mean --devices?" for a word close to one of `candidates`, else "". """
-    import difflib
-
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _unknown_options(parser: argparse.ArgumentParser, extras: list[str]) -> str:

@@ -39,7 +39,7 @@ def explain(name: str | None, width: int) -> tuple[int, str, str]:
                    "semcheck explain KIND shows a kind's page: what it means, a bad and a good pattern, the fix\n"), ""
     kind = find_kind(name)
     if kind is None:
-        from semcheck.cli.command import did_you_mean
+        from semcheck.cli.options import did_you_mean
 
         close = did_you_mean(name.strip().lower().replace("-", "_"), [k.value for k in Kind])
         return EXIT_USAGE, "", (f"semcheck: error: {name!r} is not a violation kind{close}\n"

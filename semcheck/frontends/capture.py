@@ -641,7 +641,11 @@ def _child(args) -> int:
                _running_line(script_thread))
         _real_exit(0)
 
-    watchdog = threading.Timer(args.timeout, on_timeout)
+    # The time given counts from this process's start, its JAX import included: the check's
+    # own deadline waits only CAPTURE_GRACE past it (run/checks.py), and an import slowed by
+    # a busy machine would otherwise push the script's stop past that, and the stopped
+    # script's report (where it was) would be lost with the child.
+    watchdog = threading.Timer(max(args.timeout - (time.perf_counter() - started), 0.0), on_timeout)
     watchdog.daemon = True
     watchdog.start()
     from semcheck.frontends.sources import environment_reads

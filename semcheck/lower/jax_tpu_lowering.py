@@ -168,9 +168,10 @@ def _equation_line(chain: list[BaseException]) -> ir.Loc | None:
     """The user's line of the innermost equation being lowered when the error was raised
     that has one: the `eqn` of the frames of JAX's Pallas TPU lowering loop in the
     traceback, its source_info read with JAX's source_info_util."""
-    from jax._src import source_info_util
-
+    from semcheck.jax_compat import jax_internal
     from semcheck.lower.source import is_user_file
+
+    source_info_util = jax_internal("source_info_util")
 
     loc = None
     for error in chain:
