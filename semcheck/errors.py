@@ -46,6 +46,15 @@ class LoadTimedOut(LoadError):
     """Loading the file (a model file's `model()`) did not finish in the time it was given."""
 
 
+class LoadOutOfMemory(LoadError):
+    """Loading the file (a model file's `model()`, in its own process) grew past the memory it
+    was given."""
+
+    def __init__(self, message: str, loc: Loc | None = None, *, limit_mb: float):
+        super().__init__(message, loc)
+        self.limit_mb = limit_mb
+
+
 class NothingToCheck(LoadError):
     """A kernel script ran to completion and compiled no kernel (a helper module, a test
     file): skipped with a note rather than reported as an error."""

@@ -528,6 +528,18 @@ class Ports:
 
 
 @record(frozen=True, slots=True)
+class SemAlias:
+    """In a program of several kernels, kernel `kernel` calls the program's semaphore `decl`
+    `name`: a scratch semaphore whose count it takes over from the kernel before it (run with
+    disable_semaphore_checks=True), one semaphore on the chip under each kernel's own name.
+    Only what a trace step says uses it; the model has the one declaration."""
+
+    kernel: str
+    decl: str
+    name: str
+
+
+@record(frozen=True, slots=True)
 class LoweringFinding:
     """A finding the frontend makes while lowering, with no exploration: the backend's own
     lowering rejects the kernel (`Kind.NOT_LOWERABLE`), or lowers a construct otherwise than
@@ -567,6 +579,7 @@ class Protocol:
     # A program of several kernels (semcheck/passes/programs.py): the kernel each thread's n-th
     # KernelEntry enters, in program order. Empty for one kernel.
     kernels: tuple[str, ...] = field(default=())
+    aliases: tuple[SemAlias, ...] = field(default=())  # a program's semaphores as a later kernel calls them
     findings: tuple[LoweringFinding, ...] = field(default=())  # reported as they are, at their line
     # The bytes one count of a DMA semaphore stands for: what a copy of N bytes adds is
     # N / dma_unit, and `DmaStart.nbytes` / `DmaWait.nbytes` are already in those units (the

@@ -102,6 +102,30 @@ def test_a_model_file_that_never_returns_is_inconclusive(tmp_path):
     assert result.notes == [f"no verdict: time budget of 0.3 s ran out while loading {path} with 2 devices"]
 
 
+def test_a_model_file_that_grows_without_end_is_stopped_by_the_memory_budget(tmp_path):
+    """`model()` runs in a forked child (frontends/isolation.py), whose memory the parent's
+    own checks never saw: a model too large to build (a ring model at 100,000 devices) grew
+    until the machine ran out, and the child died of a signal. Its resident size counts
+    against the memory budget as the parent's does."""
+    path = tmp_path / "growing_model.py"
+    path.write_text(textwrap.dedent("""
+        import time
+
+        def model(devices):
+            held = []
+            while True:
+                held.append(b"x" * (1 << 20))  # resident: every page written
+                time.sleep(0.01)
+    """))
+    from semcheck.engines.budget import rss_mb
+
+    # above what this process holds (a test worker may hold a lot), which the child starts with
+    limit = round(rss_mb()) + 300
+    (result,) = verify_path(str(path), [2], budget=Budget(timeout=60, max_memory_mb=limit))
+    assert result.verdict.value == "inconclusive", result.error
+    assert result.exhausted == f"memory budget of {limit:,} MB ran out while loading {path} with 2 devices"
+
+
 def test_loading_counts_against_the_check(monkeypatch):
     """The check's clock starts when its file starts loading: a load that took the whole
     budget leaves the engine none."""
@@ -142,7 +166,8 @@ def test_a_kernel_script_that_outlasts_the_budget_is_inconclusive(tmp_path):
     path.write_text("import time\n\nimport jax\n\nwhile True:\n    time.sleep(0.1)\n")
     (result,) = verify_path(str(path), [2], budget=Budget(timeout=2))
     assert result.verdict.value == "inconclusive"
-    assert "ran out while" in result.notes[-1] and str(path) in result.notes[-1]
+    assert result.exhausted.startswith(f"time budget ran out while running {path} with 2 devices")
+    assert f"while it ran line 6 of {path}: time.sleep(0.1)" in result.notes[-1]  # where it was stopped
 
 
 def test_a_long_phase_says_what_it_is_doing(monkeypatch):

@@ -293,3 +293,23 @@ def test_a_check_stopped_by_a_budget_says_so_in_its_verdict_line():
     r.exhausted = "time budget of 25 s ran out"
     line = text.verdict_line(r)
     assert line.startswith("VIOLATION: ") and "(the search stopped early: time budget of 25 s ran out; there may be more)" in line
+
+
+def test_an_internal_error_says_where_to_report_it(capsys, monkeypatch):
+    """A bug in semcheck asks to be reported, and names where: the project's issue tracker,
+    which pyproject.toml lists (the Issues url pip and PyPI show)."""
+    import importlib
+
+    from semcheck.version import ISSUES_URL, REPOSITORY_URL
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.delenv("SEMCHECK_DEBUG", raising=False)
+    monkeypatch.setattr(command, "check_paths", broken)
+    code, out, err = run(capsys, "verify", model("ring_allgather"), "--devices", "2", "-q")
+    assert code == 2 and "internal error: RuntimeError: a bug" in err
+    assert f"please report it at {ISSUES_URL}" in err
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        urls = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli").load(f)["project"]["urls"]
+    assert urls == {"Homepage": REPOSITORY_URL, "Issues": ISSUES_URL}

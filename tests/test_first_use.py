@@ -11,6 +11,7 @@ import pytest
 from semcheck import cli
 from semcheck.cli import command
 from semcheck.ir import Loc
+from semcheck.kinds import Kind
 from semcheck.report import text
 from semcheck.result import Result, Stats, Verdict
 from tests.test_hostile_input import semcheck_process, write
@@ -216,6 +217,19 @@ def test_a_script_stopped_by_the_time_budget_does_not_claim_a_search(tmp_path):
     assert "rules" not in line and "search" not in line and "states" not in line
 
 
+def test_a_script_stopped_by_the_time_budget_says_where_it_was_and_how_to_give_it_longer(tmp_path):
+    # Its one note read "no verdict: time budget ran out while running ...": the verdict line again.
+    script = write(tmp_path / "hangs.py", "import time\nimport jax\n\nwhile True:\n    time.sleep(0.05)\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "--timeout", "3", "--format", "json", "-q")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    [result] = json.loads(proc.stdout)["results"]
+    [note] = result["notes"]
+    assert "no verdict" not in note and "ran out while running" not in note  # the verdict line's words
+    assert note.startswith("semcheck stopped the script after ")
+    assert f"while it ran line 5 of {script}: time.sleep(0.05), before it compiled any Pallas kernel" in note
+    assert note.endswith("needs a larger budget: --timeout S (or SEMCHECK_TIMEOUT)")
+
+
 def test_the_proof_note_counts_its_pairs_of_steps_in_english():
     from semcheck.parametric.prove import Proof
 
@@ -232,7 +246,8 @@ def test_a_bare_semcheck_says_what_to_type(capsys):
     assert cli.main([]) == 2
     assert capsys.readouterr().err == (
         "semcheck: error: no command given: `semcheck verify PATH...` checks kernel scripts, model files "
-        "or folders of them (semcheck --help lists the options)\n")
+        "or folders of them, `semcheck explain KIND` says what a finding means (semcheck --help lists "
+        "the options)\n")
     assert cli.main(["--devcies"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("semcheck: error: unknown option: --devcies")
@@ -276,7 +291,43 @@ def test_an_option_before_the_command_says_options_go_after_it(capsys):
     with pytest.raises(SystemExit) as stopped:  # argparse's own exit, with semcheck's message
         cli.main(["--devices", "2", "k.py"])
     assert stopped.value.code == 2
-    assert "'2' is not a command (the command is verify; options go after it: " in capsys.readouterr().err
+    assert "'2' is not a command (the commands are verify and explain; options go after the command: " \
+        in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["verfy", "k.py"])
     assert "'verfy' is not a command; did you mean verify?" in capsys.readouterr().err
+
+
+def test_semcheck_explain_prints_a_kinds_page(capsys):
+    """A report names its findings by kind; `semcheck explain KIND` shows what the kind means
+    (the page SARIF rules carry: a bad and a good pattern, the fix), in the terminal."""
+    from semcheck.report.kinds import help_markdown
+
+    assert cli.main(["explain", "data_race"]) == 0
+    out, err = capsys.readouterr()
+    assert out == help_markdown(Kind.DATA_RACE) and out.startswith("# data_race\n") and "**Bad**" in out
+    assert err == ""
+    assert cli.main(["explain", "Data-Race"]) == 0  # as a user may type it
+    assert capsys.readouterr().out == out
+
+
+def test_semcheck_explain_of_a_misspelt_kind_says_which_it_meant_and_lists_them(capsys):
+    assert cli.main(["explain", "data_rcae"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("semcheck: error: 'data_rcae' is not a violation kind; did you mean data_race?\n")
+    assert all(f"  {kind.value} " in err for kind in Kind)
+    assert cli.main(["explain", "zzz"]) == 2  # nothing close: the list alone
+    assert capsys.readouterr().err.startswith("semcheck: error: 'zzz' is not a violation kind\nviolation kinds:\n")
+
+
+def test_semcheck_explain_alone_lists_every_kind_with_its_meaning(capsys):
+    from semcheck.kinds import DESCRIPTIONS
+
+    assert cli.main(["explain"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the meanings are wrapped to the terminal
+    for kind, meaning in DESCRIPTIONS.items():
+        assert f" {kind.value} {meaning}" in out
+    assert "semcheck explain KIND shows a kind's page" in out
+    assert cli.main(["explain", "data_race", "deadlock"]) == 2
+    assert "unrecognized argument: deadlock" in capsys.readouterr().err

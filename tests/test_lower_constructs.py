@@ -655,6 +655,22 @@ def test_a_race_before_an_unsupported_construct_is_a_violation_with_the_stop_not
         assert stop in note and "it stopped there because dma_start: async_copy(add=True) is not lowerable" in note
 
 
+def test_jax_refusing_a_copy_inside_a_helper_points_at_the_users_call():
+    """pltpu.sync_copy is a run_scoped around a DMA: the DMA JAX refuses was bound inside
+    JAX's helper, so the traceback JAX chains onto its error holds no line of the kernel's;
+    the run_scoped equation around it does, and is where the finding points (not the
+    kernel's def line)."""
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = jnp.zeros(o_ref.shape, o_ref.dtype)
+        pltpu.sync_copy(x_ref, o_ref, add=True)  # <- sync_copy add
+
+    [result] = _verify(_call(kernel, out_space=pltpu.VMEM))
+    [refused] = [v for v in result.violations if v.kind == "not_lowerable"]
+    assert refused.location.line == line_of(HERE, "# <- sync_copy add")
+    assert "DMA with add=True is not supported" in refused.message
+
+
 def test_a_hang_at_the_cut_is_never_reported():
     """Device 1 waits for a signal device 0 would send after the construct semcheck cannot
     lower: the prefix has no verdict on it (and nothing else wrong)."""

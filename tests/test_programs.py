@@ -253,3 +253,25 @@ def dataclasses_replace_ports(p: ir.Protocol, ports: ir.Ports) -> ir.Protocol:
     import dataclasses
 
     return dataclasses.replace(p, ports=ports)
+
+
+def test_a_semaphore_carried_into_the_next_kernel_is_named_there_as_that_kernel_calls_it():
+    """The first kernel runs with disable_semaphore_checks=True, so its scratch semaphore's
+    count carries into the scratch semaphore at the same place of the next kernel: one
+    semaphore on the chip (one in the program), called `flag` by the first kernel and `ready`
+    by the second. The second kernel's steps say `ready`, as its source does."""
+    def scratch(name: str, checked: bool) -> ir.SemDecl:
+        return ir.SemDecl(name, ir.SemKind.REGULAR, 1, ir.SemOrigin.SCRATCH, ir.Scope.CORE, None, L,
+                          checked_at_exit=checked)
+
+    first = _kernel("first", [scratch("flag", False)], [], lambda d: [ir.Signal(_at(20), ir.SemRef("flag"), 1)], 1)
+    second = _kernel("second", [scratch("ready", True)], [],
+                     lambda d: [ir.Wait(_at(30), ir.SemRef("ready"), 1), ir.Signal(_at(31), ir.SemRef("ready", 0, 1), 1)], 1)
+    program = compose([first, second], [])
+    assert [d.name for d in program.semaphores] == ["first.flag"]  # one physical semaphore
+    result = check_protocol(program, engine="explicit", exhaustive=True)
+    [bad_id] = [v for v in result.errors if v.kind == "invalid_device_id"]  # device 1 of 1
+    texts = {(s.kernel, s.location.line): s.text for s in bad_id.trace if s.location.line in (20, 30) and s.semaphore}
+    assert texts == {("first", 20): "signal first.flag@d0 += 1 (0 -> 1)",
+                     ("second", 30): "wait second.ready@d0 >= 1 (1 -> 0)"}
+    assert {s.semaphore for s in bad_id.trace if s.semaphore} == {"first.flag@d0"}  # the one semaphore, as data

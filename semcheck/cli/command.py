@@ -23,14 +23,14 @@ from dataclasses import replace
 from semcheck.cli import config, gate, interrupts, options as cli_options
 from semcheck.run import expectations
 from semcheck.api import check_paths
-from semcheck.version import __version__
+from semcheck.version import ISSUES_URL, __version__
 from semcheck.passes.assumptions import AssumptionError, parse as parse_assumption
-from semcheck.cli.options import for_argparse
+from semcheck.cli.explain import explain as explain_kind, kind_lines
+from semcheck.cli.options import did_you_mean, for_argparse
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import DEFAULT_MAX_STATES, DEFAULT_TIMEOUT, Budget, ProgressInfo
 from semcheck.frontends import discover
 from semcheck.frontends.discovery import Why, summarize
-from semcheck.kinds import DESCRIPTIONS
 from semcheck.ir import display_path
 from semcheck.report import FORMATS, RenderOptions
 from semcheck.result import EXIT_CODES, worst
@@ -46,27 +46,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"semcheck: error: {message} (semcheck {self._command()}--help lists the options)\n")
 
     def _command(self) -> str:
-        return "verify " if self.prog.endswith(" verify") else ""
+        return next((f"{name} " for name in ("verify", "explain") if self.prog.endswith(f" {name}")), "")
 
     def _check_value(self, action, value):
         if action.dest == "command" and value not in (action.choices or ()):
             # `semcheck --devices 2 k.py`: argparse takes an option's value for the command
             close = did_you_mean(str(value), list(action.choices or ()))
+            commands = list(action.choices or ())
             raise argparse.ArgumentError(action, f"{value!r} is not a command" + (close or (
-                f" (the command is {', '.join(action.choices or ())}; options go after it: "
+                f" (the commands are {' and '.join(commands)}; options go after the command: "
                 "`semcheck verify [OPTIONS] PATH...`)")))
         if action.choices is not None and value not in action.choices:
             choices = ", ".join(map(str, action.choices))
             raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices})"
                                          + did_you_mean(str(value), [str(c) for c in action.choices]))
-
-
-def did_you_mean(word: str, candidates: list[str]) -> str:
-    """ "; did you mean --devices?" for a word close to one of `candidates`, else "". """
-    import difflib
-
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _unknown_options(parser: argparse.ArgumentParser, extras: list[str]) -> str:
@@ -128,16 +121,16 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     # the epilog is laid out by hand (RawDescriptionHelpFormatter), so it is wrapped here, as
     # argparse wraps the options' help: to the terminal, at most 100 columns
     width = max(60, min(100, shutil.get_terminal_size().columns - 2))
-    column = max(len(k.value) for k in DESCRIPTIONS) + 4
-    kinds = "\n".join(textwrap.fill(d, width, initial_indent=f"  {k.value:<{column - 2}}",
-                                    subsequent_indent=" " * column) for k, d in DESCRIPTIONS.items())
+    kinds = kind_lines(width)
+    explain = textwrap.fill("semcheck explain KIND shows a kind's page: what it means, a bad and a good "
+                            "pattern, the fix", width, subsequent_indent="  ")
     exits = textwrap.fill("exit codes: 0 safe, 1 violation, 2 error, 3 inconclusive, 130/143/129 interrupted "
                           "(Ctrl-C/SIGTERM/SIGHUP; what finished is reported, marked partial)", width,
                           subsequent_indent="  ")
     parser = _Parser(
         prog="semcheck",
         description="Model-check the synchronization protocol of Pallas kernels and semcheck models.",
-        epilog=f"violation kinds:\n{kinds}\n\n{exits}",
+        epilog=f"violation kinds:\n{kinds}\n\n{explain}\n\n{exits}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"semcheck {__version__}")
@@ -149,7 +142,7 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
         help="check kernel scripts, model files or folders of them",
         description="Check every schedule of each kernel or model for deadlocks, unsatisfied waits, "
         "leftover semaphores, bad device, core or semaphore ids and DMA windows, data races and early "
-        "arrivals (the kinds: semcheck --help).",
+        "arrivals (the kinds: semcheck explain).",
     )
     verify.add_argument("paths", nargs="*", metavar="PATH",
                         help="a kernel script, a model file, or a folder (default: [tool.semcheck] paths)")
@@ -225,6 +218,13 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     gate.add_arguments(verify)
     if defaults is not None:
         gate.apply_project_defaults(verify, defaults)
+    explaining = sub.add_parser(
+        "explain",
+        help="show what a violation kind means: a bad and a good pattern, and the fix",
+        description="Print a violation kind's page (what it means, a bad and a good pattern, the fix); "
+        "without KIND, list the kinds with one line each.",
+    )
+    explaining.add_argument("kind", nargs="?", metavar="KIND", help="a violation kind, e.g. data_race")
     return parser
 
 
@@ -238,11 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         print(warning, file=sys.stderr)
     parser = build_parser(defaults)
     args, extras = parser.parse_known_args(argv)
+    if args.command == "explain":
+        return _explain(args, extras)
     if args.command is None:
         what = (f"{_unknown_options(parser, extras)} (options go after the command: "
                 "`semcheck verify [OPTIONS] PATH...`)" if extras else
                 "no command given: `semcheck verify PATH...` checks kernel scripts, model files or "
-                "folders of them (semcheck --help lists the options)")
+                "folders of them, `semcheck explain KIND` says what a finding means "
+                "(semcheck --help lists the options)")
         print(f"semcheck: error: {what}", file=sys.stderr)
         return EXIT_USAGE
     if extras:
@@ -270,8 +273,19 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("SEMCHECK_DEBUG"):
             raise
         print(f"semcheck: internal error: {type(e).__name__}: {e}\n"
-              "  (set SEMCHECK_DEBUG=1 to see the traceback, and please report it)", file=sys.stderr)
+              f"  (set SEMCHECK_DEBUG=1 to see the traceback, and please report it at {ISSUES_URL})", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _explain(args, extras: list[str]) -> int:
+    if extras:
+        print(f"semcheck: error: unrecognized argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)} "
+              "(semcheck explain takes one KIND)", file=sys.stderr)
+        return EXIT_USAGE
+    code, out, err = explain_kind(args.kind, max(60, min(100, shutil.get_terminal_size().columns - 2)))
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code
 
 
 # Usage errors of modules the CLI imports only when an option asks for them (the baseline

@@ -18,6 +18,14 @@ class UsageError(Exception):
     """Bad usage, found before any work: the CLI prints it and exits 2."""
 
 
+def did_you_mean(word: str, candidates: list[str]) -> str:
+    """ "; did you mean --devices?" for a word close to one of `candidates`, else "". """
+    import difflib
+
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 # --- single values (argparse `type=` functions and environment variables share them) --------
 
 

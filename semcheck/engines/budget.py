@@ -157,9 +157,10 @@ class BudgetExceeded(BaseException):
     """A budget ran out. Not an Exception, so that a user's own `except Exception` (in a
     model file running under `bounded_phase`) cannot swallow it, as with KeyboardInterrupt."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, notes: tuple[str, ...] = ()):
         super().__init__(reason)
         self.reason = reason
+        self.notes = notes  # what the reason does not say (where a stopped script was)
 
 
 @record

@@ -140,18 +140,19 @@ def kind_of(path: str) -> str:
 
 def load(path: str, devices: int, *, classification: Classification | None = None,
          capture_timeout: float | None = None, assumed: tuple[str, ...] = (),
-         on_phases: OnPhases | None = None) -> list[Protocol | LoadError]:
+         on_phases: OnPhases | None = None, memory_mb: float | None = None) -> list[Protocol | LoadError]:
     """The protocols `path` describes at `devices` devices, with the file's own
     `semcheck.assume(...)` bounds applied to their inputs (see passes/assumptions.py). A kernel
     script gives a LoadError in place of each kernel that cannot be lowered.
     `classification`: how the file reads, when the caller knows (else `classify`);
-    `capture_timeout`: seconds the file may take to load; `assumed` and `on_phases`: a
-    kernel script's (`kernel_script.load`)."""
+    `capture_timeout`: seconds the file may take to load; `memory_mb`: the resident size a
+    model file's child may reach; `assumed` and `on_phases`: a kernel script's
+    (`kernel_script.load`)."""
     from semcheck.passes import assumptions
 
     classification = classification or classify(path)
     with assumptions.collecting() as made:
-        items = _load_unbounded(path, devices, classification, capture_timeout, assumed, on_phases)
+        items = _load_unbounded(path, devices, classification, capture_timeout, assumed, on_phases, memory_mb)
     if classification.reading:
         items = [_with_note(p, classification.reading) if isinstance(p, Protocol) else p for p in items]
     protocols = [p for p in items if isinstance(p, Protocol)]
@@ -171,11 +172,12 @@ def _with_note(protocol: Protocol, note: str) -> Protocol:
 
 
 def _load_unbounded(path: str, devices: int, classification: Classification, capture_timeout: float | None,
-                    assumed: tuple[str, ...], on_phases: OnPhases | None) -> list[Protocol | LoadError]:
+                    assumed: tuple[str, ...], on_phases: OnPhases | None,
+                    memory_mb: float | None) -> list[Protocol | LoadError]:
     if classification.kind is FileKind.MODEL:
         from semcheck.frontends import model_file
 
-        return [model_file.load(path, devices, timeout=capture_timeout)]
+        return [model_file.load(path, devices, timeout=capture_timeout, memory_mb=memory_mb)]
     from semcheck.frontends import kernel_script
 
     return kernel_script.load(path, devices, capture_timeout=capture_timeout, assumed=assumed, on_phases=on_phases)

@@ -48,6 +48,7 @@ from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.jax_compat import JaxInternalMissing, jax_internal, replaced
 from semcheck.records import record
+from semcheck.version import ISSUES_URL
 
 from semcheck.frontends.capture_process import (  # noqa: F401 (child_environment: for the cache and tests)
     capture_server_address, child_environment, how_it_ended, last_words, run_child, with_device_count,
@@ -285,7 +286,7 @@ def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tup
                     capture,
                     f"internal error while lowering the kernel: {type(e).__name__}: {e}",
                     capture.call_loc,
-                    "set SEMCHECK_DEBUG=1 to see the traceback, and please report it",
+                    f"set SEMCHECK_DEBUG=1 to see the traceback, and please report it at {ISSUES_URL}",
                 )
             )
     return _dedupe(link_programs(captures, lowered)), errors
@@ -547,13 +548,24 @@ def _where(e: BaseException) -> ir.Loc | None:
     """The innermost frame of the failure that is the user's code: of the script's own files
     before an installed package's (where numpy raised says less than the script's line that
     called it)."""
+    return _innermost_user_line(traceback.extract_tb(e.__traceback__))
+
+
+def _running_line(thread: threading.Thread) -> ir.Loc | None:
+    """The user's line `thread` is running now (as `_where` picks it): where the script was
+    when its time ran out."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    return None if frame is None else _innermost_user_line(traceback.extract_stack(frame))
+
+
+def _innermost_user_line(frames: list[traceback.FrameSummary]) -> ir.Loc | None:
     from semcheck.lower.source import is_user_file
 
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if is_user_file(f.filename)]
-    own = [f for f in frames if not _installed(f.filename)]
-    if not frames:
+    users = [f for f in frames if is_user_file(f.filename)]
+    own = [f for f in users if not _installed(f.filename)]
+    if not users:
         return None
-    frame = (own or frames)[-1]
+    frame = (own or users)[-1]
     return ir.Loc(os.path.abspath(frame.filename), frame.lineno or 0)
 
 
@@ -621,12 +633,19 @@ def _child(args) -> int:
                 pickle.dump(outcome, f)
             done.set()
 
+    script_thread = threading.current_thread()
+
     def on_timeout() -> None:
         outcome.timed_out = True
-        finish(f"the script did not finish within {args.timeout:.0f} s, so semcheck stopped it")
+        finish(f"the script did not finish within {args.timeout:.0f} s, so semcheck stopped it",
+               _running_line(script_thread))
         _real_exit(0)
 
-    watchdog = threading.Timer(args.timeout, on_timeout)
+    # The time given counts from this process's start, its JAX import included: the check's
+    # own deadline waits only CAPTURE_GRACE past it (run/checks.py), and an import slowed by
+    # a busy machine would otherwise push the script's stop past that, and the stopped
+    # script's report (where it was) would be lost with the child.
+    watchdog = threading.Timer(max(args.timeout - (time.perf_counter() - started), 0.0), on_timeout)
     watchdog.daemon = True
     watchdog.start()
     from semcheck.frontends.sources import environment_reads

@@ -25,7 +25,7 @@ import time
 import traceback
 from typing import Callable, TypeVar
 
-from semcheck.errors import LoadError, LoadTimedOut
+from semcheck.errors import LoadError, LoadOutOfMemory, LoadTimedOut
 from semcheck.frontends.processes import kill_descendants
 from semcheck.ir import Loc
 from semcheck.records import record
@@ -57,12 +57,16 @@ class _HardExit(BaseException):
         self.code = code
 
 
-def call_isolated(fn: Callable[..., T], *args, user_file: str, what: str, timeout: float | None = None) -> T:
+def call_isolated(fn: Callable[..., T], *args, user_file: str, what: str, timeout: float | None = None,
+                  memory_mb: float | None = None) -> T:
     """`fn(*args)` in a forked child; its value (picklable) or the LoadError it raised.
 
     Anything else the user's code does that would end a process (SystemExit,
     KeyboardInterrupt, `os._exit`, a signal, a fork) becomes a LoadError about `what`
-    ("importing the model", ...) located at `user_file`'s line where known."""
+    ("importing the model", ...) located at `user_file`'s line where known. A child whose
+    resident size passes `memory_mb` is stopped (LoadOutOfMemory), as one that runs past
+    `timeout` is (LoadTimedOut): left alone, a model too large to build grew until the
+    machine ran out of memory and the child died of a signal."""
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
     if not hasattr(os, "fork"):
         return _unwrap(_answer(fn, args, user_file, what), user_file, what)
@@ -81,7 +85,7 @@ def call_isolated(fn: Callable[..., T], *args, user_file: str, what: str, timeou
     os.close(answer)
     reaped = False
     try:
-        data = _read_answer(answers, timeout, user_file, what)
+        data = _read_answer(answers, timeout, user_file, what, pid, memory_mb)
         _, status = os.waitpid(pid, 0)
         reaped = True
         if not data:
@@ -103,21 +107,45 @@ def call_isolated(fn: Callable[..., T], *args, user_file: str, what: str, timeou
                 pass
 
 
-def _read_answer(fd: int, timeout: float, user_file: str, what: str) -> bytes:
-    """Everything the child writes to `fd` until it closes it, within `timeout` seconds."""
+# How often the parent reads a child's resident size while it waits for its answer (as the
+# budget's own memory checks: engines/budget.py, Monitor.CHECK_INTERVAL).
+MEMORY_CHECK_INTERVAL = 0.05
+
+
+def _read_answer(fd: int, timeout: float, user_file: str, what: str, pid: int = 0,
+                 memory_mb: float | None = None) -> bytes:
+    """Everything the child writes to `fd` until it closes it, within `timeout` seconds and,
+    with `memory_mb`, while child `pid` stays within that resident size."""
     import select
 
     deadline = time.monotonic() + timeout
     chunks: list[bytes] = []
     while True:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        wait = left if memory_mb is None else min(left, MEMORY_CHECK_INTERVAL)
+        ready = left > 0 and select.select([fd], [], [], max(wait, 0))[0]
+        if not ready and memory_mb is not None and _resident_mb(pid) > memory_mb:
+            raise LoadOutOfMemory(f"{what} grew past {memory_mb:,.0f} MB, so semcheck stopped it",
+                                  Loc(user_file, 0), limit_mb=memory_mb)
+        if not ready and time.monotonic() >= deadline:
             raise LoadTimedOut(f"{what} did not finish within {timeout:g} s, so semcheck stopped it",
                                Loc(user_file, 0))
+        if not ready:
+            continue
         chunk = os.read(fd, 1 << 20)
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
+
+
+def _resident_mb(pid: int) -> float:
+    """Resident memory of process `pid` (Linux); 0 where unknown or gone."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _child(fn, args, user_file, what, answer_fd: int) -> None:

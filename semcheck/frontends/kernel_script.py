@@ -43,7 +43,8 @@ def load(path: str, devices: int, *, capture_timeout: float | None = None, assum
         # The check's own time budget ended the script: no verdict, rather than an error.
         raise BudgetExceeded(
             f"time budget ran out while running {path} with {devices} devices, before it compiled "
-            "any Pallas kernel"
+            "any Pallas kernel",
+            notes=(_where_stopped(capture_timeout, outcome.script_error_loc),),
         )
     if not outcome.protocols and not outcome.errors:
         # A script that ended itself (sys.exit(0) too) before its kernel is an error, never a
@@ -104,6 +105,19 @@ def _missing_module_hint(module: str) -> str:
     return (f"semcheck runs the script with its own Python ({sys.executable}), where `{top}` is not "
             f"installed: install the script's dependencies there, e.g. `{sys.executable} -m pip install "
             f"{top}` (the package's name on PyPI may differ)")
+
+
+def _where_stopped(seconds: float, loc: Loc | None) -> str:
+    """What the script was doing when its time ran out, and how to give it longer."""
+    import linecache
+
+    where = ""
+    if loc is not None:
+        source = linecache.getline(loc.file, loc.line).strip()
+        where = f", while it ran line {loc.line} of {loc.file}" + (f": {source}" if source else "")
+    return (f"semcheck stopped the script after {seconds:.1f} s, the time left of this check's time "
+            f"budget{where}, before it compiled any Pallas kernel; a script that needs longer to reach "
+            "its kernels needs a larger budget: --timeout S (or SEMCHECK_TIMEOUT)")
 
 
 def _nothing_captured(path: str, devices: int, script_error: str | None) -> str:

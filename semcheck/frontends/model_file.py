@@ -15,12 +15,13 @@ from semcheck.ir import Protocol
 from semcheck.model import ModelError
 
 
-def load(path: str, devices: int, *, timeout: float | None = None) -> Protocol:
+def load(path: str, devices: int, *, timeout: float | None = None, memory_mb: float | None = None) -> Protocol:
+    """`memory_mb`: the resident size the child that runs `model()` may reach."""
     from semcheck.passes import assumptions
 
     protocol, assumed = call_isolated(
         _load_here, path, devices, user_file=path, what=f"loading the model file (model({devices}))",
-        timeout=timeout,
+        timeout=timeout, memory_mb=memory_mb,
     )
     for a in assumed:
         assumptions.record(a)

@@ -17,6 +17,7 @@ from semcheck.lower.context import operand_data
 from semcheck.lower.data import data_notes
 from semcheck.lower.interpreter import eval_jaxpr
 from semcheck.lower.ref_names import ref_names
+from semcheck.version import ISSUES_URL
 
 
 def definition_loc(loc: ir.Loc, name: str) -> ir.Loc:
@@ -50,7 +51,7 @@ def lower_gpu_kernel(capture, name: str, kernel_loc: ir.Loc) -> list[ir.Protocol
             return [protocol]
         unfollowed = {**unfollowed, **found}
     raise LoadError(f"{name}: the buffers whose values semcheck can follow did not settle after "
-                    f"{gpu_data.MAX_PASSES} lowerings", kernel_loc, hint="please report this kernel")
+                    f"{gpu_data.MAX_PASSES} lowerings", kernel_loc, hint=f"please report this kernel at {ISSUES_URL}")
 
 
 def _lower_once(capture, name: str, kernel_loc: ir.Loc, unfollowed: dict[str, str]):

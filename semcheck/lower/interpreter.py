@@ -20,6 +20,7 @@ from semcheck.lower.jaxprs import has_subjaxprs, subjaxprs  # noqa: F401 (subjax
 from semcheck.lower.registry import lookup
 from semcheck.lower.values import Known, Opaque, RefValue, RunTimeElements, Sym, Value
 from semcheck.jax_compat import jax_internal
+from semcheck.version import ISSUES_URL
 
 # Results with more elements than this are data, not protocol: they are never folded.
 FOLD_LIMIT = 4096
@@ -122,20 +123,20 @@ def generic(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
             eqn,
             "semcheck has no model of this primitive, and it takes a semaphore or buffer ref",
             hint="semcheck models semaphores, DMAs, loads and stores; please report this "
-            "primitive so a rule can be added",
+            f"primitive at {ISSUES_URL} so a rule can be added",
         )
     if has_subjaxprs(eqn.params):
         raise t.error(
             eqn,
             "semcheck has no model of this higher-order primitive (it runs a sub-jaxpr)",
             hint="use pl.when / lax.cond / fori_loop / while_loop / jit, which semcheck "
-            "models, or report this primitive",
+            f"models, or report this primitive at {ISSUES_URL}",
         )
     if eqn.effects and name not in HARMLESS_EFFECTFUL:
         raise t.error(
             eqn,
             f"semcheck has no model of this effectful primitive (effects: {effect_names(eqn.effects)})",
-            hint="please report this primitive so a rule can be added",
+            hint=f"please report this primitive at {ISSUES_URL} so a rule can be added",
         )
     if any(isinstance(x, RunTimeElements) for x in inputs):
         return [pick(t, eqn, inputs)]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import traceback
+from typing import Iterator
 
 from semcheck import ir
 from semcheck.records import record
@@ -33,6 +34,8 @@ _LOWERING_FILES = tuple(os.path.join("jax", *parts) for parts in (
     ("_src", "tpu_custom_call.py"),
     ("experimental", "mosaic", ""),
 ))
+# The file of the loop that lowers a kernel's jaxpr one equation (`eqn`) at a time.
+_LOWERING_LOOP = _LOWERING_FILES[1]
 
 # What to do about a rejection, by the words of JAX's message (the first that matches).
 ADVICE: tuple[tuple[str, str], ...] = (
@@ -130,22 +133,59 @@ def _raised_by_lowering(e: BaseException) -> bool:
 
 
 def _user_line(e: BaseException) -> ir.Loc | None:
-    """The innermost line of the user's code in the error or what caused it: JAX chains the
-    traceback of the operation that failed to lower (JaxStackTraceBeforeTransformation)."""
+    """The user's line of the jaxpr equation that failed to lower, or else the innermost line
+    of the user's code in the error or what caused it: JAX chains the traceback of the
+    operation that failed to lower (JaxStackTraceBeforeTransformation), but an operation
+    bound inside one of JAX's helpers (the DMA of `pltpu.sync_copy`, inside its run_scoped)
+    has no user frame there, and the error's own frames reach only the kernel's def line."""
     from semcheck.lower.source import is_user_file
 
-    seen: set[int] = set()
-    error: BaseException | None = e
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
+    chain = list(_chain(e))
+    equation = _equation_line(chain)
+    if equation is not None:
+        return equation
+    for error in chain:
         loc = None
         for frame in traceback.extract_tb(error.__traceback__):
             if is_user_file(frame.filename):
                 loc = ir.Loc(os.path.abspath(frame.filename), frame.lineno or 0)
         if loc is not None:
             return loc
-        error = error.__cause__ or error.__context__
     return None
+
+
+def _chain(e: BaseException) -> Iterator[BaseException]:
+    """The error and those it was raised from or during, outermost first."""
+    seen: set[int] = set()
+    error: BaseException | None = e
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _equation_line(chain: list[BaseException]) -> ir.Loc | None:
+    """The user's line of the innermost equation being lowered when the error was raised
+    that has one: the `eqn` of the frames of JAX's Pallas TPU lowering loop in the
+    traceback, its source_info read with JAX's source_info_util."""
+    from semcheck.jax_compat import jax_internal
+    from semcheck.lower.source import is_user_file
+
+    source_info_util = jax_internal("source_info_util")
+
+    loc = None
+    for error in chain:
+        tb = error.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if frame.f_code.co_filename.endswith(_LOWERING_LOOP):
+                source_info = getattr(frame.f_locals.get("eqn"), "source_info", None)
+                user = next((f for f in source_info_util.user_frames(getattr(source_info, "traceback", None))
+                             if is_user_file(f.file_name)), None)
+                if user is not None:
+                    loc = ir.Loc(os.path.abspath(user.file_name), user.start_line)
+            tb = tb.tb_next
+    return loc
 
 
 def _first_line(e: BaseException) -> str:

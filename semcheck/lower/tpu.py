@@ -20,6 +20,7 @@ from semcheck.lower.memory import copy_data, for_each_selection, nbytes_of_windo
 from semcheck.lower.registry import rule
 from semcheck.lower.tpu_hardware import dma_amount, nondecrementing_wait, note_by_hand, note_regular_dma
 from semcheck.lower.values import Known, Sym, sym_op
+from semcheck.version import ISSUES_URL
 
 
 def _is_logical(device_id_type) -> bool:
@@ -230,7 +231,7 @@ def get_barrier_semaphore(t: ThreadLowering, eqn, inputs):
                 f"(JAX {installed_version()}): semcheck does not know whether XLA runs the default "
                 "device barrier before such a kernel, which decides whether a peer's signal can "
                 "arrive before this device entered",
-                hint="set pltpu.CompilerParams(collective_id=...) as well, or report this kernel",
+                hint=f"set pltpu.CompilerParams(collective_id=...) as well, or report this kernel at {ISSUES_URL}",
             )
         t.kernel.note(BARRIER_TAG_NOTE)
     if t.kernel.collective_id is None:

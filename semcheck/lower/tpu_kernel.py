@@ -41,6 +41,7 @@ from semcheck.lower.tpu_hardware import hardware_notes, in_dma_units
 from semcheck.passes.programs import handed_in_note, handed_out_note
 from semcheck.jax_compat import jax_internal
 from semcheck.records import record
+from semcheck.version import ISSUES_URL
 
 ARRIVE, RELEASE = ir.DEVICE_BARRIER_ARRIVE, ir.DEVICE_BARRIER_RELEASE
 
@@ -560,7 +561,8 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
         f"{ctx.name}: the data that remote copies carry did not settle after {MAX_DATA_PASSES} "
         "lowerings (each changed what the next copies carry)",
         ctx.kernel_loc,
-        hint="semcheck follows data moved by remote DMA for one canonical schedule; please report this kernel",
+        hint=("semcheck follows data moved by remote DMA for one canonical schedule; please report this "
+              f"kernel at {ISSUES_URL}"),
     )
 
 

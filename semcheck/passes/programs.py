@@ -111,6 +111,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
     semaphores: dict[str, ir.SemDecl] = {}
     buffers: dict[str, ir.BufferDecl] = {}
     handed = {(h.consumer, h.name): h for h in handovers}
+    aliases: list[ir.SemAlias] = []  # a carried semaphore, as the kernel that takes it calls it
     for k, (kernel, label) in enumerate(zip(kernels, labels)):
         renamed: dict[str, str] = {}
         carried = carried_places(kernels[k - 1], kernel) if k else {}
@@ -125,6 +126,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
                 semaphores.setdefault(target, dataclasses.replace(decl, name=target))
             elif decl.name in carried:
                 renamed[decl.name] = names[k - 1][carried[decl.name]]
+                aliases.append(ir.SemAlias(label, renamed[decl.name], f"{label}.{decl.name}"))
             else:
                 renamed[decl.name] = target = f"{label}.{decl.name}"
                 semaphores[target] = dataclasses.replace(decl, name=target)
@@ -163,6 +165,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
         withheld=tuple(dict.fromkeys(w for kernel in kernels for w in kernel.withheld)),
         cores_enter_together=all(k.cores_enter_together for k in kernels),
         kernels=tuple(labels),
+        aliases=tuple(aliases),
         findings=tuple(dict.fromkeys(f for kernel in kernels for f in kernel.findings)),
         dma_unit=first.dma_unit,
     )

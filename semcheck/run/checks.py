@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 from semcheck import engines
 from semcheck.passes import assumptions
 from semcheck.passes.assumptions import Assumption
-from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, bounded_phase
+from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, bounded_phase, memory_limit_mb
 from semcheck.engines.options import CheckOptions
-from semcheck.errors import LoadError, LoadTimedOut, ProtocolError
+from semcheck.errors import LoadError, LoadOutOfMemory, LoadTimedOut, ProtocolError
 from semcheck.frontends import Classification, load
 from semcheck.ir import Loc, Protocol
 from semcheck.kinds import SEVERITY, Kind
@@ -82,18 +82,24 @@ def load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | 
     with bounded_phase(what, grace, progress=progress):
         try:
             return load(path, devices, classification=classification, capture_timeout=max(left, 0.0),
-                        assumed=assumed, on_phases=on_phases)
+                        assumed=assumed, on_phases=on_phases, memory_mb=memory_limit_mb(budget))
         except LoadTimedOut:  # the check's own time ran out while its file loaded
             raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while {what}") from None
+        except LoadOutOfMemory as e:  # a model file's child grew past the check's memory
+            raise BudgetExceeded(f"memory budget of {e.limit_mb:,.0f} MB ran out while {what}") from None
 
 
-def out_of_budget_loading(path: str, devices: int, reason: str, engine: str, seconds: float) -> Result:
+def out_of_budget_loading(path: str, devices: int, reason: str, engine: str, seconds: float,
+                          notes: tuple[str, ...] = ()) -> Result:
+    """`notes`: what the budget's reason does not say (where a stopped script was, and how to
+    give it longer), said in their own words; without them, the reason is the note (JSON and
+    SARIF carry no other field for it)."""
     from semcheck.result import Stats
 
     return Result(
         kernel=stem(path), file=path, line=0, frontend=NO_PROTOCOL, backend=NO_PROTOCOL, devices=devices,
         cores=0, engine=engine, verdict=Verdict.INCONCLUSIVE, stats=Stats(seconds=round(seconds, 4)),
-        notes=[f"no verdict: {reason}"],
+        notes=list(notes) or [f"no verdict: {reason}"],
         exhausted=reason,
     )
 

@@ -32,9 +32,13 @@ class SemInstance:
 
     @property
     def short(self) -> str:
+        return self.short_as(self.decl.name)
+
+    def short_as(self, name: str) -> str:
+        """`short`, with the declaration called `name` (as a later kernel of a program calls it)."""
         idx = f"[{self.index}]" if self.decl.size > 1 else ""
         core = f"c{self.core}" if self.core is not None and self.cores > 1 else ""
-        return f"{self.decl.name}{idx}@d{self.device}{core}"
+        return f"{name}{idx}@d{self.device}{core}"
 
 
 @record(frozen=True)

@@ -133,11 +133,22 @@ def _hazard_note(before: State, after: State) -> str:
     return "".join(said)
 
 
+def _called(system: System, sid: int, step: TraceStep) -> str:
+    """Semaphore instance `sid` as the step's kernel calls it: in a program, a scratch
+    semaphore carried from the kernel before goes by the later kernel's own name there
+    (`ir.SemAlias`); `step.semaphore` keeps the one name the model has."""
+    inst = system.instances[sid]
+    for alias in system.protocol.aliases:
+        if alias.kernel == step.kernel and alias.decl == inst.decl.name:
+            return inst.short_as(alias.name)
+    return inst.short
+
+
 def _note_sem(system: System, step: TraceStep, sid: int, before: State, after: State) -> str:
     inst = system.instances[sid]
     step.semaphore, step.declaration = inst.short, inst.decl.name
     step.before, step.after = before.sems[sid], after.sems[sid]
-    return f"{inst.short} {step.before} -> {step.after}"
+    return f"{_called(system, sid, step)} {step.before} -> {step.after}"
 
 
 def _note_change(system: System, step: TraceStep, sid: int, before: State, after: State) -> str:
@@ -150,7 +161,7 @@ def _text_signal(system, before, after, t, instr: ir.Signal, step) -> str:
     step.amount = system.eval(instr.inc, t, before)
     if instr.sem.device is not None:
         step.target_device = system.instances[sid].device
-    return f"signal {system.instances[sid].short} += {step.amount} ({_note_change(system, step, sid, before, after)})"
+    return f"signal {_called(system, sid, step)} += {step.amount} ({_note_change(system, step, sid, before, after)})"
 
 
 def _text_wait(system, before, after, t, instr, step) -> str:
@@ -163,10 +174,11 @@ def _text_wait(system, before, after, t, instr, step) -> str:
     if isinstance(instr, ir.DmaWait):
         step.side = str(instr.side)
     step.decrement = not isinstance(instr, ir.Wait) or instr.decrement
+    called = _called(system, sid, step)
     if isinstance(instr, ir.Wait) and not instr.decrement:
-        return f"wait {inst.short} >= {need} without decrement (holds {step.before})"
-    what = f"wait {inst.short} >= {need}" if isinstance(instr, ir.Wait) else (
-        f"dma_wait ({instr.side}) {inst.short} for {_amount(system, need)}"
+        return f"wait {called} >= {need} without decrement (holds {step.before})"
+    what = f"wait {called} >= {need}" if isinstance(instr, ir.Wait) else (
+        f"dma_wait ({instr.side}) {called} for {_amount(system, need)}"
     )
     return f"{what} ({step.before} -> {step.after})"
 
@@ -182,7 +194,7 @@ def _text_read(system, before, after, t, instr: ir.Read, step) -> str:
     inst = system.instances[sid]
     step.semaphore, step.declaration = inst.short, inst.decl.name
     step.before = step.after = before.sems[sid]
-    return f"read {inst.short} = {before.sems[sid]} into {instr.dst}"
+    return f"read {_called(system, sid, step)} = {before.sems[sid]} into {instr.dst}"
 
 
 def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
@@ -192,7 +204,7 @@ def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
     step.completions = tuple(
         Completion(str(e.side), system.instances[e.sem].short, e.inc) for e in new
     )
-    parts = [f"{c.side} {c.semaphore} +{c.amount}" for c in step.completions]
+    parts = [f"{e.side} {_called(system, e.sem, step)} +{e.inc}" for e in new]
     device, core = instr.dst_place()
     if device is not None:
         step.target_device = system.eval(device, t, before)
@@ -206,7 +218,7 @@ def _text_dma_start(system, before, after, t, instr: ir.DmaStart, step) -> str:
     dst = step.dst if step.dst is not None else instr.dst.buffer
     if not parts:  # a zero-byte copy: complete at its start (rules.py)
         was, now = dict(before.sems.items), dict(after.sems.items)
-        added = [f"{system.instances[sid].short} +{now.get(sid, 0) - was.get(sid, 0)}"
+        added = [f"{_called(system, sid, step)} +{now.get(sid, 0) - was.get(sid, 0)}"
                  for sid in sorted(set(was) | set(now)) if now.get(sid, 0) != was.get(sid, 0)]
         done = f"adds {', '.join(added)}" if added else "signals nothing"
         return f"start DMA {src} -> {dst}{target} (zero bytes: complete at once, {done})"
