@@ -173,6 +173,8 @@ def test_the_handoff_names_both_kernels_and_their_invocations():
         CauseKind.OTHER_KERNELS_SIGNAL, RELAY_READY, DONE_WAIT, ("give", "relay"), (1, 2), 1)
     assert causes.fix(c).startswith("give `give` and `relay` different collective_ids")
     assert "invocation 1 (kernel `give`)" in early.message and "invocation 2 (kernel `relay`)" in early.message
+    assert ("it needs 1 and the semaphore holds 1, but none of that was signalled for this invocation or an "
+            "earlier one; all of it came from invocation 2") in early.message
 
 
 def test_an_early_pass_borrows_from_its_own_invocation_so_the_later_wait_is_not_reported_again():

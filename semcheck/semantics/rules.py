@@ -130,7 +130,7 @@ def _early_pass(system: RaceTables, state: State, t: int, sid: int, need: int) -
         REMOTE_BEFORE_ENTRY, t, pc, -1, -1,
         f"passes in {system.invocation_name(invocation)} on {system.instances[sid].label}: it needs {need} and "
         f"the semaphore holds {have}, but {f'only {own}' if own > 0 else 'none'} of that was signalled for "
-        f"this invocation or an earlier one; the rest came from "
+        f"this invocation or an earlier one; {'the rest' if own > 0 else 'all of it'} came from "
         f"{', '.join(map(system.invocation_name, sorted(later)))}, from a peer that has moved on",
         sid,
     ))
