@@ -253,7 +253,9 @@ def mesh_shape(mesh):
 
     names = tuple(mesh.axis_names)
     shape = dict(mesh.shape)
-    return MeshShape(names, tuple(int(shape[n]) for n in names))
+    ids = getattr(mesh, "device_ids", None)  # an AbstractMesh has none
+    return MeshShape(names, tuple(int(shape[n]) for n in names),
+                     tuple(int(i) for i in ids.ravel()) if ids is not None else ())
 
 
 # --- lowering what was captured ------------------------------------------------------------

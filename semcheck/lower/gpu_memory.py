@@ -148,6 +148,7 @@ def _peer_device(t: GpuThreadLowering, eqn, ref: RefValue, transform, what: str)
                                   f"{what.removeprefix('the ')}'s remote_ref")
     if core is not None or device is None:
         raise t.error(eqn, f"{what}: a remote_ref device id may only name mesh axes on GPU")
+    t.kernel.reaches_peers(t.loc(eqn))
     decl = t.kernel.buffers.get(ref.alloc)
     if decl is None or decl.scope is not Scope.DEVICE:
         raise t.error(eqn, f"{what}: plgpu.remote_ref of {ref.alloc!r}, which is not in GMEM: "
@@ -245,6 +246,7 @@ for _name in (
 
 def _multimem(t: GpuThreadLowering, eqn, inputs):
     t.kernel.note(MULTIMEM_NOTE)
+    t.kernel.reaches_peers(t.loc(eqn))
     return _no_sync(t, eqn, inputs)
 
 
