@@ -280,3 +280,21 @@ def test_an_option_before_the_command_says_options_go_after_it(capsys):
     with pytest.raises(SystemExit):
         cli.main(["verfy", "k.py"])
     assert "'verfy' is not a command; did you mean verify?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line, said", [
+    ("space = pltpu.MemorySpace.ANY", "the script raised AttributeError: ANY"),
+    ("pltpu.emit_pipeline(lambda: None, grid=(1,), should_accumulate_out=False)",
+     "the script raised TypeError: emit_pipeline() got an unexpected keyword argument 'should_accumulate_out'"),
+])
+def test_a_name_jax_removed_says_when_and_what_replaced_it(tmp_path, line, said):
+    # A kernel written for a JAX before 0.10 (tpu-inference's reduce-scatter matmul) failed
+    # with "the script raised AttributeError: ANY at ...", which does not say that the name
+    # was JAX's once nor what to write now.
+    script = write(tmp_path / "old_jax.py", f"from jax.experimental.pallas import tpu as pltpu\n\n{line}\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    assert proc.returncode == 2, proc.stderr
+    [result] = json.loads(proc.stdout)["results"]
+    assert (result["file"], result["line"]) == (script, 3)
+    assert result["error"].startswith(f"{said} at {script}:3; ")
+    assert "removed in JAX 0.10.0" in result["error"]
