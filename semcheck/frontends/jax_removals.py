@@ -24,11 +24,12 @@ class RemovedApi:
 
 REMOVED: tuple[RemovedApi, ...] = (
     RemovedApi("MemorySpace", "ANY", (
-        "`pltpu.MemorySpace.ANY` was removed in JAX 0.10.0 (jax-ml/jax 7b63d9d3, \"Deprecated "
-        "`pltpu.ANY` in favor of `pl.ANY`\"): write `pl.ANY`"
+        "`pltpu.MemorySpace.ANY` was deprecated in JAX 0.9 (jax-ml/jax 7b63d9d3, \"Deprecated "
+        "`pltpu.ANY` in favor of `pl.ANY`\") and removed in JAX 0.10.0: write `pl.ANY`"
     )),
     RemovedApi("jax.experimental.pallas.tpu", "ANY", (
-        "`pltpu.ANY` was removed in JAX 0.10.0 (jax-ml/jax 7b63d9d3): write `pl.ANY`"
+        "`pltpu.ANY` was deprecated in JAX 0.9 (jax-ml/jax 7b63d9d3) and removed in JAX 0.10.0: "
+        "write `pl.ANY`"
     )),
     RemovedApi("emit_pipeline", "should_accumulate_out", (
         "`emit_pipeline(should_accumulate_out=...)` was removed in JAX 0.10.0 (jax-ml/jax "
