@@ -54,7 +54,10 @@ DESCRIPTIONS = {
         "moved on to a later one; or a barrier wait passes on a signal a peer sent from a later invocation."
     ),
     Kind.BARRIER_PHASE_OVERRUN: "GPU: an mbarrier completes two phases before a thread that waits on it has waited for the first.",
-    Kind.NOT_LOWERABLE: "TPU: JAX's own Pallas TPU lowering rejects the kernel, so it does not build for a TPU.",
+    Kind.NOT_LOWERABLE: (
+        "JAX's own lowering rejects the kernel, so it does not build for the chip (TPU: Pallas TPU "
+        "lowering; GPU: Mosaic GPU's check of the mesh's device order)."
+    ),
     Kind.LOWERED_AS_DECREMENTING: (
         "TPU: semaphore_wait(decrement=False) is lowered by JAX as an ordinary decrementing wait "
         "(checked the way the chip runs it)."

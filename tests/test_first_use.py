@@ -331,3 +331,21 @@ def test_semcheck_explain_alone_lists_every_kind_with_its_meaning(capsys):
     assert "semcheck explain KIND shows a kind's page" in out
     assert cli.main(["explain", "data_race", "deadlock"]) == 2
     assert "unrecognized argument: deadlock" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line, said", [
+    ("space = pltpu.MemorySpace.ANY", "the script raised AttributeError: ANY"),
+    ("pltpu.emit_pipeline(lambda: None, grid=(1,), should_accumulate_out=False)",
+     "the script raised TypeError: emit_pipeline() got an unexpected keyword argument 'should_accumulate_out'"),
+])
+def test_a_name_jax_removed_says_when_and_what_replaced_it(tmp_path, line, said):
+    # A kernel written for a JAX before 0.10 (tpu-inference's reduce-scatter matmul) failed
+    # with "the script raised AttributeError: ANY at ...", which does not say that the name
+    # was JAX's once nor what to write now.
+    script = write(tmp_path / "old_jax.py", f"from jax.experimental.pallas import tpu as pltpu\n\n{line}\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "--format", "json", "-q")
+    assert proc.returncode == 2, proc.stderr
+    [result] = json.loads(proc.stdout)["results"]
+    assert (result["file"], result["line"]) == (script, 3)
+    assert result["error"].startswith(f"{said} at {script}:3; ")
+    assert "removed in JAX 0.10.0" in result["error"]

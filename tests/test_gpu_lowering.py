@@ -416,3 +416,51 @@ def test_a_view_across_tiled_dims_is_widened_and_its_race_uncertain_unless_it_fi
         assert load.region.widened is None
         assert result.verdict.value == "violation"
         assert [(v.kind, v.severity) for v in result.violations] == [("data_race", "error")]
+
+
+def test_each_block_writing_its_own_rows_of_a_reshaped_output_does_not_race():
+    """A GMEM output viewed through a reshape (rows, 128) -> (1, rows, 128), each block
+    storing its own half of the rows: the view is followed element by element (as on TPU),
+    so the two blocks' stores are disjoint boxes and the check is safe. Taken whole, the
+    stores raced and the result was inconclusive."""
+    def kernel(x_ref, o_ref):
+        half = o_ref.shape[0] // 2
+        rows = pl.ds(lax.axis_index("g0") * half, half)
+        o_ref.reshape((1,) + o_ref.shape).at[:, rows, :][...] = x_ref.reshape((1,) + x_ref.shape).at[:, rows, :][...]
+
+    p = protocol(gpu_call(kernel, grid=(2,)))
+    [first] = [i.region for i in body(p, block=0) if isinstance(i, ir.Store)]
+    [second] = [i.region for i in body(p, block=1) if isinstance(i, ir.Store)]
+    assert (first.start, first.size, first.widened) == ((0, 0), (4, 128), None)
+    assert (second.start, second.size, second.widened) == ((4, 0), (4, 128), None)
+    result = check_protocol(p)
+    assert (result.verdict.value, result.stats.states) == ("safe", 10)
+
+
+@pytest.mark.parametrize("order, signals, refused", [
+    ("reversed", True, True), ("in order", True, False), ("reversed", False, False)])
+def test_a_communicating_kernel_over_a_mesh_out_of_device_id_order_is_not_lowerable(order, signals, refused):
+    """Mosaic GPU addresses peers by device id: its lowering refuses a kernel that reaches
+    another device over a mesh not listing the devices in id order (JAX 0.10.2,
+    jax/experimental/mosaic/gpu/core.py). A kernel that stays on its device is not asked."""
+    from jax.sharding import AxisType, Mesh
+    import numpy as np
+
+    def ordered_kernel(x_ref, o_ref, sem):
+        if signals:
+            pl.semaphore_signal(sem, 1, device_id=1 - lax.axis_index("x"))
+            pl.semaphore_wait(sem, 1)
+        o_ref[...] = x_ref[...]
+
+    devices = jax.devices()[:2]
+    m = Mesh(np.array(devices[::-1] if order == "reversed" else devices), ("x",), axis_types=(AxisType.Auto,))
+    fn, x = sharded(gpu_call(ordered_kernel, grid=(1,), scratch=[REGULAR]), m)
+    [p], errors = lower_captures(capture_function(fn, x))
+    assert not errors
+    kinds = [(f.kind.value, f.loc.line) for f in p.findings]
+    assert kinds == ([("not_lowerable", line_of(HERE, "def ordered_kernel("))] if refused else [])
+    if refused:
+        [f] = p.findings
+        assert "device ids [1, 0]" in f.message and f"{line_of(HERE, 'pl.semaphore_signal(sem, 1, device_id=1 - lax')}" in f.message
+    result = check_protocol(p)
+    assert result.verdict.value == ("violation" if refused else "safe")

@@ -47,6 +47,7 @@ from typing import Callable
 from semcheck import ir
 from semcheck.errors import LoadError
 from semcheck.jax_compat import JaxInternalMissing, jax_internal, replaced
+from semcheck.frontends.jax_removals import removed_api
 from semcheck.records import record
 from semcheck.version import ISSUES_URL
 
@@ -254,7 +255,9 @@ def mesh_shape(mesh):
 
     names = tuple(mesh.axis_names)
     shape = dict(mesh.shape)
-    return MeshShape(names, tuple(int(shape[n]) for n in names))
+    ids = getattr(mesh, "device_ids", None)  # an AbstractMesh has none
+    return MeshShape(names, tuple(int(shape[n]) for n in names),
+                     tuple(int(i) for i in ids.ravel()) if ids is not None else ())
 
 
 # --- lowering what was captured ------------------------------------------------------------
@@ -496,8 +499,10 @@ def _run_script(path: str, exited: list[str | None], missing: list[str | None] |
             missing[0] = e.name
         loc = _where(e)
         where = f" at {loc}" if loc else ""
+        removed = removed_api(e)
         why = (f"; {SEMAPHORE_RESULT}" if _returns_semaphore(e)
-               else f"; {NO_CORE_COUNT}" if _asks_core_count(e) else "")
+               else f"; {NO_CORE_COUNT}" if _asks_core_count(e)
+               else f"; {removed.advice}" if removed is not None else "")
         said = _first_line(e)
         said = f": {said}" if said else ""
         return f"the script raised {type(e).__name__}{said}{where}{why}", loc

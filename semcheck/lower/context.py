@@ -33,6 +33,10 @@ class MeshShape:
 
     axis_names: tuple[str, ...] = ()
     axis_sizes: tuple[int, ...] = ()
+    # The ids of the mesh's devices in row-major order (`Mesh.device_ids`); () where the mesh
+    # is abstract. Mosaic GPU refuses a communicating kernel whose mesh does not list the
+    # devices in id order (gpu_layout.py).
+    device_ids: tuple[int, ...] = ()
 
     @property
     def size(self) -> int:

@@ -79,6 +79,14 @@ class GpuKernelContext(KernelContext):
     # and buffer -> why its values are not followed (found by an earlier lowering).
     gpu_data_reads: dict[str, set] = field(default_factory=dict)
     gpu_unfollowed: dict[str, str] = field(default_factory=dict)
+    # The first construct that reaches another device (a signal with a device id, a
+    # multicast signal, a remote_ref): the kernel communicates, as Mosaic GPU's lowering
+    # asks before it checks the mesh's device order (gpu_layout.py).
+    remote_at: ir.Loc | None = None
+
+    def reaches_peers(self, loc: ir.Loc) -> None:
+        if self.remote_at is None:
+            self.remote_at = loc
 
     def block_barrier(self, loc: ir.Loc) -> str:
         """The counter that stands for the block-wide `gpu.barrier` every Pallas thread of a

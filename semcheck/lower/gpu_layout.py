@@ -135,11 +135,36 @@ def _lower_once(capture, name: str, kernel_loc: ir.Loc, unfollowed: dict[str, st
             notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
             data_uses=tuple(ctx.data_uses),
             withheld=ctx.withheld_buffers(),
+            findings=_mesh_order_findings(ctx, capture),
             # What the kernel takes and returns, for the program linking (lower/program.py).
             ports=ir.Ports(tuple(arg_names[:n_in]), tuple(arg_names[n_in:n_in + n_out])),
         ),
         ctx,
     )
+
+
+def _mesh_order_findings(ctx: GpuKernelContext, capture) -> tuple[ir.LoweringFinding, ...]:
+    """Mosaic GPU addresses a peer by its NVSHMEM PE, which is the device id, and has no
+    translation from mesh positions: its lowering of a kernel that reaches another device
+    raises NotImplementedError unless the mesh lists the devices in id order
+    (`_mosaic_gpu_lowering_rule`, jax/experimental/mosaic/gpu/core.py, JAX 0.10.2; JAX's
+    test_permuted_mesh expects exactly that). The kernel runs on CPU devices all the same,
+    so without this a `Mesh(jax.devices()[::-1], ...)` kernel was called safe."""
+    from semcheck.kinds import Kind
+
+    ids = ctx.mesh.device_ids
+    if ctx.remote_at is None or not ids or ids == tuple(range(len(ids))):
+        return ()
+    loc = capture.call_loc or ctx.kernel_loc
+    return (ir.LoweringFinding(
+        Kind.NOT_LOWERABLE, loc,
+        f"not lowerable: Mosaic GPU only supports meshes whose devices follow row-major device "
+        f"ids, and this kernel reaches other devices (first at {ctx.remote_at}) over a mesh of "
+        f"device ids {list(ids)}: JAX's lowering raises NotImplementedError for it; semcheck "
+        "checked its protocol anyway, over mesh positions",
+        hint="build the mesh with the devices in id order (jax.make_mesh, or "
+             "Mesh(np.array(jax.devices()).reshape(shape), axes)) and permute the data instead",
+    ),)
 
 
 def _operand_data(ctx: GpuKernelContext, capture, inputs: list) -> None:

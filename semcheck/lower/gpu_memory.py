@@ -119,9 +119,25 @@ def located_region(t: GpuThreadLowering, eqn, value, what: str, extra=()) -> tup
         elif isinstance(transform, gpu_core.PeerMemRef):
             continue  # the device, found above
         else:
-            return whole(f"a view through {type(transform).__name__}")
+            followed = _followed_elementwise(ref, transforms, f"{what} at {loc}")
+            return (followed, device) if followed is not None else whole(f"a view through {type(transform).__name__}")
     why = f"{what} at {loc} is taken as all of {ref.alloc} along {', '.join(widened)}" if widened else None
     return ir.Region(ref.alloc, tuple(starts), tuple(sizes), widened=why), device
+
+
+def _followed_elementwise(ref: RefValue, transforms, where: str) -> ir.Region | None:
+    """The box a view through reshapes (and indexing) touches, followed element by element as
+    for a TPU view (`memory._positions`: JAX's own discharge of the transforms on an array
+    of positions), when every index is known per thread; None otherwise. A `remote_ref`
+    commutes with indexing and reshaping (it only moves the base address to the peer), so
+    it is left out. Without this a GMEM output reshaped to 3-d and written a tile per block
+    (`reduce_scatter_mgpu`'s `y_ref.reshape(...)[idxs] = ...`) was taken whole, and the
+    blocks' disjoint tiles raced."""
+    from semcheck.lower.memory import _bounding_region, _positions
+
+    gpu_core = jax_internal("gpu_core")
+    positions = _positions(ref, [tr for tr in transforms if not isinstance(tr, gpu_core.PeerMemRef)])
+    return None if positions is None else _bounding_region(ref, positions, where)
 
 
 def _peer_device(t: GpuThreadLowering, eqn, ref: RefValue, transform, what: str) -> ir.Operand:
@@ -132,6 +148,7 @@ def _peer_device(t: GpuThreadLowering, eqn, ref: RefValue, transform, what: str)
                                   f"{what.removeprefix('the ')}'s remote_ref")
     if core is not None or device is None:
         raise t.error(eqn, f"{what}: a remote_ref device id may only name mesh axes on GPU")
+    t.kernel.reaches_peers(t.loc(eqn))
     decl = t.kernel.buffers.get(ref.alloc)
     if decl is None or decl.scope is not Scope.DEVICE:
         raise t.error(eqn, f"{what}: plgpu.remote_ref of {ref.alloc!r}, which is not in GMEM: "
@@ -229,6 +246,7 @@ for _name in (
 
 def _multimem(t: GpuThreadLowering, eqn, inputs):
     t.kernel.note(MULTIMEM_NOTE)
+    t.kernel.reaches_peers(t.loc(eqn))
     return _no_sync(t, eqn, inputs)
 
 

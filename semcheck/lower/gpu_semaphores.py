@@ -27,6 +27,8 @@ def _signal(t: GpuThreadLowering, eqn, sem, transforms, inc, device_id, device_i
     if core is not None:
         raise t.error(eqn, f"{what}: a device id dict may only name mesh axes on GPU "
                       "(Mosaic GPU lowering raises ValueError for other keys)")
+    if device is not None:
+        t.kernel.reaches_peers(t.loc(eqn))
     ref = semaphore_ref(t, eqn, sem, "the signalled semaphore", transforms, device=device)
     _require_gmem_semaphore(t, eqn, ref, "signal")
     t.emitter.emit(ir.Signal(t.loc(eqn), ref, operand(t, eqn, inc, "the signal increment")))
@@ -75,6 +77,7 @@ def semaphore_signal_multicast(t: GpuThreadLowering, eqn, inputs):
             "a multicast signal reaches the semaphore on every device",
         )
     inc = operand(t, eqn, value, "the signal increment")
+    t.kernel.reaches_peers(t.loc(eqn))
     for device in range(mesh.size):
         ref = semaphore_ref(t, eqn, sem, "the signalled semaphore", transforms, device=device)
         _require_gmem_semaphore(t, eqn, ref, "signal")

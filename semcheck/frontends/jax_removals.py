@@ -1,0 +1,54 @@
+"""What JAX removed that kernels written for an older JAX still use, and what replaced it.
+
+A script that fails on such a name raises an AttributeError whose whole message is the name
+(`AttributeError: ANY`) or a TypeError about an unexpected keyword: true, but it does not say
+that the name was JAX's once, nor what to write instead. Each entry names the owner the
+script asked (a module, class or function, by `__name__`), the name, and the advice; the
+capture adds the advice to the script's error (frontends/capture.py). Found while checking
+vllm-project/tpu-inference's reduce-scatter matmul (abda97e4), written for a JAX before 0.10.
+"""
+
+from __future__ import annotations
+
+import re
+
+from semcheck.records import record
+
+
+@record(frozen=True)
+class RemovedApi:
+    owner: str  # the module, class or function the name was asked of, as its __name__ says
+    name: str  # the attribute or keyword argument
+    advice: str  # when JAX removed it, and what to write instead
+
+
+REMOVED: tuple[RemovedApi, ...] = (
+    RemovedApi("MemorySpace", "ANY", (
+        "`pltpu.MemorySpace.ANY` was deprecated in JAX 0.9 (jax-ml/jax 7b63d9d3, \"Deprecated "
+        "`pltpu.ANY` in favor of `pl.ANY`\") and removed in JAX 0.10.0: write `pl.ANY`"
+    )),
+    RemovedApi("jax.experimental.pallas.tpu", "ANY", (
+        "`pltpu.ANY` was deprecated in JAX 0.9 (jax-ml/jax 7b63d9d3) and removed in JAX 0.10.0: "
+        "write `pl.ANY`"
+    )),
+    RemovedApi("emit_pipeline", "should_accumulate_out", (
+        "`emit_pipeline(should_accumulate_out=...)` was removed in JAX 0.10.0 (jax-ml/jax "
+        "79c328ee, \"Get rid of old pallas emit_pipeline features that no one uses\"): drop it "
+        "where it was False (the default); where it was True, pass the output ref as an input "
+        "too and add to it in the body"
+    )),
+)
+
+_UNEXPECTED_KEYWORD = re.compile(r"(\w+)\(\) got an unexpected keyword argument '(\w+)'")
+
+
+def removed_api(e: BaseException) -> RemovedApi | None:
+    """The removal the script's failure is about, if it is one of those known."""
+    if isinstance(e, AttributeError):
+        owner = getattr(e, "obj", None)
+        key = (getattr(owner, "__name__", None), e.name)
+    elif isinstance(e, TypeError) and (found := _UNEXPECTED_KEYWORD.search(str(e))):
+        key = (found.group(1), found.group(2))
+    else:
+        return None
+    return next((api for api in REMOVED if (api.owner, api.name) == key), None)
