@@ -83,7 +83,10 @@ def assert_same_findings(protocol):
     assert with_symmetry.exhausted is None
     assert set(with_symmetry.findings) == set(full.findings) == set(without.findings), protocol
     assert with_symmetry.ends == full.ends
-    assert with_symmetry.states <= without.states
+    # No bound on with_symmetry.states against without.states: the reduction picks its
+    # stubborn set at the orbit's representative, whose choice can be larger than at the
+    # state itself (a random draw found 34 states against 31; seed 3044...7334 in JAX
+    # 0.10.2 at df02039). The bound holds without the reduction, below.
     # symmetry alone, without the partial-order reduction, merges far more states
     alone = search(protocol, reduce=False, symmetry=True)
     assert set(alone.findings) == set(full.findings) and alone.ends == full.ends, protocol
