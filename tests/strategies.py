@@ -74,9 +74,9 @@ def protocols(  # noqa: C901
         return ir.SemRef(decl.name, index, device_operand(), core_operand(decl))
 
     def region():
-        """Whole buffers, slots, halves of slots, empty windows of a slot, and a slot
-        chosen at run time; `shared` is one buffer per device that every core (block) of
-        it loads and stores directly."""
+        """Whole buffers, slots, halves of slots, empty windows of a slot, and a slot (or
+        an empty window of one) chosen at run time; `shared` is one buffer per device that
+        every core (block) of it loads and stores directly."""
         choice = draw(st.integers(0, 8))
         if choice == 7:
             return ir.Region("shared", (draw(st.integers(0, 1)),), (1,))
@@ -87,6 +87,8 @@ def protocols(  # noqa: C901
         if choice == 1:
             return ir.Region("mem")
         if choice == 2 and inputs:
+            if draw(st.booleans()):  # an empty window at a slot chosen at run time
+                return ir.Region("mem", (ir.Reg("n"), 0), (1, 0))
             return ir.Region("mem", (ir.Reg("n"),), (1,))
         slot = draw(st.integers(0, 1))
         if choice <= 3:

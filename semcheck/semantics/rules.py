@@ -449,7 +449,8 @@ def event_footprint(system: RaceTables, event: Event, watched: bool = True) -> F
     mread: set[int] = set()
     mwrite: set[int] = set()
     for access in event.accesses if watched else ():
-        (mwrite if access.write else mread).add(system.access_cell(access))
+        if 0 not in access.sizes:  # an empty window touches nothing (`Tables.touches_nothing`)
+            (mwrite if access.write else mread).add(system.access_cell(access))
     if event.invocation and event.side == RECV:
         target = system.instances[event.sem]
         mread.add(system.lifecycle_cell(target.device, target.core))

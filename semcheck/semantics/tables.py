@@ -259,6 +259,8 @@ class Tables:
         for t, body in enumerate(self.bodies):
             for instr in body:
                 for region, device, core in instructions.located_regions(instr):
+                    if self.touches_nothing(region):
+                        continue
                     key = self._static_key(region)
                     for bid in self.region_instances(t, region, device, core):
                         cells.name(bid, key)
@@ -303,9 +305,21 @@ class Tables:
                 found.append(bid)
         return found
 
+    def touches_nothing(self, region: ir.Region) -> bool:
+        """Whether a region is empty in every run: some size is the constant 0 (given, or a
+        whole dim of extent 0). It shares no element with anything (`state.overlap`), so it
+        can neither race nor order anything, and names no cell: as a cell, two empty
+        windows at one row of a peer's buffer (a kernel that sends a row or copies it
+        locally, the other side a 0-row copy) made every device's copies dependent."""
+        decl, _base = self.buffer_allocs[region.buffer]
+        sizes = tuple(region.size) + tuple(decl.shape[len(region.size):])
+        return any(isinstance(size, int) and size == 0 for size in sizes)
+
     def cell_candidates(self, t: int, region: ir.Region, device=None, core=None) -> tuple[frozenset[int], frozenset[int]]:
         """(cells, near) of the memory a region may touch: its own cell when its starts are
         constant, else its buffer instances' "anywhere" cells."""
+        if self.touches_nothing(region):
+            return frozenset(), frozenset()
         key = self._static_key(region)
         own = set()
         for bid in self.region_instances(t, region, device, core):
