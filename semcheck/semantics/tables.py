@@ -162,10 +162,14 @@ class Tables:
     def invocation_name(self, invocation: int) -> str:
         """An invocation as messages name it: "invocation 2", with its kernel's name in a
         program of several kernels ("invocation 2 (kernel `b`)")."""
+        kernel = self.kernel_of(invocation)
+        return f"invocation {invocation}" if kernel is None else f"invocation {invocation} (kernel `{kernel}`)"
+
+    def kernel_of(self, invocation: int) -> str | None:
+        """The kernel a program runs as invocation `invocation` (from 1) of every thread; None
+        where the protocol is one kernel."""
         kernels = self.protocol.kernels
-        if not kernels:
-            return f"invocation {invocation}"
-        return f"invocation {invocation} (kernel `{kernels[(max(invocation, 1) - 1) % len(kernels)]}`)"
+        return kernels[(max(invocation, 1) - 1) % len(kernels)] if kernels else None
 
     def ledger_slot(self, sid: int, invocation: int) -> int:
         """Where the barrier ledger counts the units `invocation` added to `sid`."""

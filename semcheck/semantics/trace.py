@@ -109,19 +109,18 @@ def _describe(system: System, before: State, after: State, action: Action, index
 
 def _kernel_at(system: System, t: int, pc: int) -> str | None:
     """The kernel of a program that instruction `pc` of thread `t` belongs to."""
-    kernels = system.protocol.kernels
-    if not kernels:
-        return None
-    entering = isinstance(system.bodies[t][pc], ir.KernelEntry) if pc < len(system.bodies[t]) else False
-    invocation = system.invocation_at[t][pc] + (1 if entering else 0)
-    return kernels[(max(invocation, 1) - 1) % len(kernels)]
+    return system.kernel_of(_entered(system, t, pc))
 
 
 def _invocation_at(system: System, t: int, pc: int) -> int | None:
-    """The invocation of thread t that instruction `pc` belongs to (its entry: the one it
-    enters), where threads run more than one; None where each runs one."""
-    if system.most_invocations <= 1:
-        return None
+    """The invocation of thread t that instruction `pc` belongs to, where threads run more
+    than one; None where each runs one."""
+    return None if system.most_invocations <= 1 else _entered(system, t, pc)
+
+
+def _entered(system: System, t: int, pc: int) -> int:
+    """The invocation (from 1) that instruction `pc` of thread `t` belongs to: an entry, the
+    one it enters."""
     entering = isinstance(system.bodies[t][pc], ir.KernelEntry) if pc < len(system.bodies[t]) else False
     return max(system.invocation_at[t][pc] + (1 if entering else 0), 1)
 
