@@ -25,7 +25,7 @@ from semcheck.run import expectations
 from semcheck.api import check_paths
 from semcheck.version import ISSUES_URL, __version__
 from semcheck.passes.assumptions import AssumptionError, parse as parse_assumption
-from semcheck.cli.explain import explain as explain_kind, kind_lines
+from semcheck.cli.explain import EXPLAIN_A_KIND, explain as explain_kind, kind_lines
 from semcheck.cli.options import did_you_mean, for_argparse
 from semcheck.engines import ENGINES
 from semcheck.engines.budget import DEFAULT_MAX_STATES, DEFAULT_TIMEOUT, Budget, ProgressInfo
@@ -122,8 +122,7 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
     # argparse wraps the options' help: to the terminal, at most 100 columns
     width = max(60, min(100, shutil.get_terminal_size().columns - 2))
     kinds = kind_lines(width)
-    explain = textwrap.fill("semcheck explain KIND shows a kind's page: what it means, a bad and a good "
-                            "pattern, the fix", width, subsequent_indent="  ")
+    explain = textwrap.fill(EXPLAIN_A_KIND, width, subsequent_indent="  ")
     exits = textwrap.fill("exit codes: 0 safe, 1 violation, 2 error, 3 inconclusive, 130/143/129 interrupted "
                           "(Ctrl-C/SIGTERM/SIGHUP; what finished is reported, marked partial)", width,
                           subsequent_indent="  ")

@@ -14,6 +14,8 @@ import textwrap
 from semcheck.kinds import DESCRIPTIONS, Kind
 
 EXIT_USAGE = 2
+# What `semcheck explain` alone and `semcheck --help` say of `explain KIND`.
+EXPLAIN_A_KIND = "semcheck explain KIND shows a kind's page: what it means, a bad and a good pattern, the fix"
 
 
 def kind_lines(width: int) -> str:
@@ -24,10 +26,15 @@ def kind_lines(width: int) -> str:
                                    subsequent_indent=" " * column) for k, d in DESCRIPTIONS.items())
 
 
+def _as_typed(name: str) -> str:
+    """A kind's name as a user may type it (`data-race`, `DATA_RACE`), spelt as the kind is."""
+    return name.strip().lower().replace("-", "_")
+
+
 def find_kind(name: str) -> Kind | None:
-    """The kind `name` names, read as a user may type it (`data-race`, `DATA_RACE`)."""
+    """The kind `name` names, read as a user may type it."""
     try:
-        return Kind(name.strip().lower().replace("-", "_"))
+        return Kind(_as_typed(name))
     except ValueError:
         return None
 
@@ -35,13 +42,12 @@ def find_kind(name: str) -> Kind | None:
 def explain(name: str | None, width: int) -> tuple[int, str, str]:
     """(exit code, what goes to stdout, what goes to stderr) for `semcheck explain [NAME]`."""
     if name is None:
-        return 0, (f"violation kinds:\n{kind_lines(width)}\n\n"
-                   "semcheck explain KIND shows a kind's page: what it means, a bad and a good pattern, the fix\n"), ""
+        return 0, f"violation kinds:\n{kind_lines(width)}\n\n{EXPLAIN_A_KIND}\n", ""
     kind = find_kind(name)
     if kind is None:
         from semcheck.cli.options import did_you_mean
 
-        close = did_you_mean(name.strip().lower().replace("-", "_"), [k.value for k in Kind])
+        close = did_you_mean(_as_typed(name), [k.value for k in Kind])
         return EXIT_USAGE, "", (f"semcheck: error: {name!r} is not a violation kind{close}\n"
                                 f"violation kinds:\n{kind_lines(width)}\n")
     from semcheck.report.kinds import help_markdown
