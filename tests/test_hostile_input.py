@@ -676,6 +676,30 @@ def test_a_signal_stops_a_sweep_with_jobs_at_once_and_leaves_nothing(tmp_path, s
     assert _wait_until_gone(started) == []
 
 
+def test_an_interrupted_pool_ends_its_thread_before_semcheck_exits():
+    """The CI failure of 2026-12-07: after SIGHUP a sweep's last line was CPython 3.11's
+    "OSError: [Errno 9] Bad file descriptor", printed by its pools' exit hook, which writes to
+    a pool thread's wake-up pipe without a lock while that thread, seeing its workers killed,
+    closes it. An interrupt now returns only once that thread has ended (and the workers)."""
+    import multiprocessing
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    from semcheck.run.sweep import _stopped_on_interrupt
+
+    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork"))
+    with pytest.raises(KeyboardInterrupt):
+        with _stopped_on_interrupt(pool) as workers:
+            for _ in range(2):
+                workers.submit(time.sleep, 600)
+            while len(pool._processes) < 2:
+                time.sleep(0.01)
+            manager, started = pool._executor_manager_thread, list(pool._processes.values())
+            raise KeyboardInterrupt
+    assert not manager.is_alive()
+    assert not any(worker.is_alive() for worker in started)
+
+
 def test_a_killed_sweep_leaves_no_worker_capture_or_daemon_behind(tmp_path):
     """SIGKILL: no handler of semcheck runs; the workers notice their parent is gone, and the
     capture server its owner, and each ends what it ran."""

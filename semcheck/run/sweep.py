@@ -202,11 +202,18 @@ class _stopped_on_interrupt:
         from semcheck.frontends import processes
 
         workers = list((getattr(self.pool, "_processes", None) or {}).values())
+        manager = getattr(self.pool, "_executor_manager_thread", None)  # shutdown() forgets it
         for worker in workers:
             processes.kill_tree(worker.pid)
         self.pool.shutdown(wait=False, cancel_futures=True)
         for worker in workers:
             worker.join(timeout=5)
+        # The pool's thread, seeing its workers dead, closes its wake-up pipe. CPython 3.11's
+        # exit hook for pools writes to that pipe without the pool's lock: were the thread
+        # still closing it as this process exits, the hook prints "OSError: [Errno 9] Bad file
+        # descriptor" after our last line. Once the thread has ended, the hook does nothing.
+        if manager is not None:
+            manager.join(timeout=10)
 
 
 def _process_context():
