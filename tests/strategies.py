@@ -518,3 +518,66 @@ def capacity_ring_protocols(draw, max_devices: int = 3, max_steps: int = 3):
         buffers=(ir.BufferDecl("x", (1, 4)), ir.BufferDecl("slots", (2, 4)), ir.BufferDecl("incoming", (1, 4))),
         threads=tuple(ir.Thread(d, 0, tuple(body)) for d, body in enumerate(bodies)),
     )
+
+
+@st.composite
+def barrier_protocols(draw, max_devices: int = 3, max_rounds: int = 2):
+    """The fused MoE's prologue shape (tpu-inference's fused MoE with the reduce-scatter in
+    the kernel), where the joint counting cut and guard-stopped adders save the most: each
+    device may zero-fill its whole output with a local copy, signals every device's barrier
+    semaphore and waits for all of them (one round or two), then writes a row into its right
+    neighbour's output and waits on both sides. The zero fill's wait comes before the
+    barrier (the fixed kernel), after it, or only after the row has landed (the racy
+    original); one device may be mutated. A cut that is too bold (a thread's additions cut
+    short at a wait it could in fact pass) would miss the race or a stuck barrier."""
+    devices = draw(st.integers(2, max_devices))
+    rounds = draw(st.integers(1, max_rounds))
+    zero = draw(st.booleans()) or draw(st.booleans())  # mostly with the zero fill
+    zero_wait = draw(st.sampled_from(["before_barrier", "after_barrier", "end"]))
+    reads = draw(st.booleans())
+    sems = [
+        ir.SemDecl("barrier", SemKind.REGULAR, 1, SemOrigin.BARRIER, Scope.CORE),
+        ir.SemDecl("zero", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE),
+        ir.SemDecl("send", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE),
+        ir.SemDecl("recv", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE),
+    ]
+    lines = iter(range(1, 10_000))
+
+    def loc() -> ir.Loc:
+        return ir.Loc("barrier.py", next(lines))
+
+    def program(d: int) -> list[ir.Instr]:
+        right, left = (d + 1) % devices, (d - 1) % devices
+        zero_done = [ir.DmaWait(loc(), ir.SemRef("zero"), 4, ir.DmaSide.RECV)] if zero else []
+        body: list[ir.Instr] = []
+        if zero:
+            body.append(ir.DmaStart(loc(), ir.Region("zeros", (0,), (devices,)), ir.Region("out", (0,), (devices,)),
+                                    ir.SemRef("zero"), None, 4))
+            if zero_wait == "before_barrier":
+                body += zero_done
+        for k in range(rounds):
+            body += [ir.Signal(loc(), ir.SemRef("barrier", 0, p)) for p in range(devices)]
+            body.append(ir.Wait(loc(), ir.SemRef("barrier"), devices, True))
+            if k == 0:
+                if zero_wait == "after_barrier":
+                    body += zero_done
+                body += [
+                    ir.DmaStart(loc(), ir.Region("stage", (0,), (1,)), ir.Region("out", (d,), (1,)),
+                                ir.SemRef("recv"), ir.SemRef("send"), 4, right),
+                    ir.DmaWait(loc(), ir.SemRef("send"), 4, ir.DmaSide.SEND),
+                    ir.DmaWait(loc(), ir.SemRef("recv"), 4, ir.DmaSide.RECV),
+                ]
+                if zero_wait == "end":
+                    body += zero_done
+                if reads:
+                    body.append(ir.Load(loc(), ir.Region("out", (left,), (1,))))
+        return body
+
+    bodies = [program(d) for d in range(devices)]
+    _mutate_one_device(draw, bodies, waits=(ir.Wait, ir.DmaWait))
+    return ir.Protocol(
+        name="random_barrier", backend=Backend.TPU, devices=devices, cores=1,
+        semaphores=tuple(sems),
+        buffers=(ir.BufferDecl("zeros", (devices,)), ir.BufferDecl("stage", (1,)), ir.BufferDecl("out", (devices,))),
+        threads=tuple(ir.Thread(d, 0, tuple(body)) for d, body in enumerate(bodies)),
+    )

@@ -10,7 +10,9 @@ from semcheck.engines.explicit import search as explicit
 from semcheck.semantics import System
 from semcheck.engines.options import ExplicitOptions
 from tests.reference import reference_findings
-from tests.strategies import capacity_ring_protocols, control_flow_protocols, protocols, ring_protocols
+from tests.strategies import (
+    barrier_protocols, capacity_ring_protocols, control_flow_protocols, protocols, ring_protocols,
+)
 
 
 def findings(protocol, reduce, silence=False):
@@ -122,6 +124,20 @@ def test_reduction_preserves_every_finding_on_capacity_rings(protocol):
     ring all-reduce), symmetric or with one device mutated: where the set's own members
     keep a neighbour's capacity wait closed (`Independence.cut` for a whole stubborn set,
     and the blocked waiters a completion feeds joining the set first)."""
+    full = reference_findings(protocol)
+    reduced = findings(protocol, reduce=True)
+    assert set(reduced.findings) == set(full.findings), protocol
+    assert reduced.states <= full.states
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(barrier_protocols())
+def test_reduction_preserves_every_finding_on_barriers(protocol):
+    """All-to-all barriers (one round or two) around a zero fill guarded by its own wait and
+    a row written into a neighbour, symmetric or with one device mutated: where threads
+    outside a stubborn set are stopped together at their barrier waits (the joint counting
+    cut) and a thread waiting for a completion in the set adds only what comes before that
+    wait (`Independence.cut`)."""
     full = reference_findings(protocol)
     reduced = findings(protocol, reduce=True)
     assert set(reduced.findings) == set(full.findings), protocol

@@ -7,7 +7,8 @@ explicit search asks to find pending completions without listing them all.
   as (start pcs, event prefixes to bisect for) per (side, issuer): a few starts one by
   one, many (a send semaphore every step's copy adds to) by their issuer's side;
 * `written(r)`: whether some copy's completion may write cell resource r;
-* `guard_stops(t, event)`: thread t's waits that only `event`'s completion can satisfy.
+* `guard_stops(t, event)`: thread t's waits that only `event`'s completion can satisfy, and
+  `guarded_threads(event)`: the threads that have such a wait.
 
 A ring of N devices has N^2 copy starts and about 2N^2 resources: the index is two machine
 arrays (`resource_index.ResourceIndex`), the entries are made when asked (a bounded number
@@ -57,6 +58,7 @@ class CopyIndex:
         self._written = self._destinations()
         self._only = self._only_adders()
         self._stops: dict[tuple[int, int, int, int], tuple[int, ...] | None] = {}
+        self._guarded: dict[tuple[int, int, int], tuple[int, ...]] = {}
 
     def copies_on(self, r: int) -> Entries:
         found = self._entries.get(r)
@@ -151,6 +153,26 @@ class CopyIndex:
             if self._only[sid] == code:
                 pcs.extend(self._blocking_waits(t, sid))
         found = self._stops[key] = tuple(sorted(pcs)) if pcs else None
+        return found
+
+    def guarded_threads(self, event: Event) -> tuple[int, ...]:
+        """The threads with a wait that only `event`'s completion can satisfy (those for
+        which `guard_stops(t, event)` is not None), sorted."""
+        key = (event.issuer, event.start_pc, event.side)
+        found = self._guarded.get(key)
+        if found is None:
+            if len(self._guarded) >= _KEPT:
+                self._guarded.clear()
+            system = self.system
+            code = (event.issuer * self._stride + event.start_pc) * 2 + event.side
+            instr = system.bodies[event.issuer][event.start_pc]
+            assert isinstance(instr, ir.DmaStart)
+            ref = _target(instr) if event.side == RECV else instr.send_sem
+            threads: set[int] = set()
+            for sid in system.candidates(event.issuer, ref) if ref is not None else ():
+                if self._only[sid] == code:
+                    threads.update(t for t in system.touchers.get(sid) if self._blocking_waits(t, sid))
+            found = self._guarded[key] = tuple(sorted(threads))
         return found
 
     def _blocking_waits(self, t: int, sid: int) -> list[int]:

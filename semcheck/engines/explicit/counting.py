@@ -3,7 +3,8 @@
 * per straight-line thread, its waits with a constant semaphore and amount (`counted`),
   indexed by the threads that may add to their semaphore and by the semaphore;
 * per (thread, semaphore), what its decrementing waits take (`taken`) and what its
-  instructions may still add (`added`), as prefix and suffix sums.
+  instructions may still add (`added`), as prefix and suffix sums, and for a straight-line
+  thread what it adds between two pcs (`added_between`: up to where it stops).
 
 A ring of N devices has 2N^2 waits and N^2 semaphores, each with a thread or two that add
 to it and one that waits: a dict entry and a tuple per wait, and per (thread, semaphore),
@@ -123,6 +124,7 @@ class CountingTables:
         ]
         self._taken: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
         self._added: dict[tuple[int, int], object] = {}
+        self._added_prefix: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
 
     def counted(self, t: int) -> CountedWaits | None:
         found = self._counted[t]
@@ -215,6 +217,32 @@ class CountingTables:
         pcs, suffix = found
         total = suffix[bisect_left(pcs, pc)] if pc >= 0 else 0.0
         return None if total != total else int(total)  # NaN: an unknown amount
+
+    def added_between(self, a: int, sid: int, start: int, stop: int) -> int | None:
+        """The most straight-line thread a's instructions at pcs in [start, stop) can add to
+        `sid` (None: one of them may add an amount known only at run time). Each runs at
+        most once: a straight-line thread has no loop."""
+        assert self.tables[a].straight, "only a straight-line thread's pcs bound what it does"
+        key = (a, sid)
+        found = self._added_prefix.get(key)
+        if found is None:
+            if len(self._added_prefix) >= _KEPT:
+                self._added_prefix.clear()
+            body = self.system.bodies[a]
+            pcs: list[int] = []
+            prefix = [0.0]
+            for pc, bits in self.tables[a].on(sid):
+                if bits & M_INC:
+                    amount = constant_addition(self.system, a, body[pc], sid)
+                    pcs.append(pc)
+                    prefix.append(prefix[-1] + (float("nan") if amount is None else amount))
+            found = self._added_prefix[key] = (pcs, prefix)
+        pcs, prefix = found
+        lo, hi = bisect_left(pcs, max(start, 0)), bisect_left(pcs, stop)
+        if lo >= hi:
+            return 0
+        total = prefix[hi] - prefix[lo]
+        return None if total != total else int(total)  # NaN: an unknown amount among them
 
     def last_addition(self, a: int, sid: int) -> float:
         """The last pc at which thread a adds a positive amount to `sid` (-1: never;

@@ -32,6 +32,7 @@ from semcheck.semantics.footprints import (
 from semcheck.semantics import DATA_RACE, PLAIN_RACE, Action, Event, EventFires, State, System, event_footprint
 
 _KEPT = 8_192  # answers kept per kind before the cache starts again
+_JOINT = 16  # threads given a candidate wait together by one joint cut (`Independence._joint_cuts`)
 
 
 class Independence:
@@ -154,6 +155,27 @@ class Independence:
 
     def cut(self, state: State, still: frozenset[int] | set[int], still_events, t: int, limit: int = 8,
             still_sems: frozenset[int] | set[int] | None = None) -> int | None:
+        """Where thread t's future stops while the members of a stubborn set stand still:
+        the earlier of the counting cut of t alone (`plain_cut`) and the joint cut
+        (`_joint_cuts`), which is tried only when the plain cut is not already at t's first
+        candidate wait (nothing can stop t earlier)."""
+        entries = self.counting.counted(t)
+        if not entries:
+            return None
+        if still_sems is None:
+            still_sems = {action.event.sem for action in still_events}
+        plain = self.plain_cut(state, still, still_events, t, limit, still_sems)
+        stopped = self._guard_stopped(state, still_events)
+        first = self._first_candidate(state, still, still_sems, stopped, t)
+        if first is None or (plain is not None and plain <= first[0]):
+            return plain
+        joint = self._joint_cuts(state, still, still_events, still_sems, stopped, t).get(t)
+        if joint is not None and (plain is None or joint < plain):
+            return joint
+        return plain
+
+    def plain_cut(self, state: State, still: frozenset[int] | set[int], still_events, t: int, limit: int = 8,
+                  still_sems: frozenset[int] | set[int] | None = None) -> int | None:
         """The first wait of straight-line thread t, from its pc on, that it cannot pass
         while the threads `still` and the pending completions `still_events` stand still
         (the members of a stubborn set being built: none of them moves in a schedule made of
@@ -164,25 +186,32 @@ class Independence:
         future counts only up to the wait. Standing still more only lowers that most, so a
         cut found for part of a set holds for the whole set. (At most `limit` candidate
         waits are tried: giving up only means no cut.) `still_sems`: the semaphores the
-        completions in `still_events` add to, when the caller has them at hand."""
+        completions in `still_events` add to, when the caller has them at hand.
+
+        A straight-line thread outside the set that has a wait only a completion in
+        `still_events` can satisfy (a guard stop) cannot pass that wait either: only what
+        it adds before its first such wait counts (`_guard_stopped`), and the waits on the
+        semaphores it adds to are tried as candidates as a member's are."""
         entries = self.counting.counted(t)
         if not entries:
             return None
         if still_sems is None:
-            still_sems = {e.sem for _kind, e in still_events}
+            still_sems = {action.event.sem for action in still_events}
         pc = state.pcs[t]
         k = entries.first_from(pc)
+        stopped = self._guard_stopped(state, still_events)
         # only a wait something standing still adds to can be kept closed: the first `limit`
         # of those from pc on, found per member in the indices by adder and by semaphore
+        # (a thread stopped by a guard is still from its stop on, so it counts as a member)
         chosen: set[int] = set()
-        for index, keys in ((entries.by_adder, still), (entries.by_sem, still_sems)):
+        for index, keys in ((entries.by_adder, still), (entries.by_adder, stopped), (entries.by_sem, still_sems)):
             # whichever is smaller is walked: a big set's members, or t's few adders
             for key in (keys if len(keys) <= len(index) else [key for key in index if key in keys]):
                 chosen.update(index.from_(key, k, limit))
         tried = sorted(chosen)[:limit]
         for j in tried:
             stop, sid, need, adders = entries.entry(j)
-            reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop)
+            reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop, stopped)
             if reachable is not None and reachable < need:
                 return stop
         # None of those: the waits a still thread has yet to feed (it adds to their
@@ -193,10 +222,99 @@ class Independence:
         fed = self._first_unfed(t, k, state.pcs, still, set(tried), limit)
         for j in fed:
             stop, sid, need, adders = entries.entry(j)
-            reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop)
+            reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop, stopped)
             if reachable is not None and reachable < need:
                 return stop
         return None
+
+    def _first_candidate(self, state: State, still, still_sems, stopped: dict[int, int],
+                         a: int) -> tuple[int, int, int, frozenset[int]] | None:
+        """Thread a's first counted wait from its pc on whose semaphore a member standing
+        still (or a thread stopped by a guard) may add to: (pc, semaphore, amount, adders)."""
+        entries = self.counting.counted(a)
+        if not entries:
+            return None
+        k = entries.first_from(state.pcs[a])
+        best: int | None = None
+        for index, keys in ((entries.by_adder, still), (entries.by_adder, stopped), (entries.by_sem, still_sems)):
+            for key in (keys if len(keys) <= len(index) else [key for key in index if key in keys]):
+                found = index.from_(key, k, 1)
+                if found and (best is None or found[0] < best):
+                    best = found[0]
+        return None if best is None else entries.entry(best)
+
+    def _joint_cuts(self, state: State, still, still_events, still_sems, stopped: dict[int, int],
+                    t: int) -> dict[int, int]:
+        """Stops for t and the threads that add to the semaphores they wait on, found
+        together: each thread a of the group (at most `_JOINT` threads outside `still`,
+        straight-line) is given its first candidate wait W(a) (`_first_candidate`), then a
+        thread is dropped from the group while the most W(a)'s semaphore can hold reaches
+        W(a)'s amount when every other thread of the group adds only what comes before its
+        own W (and a thread stopped by a guard only what comes before that stop). Those
+        left cannot pass their W while the set stands still: in a schedule of actions
+        outside the set, at the first moment one of them passes its W none of the others
+        has passed its own, so the semaphore holds at most what was summed, less than the
+        amount. Kept per state and members: the next thread asked finds its answer here
+        when it was in an earlier group."""
+        key = (frozenset(still), frozenset(still_events))
+        cache = self.state_cache(state).joint
+        known = cache.get(key)
+        if known is None:
+            known = cache[key] = ({}, set())
+        verified, grouped = known
+        if t in grouped:
+            return verified
+        pcs, bodies = state.pcs, self.system.bodies
+        group: dict[int, tuple[int, int, int, frozenset[int]]] = {}
+        work = [t]
+        while work and len(group) < _JOINT:
+            a = work.pop()
+            if a in group or a in grouped or a in still or not 0 <= pcs[a] < len(bodies[a]):
+                continue
+            candidate = self._first_candidate(state, still, still_sems, stopped, a)
+            if candidate is None:
+                continue
+            group[a] = candidate
+            work.extend(b for b in sorted(candidate[3], reverse=True) if b not in group and b not in still)
+        grouped.update(group)
+        grouped.add(t)
+        changed = True
+        while changed:
+            changed = False
+            for a in list(group):
+                stop, sid, need, adders = group[a]
+                most = self._most_with_stops(state, sid, adders, still, still_events, a, stop, group, verified, stopped)
+                if most is None or most >= need:
+                    del group[a]
+                    changed = True
+        verified.update((a, entry[0]) for a, entry in group.items())
+        return verified
+
+    def _most_with_stops(self, state: State, sid: int, adders, still, still_events, t: int, stop: int,
+                         group: dict[int, tuple], verified: dict[int, int], stopped: dict[int, int]) -> int | None:
+        """The most `sid` can hold while the members stand still and every thread of
+        `group`, `verified` or `stopped` adds only what comes before its stop there, less
+        what t's own waits before `stop` take (None: an unknown or looping amount)."""
+        taken = self.counting.taken_between(t, sid, state.pcs[t], stop)
+        if taken is None:
+            return None
+        most = state.sems[sid] - taken
+        for action, amount in self.pending_additions(state.events, sid):
+            if action not in still_events:
+                most += amount
+        for b in adders:
+            if b in still:
+                continue
+            at = state.pcs[b]
+            ends = [x for x in (group[b][0] if b in group else None, verified.get(b), stopped.get(b)) if x is not None]
+            if ends and self.tables[b].straight:
+                more = self.counting.added_between(b, sid, at, min(ends))
+            else:
+                more = self.counting.still_added(b, sid, at)
+            if more is None:
+                return None
+            most += more
+        return most
 
     def _first_unfed(self, t: int, k: int, pcs: tuple[int, ...], still, tried: set[int], limit: int) -> list[int]:
         """Sorted indices (from k on, at most `limit`, none in `tried`) into t's counted
@@ -243,7 +361,34 @@ class Independence:
             found = self._feeds_cache[key] = (last, all(x <= y for x, y in zip(last, last[1:])))
         return found
 
-    def _most_reachable(self, state: State, sid: int, adders, still, still_events, t: int, pc: int, stop: int) -> int | None:
+    def _guard_stopped(self, state: State, still_events) -> dict[int, int]:
+        """Per straight-line thread, active, with a wait that only a completion in
+        `still_events` can satisfy (`CopyIndex.guard_stops`), the first such wait from its
+        pc on: while those completions stand still it cannot pass it, so nothing it would do
+        after can happen. Kept per state and set of completions, so threads in `still` are
+        listed too: the callers pass over them (a member's whole share is taken back)."""
+        if not still_events:
+            return {}
+        cache = self.state_cache(state).guard_stopped
+        key = still_events if isinstance(still_events, frozenset) else frozenset(still_events)
+        found = cache.get(key)
+        if found is not None:
+            return found
+        found = cache[key] = {}
+        pcs, bodies = state.pcs, self.system.bodies
+        for action in key:
+            event = action.event
+            for a in self.copies.guarded_threads(event):
+                if not 0 <= pcs[a] < len(bodies[a]) or not self.tables[a].straight:
+                    continue
+                stops = self.copies.guard_stops(a, event) or ()
+                k = bisect_left(stops, pcs[a])
+                if k < len(stops) and (a not in found or stops[k] < found[a]):
+                    found[a] = stops[k]
+        return found
+
+    def _most_reachable(self, state: State, sid: int, adders, still, still_events, t: int, pc: int, stop: int,
+                        stopped: dict[int, int] | None = None) -> int | None:
         taken = self.counting.taken_between(t, sid, pc, stop)
         if taken is None:
             return None
@@ -266,6 +411,10 @@ class Independence:
                         unbounded_still += 1
                     else:
                         total -= more
+        if stopped:  # and what the threads stopped by a guard would have added from their stop on
+            less, unbounded_gone = self._past_guard_stops(state, sid, sums, still, stopped)
+            total -= less
+            unbounded_still += unbounded_gone
         if unbounded_still < sums.unbounded:
             return None
         if sums.by_completion:
@@ -274,6 +423,25 @@ class Independence:
                 if amount is not None:
                     total -= amount
         return total
+
+    def _past_guard_stops(self, state: State, sid: int, sums: _ReachableSums, still,
+                          stopped: dict[int, int]) -> tuple[int, int]:
+        """What the threads in `stopped` (outside `still`) would add to `sid` from their
+        guard stop on, taken out of `sums`: (the amount, how many unbounded shares go)."""
+        less = gone = 0
+        for a, at in stopped.items():
+            if a not in sums.by_adder or a in still:
+                continue
+            before = self.counting.added_between(a, sid, state.pcs[a], at)
+            if before is None:
+                continue  # an unknown amount before its stop: its whole share stays
+            more = sums.by_adder[a]
+            if more is None:
+                gone += 1
+                less -= before
+            else:
+                less += more - before
+        return less, gone
 
     def _reachable_sums(self, state: State, sid: int, adders) -> _ReachableSums:
         """What `sid` can hold in `state` if every actor moves (the count, every pending
@@ -363,11 +531,14 @@ class StateCache:
     asked as a blocked wait), the actors whose whole footprint conflicts with it
     (`reduction._Context._candidates`); per (thread, the members standing still), the
     counting cut (`Independence.cut`); per enabled action, the threads blocked at a wait on a
-    semaphore it adds to (`reduction._Context._waiting_for`)."""
+    semaphore it adds to (`reduction._Context._waiting_for`); per set of completions standing
+    still, the threads they stop at a guard and where (`Independence._guard_stopped`)."""
 
     candidates: dict[tuple[Action, bool], list[tuple]] = field(default_factory=dict)
     cuts: dict[tuple[int, frozenset], int | None] = field(default_factory=dict)
     waiters: dict[Action, list[Action]] = field(default_factory=dict)
+    guard_stopped: dict[frozenset, dict[int, int]] = field(default_factory=dict)
+    joint: dict[tuple[frozenset, frozenset], tuple[dict[int, int], set[int]]] = field(default_factory=dict)
 
 
 @record(frozen=True)
