@@ -287,6 +287,8 @@ def _add_images(system: System, ind: Independence, group: symmetries.Rotations, 
     """Every finding's images under the group: the image of a path is a path of the system
     (the group's elements are automorphisms), replayed to name what it reaches."""
     for _finding, initial, actions in list(found.findings.values()):
+        if not actions and group.image(initial, 1) == initial:
+            continue  # every image of the path is the path itself: nothing new to name
         for g in range(1, group.order):
             state = start = group.image(initial, g)
             path = [group.action(a, g) for a in actions]
