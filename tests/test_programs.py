@@ -279,10 +279,9 @@ def test_a_semaphore_carried_into_the_next_kernel_is_named_there_as_that_kernel_
 
 def test_a_carried_semaphore_left_over_is_named_as_the_kernel_holding_it_calls_it():
     """`flag` (first kernel, unchecked at exit) carries into the second kernel as `ready`:
-    the check at the second kernel's entry (two units carried in), the leftover at the end
-    (one unit left) and, when the program runs twice, what the first kernel finds at its
-    next entry name the semaphore as the kernel holding it calls it, not `first.flag`."""
-    from semcheck.passes.invocations import repeat
+    the check at the second kernel's entry (two units carried in) and the leftover at the
+    end (one unit the second kernel added) name the semaphore as the kernel holding it
+    calls it, `second.ready`, not `first.flag`."""
 
     def scratch(name: str, checked: bool) -> ir.SemDecl:
         return ir.SemDecl(name, ir.SemKind.REGULAR, 1, ir.SemOrigin.SCRATCH, ir.Scope.CORE, None, L,
