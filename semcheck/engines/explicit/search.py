@@ -147,7 +147,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 found.states = len(path) + 1
                 found.transitions = transitions
                 found.stored_states, found.store_bytes, found.store_fixed_bytes = 0, 0, 0
-                if group is not None:
+                if group is not None and not (stop_at_first and found.has_errors):  # as below
                     _add_images(system, ind, group, found, silence_reported_races)
                 found.seconds = monitor.elapsed()
                 found.peak_memory_mb = monitor.peak_mb
