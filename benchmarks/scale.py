@@ -156,6 +156,11 @@ peak, `models/circular_wait.py` (one thread and one wait a device), at load 3-5:
     10,000     -                         0.37 s, 2.1 MB
     100,000    -                         4.6 s, 23 MB
 
+`scale.py --rows circular_wait` after (the default stops at the first counterexample):
+
+    | circular_wait model, N=1000   | < 10 s       | 0.5   | 0.5    | 48      | 1      | violation (deadlock) | explicit |
+    | circular_wait model, N=100000 | ends, < 2 GB | 44.8  | 51.2   | 873     | 1      | violation (deadlock) | explicit |
+
 The whole check (`semcheck verify ... --engine explicit`, `/usr/bin/time` user seconds):
 `circular_wait` at 1,000 devices ran past 7 CPU minutes before (killed) and takes 2.2 s
 after; at 100,000 it reports its deadlock in 43.5 CPU s (the search 5.8 s, the rest loading
