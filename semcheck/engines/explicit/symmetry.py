@@ -166,18 +166,30 @@ class Rotations:
         else:
             laid = tuple([pcs[t] if t >= 0 else _NO_THREAD for t in self.at])
         width = self.step * self.locals_
-        blocks = [laid[i:i + width] for i in range(0, len(laid), width)]
-        m = len(blocks)
-        start, period = least_rotation(blocks)
-        # the image under g starts at block (m - g) % m; equal pcs under g + k * period
-        ties = sorted((m - start - k * period) % m for k in range(m // period))
+        m = self.order
+        if m * len(laid) <= _FEW_ENTRIES:  # few: every rotation as a slice is cheaper than one pass
+            rotations = [laid[len(laid) - g * width:] + laid[:len(laid) - g * width] for g in range(m)]
+            least = min(rotations)
+            ties = [g for g in range(m) if rotations[g] == least]
+            period = ties[1] - ties[0] if len(ties) > 1 else m
+        else:
+            blocks = [laid[i:i + width] for i in range(0, len(laid), width)]
+            start, period = least_rotation(blocks)
+            # the image under g starts at block (m - g) % m; equal pcs under g + k * period
+            ties = sorted((m - start - k * period) % m for k in range(m // period))
         if len(ties) == 1:
             return self.image(state, ties[0]), ties[0]
-        if self.image(state, period) == state:  # every tie is the same image
+        if len(ties) > _FEW_TIES and self.image(state, period) == state:  # every tie is the same image
             return self.image(state, ties[0]), ties[0]
         return min(((self.image(state, g), g) for g in ties), key=lambda pair: (_order(pair[0]), pair[1]))
 
 
+# Below this many slot entries over all elements, canonical tries every rotation (as slices)
+# rather than the one pass of `least_rotation`, whose Python steps cost more at small N.
+_FEW_ENTRIES = 4096
+# Up to this many rotations giving the least pcs, each image is built and compared; beyond,
+# one image first tells whether the state is invariant (then they are all one image).
+_FEW_TIES = 8
 _NO_THREAD = -2  # a slot with no thread, in the pcs laid out by slot (a pc is >= -1)
 
 
