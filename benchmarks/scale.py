@@ -143,6 +143,35 @@ same buffer only. State counts are identical.
                                                                   load 21 after 65.6 CPU s,
                                                                   peak 1.0 GB
 
+The symmetry group at huge N (branch limits, before main 03faa13 and after). The group of
+rotations was two tables of order x threads entries (each element's permutation of the
+threads and its inverse); it is now each thread's slot in a device-major layout, and the
+least image of a state is found by one pass over its pcs (`symmetry.least_rotation`).
+`symmetry.rotations` plus `canonical` of the initial state, CPU seconds and tracemalloc's
+peak, `models/circular_wait.py` (one thread and one wait a device), at load 3-5:
+
+    N          before                    after
+    1,000      1.15 s, 37 MB             0.03 s, 0.2 MB
+    2,000      5.3 s, 162 MB             0.08 s, 0.4 MB
+    10,000     -                         0.37 s, 2.1 MB
+    100,000    -                         4.6 s, 23 MB
+
+`scale.py --rows circular_wait` after (the default stops at the first counterexample):
+
+    | circular_wait model, N=1000   | < 10 s       | 0.5   | 0.5    | 48      | 1      | violation (deadlock) | explicit |
+    | circular_wait model, N=100000 | ends, < 2 GB | 44.8  | 51.2   | 873     | 1      | violation (deadlock) | explicit |
+
+The whole check (`semcheck verify ... --engine explicit`, `/usr/bin/time` user seconds):
+`circular_wait` at 1,000 devices ran past 7 CPU minutes before (killed) and takes 2.2 s
+after; at 100,000 it reports its deadlock in 43.5 CPU s (the search 5.8 s, the rest loading
+and the report; peak 894 MB). Two more per-device costs went with it: the stuck-state
+judgement asked every blocked thread about every wait (blocked^2 `may_add` questions,
+now only the threads that touch the semaphore), and each finding's images were replayed
+once per element even for an empty path from a symmetric state, and on the one path even
+when stopping at the first counterexample. `ring_recv_before_send` at 150 devices: 50 s
+before, 1.6 s after; at 1,000: past 5 CPU minutes before (killed), 5.4 s after. The ring
+model's tables at 256 are its N^2 instructions, as before (`rotations` 2.2 s there, both).
+
 At 128 the default engine lets z3 join the running search (auto.py's side-by-side race):
 its encoding adds about 7 CPU s and 300 MB before the search decides. Main at 4d077ea was
 about twice as slow as the first round's "after" (64: 12.7 s against 6.3 s) with the
@@ -272,6 +301,11 @@ def rows(scratch: str) -> list[Row]:
     table += [Row(f"ring_allgather model, N={n}, explicit", target, RING, n,
                   ("--engine", "explicit", "--max-states", "10000000"), timeout, 2000)
               for n, target, timeout in ((512, "< 2 GB", 1800), (1024, "< 2 GB", 3600))]
+    # the symmetry group at huge N: kept in tables linear in the threads (a model of one
+    # thread and one wait a device, deadlocked at its first state)
+    table += [Row(f"circular_wait model, N={n}", target, os.path.join(ROOT, "models", "circular_wait.py"), n,
+                  ("--engine", "explicit"), 600, 2000)
+              for n, target in ((1000, "< 10 s"), (100_000, "ends, < 2 GB"))]
     table += [Row(f"wheel TPU all_gather, N={n}", target, wheel, n) for n, target in
               ((8, "< 2 s"), (16, "race, < 30 s"), (32, "race, < 120 s"))]
     table += [Row(f"{name}, N=16", "< 60 s", os.path.join(TPU, name), 16)

@@ -21,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from semcheck import frontends  # noqa: E402
-from semcheck.engines import explicit, symmetry  # noqa: E402
+from semcheck.engines.explicit import search as explicit  # noqa: E402
+from semcheck.engines.explicit import symmetry  # noqa: E402
 from semcheck.engines.budget import Budget  # noqa: E402
 from semcheck.semantics import System  # noqa: E402
 from semcheck.engines.options import ExplicitOptions  # noqa: E402

@@ -55,6 +55,16 @@ class StepEvent(str, enum.Enum):
     EXIT = "exit"
 
 
+class NoVerdictKind(str, enum.Enum):
+    """Why a check is inconclusive, as a type (the JSON's `inconclusive_reason.kind`); the
+    words for it are `report.text.no_verdict_reason`."""
+
+    NOT_LOADED = "not_loaded"  # it stopped before a protocol was built (a budget ran out while loading)
+    SEARCH_STOPPED = "search_stopped"  # the search stopped early: a budget, or a construct the engine does not model
+    UNJUSTIFIED = "unjustified"  # a finding semcheck cannot justify (Result.unjustified)
+    INCOMPLETE = "incomplete"  # not every schedule was covered, with no other reason recorded
+
+
 @record(frozen=True)
 class RegionRef:
     """A rectangle of one buffer, as a step touched it: `out[2:3, 0:8, 0:128]@d1`."""
@@ -408,6 +418,19 @@ class Result:
     def _repr_html_(self) -> str:
         """A notebook shows the text report with each counterexample drawn inline (SVG)."""
         return _installed().html(self)
+
+    @property
+    def no_verdict(self) -> NoVerdictKind | None:
+        """Why the check is inconclusive (None when it is not), from the fields that record it."""
+        if self.verdict is not Verdict.INCONCLUSIVE:
+            return None
+        if self.unjustified:
+            return NoVerdictKind.UNJUSTIFIED
+        if self.exhausted and not self.built:
+            return NoVerdictKind.NOT_LOADED
+        if self.exhausted:
+            return NoVerdictKind.SEARCH_STOPPED
+        return NoVerdictKind.INCOMPLETE
 
     @property
     def errors(self) -> list[Violation]:

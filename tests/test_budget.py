@@ -151,6 +151,9 @@ def test_cli_tiny_timeout_exits_3_with_the_phase_named(capsys):
     (result,) = json.loads(capsys.readouterr().out)["results"]
     assert code == 3 and result["verdict"] == "inconclusive"
     assert "ran out while loading" in result["notes"][-1]  # the phase it ran out in
+    # why, as a field of its own: it never got as far as a protocol
+    reason = result["inconclusive_reason"]
+    assert reason["kind"] == "not_loaded" and reason["message"].startswith("no verdict: time budget of 1e-09 s ran out"), reason
 
 
 def test_monitor_reads_the_clock_on_every_tick():

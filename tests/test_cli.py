@@ -51,6 +51,7 @@ def test_json_document_has_the_contract_fields(capsys):
     assert {"kernel", "file", "line", "backend", "devices", "cores", "engine", "verdict", "violations", "stats",
             "notes", "data_uses"} <= set(r)
     assert r["data_uses"] == []  # a model takes no value from data
+    assert r["inconclusive_reason"] is None  # a verdict: nothing to explain
     assert (r["kernel"], r["backend"], r["devices"], r["cores"], r["engine"]) == (
         "ring_allgather_missing_signal", "model", 4, 1, "explicit")
     # the explicit search says what it stored: nothing, on the path to the ring's deadlock
@@ -98,6 +99,9 @@ def test_budget_exhaustion_is_inconclusive_exit_3(capsys):
     [r] = json.loads(out)["results"]
     assert r["verdict"] == "inconclusive"
     assert "state budget of 1,000 states ran out" in r["notes"][0]
+    # why, as a field of its own beside the notes
+    assert r["inconclusive_reason"] == {"kind": "search_stopped",
+                                        "message": "the search stopped early: state budget of 1,000 states ran out"}
 
 
 SHALLOW_FAULT = """
@@ -313,3 +317,21 @@ def test_an_internal_error_says_where_to_report_it(capsys, monkeypatch):
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         urls = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli").load(f)["project"]["urls"]
     assert urls == {"Homepage": REPOSITORY_URL, "Issues": ISSUES_URL}
+
+
+def test_json_says_why_a_check_is_inconclusive_in_a_field_of_its_own():
+    """`inconclusive_reason`: a kind (result.NoVerdictKind) and the text report's words;
+    null unless the verdict is inconclusive."""
+    from semcheck.report.json import result_dict
+    from semcheck.result import Result, Verdict
+
+    def check(verdict, **fields):
+        return result_dict(Result("k", "k.py", 1, "model", "tpu", 2, 1, "explicit", verdict, **fields))
+
+    assert check(Verdict.SAFE)["inconclusive_reason"] is None
+    assert check(Verdict.VIOLATION, exhausted="time budget of 5 s ran out")["inconclusive_reason"] is None
+    assert check(Verdict.INCONCLUSIVE, unjustified="a value read back from data decides it")[
+        "inconclusive_reason"] == {"kind": "unjustified", "message": "a value read back from data decides it"}
+    assert check(Verdict.INCONCLUSIVE, exhausted="time budget of 5 s ran out")["inconclusive_reason"] == {
+        "kind": "search_stopped", "message": "the search stopped early: time budget of 5 s ran out"}
+    assert check(Verdict.INCONCLUSIVE)["inconclusive_reason"]["kind"] == "incomplete"

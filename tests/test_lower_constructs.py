@@ -669,6 +669,9 @@ def test_jax_refusing_a_copy_inside_a_helper_points_at_the_users_call():
     [refused] = [v for v in result.violations if v.kind == "not_lowerable"]
     assert refused.location.line == line_of(HERE, "# <- sync_copy add")
     assert "DMA with add=True is not supported" in refused.message
+    # the stop names the function the kernel called, not the async_copy it is built on
+    [note] = [note for note in result.notes if "lowering stopped at" in note]
+    assert "it stopped there because dma_start: sync_copy(add=True) is not lowerable" in note, note
 
 
 def test_a_hang_at_the_cut_is_never_reported():

@@ -275,3 +275,27 @@ def test_a_semaphore_carried_into_the_next_kernel_is_named_there_as_that_kernel_
     assert texts == {("first", 20): "signal first.flag@d0 += 1 (0 -> 1)",
                      ("second", 30): "wait second.ready@d0 >= 1 (1 -> 0)"}
     assert {s.semaphore for s in bad_id.trace if s.semaphore} == {"first.flag@d0"}  # the one semaphore, as data
+
+
+def test_a_carried_semaphore_left_over_is_named_as_the_kernel_holding_it_calls_it():
+    """`flag` (first kernel, unchecked at exit) carries into the second kernel as `ready`:
+    the check at the second kernel's entry (two units carried in) and the leftover at the
+    end (one unit the second kernel added) name the semaphore as the kernel holding it
+    calls it, `second.ready`, not `first.flag`."""
+
+    def scratch(name: str, checked: bool) -> ir.SemDecl:
+        return ir.SemDecl(name, ir.SemKind.REGULAR, 1, ir.SemOrigin.SCRATCH, ir.Scope.CORE, None, L,
+                          checked_at_exit=checked)
+
+    first = _kernel("first", [scratch("flag", False)], [], lambda d: [ir.Signal(_at(20), ir.SemRef("flag"), 2)], 1)
+    second = _kernel("second", [scratch("ready", True)], [], lambda d: [ir.Wait(_at(30), ir.SemRef("ready"), 1)], 1)
+    program = compose([first, second], [])
+    [entry] = check_protocol(program, engine="explicit", exhaustive=True).errors
+    assert entry.kind == "semaphore_leftover"
+    assert "enters the kernel again at async.py:30, second.ready on device 0 holds 2 (left by" in entry.message
+    # the first kernel leaves it at 0; the second signals it and never waits: left at the end
+    balanced = _kernel("first", [scratch("flag", False)], [], lambda d: [
+        ir.Signal(_at(20), ir.SemRef("flag"), 1), ir.Wait(_at(21), ir.SemRef("flag"), 1)], 1)
+    signals = _kernel("second", [scratch("ready", True)], [], lambda d: [ir.Signal(_at(30), ir.SemRef("ready"), 1)], 1)
+    [end] = check_protocol(compose([balanced, signals], []), engine="explicit", exhaustive=True).errors
+    assert end.message.startswith("semaphore leftover: second.ready on device 0 holds 1 when"), end.message

@@ -210,3 +210,105 @@ def test_the_result_says_symmetry_was_used_and_under_which_group():
     assert any(n.startswith("symmetry reduction: every rotation of the device axis maps") for n in result.notes)
     assert not any("symmetry" in n for n in check(ring(3), symmetry=False).notes)
     assert not any("symmetry" in n for n in check(ring(2), reduce=False).notes)
+
+
+def test_the_group_is_kept_in_tables_linear_in_the_threads():
+    """The rotations are not tabulated (one permutation of every thread per element was
+    order x threads entries: 2,000 devices of one thread each held 8 million, ~150 MB)."""
+    import tracemalloc
+
+    (protocol,) = load(os.path.join(MODELS_DIR, "circular_wait.py"), 2000)
+    system = System(protocol)
+    tracemalloc.start()
+    try:
+        group = symmetry.rotations(system)
+        state = system.initial_states()[0]
+        least, g = group.canonical(state)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert group.order == 2000 and (least, g) == (state, 0)
+    assert peak < 4_000_000  # bytes: a few machine words a thread
+
+
+@pytest.mark.parametrize("items", [[], [3], [1, 1, 1, 1], [2, 1, 2, 1, 2, 1], [1, 2, 1, 1, 2, 1], [(0, 1), (0, 0), (0, 1)]])
+def test_least_rotation_and_period(items):
+    start, period = symmetry.least_rotation(items)
+    assert (start, period) == least_rotation_by_brute_force(items)
+
+
+def least_rotation_by_brute_force(items):
+    n = len(items)
+    if not n:
+        return 0, 1
+    rotations = [items[i:] + items[:i] for i in range(n)]
+    least = min(rotations)
+    period = next(p for p in range(1, n + 1) if n % p == 0 and rotations[p % n] == items)
+    return rotations.index(least), period
+
+
+@pytest.mark.parametrize("examples", example_counts(fast=10, slow=40))
+def test_least_rotation_agrees_with_every_rotation(examples):
+    def agrees(items):
+        assert symmetry.least_rotation(items) == least_rotation_by_brute_force(items), items
+
+    run_examples(agrees, st.lists(st.integers(0, 2), max_size=12), examples=examples)
+
+
+@pytest.mark.parametrize("one_pass", [False, True], ids=["few", "one-pass"])
+@pytest.mark.parametrize("examples", example_counts(fast=10, slow=40))
+def test_canonical_is_the_least_image_and_the_same_across_an_orbit(examples, one_pass, monkeypatch):
+    """Along a random schedule, `canonical` gives the least image (pcs laid out by slot,
+    then the whole state; the least element among equals) as trying every element does, and
+    every image of a state has the same one; threads listed in any order. `one_pass`: the
+    way large groups take (`least_rotation`, and the invariance test for tied pcs), which
+    small ones skip."""
+    if one_pass:
+        monkeypatch.setattr(symmetry, "_FEW_ENTRIES", 0)
+        monkeypatch.setattr(symmetry, "_FEW_TIES", 0)
+    run_examples(canonical_is_the_least_image, symmetric_protocols(), st.integers(0, 2**32), st.booleans(),
+                 examples=examples, suppress_health_check=RARE_DRAWS_ARE_FINE)
+
+
+def canonical_is_the_least_image(protocol, seed, shuffled):
+    rng = random.Random(seed)
+    if shuffled:  # the threads in another order than device by device
+        threads = list(protocol.threads)
+        rng.shuffle(threads)
+        protocol = dataclasses.replace(protocol, threads=tuple(threads))
+    system = System(protocol)
+    group = symmetry.rotations(system)
+    assume(group is not None)
+    state = system.initial_states()[0]
+    for _ in range(20):
+        if not group.mappable(state):
+            break
+        least, g = group.canonical(state)
+        assert group.image(state, g) == least
+
+        def laid(s):
+            return tuple(s.pcs[t] if t >= 0 else -2 for t in group.at)
+
+        expected = min(range(group.order), key=lambda h: (laid(group.image(state, h)),
+                                                          symmetry._order(group.image(state, h)), h))
+        assert (least, g) == (group.image(state, expected), expected)
+        for h in range(group.order):
+            assert group.canonical(group.image(state, h))[0] == least
+        enabled = system.enabled(state)
+        if not enabled:
+            break
+        state = system.step(state, rng.choice(enabled))
+
+
+def test_the_first_counterexample_on_the_one_path_replays_no_images(monkeypatch):
+    """Stopping at the first counterexample, the search adds no images of it (as where the
+    search branches): at 1,000 devices their replay was a thousand paths of 5,000 steps
+    for one finding the report already has."""
+    replayed = []
+    real = explicit._add_images
+    monkeypatch.setattr(explicit, "_add_images", lambda *args: replayed.append(1) or real(*args))
+    (protocol,) = load(os.path.join(MODELS_DIR, "ring_recv_before_send.py"), 3)
+    first = explicit.explore(System(protocol), ExplicitOptions(stop_at_first=True))
+    assert [k[0] for k in first.findings] == ["deadlock"] and replayed == []
+    every = explicit.explore(System(protocol))
+    assert set(every.findings) == set(first.findings) and replayed == [1]

@@ -111,6 +111,31 @@ def loc_of_traceback(traceback, body: KernelBody | None = None) -> ir.Loc | None
     return ir.Loc(loc.file, loc.line, tuple(chain))
 
 
+def library_call(traceback) -> str | None:
+    """The Pallas backend function the user's code called to bind an eqn (`sync_copy` for
+    the `dma_start` inside `pltpu.sync_copy`, `async_copy`, or `AsyncCopyDescriptor.start`
+    for a descriptor's `.start()`): the outermost frame of a backend module (`pallas/mosaic`,
+    `pallas/mosaic_gpu`) below the innermost user frame, named by its qualified name up to
+    its first `<locals>`; None when there is none. Inside a helper's own traced body (the
+    run_scoped of sync_copy) JAX's traceback stops at the helper's inner function, which
+    its qualified name still names."""
+    if traceback is None:
+        return None
+    codes, _lastis = traceback.raw_frames()
+    library = None
+    for code in codes:  # innermost first
+        if is_user_file(code.co_filename):
+            break
+        if _BACKEND_MODULE in code.co_filename.replace(os.sep, "/"):
+            library = code
+    if library is None:
+        return None
+    return getattr(library, "co_qualname", library.co_name).split(".<locals>")[0]
+
+
+_BACKEND_MODULE = "/pallas/mosaic"  # also pallas/mosaic_gpu
+
+
 class Locator:
     """Caches the user location of each eqn, or None when its traceback has no user frame.
 

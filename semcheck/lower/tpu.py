@@ -18,6 +18,7 @@ from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.memory import copy_data, for_each_selection, nbytes_of_window, region, semaphore_ref
 from semcheck.lower.registry import rule
+from semcheck.lower.source import library_call
 from semcheck.lower.tpu_hardware import dma_amount, nondecrementing_wait, note_by_hand, note_regular_dma
 from semcheck.lower.values import Known, Sym, sym_op
 from semcheck.version import ISSUES_URL
@@ -151,9 +152,10 @@ def dma_start(t: ThreadLowering, eqn, inputs):
     src, dst, recv_sem, send_sem, device_id = tree.unflatten(inputs)
     avals = tree.unflatten([v.aval for v in eqn.invars])
     if eqn.params.get("add"):
+        called = library_call(eqn.source_info.traceback) or "async_copy"
         raise t.error(
             eqn,
-            "async_copy(add=True) is not lowerable on a TensorCore (Mosaic raises "
+            f"{called}(add=True) is not lowerable on a TensorCore (Mosaic raises "
             "NotImplementedError); semcheck has no model of it",
             hint="copy, then add in the kernel",
         )

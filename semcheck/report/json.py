@@ -7,6 +7,7 @@ from typing import overload
 
 from semcheck.ir import DataUse, Loc, display_path
 from semcheck.report import groups
+from semcheck.report.text import no_verdict_reason
 from semcheck.result import BlockedWait, MissingAction, Result, RootCause, TraceStep, Violation
 from semcheck.version import __version__
 
@@ -213,10 +214,20 @@ def result_dict(r: Result) -> dict:
             **_engine_runs(r),
         },
         "error": r.error,
+        "inconclusive_reason": inconclusive_reason(r),
         "notes": r.notes,
         "data_uses": [data_use_dict(u) for u in r.data_uses],
         "values": values_dict(r),
     }
+
+
+def inconclusive_reason(r: Result) -> dict | None:
+    """Why an inconclusive check has no verdict: `kind` (result.NoVerdictKind) and the
+    `message` the text report gives; null for any other verdict."""
+    kind = r.no_verdict
+    if kind is None:
+        return None
+    return {"kind": kind.value, "message": no_verdict_reason(r)}
 
 
 def values_dict(r: Result) -> dict:

@@ -27,8 +27,12 @@ class SemInstance:
 
     @property
     def label(self) -> str:
+        return self.label_as(self.decl.name)
+
+    def label_as(self, name: str) -> str:
+        """`label`, with the declaration called `name` (as a later kernel of a program calls it)."""
         idx = f"[{self.index}]" if self.decl.size > 1 else ""
-        return f"{self.decl.name}{idx} on {ir.thread_name(self.device, self.core, 0, self.cores)}"
+        return f"{name}{idx} on {ir.thread_name(self.device, self.core, 0, self.cores)}"
 
     @property
     def short(self) -> str:

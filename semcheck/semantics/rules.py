@@ -287,14 +287,19 @@ def _exec_entry(system: RaceTables, t: int, instr: ir.KernelEntry, state: State)
     resetting = frozenset(system.entry_resets(t))
     watched = frozenset(checked)
     found: list[Hazard] = []
-    if system.invocation_at[t][pc] >= 1:  # not the first entry
+    previous = system.invocation_at[t][pc]
+    if previous >= 1:  # not the first entry
+        # named as the kernel entered calls it, whose check this is (a semaphore carried into
+        # it from the kernel before has its name there)
+        entered = previous + 1
         found = [
             Hazard(LEFTOVER_AT_EXIT, t, pc, -1, -1,
-                   f"{system.instances[sid].label} holds {count} (left by the previous invocation)", sem=sid)
+                   f"{system.sem_label(sid, entered)} holds {count} (left by the previous invocation)", sem=sid)
             for sid in checked if (count := state.sems[sid])
         ] + [
             Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.start_pc,
-                   f"a copy of the previous invocation is still landing on {system.instances[e.sem].label}", sem=e.sem)
+                   f"a copy of the previous invocation is still landing on {system.sem_label(e.sem, entered)}",
+                   sem=e.sem)
             for e in distinct(state.events) if e.sem in watched
         ]
     return _advance(state, t, sems=state.sems.zeroed(resetting), hazards=_with(state.hazards, *found))

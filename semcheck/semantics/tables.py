@@ -171,6 +171,25 @@ class Tables:
         kernels = self.protocol.kernels
         return kernels[(max(invocation, 1) - 1) % len(kernels)] if kernels else None
 
+    def sem_label(self, sid: int, invocation: int) -> str:
+        """Semaphore instance `sid`'s label as the kernel running invocation `invocation`
+        calls it: in a program, a scratch semaphore carried into a later kernel
+        (disable_semaphore_checks) goes by that kernel's own name there (`ir.SemAlias`);
+        a kernel that does not use it leaves the name of the last one before it that did."""
+        inst = self.instances[sid]
+        kernels = self.protocol.kernels
+        if not kernels or not self.protocol.aliases:
+            return inst.label
+        name = inst.decl.name
+        for back in range(len(kernels)):
+            kernel = self.kernel_of(max(invocation, 1) - back)
+            alias = next((a for a in self.protocol.aliases if a.kernel == kernel and a.decl == name), None)
+            if alias is not None:
+                return inst.label_as(alias.name)
+            if name.startswith(f"{kernel}.") or invocation - back <= 1:
+                break
+        return inst.label
+
     def ledger_slot(self, sid: int, invocation: int) -> int:
         """Where the barrier ledger counts the units `invocation` added to `sid`."""
         return sid * self.ledger_stride + invocation

@@ -147,7 +147,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 found.states = len(path) + 1
                 found.transitions = transitions
                 found.stored_states, found.store_bytes, found.store_fixed_bytes = 0, 0, 0
-                if group is not None:
+                if group is not None and not (stop_at_first and found.has_errors):  # as below
                     _add_images(system, ind, group, found, silence_reported_races)
                 found.seconds = monitor.elapsed()
                 found.peak_memory_mb = monitor.peak_mb
@@ -287,6 +287,8 @@ def _add_images(system: System, ind: Independence, group: symmetries.Rotations, 
     """Every finding's images under the group: the image of a path is a path of the system
     (the group's elements are automorphisms), replayed to name what it reaches."""
     for _finding, initial, actions in list(found.findings.values()):
+        if not actions and group.image(initial, 1) == initial:
+            continue  # every image of the path is the path itself: nothing new to name
         for g in range(1, group.order):
             state = start = group.image(initial, g)
             path = [group.action(a, g) for a in actions]

@@ -40,18 +40,23 @@ _DEVICE_FREE_HAZARDS = frozenset({"went_wrong"})
 
 @record(frozen=True)
 class Rotations:
-    """The group of rotations by multiples of `step` (order `devices // step`)."""
+    """The group of rotations by multiples of `step` (order `devices // step`), kept
+    implicitly: each thread's place in a device-major layout with one slot per (device,
+    local key), so the tables are linear in the threads; an element's image of a thread is
+    computed when asked, not tabulated (order x threads entries: 10^10 at 100,000 devices)."""
 
     system: System
     step: int
-    threads: tuple[tuple[int, ...], ...]  # per group element: thread t -> its image
-    sources: tuple[tuple[int, ...], ...]  # per group element: image position -> source thread
+    locals_: int  # slots per device: the distinct (core, sub) keys of the threads
+    place: tuple[int, ...]  # per thread: its slot, device * locals_ + its local key's index
+    at: tuple[int, ...]  # per slot: the thread there, or -1 (no thread with that key there)
+    layout_is_threads: bool  # slot i holds thread i: images are slices of the state's tuples
     _buffer_block: tuple[tuple[int, int], ...]  # per buffer instance: (its declaration's first id, ids per device)
     slots: tuple[tuple[int, int] | None, ...]  # per buffer instance: (slotted dimension, slot extent)
 
     @property
     def order(self) -> int:
-        return len(self.threads)
+        return self.system.protocol.devices // self.step
 
     def inverse(self, g: int) -> int:
         """The element that undoes g (a rotation by -g steps)."""
@@ -66,6 +71,23 @@ class Rotations:
                 "finding is reported (--no-symmetry turns it off)")
 
     # -- images --
+
+    def thread(self, t: int, g: int) -> int:
+        """The image of thread t under element g."""
+        shift = g * self.step * self.locals_
+        if self.layout_is_threads:
+            return (t + shift) % len(self.place)
+        return self.at[(self.place[t] + shift) % len(self.at)]
+
+    def _rotated(self, values: tuple, g: int) -> tuple:
+        """Per-thread `values` (pcs, registers) as element g places them: the image's thread
+        t holds what its source thread (g's inverse image of t) held."""
+        shift = g * self.step * self.locals_
+        if self.layout_is_threads:
+            cut = len(values) - shift % len(values)
+            return values[cut:] + values[:cut]
+        at, size = self.at, len(self.at)
+        return tuple([values[at[(slot - shift) % size]] for slot in self.place])
 
     def _sem(self, sid: int, shift: int) -> int:
         table = self.system.instances
@@ -93,11 +115,11 @@ class Rotations:
     def event(self, e: Event, g: int) -> Event:
         shift = g * self.step
         accesses = tuple(self._access(a, shift) for a in e.accesses)
-        return e._replace(issuer=self.threads[g][e.issuer], sem=self._sem(e.sem, shift), accesses=accesses)
+        return e._replace(issuer=self.thread(e.issuer, g), sem=self._sem(e.sem, shift), accesses=accesses)
 
     def action(self, action: Action, g: int) -> Action:
         if isinstance(action, ThreadStep):
-            return ThreadStep(self.threads[g][action.thread])
+            return ThreadStep(self.thread(action.thread, g))
         return EventFires(self.event(action.event, g))
 
     def mappable(self, state: State) -> bool:
@@ -105,11 +127,10 @@ class Rotations:
 
     def image(self, state: State, g: int) -> State:
         """g applied to a mappable state."""
+        g %= self.order
         if g == 0:
             return state
         shift = g * self.step
-        source = self.sources[g]
-        pcs, regs = state.pcs, state.regs
         sems = state.sems
         items = tuple(sorted((self._sem(sid, shift), c) for sid, c in sems.nonzero()))
         ledger = state.ledger
@@ -120,31 +141,86 @@ class Rotations:
                 for (sid, invocation), c in ((system.ledger_entry(slot), c) for slot, c in ledger.nonzero())
             )))
         return state._replace(
-            pcs=tuple([pcs[t] for t in source]),
-            regs=tuple([regs[t] for t in source]),
+            pcs=self._rotated(state.pcs, g),
+            regs=self._rotated(state.regs, g),
             sems=Counts(sems.size, items),
             events=tuple(sorted(self.event(e, g) for e in state.events)),
             ledger=ledger,
         )
 
     def canonical(self, state: State) -> tuple[State, int]:
-        """The least image of `state` under the group (ordered by pcs, registers, counts,
-        pending completions) and the element that maps `state` to it; the state itself
-        when it cannot be mapped."""
+        """The least image of `state` under the group (ordered by its program counters laid
+        out slot by slot, then by pcs, registers, counts and pending completions) and the
+        element that maps `state` to it (the least such element); the state itself when it
+        cannot be mapped.
+
+        Linear in the threads where the pcs decide, or where the state is invariant under
+        the rotations that leave its pcs alone: the least rotation of the slots' pcs, taken
+        a block of `step` devices at a time, is found in one pass (`least_rotation`), and
+        the rotations giving the same pcs are its multiples of the pcs' period."""
         if not self.mappable(state):
             return state, 0
         pcs = state.pcs
-        best_pcs = None
-        ties: list[int] = []
-        for g, source in enumerate(self.sources):
-            image = tuple([pcs[t] for t in source])
-            if best_pcs is None or image < best_pcs:
-                best_pcs, ties = image, [g]
-            elif image == best_pcs:
-                ties.append(g)
+        if self.layout_is_threads:
+            laid = pcs
+        else:
+            laid = tuple([pcs[t] if t >= 0 else _NO_THREAD for t in self.at])
+        width = self.step * self.locals_
+        m = self.order
+        if m * len(laid) <= _FEW_ENTRIES:  # few: every rotation as a slice is cheaper than one pass
+            rotations = [laid[len(laid) - g * width:] + laid[:len(laid) - g * width] for g in range(m)]
+            least = min(rotations)
+            ties = [g for g in range(m) if rotations[g] == least]
+            period = ties[1] - ties[0] if len(ties) > 1 else m
+        else:
+            blocks = [laid[i:i + width] for i in range(0, len(laid), width)]
+            start, period = least_rotation(blocks)
+            # the image under g starts at block (m - g) % m; equal pcs under g + k * period
+            ties = sorted((m - start - k * period) % m for k in range(m // period))
         if len(ties) == 1:
             return self.image(state, ties[0]), ties[0]
-        return min(((self.image(state, g), g) for g in ties), key=lambda pair: _order(pair[0]))
+        if len(ties) > _FEW_TIES and self.image(state, period) == state:  # every tie is the same image
+            return self.image(state, ties[0]), ties[0]
+        return min(((self.image(state, g), g) for g in ties), key=lambda pair: (_order(pair[0]), pair[1]))
+
+
+# Below this many slot entries over all elements, canonical tries every rotation (as slices)
+# rather than the one pass of `least_rotation`, whose Python steps cost more at small N.
+_FEW_ENTRIES = 4096
+# Up to this many rotations giving the least pcs, each image is built and compared; beyond,
+# one image first tells whether the state is invariant (then they are all one image).
+_FEW_TIES = 8
+_NO_THREAD = -2  # a slot with no thread, in the pcs laid out by slot (a pc is >= -1)
+
+
+def least_rotation(items: list) -> tuple[int, int]:
+    """The first index at which the least rotation of `items` starts, and the least
+    period of `items` as a cycle (the rotations equal to it start at the index plus
+    multiples of it): two-pointer minimum rotation and a prefix function, both linear."""
+    n = len(items)
+    i, j, k = 0, 1, 0
+    while i < n and j < n and k < n:
+        a, b = items[(i + k) % n], items[(j + k) % n]
+        if a == b:
+            k += 1
+            continue
+        if a > b:
+            i += k + 1
+        else:
+            j += k + 1
+        if i == j:
+            j += 1
+        k = 0
+    prefix = [0] * n  # the longest proper border of items[:q + 1]
+    for q in range(1, n):
+        b = prefix[q - 1]
+        while b and items[q] != items[b]:
+            b = prefix[b - 1]
+        if items[q] == items[b]:
+            b += 1
+        prefix[q] = b
+    period = n - prefix[-1] if n else 1
+    return min(i, j), period if n % period == 0 else n
 
 
 def _order(state: State) -> tuple:
@@ -205,16 +281,13 @@ def _is_automorphism(system: System, where: dict, shift: int, slots: dict) -> bo
 
 def _group(system: System, where: dict, step: int, slots: dict) -> Rotations:
     n = system.protocol.devices
-    threads, sources = [], []
-    for g in range(n // step):
-        shift = g * step
-        forward = tuple(where[((th.device + shift) % n, th.core, th.sub)] for th in system.threads)
-        backward = [0] * len(forward)
-        for t, image in enumerate(forward):
-            backward[image] = t
-        threads.append(forward)
-        sources.append(tuple(backward))
-    return Rotations(system, step, tuple(threads), tuple(sources),
+    keys = sorted({(core, sub) for (_device, core, sub) in where})
+    local = {key: k for k, key in enumerate(keys)}
+    place = tuple(th.device * len(keys) + local[(th.core, th.sub)] for th in system.threads)
+    at = [-1] * (n * len(keys))
+    for t, slot in enumerate(place):
+        at[slot] = t
+    return Rotations(system, step, len(keys), place, tuple(at), all(t == slot for t, slot in enumerate(at)),
                      _blocks(system.buffer_instances, system.protocol.cores),
                      tuple(slots.get(inst.decl.name) for inst in system.buffer_instances))
 
