@@ -288,6 +288,25 @@ def test_counts_gathered_by_remote_dma_decide_the_wait_amount():
         assert result.verdict.value == "safe", result.violations
 
 
+def test_counts_gathered_after_a_handshake_on_a_scratch_barrier_semaphore_are_followed():
+    """The canonical run that lands remote copies lets every thread enter first. It let the
+    lowest-numbered device run on alone: its handshake signal to a peer that had not entered
+    was lost (a scratch BARRIER semaphore is allocated at entry), the run stopped in the
+    handshake, no copy landed, and the lowering stopped at the first value the copies carry
+    (sglang-jax's fused MoE v2 was checked only up to its metadata all-gather)."""
+    from semcheck.frontends import LoadError
+
+    for devices in (2, 4):
+        [p] = _load("gathered_counts_scratch_barrier.py", devices)
+        assert not isinstance(p, LoadError), p
+        assert not any(isinstance(th.body[-1], ir.Cut) for th in p.threads if th.body)
+        [wait] = [w for w in instrs(p, ir.Wait, device=0) if w.sem.alloc == "done_sem"]
+        assert wait.value == sum(range(1, devices + 1))
+        assert any("data that remote copies carry was followed" in n for n in p.notes)
+        result = check_protocol(p)
+        assert {v.kind for v in result.errors} == {"remote_before_entry"}, result.violations
+
+
 def test_counts_forwarded_around_a_ring_are_known_once_the_copy_that_brought_them_landed():
     """From step 1 on a device forwards a row that arrived by remote DMA: unknown in the
     first lowering, known in the next once the canonical run lands it (tpu-inference's fused

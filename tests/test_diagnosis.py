@@ -65,6 +65,19 @@ def loop_ring(devices: int):
     return p.build()
 
 
+def loop_ring_sends_waited(devices: int):
+    """Copies in a loop whose send side is waited after each start and whose receive side
+    is never waited (a ragged all-to-all with its final receive-count wait deleted)."""
+    p, (send, recv), out, threads = ring_threads("loop_ring_sends_waited", devices)
+    for d, t in enumerate(threads):
+        for step in range(devices - 1):
+            slot = (d - step) % devices
+            copy = t.dma_start(out.region(slot), out.region(slot),  # sends-waited start
+                               recv_sem=recv, send_sem=send, device=(d + 1) % devices)
+            copy.wait_send()
+    return p.build()
+
+
 def ready_ring(devices: int):
     """Each device tells its left neighbour it is ready; nobody waits for that."""
     p = ProtocolBuilder("ready_ring", devices=devices, backend="tpu")
@@ -139,6 +152,20 @@ def test_a_loops_last_copy_names_the_wait_that_takes_the_earlier_ones():
         CauseKind.UNWAITED_COPY, line_of(loop_ring, "# loop start"), True, line_of(loop_ring, "# earlier"))
     assert causes.statement(cause).startswith(f"the last copy started at line {cause.site.line} is never waited for")
     assert "once more after the last run" in causes.fix(cause)
+
+
+def test_a_loops_copies_whose_other_side_is_waited_are_not_called_the_last_one():
+    """The earlier starts' send-side waits say nothing about their receive side: no copy's
+    receive is waited, so the cause is not 'the last copy' with the send wait taking the
+    earlier ones (it was, on a mutant of JAX's ragged all-to-all)."""
+    r = check_protocol(loop_ring_sends_waited(4), engine="explicit")
+    assert r.errors
+    start = line_of(loop_ring_sends_waited, "# sends-waited start")
+    assert {(v.cause.kind, v.cause.site.line, v.cause.sides, v.cause.last_only, v.cause.wait)
+            for v in r.errors} == {(CauseKind.UNWAITED_COPY, start, ("recv",), False, None)}
+    assert causes.statement(r.errors[0].cause).startswith(f"the copy started at line {start} is never waited for")
+    assert causes.fix(r.errors[0].cause) == (
+        f"call its `.wait_recv()` (on the receiving device) after line {start}")
 
 
 def test_a_semaphore_signalled_and_never_waited_on_says_so():

@@ -612,3 +612,82 @@ def _call_line() -> str:
     source, start = inspect.getsourcelines(counted)
     line = start + next(k for k, text in enumerate(source) if "pl.pallas_call(" in text)
     return f"{ir.display_path(__file__)}:{line}"
+
+
+# --- outputs of kernels that only compute, computed by the capture -----------------------------
+
+
+def plus_one_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1
+
+
+def plus_one(x):
+    """A kernel with no semaphore, DMA or HBM operand (a router's top-k, for one): the capture
+    runs JAX's HLO interpreter of it instead of returning zeros."""
+    return pl.pallas_call(plus_one_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def test_a_kernel_that_only_computes_has_its_outputs_computed_and_they_withhold_nothing():
+    """tpu-inference's fused MoE v2 reads its routing tables from a top-k kernel's output: with
+    zeros in its place, every table element was an input over int32 and z3 found a weight
+    copy at expert 2 of 2 (invalid_region), a window no routing gives."""
+    @jax.jit
+    def f(n, x):
+        return kern(to_count(plus_one(x)), x)
+
+    computed, second = captured((f, (N, X)))
+    assert computed.computed is not None and "HLO interpreter" in computed.computed
+    assert second.computed is None  # its operands are in HBM (pl.ANY): zeros
+    assert second.operand_origins[0].kernels == () and second.operand_origins[0].computed == (_label(computed),)
+    assert second.withheld == {}
+    assert second.operand_values[0][0].tolist() == [2 * 8 * 128]  # sum(x + 1) for x of ones
+
+
+def test_a_computed_kernel_in_an_earlier_program_leaves_the_next_programs_arguments_the_scripts():
+    first = jax.jit(plus_one)
+    second = jax.jit(lambda n, x: kern(n, x))
+    computed, after = captured((first, (X,)), (second, (N, X)))
+    assert computed.computed is not None
+    assert after.ran_before == {} and after.withheld == {}
+    assert after.computed_earlier == (_label(computed),)
+
+
+def test_a_kernel_with_a_semaphore_still_gets_zeros_and_withholds_what_it_feeds():
+    @jax.jit
+    def f(n):
+        return counted(to_count(counted(n)))
+
+    first, second = captured((f, (jnp.array([4], jnp.int32),)))
+    assert first.computed is None
+    assert second.operand_origins[0].kernels == (_label(first),) and 0 in second.withheld[0]
+
+
+def sized_copy_kernel(n_ref, x_ref, o_ref, sem):
+    copy = pltpu.make_async_copy(x_ref.at[pl.ds(0, n_ref[0])], o_ref.at[pl.ds(0, n_ref[0])], sem)
+    copy.start()
+    copy.wait()
+
+
+def test_a_copy_sized_by_a_computed_kernels_output_is_checked_for_that_size_and_a_note_says_so():
+    """Before, the size was an input over int32 and the check a violation (invalid_region)."""
+    def sized_copy(n, x):
+        return pl.pallas_call(
+            sized_copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[pltpu.SemaphoreType.DMA]))(n, x)
+
+    def f(x):
+        rows = plus_one(jnp.full((8, 128), 2, jnp.int32))[0, :1]  # 3
+        return sized_copy(rows, x)
+
+    protocols, errors = lower_captures(capture_function(f, X, operand_values=True))
+    assert not errors
+    second = protocols[-1]
+    assert second.inputs == ()
+    result = check_protocol(second)
+    assert result.verdict.value == "safe", result.violations
+    assert text.values_lines(result) == ["  values: as the script passed n_ref"]
+    [note] = [n for n in second.notes if "may be computed from the outputs of" in n]
+    assert note.startswith("the values of n_ref may be computed from the outputs of plus_one_kernel")
+    assert "HLO interpreter" in note

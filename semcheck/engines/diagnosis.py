@@ -170,11 +170,13 @@ def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
     """UNWAITED_COPY for the copy started at `loc`, when a thread that starts it has no wait
     after its last start there on the copy's send semaphore, or the receiving thread none on
     its receive semaphore (after its own start at `loc`, in a kernel every device runs alike).
-    `last_only` when the waits of some earlier start there are found: a loop's last copy."""
+    `last_only` when the waits of some earlier start there are found on each side left
+    unwaited: a loop's last copy. (A wait on the other side says nothing: a loop that waits
+    each send and never a receive leaves every copy's receive unwaited, not the last one's.)"""
     if loc is None:
         return None
     sides: set[ir.DmaSide] = set()
-    waited_earlier: list[ir.Loc] = []
+    waited_earlier: dict[ir.DmaSide, list[ir.Loc]] = {}
     local = system.protocol.backend is ir.Backend.TPU  # a GPU copy is awaited otherwise
     for t, body in enumerate(system.bodies):
         starts = [pc for pc, instr in enumerate(body) if isinstance(instr, ir.DmaStart) and instr.loc == loc]
@@ -184,13 +186,15 @@ def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
                 taken = [system.bodies[u][w].loc for u in owners for w in _waits_on(system, u, ids)
                          if w > _nth_start(system, u, loc, k)]
                 if k < len(starts) - 1:
-                    waited_earlier += taken[:1]
+                    waited_earlier.setdefault(side, []).extend(taken[:1])
                 elif not taken:
                     sides.add(side)
     if not sides:
         return None
+    earlier = [waited_earlier.get(side, []) for side in sorted(sides)]
+    last_only = all(earlier)
     return RootCause(CauseKind.UNWAITED_COPY, loc, sides=tuple(map(str, sorted(sides))), local=local,
-                     last_only=bool(waited_earlier), wait=waited_earlier[0] if waited_earlier else None)
+                     last_only=last_only, wait=earlier[0][0] if last_only else None)
 
 
 def _is_local(instr: ir.Instr) -> bool:

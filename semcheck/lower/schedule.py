@@ -3,9 +3,9 @@
 A thread's lowering follows its own stores in program order (data.py), but what a remote
 copy writes lands on another thread, at a time only synchronization decides. That is
 `semantics/`'s business, so this module asks it, and nothing else: it runs the lowered
-protocol once, in a canonical schedule (the lowest-numbered thread that can move moves;
-copies complete only when no thread can move, or just before a thread reads the buffer they
-land in on its device), and records, for every point where a thread
+protocol once, in a canonical schedule (a thread that can enter the kernel enters first,
+else the lowest-numbered thread that can move moves; copies complete only when no thread can
+move, or just before a thread reads the buffer they land in on its device), and records, for every point where a thread
 reads data (a load, a store's old value, a copy's source), which copies had landed on that
 thread since its previous such point. The next lowering applies exactly those payloads
 there (`KernelContext.arrivals`); tpu_kernel.py repeats until the protocol and the payloads no
@@ -14,6 +14,13 @@ longer change, which is the fixpoint the values of this schedule define.
 For a kernel without data races every schedule computes the same values (a load that could
 see another copy's data in another schedule races with it), so the verdict holds for the
 script's inputs; a race on a buffer that fed such a value is said in the result.
+
+Entries come first because a kernel may be wrong about entry (`remote_before_entry`: a
+handshake on a semaphore that is allocated at entry, a remote signal with no handshake). In
+a schedule where one device runs on before its peers enter, such a signal is lost, the run
+stops in the handshake and no copy lands, so nothing after the handshake could be lowered;
+with every thread entered first the handshake completes, as it does whenever the devices
+happen to enter together, and the checks find the entry fault and what follows it.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ def canonical_arrivals(protocol: ir.Protocol, read_points: dict, payloads: dict)
     for _ in range(MAX_STEPS):
         actions = system.enabled(state)
         threads = [a for a in actions if isinstance(a, ThreadStep)]
+        entering = [a for a in threads if isinstance(system.current(state, a.thread), ir.KernelEntry)]
+        threads = entering or threads
         action: ThreadStep | EventFires
         if threads:
             action = threads[0]
