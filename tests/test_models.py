@@ -130,3 +130,13 @@ def test_circular_wait_cycle_covers_every_device():
     [v] = result.errors
     assert sorted(v.blocked[i].device for i in v.cycle) == [0, 1, 2, 3]
     assert "device 0 -> device 1 -> device 2 -> device 3 -> device 0" in v.message
+
+
+def test_a_long_cycle_is_told_in_a_screen_and_kept_whole_in_the_result():
+    result = to_result(explicit.explore(System(load("circular_wait", 64))), "explicit")
+    [v] = result.errors
+    assert len(v.cycle) == 64  # what JSON and the graph read
+    assert "device 0 -> device 1 -> device 2 -> (59 more) -> device 62 -> device 63 -> device 0" in v.message
+    lines = v.message.splitlines()
+    assert len(lines) == 7  # the chain, three waits, the 59 between them at one line, two waits
+    assert lines[4].strip().startswith("59 more between them, from device 3 to device 61, each waiting at ")

@@ -360,12 +360,10 @@ def _deadlock_finding(system: System, info: list[BlockedWait], cycle: list[int])
     first = min(cycle, key=lambda i: info[i].thread)
     start = cycle.index(first)
     cycle = cycle[start:] + cycle[:start]
-    lines = [f"  {_wait_text(info[i])}," for i in cycle]
-    names = [info[i].name for i in cycle] + [info[cycle[0]].name]
     message = (
-        f"deadlock: {' -> '.join(names)} wait for each other in a cycle; each wait can only "
+        f"deadlock: {' -> '.join(_cycle_names(info, cycle))} wait for each other in a cycle; each wait can only "
         f"be satisfied by the next thread in the cycle, which is itself blocked:\n"
-        + "\n".join(lines)
+        + "\n".join(_cycle_lines(info, cycle))
     )
     head = info[cycle[0]]
     key = (Kind.DEADLOCK, frozenset((info[i].location, info[i].semaphore) for i in cycle))
@@ -373,6 +371,34 @@ def _deadlock_finding(system: System, info: list[BlockedWait], cycle: list[int])
         Kind.DEADLOCK, key, head.thread, head.location, message,
         sem=head.sem, blocked=tuple(info), cycle=tuple(cycle),
     )
+
+
+# A cycle longer than this is shown by its first and last threads in full and the rest by
+# line (a ring of 256 devices is a screen, not 256 lines); the JSON's `cycle` and
+# `blocked` keep every thread.
+_CYCLE_SHOWN = 8
+_CYCLE_HEAD, _CYCLE_TAIL = 3, 2
+
+
+def _cycle_names(info: list[BlockedWait], cycle: list[int]) -> list[str]:
+    names = [info[i].name for i in cycle]
+    if len(cycle) > _CYCLE_SHOWN:
+        hidden = len(cycle) - _CYCLE_HEAD - _CYCLE_TAIL
+        names = names[:_CYCLE_HEAD] + [f"({hidden} more)"] + names[-_CYCLE_TAIL:]
+    return names + [info[cycle[0]].name]
+
+
+def _cycle_lines(info: list[BlockedWait], cycle: list[int]) -> list[str]:
+    if len(cycle) <= _CYCLE_SHOWN:
+        return [f"  {_wait_text(info[i])}," for i in cycle]
+    head, middle, tail = cycle[:_CYCLE_HEAD], cycle[_CYCLE_HEAD:-_CYCLE_TAIL], cycle[-_CYCLE_TAIL:]
+    by_line: dict = {}
+    for i in middle:
+        by_line.setdefault((info[i].location, info[i].what), []).append(info[i])
+    between = [f"  {len(same)} more between them, from {same[0].name} to {same[-1].name}, each waiting at "
+               f"{location} ({what}) for a semaphore the next thread in the cycle would add to,"
+               for (location, what), same in by_line.items()]
+    return [f"  {_wait_text(info[i])}," for i in head] + between + [f"  {_wait_text(info[i])}," for i in tail]
 
 
 def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph, own: list[int]) -> Finding:
