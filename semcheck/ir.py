@@ -537,6 +537,8 @@ class SemAlias:
     kernel: str
     decl: str
     name: str
+    loc: Loc | None = None  # where kernel `kernel` declares it
+    checked_at_exit: bool = True  # whether kernel `kernel` runs with semaphore checks at exit
 
 
 @record(frozen=True, slots=True)

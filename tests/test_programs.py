@@ -299,3 +299,30 @@ def test_a_carried_semaphore_left_over_is_named_as_the_kernel_holding_it_calls_i
     signals = _kernel("second", [scratch("ready", True)], [], lambda d: [ir.Signal(_at(30), ir.SemRef("ready"), 1)], 1)
     [end] = check_protocol(compose([balanced, signals], []), engine="explicit", exhaustive=True).errors
     assert end.message.startswith("semaphore leftover: second.ready on device 0 holds 1 when"), end.message
+
+
+def test_a_carried_semaphore_left_over_says_where_each_kernel_declares_it():
+    """The leftover names where the kernel holding the semaphore declares it (line 3) and
+    the declaration it carries over (line 2), not only the first kernel's, and what the chip
+    does as the kernel that exits holding it is compiled."""
+    from semcheck import tpu_facts
+
+    def scratch(name: str, checked: bool, line: int) -> ir.SemDecl:
+        return ir.SemDecl(name, ir.SemKind.REGULAR, 1, ir.SemOrigin.SCRATCH, ir.Scope.CORE, None, _at(line),
+                          checked_at_exit=checked)
+
+    balanced = _kernel("first", [scratch("flag", False, 2)], [], lambda d: [
+        ir.Signal(_at(20), ir.SemRef("flag"), 1), ir.Wait(_at(21), ir.SemRef("flag"), 1)], 1)
+    signals = _kernel("second", [scratch("ready", True, 3)], [], lambda d: [ir.Signal(_at(30), ir.SemRef("ready"), 1)], 1)
+    [end] = check_protocol(compose([balanced, signals], []), engine="explicit", exhaustive=True).errors
+    # left by the second kernel, which exits with checks on: the chip stops there
+    assert "semaphore must be back to 0 at exit: " + tpu_facts.LEFTOVER_HALTS in end.message
+    assert "It is declared at async.py:3 in kernel `second`, which carries it over from async.py:2." in end.message
+    first = _kernel("first", [scratch("flag", False, 2)], [], lambda d: [ir.Signal(_at(20), ir.SemRef("flag"), 2)], 1)
+    waits = _kernel("second", [scratch("ready", True, 3)], [], lambda d: [ir.Wait(_at(30), ir.SemRef("ready"), 1)], 1)
+    [entry] = check_protocol(compose([first, waits], []), engine="explicit", exhaustive=True).errors
+    # left by the first kernel, which exits without checks: its line and what its chip does
+    assert ("the kernel is compiled with disable_semaphore_checks=True, so the chip does not "
+                                  "stop: the value carries into the next kernel that runs on this core, whose scratch "
+                                  "semaphore in the same place starts with it (scratch semaphores are not zeroed at "
+                                  "entry; observed on TPU v5e, JAX 0.10.2). It is declared at async.py:2.") in entry.message

@@ -126,7 +126,8 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
                 semaphores.setdefault(target, dataclasses.replace(decl, name=target))
             elif decl.name in carried:
                 renamed[decl.name] = names[k - 1][carried[decl.name]]
-                aliases.append(ir.SemAlias(label, renamed[decl.name], f"{label}.{decl.name}"))
+                aliases.append(ir.SemAlias(label, renamed[decl.name], f"{label}.{decl.name}", decl.loc,
+                                              decl.checked_at_exit))
             else:
                 renamed[decl.name] = target = f"{label}.{decl.name}"
                 semaphores[target] = dataclasses.replace(decl, name=target)

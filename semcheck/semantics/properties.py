@@ -175,7 +175,8 @@ def _leftover_at_exit_finding(system: System, h) -> Finding:
     inst = system.instances[h.sem]
     message = (
         f"semaphore leftover: when {system.thread_name(h.thread)} enters the kernel again at "
-        f"{here.loc}, {h.detail}; {_zero_at_exit_rule(inst)}"
+        f"{here.loc}, {h.detail}; "
+        f"{_zero_at_exit_rule(system, h.sem, system.invocation_at[h.thread][h.pc])}"
     )
     return Finding(Kind.SEMAPHORE_LEFTOVER, _leftover_key(inst), h.thread, None, message, sem=h.sem)
 
@@ -189,16 +190,25 @@ def _landing_at_entry_finding(system: System, h) -> Finding:
         f"in the previous invocation is still landing on "
         f"{system.sem_label(h.sem, system.invocation_at[h.thread][h.pc] + 1)} when "
         f"{system.thread_name(h.thread)} enters the kernel again at {here.loc}: nothing waited "
-        f"for it to land; {_zero_at_exit_rule(inst)}"
+        f"for it to land; "
+        f"{_zero_at_exit_rule(system, h.sem, system.invocation_at[h.thread][h.pc])}"
     )
     return Finding(Kind.SEMAPHORE_LEFTOVER, _leftover_key(inst), h.thread, start.loc, message, sem=h.sem,
                    other_start=(h.other_thread, h.other_pc))
 
 
-def _zero_at_exit_rule(inst: SemInstance) -> str:
+def _zero_at_exit_rule(system: System, sid: int, invocation: int | None) -> str:
+    """The rule, and what the chip does, for semaphore instance `sid` as the kernel of
+    `invocation`, the one that exits holding it, declares it (a carried semaphore: that
+    kernel's checks and line)."""
+    inst = system.instances[sid]
+    if invocation is None:
+        decl, declared = inst.decl, str(inst.decl.loc)
+    else:
+        decl, declared = system.sem_decl_as(sid, invocation), system.sem_declared(sid, invocation)
     return (
-        f"on TPU every {inst.decl.origin.value} semaphore must be back to 0 at exit: "
-        f"{leftover_consequence(inst.decl)}. It is declared at {inst.decl.loc}."
+        f"on TPU every {decl.origin.value} semaphore must be back to 0 at exit: "
+        f"{leftover_consequence(decl)}. It is declared at {declared}."
     )
 
 
@@ -507,25 +517,27 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
         )
         # as the kernel that holds it at the end calls it (a semaphore carried into a later
         # kernel of a program has that kernel's name there)
-        label = inst.label if owner is None else system.sem_label(sid, system.invocation_at[owner][state.pcs[owner]])
+        invocation = None if owner is None else system.invocation_at[owner][state.pcs[owner]]
+        label = inst.label if invocation is None else system.sem_label(sid, invocation)
+        declared = str(inst.decl.loc) if invocation is None else system.sem_declared(sid, invocation)
         if inst.decl.origin is ir.SemOrigin.HANDED_ON:
             message = (
                 f"semaphore leftover: {label} holds {count} when the program ends: a kernel "
                 f"handed it on and no later kernel of the program waited for everything it "
                 f"received (a copy nobody waits for may still be landing). It is declared at "
-                f"{inst.decl.loc}."
+                f"{declared}."
             )
         elif system.backend is ir.Backend.GPU:  # a barrier semaphore (plgpu.get_barrier_semaphore)
             message = (
                 f"semaphore leftover: {label} holds {count} when the kernel exits; Mosaic GPU's "
                 f"barrier semaphores are zeroed only before the module starts, so the next kernel "
                 f"with collective_id {inst.decl.collective_id} starts from it. It is declared at "
-                f"{inst.decl.loc}."
+                f"{declared}."
             )
         else:
             message = (
                 f"semaphore leftover: {label} holds {count} when the kernel exits (or it was "
-                f"added to after the kernel exited); {_zero_at_exit_rule(inst)}"
+                f"added to after the kernel exited); {_zero_at_exit_rule(system, sid, invocation)}"
             )
         out.append(Finding(Kind.SEMAPHORE_LEFTOVER, _leftover_key(inst), owner, None, message, sem=sid))
     return out

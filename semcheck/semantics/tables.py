@@ -176,19 +176,46 @@ class Tables:
         calls it: in a program, a scratch semaphore carried into a later kernel
         (disable_semaphore_checks) goes by that kernel's own name there (`ir.SemAlias`);
         a kernel that does not use it leaves the name of the last one before it that did."""
+        alias = self.sem_alias(sid, invocation)
         inst = self.instances[sid]
+        return inst.label if alias is None else inst.label_as(alias.name)
+
+    def sem_decl_as(self, sid: int, invocation: int) -> ir.SemDecl:
+        """Semaphore instance `sid`'s declaration as the kernel of invocation `invocation`
+        makes it: a carried semaphore has that kernel's name, line and checks at exit."""
+        import dataclasses
+
+        alias = self.sem_alias(sid, invocation)
+        decl = self.instances[sid].decl
+        if alias is None:
+            return decl
+        return dataclasses.replace(decl, name=alias.name, loc=alias.loc or decl.loc,
+                                   checked_at_exit=alias.checked_at_exit)
+
+    def sem_declared(self, sid: int, invocation: int) -> str:
+        """Where semaphore instance `sid` is declared, for a message: the carrying kernel's
+        own declaration too where it goes by another name there (`sem_label`)."""
+        alias = self.sem_alias(sid, invocation)
+        decl = self.instances[sid].decl
+        if alias is None or alias.loc is None:
+            return str(decl.loc)
+        return f"{alias.loc} in kernel `{alias.kernel}`, which carries it over from {decl.loc}"
+
+    def sem_alias(self, sid: int, invocation: int) -> ir.SemAlias | None:
+        """The name kernel of invocation `invocation` gives semaphore instance `sid`'s
+        declaration where it is not the program's (see `sem_label`)."""
         kernels = self.protocol.kernels
         if not kernels or not self.protocol.aliases:
-            return inst.label
-        name = inst.decl.name
+            return None
+        name = self.instances[sid].decl.name
         for back in range(len(kernels)):
             kernel = self.kernel_of(max(invocation, 1) - back)
             alias = next((a for a in self.protocol.aliases if a.kernel == kernel and a.decl == name), None)
             if alias is not None:
-                return inst.label_as(alias.name)
+                return alias
             if name.startswith(f"{kernel}.") or invocation - back <= 1:
                 break
-        return inst.label
+        return None
 
     def ledger_slot(self, sid: int, invocation: int) -> int:
         """Where the barrier ledger counts the units `invocation` added to `sid`."""
