@@ -148,7 +148,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 found.transitions = transitions
                 found.stored_states, found.store_bytes, found.store_fixed_bytes = 0, 0, 0
                 if group is not None and not (stop_at_first and found.has_errors):  # as below
-                    _add_images(system, ind, group, found, silence_reported_races)
+                    _add_images(system, ind, group, found, silence_reported_races, monitor)
                 found.seconds = monitor.elapsed()
                 found.peak_memory_mb = monitor.peak_mb
                 return found
@@ -257,7 +257,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
         for finding, initial, actions in endless.findings(system, states, edges, ended, tree_path):
             found.add(finding, initial, actions)
     if group is not None and not (stop_at_first and found.has_errors):  # one counterexample: no images
-        _add_images(system, ind, group, found, silence_reported_races)
+        _add_images(system, ind, group, found, silence_reported_races, monitor)
     found.states = on_path + len(states)
     found.transitions = transitions
     found.stored_states = len(states)
@@ -283,22 +283,32 @@ def _replay(system: System, ind: Independence, initial, actions, silence_reporte
 
 
 def _add_images(system: System, ind: Independence, group: symmetries.Rotations, found: Exploration,
-                silence_reported_races: bool) -> None:
+                silence_reported_races: bool, monitor: Monitor) -> None:
     """Every finding's images under the group: the image of a path is a path of the system
-    (the group's elements are automorphisms), replayed to name what it reaches."""
-    for _finding, initial, actions in list(found.findings.values()):
-        if not actions and group.image(initial, 1) == initial:
-            continue  # every image of the path is the path itself: nothing new to name
-        for g in range(1, group.order):
-            state = start = group.image(initial, g)
-            path = [group.action(a, g) for a in actions]
-            # the state each step reaches; the last is judged below the loop
-            for k, (state, seen) in enumerate(_replay(system, ind, start, path, silence_reported_races), 1):  # noqa: B007
-                for image in seen:
-                    found.add(image, start, path[:k])
-            if not system.enabled(state, system.movable_threads(state)):
-                for image in terminal_findings(system, state):
-                    found.add(image, start, path)
+    (the group's elements are automorphisms), replayed to name what it reaches. The replays
+    count against the budget (the group's order times each path: 1,000 devices times a
+    5,000-step path, minutes); where it runs out, the images named so far are reported and
+    the result says the list is incomplete."""
+    try:
+        for _finding, initial, actions in list(found.findings.values()):
+            if not actions and group.image(initial, 1) == initial:
+                continue  # every image of the path is the path itself: nothing new to name
+            for g in range(1, group.order):
+                monitor.check()
+                state = start = group.image(initial, g)
+                path = [group.action(a, g) for a in actions]
+                # the state each step reaches; the last is judged below the loop
+                for k, (state, seen) in enumerate(_replay(system, ind, start, path, silence_reported_races), 1):  # noqa: B007
+                    monitor.check()
+                    for image in seen:
+                        found.add(image, start, path[:k])
+                if not system.enabled(state, system.movable_threads(state)):
+                    for image in terminal_findings(system, state):
+                        found.add(image, start, path)
+    except BudgetExceeded as exceeded:
+        if not found.exhausted:
+            found.exhausted = (f"{exceeded.reason} while naming the findings' images under the rotations of the "
+                               "device axis (those named so far are reported)")
 
 
 def _key_state(group: symmetries.Rotations | None, state: State) -> tuple[State, int]:
