@@ -292,7 +292,8 @@ def test_a_carried_semaphore_left_over_is_named_as_the_kernel_holding_it_calls_i
     program = compose([first, second], [])
     [entry] = check_protocol(program, engine="explicit", exhaustive=True).errors
     assert entry.kind == "semaphore_leftover"
-    assert "enters the kernel again at async.py:30, second.ready on device 0 holds 2 (left by" in entry.message
+    assert ("enters kernel `second` after `first` at async.py:30, second.ready on device 0 holds 2 (left by "
+            "kernel `first`)") in entry.message
     # the first kernel leaves it at 0; the second signals it and never waits: left at the end
     balanced = _kernel("first", [scratch("flag", False)], [], lambda d: [
         ir.Signal(_at(20), ir.SemRef("flag"), 1), ir.Wait(_at(21), ir.SemRef("flag"), 1)], 1)

@@ -174,7 +174,7 @@ def _leftover_at_exit_finding(system: System, h) -> Finding:
     here = system.bodies[h.thread][h.pc]
     inst = system.instances[h.sem]
     message = (
-        f"semaphore leftover: when {system.thread_name(h.thread)} enters the kernel again at "
+        f"semaphore leftover: when {system.thread_name(h.thread)} {_enters(system, h)} at "
         f"{here.loc}, {h.detail}; "
         f"{_zero_at_exit_rule(system, h.sem, system.invocation_at[h.thread][h.pc])}"
     )
@@ -187,14 +187,28 @@ def _landing_at_entry_finding(system: System, h) -> Finding:
     inst = system.instances[h.sem]
     message = (
         f"semaphore leftover: the copy {system.thread_name(h.other_thread)} started at {start.loc} "
-        f"in the previous invocation is still landing on "
+        f"in {_left(system, h)} is still landing on "
         f"{system.sem_label(h.sem, system.invocation_at[h.thread][h.pc] + 1)} when "
-        f"{system.thread_name(h.thread)} enters the kernel again at {here.loc}: nothing waited "
+        f"{system.thread_name(h.thread)} {_enters(system, h)} at {here.loc}: nothing waited "
         f"for it to land; "
         f"{_zero_at_exit_rule(system, h.sem, system.invocation_at[h.thread][h.pc])}"
     )
     return Finding(Kind.SEMAPHORE_LEFTOVER, _leftover_key(inst), h.thread, start.loc, message, sem=h.sem,
                    other_start=(h.other_thread, h.other_pc))
+
+
+def _enters(system: System, h) -> str:
+    """How the entry of hazard `h` reads: the same kernel again, or the next of a program."""
+    other = system.other_kernel_before(h.thread, h.pc)
+    if other is None:
+        return "enters the kernel again"
+    return f"enters kernel `{system.kernel_of(system.invocation_at[h.thread][h.pc] + 1)}` after `{other}`"
+
+
+def _left(system: System, h) -> str:
+    """The invocation that the entry of hazard `h` follows, as a message names it."""
+    other = system.other_kernel_before(h.thread, h.pc)
+    return "the previous invocation" if other is None else f"kernel `{other}`"
 
 
 def _zero_at_exit_rule(system: System, sid: int, invocation: int | None) -> str:

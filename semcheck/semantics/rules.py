@@ -292,13 +292,15 @@ def _exec_entry(system: RaceTables, t: int, instr: ir.KernelEntry, state: State)
         # named as the kernel entered calls it, whose check this is (a semaphore carried into
         # it from the kernel before has its name there)
         entered = previous + 1
+        other = system.other_kernel_before(t, pc)
+        by = "the previous invocation" if other is None else f"kernel `{other}`"
         found = [
             Hazard(LEFTOVER_AT_EXIT, t, pc, -1, -1,
-                   f"{system.sem_label(sid, entered)} holds {count} (left by the previous invocation)", sem=sid)
+                   f"{system.sem_label(sid, entered)} holds {count} (left by {by})", sem=sid)
             for sid in checked if (count := state.sems[sid])
         ] + [
             Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.start_pc,
-                   f"a copy of the previous invocation is still landing on {system.sem_label(e.sem, entered)}",
+                   f"a copy of {by} is still landing on {system.sem_label(e.sem, entered)}",
                    sem=e.sem)
             for e in distinct(state.events) if e.sem in watched
         ]

@@ -217,6 +217,13 @@ class Tables:
                 break
         return None
 
+    def other_kernel_before(self, t: int, pc: int) -> str | None:
+        """At thread t's kernel entry `pc`: the kernel of the invocation it follows, where
+        that is another kernel of a program (None: the same kernel again, or the first)."""
+        previous = self.invocation_at[t][pc]
+        left, entered = self.kernel_of(previous), self.kernel_of(previous + 1)
+        return None if previous < 1 or left is None or left == entered else left
+
     def ledger_slot(self, sid: int, invocation: int) -> int:
         """Where the barrier ledger counts the units `invocation` added to `sid`."""
         return sid * self.ledger_stride + invocation
