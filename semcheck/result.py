@@ -55,6 +55,18 @@ class StepEvent(str, enum.Enum):
     EXIT = "exit"
 
 
+class StoppedBy(str, enum.Enum):
+    """What ended a search before it covered everything (the JSON's
+    `inconclusive_reason.stopped_by`): which limit to raise, or that none would help."""
+
+    TIME = "time"  # --timeout
+    MEMORY = "memory"  # --max-memory
+    STATES = "states"  # --max-states
+    STOP = "stop"  # ended from outside: another engine decided first, or an interrupt
+    BOUND = "bound"  # the engine's own bound: z3's unrolling (--unroll), a random walk's step cap
+    ENGINE = "engine"  # what the engine cannot do: a construct it does not model, a solver that gave up, random walks that prove nothing
+
+
 class NoVerdictKind(str, enum.Enum):
     """Why a check is inconclusive, as a type (the JSON's `inconclusive_reason.kind`); the
     words for it are `report.text.no_verdict_reason`."""
@@ -381,6 +393,7 @@ class Result:
     # independent parts needs to know which end-state findings the whole protocol has.
     ends: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     exhausted: str | None = field(default=None, repr=False, compare=False)  # why the search stopped early
+    stopped_by: StoppedBy | None = field(default=None, repr=False, compare=False)  # and which limit that was
     runs: list[EngineRun] = field(default_factory=list)  # every engine that ran, when more than one did
     # The check stopped at its first counterexample (the default; --exhaustive lists every
     # finding): other violations may exist beside the one reported.

@@ -18,6 +18,7 @@ from semcheck.engines.z3 import engine as smt
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, bounded_phase
 from semcheck.frontends import load
 from semcheck.semantics import System
+from semcheck.result import StoppedBy
 from semcheck.engines.options import Z3Options
 from tests.test_cli import model
 
@@ -64,9 +65,10 @@ def test_the_search_tables_are_built_within_the_budget(monkeypatch):
 
 def test_memory_budget_in_the_search_and_the_encoding():
     found = explicit.explore(System(_ring()), budget=Budget(max_memory_mb=1))
-    assert found.exhausted == "memory budget of 1 MB ran out"
+    assert found.exhausted == "memory budget of 1 MB ran out" and found.stopped_by is StoppedBy.MEMORY
     found = smt.explore(System(_ring()), budget=Budget(max_memory_mb=1))
     assert found.exhausted == "memory budget of 1 MB ran out while encoding for z3"
+    assert found.stopped_by is StoppedBy.MEMORY
 
 
 def test_a_phase_without_checks_of_its_own_is_stopped_from_outside():
@@ -124,6 +126,7 @@ def test_a_model_file_that_grows_without_end_is_stopped_by_the_memory_budget(tmp
     (result,) = verify_path(str(path), [2], budget=Budget(timeout=60, max_memory_mb=limit))
     assert result.verdict.value == "inconclusive", result.error
     assert result.exhausted == f"memory budget of {limit:,} MB ran out while loading {path} with 2 devices"
+    assert result.stopped_by is StoppedBy.MEMORY
 
 
 def test_loading_counts_against_the_check(monkeypatch):
@@ -153,7 +156,7 @@ def test_cli_tiny_timeout_exits_3_with_the_phase_named(capsys):
     assert "ran out while loading" in result["notes"][-1]  # the phase it ran out in
     # why, as a field of its own: it never got as far as a protocol
     reason = result["inconclusive_reason"]
-    assert reason["kind"] == "not_loaded" and reason["message"].startswith("no verdict: time budget of 1e-09 s ran out"), reason
+    assert reason["kind"] == "not_loaded" and reason["stopped_by"] == "time" and reason["message"].startswith("no verdict: time budget of 1e-09 s ran out"), reason
 
 
 def test_monitor_reads_the_clock_on_every_tick():

@@ -100,7 +100,7 @@ def test_budget_exhaustion_is_inconclusive_exit_3(capsys):
     assert r["verdict"] == "inconclusive"
     assert "state budget of 1,000 states ran out" in r["notes"][0]
     # why, as a field of its own beside the notes
-    assert r["inconclusive_reason"] == {"kind": "search_stopped",
+    assert r["inconclusive_reason"] == {"kind": "search_stopped", "stopped_by": "states",
                                         "message": "the search stopped early: state budget of 1,000 states ran out"}
 
 
@@ -323,7 +323,7 @@ def test_json_says_why_a_check_is_inconclusive_in_a_field_of_its_own():
     """`inconclusive_reason`: a kind (result.NoVerdictKind) and the text report's words;
     null unless the verdict is inconclusive."""
     from semcheck.report.json import result_dict
-    from semcheck.result import Result, Verdict
+    from semcheck.result import Result, StoppedBy, Verdict
 
     def check(verdict, **fields):
         return result_dict(Result("k", "k.py", 1, "model", "tpu", 2, 1, "explicit", verdict, **fields))
@@ -331,7 +331,9 @@ def test_json_says_why_a_check_is_inconclusive_in_a_field_of_its_own():
     assert check(Verdict.SAFE)["inconclusive_reason"] is None
     assert check(Verdict.VIOLATION, exhausted="time budget of 5 s ran out")["inconclusive_reason"] is None
     assert check(Verdict.INCONCLUSIVE, unjustified="a value read back from data decides it")[
-        "inconclusive_reason"] == {"kind": "unjustified", "message": "a value read back from data decides it"}
-    assert check(Verdict.INCONCLUSIVE, exhausted="time budget of 5 s ran out")["inconclusive_reason"] == {
-        "kind": "search_stopped", "message": "the search stopped early: time budget of 5 s ran out"}
+        "inconclusive_reason"] == {"kind": "unjustified", "stopped_by": None,
+                                   "message": "a value read back from data decides it"}
+    assert check(Verdict.INCONCLUSIVE, exhausted="time budget of 5 s ran out", stopped_by=StoppedBy.TIME)[
+        "inconclusive_reason"] == {"kind": "search_stopped", "stopped_by": "time",
+                                   "message": "the search stopped early: time budget of 5 s ran out"}
     assert check(Verdict.INCONCLUSIVE)["inconclusive_reason"]["kind"] == "incomplete"

@@ -16,7 +16,7 @@ from semcheck.engines import components
 from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, bounded_phase
 from semcheck.engines.options import CheckOptions, EngineFn
 from semcheck.ir import Protocol
-from semcheck.result import Result
+from semcheck.result import Result, StoppedBy
 from semcheck.semantics import System
 
 
@@ -90,7 +90,7 @@ def check(
             system.racing_pairs()
             groups = components.parts(system) if options.split else []
     except BudgetExceeded as exceeded:
-        return out_of_budget(protocol, engine, exceeded.reason, time.monotonic() - started)
+        return out_of_budget(protocol, engine, exceeded.reason, exceeded.by, time.monotonic() - started)
     if len(groups) <= 1:
         return run(system, budget, progress, options)
     per_part = options.with_ends_reported()
@@ -102,7 +102,7 @@ def check(
     )
 
 
-def out_of_budget(protocol: Protocol, engine: str, reason: str, seconds: float) -> Result:
+def out_of_budget(protocol: Protocol, engine: str, reason: str, by: StoppedBy, seconds: float) -> Result:
     """The Result of a check whose budget ran out before any engine could start."""
     from semcheck.engines.common import describing
     from semcheck.result import Stats, Verdict
@@ -112,4 +112,5 @@ def out_of_budget(protocol: Protocol, engine: str, reason: str, seconds: float) 
         stats=Stats(seconds=round(seconds, 4)),
         notes=list(protocol.notes) + [f"no verdict: {reason}"],
         exhausted=reason,
+        stopped_by=by,
     )

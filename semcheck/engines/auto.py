@@ -313,6 +313,7 @@ class Portfolio:
             notes=notes,
             ends=frozenset().union(*(r.ends for r in results)),
             exhausted=None if self.winner is not None else base.exhausted,
+            stopped_by=None if self.winner is not None else base.stopped_by,
             first_only=self.first_only and verdict is Verdict.VIOLATION,
         )
 

@@ -28,6 +28,7 @@ from dataclasses import field
 from typing import Any, Callable, Iterator, Protocol
 
 from semcheck.records import record
+from semcheck.result import StoppedBy
 
 DEFAULT_MAX_STATES = 2_000_000
 DEFAULT_TIMEOUT = 600.0
@@ -157,9 +158,10 @@ class BudgetExceeded(BaseException):
     """A budget ran out. Not an Exception, so that a user's own `except Exception` (in a
     model file running under `bounded_phase`) cannot swallow it, as with KeyboardInterrupt."""
 
-    def __init__(self, reason: str, notes: tuple[str, ...] = ()):
+    def __init__(self, reason: str, by: StoppedBy, notes: tuple[str, ...] = ()):
         super().__init__(reason)
         self.reason = reason
+        self.by = by
         self.notes = notes  # what the reason does not say (where a stopped script was)
 
 
@@ -228,15 +230,16 @@ class Monitor:
             self.budget.turn.tick(stop)  # at the end of its slice: wait for the next turn
         now = time.monotonic()
         if stop is not None and stop.is_set():
-            raise BudgetExceeded(stop.reason)
+            raise BudgetExceeded(stop.reason, StoppedBy.STOP)
         if now >= self.deadline:
-            raise BudgetExceeded(f"time budget of {self.budget.timeout:g} s ran out{self._while()}")
+            raise BudgetExceeded(f"time budget of {self.budget.timeout:g} s ran out{self._while()}", StoppedBy.TIME)
         if now >= self._next_memory_check:
             self._next_memory_check = now + self.CHECK_INTERVAL
             mem = rss_mb()
             self.peak_mb = max(self.peak_mb, mem)
             if mem > self.memory_limit:
-                raise BudgetExceeded(f"memory budget of {self.memory_limit:,.0f} MB ran out{self._while()}")
+                raise BudgetExceeded(f"memory budget of {self.memory_limit:,.0f} MB ran out{self._while()}",
+                                     StoppedBy.MEMORY)
         return now
 
     def tick(self, states: int, transitions: int, frontier: int = 0, depth: int = 0) -> None:
@@ -244,7 +247,7 @@ class Monitor:
         if watch is not None:
             watch(states, frontier, depth)
         if states > self.budget.max_states:
-            raise BudgetExceeded(f"state budget of {self.budget.max_states:,} states ran out")
+            raise BudgetExceeded(f"state budget of {self.budget.max_states:,} states ran out", StoppedBy.STATES)
         now = self.check()
         if self.progress and now >= self._next_progress:
             self._next_progress = now + self.PROGRESS_EVERY
@@ -274,7 +277,7 @@ def bounded_phase(
     assert deadline is not None, "started() sets the deadline"
     limit = memory_limit_mb(budget)
     if time.monotonic() >= deadline:
-        raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out before {what}")
+        raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out before {what}", StoppedBy.TIME)
     armed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
     previous = None
     if armed:
@@ -286,18 +289,18 @@ def bounded_phase(
                 next_progress[0] = now + Monitor.PROGRESS_EVERY
                 progress(ProgressInfo(0, 0, now - started, 0, 0, what=what))
             if now >= deadline:
-                raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while {what}")
+                raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while {what}", StoppedBy.TIME)
             if rss_mb() > limit:
-                raise BudgetExceeded(f"memory budget of {limit:,.0f} MB ran out while {what}")
+                raise BudgetExceeded(f"memory budget of {limit:,.0f} MB ran out while {what}", StoppedBy.MEMORY)
             if budget.stop is not None and budget.stop.is_set():
-                raise BudgetExceeded(budget.stop.reason)
+                raise BudgetExceeded(budget.stop.reason, StoppedBy.STOP)
 
         previous = signal.signal(signal.SIGALRM, on_timer)
         signal.setitimer(signal.ITIMER_REAL, Monitor.CHECK_INTERVAL, Monitor.CHECK_INTERVAL)
     try:
         yield
     except MemoryError:
-        raise BudgetExceeded(f"memory ran out while {what}") from None
+        raise BudgetExceeded(f"memory ran out while {what}", StoppedBy.MEMORY) from None
     finally:
         if armed:
             signal.setitimer(signal.ITIMER_REAL, 0, 0)

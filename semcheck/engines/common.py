@@ -7,7 +7,7 @@ from dataclasses import field
 
 from semcheck.records import record
 from semcheck.semantics.properties import SEVERITY, Finding, static_findings
-from semcheck.result import Result, Stats, Verdict, Violation, verdict_of
+from semcheck.result import Result, Stats, StoppedBy, Verdict, Violation, verdict_of
 from semcheck.semantics import Action, State, System
 
 
@@ -20,6 +20,7 @@ class Exploration:
     seconds: float = 0.0
     peak_memory_mb: float | None = None
     exhausted: str | None = None  # why the search stopped early, if it did
+    stopped_by: StoppedBy | None = None  # which limit that was
     encoded_events: int | None = None  # z3: instruction occurrences and DMA completions
     solver_queries: int | None = None  # z3: how many satisfiability checks it took
     stored_states: int | None = None  # explicit: the states it stored (a one-path stretch stores none)
@@ -76,6 +77,7 @@ def to_result(exploration: Exploration, engine: str, *, first_only: bool = False
         notes=notes,
         ends=frozenset(exploration.ends),
         exhausted=exploration.exhausted,
+        stopped_by=exploration.stopped_by if exploration.exhausted else None,
         first_only=first_only and verdict is Verdict.VIOLATION,
     )
 

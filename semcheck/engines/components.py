@@ -37,7 +37,7 @@ from semcheck.engines.merge import causes_first, merge_runs
 from semcheck.engines.budget import Budget, ProgressFn, ProgressInfo
 from semcheck.engines.common import describing
 from semcheck.semantics.properties import CLEAN_END, STUCK_END, Kind
-from semcheck.result import Result, Stats, Verdict, Violation, verdict_of
+from semcheck.result import Result, Stats, StoppedBy, Verdict, Violation, verdict_of
 from semcheck.semantics import System
 
 # Run one engine on one System with one budget.
@@ -105,11 +105,13 @@ def check_parts(
     results: list[Result] = []
     states_before = 0
     stopped = None
+    stopped_by: StoppedBy | None = None  # a budget that ran out between parts
     for number, threads in enumerate(groups, 1):
         elapsed = time.monotonic() - started
         if states_before >= budget.max_states or elapsed >= budget.timeout:
+            stopped_by = StoppedBy.STATES if states_before >= budget.max_states else StoppedBy.TIME
             stopped = (
-                f"state budget of {budget.max_states:,} states" if states_before >= budget.max_states
+                f"state budget of {budget.max_states:,} states" if stopped_by is StoppedBy.STATES
                 else f"time budget of {budget.timeout:g} s"
             ) + f" ran out after {number - 1} of {len(groups)} independent parts"
             break
@@ -128,6 +130,8 @@ def check_parts(
         merged.violations += _static_warnings(system, merged.violations)
     if stopped:
         merged.notes.append(f"{stopped}; no verdict for the parts not checked")
+    if stopped_by is not None and merged.exhausted is None:
+        merged.exhausted, merged.stopped_by = stopped, stopped_by
     devices = sorted({protocol.threads[t].device for threads in groups for t in threads})
     merged.notes.append(
         f"its {len(protocol.threads)} threads on {len(devices)} devices form {len(groups)} independent "
@@ -164,7 +168,8 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
     notes: list[str] = []
     for result in results:
         notes += [n for n in result.notes if n not in notes]
-    stopped = next((r.exhausted for r in results if r.exhausted), None)
+    stopped_part = next((r for r in results if r.exhausted), None)
+    stopped = stopped_part.exhausted if stopped_part else None
     return Result(
         **describing(protocol),
         engine="+".join(sorted({r.engine for r in results})) or "none",
@@ -184,6 +189,7 @@ def merge(protocol: ir.Protocol, results: list[Result], seconds: float, unchecke
         notes=notes,
         runs=merge_runs(results),
         exhausted=stopped,
+        stopped_by=stopped_part.stopped_by if stopped_part else None,
     )
 
 

@@ -15,6 +15,7 @@ import random
 
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
+from semcheck.result import StoppedBy
 from semcheck.engines.options import SimulateOptions
 from semcheck.semantics.properties import end_kind, fault_findings, hazard_findings, terminal_findings
 from semcheck.semantics import Action, System
@@ -56,7 +57,7 @@ def explore(
                         _keep_shortest(found, finding, initial, actions, run, first_in)
                     break
                 if len(actions) >= MAX_STEPS:
-                    raise BudgetExceeded(f"a schedule ran past {MAX_STEPS:,} steps without ending")
+                    raise BudgetExceeded(f"a schedule ran past {MAX_STEPS:,} steps without ending", StoppedBy.BOUND)
                 action = rng.choice(enabled)
                 successor = system.step(state, action)
                 transitions += 1
@@ -73,7 +74,7 @@ def explore(
             if stop_at_first and found.has_errors:
                 break
     except BudgetExceeded as exceeded:
-        found.exhausted = exceeded.reason
+        found.exhausted, found.stopped_by = exceeded.reason, exceeded.by
     if first_in:
         found.notes.append(
             f"simulate: random schedules seeded {seed}; " + "; ".join(
@@ -89,6 +90,7 @@ def explore(
             f"simulation: {completed} random schedules (seed {seed}) found nothing, "
             "which is not a proof; use --engine explicit or z3 for a verdict"
         )
+        found.stopped_by = StoppedBy.ENGINE
     found.states = visited
     found.transitions = transitions
     found.seconds = monitor.elapsed()

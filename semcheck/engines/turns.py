@@ -33,6 +33,7 @@ import time
 
 from semcheck.engines.budget import BudgetExceeded, StopSignal
 from semcheck.records import record
+from semcheck.result import StoppedBy
 
 WAIT_POLL = 0.05  # seconds between looks at the stop signal while waiting for a turn
 
@@ -144,7 +145,7 @@ class Turn:
         cond = self.turns._cond
         while self.turns._holder is not self:
             if stop is not None and stop.is_set():
-                raise BudgetExceeded(stop.reason)
+                raise BudgetExceeded(stop.reason, StoppedBy.STOP)
             if self.turns._holder is None:  # everyone else left
                 self.turns._holder = self
                 break

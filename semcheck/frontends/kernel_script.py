@@ -39,11 +39,13 @@ def load(path: str, devices: int, *, capture_timeout: float | None = None, assum
     _reassume(outcome.assumptions)
     if not outcome.protocols and not outcome.errors and outcome.timed_out and capture_timeout is not None:
         from semcheck.engines.budget import BudgetExceeded
+        from semcheck.result import StoppedBy
 
         # The check's own time budget ended the script: no verdict, rather than an error.
         raise BudgetExceeded(
             f"time budget ran out while running {path} with {devices} devices, before it compiled "
             "any Pallas kernel",
+            StoppedBy.TIME,
             notes=(_where_stopped(capture_timeout, outcome.script_error_loc),),
         )
     if not outcome.protocols and not outcome.errors:

@@ -16,7 +16,7 @@ from semcheck.frontends import Classification, load
 from semcheck.ir import Loc, Protocol
 from semcheck.kinds import SEVERITY, Kind
 from semcheck.records import record
-from semcheck.result import NO_PROTOCOL, Result, Verdict, Violation
+from semcheck.result import NO_PROTOCOL, Result, StoppedBy, Verdict, Violation
 
 if TYPE_CHECKING:
     from semcheck.frontends.kernel_script import OnPhases
@@ -84,12 +84,13 @@ def load_within(path: str, devices: int, budget: Budget, progress: ProgressFn | 
             return load(path, devices, classification=classification, capture_timeout=max(left, 0.0),
                         assumed=assumed, on_phases=on_phases, memory_mb=memory_limit_mb(budget))
         except LoadTimedOut:  # the check's own time ran out while its file loaded
-            raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while {what}") from None
+            raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out while {what}", StoppedBy.TIME) from None
         except LoadOutOfMemory as e:  # a model file's child grew past the check's memory
-            raise BudgetExceeded(f"memory budget of {e.limit_mb:,.0f} MB ran out while {what}") from None
+            raise BudgetExceeded(f"memory budget of {e.limit_mb:,.0f} MB ran out while {what}",
+                                 StoppedBy.MEMORY) from None
 
 
-def out_of_budget_loading(path: str, devices: int, reason: str, engine: str, seconds: float,
+def out_of_budget_loading(path: str, devices: int, reason: str, by: StoppedBy, engine: str, seconds: float,
                           notes: tuple[str, ...] = ()) -> Result:
     """`notes`: what the budget's reason does not say (where a stopped script was, and how to
     give it longer), said in their own words; without them, the reason is the note (JSON and
@@ -101,6 +102,7 @@ def out_of_budget_loading(path: str, devices: int, reason: str, engine: str, sec
         cores=0, engine=engine, verdict=Verdict.INCONCLUSIVE, stats=Stats(seconds=round(seconds, 4)),
         notes=list(notes) or [f"no verdict: {reason}"],
         exhausted=reason,
+        stopped_by=by,
     )
 
 

@@ -137,7 +137,7 @@ def run_task(task: Task, progress_for: ProgressFor | None = None) -> TaskOutcome
         except (LoadError, BudgetExceeded) as e:
             seconds = time.monotonic() - started
             result = (load_error_result(path, n, e, options.engine) if isinstance(e, LoadError)
-                      else out_of_budget_loading(path, n, e.reason, options.engine, seconds, e.notes))
+                      else out_of_budget_loading(path, n, e.reason, e.by, options.engine, seconds, e.notes))
             return TaskOutcome(task.index, [result], load=load_report(seconds, True))
         report = load_report(time.monotonic() - started, False)
         protocols = [q for p in loaded for q in (p.prefixes if isinstance(p, LoadError) else [p])]

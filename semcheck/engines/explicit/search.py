@@ -77,7 +77,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
             if (reduce if symmetry is None else symmetry) and edges is None:
                 group = symmetries.rotations(system)
     except BudgetExceeded as exceeded:
-        found.exhausted = exceeded.reason
+        found.exhausted, found.stopped_by = exceeded.reason, exceeded.by
         found.seconds = monitor.elapsed()
         found.peak_memory_mb = max(monitor.peak_mb, rss_mb())
         return found
@@ -162,7 +162,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                     store(state, key_state, image, frozenset(), 0, None)
     except BudgetExceeded as exceeded:
         queue.clear()
-        found.exhausted = exceeded.reason
+        found.exhausted, found.stopped_by = exceeded.reason, exceeded.by
         transitions = len(path) if path is not None else 0
     # the states visited on the path before the first one stored (all of them, the one it
     # stopped at included, when the budget ran out there)
@@ -243,7 +243,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
             if stop_at_first and found.has_errors:
                 break
     except BudgetExceeded as exceeded:
-        found.exhausted = exceeded.reason
+        found.exhausted, found.stopped_by = exceeded.reason, exceeded.by
     if edges is not None and not found.exhausted and not queue:
         for i, action in skipped:  # a skipped action's successor was reached another way
             successor = ind.normalize(system.step(states[i], action))
@@ -309,6 +309,7 @@ def _add_images(system: System, ind: Independence, group: symmetries.Rotations, 
         if not found.exhausted:
             found.exhausted = (f"{exceeded.reason} while naming the findings' images under the rotations of the "
                                "device axis (those named so far are reported)")
+            found.stopped_by = exceeded.by
 
 
 def _key_state(group: symmetries.Rotations | None, state: State) -> tuple[State, int]:

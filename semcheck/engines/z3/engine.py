@@ -60,6 +60,7 @@ from semcheck.engines.z3.encoding import Encoding
 from semcheck.engines.z3.scope import unmodelled
 from semcheck.engines.z3.terms import NOT, OR, fresh_context
 from semcheck.engines.z3.unroll import CONSTANT_JUMP_CAP
+from semcheck.result import StoppedBy
 from semcheck.semantics.properties import (
     CASCADING_KINDS, CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings, went_wrong,
 )
@@ -100,7 +101,8 @@ def explore(
             return _explore(system, unroll, budget, progress, report_ends, stop_at_first)
     while not _Z3_IN_USE.acquire(timeout=0.05):  # another check is solving: wait, unless stopped
         if stop.is_set():
-            found = Exploration(system, exhausted=stop.reason, solver_queries=0, encoded_events=0)
+            found = Exploration(system, exhausted=stop.reason, stopped_by=StoppedBy.STOP, solver_queries=0,
+                                encoded_events=0)
             return found
     try:
         fresh_context()
@@ -119,6 +121,7 @@ def _explore(
     missing = unmodelled(system)
     if missing is not None:
         found.exhausted = f"the z3 engine does not model {missing} yet (use --engine explicit)"
+        found.stopped_by = StoppedBy.ENGINE
         found.solver_queries = 0
         return found
     try:
@@ -135,16 +138,16 @@ def _explore(
         else:
             session.check_bound(unroll)
     except BudgetExceeded as exceeded:
-        found.exhausted = exceeded.reason
+        found.exhausted, found.stopped_by = exceeded.reason, exceeded.by
     except MemoryError:
-        found.exhausted = f"memory ran out while {monitor.phase}"
+        found.exhausted, found.stopped_by = f"memory ran out while {monitor.phase}", StoppedBy.MEMORY
     except z3.Z3Exception:
         stop = monitor.budget.stop
         if stop is None or not stop.is_set():
             raise
         # Stopped from outside (engine auto): the context's interrupt can land on any z3
         # call that runs at that moment, not only on a solver check.
-        found.exhausted = stop.reason
+        found.exhausted, found.stopped_by = stop.reason, StoppedBy.STOP
     found.seconds = monitor.elapsed()
     found.peak_memory_mb = max(monitor.peak_mb, rss_mb())
     found.solver_queries = session.queries if session else 0
@@ -306,6 +309,7 @@ class _Session:
                 f"that depend on inputs or semaphore reads, {CONSTANT_JUMP_CAP} in all); "
                 "raise it with --unroll"
             )
+            self.found.stopped_by = StoppedBy.BOUND
 
     def _done(self) -> bool:
         """Whether the check stops here: at its first counterexample, when asked to."""
@@ -396,8 +400,8 @@ class _Session:
             if not (bounded and cut and not (budget.stop is not None and budget.stop.is_set())):
                 self.monitor.check()  # stopped from outside, or out of memory: say which
                 if cut:
-                    raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out in the solver")
-                raise BudgetExceeded(f"the solver gave up ({reason})")
+                    raise BudgetExceeded(f"time budget of {budget.timeout:g} s ran out in the solver", StoppedBy.TIME)
+                raise BudgetExceeded(f"the solver gave up ({reason})", StoppedBy.ENGINE)
             self.call_bound *= 2
         if answer == z3.unsat:
             return None
