@@ -250,10 +250,8 @@ def _computed_outputs(ctx, in_nodes, params, capture):
     import functools
     import math
 
-    compiler_params = params.get("compiler_params")
-    tpu = compiler_params is None or isinstance(compiler_params, jax_internal("tpu_core").CompilerParams)
-    if capture.primitive != "pallas_call" or params.get("mesh") is not None or not tpu:
-        return None  # TPU kernels only
+    if capture.primitive != "pallas_call" or params.get("mesh") is not None:
+        return None
     jaxpr = params.get("jaxpr")
     grid = getattr(params.get("grid_mapping"), "grid", None)
     if jaxpr is None or grid is None or not all(isinstance(n, int) for n in grid):
@@ -271,14 +269,6 @@ def _computed_outputs(ctx, in_nodes, params, capture):
     hlo_interpreter = jax_internal("pallas_hlo_interpreter")
     impl = functools.partial(hlo_interpreter.pallas_call_hlo_interpret,
                              **{k: v for k, v in params.items() if k != "interpret"})
-    import jax
-
-    try:  # traced first: emitting stops nowhere half-way into the program for want of a rule
-        traced = jax.make_jaxpr(impl)(*[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in])
-    except Exception:  # noqa: BLE001 - a kernel the HLO interpreter cannot run keeps zeros
-        return None
-    if not _lowers_on_cpu(traced.jaxpr):
-        return None
     try:  # its own context: record_operands set this one's output tokens (the interpreter has no effects)
         outs = mlir.lower_fun(impl, multiple_results=True)(ctx.replace(tokens_out=None), *in_nodes)
     except Exception:  # noqa: BLE001 - a kernel the HLO interpreter cannot run keeps zeros
@@ -287,17 +277,6 @@ def _computed_outputs(ctx, in_nodes, params, capture):
 
     capture.computed = COMPUTED
     return list(outs)
-
-
-def _lowers_on_cpu(jaxpr) -> bool:
-    """Whether every primitive of `jaxpr` (and of every jaxpr in it) has a CPU lowering."""
-    from semcheck.lower.interpreter import subjaxprs
-
-    mlir = jax_internal("mlir")
-    cpu = mlir._platform_specific_lowerings["cpu"]
-    return all((eqn.primitive in mlir._lowerings or eqn.primitive in cpu)
-               and all(_lowers_on_cpu(getattr(sub, "jaxpr", sub)) for sub in subjaxprs(eqn.params))
-               for eqn in jaxpr.eqns)
 
 
 def _only_computes(jaxpr) -> bool:
