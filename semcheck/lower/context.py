@@ -391,8 +391,7 @@ def withheld_note(withheld: dict[int, dict[str, str]], devices: int) -> str:
 
 COMPUTED = ("semcheck computed its outputs while capturing, with JAX's HLO interpreter of the kernel "
             "(pallas_call interpret=True, jax/_src/pallas/hlo_interpreter.py): it has no semaphore, DMA or "
-            "remote access, so they are the values a chip computes from its operands wherever its grid steps do "
-            "not race (its own check reports any race)")
+            "remote access, so they are the values its operands give on a chip")
 
 
 def computed_note(computed: dict) -> str:
