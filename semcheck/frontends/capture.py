@@ -13,9 +13,7 @@ which take precedence over JAX's: when the script's jitted code is compiled, eac
 receives the kernel's jaxpr and params, reads the device mesh of the enclosing shard_map
 from `ctx.module_context.axis_context`, records the kernel, and returns zeros of the output
 avals so the script runs on (which operands may then hold such zeros:
-frontends/provenance.py); a small pallas_call that only computes (no semaphore, DMA, HBM
-operand or remote access) gets its outputs from JAX's HLO interpreter instead
-(`_computed_outputs`). A nested `jax.jit` or closed call that holds a kernel is
+frontends/provenance.py). A nested `jax.jit` or closed call that holds a kernel is
 lowered inline (`_inlined_call`), so that every call is a capture of its own among the
 values around it (the program linking follows semaphores through it). After the script
 ends (or fails), each recorded kernel is lowered to Protocols, which go back to the parent
@@ -130,9 +128,7 @@ def capturing(record: Callable):
             from semcheck.frontends.operands import record_operands
 
             record_operands(ctx, in_nodes, capture)
-            outs = _computed_outputs(ctx, in_nodes, params, capture)
-            if outs is None:
-                outs = _zeros(ctx, in_nodes)
+            outs = _zeros(ctx, in_nodes)
             # What flows from one kernel to the next (semcheck/lower/program.py): the MLIR
             # values of one module, compared as values.
             capture.flow = KernelFlow(ctx.module_context, tuple(in_nodes), tuple(outs))
@@ -223,82 +219,6 @@ def _holds_kernel(jaxpr) -> bool:
 
     return any(eqn.primitive.name in ("pallas_call", "mpmd_map") or any(map(_holds_kernel, subjaxprs(eqn.params)))
                for eqn in jaxpr.eqns)
-
-
-# Primitives through which a kernel reaches other threads, devices or memory it copies by DMA:
-# a kernel with none of them computes its outputs from its operands alone, so JAX's HLO
-# interpreter gives the values a chip computes (every grid step in order; a kernel whose
-# steps race on an output is reported by its own check).
-_REACHES_OUT = frozenset({
-    "dma_start", "dma_wait", "semaphore_signal", "semaphore_wait", "semaphore_read", "get_barrier_semaphore",
-    "barrier", "get_global", "delay", "sc_fetch_and_add", "emit_pipeline", "pipeline_body", "add_dependency",
-    "parallel_loop", "prng_seed", "prng_split", "prng_join", "trace_value",
-})
-# A kernel is interpreted only where its operands and outputs hold at most this many bytes,
-# and its grid at most this many steps, so the script's run stays short.
-COMPUTED_MAX_BYTES = 16 << 20
-COMPUTED_MAX_STEPS = 4096
-
-
-def _computed_outputs(ctx, in_nodes, params, capture):
-    """The kernel's outputs as JAX's HLO interpreter computes them (`interpret=True`,
-    jax/_src/pallas/hlo_interpreter.py), for a pallas_call that only computes: no semaphore,
-    DMA or remote access, no other mesh, small. Then a later kernel's operands computed from
-    them are the script's values, not an earlier kernel's zeros (frontends/provenance.py),
-    and `capture.computed` says so. None (zeros) for any other kernel, or where the
-    interpreter cannot lower this one."""
-    import functools
-    import math
-
-    if capture.primitive != "pallas_call" or params.get("mesh") is not None:
-        return None
-    jaxpr = params.get("jaxpr")
-    grid = getattr(params.get("grid_mapping"), "grid", None)
-    if jaxpr is None or grid is None or not all(isinstance(n, int) for n in grid):
-        return None
-    dtypes = jax_internal("dtypes")
-    avals = [*ctx.avals_in, *ctx.avals_out]
-    if not all(hasattr(a, "dtype") and hasattr(a, "size") for a in avals) \
-            or any(dtypes.issubdtype(a.dtype, dtypes.extended) for a in avals):  # a semaphore handed on
-        return None
-    if math.prod(grid) > COMPUTED_MAX_STEPS or sum(a.size * a.dtype.itemsize for a in avals) > COMPUTED_MAX_BYTES:
-        return None
-    if not _only_computes(jaxpr):
-        return None
-    mlir = jax_internal("mlir")
-    hlo_interpreter = jax_internal("pallas_hlo_interpreter")
-    impl = functools.partial(hlo_interpreter.pallas_call_hlo_interpret,
-                             **{k: v for k, v in params.items() if k != "interpret"})
-    try:  # its own context: record_operands set this one's output tokens (the interpreter has no effects)
-        outs = mlir.lower_fun(impl, multiple_results=True)(ctx.replace(tokens_out=None), *in_nodes)
-    except Exception:  # noqa: BLE001 - a kernel the HLO interpreter cannot run keeps zeros
-        return None
-    from semcheck.lower.context import COMPUTED
-
-    capture.computed = COMPUTED
-    return list(outs)
-
-
-def _only_computes(jaxpr) -> bool:
-    """Whether a kernel's jaxpr (and every jaxpr in it) touches no semaphore, no memory it
-    could only move by DMA (`pl.ANY`, HBM) and reaches no other thread, device or DMA engine."""
-    from semcheck.lower.context import semaphore_kind
-    from semcheck.lower.interpreter import subjaxprs
-
-    inner = getattr(jaxpr, "jaxpr", jaxpr)
-    for var in (*inner.invars, *getattr(inner, "constvars", ())):
-        inner_aval = getattr(var.aval, "inner_aval", var.aval)
-        if semaphore_kind(getattr(inner_aval, "dtype", None)) is not None:
-            return False
-        space = getattr(var.aval, "memory_space", None)  # HBM is moved by DMA, not loaded
-        if space is not None and str(getattr(space, "value", space)).lower() in ("any", "hbm", "semaphore_mem"):
-            return False
-    for eqn in inner.eqns:
-        if eqn.primitive.name in _REACHES_OUT:
-            return False
-        if not all(_only_computes(sub) for sub in subjaxprs(eqn.params)):
-            return False
-    return True
 
 
 def _zeros(ctx, in_nodes):
@@ -438,8 +358,6 @@ def with_operand_values(found: list, fn, args, kwargs) -> list:
         kernel.operand_values = run.operand_values
         kernel.withheld = run.withheld
         kernel.own_carried = run.own_carried
-        kernel.operand_origins, kernel.computed, kernel.computed_earlier = \
-            run.operand_origins, run.computed, run.computed_earlier
     return found
 
 

@@ -2,10 +2,8 @@
 use them as the script's own.
 
 TPU kernels cannot run on a CPU, so the capture replaces every kernel's outputs with zeros
-(frontends/capture.py, `_zeros`), except a small kernel that only computes (no semaphore, DMA
-or remote access), whose outputs JAX's HLO interpreter computes (`_computed_outputs`): its
-outputs are values, not zeros, and withhold nothing. An operand computed from zeros is not
-what the script would pass on a chip, so its value must not decide a verdict. Which operands those
+(frontends/capture.py, `_zeros`). An operand computed from such zeros is not what the
+script would pass on a chip, so its value must not decide a verdict. Which operands those
 are is decided per (device, operand):
 
 * Within one jitted program, the capture hook sees a kernel's operands as MLIR values of
@@ -59,9 +57,6 @@ class OperandOrigin:
     unresolved: str | None = None
     own: bool = False  # the kernel's own outputs, carried round a loop back into it
     per_device: str | None = None  # an op whose value can differ between devices (a device id, a collective)
-    # Earlier kernels whose outputs it is computed from, which the capture computed rather
-    # than replaced with zeros (KernelCapture.computed): they withhold nothing.
-    computed: tuple[str, ...] = ()
 
     def feeding(self) -> tuple[str, ...]:
         """The kernels whose outputs it is computed from, this one's own earlier call included."""
@@ -109,9 +104,8 @@ def trace_operands(captures: list) -> None:
         if module is None:
             continue
         walk = walks.setdefault(id(scope), _ModuleWalk(module))
-        made = walk.computed if capture.computed is not None else walk.producers
         for value in capture.flow.results:
-            made.setdefault(value, kernel_label(capture))
+            walk.producers.setdefault(value, kernel_label(capture))
     for capture in captures:
         found = walks.get(id(capture.flow.scope)) if capture.flow is not None else None
         if found is None:
@@ -137,7 +131,6 @@ class _Slice:
         self.unresolved: list[str] = []
         self.own = False
         self.per_device: str | None = None
-        self.computed: dict[str, None] = {}
 
     def origin(self, program: str) -> OperandOrigin:
         args = sorted(self.arguments)
@@ -146,18 +139,16 @@ class _Slice:
             listed = ", ".join(map(str, args[:-1])) + f" and {args[-1]}" if len(args) > 1 else str(args[0])
             outside = (f"argument{'s' if len(args) > 1 else ''} {listed} of {program}", *outside)
         return OperandOrigin(tuple(self.kernels), outside, self.unresolved[0] if self.unresolved else None,
-                             self.own, self.per_device, tuple(self.computed))
+                             self.own, self.per_device)
 
 
 class _ModuleWalk:
     """Backward slices through one MLIR module; `producers` maps each kernel's zero outputs
-    to the kernel, `computed` the outputs the capture computed (the slice goes on through
-    the interpreter's ops to the kernel's operands)."""
+    to the kernel."""
 
     def __init__(self, module):
         self.module = module
         self.producers: dict = {}
-        self.computed: dict = {}
         self._calls: dict[str, list] | None = None
         self._functions: dict[str, object] | None = None
         self.name = _symbol(module.operation) or "the jitted program"
@@ -183,9 +174,6 @@ class _ModuleWalk:
             if label is not None:
                 found.kernels.setdefault(label, None)
                 continue
-            computed = self.computed.get(value)
-            if computed is not None:
-                found.computed.setdefault(computed, None)
             owner = value.owner
             if _is_block(owner):
                 self._block_argument(value, owner.owner.operation, found)

@@ -88,12 +88,6 @@ class KernelCapture:
     # The avals of the eqn's operands, as JAX lowers the call: what JAX's own TPU lowering
     # of the kernel needs (lower/jax_tpu_lowering.py).
     in_avals: tuple = ()
-    # Why the outputs the script got from this kernel are the kernel's own (frontends/capture.py,
-    # `_computed_outputs`), or None: they are zeros.
-    computed: str | None = None
-    # The kernels with computed outputs that ran in an earlier run of a program before this
-    # kernel's first call on some device: what its program's arguments may have come from.
-    computed_earlier: tuple[str, ...] = ()
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
