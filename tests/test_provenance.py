@@ -612,3 +612,37 @@ def _call_line() -> str:
     source, start = inspect.getsourcelines(counted)
     line = start + next(k for k, text in enumerate(source) if "pl.pallas_call(" in text)
     return f"{ir.display_path(__file__)}:{line}"
+
+
+# A kernel that writes its output only under a condition its inputs never meet: on a chip
+# the output holds whatever was in memory. A kernel gated by it must be checked for every
+# value (the review of 2026-12-07 found a capture that took JAX's HLO interpreter's fill
+# values for such an output as the script's, and called this pair safe).
+def _writes_nothing_here(x_ref, o_ref):
+    @pl.when(x_ref[0, 0] > 100)
+    def _():
+        o_ref[...] = x_ref[...]
+
+
+def _copies_unwaited_when_told(n_ref, x_ref, o_ref, sem):
+    @pl.when(n_ref[0] > 0)
+    def _():
+        pltpu.make_async_copy(x_ref, o_ref, sem).start()  # never waited
+
+
+def _gated_by_an_unwritten_output(x):
+    n = pl.pallas_call(_writes_nothing_here, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)[0, :1]
+    return pl.pallas_call(
+        _copies_unwaited_when_told, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[pltpu.SemaphoreType.DMA]))(n, x)
+
+
+def test_a_kernel_gated_by_an_output_its_producer_may_not_write_is_checked_for_every_value():
+    captures = capture_function(_gated_by_an_unwritten_output, jnp.ones((8, 128), jnp.int32), operand_values=True)
+    protocols, errors = lower_captures(captures)
+    assert not errors
+    result = check_protocol(protocols[-1])
+    assert result.verdict.value == "violation"
+    assert [v.kind for v in result.violations] == ["semaphore_leftover"]
