@@ -116,3 +116,15 @@ LOWERING_KINDS = frozenset({Kind.NOT_LOWERABLE, Kind.LOWERED_AS_DECREMENTING})
 FAULT_KINDS = frozenset({
     Kind.INVALID_DEVICE_ID, Kind.INVALID_CORE_INDEX, Kind.INVALID_SEMAPHORE_INDEX, Kind.INVALID_REGION,
 })
+
+
+class StoppedBy(str, enum.Enum):
+    """What ended a search before it covered everything (the JSON's
+    `inconclusive_reason.stopped_by`): which limit to raise, or that none would help."""
+
+    TIME = "time"  # --timeout
+    MEMORY = "memory"  # --max-memory
+    STATES = "states"  # --max-states
+    STOP = "stop"  # ended from outside: another engine decided first, or an interrupt
+    BOUND = "bound"  # the engine's own bound: z3's unrolling (--unroll), a random walk's step cap
+    ENGINE = "engine"  # what the engine cannot do: a construct it does not model, a solver that gave up, random walks that prove nothing

@@ -7,7 +7,7 @@ from dataclasses import field
 from typing import Callable, Iterable
 
 from semcheck.ir import DataUse, Input, Loc
-from semcheck.kinds import Kind
+from semcheck.kinds import Kind, StoppedBy
 from semcheck.records import record
 
 
@@ -53,18 +53,6 @@ class StepEvent(str, enum.Enum):
     ASSIGN = "assign"
     ENTRY = "entry"
     EXIT = "exit"
-
-
-class StoppedBy(str, enum.Enum):
-    """What ended a search before it covered everything (the JSON's
-    `inconclusive_reason.stopped_by`): which limit to raise, or that none would help."""
-
-    TIME = "time"  # --timeout
-    MEMORY = "memory"  # --max-memory
-    STATES = "states"  # --max-states
-    STOP = "stop"  # ended from outside: another engine decided first, or an interrupt
-    BOUND = "bound"  # the engine's own bound: z3's unrolling (--unroll), a random walk's step cap
-    ENGINE = "engine"  # what the engine cannot do: a construct it does not model, a solver that gave up, random walks that prove nothing
 
 
 class NoVerdictKind(str, enum.Enum):

@@ -16,7 +16,8 @@ from semcheck.engines import components
 from semcheck.engines.budget import Budget, BudgetExceeded, ProgressFn, bounded_phase
 from semcheck.engines.options import CheckOptions, EngineFn
 from semcheck.ir import Protocol
-from semcheck.result import Result, StoppedBy
+from semcheck.kinds import StoppedBy
+from semcheck.result import Result
 from semcheck.semantics import System
 
 

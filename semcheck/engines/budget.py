@@ -28,7 +28,7 @@ from dataclasses import field
 from typing import Any, Callable, Iterator, Protocol
 
 from semcheck.records import record
-from semcheck.result import StoppedBy
+from semcheck.kinds import StoppedBy
 
 DEFAULT_MAX_STATES = 2_000_000
 DEFAULT_TIMEOUT = 600.0

@@ -15,7 +15,7 @@ import random
 
 from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
-from semcheck.result import StoppedBy
+from semcheck.kinds import StoppedBy
 from semcheck.engines.options import SimulateOptions
 from semcheck.semantics.properties import end_kind, fault_findings, hazard_findings, terminal_findings
 from semcheck.semantics import Action, System

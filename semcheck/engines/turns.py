@@ -33,7 +33,7 @@ import time
 
 from semcheck.engines.budget import BudgetExceeded, StopSignal
 from semcheck.records import record
-from semcheck.result import StoppedBy
+from semcheck.kinds import StoppedBy
 
 WAIT_POLL = 0.05  # seconds between looks at the stop signal while waiting for a turn
 

@@ -39,7 +39,7 @@ def load(path: str, devices: int, *, capture_timeout: float | None = None, assum
     _reassume(outcome.assumptions)
     if not outcome.protocols and not outcome.errors and outcome.timed_out and capture_timeout is not None:
         from semcheck.engines.budget import BudgetExceeded
-        from semcheck.result import StoppedBy
+        from semcheck.kinds import StoppedBy
 
         # The check's own time budget ended the script: no verdict, rather than an error.
         raise BudgetExceeded(

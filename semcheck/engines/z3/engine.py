@@ -60,7 +60,7 @@ from semcheck.engines.z3.encoding import Encoding
 from semcheck.engines.z3.scope import unmodelled
 from semcheck.engines.z3.terms import NOT, OR, fresh_context
 from semcheck.engines.z3.unroll import CONSTANT_JUMP_CAP
-from semcheck.result import StoppedBy
+from semcheck.kinds import StoppedBy
 from semcheck.semantics.properties import (
     CASCADING_KINDS, CLEAN_END, STUCK_END, Kind, fault_findings, hazard_findings, terminal_findings, went_wrong,
 )
