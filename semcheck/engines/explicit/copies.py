@@ -143,15 +143,7 @@ class CopyIndex:
             return self._stops[key]
         if len(self._stops) >= _KEPT:
             self._stops.clear()
-        system = self.system
-        code = (event.issuer * self._stride + event.start_pc) * 2 + event.side
-        instr = system.bodies[event.issuer][event.start_pc]
-        assert isinstance(instr, ir.DmaStart)
-        ref = _target(instr) if event.side == RECV else instr.send_sem
-        pcs: list[int] = []
-        for sid in system.candidates(event.issuer, ref) if ref is not None else ():
-            if self._only[sid] == code:
-                pcs.extend(self._blocking_waits(t, sid))
+        pcs = [pc for sid in self._only_added_by(event) for pc in self._blocking_waits(t, sid)]
         found = self._stops[key] = tuple(sorted(pcs)) if pcs else None
         return found
 
@@ -163,17 +155,21 @@ class CopyIndex:
         if found is None:
             if len(self._guarded) >= _KEPT:
                 self._guarded.clear()
-            system = self.system
-            code = (event.issuer * self._stride + event.start_pc) * 2 + event.side
-            instr = system.bodies[event.issuer][event.start_pc]
-            assert isinstance(instr, ir.DmaStart)
-            ref = _target(instr) if event.side == RECV else instr.send_sem
-            threads: set[int] = set()
-            for sid in system.candidates(event.issuer, ref) if ref is not None else ():
-                if self._only[sid] == code:
-                    threads.update(t for t in system.touchers.get(sid) if self._blocking_waits(t, sid))
-            found = self._guarded[key] = tuple(sorted(threads))
+            touchers = self.system.touchers
+            found = self._guarded[key] = tuple(sorted({
+                t for sid in self._only_added_by(event) for t in touchers.get(sid) if self._blocking_waits(t, sid)}))
         return found
+
+    def _only_added_by(self, event: Event) -> list[int]:
+        """The semaphores whose only possible adder is `event`'s side of its copy, started once."""
+        system = self.system
+        code = (event.issuer * self._stride + event.start_pc) * 2 + event.side
+        instr = system.bodies[event.issuer][event.start_pc]
+        assert isinstance(instr, ir.DmaStart)
+        ref = _target(instr) if event.side == RECV else instr.send_sem
+        if ref is None:
+            return []
+        return [sid for sid in system.candidates(event.issuer, ref) if self._only[sid] == code]
 
     def _blocking_waits(self, t: int, sid: int) -> list[int]:
         """The pcs of t's waits for at least 1 on exactly `sid`, both constants."""
