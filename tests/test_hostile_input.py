@@ -415,7 +415,7 @@ def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper is gone for our purpose
             return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except OSError:  # gone between the kill and the read: ESRCH comes from read(), not open()
         return False
 
 
