@@ -140,3 +140,21 @@ def test_a_long_cycle_is_told_in_a_screen_and_kept_whole_in_the_result():
     lines = v.message.splitlines()
     assert len(lines) == 7  # the chain, three waits, the 59 between them at one line, two waits
     assert lines[4].strip().startswith("59 more between them, from device 3 to device 61, each waiting at ")
+
+
+def test_the_cycle_told_is_a_cycle_of_its_component_even_where_it_holds_several():
+    """The walk that names a deadlock's cycle follows successors inside the strongly
+    connected component until it meets a node again: what it returns closes, every step is
+    an edge, and it starts from the component's least node only when that node is on it."""
+    import networkx as nx
+    from semcheck.semantics.properties import _cycle_within
+
+    graph = nx.DiGraph([(0, 5), (5, 0), (0, 1), (1, 2), (2, 0), (3, 4), (4, 3), (2, 9)])
+    for component in nx.strongly_connected_components(graph):
+        if len(component) == 1:
+            continue
+        cycle = _cycle_within(graph, component)
+        assert set(cycle) <= component and len(set(cycle)) == len(cycle) >= 2
+        assert all(graph.has_edge(a, b) for a, b in zip(cycle, cycle[1:] + cycle[:1]))
+    tail = nx.DiGraph([(0, 1), (1, 2), (2, 1)])  # 0 leads into the cycle but is not on it
+    assert _cycle_within(tail, {0, 1, 2}) == [1, 2]

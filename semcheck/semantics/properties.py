@@ -334,8 +334,7 @@ def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
     for component in nx.strongly_connected_components(graph):
         if len(component) == 1:
             continue
-        cycle = [edge[0] for edge in nx.find_cycle(graph.subgraph(component))]
-        findings.append(_deadlock_finding(system, info, cycle))
+        findings.append(_deadlock_finding(system, info, _cycle_within(graph, component)))
     by_line: dict[ir.Loc | None, list[int]] = {}
     for i in roots:  # one wait stuck on many devices is one violation
         by_line.setdefault(info[i].location, []).append(i)
@@ -343,6 +342,21 @@ def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
         own = [i for i in group if _adds_after_its_wait(system, state, *blocked[i][:2])]
         findings.append(_unsatisfied_finding(info, group, graph, own))
     return findings
+
+
+def _cycle_within(graph, component: set[int]) -> list[int]:
+    """A cycle of `graph` through nodes of the strongly connected `component`: each of its
+    nodes has a successor inside it, so following one from the least node must come back to
+    a node already passed. (networkx's find_cycle on a subgraph view of the component took
+    87 MB at 30,000 blocked threads; this walk keeps one index per node passed.)"""
+    position: dict[int, int] = {}
+    path: list[int] = []
+    node = min(component)
+    while node not in position:
+        position[node] = len(path)
+        path.append(node)
+        node = next(j for j in graph.successors(node) if j in component)
+    return path[position[node]:]
 
 
 def _adds_after_its_wait(system: System, state: State, t: int, sid: int) -> bool:
