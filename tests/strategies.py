@@ -102,13 +102,23 @@ def protocols(  # noqa: C901
         return draw(st.integers(1, 2))
 
     lifecycle = with_lifecycle and backend is Backend.TPU and draw(st.integers(0, 2)) == 0
+    ops = ["signal", "signal", "wait", "wait", "read", "dma", "dma", "access"]
+    mbarrier = next((s for s in sems if s.arrivals_per_phase), None)
+    if mbarrier is not None:  # a producer's arrivals, one per step of its unrolled loop
+        ops.append("arrivals")
     threads = []
     for device in range(devices):
         for core in range(cores):
             body: list[ir.Instr] = []
             length = draw(st.integers(0, max_len))
             while len(body) < length:
-                op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma", "dma", "access"]))
+                op = draw(st.sampled_from(ops))
+                if op == "arrivals":
+                    # two or three in a row: phases may complete before a consumer waits for
+                    # the first, the phase overrun (a pipeline whose producer does not wait
+                    # for its slot to be released)
+                    assert mbarrier is not None
+                    body += [ir.Signal(LOC, ir.SemRef(mbarrier.name), 1) for _ in range(draw(st.integers(2, 3)))]
                 if op == "access":  # a third of them on a peer (a GPU remote_ref access)
                     body.append(plain_access(draw, LOC, region(), device_operand() if draw(st.integers(0, 2)) == 0 else None))
                 if op == "signal":
