@@ -245,6 +245,10 @@ class SemDecl:
     # then nothing stops, and entering the next kernel does not zero it, so a leftover carries
     # (semcheck/tpu_facts.py, `leftover_carries_without_checks`).
     checked_at_exit: bool = True
+    # In a program of several kernels (semcheck/passes/programs.py): the kernel that declares
+    # it, by its label there; None in one kernel's protocol, and for a barrier semaphore every
+    # kernel of the program shares (one per collective id).
+    kernel: str | None = None
 
 
 @record(frozen=True, slots=True)

@@ -57,12 +57,24 @@ class StepEvent(str, enum.Enum):
 
 class NoVerdictKind(str, enum.Enum):
     """Why a check is inconclusive, as a type (the JSON's `inconclusive_reason.kind`); the
-    words for it are `report.text.no_verdict_reason`."""
+    words for it are `report.text.no_verdict_reason`'s."""
 
     NOT_LOADED = "not_loaded"  # it stopped before a protocol was built (a budget ran out while loading)
     SEARCH_STOPPED = "search_stopped"  # the search stopped early: a budget, or a construct the engine does not model
     UNJUSTIFIED = "unjustified"  # a finding semcheck cannot justify (Result.unjustified)
     INCOMPLETE = "incomplete"  # not every schedule was covered, with no other reason recorded
+
+
+@record(frozen=True)
+class NoVerdict:
+    """Why a check is inconclusive (`Result.no_verdict`, the JSON's `inconclusive_reason`):
+    its kind, what the result records for it (`detail`: the finding it cannot justify, or
+    the budget or construct that stopped the search; None for INCOMPLETE) and the limit
+    that stopped it where one did."""
+
+    kind: NoVerdictKind
+    detail: str | None
+    stopped_by: StoppedBy | None
 
 
 @record(frozen=True)
@@ -421,17 +433,20 @@ class Result:
         return _installed().html(self)
 
     @property
-    def no_verdict(self) -> NoVerdictKind | None:
-        """Why the check is inconclusive (None when it is not), from the fields that record it."""
+    def no_verdict(self) -> NoVerdict | None:
+        """Why the check is inconclusive (None when it is not), from the fields that record
+        it: the one place that decides which reason a result has."""
         if self.verdict is not Verdict.INCONCLUSIVE:
             return None
         if self.unjustified:
-            return NoVerdictKind.UNJUSTIFIED
-        if self.exhausted and not self.built:
-            return NoVerdictKind.NOT_LOADED
-        if self.exhausted:
-            return NoVerdictKind.SEARCH_STOPPED
-        return NoVerdictKind.INCOMPLETE
+            kind, detail = NoVerdictKind.UNJUSTIFIED, self.unjustified
+        elif self.exhausted and not self.built:  # it ran out while the file loaded: there was no search
+            kind, detail = NoVerdictKind.NOT_LOADED, self.exhausted
+        elif self.exhausted:
+            kind, detail = NoVerdictKind.SEARCH_STOPPED, self.exhausted
+        else:
+            kind, detail = NoVerdictKind.INCOMPLETE, None
+        return NoVerdict(kind, detail, self.stopped_by)
 
     @property
     def errors(self) -> list[Violation]:

@@ -102,13 +102,23 @@ def protocols(  # noqa: C901
         return draw(st.integers(1, 2))
 
     lifecycle = with_lifecycle and backend is Backend.TPU and draw(st.integers(0, 2)) == 0
+    ops = ["signal", "signal", "wait", "wait", "read", "dma", "dma", "access"]
+    mbarrier = next((s for s in sems if s.arrivals_per_phase), None)
+    if mbarrier is not None:  # a producer's arrivals, one per step of its unrolled loop
+        ops.append("arrivals")
     threads = []
     for device in range(devices):
         for core in range(cores):
             body: list[ir.Instr] = []
             length = draw(st.integers(0, max_len))
             while len(body) < length:
-                op = draw(st.sampled_from(["signal", "signal", "wait", "wait", "read", "dma", "dma", "access"]))
+                op = draw(st.sampled_from(ops))
+                if op == "arrivals":
+                    # two or three in a row: phases may complete before a consumer waits for
+                    # the first, the phase overrun (a pipeline whose producer does not wait
+                    # for its slot to be released)
+                    assert mbarrier is not None
+                    body += [ir.Signal(LOC, ir.SemRef(mbarrier.name), 1) for _ in range(draw(st.integers(2, 3)))]
                 if op == "access":  # a third of them on a peer (a GPU remote_ref access)
                     body.append(plain_access(draw, LOC, region(), device_operand() if draw(st.integers(0, 2)) == 0 else None))
                 if op == "signal":
@@ -521,19 +531,31 @@ def capacity_ring_protocols(draw, max_devices: int = 3, max_steps: int = 3):
 
 
 @st.composite
-def barrier_protocols(draw, max_devices: int = 3, max_rounds: int = 2):
+def barrier_protocols(draw, max_devices: int = 3, max_rounds: int = 2, max_steps: int = 2):
     """The fused MoE's prologue shape (tpu-inference's fused MoE with the reduce-scatter in
     the kernel), where the joint counting cut and guard-stopped adders save the most: each
-    device may zero-fill its whole output with a local copy, signals every device's barrier
-    semaphore and waits for all of them (one round or two), then writes a row into its right
-    neighbour's output and waits on both sides. The zero fill's wait comes before the
-    barrier (the fixed kernel), after it, or only after the row has landed (the racy
-    original); one device may be mutated. A cut that is too bold (a thread's additions cut
-    short at a wait it could in fact pass) would miss the race or a stuck barrier."""
+    device may zero-fill its whole output with a local copy, then per grid step signals
+    every device's barrier semaphore and waits for all of them (one round or two), writes a
+    row into its right neighbour's output and waits on both sides (and may read the row its
+    left neighbour wrote). The zero fill's wait comes before the barrier (the fixed kernel),
+    after the first one, or only after the rows have landed (the racy original); one device
+    may be mutated. A cut that is too bold (a thread's additions cut short at a wait it
+    could in fact pass) would miss the race or a stuck barrier.
+
+    The steps repeat the handshake, as a kernel's grid steps do: unrolled on every device
+    (as capture unrolls a grid: straight-line code, where the cuts apply, and a later
+    step's barrier counts what the earlier ones added), or as a loop (a counter and a
+    branch back) on every device or on one only (then its additions to the barrier are
+    unbounded to the counting cut, and the straight-line devices beside it must not be cut
+    as if they were bounded)."""
     devices = draw(st.integers(2, max_devices))
     rounds = draw(st.integers(1, max_rounds))
+    steps = draw(st.integers(1, max_steps))
+    looped = draw(st.sampled_from(["none", "all", "one"])) if steps > 1 else "none"
     zero = draw(st.booleans()) or draw(st.booleans())  # mostly with the zero fill
-    zero_wait = draw(st.sampled_from(["before_barrier", "after_barrier", "end"]))
+    # in a loop a wait placed inside the first step only cannot be written: before or at the end
+    zero_wait = draw(st.sampled_from(["before_barrier", "after_barrier", "end"] if looped == "none"
+                                     else ["before_barrier", "end"]))
     reads = draw(st.booleans())
     sems = [
         ir.SemDecl("barrier", SemKind.REGULAR, 1, SemOrigin.BARRIER, Scope.CORE),
@@ -546,38 +568,58 @@ def barrier_protocols(draw, max_devices: int = 3, max_rounds: int = 2):
     def loc() -> ir.Loc:
         return ir.Loc("barrier.py", next(lines))
 
-    def program(d: int) -> list[ir.Instr]:
+    def zero_done() -> list[ir.Instr]:
+        return [ir.DmaWait(loc(), ir.SemRef("zero"), 4, ir.DmaSide.RECV)] if zero else []
+
+    def step(d: int, first: bool) -> list[ir.Instr]:
+        """One grid step: the barrier rounds, then the row to the right neighbour."""
         right, left = (d + 1) % devices, (d - 1) % devices
-        zero_done = [ir.DmaWait(loc(), ir.SemRef("zero"), 4, ir.DmaSide.RECV)] if zero else []
         body: list[ir.Instr] = []
-        if zero:
-            body.append(ir.DmaStart(loc(), ir.Region("zeros", (0,), (devices,)), ir.Region("out", (0,), (devices,)),
-                                    ir.SemRef("zero"), None, 4))
-            if zero_wait == "before_barrier":
-                body += zero_done
         for k in range(rounds):
             body += [ir.Signal(loc(), ir.SemRef("barrier", 0, p)) for p in range(devices)]
             body.append(ir.Wait(loc(), ir.SemRef("barrier"), devices, True))
-            if k == 0:
-                if zero_wait == "after_barrier":
-                    body += zero_done
-                body += [
-                    ir.DmaStart(loc(), ir.Region("stage", (0,), (1,)), ir.Region("out", (d,), (1,)),
-                                ir.SemRef("recv"), ir.SemRef("send"), 4, right),
-                    ir.DmaWait(loc(), ir.SemRef("send"), 4, ir.DmaSide.SEND),
-                    ir.DmaWait(loc(), ir.SemRef("recv"), 4, ir.DmaSide.RECV),
-                ]
-                if zero_wait == "end":
-                    body += zero_done
-                if reads:
-                    body.append(ir.Load(loc(), ir.Region("out", (left,), (1,))))
+            if first and k == 0 and zero_wait == "after_barrier":
+                body += zero_done()
+        body += [
+            ir.DmaStart(loc(), ir.Region("stage", (0,), (1,)), ir.Region("out", (d,), (1,)),
+                        ir.SemRef("recv"), ir.SemRef("send"), 4, right),
+            ir.DmaWait(loc(), ir.SemRef("send"), 4, ir.DmaSide.SEND),
+            ir.DmaWait(loc(), ir.SemRef("recv"), 4, ir.DmaSide.RECV),
+        ]
+        if reads:
+            body.append(ir.Load(loc(), ir.Region("out", (left,), (1,))))
         return body
 
-    bodies = [program(d) for d in range(devices)]
+    def loops(d: int) -> bool:
+        return looped == "all" or (looped == "one" and d == 0)
+
+    # per device: (before the steps, the steps' code, after them); a looping device's steps'
+    # code is one step, run `steps` times
+    parts: list[tuple[list[ir.Instr], list[ir.Instr], list[ir.Instr]]] = []
+    for d in range(devices):
+        before: list[ir.Instr] = []
+        if zero:
+            before.append(ir.DmaStart(loc(), ir.Region("zeros", (0,), (devices,)), ir.Region("out", (0,), (devices,)),
+                                      ir.SemRef("zero"), None, 4))
+            if zero_wait == "before_barrier":
+                before += zero_done()
+        code = step(d, True) if loops(d) else [i for s in range(steps) for i in step(d, s == 0)]
+        parts.append((before, code, zero_done() if zero_wait == "end" else []))
+    # a mutation in a loop's body is in every step, as a mistake in a kernel's grid loop is
+    bodies = [before + code + after if not loops(d) else code for d, (before, code, after) in enumerate(parts)]
     _mutate_one_device(draw, bodies, waits=(ir.Wait, ir.DmaWait))
+    threads = []
+    for d, ((before, _code, after), code) in enumerate(zip(parts, bodies)):
+        if loops(d):
+            top = len(before) + 1
+            code = before + [ir.Assign(loc(), "i", 0)] + code + [
+                ir.Assign(loc(), "i", ir.BinOp("add", ir.Reg("i"), 1)),
+                ir.Branch(loc(), ir.BinOp("lt", ir.Reg("i"), steps), top),
+            ] + after
+        threads.append(ir.Thread(d, 0, tuple(code)))
     return ir.Protocol(
         name="random_barrier", backend=Backend.TPU, devices=devices, cores=1,
         semaphores=tuple(sems),
         buffers=(ir.BufferDecl("zeros", (devices,)), ir.BufferDecl("stage", (1,)), ir.BufferDecl("out", (devices,))),
-        threads=tuple(ir.Thread(d, 0, tuple(body)) for d, body in enumerate(bodies)),
+        threads=tuple(threads),
     )

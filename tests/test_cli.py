@@ -337,3 +337,30 @@ def test_json_says_why_a_check_is_inconclusive_in_a_field_of_its_own():
         "inconclusive_reason"] == {"kind": "search_stopped", "stopped_by": "time",
                                    "message": "the search stopped early: time budget of 5 s ran out"}
     assert check(Verdict.INCONCLUSIVE)["inconclusive_reason"]["kind"] == "incomplete"
+
+
+def test_the_text_report_and_json_give_one_reason_for_no_verdict():
+    """`Result.no_verdict` decides the reason once; the text report's verdict line, the
+    concise line and the JSON's `inconclusive_reason.message` all render that one reason."""
+    from semcheck.report import concise
+    from semcheck.report.json import result_dict
+    from semcheck.report.text import verdict_line
+    from semcheck.result import NO_PROTOCOL, NoVerdictKind, Result, StoppedBy, Verdict
+
+    def result(frontend="model", **fields):
+        return Result("k", "k.py", 1, frontend, "tpu", 2, 1, "explicit", Verdict.INCONCLUSIVE, **fields)
+
+    cases = [
+        (result(unjustified="a value read back from data decides it"), NoVerdictKind.UNJUSTIFIED,
+         "a value read back from data decides it"),
+        (result(NO_PROTOCOL, exhausted="time budget of 5 s ran out while loading", stopped_by=StoppedBy.TIME),
+         NoVerdictKind.NOT_LOADED, "no verdict: time budget of 5 s ran out while loading"),
+        (result(exhausted="state budget of 10 ran out", stopped_by=StoppedBy.STATES), NoVerdictKind.SEARCH_STOPPED,
+         "the search stopped early: state budget of 10 ran out"),
+        (result(), NoVerdictKind.INCOMPLETE, "a budget ran out before every schedule was explored"),
+    ]
+    for r, kind, words in cases:
+        assert r.no_verdict is not None and r.no_verdict.kind is kind
+        assert result_dict(r)["inconclusive_reason"]["message"] == words
+        assert f": {words}" in verdict_line(r)
+        assert concise.check_problem(r) == words

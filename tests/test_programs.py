@@ -150,6 +150,9 @@ def test_composition_renames_per_kernel_and_shares_what_is_handed_on():
     names = {d.name: d for d in p.semaphores}
     assert set(names) == {shared_barrier_name(0), "start.send_sem", "start.recv_sem"}
     assert names["start.recv_sem"].origin is ir.SemOrigin.HANDED_ON
+    # each declaration knows its kernel, one handed on its producer's; all kernels share the barrier
+    assert {n: d.kernel for n, d in names.items()} == {
+        shared_barrier_name(0): None, "start.send_sem": "start", "start.recv_sem": "start"}
     assert {b.name: b.handed_on for b in p.buffers} == {"start.x_ref": False, "start.o_ref": True}
     assert p.kernels == ("start", "send_done", "recv_done")
     body = p.threads[0].body
@@ -327,3 +330,24 @@ def test_a_carried_semaphore_left_over_says_where_each_kernel_declares_it():
                                   "stop: the value carries into the next kernel that runs on this core, whose scratch "
                                   "semaphore in the same place starts with it (scratch semaphores are not zeroed at "
                                   "entry; observed on TPU v5e, JAX 0.10.2). It is declared at async.py:2.") in entry.message
+
+
+def test_a_carried_semaphore_is_named_by_the_kernel_that_declares_it_not_by_a_prefix_of_its_name():
+    """`k.x` declares `flag` (the program's `k.x.flag`); `third` carries it over as `ready`
+    and leaves 1 in it; kernel `k`, which does not use it, enters holding it. The name there
+    is the last one a kernel before it gave it, `third.ready`: the walk back stops at the
+    kernel that declares it (`SemDecl.kernel`), not at a kernel whose label is a prefix of
+    the declaration's name (`k.` of `k.x.flag`, which named it `k.x.flag`)."""
+
+    def scratch(name: str, line: int) -> ir.SemDecl:
+        return ir.SemDecl(name, ir.SemKind.REGULAR, 1, ir.SemOrigin.SCRATCH, ir.Scope.CORE, None, _at(line),
+                          checked_at_exit=False)
+
+    declares = _kernel("k.x", [scratch("flag", 2)], [], lambda d: [
+        ir.Signal(_at(20), ir.SemRef("flag"), 1), ir.Wait(_at(21), ir.SemRef("flag"), 1)], 1)
+    carries = _kernel("third", [scratch("ready", 3)], [], lambda d: [ir.Signal(_at(30), ir.SemRef("ready"), 1)], 1)
+    program = compose([declares, carries, _kernel("k", [], [], lambda d: [], 1)], [])
+    assert [(d.name, d.kernel) for d in program.semaphores] == [("k.x.flag", "k.x")]
+    [entry] = check_protocol(program, engine="explicit", exhaustive=True).errors
+    assert "when device 0 enters kernel `k` after `third` at async.py:1, third.ready on device 0 holds 1" in entry.message
+    assert "It is declared at async.py:3 in kernel `third`, which carries it over from async.py:2." in entry.message

@@ -130,7 +130,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
                                               decl.checked_at_exit))
             else:
                 renamed[decl.name] = target = f"{label}.{decl.name}"
-                semaphores[target] = dataclasses.replace(decl, name=target)
+                semaphores[target] = dataclasses.replace(decl, name=target, kernel=label)
         for buf in kernel.buffers:
             h = handed.get((k, buf.name))
             if h is not None:

@@ -29,9 +29,10 @@ def render(results: list[Result], *, judgements=None) -> str:
 
 def check_problem(r: Result) -> str:
     """Why a check has no verdict, in one line."""
-    if r.verdict is Verdict.ERROR:
+    reason = r.no_verdict
+    if reason is None:  # an error
         return (r.error or "could not be checked").strip().splitlines()[0]
-    return no_verdict_reason(r)
+    return no_verdict_reason(reason)
 
 
 def expected_violations(results: list[Result], judgements) -> set[int]:

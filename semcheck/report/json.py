@@ -225,11 +225,11 @@ def inconclusive_reason(r: Result) -> dict | None:
     """Why an inconclusive check has no verdict: `kind` (result.NoVerdictKind), the limit
     that stopped it where one did (`stopped_by`, result.StoppedBy: which option to raise)
     and the `message` the text report gives; null for any other verdict."""
-    kind = r.no_verdict
-    if kind is None:
+    reason = r.no_verdict
+    if reason is None:
         return None
-    stopped_by = r.stopped_by.value if r.stopped_by is not None else None
-    return {"kind": kind.value, "stopped_by": stopped_by, "message": no_verdict_reason(r)}
+    stopped_by = reason.stopped_by.value if reason.stopped_by is not None else None
+    return {"kind": reason.kind.value, "stopped_by": stopped_by, "message": no_verdict_reason(reason)}
 
 
 def values_dict(r: Result) -> dict:

@@ -14,7 +14,7 @@ from semcheck.records import record
 from semcheck.report import causes, colour, groups, origins
 from semcheck.report.folding import Fold, devices_text, fold_trace
 from semcheck.report.summary import summary_table  # noqa: F401  (part of this module's API)
-from semcheck.result import Result, Verdict, Violation
+from semcheck.result import NoVerdict, NoVerdictKind, Result, Verdict, Violation
 
 _VERDICT_WORDS = {
     Verdict.SAFE: "SAFE",
@@ -222,16 +222,19 @@ def _declared(judgement) -> str:
     return f"{judgement.reason} at {judgement.expected.where}"
 
 
-def no_verdict_reason(r: Result) -> str:
-    """Why an inconclusive check has no verdict: what it could not justify, or why its
-    search stopped (a budget, or a construct the engine does not model yet)."""
-    if r.unjustified:
-        return r.unjustified
-    if r.exhausted and not r.built:  # it ran out while the file loaded: there was no search
-        return f"no verdict: {r.exhausted}"
-    if r.exhausted:
-        return f"the search stopped early: {r.exhausted}"
-    return "a budget ran out before every schedule was explored"
+def no_verdict_reason(reason: NoVerdict) -> str:
+    """The words for why an inconclusive check has no verdict (`Result.no_verdict`): what
+    it could not justify, or why its search stopped (a budget, or a construct the engine
+    does not model yet)."""
+    return _NO_VERDICT_WORDS[reason.kind].format(detail=reason.detail)
+
+
+_NO_VERDICT_WORDS = {
+    NoVerdictKind.UNJUSTIFIED: "{detail}",
+    NoVerdictKind.NOT_LOADED: "no verdict: {detail}",
+    NoVerdictKind.SEARCH_STOPPED: "the search stopped early: {detail}",
+    NoVerdictKind.INCOMPLETE: "a budget ran out before every schedule was explored",
+}
 
 
 def verdict_line(r: Result, *, count: str | None = None, stats: str | None = None) -> str:
@@ -257,8 +260,8 @@ def verdict_line(r: Result, *, count: str | None = None, stats: str | None = Non
         detail = f"{len(r.errors)} violation{'s' if len(r.errors) != 1 else ''}{of}: {', '.join(kinds)}"
         if r.exhausted:  # found before a budget ran out: what was not explored may hold more
             detail += f" (the search stopped early: {r.exhausted}; there may be more)"
-    elif r.verdict is Verdict.INCONCLUSIVE:
-        detail = no_verdict_reason(r)
+    elif (reason := r.no_verdict) is not None:
+        detail = no_verdict_reason(reason)
     else:
         detail = r.error or "error"
     stats = _stats(r) if stats is None else stats

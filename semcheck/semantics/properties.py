@@ -188,7 +188,7 @@ def _landing_at_entry_finding(system: System, h) -> Finding:
     message = (
         f"semaphore leftover: the copy {system.thread_name(h.other_thread)} started at {start.loc} "
         f"in {_left(system, h)} is still landing on "
-        f"{system.sem_label(h.sem, system.invocation_at[h.thread][h.pc] + 1)} when "
+        f"{system.sem_as(h.sem, system.invocation_at[h.thread][h.pc] + 1).label} when "
         f"{system.thread_name(h.thread)} {_enters(system, h)} at {here.loc}: nothing waited "
         f"for it to land; "
         f"{_zero_at_exit_rule(system, h.sem, system.invocation_at[h.thread][h.pc])}"
@@ -219,7 +219,8 @@ def _zero_at_exit_rule(system: System, sid: int, invocation: int | None) -> str:
     if invocation is None:
         decl, declared = inst.decl, str(inst.decl.loc)
     else:
-        decl, declared = system.sem_decl_as(sid, invocation), system.sem_declared(sid, invocation)
+        seen = system.sem_as(sid, invocation)
+        decl, declared = seen.decl, seen.declared
     return (
         f"on TPU every {decl.origin.value} semaphore must be back to 0 at exit: "
         f"{leftover_consequence(decl)}. It is declared at {declared}."
@@ -546,8 +547,11 @@ def _leftover_findings(system: System, state: State) -> list[Finding]:
         # as the kernel that holds it at the end calls it (a semaphore carried into a later
         # kernel of a program has that kernel's name there)
         invocation = None if owner is None else system.invocation_at[owner][state.pcs[owner]]
-        label = inst.label if invocation is None else system.sem_label(sid, invocation)
-        declared = str(inst.decl.loc) if invocation is None else system.sem_declared(sid, invocation)
+        if invocation is None:
+            label, declared = inst.label, str(inst.decl.loc)
+        else:
+            seen = system.sem_as(sid, invocation)
+            label, declared = seen.label, seen.declared
         if inst.decl.origin is ir.SemOrigin.HANDED_ON:
             message = (
                 f"semaphore leftover: {label} holds {count} when the program ends: a kernel "

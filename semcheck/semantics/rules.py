@@ -296,11 +296,11 @@ def _exec_entry(system: RaceTables, t: int, instr: ir.KernelEntry, state: State)
         by = "the previous invocation" if other is None else f"kernel `{other}`"
         found = [
             Hazard(LEFTOVER_AT_EXIT, t, pc, -1, -1,
-                   f"{system.sem_label(sid, entered)} holds {count} (left by {by})", sem=sid)
+                   f"{system.sem_as(sid, entered).label} holds {count} (left by {by})", sem=sid)
             for sid in checked if (count := state.sems[sid])
         ] + [
             Hazard(LEFTOVER_AT_EXIT, t, pc, e.issuer, e.start_pc,
-                   f"a copy of {by} is still landing on {system.sem_label(e.sem, entered)}",
+                   f"a copy of {by} is still landing on {system.sem_as(e.sem, entered).label}",
                    sem=e.sem)
             for e in distinct(state.events) if e.sem in watched
         ]

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from semcheck import ir
 from semcheck.errors import ProtocolError
+from semcheck.records import record
 from semcheck.ir import Backend, Scope, SemKind, SemOrigin, apply_op
 from semcheck.semantics import instructions
 from semcheck.semantics.cells import MemoryCells
@@ -42,6 +43,15 @@ def without_gc():
     finally:
         if was:
             gc.enable()
+
+
+@record(frozen=True)
+class SemAsDeclared:
+    """A semaphore instance as the kernel of one invocation declares it (`Tables.sem_as`)."""
+
+    label: str  # as messages name it there ("sem[1] on device 0")
+    decl: ir.SemDecl  # that kernel's declaration: its name, line and checks at exit
+    declared: str  # where it is declared, for a message
 
 
 class Tables:
@@ -171,49 +181,41 @@ class Tables:
         kernels = self.protocol.kernels
         return kernels[(max(invocation, 1) - 1) % len(kernels)] if kernels else None
 
-    def sem_label(self, sid: int, invocation: int) -> str:
-        """Semaphore instance `sid`'s label as the kernel running invocation `invocation`
-        calls it: in a program, a scratch semaphore carried into a later kernel
-        (disable_semaphore_checks) goes by that kernel's own name there (`ir.SemAlias`);
-        a kernel that does not use it leaves the name of the last one before it that did."""
-        alias = self.sem_alias(sid, invocation)
-        inst = self.instances[sid]
-        return inst.label if alias is None else inst.label_as(alias.name)
-
-    def sem_decl_as(self, sid: int, invocation: int) -> ir.SemDecl:
-        """Semaphore instance `sid`'s declaration as the kernel of invocation `invocation`
-        makes it: a carried semaphore has that kernel's name, line and checks at exit."""
+    def sem_as(self, sid: int, invocation: int) -> SemAsDeclared:
+        """Semaphore instance `sid` as the kernel running invocation `invocation` declares
+        it: in a program, a scratch semaphore carried into a later kernel
+        (disable_semaphore_checks) goes by that kernel's own name there (`ir.SemAlias`), with
+        that kernel's line and checks at exit; a kernel that does not use it leaves it as
+        the last one before it that did."""
         import dataclasses
 
-        alias = self.sem_alias(sid, invocation)
-        decl = self.instances[sid].decl
+        inst = self.instances[sid]
+        decl = inst.decl
+        alias = self._sem_alias(decl, invocation)
         if alias is None:
-            return decl
-        return dataclasses.replace(decl, name=alias.name, loc=alias.loc or decl.loc,
-                                   checked_at_exit=alias.checked_at_exit)
+            return SemAsDeclared(inst.label, decl, str(decl.loc))
+        declared = str(decl.loc) if alias.loc is None else (
+            f"{alias.loc} in kernel `{alias.kernel}`, which carries it over from {decl.loc}")
+        return SemAsDeclared(
+            inst.label_as(alias.name),
+            dataclasses.replace(decl, name=alias.name, loc=alias.loc or decl.loc,
+                                checked_at_exit=alias.checked_at_exit, kernel=alias.kernel),
+            declared,
+        )
 
-    def sem_declared(self, sid: int, invocation: int) -> str:
-        """Where semaphore instance `sid` is declared, for a message: the carrying kernel's
-        own declaration too where it goes by another name there (`sem_label`)."""
-        alias = self.sem_alias(sid, invocation)
-        decl = self.instances[sid].decl
-        if alias is None or alias.loc is None:
-            return str(decl.loc)
-        return f"{alias.loc} in kernel `{alias.kernel}`, which carries it over from {decl.loc}"
-
-    def sem_alias(self, sid: int, invocation: int) -> ir.SemAlias | None:
-        """The name kernel of invocation `invocation` gives semaphore instance `sid`'s
-        declaration where it is not the program's (see `sem_label`)."""
+    def _sem_alias(self, decl: ir.SemDecl, invocation: int) -> ir.SemAlias | None:
+        """The name the kernel of invocation `invocation` gives `decl` where it is not the
+        program's: that kernel's alias, else the alias of the kernel before it, back to the
+        kernel that declares it (`decl.kernel`) or the first invocation."""
         kernels = self.protocol.kernels
         if not kernels or not self.protocol.aliases:
             return None
-        name = self.instances[sid].decl.name
         for back in range(len(kernels)):
             kernel = self.kernel_of(max(invocation, 1) - back)
-            alias = next((a for a in self.protocol.aliases if a.kernel == kernel and a.decl == name), None)
+            alias = next((a for a in self.protocol.aliases if a.kernel == kernel and a.decl == decl.name), None)
             if alias is not None:
                 return alias
-            if name.startswith(f"{kernel}.") or invocation - back <= 1:
+            if kernel == decl.kernel or invocation - back <= 1:
                 break
         return None
 

@@ -23,7 +23,7 @@ from dataclasses import field
 
 from semcheck import ir
 from semcheck.engines.explicit.copies import CopyIndex
-from semcheck.engines.explicit.counting import CountingTables
+from semcheck.engines.explicit.counting import CountedWaits, CountingTables
 from semcheck.records import record
 from semcheck.semantics.footprints import (
     X_DEC, X_INC, X_WRITE, Y_CHANGE, Y_NEAR, Y_WAITER, Channels, Footprint, ThreadFootprints, ThreadTable, channels,
@@ -158,16 +158,16 @@ class Independence:
         """Where thread t's future stops while the members of a stubborn set stand still:
         the earlier of the counting cut of t alone (`plain_cut`) and the joint cut
         (`_joint_cuts`), which is tried only when the plain cut is not already at t's first
-        candidate wait (nothing can stop t earlier)."""
+        candidate wait (nothing can stop t earlier). The candidates are found once, for both."""
         entries = self.counting.counted(t)
         if not entries:
             return None
         if still_sems is None:
             still_sems = {action.event.sem for action in still_events}
-        plain = self.plain_cut(state, still, still_events, t, limit, still_sems)
         stopped = self._guard_stopped(state, still_events)
-        first = self._first_candidate(state, still, still_sems, stopped, t)
-        if first is None or (plain is not None and plain <= first[0]):
+        tried = self._candidates(entries, state.pcs[t], still, still_sems, stopped, limit)
+        plain = self._plain_cut(state, still, still_events, t, entries, tried, limit, stopped)
+        if not tried or (plain is not None and plain <= entries.entry(tried[0])[0]):
             return plain
         joint = self._joint_cuts(state, still, still_events, still_sems, stopped, t).get(t)
         if joint is not None and (plain is None or joint < plain):
@@ -197,18 +197,14 @@ class Independence:
             return None
         if still_sems is None:
             still_sems = {action.event.sem for action in still_events}
-        pc = state.pcs[t]
-        k = entries.first_from(pc)
         stopped = self._guard_stopped(state, still_events)
-        # only a wait something standing still adds to can be kept closed: the first `limit`
-        # of those from pc on, found per member in the indices by adder and by semaphore
-        # (a thread stopped by a guard is still from its stop on, so it counts as a member)
-        chosen: set[int] = set()
-        for index, keys in ((entries.by_adder, still), (entries.by_adder, stopped), (entries.by_sem, still_sems)):
-            # whichever is smaller is walked: a big set's members, or t's few adders
-            for key in (keys if len(keys) <= len(index) else [key for key in index if key in keys]):
-                chosen.update(index.from_(key, k, limit))
-        tried = sorted(chosen)[:limit]
+        tried = self._candidates(entries, state.pcs[t], still, still_sems, stopped, limit)
+        return self._plain_cut(state, still, still_events, t, entries, tried, limit, stopped)
+
+    def _plain_cut(self, state: State, still, still_events, t: int, entries: CountedWaits, tried: list[int],
+                   limit: int, stopped: dict[int, int]) -> int | None:
+        """`plain_cut`, given t's candidate waits `tried` (`_candidates`)."""
+        pc = state.pcs[t]
         for j in tried:
             stop, sid, need, adders = entries.entry(j)
             reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop, stopped)
@@ -219,13 +215,29 @@ class Independence:
         # many steps its neighbour already fed, which can all pass; the first it has not
         # fed is where standing still keeps it (a ring device running ahead of its right
         # neighbour). Trying these only after the first ones keeps every cut found before.
-        fed = self._first_unfed(t, k, state.pcs, still, set(tried), limit)
+        fed = self._first_unfed(t, entries.first_from(pc), state.pcs, still, set(tried), limit)
         for j in fed:
             stop, sid, need, adders = entries.entry(j)
             reachable = self._most_reachable(state, sid, adders, still, still_events, t, pc, stop, stopped)
             if reachable is not None and reachable < need:
                 return stop
         return None
+
+    @staticmethod
+    def _candidates(entries: CountedWaits, pc: int, still, still_sems, stopped: dict[int, int],
+                    limit: int) -> list[int]:
+        """Sorted indices into a thread's counted waits `entries`, from `pc` on, the first
+        `limit` (at least 1) of those whose semaphore something standing still may add to:
+        only such a wait can be kept closed. They are found per member in the indices by
+        adder and by semaphore; a thread stopped by a guard is still from its stop on, so it
+        counts as a member. The first is the thread's first candidate wait."""
+        k = entries.first_from(pc)
+        chosen: set[int] = set()
+        for index, keys in ((entries.by_adder, still), (entries.by_adder, stopped), (entries.by_sem, still_sems)):
+            # whichever is smaller is walked: a big set's members, or the thread's few adders
+            for key in (keys if len(keys) <= len(index) else [key for key in index if key in keys]):
+                chosen.update(index.from_(key, k, limit))
+        return sorted(chosen)[:limit]
 
     def _first_candidate(self, state: State, still, still_sems, stopped: dict[int, int],
                          a: int) -> tuple[int, int, int, frozenset[int]] | None:
@@ -234,14 +246,8 @@ class Independence:
         entries = self.counting.counted(a)
         if not entries:
             return None
-        k = entries.first_from(state.pcs[a])
-        best: int | None = None
-        for index, keys in ((entries.by_adder, still), (entries.by_adder, stopped), (entries.by_sem, still_sems)):
-            for key in (keys if len(keys) <= len(index) else [key for key in index if key in keys]):
-                found = index.from_(key, k, 1)
-                if found and (best is None or found[0] < best):
-                    best = found[0]
-        return None if best is None else entries.entry(best)
+        first = self._candidates(entries, state.pcs[a], still, still_sems, stopped, 1)
+        return entries.entry(first[0]) if first else None
 
     def _joint_cuts(self, state: State, still, still_events, still_sems, stopped: dict[int, int],
                     t: int) -> dict[int, int]:
