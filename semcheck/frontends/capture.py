@@ -13,9 +13,9 @@ which take precedence over JAX's: when the script's jitted code is compiled, eac
 receives the kernel's jaxpr and params, reads the device mesh of the enclosing shard_map
 from `ctx.module_context.axis_context`, records the kernel, and returns zeros of the output
 avals so the script runs on (which operands may then hold such zeros:
-frontends/provenance.py); a small pallas_call that only computes (no semaphore, DMA, HBM
-operand or remote access) gets its outputs from JAX's HLO interpreter instead
-(`_computed_outputs`). A nested `jax.jit` or closed call that holds a kernel is
+frontends/provenance.py); a TPU pallas_call that lower/exact_outputs.py proves writes every
+element of every output from its inputs with exact operations gets its outputs from JAX's
+HLO interpreter instead (`_computed_outputs`). A nested `jax.jit` or closed call that holds a kernel is
 lowered inline (`_inlined_call`), so that every call is a capture of its own among the
 values around it (the program linking follows semaphores through it). After the script
 ends (or fails), each recorded kernel is lowered to Protocols, which go back to the parent

@@ -5,9 +5,9 @@ TPU kernels cannot run on a CPU, so the capture replaces every kernel's outputs 
 (frontends/capture.py, `_zeros`), except a TPU kernel proved to write every element of
 every output from its inputs with exact operations (lower/exact_outputs.py), whose outputs
 JAX's HLO interpreter computes (`_computed_outputs`): its outputs are values, not zeros, and
-withhold nothing. An operand computed from zeros is not
-what the script would pass on a chip, so its value must not decide a verdict. Which operands those
-are is decided per (device, operand):
+withhold nothing. An operand computed from zeros is not what the script would pass on a
+chip, so its value must not decide a verdict. Which operands those are is decided per
+(device, operand):
 
 * Within one jitted program, the capture hook sees a kernel's operands as MLIR values of
   the program being lowered. Their backward slice through the program (`trace_operands`,
