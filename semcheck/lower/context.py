@@ -74,7 +74,7 @@ class OperandData:
     first_call: tuple[int, ...] = ()
     # Index -> the earlier kernels whose outputs, computed by the capture (KernelCapture.computed),
     # the used values are computed from.
-    computed: dict = field(default_factory=dict)
+    computed: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
@@ -393,11 +393,14 @@ COMPUTED = ("semcheck computed its outputs while capturing, with JAX's HLO inter
             "(pallas_call interpret=True, jax/_src/pallas/hlo_interpreter.py), having proved from its body that "
             "every grid step writes every element of its output blocks from its input blocks alone, each block "
             "once, with operations exact on any IEEE backend (comparisons, selects, min and max, integer "
-            "arithmetic, moves; lower/exact_outputs.py); subnormal floats are compared, and NaN and signed zeros "
-            "ordered in min and max, as on the CPU (a TPU flushes f32 subnormals to zero)")
+            "arithmetic, moves; lower/exact_outputs.py); floats are compared, and NaN and signed zeros ordered in "
+            "min and max, as XLA's CPU backend does: it flushes f32 subnormals to zero (JAX 0.10.2: "
+            "jax.jit(lambda x: x > 0)(1e-40) is False), as a TPU is said to, and its min and max return NaN "
+            "where an operand is NaN and order -0 below +0, as the arith.minimumf and arith.maximumf do that "
+            "Mosaic lowers them to (jax/_src/pallas/mosaic/lowering.py); neither is observed on a chip")
 
 
-def computed_note(computed: dict) -> str:
+def computed_note(computed: dict[str, tuple[str, ...]]) -> str:
     """The operands whose script values come from earlier kernels that the capture ran with
     JAX's HLO interpreter (frontends/capture.py, `_computed_outputs`)."""
     kernels = sorted({k for names in computed.values() for k in names})

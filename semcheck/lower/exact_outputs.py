@@ -23,21 +23,28 @@ input blocks, with operations whose result is the same bits on any IEEE backend:
   map, evaluated at every grid step, inside its array; every output block visited by
   exactly one grid step (so no step's write is overwritten by another's, whatever order or
   core runs the steps);
+* every ref access (`get`, `swap`, `addupdate`), at every depth and on inputs too, is at
+  static indices inside its block, counted from explicit bounds: the interpreter discharges
+  an access to `lax.dynamic_slice` / `dynamic_update_slice`, which wrap a negative start and
+  clamp a window to the block, where Mosaic passes the index through and a chip reads or
+  writes the memory beside the block;
 * the body, walked at its top level in order, writes every element of each output ref by
-  stores (`swap`) with static indexers; it reads an output or scratch element only after
+  stores (`swap`); it reads an output or scratch element only after
   such a store wrote it at this step (a store or read nested in `cond`, `while`, `scan`
   counts nothing and reads only a ref written whole before it), so what a step writes
   depends on its input blocks alone;
 * every primitive, at every depth, is on an allow-list with a rule each (`EXACT`):
   comparisons, selects, min and max, integer arithmetic, moves; float arithmetic is not
   (a TPU's default f32 matmul precision and its transcendental approximations are not the
-  CPU's), nor is anything not listed.
+  CPU's), nor `argmax`/`argmin` (`NOT_EXACT`: Mosaic's `tpu.reduce_index` has no tie or NaN
+  rule in JAX's source), nor is anything not listed.
 
 Anything else keeps zeros, and `Refusal` says which rule and, for a primitive, which and
 where: the kernels fed by it say so in their withheld note. What the proof leaves to the CPU
-is stated in the fed kernel's note (`COMPUTED`): subnormal floats compared as the CPU does
-(a TPU flushes f32 subnormals to zero), and NaN and signed zeros in min and max as XLA's CPU
-backend orders them.
+is stated in the fed kernel's note (`COMPUTED`): floats compared, and NaN and signed zeros
+ordered in min and max, as XLA's CPU backend does (it flushes f32 subnormals to zero, as a
+TPU is said to; its min and max propagate NaN and order -0 below +0, as Mosaic's
+`arith.minimumf`/`maximumf`), neither observed on a chip.
 """
 
 from __future__ import annotations
@@ -45,10 +52,18 @@ from __future__ import annotations
 import enum
 import itertools
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from semcheck.jax_compat import JaxInternalMissing, jax_internal
 from semcheck.records import record
+
+if TYPE_CHECKING:
+    import numpy as np
+    from jax._src.core import Var
+
+# The elements of a ref an access reaches: an int or a slice per dimension, every bound
+# explicit and inside the ref's shape (a numpy index of its written-mask).
+Region = tuple[int | slice, ...]
 
 # Bounds that keep the script's run short: the interpreter unrolls nothing, but the proof
 # walks every grid step's index maps and keeps a mask of each output block.
@@ -71,6 +86,8 @@ class Rule(enum.Enum):
     REVISITED_BLOCK = "every output block visited once"
     INEXACT = "only operations exact on any backend"
     UNLISTED = "only operations on semcheck's list of exact ones"
+    DYNAMIC_INDEX = "every ref access at static indices"
+    OUTSIDE_BLOCK = "every static index inside its block"
     READ_UNWRITTEN = "no output or scratch read before it is written"
     NOT_WRITTEN_WHOLE = "every output written whole at the top level of the body"
     WRITES_INPUT = "no store to an input block"
@@ -102,9 +119,11 @@ def prove_exact(params: dict, primitive: str) -> Refusal | None:
         return Refusal(Rule.NOT_TPU, "it is not a TPU pallas_call without a mesh")
     grid_mapping = params["grid_mapping"]
     grid = grid_mapping.grid
-    if not all(isinstance(n, int) for n in grid) or grid_mapping.num_dynamic_grid_bounds \
-            or grid_mapping.vmapped_dims:
-        return Refusal(Rule.GRID, f"its grid {grid} is not static")
+    if grid_mapping.vmapped_dims:
+        return Refusal(Rule.GRID, f"its grid {grid} has vmapped dimensions {tuple(grid_mapping.vmapped_dims)} "
+                                  "(a vmapped pallas_call)")
+    if not all(isinstance(n, int) for n in grid) or grid_mapping.num_dynamic_grid_bounds:
+        return Refusal(Rule.GRID, f"its grid {grid} has bounds computed at run time")
     if grid_mapping.num_index_operands:
         return Refusal(Rule.GRID, "it takes scalar prefetch operands")
     if math.prod(grid) > MAX_STEPS:
@@ -164,9 +183,10 @@ def _grid_refusal(grid: tuple[int, ...], mappings, num_inputs: int) -> Refusal |
     visits: list[dict[tuple[int, ...], tuple[int, ...]]] = [{} for _ in mappings[num_inputs:]]
     index_maps = [_IndexMap(m.index_map_jaxpr) for m in mappings]
     for k, index_map in enumerate(index_maps):
-        if index_map.unlisted is not None:
-            return Refusal(Rule.UNLISTED, f"its {_role(k, num_inputs)}'s index map has `{index_map.unlisted}`, which "
-                                          "is not on semcheck's list of operations exact on any backend")
+        # Evaluated on the CPU: exact operations only.
+        refused = _jaxpr_refusal(index_map.closed.jaxpr, f" in its {_role(k, num_inputs)}'s index map")
+        if refused is not None:
+            return refused
     for step in itertools.product(*(range(n) for n in grid)):
         for k, (mapping, index_map) in enumerate(zip(mappings, index_maps)):
             index = index_map(step)
@@ -197,7 +217,6 @@ class _IndexMap:
         # Most index maps return grid indices and literals: read those without evaluating.
         self.direct = not jaxpr.eqns and all(isinstance(v, jax_core.Literal) or v in jaxpr.invars
                                              for v in jaxpr.outvars)
-        self.unlisted = _inexact_primitive(jaxpr)  # evaluated on the CPU: exact operations only
 
     def __call__(self, step: tuple[int, ...]) -> tuple[int, ...]:
         import numpy as np
@@ -211,17 +230,35 @@ class _IndexMap:
         return tuple(int(o) for o in outs)
 
 
-def _inexact_primitive(jaxpr) -> str | None:
+def _jaxpr_refusal(jaxpr, where: str) -> Refusal | None:
+    """The first primitive of an index map, at any depth, that is not exact."""
     from semcheck.lower.jaxprs import subjaxprs
 
     for eqn in jaxpr.eqns:
-        rule = EXACT.get(eqn.primitive.name)
-        if rule is None or rule(eqn) is not None:
-            return eqn.primitive.name
+        refused = _value_refusal(eqn, where)
+        if refused is not None:
+            return refused
         for sub in subjaxprs(eqn.params):
-            found = _inexact_primitive(sub)
-            if found is not None:
-                return found
+            refused = _jaxpr_refusal(sub, where)
+            if refused is not None:
+                return refused
+    return None
+
+
+def _value_refusal(eqn, where: str) -> Refusal | None:
+    """Why a primitive's result may not be the same bits on a TPU as on the CPU; None where
+    it is (`EXACT`). `where`: " at kernel.py:12", or which index map."""
+    name = eqn.primitive.name
+    why_not = NOT_EXACT.get(name)
+    if why_not is not None:
+        return Refusal(Rule.INEXACT, f"it has `{name}`{where}, {why_not}")
+    rule = EXACT.get(name)
+    if rule is None:
+        return Refusal(Rule.UNLISTED, f"it has `{name}`{where}, which is not on semcheck's list of "
+                                      "operations exact on any backend")
+    why = rule(eqn)
+    if why is not None:
+        return Refusal(Rule.INEXACT, f"it has `{name}` on {why}{where}, which may round differently on a TPU")
     return None
 
 
@@ -238,15 +275,19 @@ class _BodyWalk:
         invars = self.jaxpr.invars
         num_in, num_out = grid_mapping.num_inputs, grid_mapping.num_outputs
         self.outputs = list(invars[num_in:num_in + num_out])
-        self.roles = {v: f"output {k}" for k, v in enumerate(self.outputs)}
+        # Every ref of the body, by its invar: what a message calls it.
+        self.roles: dict[Var, str] = {v: f"input {k}" for k, v in enumerate(invars[:num_in])}
+        self.roles.update({v: f"output {k}" for k, v in enumerate(self.outputs)})
         self.roles.update({v: f"scratch {k}" for k, v in enumerate(invars[num_in + num_out:])})
-        self.masks: dict = {}
+        self.stored = [*self.outputs, *invars[num_in + num_out:]]  # the refs a step may store to
+        # The written-mask of each output and scratch ref (an input ref has none).
+        self.masks: dict[Var, np.ndarray] = {}
 
     def prove(self) -> Refusal | None:
         import numpy as np
 
-        for ref, role in self.roles.items():
-            shape = tuple(ref.aval.shape)
+        for ref in self.stored:
+            role, shape = self.roles[ref], _ref_shape(ref)
             if math.prod(shape) > MAX_BLOCK_ELEMENTS:
                 return Refusal(Rule.TOO_LARGE, f"its {role}'s block has {math.prod(shape):,} elements")
             self.masks[ref] = np.zeros(shape, dtype=bool)
@@ -261,8 +302,8 @@ class _BodyWalk:
                                                        "level (a store under a condition or in a loop counts none)")
         return None
 
-    def walk(self, jaxpr, tracked: dict, *, nested: bool) -> Refusal | None:
-        """`tracked`: this jaxpr's vars that are output or scratch refs -> the body's ref.
+    def walk(self, jaxpr, tracked: dict[Var, Var], *, nested: bool) -> Refusal | None:
+        """`tracked`: this jaxpr's vars that are the body's refs -> the body's ref.
         `nested`: inside a cond, loop or call, where stores count nothing."""
         scope = _Scope(tracked, nested, _used_vars(jaxpr))
         for eqn in jaxpr.eqns:
@@ -278,20 +319,15 @@ class _BodyWalk:
                 return refused
         return None
 
-    def value(self, eqn, tracked: dict) -> Refusal | None:
-        name = eqn.primitive.name
-        rule = EXACT.get(name)
-        if rule is None:
-            return Refusal(Rule.UNLISTED, f"it has `{name}`{_at(eqn)}, which is not on semcheck's list of "
-                                          "operations exact on any backend")
-        why = rule(eqn)
-        if why is not None:
-            return Refusal(Rule.INEXACT, f"it has `{name}` on {why}{_at(eqn)}, which may round differently on a TPU")
+    def value(self, eqn, tracked: dict[Var, Var]) -> Refusal | None:
+        refused = _value_refusal(eqn, _at(eqn))
+        if refused is not None:
+            return refused
         if any(not _is_literal(v) and v in tracked for v in eqn.invars):
-            return Refusal(Rule.UNLISTED, f"it passes a ref to `{name}`{_at(eqn)}")
+            return Refusal(Rule.UNLISTED, f"it passes a ref to `{eqn.primitive.name}`{_at(eqn)}")
         return None
 
-    def nested(self, eqn, tracked: dict) -> Refusal | None:
+    def nested(self, eqn, tracked: dict[Var, Var]) -> Refusal | None:
         """A cond, loop or call: its stores count nothing, and it reads an output or scratch
         ref only where that ref is written whole before it."""
         for sub, outer in NESTED[eqn.primitive.name](eqn):
@@ -301,27 +337,56 @@ class _BodyWalk:
                 return refused
         return None
 
-    def read(self, eqn, ref, region, scope: _Scope) -> Refusal | None:
-        """A read of `region` of `ref` (None: a dynamic one, the whole ref)."""
+    def read(self, eqn, ref: Var, region: Region, scope: _Scope) -> Refusal | None:
+        """A read of `region` of an output or scratch `ref`: a nested read needs the whole ref
+        written (what a nested store wrote is not counted)."""
         mask = self.masks[ref]
-        if mask.all() if scope.nested or region is None else mask[region].all():
+        if mask.all() if scope.nested else mask[region].all():
             return None
         where = " in a condition or loop" if scope.nested else ""
         return Refusal(Rule.READ_UNWRITTEN, f"it reads its {self.roles[ref]}{where}{_at(eqn)} before "
                                             "writing all it reads at this grid step")
 
-    def write(self, ref, region, scope: _Scope) -> None:
-        if not scope.nested and region is not None:
+    def write(self, ref: Var, region: Region, scope: _Scope) -> None:
+        if not scope.nested:
             self.masks[ref][region] = True
+
+    def access(self, eqn, first_index: int, scope: _Scope) -> tuple[Var, Region] | Refusal:
+        """The body's ref a get, swap or addupdate reaches and the elements it reaches, every
+        index static and inside the ref: JAX's HLO interpreter discharges the access to
+        `lax.dynamic_slice` / `dynamic_update_slice`, which wrap a negative start and clamp a
+        window to the block, where Mosaic passes the index through unchanged
+        (`_index_to_start_size_stride`, jax/_src/pallas/mosaic/lowering.py, JAX 0.10.2) and
+        a chip reads or writes the memory beside the block."""
+        ref = scope.tracked.get(eqn.invars[0])
+        role = self.roles[ref] if ref is not None else "ref"
+        region = _static_region(eqn, first_index)
+        name = eqn.primitive.name
+        if region is None:
+            return Refusal(Rule.DYNAMIC_INDEX, f"it has `{name}` on its {role} at an index computed at run "
+                                               f"time{_at(eqn)} (JAX's interpreter wraps or clamps it to the block, a "
+                                               "chip does not)")
+        if isinstance(region, str):
+            return Refusal(Rule.OUTSIDE_BLOCK, f"it has `{name}` on its {role} at {region}, outside its block of "
+                                               f"shape {_ref_shape(eqn.invars[0])}{_at(eqn)} (JAX's interpreter "
+                                               "wraps or clips it to the block, a chip does not)")
+        if ref is None:
+            return Refusal(Rule.UNLISTED, f"it has `{name}` on a ref that is not one of its operands, outputs or "
+                                          f"scratch{_at(eqn)}")
+        return ref, region
 
 
 @record(frozen=True)
 class _Scope:
     """One jaxpr being walked: its output and scratch refs, whether it is nested, its used vars."""
 
-    tracked: dict
+    tracked: dict[Var, Var]
     nested: bool
-    used: frozenset
+    used: frozenset[Var]
+
+
+def _ref_shape(ref) -> tuple[int, ...]:
+    return tuple(ref.aval.shape)
 
 
 def _at(eqn) -> str:
@@ -341,32 +406,50 @@ def _used_vars(jaxpr) -> frozenset:
     return frozenset(used | {v for v in jaxpr.outvars if not _is_literal(v)})
 
 
-def _static_region(eqn, first_index: int):
-    """The numpy index of a get's or swap's static NDIndexer (None: dynamic, or not one)."""
+def _static_region(eqn, first_index: int) -> Region | str | None:
+    """The elements of its ref a get's, swap's or addupdate's indexer reaches, from explicit
+    bounds (numpy's slicing would wrap a negative index and clip a window); a str says which
+    index lies outside the ref's shape; None: an index computed at run time, or a transform
+    that is not one static NDIndexer."""
     import jax
 
-    jax_core = jax_internal("core")
+    indexing = jax_internal("state_indexing")
+    shape = _ref_shape(eqn.invars[0])
     transforms = jax.tree_util.tree_unflatten(eqn.params["tree"], eqn.invars[first_index:])
     if not transforms:
-        return ()  # the whole ref
-    if len(transforms) != 1 or type(transforms[0]).__name__ != "NDIndexer":
+        return tuple(slice(0, n) for n in shape)  # the whole ref
+    if len(transforms) != 1 or not isinstance(transforms[0], indexing.NDIndexer):
+        return None
+    indices = tuple(transforms[0].indices)
+    if len(indices) > len(shape):
         return None
     region: list[int | slice] = []
-    for index in transforms[0].indices:
-        if hasattr(index, "start") and hasattr(index, "size"):
-            start, size, stride = (_static_int(x, jax_core) for x in (index.start, index.size, index.stride))
-            if start is None or size is None or stride is None:
+    for dim, (index, n) in enumerate(zip(indices, shape)):
+        if isinstance(index, indexing.Slice):
+            start, size, stride = (_static_int(x) for x in (index.start, index.size, index.stride))
+            if start is None or size is None or stride is None or stride < 1:
                 return None
-            region.append(slice(start, start + size * stride, stride) if size else slice(0, 0))
+            if size == 0:
+                region.append(slice(0, 0))
+                continue
+            last = start + (size - 1) * stride
+            if start < 0 or last >= n:
+                return f"pl.ds({start}, {size}, stride={stride}) in dimension {dim} (elements {start} to {last})"
+            region.append(slice(start, last + 1, stride))
         else:
-            at = _static_int(index, jax_core)
+            at = _static_int(index)
             if at is None:
                 return None
+            if not 0 <= at < n:
+                return f"index {at} in dimension {dim}"
             region.append(at)
+    region.extend(slice(0, n) for n in shape[len(indices):])
     return tuple(region)
 
 
-def _static_int(x, jax_core) -> int | None:
+def _static_int(x) -> int | None:
+    """A Python or literal integer scalar; None for a var or an array."""
+    jax_core = jax_internal("core")
     if isinstance(x, jax_core.Literal):
         x = x.val
     if isinstance(x, jax_core.Var) or getattr(x, "shape", ()) != ():
@@ -381,18 +464,23 @@ def _static_int(x, jax_core) -> int | None:
 
 
 def _get(walk: _BodyWalk, eqn, scope: _Scope) -> Refusal | None:
-    ref = scope.tracked.get(eqn.invars[0])
-    if ref is None:
+    access = walk.access(eqn, 1, scope)
+    if isinstance(access, Refusal):
+        return access
+    ref, region = access
+    if ref not in walk.masks:
         return None  # an input block: the step's input values
-    return walk.read(eqn, ref, _static_region(eqn, 1), scope)
+    return walk.read(eqn, ref, region, scope)
 
 
 def _swap(walk: _BodyWalk, eqn, scope: _Scope) -> Refusal | None:
     """A store; where its result is used, also a read of the old value."""
-    ref = scope.tracked.get(eqn.invars[0])
-    if ref is None:
+    access = walk.access(eqn, 2, scope)
+    if isinstance(access, Refusal):
+        return access
+    ref, region = access
+    if ref not in walk.masks:
         return Refusal(Rule.WRITES_INPUT, f"it stores to an input block{_at(eqn)}")
-    region = _static_region(eqn, 2)
     if eqn.outvars[0] in scope.used:
         refused = walk.read(eqn, ref, region, scope)
         if refused is not None:
@@ -403,13 +491,16 @@ def _swap(walk: _BodyWalk, eqn, scope: _Scope) -> Refusal | None:
 
 def _addupdate(walk: _BodyWalk, eqn, scope: _Scope) -> Refusal | None:
     """`ref[...] += x`: a read of the old value, then a store."""
-    ref = scope.tracked.get(eqn.invars[0])
-    if ref is None:
+    access = walk.access(eqn, 2, scope)
+    if isinstance(access, Refusal):
+        return access
+    ref, region = access
+    if ref not in walk.masks:
         return Refusal(Rule.WRITES_INPUT, f"it stores to an input block{_at(eqn)}")
     why = _integers_only(eqn)
     if why is not None:
         return Refusal(Rule.INEXACT, f"it has `addupdate` on {why}{_at(eqn)}, which may round differently on a TPU")
-    return walk.read(eqn, ref, _static_region(eqn, 2), scope)
+    return walk.read(eqn, ref, region, scope)
 
 
 REF_ACCESS: dict[str, Callable[[_BodyWalk, object, _Scope], Refusal | None]] = {
@@ -501,8 +592,8 @@ def _convert(eqn) -> str | None:
 
 
 EXACT: dict[str, Callable[[object], str | None]] = {
-    **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge", "max", "min", "reduce_max", "reduce_min",
-                     "argmax", "argmin", "clamp"), _any_dtype),
+    **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge", "max", "min", "reduce_max", "reduce_min", "clamp"),
+                    _any_dtype),
     "select_n": _boolean_selector,
     **dict.fromkeys(("iota", "broadcast_in_dim", "reshape", "slice", "concatenate", "transpose", "squeeze",
                      "expand_dims", "rev", "copy", "copy_p", "program_id", "num_programs", "pad"), _any_dtype),
@@ -511,6 +602,17 @@ EXACT: dict[str, Callable[[object], str | None]] = {
     **dict.fromkeys(("add", "sub", "mul", "neg", "and", "or", "xor", "not", "population_count", "clz",
                      "reduce_sum", "reduce_and", "reduce_or", "reduce_xor", "integer_pow", "square"), _integers_only),
     "convert_element_type": _convert,
+}
+
+
+# Primitives whose TPU result no JAX source defines alike with the CPU's, whatever the dtype:
+# why, completing "it has `argmax` at kernel.py:12, ...".
+_REDUCE_INDEX = ("which Mosaic lowers to `tpu.reduce_index` (`_reduce_index_helper`, "
+                 "jax/_src/pallas/mosaic/lowering.py, JAX 0.10.2), implemented in the TPU runtime: no JAX source "
+                 "gives its rule for ties or NaN, where XLA's CPU backend takes the first of ties and NaN as the ")
+NOT_EXACT: dict[str, str] = {
+    "argmax": _REDUCE_INDEX + "largest",
+    "argmin": _REDUCE_INDEX + "smallest",
 }
 
 

@@ -35,9 +35,6 @@ from semcheck.lower.context import (
 )
 from semcheck.lower.data import data_notes
 from semcheck.lower.interpreter import eval_jaxpr
-
-if TYPE_CHECKING:
-    from semcheck.lower.exact_outputs import Refusal
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
 from semcheck.lower.ref_names import ref_names
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
@@ -46,6 +43,9 @@ from semcheck.passes.programs import handed_in_note, handed_out_note
 from semcheck.jax_compat import jax_internal
 from semcheck.records import record
 from semcheck.version import ISSUES_URL
+
+if TYPE_CHECKING:
+    from semcheck.lower.exact_outputs import Refusal
 
 ARRIVE, RELEASE = ir.DEVICE_BARRIER_ARRIVE, ir.DEVICE_BARRIER_RELEASE
 
