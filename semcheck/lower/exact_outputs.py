@@ -59,7 +59,7 @@ from semcheck.records import record
 
 if TYPE_CHECKING:
     import numpy as np
-    from jax._src.core import Var
+    from jax.extend.core import Var
 
 # The elements of a ref an access reaches: an int or a slice per dimension, every bound
 # explicit and inside the ref's shape (a numpy index of its written-mask).
