@@ -997,6 +997,21 @@ def test_a_producer_that_meets_every_rule_in_another_shape_is_computed_too(case)
     assert result.stats.states == 13
 
 
+def _gates_on_positive_scores(x_ref, i_ref):
+    picks = jax.lax.broadcasted_iota(jnp.int32, (8, 2), 1) + 1
+    i_ref[...] = jnp.where(x_ref[:, 0:2] > 0.0, picks, EXPERTS - 1)
+
+
+def test_a_subnormal_score_compares_as_zero_in_the_computed_outputs_as_the_note_says():
+    """The COMPUTED note's basis: XLA's CPU backend flushes f32 subnormals to zero, so 1e-40 > 0
+    is False in the interpreter's outputs (experts 3 and 3), as on a TPU that flushes them; a
+    CPU that compared them would pick experts 1 and 2."""
+    captures = capture_function(_routed(lambda s: _top2(s, _gates_on_positive_scores)),
+                                jnp.full((16, EXPERTS), 1e-40, jnp.float32), WEIGHTS, operand_values=True)
+    assert captures[0].computed
+    assert captures[-1].operand_values[0][0].tolist() == [EXPERTS - 1, EXPERTS - 1]
+
+
 def test_a_jax_without_the_hlo_interpreter_keeps_zeros(monkeypatch):
     from semcheck import jax_compat
 
