@@ -52,6 +52,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "state_types": ("jax._src.state.types",),
     "pallas_core": ("jax._src.pallas.core",),
     "pallas_call": ("jax._src.pallas.pallas_call",),
+    "pallas_hlo_interpreter": ("jax._src.pallas.hlo_interpreter",),
     "mpmd": ("jax._src.pallas.mpmd",),
     "tpu_core": ("jax._src.pallas.mosaic.core",),
     "tpu_info": ("jax._src.tpu_info", "jax._src.pallas.mosaic.tpu_info"),

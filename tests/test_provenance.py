@@ -6,6 +6,8 @@ kernels here are traced in this process under the capture hooks and never run.""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,9 +22,13 @@ from semcheck.errors import LoadError
 from semcheck.report import text
 from semcheck.frontends.capture import capture_function, capturing, lower_captures
 from semcheck.frontends.provenance import OperandOrigin, _ModuleWalk, decide_withheld
+from semcheck.lower.exact_outputs import Rule
 from tests.tpu_kernels import mesh
 
 ZEROS = "semcheck's capture replaces kernel outputs with zeros"
+# Why a kernel with scalar prefetch operands keeps zeros (semcheck/lower/exact_outputs.py).
+SCALAR_PREFETCH = ("semcheck computes a kernel's outputs only where it proves them exact, and it takes scalar "
+                   "prefetch operands")
 
 
 def copy_kernel(n_ref, x_ref, o_ref):
@@ -67,7 +73,7 @@ def test_an_operand_that_is_a_program_argument_is_the_scripts_value_after_anothe
     assert first.withheld == {} and first.ran_before == {}
     assert list(second.withheld) == [0] and list(second.withheld[0]) == [1]  # only the block
     assert second.withheld[0][1].startswith("it is computed from the outputs of copy_kernel (called at ")
-    assert second.withheld[0][1].endswith(ZEROS)
+    assert second.withheld[0][1].endswith(f"{ZEROS}; for {_label(first)}, {SCALAR_PREFETCH}")
 
 
 def test_an_operand_computed_from_an_earlier_kernels_output_is_withheld():
@@ -132,7 +138,7 @@ def test_a_kernel_called_before_the_loop_that_carries_its_output_withholds_it():
     before, loop = captured((f, (N, X)))
     assert loop.operand_origins[1].kernels == (_label(before),) and loop.operand_origins[1].own
     assert loop.withheld[0][1] == (f"it is computed from the outputs of {_label(before)} and this kernel's own "
-                                   f"earlier call, and {ZEROS}")
+                                   f"earlier call, and {ZEROS}; for {_label(before)}, {SCALAR_PREFETCH}")
     assert loop.own_carried == ()
 
 
@@ -507,7 +513,8 @@ def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chai
     if chained:
         assert withheld == [
             f"the values the script passed are not used for n_ref on device 0 (it is computed from the outputs of "
-            f"count_kernel (called at {_call_line()}), and {ZEROS}): such an operand holds what the kernel's own "
+            f"count_kernel (called at {_call_line()}), and {ZEROS}; for count_kernel (called at {_call_line()}), "
+            f"{SCALAR_PREFETCH}): such an operand holds what the kernel's own "
             "stores define, and a scalar-prefetch element it reads is an input over its type (docs/data-evaluation.md)"
         ]
         assert any("is a scalar-prefetch operand whose script value is not known (the values the capture saw of "
@@ -580,6 +587,7 @@ def test_a_gpu_kernels_device_id_from_an_earlier_kernels_output_is_an_error_that
         assert isinstance(error, LoadError)
         assert "the values the capture saw of peer_ref on device 0 are not used: it is computed from the outputs " \
                "of producer" in error.message, error.message
+        assert "proves them exact" not in error.message  # a GPU kernel keeps zeros, and the proof says nothing
 
 
 def test_a_grid_extent_from_an_earlier_kernels_output_is_an_error_that_says_why():
@@ -640,9 +648,385 @@ def _gated_by_an_unwritten_output(x):
 
 
 def test_a_kernel_gated_by_an_output_its_producer_may_not_write_is_checked_for_every_value():
+    """The proof rejects the producer: its only store is under a `pl.when`, which counts none."""
     captures = capture_function(_gated_by_an_unwritten_output, jnp.ones((8, 128), jnp.int32), operand_values=True)
+    assert not captures[0].computed and captures[0].not_computed.rule is Rule.NOT_WRITTEN_WHOLE
     protocols, errors = lower_captures(captures)
     assert not errors
     result = check_protocol(protocols[-1])
     assert result.verdict.value == "violation"
     assert [v.kind for v in result.violations] == ["semaphore_leftover"]
+    assert any("writes 0 of the 1,024 elements of its output 0 block by stores at its top level" in n
+               for n in protocols[-1].notes)
+
+
+# --- outputs of kernels proved exact, computed by the capture (semcheck/lower/exact_outputs.py) ---
+
+
+def plus_one_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1
+
+
+def plus_one(x):
+    """A kernel whose every output element is stored at the top of its body from its input,
+    with an integer add: the capture runs JAX's HLO interpreter of it instead of returning zeros."""
+    return pl.pallas_call(plus_one_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+XI = jnp.ones((8, 128), jnp.int32)
+
+
+def test_a_kernel_proved_exact_has_its_outputs_computed_and_they_withhold_nothing():
+    @jax.jit
+    def f(n, x, xi):
+        return kern(to_count(plus_one(xi)), x)
+
+    computed, second = captured((f, (N, X, XI)))
+    assert computed.computed and computed.not_computed is None
+    assert not second.computed  # its operands are in HBM (pl.ANY): zeros
+    assert second.operand_origins[0].kernels == () and second.operand_origins[0].computed == (_label(computed),)
+    assert second.withheld == {}
+    assert second.operand_values[0][0].tolist() == [2 * 8 * 128]  # sum(x + 1) for x of ones
+
+
+def test_a_computed_kernel_in_an_earlier_program_leaves_the_next_programs_arguments_the_scripts():
+    first = jax.jit(plus_one)
+    second = jax.jit(lambda n, x: kern(n, x))
+    computed, after = captured((first, (XI,)), (second, (N, X)))
+    assert computed.computed
+    assert after.ran_before == {} and after.withheld == {}
+    assert after.computed_earlier == (_label(computed),)
+
+
+def test_a_kernel_with_a_semaphore_still_gets_zeros_and_withholds_what_it_feeds():
+    @jax.jit
+    def f(n):
+        return counted(to_count(counted(n)))
+
+    first, second = captured((f, (jnp.array([4], jnp.int32),)))
+    assert not first.computed and first.not_computed.rule is Rule.GRID
+    assert second.operand_origins[0].kernels == (_label(first),) and 0 in second.withheld[0]
+
+
+def test_a_float_add_is_not_exact_so_its_outputs_stay_zeros_and_the_note_names_it():
+    @jax.jit
+    def f(n, x):
+        return kern(to_count(plus_one(x)), x)
+
+    producer, second = captured((f, (N, X)))
+    assert not producer.computed and producer.not_computed.rule is Rule.INEXACT
+    assert second.withheld[0][0].endswith(f"for {_label(producer)}, semcheck computes a kernel's outputs only where "
+                                          f"it proves them exact, and it has `add` on float32 at {_line_of('+ 1')}, "
+                                          "which may round differently on a TPU")
+
+
+def test_a_kernel_refused_in_an_earlier_program_says_why_in_the_next_programs_note():
+    producer, after = captured((jax.jit(plus_one), (X,)), (jax.jit(lambda n, x: kern(n, x)), (N, X)))
+    assert not producer.computed and producer.not_computed.rule is Rule.INEXACT
+    assert after.ran_before[0] == (
+        f"{_label(producer)} ran in an earlier run of a program, whose outputs may have become this program's "
+        f"arguments ({ZEROS}; semcheck computes a kernel's outputs only where it proves them exact, and it has `add` "
+        f"on float32 at {_line_of('+ 1')}, which may round differently on a TPU)")
+
+
+def sized_copy_kernel(n_ref, x_ref, o_ref, sem):
+    copy = pltpu.make_async_copy(x_ref.at[pl.ds(0, n_ref[0])], o_ref.at[pl.ds(0, n_ref[0])], sem)
+    copy.start()
+    copy.wait()
+
+
+def test_a_copy_sized_by_a_computed_kernels_output_is_checked_for_that_size_and_a_note_says_so():
+    """Before, the size was an input over int32 and the check a violation (invalid_region)."""
+    def sized_copy(n, x):
+        return pl.pallas_call(
+            sized_copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[pltpu.SemaphoreType.DMA]))(n, x)
+
+    def f(x):
+        rows = plus_one(jnp.full((8, 128), 2, jnp.int32))[0, :1]  # 3
+        return sized_copy(rows, x)
+
+    protocols, errors = lower_captures(capture_function(f, X, operand_values=True))
+    assert not errors
+    second = protocols[-1]
+    assert second.inputs == ()
+    result = check_protocol(second)
+    assert result.verdict.value == "safe", result.violations
+    assert text.values_lines(result) == ["  values: as the script passed n_ref"]
+    [note] = [n for n in second.notes if "may be computed from the outputs of" in n]
+    assert note.startswith("the values of n_ref may be computed from the outputs of plus_one_kernel")
+    assert "HLO interpreter of the kernel on the CPU" in note and "having proved from its body" in note
+    assert "it flushes f32 subnormals to zero (JAX 0.10.2: jax.jit(lambda x: x > 0)(1e-40) is False)" in note
+
+
+# A router's top-2 by repeated max and mask (as tpu-inference's fused MoE v2 `_select_kernel`):
+# comparisons, selects, max and min, integer indices: every rule of the proof holds.
+EXPERTS = 4
+
+
+def _top2_kernel(x_ref, i_ref):
+    x = jnp.where(jnp.isnan(x_ref[...]), -3.0e38, x_ref[...])
+    iota = jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)
+    for j in range(2):
+        m = jnp.max(x, axis=1, keepdims=True)
+        idx = jnp.min(jnp.where(x == m, iota, EXPERTS - 1), axis=1)
+        i_ref[:, j] = idx
+        x = jnp.where(iota == idx[:, None], -3.0e38, x)
+
+
+def _top2(scores, kernel=_top2_kernel, *, rows=8, grid=(2,), index=lambda i: (i, 0), out_rows=None, scratch=(),
+          vmapped=False):
+    if vmapped:  # a pallas_call of one 8-row block, vmapped over the two blocks: grid (2, 1)
+        one = functools.partial(_top2, kernel=kernel, grid=(1,), scratch=scratch)
+        return jax.vmap(one)(scores.reshape(2, rows, EXPERTS)).reshape(2 * rows, 2)
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((out_rows or scores.shape[0], 2), jnp.int32), grid=grid,
+        in_specs=[pl.BlockSpec((rows, EXPERTS), lambda i: (i, 0))], out_specs=pl.BlockSpec((rows, 2), index),
+        scratch_shapes=list(scratch))(scores)
+
+
+def _copies_routed(idx_ref, w_ref, o_ref, sem):
+    """Copies the weights of the two experts row 0 is routed to: in range only for real top-k
+    indices, and two different rows of `o_ref` (`o_ref.at[e]`) only where they differ."""
+    copies = [pltpu.make_async_copy(w_ref.at[idx_ref[j]], o_ref.at[idx_ref[j]], sem.at[j]) for j in range(2)]
+    for copy in copies:
+        copy.start()
+    for copy in copies:
+        copy.wait()
+
+
+def _routed(producer):
+    def f(scores, w):
+        idx = producer(scores)[0]
+        return pl.pallas_call(
+            _copies_routed, out_shape=jax.ShapeDtypeStruct(w.shape, w.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[pltpu.SemaphoreType.DMA((2,))]))(idx, w)
+    return f
+
+
+SCORES = jnp.array([[0.1, 0.7, 0.2, 0.0]] * 16, jnp.float32)
+WEIGHTS = jnp.ones((EXPERTS, 8, 128), jnp.float32)
+
+
+def _routed_check(producer):
+    captures = capture_function(_routed(producer), SCORES, WEIGHTS, operand_values=True)
+    protocols, errors = lower_captures(captures)
+    assert not errors
+    return captures[0], protocols[-1], check_protocol(protocols[-1])
+
+
+def test_a_consumer_routed_by_a_top_k_proved_exact_is_checked_for_the_routing_it_computes():
+    """Withheld, the indices are inputs over int32: a copy of expert 2**31-1 (invalid_region),
+    as tpu-inference's MoE v2 at line 730. Computed (experts 1 and 2 of row 0), it is safe."""
+    producer, consumer, result = _routed_check(_top2)
+    assert producer.computed and producer.not_computed is None
+    assert consumer.inputs == ()
+    assert result.verdict.value == "safe", result.violations
+    assert result.stats.states == 13
+    [note] = [n for n in consumer.notes if "may be computed from the outputs of" in n]
+    assert note.startswith("the values of idx_ref may be computed from the outputs of _top2_kernel (called at ")
+
+
+def _writes_when(x_ref, i_ref):
+    @pl.when(x_ref[0, 0] > 100.0)
+    def _():
+        _top2_kernel(x_ref, i_ref)
+
+
+def _writes_one_column(x_ref, i_ref):
+    i_ref[:, 0] = jnp.ones((8,), jnp.int32)
+
+
+def _argmax(x_ref, i_ref):
+    i_ref[...] = jnp.broadcast_to(jnp.argmax(x_ref[...], axis=1).astype(jnp.int32)[:, None], (8, 2))
+
+
+# Indices the interpreter and a chip read differently (the review of 2026-12-07, /tmp/review2):
+# JAX's HLO interpreter discharges a ref access to `lax.dynamic_slice` /
+# `dynamic_update_slice`, which wrap a negative start and clamp a window to the block; Mosaic
+# passes the index through and a chip reads or writes the memory beside the block. Each kernel
+# below wrote its whole output with the top 2 first, so without the rules that refuse such an
+# index it was computed, and its consumer called safe on the interpreter's values.
+def _reads_input_at_a_computed_row(x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+    k = i_ref[0, 0]  # 1 here; on a chip's data any int32
+    i_ref[...] = jnp.where(x_ref[pl.ds(k, 1), 0:2] >= -3.0e38, i_ref[...], 0)
+
+
+def _stores_at_a_computed_row(x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+    k = i_ref[0, 0]
+    i_ref[pl.ds(k, 1), :] = i_ref[0:1, :]
+
+
+def _stores_rows_in_a_loop(x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+
+    def row(j, carry):
+        i_ref[j, :] = i_ref[j, :]  # j is a loop index: computed at run time, nested
+        return carry
+
+    jax.lax.fori_loop(0, 8, row, 0)
+
+
+def _stores_before_the_block(x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+    i_ref[-8, :] = i_ref[0, :]  # numpy's row 0; on a chip 8 rows before the block
+
+
+def _reads_input_before_the_block(x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+    i_ref[...] = jnp.where(x_ref[-1, 0:2] >= -3.0e38, i_ref[...], 0)
+
+
+def _reads_a_window_before_the_block(x_ref, i_ref):
+    y = i_ref[pl.ds(-2, 2), :]  # numpy's slice(-2, 0) is empty: "all written"
+    _top2_kernel(x_ref, i_ref)
+    i_ref[...] = jnp.where(y[0:1, :] < 0, i_ref[...], 0)
+
+
+def _stores_a_stride_past_the_block(x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+    i_ref[pl.ds(0, 5, stride=2), :] = jnp.ones((5, 2), jnp.int32)  # rows 0, 2, 4, 6 and 8
+
+
+def _sums_floats(x_ref, i_ref):
+    i_ref[...] = jnp.broadcast_to((jnp.sum(x_ref[...], axis=1, keepdims=True) > 0).astype(jnp.int32), i_ref.shape)
+
+
+def _reads_scratch_first(x_ref, i_ref, s_ref):
+    i_ref[...] = s_ref[...]
+
+
+def _exponentiates(x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+    i_ref[...] = jnp.where(jnp.exp(x_ref[:, :2]) > 1.0, i_ref[...], 0)
+
+
+REFUSED = {
+    "conditional store": (_writes_when, {}, Rule.NOT_WRITTEN_WHOLE,
+                          "its body writes 0 of the 16 elements of its output 0 block by stores at its top level"),
+    "partial coverage": (_writes_one_column, {}, Rule.NOT_WRITTEN_WHOLE,
+                         "its body writes 8 of the 16 elements of its output 0 block"),
+    "float reduce_sum": (_sums_floats, {}, Rule.INEXACT, "it has `reduce_sum` on float32 at "),
+    "scratch read before write": (_reads_scratch_first, {"scratch": [pltpu.VMEM((8, 2), jnp.int32)]},
+                                  Rule.READ_UNWRITTEN, "it reads its scratch 0 at "),
+    "padded input edge": (_top2_kernel, {"rows": 6, "grid": (3,), "out_rows": 18}, Rule.PADDED_EDGE,
+                          "its input 0's shape (16, 4) is not a multiple of its block (6, 4)"),
+    "unvisited block": (_top2_kernel, {"grid": (1,)}, Rule.UNVISITED_BLOCK,
+                        "its output 0's block (1, 0) is visited by no grid step"),
+    "revisited block": (_top2_kernel, {"index": lambda i: (0, 0)}, Rule.REVISITED_BLOCK,
+                        "its output 0's block (0, 0) is visited by grid steps (0,) and (1,)"),
+    "block index outside the array": (_top2_kernel, {"index": lambda i: (i + 1, 0)}, Rule.INDEX_OUT_OF_RANGE,
+                                      "its output 0's index map gives block (2, 0) at grid step (1,), outside "
+                                      "(2, 1) blocks"),
+    "unlisted primitive": (_exponentiates, {}, Rule.UNLISTED, "it has `exp` at "),
+    "argmax": (_argmax, {}, Rule.INEXACT, "which Mosaic lowers to `tpu.reduce_index`"),
+    "a float op in an index map": (_top2_kernel, {"index": lambda i: ((i * 1.0).astype(jnp.int32), 0)}, Rule.INEXACT,
+                                   "it has `convert_element_type` on int32 to float32 in its output 0's index map, "
+                                   "which may round differently on a TPU"),
+    "a vmapped grid": (_top2_kernel, {"vmapped": True}, Rule.GRID, "its grid (2, 1) has vmapped dimensions (0,)"),
+    "an input read at a computed row": (_reads_input_at_a_computed_row, {}, Rule.DYNAMIC_INDEX,
+                                        "it has `get` on its input 0 at an index computed at run time at "),
+    "an output stored at a computed row": (_stores_at_a_computed_row, {}, Rule.DYNAMIC_INDEX,
+                                           "it has `swap` on its output 0 at an index computed at run time at "),
+    "rows stored in a loop": (_stores_rows_in_a_loop, {}, Rule.DYNAMIC_INDEX,
+                              "it has `get` on its output 0 at an index computed at run time at "),
+    "a negative static store": (_stores_before_the_block, {}, Rule.OUTSIDE_BLOCK,
+                                "it has `swap` on its output 0 at index -8 in dimension 0, outside its block of "
+                                "shape (8, 2) at "),
+    "a negative static input read": (_reads_input_before_the_block, {}, Rule.OUTSIDE_BLOCK,
+                                     "it has `get` on its input 0 at index -1 in dimension 0, outside its block of "
+                                     "shape (8, 4) at "),
+    "a window before the block, read before any store": (
+        _reads_a_window_before_the_block, {}, Rule.OUTSIDE_BLOCK,
+        "it has `get` on its output 0 at pl.ds(-2, 2, stride=1) in dimension 0 (elements -2 to -1), outside its block"),
+    "a strided window past the block": (
+        _stores_a_stride_past_the_block, {}, Rule.OUTSIDE_BLOCK,
+        "it has `swap` on its output 0 at pl.ds(0, 5, stride=2) in dimension 0 (elements 0 to 8), outside its block"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_producer_failing_a_rule_of_the_proof_keeps_zeros_and_the_consumers_note_says_why(case):
+    kernel, options, rule, why = REFUSED[case]
+    producer, consumer, result = _routed_check(lambda s: _top2(s, kernel, **options))
+    assert not producer.computed and producer.not_computed.rule is rule, producer.not_computed
+    assert why in producer.not_computed.detail
+    assert any(producer.not_computed.sentence() in n for n in consumer.notes)
+    assert result.verdict.value == "violation"
+    assert "invalid_region" in [v.kind for v in result.violations]
+
+
+def _stages_in_scratch(x_ref, i_ref, s_ref):
+    _top2_kernel(x_ref, s_ref)
+    i_ref[...] = s_ref[...]  # read after a top-level store wrote it all at this step
+
+
+def _rewrites_under_a_condition(x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+
+    @pl.when(i_ref[0, 0] >= 0)  # reads an output written whole before it
+    def _():
+        i_ref[...] = jnp.maximum(i_ref[...], 0)
+
+
+def _reaches_the_last_row(x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+    i_ref[pl.ds(1, 4, stride=2), :] = i_ref[pl.ds(1, 4, stride=2), :]  # rows 1, 3, 5 and 7: inside
+    i_ref[...] = jnp.where(x_ref[7, 0:2] >= -3.0e38, i_ref[...], 0)
+
+
+ACCEPTED = {
+    "scratch written before it is read": (_stages_in_scratch, {"scratch": [pltpu.VMEM((8, 2), jnp.int32)]}),
+    "static windows that end on the block's last row": (_reaches_the_last_row, {}),
+    "an output read in a condition after it is written whole": (_rewrites_under_a_condition, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(ACCEPTED))
+def test_a_producer_that_meets_every_rule_in_another_shape_is_computed_too(case):
+    kernel, options = ACCEPTED[case]
+    producer, consumer, result = _routed_check(lambda s: _top2(s, kernel, **options))
+    assert producer.computed and producer.not_computed is None
+    assert result.verdict.value == "safe", result.violations
+    assert result.stats.states == 13
+
+
+def _gates_on_positive_scores(x_ref, i_ref):
+    picks = jax.lax.broadcasted_iota(jnp.int32, (8, 2), 1) + 1
+    i_ref[...] = jnp.where(x_ref[:, 0:2] > 0.0, picks, EXPERTS - 1)
+
+
+def test_a_subnormal_score_compares_as_zero_in_the_computed_outputs_as_the_note_says():
+    """The COMPUTED note's basis: XLA's CPU backend flushes f32 subnormals to zero, so 1e-40 > 0
+    is False in the interpreter's outputs (experts 3 and 3), as on a TPU that flushes them; a
+    CPU that compared them would pick experts 1 and 2."""
+    captures = capture_function(_routed(lambda s: _top2(s, _gates_on_positive_scores)),
+                                jnp.full((16, EXPERTS), 1e-40, jnp.float32), WEIGHTS, operand_values=True)
+    assert captures[0].computed
+    assert captures[-1].operand_values[0][0].tolist() == [EXPERTS - 1, EXPERTS - 1]
+
+
+def test_a_jax_without_the_hlo_interpreter_keeps_zeros(monkeypatch):
+    from semcheck import jax_compat
+
+    monkeypatch.setitem(jax_compat.MODULES, "pallas_hlo_interpreter", ("jax._src.pallas.no_such_interpreter",))
+    monkeypatch.delitem(jax_compat._loaded, "pallas_hlo_interpreter", raising=False)
+    producer, consumer, result = _routed_check(_top2)
+    assert not producer.computed and producer.not_computed.rule is Rule.NO_INTERPRETER
+    assert result.verdict.value == "violation"
+
+
+def _line_of(text_in_source: str) -> str:
+    import inspect
+
+    from semcheck import ir
+
+    source, start = inspect.getsourcelines(plus_one_kernel)
+    line = start + next(k for k, t in enumerate(source) if text_in_source in t)
+    return f"{ir.display_path(__file__)}:{line}"

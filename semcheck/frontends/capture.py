@@ -13,7 +13,9 @@ which take precedence over JAX's: when the script's jitted code is compiled, eac
 receives the kernel's jaxpr and params, reads the device mesh of the enclosing shard_map
 from `ctx.module_context.axis_context`, records the kernel, and returns zeros of the output
 avals so the script runs on (which operands may then hold such zeros:
-frontends/provenance.py). A nested `jax.jit` or closed call that holds a kernel is
+frontends/provenance.py); a TPU pallas_call that lower/exact_outputs.py proves writes every
+element of every output from its inputs with exact operations gets its outputs from JAX's
+HLO interpreter instead (`_computed_outputs`). A nested `jax.jit` or closed call that holds a kernel is
 lowered inline (`_inlined_call`), so that every call is a capture of its own among the
 values around it (the program linking follows semaphores through it). After the script
 ends (or fails), each recorded kernel is lowered to Protocols, which go back to the parent
@@ -128,7 +130,9 @@ def capturing(record: Callable):
             from semcheck.frontends.operands import record_operands
 
             record_operands(ctx, in_nodes, capture)
-            outs = _zeros(ctx, in_nodes)
+            outs = _computed_outputs(ctx, in_nodes, params, capture)
+            if outs is None:
+                outs = _zeros(ctx, in_nodes)
             # What flows from one kernel to the next (semcheck/lower/program.py): the MLIR
             # values of one module, compared as values.
             capture.flow = KernelFlow(ctx.module_context, tuple(in_nodes), tuple(outs))
@@ -219,6 +223,64 @@ def _holds_kernel(jaxpr) -> bool:
 
     return any(eqn.primitive.name in ("pallas_call", "mpmd_map") or any(map(_holds_kernel, subjaxprs(eqn.params)))
                for eqn in jaxpr.eqns)
+
+
+def _computed_outputs(ctx, in_nodes, params, capture):
+    """The kernel's outputs as JAX's HLO interpreter computes them (`interpret=True`,
+    jax/_src/pallas/hlo_interpreter.py), for a TPU pallas_call that lower/exact_outputs.py
+    proves writes every element of every output from its inputs alone with exact operations:
+    then a later kernel's operands computed from them are the script's values, not an earlier
+    kernel's zeros (frontends/provenance.py), and `capture.computed` says so. None
+    (zeros) for any other kernel, with `capture.not_computed` saying why for a TPU
+    pallas_call (a GPU kernel keeps zeros and says nothing)."""
+    import functools
+
+    import jax
+
+    from semcheck.lower.exact_outputs import Refusal, Rule, interpreter, prove_exact
+
+    if capture.primitive != "pallas_call" or params.get("jaxpr") is None or params.get("grid_mapping") is None:
+        return None
+    refusal = prove_exact(params, capture.primitive)
+    if refusal is not None:
+        capture.not_computed = refusal if refusal.rule is not Rule.NOT_TPU else None
+        return None
+    hlo_interpreter = interpreter()
+    if isinstance(hlo_interpreter, Refusal):
+        capture.not_computed = hlo_interpreter
+        return None
+    impl = functools.partial(hlo_interpreter.pallas_call_hlo_interpret,
+                             **{k: v for k, v in params.items() if k != "interpret"})
+    try:  # traced first: emitting stops nowhere half-way into the program for want of a rule
+        traced = jax.make_jaxpr(impl)(*[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in])
+        missing = _missing_cpu_lowering(traced.jaxpr)
+    except Exception as e:  # noqa: BLE001 - a kernel the HLO interpreter cannot run keeps zeros
+        missing = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+    if missing is not None:
+        capture.not_computed = Refusal(Rule.NO_INTERPRETER, f"JAX's HLO interpreter cannot run it on the CPU "
+                                                            f"({missing})")
+        return None
+    mlir = jax_internal("mlir")
+    # Its own context: record_operands set this one's output tokens (the interpreter has no effects).
+    outs = mlir.lower_fun(impl, multiple_results=True)(ctx.replace(tokens_out=None), *in_nodes)
+    capture.computed = True
+    return list(outs)
+
+
+def _missing_cpu_lowering(jaxpr) -> str | None:
+    """A primitive of `jaxpr` (or of a jaxpr in it) without a CPU lowering, named."""
+    from semcheck.lower.jaxprs import subjaxprs
+
+    mlir = jax_internal("mlir")
+    cpu = mlir._platform_specific_lowerings["cpu"]
+    for eqn in jaxpr.eqns:
+        if eqn.primitive not in mlir._lowerings and eqn.primitive not in cpu:
+            return f"`{eqn.primitive.name}` has no CPU lowering"
+        for sub in subjaxprs(eqn.params):
+            found = _missing_cpu_lowering(sub)
+            if found is not None:
+                return found
+    return None
 
 
 def _zeros(ctx, in_nodes):
@@ -358,6 +420,9 @@ def with_operand_values(found: list, fn, args, kwargs) -> list:
         kernel.operand_values = run.operand_values
         kernel.withheld = run.withheld
         kernel.own_carried = run.own_carried
+        kernel.operand_origins, kernel.computed, kernel.computed_earlier = \
+            run.operand_origins, run.computed, run.computed_earlier
+        kernel.not_computed = run.not_computed
     return found
 
 

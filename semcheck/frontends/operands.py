@@ -26,8 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from typing import TYPE_CHECKING
 
 from semcheck.jax_compat import jax_internal
+
+if TYPE_CHECKING:
+    from semcheck.lower.tpu_kernel import KernelCapture
 
 _lock = threading.Lock()
 
@@ -36,7 +40,7 @@ class _Runs:
     """What ran so far in this capture session (guarded by `_lock`)."""
 
     def __init__(self):
-        self.first_calls: list[tuple[object, int | None]] = []  # (capture, run) of each first call on a device
+        self.first_calls: list[tuple[KernelCapture, int | None]] = []  # (capture, run) of each first call on a device
         self.count = 0  # runs of programs with semcheck's callbacks begun
         self.current: int | None = None  # the one in progress (None: none, or not known)
         self.in_flight = 0
@@ -64,14 +68,27 @@ def _before_this_run(capture) -> str | None:
     if runs.unseen:
         return (f"{runs.unseen[0]} is a kernel semcheck saw compiled but cannot see run, so it may have run "
                 f"before, and {ZEROS}")
-    earlier = [c for c, run in runs.first_calls if runs.current is None or run != runs.current]
+    earlier = [c for c, run in runs.first_calls
+               if not c.computed and (runs.current is None or run != runs.current)]
     if not earlier:
         return None
+    refusal = earlier[0].not_computed  # why the capture did not compute its outputs (lower/exact_outputs.py)
+    zeros = f"{ZEROS}; {refusal.sentence()}" if refusal is not None else ZEROS
     if runs.current is None:
         return (f"{kernel_label(earlier[0])} ran before it, and semcheck cannot tell whether in an earlier run "
-                f"of a program, whose outputs may have become this program's arguments ({ZEROS})")
+                f"of a program, whose outputs may have become this program's arguments ({zeros})")
     return (f"{kernel_label(earlier[0])} ran in an earlier run of a program, whose outputs may have become "
-            f"this program's arguments ({ZEROS})")
+            f"this program's arguments ({zeros})")
+
+
+def _computed_before() -> list[str]:
+    """The kernels whose outputs the capture computed (KernelCapture.computed) that ran in an
+    earlier run of a program: the outputs this program's arguments may be."""
+    from semcheck.frontends.provenance import kernel_label
+
+    runs = _runs
+    return [kernel_label(c) for c, run in runs.first_calls
+            if c.computed and (runs.current is None or run != runs.current)]
 
 
 def record_operands(ctx, in_nodes, capture) -> None:
@@ -109,6 +126,7 @@ def record_operands(ctx, in_nodes, capture) -> None:
             before = _before_this_run(capture)
             if before is not None:
                 capture.ran_before[device] = before
+            capture.computed_earlier = tuple(dict.fromkeys((*capture.computed_earlier, *_computed_before())))
             _runs.first_calls.append((capture, _runs.current))
 
     def call_back(*operands):

@@ -2,9 +2,12 @@
 use them as the script's own.
 
 TPU kernels cannot run on a CPU, so the capture replaces every kernel's outputs with zeros
-(frontends/capture.py, `_zeros`). An operand computed from such zeros is not what the
-script would pass on a chip, so its value must not decide a verdict. Which operands those
-are is decided per (device, operand):
+(frontends/capture.py, `_zeros`), except a TPU kernel proved to write every element of
+every output from its inputs with exact operations (lower/exact_outputs.py), whose outputs
+JAX's HLO interpreter computes (`_computed_outputs`): its outputs are values, not zeros, and
+withhold nothing. An operand computed from zeros is not what the script would pass on a
+chip, so its value must not decide a verdict. Which operands those are is decided per
+(device, operand):
 
 * Within one jitted program, the capture hook sees a kernel's operands as MLIR values of
   the program being lowered. Their backward slice through the program (`trace_operands`,
@@ -57,6 +60,9 @@ class OperandOrigin:
     unresolved: str | None = None
     own: bool = False  # the kernel's own outputs, carried round a loop back into it
     per_device: str | None = None  # an op whose value can differ between devices (a device id, a collective)
+    # Earlier kernels whose outputs it is computed from, which the capture computed rather
+    # than replaced with zeros (KernelCapture.computed): they withhold nothing.
+    computed: tuple[str, ...] = ()
 
     def feeding(self) -> tuple[str, ...]:
         """The kernels whose outputs it is computed from, this one's own earlier call included."""
@@ -104,8 +110,9 @@ def trace_operands(captures: list) -> None:
         if module is None:
             continue
         walk = walks.setdefault(id(scope), _ModuleWalk(module))
+        made = walk.computed if capture.computed else walk.producers
         for value in capture.flow.results:
-            walk.producers.setdefault(value, kernel_label(capture))
+            made.setdefault(value, kernel_label(capture))
     for capture in captures:
         found = walks.get(id(capture.flow.scope)) if capture.flow is not None else None
         if found is None:
@@ -131,6 +138,7 @@ class _Slice:
         self.unresolved: list[str] = []
         self.own = False
         self.per_device: str | None = None
+        self.computed: dict[str, None] = {}
 
     def origin(self, program: str) -> OperandOrigin:
         args = sorted(self.arguments)
@@ -139,16 +147,18 @@ class _Slice:
             listed = ", ".join(map(str, args[:-1])) + f" and {args[-1]}" if len(args) > 1 else str(args[0])
             outside = (f"argument{'s' if len(args) > 1 else ''} {listed} of {program}", *outside)
         return OperandOrigin(tuple(self.kernels), outside, self.unresolved[0] if self.unresolved else None,
-                             self.own, self.per_device)
+                             self.own, self.per_device, tuple(self.computed))
 
 
 class _ModuleWalk:
     """Backward slices through one MLIR module; `producers` maps each kernel's zero outputs
-    to the kernel."""
+    to the kernel, `computed` the outputs the capture computed (the slice goes on through
+    the interpreter's ops to the kernel's operands)."""
 
     def __init__(self, module):
         self.module = module
         self.producers: dict = {}
+        self.computed: dict = {}
         self._calls: dict[str, list] | None = None
         self._functions: dict[str, object] | None = None
         self.name = _symbol(module.operation) or "the jitted program"
@@ -174,6 +184,9 @@ class _ModuleWalk:
             if label is not None:
                 found.kernels.setdefault(label, None)
                 continue
+            computed = self.computed.get(value)
+            if computed is not None:
+                found.computed.setdefault(computed, None)
             owner = value.owner
             if _is_block(owner):
                 self._block_argument(value, owner.owner.operation, found)
@@ -399,11 +412,12 @@ def decide_withheld(captures: list) -> None:
     the script's only at the first call (later calls receive the kernel's own output). Called
     once the script's runs are over and every program it lowered is complete."""
     trace_operands(captures)
+    not_computed = {kernel_label(c): c.not_computed for c in captures if c.not_computed is not None}
     for capture in captures:
         capture.withheld = {}
         for device, values in capture.operand_values.items():
             why = {k: reason for k in values
-                   if (reason := withheld_reason(capture, k, capture.ran_before.get(device))) is not None}
+                   if (reason := withheld_reason(capture, k, capture.ran_before.get(device), not_computed)) is not None}
             if why:
                 capture.withheld[device] = why
         capture.own_carried = tuple(k for k, origin in enumerate(capture.operand_origins)
@@ -411,16 +425,19 @@ def decide_withheld(captures: list) -> None:
                                                           for d, values in capture.operand_values.items()))
 
 
-def withheld_reason(capture, index: int, before: str | None) -> str | None:
+def withheld_reason(capture, index: int, before: str | None, not_computed: dict | None = None) -> str | None:
     """Why operand `index` of `capture` on a device is not used (None: it is the script's own
     value there, at the kernel's first call on the device). `before`: what ran before the
-    program's run began on that device."""
+    program's run began on that device; `not_computed`: kernel label -> why the capture did
+    not compute its outputs (lower/exact_outputs.py)."""
     origins = capture.operand_origins
     if index >= len(origins):  # never walked: it may be anything, an earlier kernel's zeros included
         return f"semcheck did not follow where it comes from in the program, so it may be an earlier kernel's output, and {ZEROS}"
     origin = origins[index]
     if origin.kernels:
-        return f"it is computed from the outputs of {_names(origin.feeding())}, and {ZEROS}"
+        why = [f"; for {label}, {refusal.sentence()}" for label in origin.kernels
+               if (refusal := (not_computed or {}).get(label)) is not None]
+        return f"it is computed from the outputs of {_names(origin.feeding())}, and {ZEROS}{''.join(why[:2])}"
     if origin.own and capture.earlier_calls is not None:
         return (f"it is computed from the outputs of {OWN}, and {ZEROS}; its first call on a device may come after "
                 f"another call of it, since {capture.earlier_calls}")

@@ -72,6 +72,9 @@ class OperandData:
     # Indices whose used values are the first call's, which later calls do not receive: they
     # get the kernel's own output, carried round a loop (KernelCapture.own_carried).
     first_call: tuple[int, ...] = ()
+    # Index -> the earlier kernels whose outputs, computed by the capture (KernelCapture.computed),
+    # the used values are computed from.
+    computed: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
@@ -86,7 +89,16 @@ def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
         if held:
             withheld[device] = held
     carried = tuple(k for k, op in operand_of.items() if op in capture.own_carried)
-    return OperandData(bool(capture.operand_values), used, withheld, carried)
+    origins = capture.operand_origins
+    computed: dict[int, tuple[str, ...]] = {}
+    for k, op in operand_of.items():
+        origin = origins[op] if op < len(origins) else None
+        if origin is None or not any(k in u for u in used.values()):
+            continue
+        names = (*origin.computed, *(capture.computed_earlier if origin.outside else ()))
+        if names:
+            computed[k] = tuple(dict.fromkeys(names))
+    return OperandData(bool(capture.operand_values), used, withheld, carried, computed)
 
 
 def semaphore_kind(dtype) -> SemKind | None:
@@ -294,6 +306,10 @@ class KernelContext:
                           if any(refs[k].alloc in used for used in self.initial_data.values())})
         if carried:
             self.note(first_call_note(carried))
+        computed = {refs[k].alloc: kernels for k, kernels in operands.computed.items()
+                    if any(refs[k].alloc in used for used in self.initial_data.values())}
+        if computed:
+            self.note(computed_note(computed))
 
     def withheld_buffers(self) -> tuple[str, ...]:
         """The operands whose script values are not used on some device."""
@@ -371,6 +387,27 @@ def withheld_note(withheld: dict[int, dict[str, str]], devices: int) -> str:
     return ("the values the script passed are not used for " + "; ".join(parts)
             + ": such an operand holds what the kernel's own stores define, and a scalar-prefetch element "
             "it reads is an input over its type (docs/data-evaluation.md)")
+
+
+COMPUTED = ("semcheck computed its outputs while capturing, with JAX's HLO interpreter of the kernel on the CPU "
+            "(pallas_call interpret=True, jax/_src/pallas/hlo_interpreter.py), having proved from its body that "
+            "every grid step writes every element of its output blocks from its input blocks alone, each block "
+            "once, with operations exact on any IEEE backend (comparisons, selects, min and max, integer "
+            "arithmetic, moves; lower/exact_outputs.py); floats are compared, and NaN and signed zeros ordered in "
+            "min and max, as XLA's CPU backend does: it flushes f32 subnormals to zero (JAX 0.10.2: "
+            "jax.jit(lambda x: x > 0)(1e-40) is False), as a TPU is said to, and its min and max return NaN "
+            "where an operand is NaN and order -0 below +0, as the arith.minimumf and arith.maximumf do that "
+            "Mosaic lowers them to (jax/_src/pallas/mosaic/lowering.py); neither is observed on a chip")
+
+
+def computed_note(computed: dict[str, tuple[str, ...]]) -> str:
+    """The operands whose script values come from earlier kernels that the capture ran with
+    JAX's HLO interpreter (frontends/capture.py, `_computed_outputs`)."""
+    kernels = sorted({k for names in computed.values() for k in names})
+    buffers = sorted(computed)
+    names = " and ".join(buffers) if len(buffers) <= 2 else f"{', '.join(buffers[:-1])} and {buffers[-1]}"
+    return (f"the values of {names} may be computed from the outputs of {' and '.join(kernels)}, which ran "
+            f"before: {COMPUTED}, and the check takes them as the script's (docs/data-evaluation.md)")
 
 
 def first_call_note(buffers: list[str]) -> str:

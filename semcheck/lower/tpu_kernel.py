@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import field
+from typing import TYPE_CHECKING
 
 from semcheck import ir
 from semcheck.errors import LoadError
@@ -42,6 +43,9 @@ from semcheck.passes.programs import handed_in_note, handed_out_note
 from semcheck.jax_compat import jax_internal
 from semcheck.records import record
 from semcheck.version import ISSUES_URL
+
+if TYPE_CHECKING:
+    from semcheck.lower.exact_outputs import Refusal
 
 ARRIVE, RELEASE = ir.DEVICE_BARRIER_ARRIVE, ir.DEVICE_BARRIER_RELEASE
 
@@ -88,6 +92,14 @@ class KernelCapture:
     # The avals of the eqn's operands, as JAX lowers the call: what JAX's own TPU lowering
     # of the kernel needs (lower/jax_tpu_lowering.py).
     in_avals: tuple = ()
+    # Whether the outputs the script got from this kernel are the kernel's own, computed by
+    # JAX's HLO interpreter (frontends/capture.py, `_computed_outputs`), not zeros; where they
+    # are zeros, why they were not computed (lower/exact_outputs.py), for a TPU pallas_call.
+    computed: bool = False
+    not_computed: Refusal | None = None
+    # The kernels with computed outputs that ran in an earlier run of a program before this
+    # kernel's first call on some device: what its program's arguments may have come from.
+    computed_earlier: tuple[str, ...] = ()
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
