@@ -764,3 +764,20 @@ def test_the_builder_takes_any_whole_number_and_keeps_what_it_was_given():
     assert build(np.int64) == build(int)
     with pytest.raises(ModelError, match="the number of devices must be a whole number, got True"):
         ProtocolBuilder("b", devices=True)
+
+
+def test_killing_a_tree_returns_once_its_processes_have_exited_and_a_zombie_counts_as_exited():
+    """kill_tree tells its caller the tree is gone: it waits for each killed process to exit
+    (a SIGKILL takes effect when its target next runs, which on a loaded machine is later;
+    CI once found the capture's daemon still running after the kill returned). A zombie has
+    exited: it holds nothing but its entry until its parent reaps it."""
+    import subprocess
+    from semcheck.frontends.processes import kill_tree, running
+
+    sleeper = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    assert running(sleeper.pid)
+    kill_tree(sleeper.pid)
+    assert not running(sleeper.pid)
+    assert os.waitpid(sleeper.pid, os.WNOHANG)[0] == sleeper.pid  # it was a zombie, not reaped
+    sleeper.returncode = -9
+    assert not running(sleeper.pid)  # reaped: gone

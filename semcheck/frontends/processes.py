@@ -87,6 +87,32 @@ def kill_tree(root: int, *, include_root: bool = True) -> None:
         _send(pid, signal.SIGKILL)
     if include_root:
         _send(root, signal.SIGKILL)
+    # A SIGKILL is delivered when its target next runs: on a loaded machine a process can
+    # still be running for a while after the kill returns. Whoever kills a tree is told it
+    # is gone, so wait (briefly) until each has exited, as a zombie or reaped.
+    _wait_gone(sorted(frozen) + ([root] if include_root else []), _KILL_WAIT)
+
+
+_KILL_WAIT = 5.0  # seconds kill_tree waits for the processes it killed to exit
+
+
+def _wait_gone(pids: list[int], limit: float) -> None:
+    import time
+
+    deadline = time.monotonic() + limit
+    for pid in pids:
+        while running(pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited (a zombie waiting for its parent to
+    reap it has: it runs nothing and holds nothing but its entry)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):  # gone (ESRCH can come from the read, after the open)
+        return False
 
 
 def kill_descendants() -> None:
