@@ -769,7 +769,7 @@ def test_the_builder_takes_any_whole_number_and_keeps_what_it_was_given():
 def test_killing_a_tree_returns_once_its_processes_have_exited_and_a_zombie_counts_as_exited():
     """kill_tree tells its caller the tree is gone: it waits for each killed process to exit
     (a SIGKILL takes effect when its target next runs, which on a loaded machine is later;
-    CI once found the capture's daemon still running after the kill returned). A zombie has
+    a loaded test run once found a capture still running after the kill returned). A zombie has
     exited: it holds nothing but its entry until its parent reaps it."""
     import subprocess
     from semcheck.frontends.processes import kill_tree, running
