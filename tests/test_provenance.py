@@ -758,7 +758,7 @@ def test_a_copy_sized_by_a_computed_kernels_output_is_checked_for_that_size_and_
     [note] = [n for n in second.notes if "may be computed from the outputs of" in n]
     assert note.startswith("the values of n_ref may be computed from the outputs of plus_one_kernel")
     assert "HLO interpreter of the kernel on the CPU" in note and "having proved from its body" in note
-    assert "it flushes f32 subnormals to zero (JAX 0.10.2: jax.jit(lambda x: x > 0)(1e-40) is False)" in note
+    assert "which flushes f32 subnormals to zero (JAX 0.10.2: jax.jit(lambda x: x > 0)(1e-40) is False)" in note
 
 
 # A router's top-2 by repeated max and mask (as tpu-inference's fused MoE v2 `_select_kernel`):

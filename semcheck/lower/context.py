@@ -390,14 +390,12 @@ def withheld_note(withheld: dict[int, dict[str, str]], devices: int) -> str:
 
 
 COMPUTED = ("semcheck computed its outputs while capturing, with JAX's HLO interpreter of the kernel on the CPU "
-            "(pallas_call interpret=True, jax/_src/pallas/hlo_interpreter.py), having proved from its body that "
-            "every grid step writes every element of its output blocks from its input blocks alone, each block "
-            "once, with operations exact on any IEEE backend (comparisons, selects, min and max, integer "
-            "arithmetic, moves; lower/exact_outputs.py); floats are compared, and NaN and signed zeros ordered in "
-            "min and max, as XLA's CPU backend does: it flushes f32 subnormals to zero (JAX 0.10.2: "
-            "jax.jit(lambda x: x > 0)(1e-40) is False), as a TPU is said to, and its min and max return NaN "
-            "where an operand is NaN and order -0 below +0, as the arith.minimumf and arith.maximumf do that "
-            "Mosaic lowers them to (jax/_src/pallas/mosaic/lowering.py); neither is observed on a chip")
+            "(jax/_src/pallas/hlo_interpreter.py), having proved from its body that each grid step writes all of "
+            "its output blocks, each block once, from its input blocks alone, with operations exact on any IEEE "
+            "backend (lower/exact_outputs.py); floats compare as on XLA's CPU, which flushes f32 subnormals to "
+            "zero (JAX 0.10.2: jax.jit(lambda x: x > 0)(1e-40) is False), and min and max return NaN for a NaN "
+            "operand and order -0 below +0, as Mosaic's arith.minimumf and arith.maximumf are defined; neither "
+            "is observed on a chip")
 
 
 def computed_note(computed: dict[str, tuple[str, ...]]) -> str:
