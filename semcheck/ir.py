@@ -414,21 +414,30 @@ class DmaWait(Instr):
 @record(frozen=True, slots=True)
 class Load(Instr):
     """A plain read of `region` on `device` (None: the thread's own; a device id reaches the
-    same block of a peer, as a Mosaic GPU `plgpu.remote_ref` access does)."""
+    same block of a peer, as a Mosaic GPU `plgpu.remote_ref` access does).
+
+    `checked`: the region must lie inside its buffer, or the access faults with
+    invalid_region (a TPU vector load: JAX's TPU interpreter raises on an out-of-bounds
+    read, and Mosaic passes the index through to `vector.load`, so a chip reads whatever
+    lies there). False where nothing says what an access outside does (a GPU access, a
+    masked load, a pipeline's block access): its region is taken as given."""
 
     region: Region
     device: Operand | None = None
+    checked: bool = False
 
 
 @record(frozen=True, slots=True)
 class Store(Instr):
     """A plain write of `region` on `device` (as for `Load`). `atomic`: an atomic
     read-modify-write of each element (a Mosaic GPU `plgpu.atomic_add`), which never races
-    with another atomic one and races with plain reads and writes like any write."""
+    with another atomic one and races with plain reads and writes like any write.
+    `checked`: as for `Load` (a TPU vector store outside its ref faults with invalid_region)."""
 
     region: Region
     device: Operand | None = None
     atomic: bool = False
+    checked: bool = False
 
 
 @record(frozen=True, slots=True)

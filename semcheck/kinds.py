@@ -47,7 +47,7 @@ DESCRIPTIONS = {
     Kind.INVALID_DEVICE_ID: "A remote signal or DMA targets a device outside the mesh.",
     Kind.INVALID_CORE_INDEX: "A signal or DMA targets a core that does not exist.",
     Kind.INVALID_SEMAPHORE_INDEX: "A semaphore array is indexed outside its bounds.",
-    Kind.INVALID_REGION: "A DMA's source or destination window reaches outside its buffer.",
+    Kind.INVALID_REGION: "A DMA's window, or a load's or store's, reaches outside its buffer.",
     Kind.DATA_RACE: "Two accesses to overlapping memory, one a write, that some execution leaves unordered.",
     Kind.REMOTE_BEFORE_ENTRY: (
         "A remote signal or copy can reach a core before it entered the sender's kernel invocation, or after it "
@@ -86,7 +86,7 @@ FIX_HINTS = {
     Kind.INVALID_DEVICE_ID: "wrap the peer's id into the mesh (e.g. (d + 1) % n), or guard the signal or copy with pl.when",
     Kind.INVALID_CORE_INDEX: "use a core index below the number of cores (or blocks) the mesh has",
     Kind.INVALID_SEMAPHORE_INDEX: "index the semaphore array within its size (allocate one per slot or step)",
-    Kind.INVALID_REGION: "keep the copy's window inside its buffer: clamp the start, or shrink the size near the end",
+    Kind.INVALID_REGION: "keep the copy's, load's or store's window inside its buffer: clamp the start, or shrink the size near the end",
     Kind.DATA_RACE: (
         "wait for the copy's semaphore before touching its memory, or give each copy in flight "
         "its own slot and semaphore"

@@ -289,17 +289,21 @@ class ThreadBuilder:
             raise ModelError(f"dma_wait: side must be 'send' or 'recv', got {side!r}") from None
         self._emit(ir.DmaWait, sem=sem.ref(), nbytes=_operand(nbytes, "dma_wait: the byte count"), side=which)
 
-    def load(self, region: ir.Region, device: ir.Operand | None = None) -> None:
-        """A plain read; with `device`, of that device's instance of the buffer."""
+    def load(self, region: ir.Region, device: ir.Operand | None = None, *, checked: bool = False) -> None:
+        """A plain read; with `device`, of that device's instance of the buffer. `checked`:
+        a region outside the buffer faults with invalid_region (a TPU vector load)."""
         _instance(region, ir.Region, "load: the region")
-        self._emit(ir.Load, region=region, device=_optional_operand(device, "load: the device"))
+        self._emit(ir.Load, region=region, device=_optional_operand(device, "load: the device"),
+                   checked=_instance(checked, bool, "load: checked"))
 
-    def store(self, region: ir.Region, device: ir.Operand | None = None, *, atomic: bool = False) -> None:
+    def store(self, region: ir.Region, device: ir.Operand | None = None, *, atomic: bool = False,
+              checked: bool = False) -> None:
         """A plain write; with `device`, of that device's instance of the buffer. `atomic`:
-        an atomic read-modify-write (an atomic add), which races with plain accesses only."""
+        an atomic read-modify-write (an atomic add), which races with plain accesses only.
+        `checked`: as for `load` (a TPU vector store)."""
         _instance(region, ir.Region, "store: the region")
         self._emit(ir.Store, region=region, device=_optional_operand(device, "store: the device"),
-                   atomic=_instance(atomic, bool, "store: atomic"))
+                   atomic=_instance(atomic, bool, "store: atomic"), checked=_instance(checked, bool, "store: checked"))
 
     def entry(self, kernel: str = "") -> None:
         self._emit(ir.KernelEntry, kernel=_instance(kernel, str, "entry: the kernel's name"))

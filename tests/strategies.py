@@ -18,11 +18,14 @@ LOC = ir.Loc("random.py", 1)
 
 
 def plain_access(draw, loc: ir.Loc, region: ir.Region, device) -> ir.Instr:
-    """A load, a store or an atomic read-modify-write (a GPU atomic add), of `region`."""
+    """A load, a store or an atomic read-modify-write (a GPU atomic add), of `region`;
+    window-checked or not (`ir.Load.checked`: a TPU vector load or store, which faults with
+    invalid_region where its region, from an input or a register, leaves the buffer)."""
     kind = draw(st.sampled_from(["load", "store", "atomic"]))
+    checked = kind != "atomic" and draw(st.booleans())
     if kind == "load":
-        return ir.Load(loc, region, device)
-    return ir.Store(loc, region, device, atomic=kind == "atomic")
+        return ir.Load(loc, region, device, checked=checked)
+    return ir.Store(loc, region, device, atomic=kind == "atomic", checked=checked)
 
 
 @st.composite

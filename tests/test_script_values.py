@@ -223,11 +223,21 @@ def test_a_read_past_the_end_of_an_assumed_operand_sees_the_element_jax_clamps_t
     """Paged attention before jax-ml/jax 0e690c1a88 read lengths_ref[batch_size]. JAX's
     discharge clamps the index, so with the script's values the read sees the last element;
     with the operand assumed it must see that element's input, not 'data semcheck cannot
-    know' (which made a branch an unconstrained input and gave findings no run has)."""
+    know' (which made a branch an unconstrained input and gave findings no run has).
+
+    The read itself is outside state_ref, and a TPU load is window-checked: the verdict is
+    invalid_region at that line on every device (JAX's TPU interpreter raises; a chip reads
+    whatever lies past the operand), and the thread stops there. What the read sees is
+    then asserted on the signal it feeds."""
     [p] = _run(_prefetched(_past_the_end_kernel, (0, 0, 0, 2), [pltpu.SemaphoreType.REGULAR]))
-    assert p.inputs == () and check_protocol(p).verdict.value == "safe"
+    assert p.inputs == ()
+    assert [s.inc for s in instrs(p, ir.Signal) if s.sem.alloc == "sem"] == [2]
+    found = check_protocol(p, exhaustive=True).errors
+    assert {(v.kind, v.device, v.location.line) for v in found} == {
+        ("invalid_region", d, line_of(__file__, "# <- one past the end")) for d in (0, 1)}
+    assert "the load's window [4:5] lies outside state_ref on device 0 of shape (4,)" in found[0].message
     [q] = _run(_prefetched(_past_the_end_kernel, (0, 0, 0, 2), [pltpu.SemaphoreType.REGULAR]), assumed=["state_ref"])
     assert sorted(i.name for i in q.inputs) == ["state_ref[3]@d0", "state_ref[3]@d1"]
-    assert check_protocol(q, assume=[Assumption("state_ref", 2, 2)]).verdict.value == "safe"
-    hang = check_protocol(q, assume=[Assumption("state_ref", 0, 3)], exhaustive=True)
-    assert {v.kind for v in hang.errors} == {"unsatisfied_wait", "semaphore_leftover"}
+    for d in (0, 1):
+        assert [s.inc for s in instrs(q, ir.Signal, device=d) if s.sem.alloc == "sem"] == [ir.Reg(f"state_ref[3]@d{d}")]
+    assert {v.kind for v in check_protocol(q, assume=[Assumption("state_ref", 0, 3)]).errors} == {"invalid_region"}

@@ -294,18 +294,36 @@ def semaphore_ref(
     return ir.SemRef(ref.alloc, index, device, core)
 
 
-def region(t: ThreadLowering, eqn, value, what: str, extra=()) -> ir.Region:
+def region(t: ThreadLowering, eqn, value, what: str, extra=(), *, checked: bool = False) -> ir.Region:
     """The part of the allocation a buffer view may touch: exact where its starts and sizes
     are known (per thread, or as operands over inputs and registers); a dim whose start or
     size is unknown widens to the whole dim (it covers whatever one run touches), and a
-    view through a transform other than indexing to the whole buffer."""
+    view through a transform other than indexing to the whole buffer.
+
+    `checked` (a TPU load or store, `ir.Load.checked`): a window that leaves its view
+    through a reshape or bitcast, with every index known per thread, is an error rather
+    than the whole buffer: the access reaches memory that is not the view's wherever that
+    line runs, and semcheck cannot say which (JAX's discharge clamps such a window, so no
+    box of the allocation it could name is the one the chip touches); widening it to the
+    whole buffer would call the access inside."""
     ref, transforms = ref_of(t, eqn, value, what, extra)
     if ref.is_semaphore:
         raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
     view = _view(t, eqn, ref, transforms, exact=False, what=what)
     loc = t.loc(eqn)
     if view is None:
-        positions = _positions(ref, transforms)
+        try:
+            positions = _positions(ref, transforms, strict=True)
+        except _OutsideView as outside:
+            if checked:
+                raise t.error(
+                    eqn,
+                    f"{what} indexes {ref.alloc} through a reshape or bitcast with {outside}: the "
+                    "access reaches memory outside the view (JAX's TPU interpreter raises; Mosaic "
+                    "passes the index through), and semcheck cannot tell which",
+                    hint="keep the index inside the view (clamp it), or index before reshaping",
+                ) from None
+            positions = None
         if positions is None:
             return ir.Region(ref.alloc, (0,) * len(ref.shape), tuple(ref.shape),
                              widened=f"{what} at {loc} is a view semcheck cannot follow, taken as all of {ref.alloc}")
@@ -365,14 +383,15 @@ def nbytes_of_window(t: ThreadLowering, eqn, value, aval, what: str) -> ir.Opera
 POSITIONS_LIMIT = 1 << 20
 
 
-def _positions(ref: RefValue, transforms) -> tuple[np.ndarray, np.ndarray] | None:
+def _positions(ref: RefValue, transforms, *, strict: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """For a view through reshapes and bitcasts (which `_view` cannot compose), the first
     and the last element of the allocation (flat, row-major) under each element of the
     view: JAX's own `discharge.transform_array` applied to arrays of positions, and
     Pallas' TPU bitcast rule (`jax/_src/state/utils.py` `bitcast`, JAX 0.10.2: a change of
     bitwidth scales the second-minor dim, packing consecutive rows). None when an index or
     size is not known per thread, a window leaves its view (the caller then keeps the
-    whole buffer, and JAX's clamping would hide that), or the buffer is too large."""
+    whole buffer, and JAX's clamping would hide that), or the buffer is too large. `strict`:
+    `_OutsideView` rather than None for a window that leaves its view (`region` decides)."""
     import jax
     dtypes = jax_internal("dtypes")
     discharge = jax_internal("state_discharge")
@@ -392,8 +411,9 @@ def _positions(ref: RefValue, transforms) -> tuple[np.ndarray, np.ndarray] | Non
     try:
         for transform in concrete:
             if isinstance(transform, NDIndexer):
-                if not _inside_view(transform, first.shape):
-                    return None
+                outside = _outside_view(transform, first.shape)
+                if outside is not None:
+                    raise _OutsideView(outside)
                 with jax.ensure_compile_time_eval():
                     first = np.asarray(discharge.transform_array(first, [transform]))
                     last = np.asarray(discharge.transform_array(last, [transform]))
@@ -410,24 +430,33 @@ def _positions(ref: RefValue, transforms) -> tuple[np.ndarray, np.ndarray] | Non
                 bits = new_bits
             else:
                 return None
+    except _OutsideView:
+        if strict:
+            raise
+        return None
     except Exception:  # noqa: BLE001 - JAX refuses the view: the caller keeps the whole buffer
         return None
     return first, last
 
 
-def _inside_view(indexer, shape: tuple[int, ...]) -> bool:
+class _OutsideView(Exception):
+    """A window of a view followed by `_positions` leaves the view (its text says where)."""
+
+
+def _outside_view(indexer, shape: tuple[int, ...]) -> str | None:
+    """Where `indexer` leaves a view of `shape` (None: nowhere)."""
     Slice = jax_internal("state_indexing").Slice
 
-    for index, extent in zip(indexer.indices, shape):
+    for dim, (index, extent) in enumerate(zip(indexer.indices, shape)):
         if isinstance(index, Slice):
             start, count = int(np.asarray(index.start)), int(np.asarray(index.size))
             if count and (start < 0 or start + (count - 1) * index.stride >= extent):
-                return False
+                return f"the window {start}:{start + (count - 1) * index.stride + 1} in dim {dim} of a view of {extent}"
         else:
             values = np.asarray(index)
             if values.size and (values.min() < 0 or values.max() >= extent):
-                return False
-    return True
+                return f"the index {values.min() if values.min() < 0 else values.max()} in dim {dim} of a view of {extent}"
+    return None
 
 
 def _bounding_region(ref: RefValue, positions: tuple[np.ndarray, np.ndarray], where: str) -> ir.Region:
@@ -450,6 +479,16 @@ def _bounding_region(ref: RefValue, positions: tuple[np.ndarray, np.ndarray], wh
 # --- loads and stores ------------------------------------------------------------------------
 
 
+def _checked(t: ThreadLowering) -> bool:
+    """Whether this backend's plain loads and stores are window-checked (`ir.Load.checked`):
+    on TPU, Mosaic passes the index through to `vector.load` / `vector.store` (no clamp),
+    and JAX's TPU interpreter raises on a read or write outside the ref
+    (jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py, `get`, `store`, `swap`,
+    JAX 0.10.2). A GPU kernel's `addupdate` comes here too, and is left unchecked as the
+    GPU rules (gpu_memory.py) leave theirs."""
+    return t.kernel.backend == "tpu"
+
+
 def _why(t: ThreadLowering, eqn, reg: ir.Region) -> str:
     return f"the value loaded from {reg.buffer} at {t.loc(eqn)}"
 
@@ -458,8 +497,8 @@ def _load(t: ThreadLowering, eqn, value, what: str, transforms) -> tuple[ir.Regi
     """Emit the load; the value it sees (data.py follows the thread's buffers)."""
     from semcheck.lower.interpreter import FOLD_LIMIT
 
-    reg = region(t, eqn, value, what, transforms)
-    _emit_read(t, ir.Load(t.loc(eqn), reg))
+    reg = region(t, eqn, value, what, transforms, checked=_checked(t))
+    _emit_read(t, ir.Load(t.loc(eqn), reg, checked=_checked(t)))
     ref, all_transforms = ref_of(t, eqn, value, what, transforms)
     [out] = eqn.outvars[:1]
     return reg, t.memory.read(ref, all_transforms, reg, out.aval, _why(t, eqn, reg), FOLD_LIMIT)
@@ -521,11 +560,11 @@ def get(t: ThreadLowering, eqn, inputs):
 def swap(t: ThreadLowering, eqn, inputs):
     ref, value, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
-    reg = region(t, eqn, ref, "the stored ref", transforms)
+    reg = region(t, eqn, ref, "the stored ref", transforms, checked=_checked(t))
     target, all_transforms = ref_of(t, eqn, ref, "the stored ref", transforms)
     from semcheck.lower.interpreter import FOLD_LIMIT
 
-    store = ir.Store(t.loc(eqn), reg)
+    store = ir.Store(t.loc(eqn), reg, checked=_checked(t))
     _emit_read(t, store)
     old = t.memory.read(target, all_transforms, reg, eqn.outvars[0].aval, _why(t, eqn, reg), FOLD_LIMIT,
                         makes_inputs=False)
@@ -537,9 +576,9 @@ def swap(t: ThreadLowering, eqn, inputs):
 def addupdate(t: ThreadLowering, eqn, inputs):
     ref, value, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
-    reg = region(t, eqn, ref, "the updated ref", transforms)
-    _emit_read(t, ir.Load(t.loc(eqn), reg))
-    t.emitter.emit(ir.Store(t.loc(eqn), reg))
+    reg = region(t, eqn, ref, "the updated ref", transforms, checked=_checked(t))
+    _emit_read(t, ir.Load(t.loc(eqn), reg, checked=_checked(t)))
+    t.emitter.emit(ir.Store(t.loc(eqn), reg, checked=_checked(t)))
     target, all_transforms = ref_of(t, eqn, ref, "the updated ref", transforms)
     t.memory.add(target, all_transforms, reg, value, _why(t, eqn, reg), eqn.invars[1].aval)
     return []

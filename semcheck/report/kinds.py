@@ -55,7 +55,9 @@ FULL_DESCRIPTIONS: dict[Kind, str] = {
         "size passes the buffer's extent). A static window outside is refused when the kernel "
         "is traced ('Out of bound slice'); one from run-time values halts the core through "
         "Mosaic's bounds check, on by default (with disable_bounds_checks=True it would touch "
-        "memory that is not the buffer)."
+        "memory that is not the buffer). A TPU vector load or store (ref[...] = v, ref[...]) "
+        "outside its ref is passed through unclamped by Mosaic, so it reads or writes whatever "
+        "lies there; JAX's TPU interpreter raises."
     ),
     Kind.DATA_RACE: (
         "Two accesses to overlapping memory, at least one a write, are left unordered by some "

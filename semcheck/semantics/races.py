@@ -14,7 +14,7 @@ from semcheck.semantics import instructions
 from semcheck.semantics.footprints import M_MNEAR, M_MWRITE, looping_pcs
 from semcheck.semantics.resource_index import ResourceIndex
 from semcheck.semantics.state import (
-    DATA_RACE, INVALID_DEVICE, PLAIN_RACE, RECV, SEND, Access, Event, Fault, Hazard, State, conflict, distinct,
+    DATA_RACE, INVALID_DEVICE, INVALID_REGION, PLAIN_RACE, RECV, SEND, Access, Event, Fault, Hazard, State, conflict, distinct,
 )
 from semcheck.semantics.tables import Tables
 
@@ -225,11 +225,24 @@ def plain_races(system: RaceTables, state: State, t: int, access: Access) -> lis
 
 
 def plain_access(system: RaceTables, t: int, instr: ir.Load | ir.Store, state: State) -> Access:
-    """The access a load or store of thread t makes (a Fault for a device outside the mesh)."""
+    """The access a load or store of thread t makes (a Fault for a device outside the mesh,
+    then for a checked access's window outside its buffer: `ir.Load.checked`)."""
     device = access_device(system, t, instr, state)
     store = isinstance(instr, ir.Store)
     access = system.resolve_region(t, instr.region, state, write=store, device=device)
+    if instr.checked and not inside_buffer(system, access):
+        raise Fault(
+            INVALID_REGION,
+            f"the {'store' if store else 'load'}'s window {extent(access)} lies outside "
+            f"{system.buffer_instances[access.buffer].label} of shape {tuple(system.buffer_instances[access.buffer].decl.shape)}",
+        )
     return access._replace(atomic=True) if isinstance(instr, ir.Store) and instr.atomic else access
+
+
+def inside_buffer(system: RaceTables, access: Access) -> bool:
+    """0 <= start and start + size <= extent in every dim of the access's buffer."""
+    shape = system.buffer_instances[access.buffer].decl.shape
+    return all(0 <= s and s + z <= n for s, z, n in zip(access.starts, access.sizes, shape))
 
 
 def _plain_race_detail(system: RaceTables, access: Access, other: Access) -> str:

@@ -14,7 +14,7 @@ from semcheck import intervals, ir
 from semcheck.ir import Backend
 from semcheck.semantics.footprints import Footprint
 from semcheck.semantics.races import (
-    RaceTables, copy_races, device_in_mesh, extent, plain_access, plain_races,
+    RaceTables, copy_races, device_in_mesh, extent, inside_buffer, plain_access, plain_races,
 )
 from semcheck.semantics.state import (
     BARRIER_PHASE_OVERRUN, INVALID_REGION, LEFTOVER_AT_EXIT, RECV, REMOTE_BEFORE_ENTRY, SEND, Access, Counts,
@@ -256,7 +256,7 @@ def _check_window(system: RaceTables, side: str, access: Access, bounds_checked:
     Where nothing checks the windows (`ir.DmaStart.bounds_checked`), an empty one touches no
     memory wherever it starts, so it is no fault."""
     shape = system.buffer_instances[access.buffer].decl.shape
-    if all(0 <= s and s + z <= n for s, z, n in zip(access.starts, access.sizes, shape)):
+    if inside_buffer(system, access):
         return
     if not bounds_checked and 0 in access.sizes:
         return

@@ -1,0 +1,208 @@
+"""A TPU vector load or store outside its ref is `invalid_region`, as a DMA window is.
+
+Mosaic passes a load's or store's index through to `vector.load` / `vector.store`
+unclamped, and JAX's TPU interpreter raises on one outside the ref (`get`, `store`, `swap`
+in jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py, 0.10.2). The TPU lowering
+marks its plain `get` / `swap` / `addupdate` as window-checked (`ir.Load.checked`); masked
+ones and GPU ones are not. Protocol-level rules are checked with both engines, and the
+reduced search against the unreduced one."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from semcheck import check_protocol, ir, verify_path
+from semcheck.engines.explicit import search as explicit
+from semcheck.engines.options import ExplicitOptions
+from semcheck.model import ProtocolBuilder
+from semcheck.passes.assumptions import Assumption, apply
+from semcheck.semantics import System
+from tests.agreement import assert_engines_agree, kinds
+from tests.tpu_kernels import instrs, line_of, mesh, protocols, sharded
+
+HERE = __file__
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples", "tpu")
+
+
+# --- the examples -------------------------------------------------------------------------------
+
+
+def test_the_unwrapped_rolling_cache_store_is_invalid_region_and_the_wrapped_one_safe():
+    """Was SAFE before stores were window-checked. Exact states at 2 devices: the device
+    barrier (entries, signals, waits), then each device's loads and stores; the buggy one
+    stops at device 0's faulting store."""
+    [bad] = verify_path(os.path.join(EXAMPLES, "rolling_cache_write_unwrapped.py"), devices=(2,), engine="explicit")
+    [fault] = bad.errors
+    assert fault.kind == "invalid_region" and fault.device == 0
+    assert fault.message.endswith("the store's window [8:9, 0:128] lies outside o_ref on device 0 of shape (8, 128)")
+    assert bad.stats.states == 14
+    [good] = verify_path(os.path.join(EXAMPLES, "rolling_cache_write.py"), devices=(2,), engine="explicit")
+    assert good.verdict.value == "safe" and good.stats.states == 22
+    [by_z3] = verify_path(os.path.join(EXAMPLES, "rolling_cache_write_unwrapped.py"), devices=(2,), engine="z3")
+    # every device's store is outside: each engine names the first it found
+    assert [(f.kind, f.location.line) for f in by_z3.errors] == [(fault.kind, fault.location.line)]
+
+
+# --- the lowering marks TPU loads and stores, and only those -----------------------------------------
+
+
+def _prefetch_call(kernel, rows_out: int = 8):
+    """per_device(block): `kernel(k_ref, x_ref, o_ref)` with a scalar-prefetch index, x in
+    HBM and o a VMEM block of `rows_out` rows."""
+
+    def per_device(block):
+        spec = pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.VMEM))
+        out = jax.ShapeDtypeStruct((rows_out, 128), block.dtype)
+        return pl.pallas_call(kernel, out_shape=out, grid_spec=spec)(jnp.zeros((1,), jnp.int32), block)
+
+    return per_device
+
+
+def _bounded(protocol: ir.Protocol, lo: int, hi: int) -> ir.Protocol:
+    return apply(protocol, [Assumption("k_ref[0]", lo, hi)])
+
+
+def _kinds_at(protocol: ir.Protocol, lo: int, hi: int, engine: str = "explicit") -> set[str]:
+    """The error kinds found for k in lo..hi, but `not_lowerable`: Mosaic TPU has no rule for
+    `addupdate` (JAX 0.10.2), which semcheck says and checks the protocol anyway."""
+    found = check_protocol(_bounded(protocol, lo, hi), engine=engine).errors
+    return {v.kind for v in found} - {"not_lowerable"}
+
+
+def test_a_store_a_load_and_an_addupdate_outside_the_ref_fault_and_inside_do_not():
+    """Rows k .. k+1 of an 8-row block: inside for k in 0..7, outside at 8 and at -1 (a
+    negative start), for a store, a load and a `+=` alike, in both engines."""
+
+    def storing(k_ref, x_ref, o_ref):
+        o_ref[pl.ds(k_ref[0], 1), :] = jnp.zeros((1, 128), jnp.float32)  # <- row stored
+
+    def loading(k_ref, x_ref, o_ref):
+        o_ref[...] = jnp.zeros((8, 128), jnp.float32)
+        o_ref[pl.ds(0, 1), :] = o_ref[pl.ds(k_ref[0], 1), :]  # <- row loaded
+
+    def adding(k_ref, x_ref, o_ref):  # the `addupdate` primitive (`ref[...] += v` is a get and a swap)
+        from jax._src.state.primitives import ref_addupdate
+
+        o_ref[...] = jnp.zeros((8, 128), jnp.float32)
+        ref_addupdate(o_ref, (pl.ds(k_ref[0], 1), slice(None)), jnp.ones((1, 128), jnp.float32))  # <- row added
+
+    for kernel, kind, marker in ((storing, ir.Store, "stored"), (loading, ir.Load, "loaded"),
+                                 (adding, ir.Load, "added"), (adding, ir.Store, "added")):
+        [p] = protocols(_prefetch_call(kernel), mesh((1,)))
+        [access] = [i for i in instrs(p, kind) if i.loc.line == line_of(HERE, "# <- row " + marker)
+                    and i.region.buffer == "o_ref"]
+        assert access.checked, kernel.__name__
+        for engine in ("explicit", "z3"):
+            assert _kinds_at(p, 0, 7, engine) == set(), (kernel.__name__, engine)
+            assert _kinds_at(p, 0, 8, engine) == {"invalid_region"}, (kernel.__name__, engine)
+            assert _kinds_at(p, -1, 0, engine) == {"invalid_region"}, (kernel.__name__, engine)
+    [p] = protocols(_prefetch_call(loading), mesh((1,)))
+    [fault] = check_protocol(_bounded(p, 9, 9), engine="explicit").errors
+    assert fault.message.endswith("the load's window [9:10, 0:128] lies outside o_ref on device 0 of shape (8, 128)")
+    assert fault.location.line == line_of(HERE, "# <- row loaded")
+
+
+def test_masked_loads_and_stores_are_not_window_checked():
+    def masked(k_ref, x_ref, o_ref):
+        rows = pl.ds(k_ref[0], 1)
+        mask = jnp.ones((1, 128), jnp.bool_)
+        pltpu.store(o_ref.at[rows, :], jnp.zeros((1, 128), jnp.float32), mask=mask)
+
+    [p] = protocols(_prefetch_call(masked), mesh((1,)))
+    stores = instrs(p, ir.Store)
+    assert stores and not any(s.checked for s in stores)
+    assert _kinds_at(p, 0, 8) == set()
+
+
+def test_a_window_leaving_a_reshaped_view_is_an_error_not_the_whole_buffer():
+    """Row 16 of a 16-row view of the 8x256 block: semcheck cannot say where that lands, so
+    it says so at the line; row 15 is the control (inside, followed to its box). The row is
+    traced, as JAX refuses a static one past the end, but known per thread."""
+
+    def reshaped(row):
+        def kernel(k_ref, x_ref, o_ref):
+            view = o_ref.reshape(16, 128)
+            view[pl.ds(lax.axis_index("x") * 0 + row, 1), :] = jnp.zeros((1, 128), jnp.float32)  # <- reshaped
+
+        def per_device(block):
+            spec = pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                out_specs=pl.BlockSpec(memory_space=pltpu.VMEM))
+            out = jax.ShapeDtypeStruct((8, 256), block.dtype)
+            return pl.pallas_call(kernel, out_shape=out, grid_spec=spec)(jnp.zeros((1,), jnp.int32), block)
+
+        return per_device
+
+    [p] = protocols(reshaped(15), mesh((1,)))
+    [store] = [s for s in instrs(p, ir.Store) if s.loc.line == line_of(HERE, "# <- reshaped")]
+    assert store.checked and store.region.widened is None and store.region.start == (7, 128)
+    from semcheck.frontends.capture import capture_function, lower_captures
+
+    _found, errors = lower_captures(capture_function(*sharded(reshaped(16), mesh((1,)))))
+    [error] = errors
+    assert "the window 16:17 in dim 0 of a view of 16" in error.message, error.message
+    assert "outside the view" in error.message and error.line == line_of(HERE, "# <- reshaped")
+
+
+# --- the semantics: both engines, and the reductions ----------------------------------------------
+
+
+def _rows_protocol(devices: int, *, checked: bool = True) -> ir.Protocol:
+    """Each device stores row `k` (an input, -1..4) of its 4-row buffer, and loads row d;
+    device 0 also signals device 1, which waits for it first: device 1's access follows a
+    wait, so the reduction must keep the store's fault on every path."""
+    p = ProtocolBuilder("rows", devices=devices, backend="tpu")
+    sem = p.semaphore("s")
+    buf = p.buffer("buf", (4, 8), space="vmem")
+    k = p.input("k", -1, 4)
+    for d in range(devices):
+        t = p.thread(d)
+        if d == 1:
+            t.wait(sem, 1)
+        t.store(buf.region(k, size=(1, 8)), checked=checked)
+        t.load(buf.region(d, size=(1, 8)), checked=checked)
+        if d == 0 and devices > 1:
+            t.signal(sem, 1, device=1)
+    return p.build()
+
+
+def test_the_engines_agree_on_a_window_from_an_input():
+    by_search, _by_solver = assert_engines_agree(_rows_protocol(2))
+    assert kinds(by_search) == {"invalid_region"}
+    by_search, _by_solver = assert_engines_agree(_rows_protocol(2, checked=False))
+    assert kinds(by_search) == set()
+
+
+def test_the_faulting_inputs_are_exactly_those_outside():
+    system = System(_rows_protocol(1))
+    faulting = set()
+    for state in system.initial_states():
+        after = system.step(state, system.thread_steps[0])
+        if after.faults:
+            [(_t, _pc, kind, detail)] = after.faults
+            assert kind == "invalid_region" and "lies outside buf" in detail
+            faulting.add(state.inputs[0])
+    assert faulting == {-1, 4}
+
+
+@pytest.mark.parametrize("symmetry", [False, True])
+def test_the_reduced_search_keeps_every_fault_of_the_unreduced_one(symmetry):
+    """At 3 devices: device 0 and device 2 fault at their stores for k outside 0..3 (device
+    1 then never passes its wait); the reduced search finds both faults in fewer states.
+    Exact states: 92 unreduced, 42 reduced (126 and 54 unchecked, which fault nowhere)."""
+    protocol = _rows_protocol(3)
+    full = explicit.explore(System(protocol), ExplicitOptions(reduce=False, symmetry=False))
+    reduced = explicit.explore(System(protocol), ExplicitOptions(reduce=True, symmetry=symmetry))
+    assert full.exhausted is None and reduced.exhausted is None
+    assert sorted(full.findings) == [("invalid_region", 0, 0), ("invalid_region", 2, 0)]
+    assert set(reduced.findings) == set(full.findings)
+    assert (full.states, reduced.states) == (92, 42)
