@@ -9,6 +9,7 @@ lets the explicit engine's reduction (which preserves every terminal state) stay
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, Callable
 
 from semcheck import ir, tpu_facts
 from semcheck.tpu_facts import ISSUE_ORDER_READING
@@ -590,11 +591,17 @@ def static_findings(system: System) -> list[Finding]:
 
 
 def _describe_instr(instr: ir.Instr) -> str:
-    name = type(instr).__name__
-    return {
-        "Signal": "semaphore_signal",
-        "Wait": "semaphore_wait" + ("" if getattr(instr, "decrement", True) else "(decrement=False)"),
-        "DmaWait": f"dma_wait ({getattr(instr, 'side', '')} side)",
-        "DmaStart": "dma_start",
-        "Read": "semaphore_read",
-    }.get(name, name)
+    """What an instruction is, in the words of the primitive a kernel author wrote."""
+    describe = _DESCRIBED.get(type(instr))
+    return describe(instr) if describe is not None else type(instr).__name__
+
+
+_DESCRIBED: dict[type, Callable[[Any], str]] = {
+    ir.Signal: lambda _: "semaphore_signal",
+    ir.Wait: lambda i: "semaphore_wait" + ("" if i.decrement else "(decrement=False)"),
+    ir.DmaWait: lambda i: f"dma_wait ({i.side} side)",
+    ir.DmaStart: lambda _: "dma_start",
+    ir.Read: lambda _: "semaphore_read",
+    ir.Load: lambda _: "load",
+    ir.Store: lambda i: "atomic update" if i.atomic else "store",
+}
