@@ -440,6 +440,14 @@ class Store(Instr):
     checked: bool = False
 
 
+def window_checked(instr: Load | Store) -> bool:
+    """Whether a plain access's window is checked against its buffer (`Load.checked`): not
+    where its region is widened (`Region.widened`), which is larger than what one run
+    touches, or taken from a branch a run may not take, so its being outside proves nothing.
+    The lowering says so in a note where it widens a checked access."""
+    return instr.checked and instr.region.widened is None
+
+
 @record(frozen=True, slots=True)
 class Branch(Instr):
     """Jump to instruction index `target` when `cond` is non-zero."""

@@ -152,12 +152,14 @@ def _data_dependent_cond(t: ThreadLowering, eqn, index: Opaque, branches, operan
         after.append(t.memory.snapshot())
     t.memory.join(after)
     if not em.has_sync_since(start):
+        unchecked = em.widen_accesses_since(start, f"an access kept from every branch of the branch at {t.loc(eqn)}, "
+                                                   f"which depends on {index.why}")
         t.kernel.note(
             f"the branch at {t.loc(eqn)} depends on {index.why}; it does not synchronize, so "
             "semcheck keeps the memory accesses of every branch"
+            + ("; their loads' and stores' windows are not checked against their buffers, as a run may not "
+               "make them" if unchecked else "")
         )
-        em.widen_accesses_since(start, f"an access kept from every branch of the branch at {t.loc(eqn)}, "
-                                       f"which depends on {index.why}")
         return _merge_opaque(t, eqn, results)
     em.rollback(start)
     t.memory.restore(before)

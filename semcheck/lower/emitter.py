@@ -91,13 +91,17 @@ class Emitter:
         along several paths, or run several times."""
         return any(isinstance(item, (_Mark, _PendingJump)) for item in self._flat(self.items))
 
-    def widen_accesses_since(self, mark: int, why: str) -> None:
+    def widen_accesses_since(self, mark: int, why: str) -> bool:
         """Mark the plain accesses emitted since `mark` as possibly not touched by a run
         (`ir.Region.widened`): they are kept from every branch of a branch semcheck cannot
-        decide, so each may be one the run never makes."""
+        decide, so each may be one the run never makes. Whether one of them had its window
+        checked (`ir.Load.checked`), which it no longer is (`ir.window_checked`)."""
+        unchecked = False
 
         def widened(item):
+            nonlocal unchecked
             if isinstance(item, (ir.Load, ir.Store)) and item.region.widened is None:
+                unchecked = unchecked or item.checked
                 return dataclasses.replace(item, region=dataclasses.replace(item.region, widened=why))
             return item
 
@@ -107,6 +111,7 @@ class Emitter:
                 item.instrs[:] = [widened(i) for i in item.instrs]
             else:
                 self.items[position] = widened(item)
+        return unchecked
 
     def has_sync_since(self, mark: int) -> bool:
         return any(isinstance(i, SYNC_TYPES) for i in self._flat(self.items[mark:]))

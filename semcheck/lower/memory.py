@@ -300,12 +300,11 @@ def region(t: ThreadLowering, eqn, value, what: str, extra=(), *, checked: bool 
     size is unknown widens to the whole dim (it covers whatever one run touches), and a
     view through a transform other than indexing to the whole buffer.
 
-    `checked` (a TPU load or store, `ir.Load.checked`): a window that leaves its view
-    through a reshape or bitcast, with every index known per thread, is an error rather
-    than the whole buffer: the access reaches memory that is not the view's wherever that
-    line runs, and semcheck cannot say which (JAX's discharge clamps such a window, so no
-    box of the allocation it could name is the one the chip touches); widening it to the
-    whole buffer would call the access inside."""
+    `checked` (a TPU load or store, `ir.Load.checked`): a widened region's window is not
+    checked against its buffer (`ir.window_checked`), and a note says so. That includes a
+    window that leaves its view through a reshape or bitcast: JAX's discharge clamps it, so
+    no box of the allocation is the one a chip touches, and the line may sit under a guard
+    that keeps it from running, which the lowering cannot see."""
     ref, transforms = ref_of(t, eqn, value, what, extra)
     if ref.is_semaphore:
         raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
@@ -315,19 +314,15 @@ def region(t: ThreadLowering, eqn, value, what: str, extra=(), *, checked: bool 
         try:
             positions = _positions(ref, transforms, strict=True)
         except _OutsideView as outside:
-            if checked:
-                raise t.error(
-                    eqn,
-                    f"{what} indexes {ref.alloc} through a reshape or bitcast with {outside}: the "
-                    "access reaches memory outside the view (JAX's TPU interpreter raises; Mosaic "
-                    "passes the index through), and semcheck cannot tell which",
-                    hint="keep the index inside the view (clamp it), or index before reshaping",
-                ) from None
-            positions = None
+            return _unchecked(t, checked, ir.Region(
+                ref.alloc, (0,) * len(ref.shape), tuple(ref.shape),
+                widened=f"{what} at {loc} indexes {ref.alloc} through a reshape or bitcast with {outside}, "
+                        f"taken as all of {ref.alloc}"))
         if positions is None:
-            return ir.Region(ref.alloc, (0,) * len(ref.shape), tuple(ref.shape),
-                             widened=f"{what} at {loc} is a view semcheck cannot follow, taken as all of {ref.alloc}")
-        return _bounding_region(ref, positions, f"{what} at {loc}")
+            return _unchecked(t, checked, ir.Region(
+                ref.alloc, (0,) * len(ref.shape), tuple(ref.shape),
+                widened=f"{what} at {loc} is a view semcheck cannot follow, taken as all of {ref.alloc}"))
+        return _bounding_region(ref, positions, f"{what} at {loc}")  # inside the allocation by construction
     starts: list[ir.Operand] = []
     sizes: list[ir.Operand] = []
     unknown: list[str] = []
@@ -341,7 +336,14 @@ def region(t: ThreadLowering, eqn, value, what: str, extra=(), *, checked: bool 
             starts.append(d.start)
             sizes.append(known_extent)
     widened = f"{what} at {loc} is taken as all of {ref.alloc} along {', '.join(unknown)}" if unknown else None
-    return ir.Region(ref.alloc, tuple(starts), tuple(sizes), widened=widened)
+    return _unchecked(t, checked, ir.Region(ref.alloc, tuple(starts), tuple(sizes), widened=widened))
+
+
+def _unchecked(t: ThreadLowering, checked: bool, reg: ir.Region) -> ir.Region:
+    """`reg`, with a note where a checked access's window goes unchecked for being widened."""
+    if checked and reg.widened is not None:
+        t.kernel.note(f"{reg.widened}, so its window is not checked against the bounds of {reg.buffer}")
+    return reg
 
 
 def nbytes_of_aval(t: ThreadLowering, eqn, aval) -> int:

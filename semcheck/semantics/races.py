@@ -230,7 +230,7 @@ def plain_access(system: RaceTables, t: int, instr: ir.Load | ir.Store, state: S
     device = access_device(system, t, instr, state)
     store = isinstance(instr, ir.Store)
     access = system.resolve_region(t, instr.region, state, write=store, device=device)
-    if instr.checked and not inside_buffer(system, access):
+    if ir.window_checked(instr) and not inside_buffer(system, access):
         raise Fault(
             INVALID_REGION,
             f"the {'store' if store else 'load'}'s window {extent(access)} lies outside "

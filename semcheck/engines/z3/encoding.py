@@ -346,7 +346,7 @@ class Encoding:
         else:  # a peer's buffer (`semantics.races.access_device`): faults outside the mesh
             places, inside = self._peer_places(nv.t, instr.region, instr.device, regs)
             nv.faults, nv.valid = {INVALID_DEVICE: NOT(inside)}, inside
-        if instr.checked:  # then its window (`semantics.races.plain_access`)
+        if ir.window_checked(instr):  # then its window (`semantics.races.plain_access`)
             device_fault = nv.faults.get(INVALID_DEVICE, False)
             outside = AND(NOT(device_fault), self._outside(nv.t, instr.region, regs, True))
             nv.faults = {**nv.faults, INVALID_REGION: outside}
