@@ -171,6 +171,28 @@ def test_paged_attention_before_its_semaphore_fix_races_and_the_race_is_an_error
         assert r.values.script == PAGED_PREFETCH
 
 
+def test_paged_attention_before_its_fix_reads_a_length_past_the_end(tmp_path):
+    """The same commit (jax-ml/jax 0e690c1a88) also clamped the batch index of the length the
+    kernel reads to decide whether to skip the next sequence: before it,
+    `jnp.logical_and(next_b < batch_size, lengths_ref[next_b] == 0)` reads both sides, so
+    after the last sequence it loads `lengths_ref[batch_size]`, one past the end of the
+    scalar-prefetch operand (4 lengths here). A TPU load outside its ref is invalid_region."""
+    _, source = wheel_source()
+    fixed = "lengths_ref[lax.clamp(0, next_b, batch_size - 1)] == 0"
+    assert source.count(fixed) == 1, f"the wheel's paged attention no longer contains {fixed!r}"
+    module = tmp_path / "pa_unclamped.py"
+    module.write_text(source.replace(fixed, "lengths_ref[next_b] == 0"))
+    driver = _driver(tmp_path, PAGED_DRIVER, import_line="import pa_unclamped as pa", inline=True)
+    read = line_of(str(module), "lengths_ref[next_b] == 0")
+    for r in verify_path(driver, [1], exhaustive=True):
+        assert r.verdict.value == "violation", r.error
+        assert {v.kind for v in r.errors} == {"invalid_region"}, [v.message for v in r.errors]
+        [v] = r.errors
+        assert v.location.line == read
+        assert "the load's window [4:5] lies outside lengths_ref on device 0" in v.message  # (core 0, split)
+        assert v.message.endswith("of shape (4,)"), v.message
+
+
 def test_wheel_ragged_paged_attention_is_safe_for_the_scripts_values(tmp_path):
     """Its wrapper passes the slot as the constant 0 (not -1, an int32 like any other), and
     its `while` loops over cu_q_lens and kv_lens run as many times as the script's tables say."""
