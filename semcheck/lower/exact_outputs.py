@@ -473,14 +473,23 @@ def _get(walk: _BodyWalk, eqn, scope: _Scope) -> Refusal | None:
     return walk.read(eqn, ref, region, scope)
 
 
-def _swap(walk: _BodyWalk, eqn, scope: _Scope) -> Refusal | None:
-    """A store; where its result is used, also a read of the old value."""
+def _stored(walk: _BodyWalk, eqn, scope: _Scope) -> tuple[Var, Region] | Refusal:
+    """The output or scratch ref a swap or addupdate stores to, and where; an input block
+    may not be stored to."""
     access = walk.access(eqn, 2, scope)
     if isinstance(access, Refusal):
         return access
-    ref, region = access
-    if ref not in walk.masks:
+    if access[0] not in walk.masks:
         return Refusal(Rule.WRITES_INPUT, f"it stores to an input block{_at(eqn)}")
+    return access
+
+
+def _swap(walk: _BodyWalk, eqn, scope: _Scope) -> Refusal | None:
+    """A store; where its result is used, also a read of the old value."""
+    access = _stored(walk, eqn, scope)
+    if isinstance(access, Refusal):
+        return access
+    ref, region = access
     if eqn.outvars[0] in scope.used:
         refused = walk.read(eqn, ref, region, scope)
         if refused is not None:
@@ -491,12 +500,10 @@ def _swap(walk: _BodyWalk, eqn, scope: _Scope) -> Refusal | None:
 
 def _addupdate(walk: _BodyWalk, eqn, scope: _Scope) -> Refusal | None:
     """`ref[...] += x`: a read of the old value, then a store."""
-    access = walk.access(eqn, 2, scope)
+    access = _stored(walk, eqn, scope)
     if isinstance(access, Refusal):
         return access
     ref, region = access
-    if ref not in walk.masks:
-        return Refusal(Rule.WRITES_INPUT, f"it stores to an input block{_at(eqn)}")
     why = _integers_only(eqn)
     if why is not None:
         return Refusal(Rule.INEXACT, f"it has `addupdate` on {why}{_at(eqn)}, which may round differently on a TPU")
