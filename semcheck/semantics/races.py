@@ -4,7 +4,6 @@ thread's plain access that nothing orders before or after it."""
 
 from __future__ import annotations
 
-import itertools
 from abc import abstractmethod
 from array import array
 from bisect import bisect_left
@@ -128,19 +127,33 @@ class RaceTables(Tables):
 
     def plain_racing_pairs(self):
         """(t, pc, u, upc) with t < u: a load or store of thread t and one of thread u that
-        may touch overlapping memory, one of them a write (`plain_races` checks them)."""
+        may touch overlapping memory, one of them a write (`plain_races` checks them). The
+        accesses to a buffer are indexed by the cells they touch or overlap, so a kernel
+        storing thousands of tiles into one output is not compared pair by pair (JAX's GPU
+        all-reduce test, 2,048 stores a buffer: 4 M pairs, 14 CPU s, and none of them raced)."""
         seen = set()
+        base = self.cell_base
         for bid, sharers in self.plain_sharers.items():
             sites = [
                 (t, pc) for t in sharers for pc, instr in enumerate(self.bodies[t])
                 if isinstance(instr, (ir.Load, ir.Store))
                 and bid in self.region_instances(t, instr.region, instr.device)
             ]
-            for (t, pc), (u, upc) in itertools.combinations(sites, 2):
+            written: list[list[int]] = []  # per site, the cells it writes
+            near: dict[int, list[int]] = {}  # cell -> the sites that touch or overlap it
+            for k, (t, pc) in enumerate(sites):
+                cells = []
+                for r, bits in self.footprints[t].entries(pc):
+                    if bits & M_MWRITE:
+                        cells.append(r - base)
+                    if bits & M_MNEAR:
+                        near.setdefault(r - base, []).append(k)
+                written.append(cells)
+            overlapping = {(min(k, j), max(k, j)) for k, cells in enumerate(written)
+                           for c in cells for j in near.get(c, ()) if j != k}
+            for k, j in sorted(overlapping):  # the order of comparing every pair of sites
+                (t, pc), (u, upc) = sites[k], sites[j]
                 if t == u or (t, pc, u, upc) in seen or instructions.both_atomic(self.bodies[t][pc], self.bodies[u][upc]):
-                    continue
-                a, b = self.footprints[t][pc], self.footprints[u][upc]
-                if not (a.mwrite & b.mnear or b.mwrite & a.mnear):
                     continue
                 seen.add((t, pc, u, upc))
                 yield t, pc, u, upc
