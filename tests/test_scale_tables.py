@@ -5,6 +5,7 @@ from collections import deque
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from semcheck.engines.explicit.independence import Independence
 from semcheck.semantics import System
@@ -95,3 +96,82 @@ def test_protocols_survive_pickling(protocol):
     back = pickle.loads(pickle.dumps(protocol, protocol=pickle.HIGHEST_PROTOCOL))
     assert back == protocol
     assert [type(i) for t in back.threads for i in t.body] == [type(i) for t in protocol.threads for i in t.body]
+
+
+@st.composite
+def region_keys(draw):
+    """Regions of one declaration as cells key them ((starts), (sizes)): mostly of one rank,
+    sometimes another (whose overlap cannot be told), empty ones, whole ones."""
+    rank = draw(st.integers(0, 3))
+
+    def key():
+        r = rank if draw(st.integers(0, 9)) else draw(st.integers(0, 3))
+        starts = tuple(draw(st.integers(0, 6)) for _ in range(r))
+        sizes = tuple(draw(st.integers(0, 4)) for _ in range(r))
+        return starts, sizes
+
+    return [key() for _ in range(draw(st.integers(0, 12)))]
+
+
+def test_the_overlap_sweep_finds_every_overlap_that_comparing_every_pair_finds():
+    """`cells.overlapping_keys` sweeps one dimension (the one with most distinct starts)
+    instead of comparing every two regions: the same answer as the comparison of all pairs,
+    regions of another rank included (which the sweep along dim 0 it replaces missed)."""
+    from semcheck.semantics.cells import _keys_overlap, overlapping_keys
+
+    @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(region_keys())
+    def check(keys):
+        expected = [tuple(j for j in range(len(keys)) if j == k or _keys_overlap(keys[k], keys[j]))
+                    for k in range(len(keys))]
+        assert overlapping_keys(keys) == expected
+
+    check()
+    # Tiles that all span the rows of an output: told apart by their columns.
+    tiles = [((0, 64 * c), (1024, 64)) for c in range(16)]
+    assert overlapping_keys(tiles) == [(k,) for k in range(16)]
+
+
+@st.composite
+def views_of_positions(draw):
+    """A shape, and an NDIndexer inside it of slices (strided or not, empty or not) and scalars."""
+    from jax._src.state import indexing
+
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    indices = []
+    for extent in shape:
+        if draw(st.booleans()):
+            indices.append(draw(st.integers(0, extent - 1)))
+            continue
+        stride = draw(st.integers(1, 3))
+        start = draw(st.integers(0, extent - 1))
+        size = draw(st.integers(0, (extent - 1 - start) // stride + 1))
+        indices.append(indexing.Slice(start, size, stride))
+    return shape, indexing.NDIndexer.from_indices_shape(tuple(indices), shape)
+
+
+def test_a_view_of_slices_and_scalars_selects_what_jaxs_discharge_selects():
+    """`memory._positions` takes a window of slices and scalars as a NumPy basic index rather
+    than through JAX's discharge (`transform_array`): the same positions, in the same shape."""
+    import jax
+    import numpy as np
+    from jax._src.state import discharge
+
+    from semcheck.lower.memory import _basic_window
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(views_of_positions())
+    def check(case):
+        shape, indexer = case
+        positions = np.arange(int(np.prod(shape))).reshape(shape)
+        window = _basic_window(indexer)
+        assert window is not None
+        try:
+            with jax.ensure_compile_time_eval():
+                expected = np.asarray(discharge.transform_array(positions, [indexer]))
+        except TypeError:  # JAX 0.10.2's lax.slice refuses an empty strided window
+            assert positions[window].size == 0
+            return
+        assert positions[window].shape == expected.shape and (positions[window] == expected).all()
+
+    check()
