@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from jax._src.state import discharge as jax_discharge
 from jax._src.state import indexing
+from jax._src.state.types import ReshapeTransform
 
 from semcheck.lower import discharge
 
@@ -43,6 +44,11 @@ VIEWS = {
     "gather": ((6, 2), [nd((6, 2), np.array([4, 1, 1], np.int32), Slice(0, 2), int_shape=(3,))]),
     "chain of two": ((4, 6), [nd((4, 6), Slice(i32(1), 2), Slice(0, 6)), nd((2, 6), i32(1), Slice(i32(3), 2))]),
     "empty window": ((24, 128), [nd((24, 128), Slice(i32(5), 0), Slice(0, 128))]),
+    # A GMEM output stored and read by tiles through `y_ref.reshape(...)[idxs]` (JAX's GPU
+    # all_gather / reduce_scatter): reads through it are reads of positions since
+    # 2026-12-07; JAX 0.10.2 discharges no write through a reshape, and neither does this.
+    "reshape, then a window": ((4, 8), [ReshapeTransform((2, 4, 4)), nd((2, 4, 4), i32(1), Slice(i32(2), 2), Slice(0, 4))]),
+    "reshape alone": ((4, 8), [ReshapeTransform((8, 4))]),
 }
 
 
@@ -81,7 +87,7 @@ def test_positions_are_what_jax_gives_evaluated_eagerly(name):
 
 
 JITTED = {"dynamic start", "dynamic start past the end (clamped)", "scalar element", "negative index", "static int index",
-          "slice of a numpy size", "chain of two", "empty window"}
+          "slice of a numpy size", "chain of two", "empty window", "reshape, then a window"}
 
 
 @pytest.mark.parametrize("name", sorted(VIEWS))

@@ -231,7 +231,7 @@ class ThreadMemory:
         if concrete is None:
             picked = self._element_at_run_time_index(c, ref, transforms, out_aval)
             return picked if picked is not None else Opaque(f"{why} (at an index semcheck does not know)")
-        if _only_indexing(concrete):
+        if _only_moves_elements(concrete):
             return self._read_elements(c, ref, concrete, why)
         known = transform_read(c.known, concrete)
         if known is None:
@@ -312,7 +312,7 @@ class ThreadMemory:
         picked = self._element_at_run_time_index(c, ref, transforms, out_aval) if concrete is None else None
         if picked is not None:
             return picked
-        if concrete is None or not _only_indexing(concrete):
+        if concrete is None or not _only_moves_elements(concrete):
             how = "at an index semcheck does not know" if concrete is None else "through a view that is not indexing"
             return Opaque(f"{why}, {self._run_time_text(c, ref, np.flatnonzero(mask))}, and semcheck cannot "
                           f"follow it through this read ({how})")
@@ -607,6 +607,17 @@ def _only_indexing(transforms: tuple) -> bool:
     NDIndexer = jax_internal("state_indexing").NDIndexer
 
     return all(isinstance(transform, NDIndexer) for transform in transforms)
+
+
+def _only_moves_elements(transforms: tuple) -> bool:
+    """Whether every transform picks or rearranges elements (an `NDIndexer` or a reshape),
+    so that reading the elements' positions through them says which element each read
+    sees, in any dtype. (Writes keep to `_only_indexing`: JAX 0.10.2's
+    `transform_swap_array` discharges no write through a reshape.)"""
+    NDIndexer = jax_internal("state_indexing").NDIndexer
+    ReshapeTransform = jax_internal("state_types").ReshapeTransform
+
+    return all(isinstance(transform, (NDIndexer, ReshapeTransform)) for transform in transforms)
 
 
 def _inside(index: tuple[int, ...], box) -> bool:

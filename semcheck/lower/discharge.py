@@ -127,7 +127,8 @@ _COMPILED_LIMIT = 1024
 
 def _structure(transforms) -> tuple[Hashable, list[np.ndarray], Callable[[list], list]] | None:
     """(static, values, rebuild) of a chain of `NDIndexer`s whose every index is a unit-stride
-    `Slice` or a scalar: what JAX's discharge decides by in Python (the indexers' shapes,
+    `Slice` or a scalar, and of reshapes (a GMEM output stored by tiles through
+    `y_ref.reshape(...)[idxs]`, read back by `data.read`): what JAX's discharge decides by in Python (the indexers' shapes,
     which indices are slices, Python ints, slice sizes), as a hashable key; the index values
     (concrete scalars: slice starts and integer indices); and `rebuild(values)`, the chain
     with those values (tracers, under jit) in their places. JAX discharges such a view with
@@ -138,11 +139,16 @@ def _structure(transforms) -> tuple[Hashable, list[np.ndarray], Callable[[list],
     `x.at[arrays].set`), which on a NumPy array is NumPy's, not JAX's, so jit would not
     give the eager answer."""
     NDIndexer = jax_internal("state_indexing").NDIndexer
+    ReshapeTransform = jax_internal("state_types").ReshapeTransform
 
     static: list = []
     values: list[np.ndarray] = []
-    skeleton: list[tuple] = []  # per indexer: (shape, int_indexer_shape, per index: its static part)
+    skeleton: list = []  # per indexer: (shape, int_indexer_shape, per index: its static part); a reshape as it is
     for transform in transforms:
+        if type(transform) is ReshapeTransform:  # static: its shape alone
+            skeleton.append(transform)
+            static.append(("reshape", tuple(transform.shape)))
+            continue
         if type(transform) is not NDIndexer:
             return None
         shape, int_shape = tuple(transform.shape), tuple(transform.int_indexer_shape)
@@ -179,13 +185,17 @@ def _index_part(index, values: list[np.ndarray]) -> tuple[Hashable, tuple] | Non
     return None
 
 
-def _rebuild(skeleton: list[tuple], given: list) -> list:
+def _rebuild(skeleton: list, given: list) -> list:
     """The chain of `NDIndexer`s of `skeleton` with the values `given` in their places."""
     indexing = jax_internal("state_indexing")
 
     remaining = iter(given)
     chain = []
-    for shape, int_shape, parts in skeleton:
+    for entry in skeleton:
+        if not isinstance(entry, tuple):  # a reshape
+            chain.append(entry)
+            continue
+        shape, int_shape, parts = entry
         indices = []
         for _key, part in parts:
             if part[0] == "slice":
