@@ -192,3 +192,23 @@ def _all_eqns(jaxpr):
         yield eqn
         for inner in subjaxprs(eqn.params):
             yield from _all_eqns(inner)
+
+
+def test_a_fold_asked_again_with_the_same_inputs_does_not_run_the_program_again():
+    """Every device's thread folds the same eqns on mostly the same values: the answer is
+    kept by (slot, input bytes), and a different input is still computed."""
+    batch = folds.KernelFolds()
+    jaxpr = jaxpr_of(lambda a, b: [a + b, a * b], np.int32(0), np.int32(0))
+    batch.scan(jaxpr)
+    add = jaxpr.eqns[0]
+    same(batch.evaluate(add, [Known(np.int32(2)), Known(np.int32(3))]), [Known(np.int32(5))])
+    runs = []
+    program = batch._program
+    batch._program = lambda *args: runs.append(args) or program(*args)
+    first = batch.evaluate(add, [Known(np.int32(2)), Known(np.int32(3))])
+    same(first, [Known(np.int32(5))])
+    assert runs == []
+    first[0].value[...] = 7  # the caller's copy: the kept answer stays 5
+    same(batch.evaluate(add, [Known(np.int32(2)), Known(np.int32(3))]), [Known(np.int32(5))])
+    same(batch.evaluate(add, [Known(np.int32(2)), Known(np.int32(4))]), [Known(np.int32(6))])
+    assert len(runs) == 1
