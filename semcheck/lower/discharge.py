@@ -6,7 +6,9 @@ A thread's reads and writes of its buffers (`lower/data.py`) are JAX's own
 indexing, strides and gathers are never reimplemented.
 
 Through a view that only indexes (a chain of `NDIndexer`s: what `.at[...]`, `pl.ds` and
-integer indices make), semcheck asks JAX where elements go rather than what they hold:
+integer indices make), and, for reads, one that also reshapes (a GMEM output read by tiles
+through `y_ref.reshape(...)[idxs]`), semcheck asks JAX where elements go rather than what
+they hold:
 `read_positions` is JAX's read of the buffer's element positions (0..n-1, int32) and
 `write_positions` JAX's write of the stored value's positions into an array of -1s. The
 positions say which element each read sees and where each stored element lands, for the
@@ -22,9 +24,10 @@ each primitive of the read (a `dynamic_slice`, a `squeeze`, the casts of the ind
 the clamping of negative starts) was a dispatch of its own and an XLA compilation for each
 new shape and dtype. JAX discharges such a view with `slice`, `dynamic_slice` and
 `dynamic_update_slice` alone, which compute the same under jit as eagerly (JAX's own
-discharge of a kernel runs them on traced indices). Any other view (a gather, a strided
-slice, one with no index values, a bitcast or reshape: `transform_read`, `transform_write`)
-is asked eagerly on the concrete arrays, as before.
+discharge of a kernel runs them on traced indices); a reshape in the chain is static. Any
+other view (a gather, a strided slice, one with no index values: `_eager_positions`; a
+bitcast, or a write through a reshape: `transform_read`, `transform_write`) is asked
+eagerly on the concrete arrays, as before.
 
 These functions are pure, and the same question recurs on every device and in every
 lowering pass, so each answer is kept by its exact inputs (docs/data-evaluation.md, "Loads
