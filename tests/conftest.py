@@ -149,3 +149,18 @@ def pytest_collection_modifyitems(config, items):
         module = getattr(item, "module", None)
         if module is not None and module.__name__ in shared:
             item.add_marker(pytest.mark.xdist_group(module.__name__))
+
+
+@pytest.fixture
+def every_engine_joins(monkeypatch):
+    """`--engine auto` finds every search wide at its first look, one path included (which
+    it never finds wide: engines/auto.py, `Width`), so simulate and z3 join at once."""
+    from semcheck.engines import auto
+
+    class JoinAtOnce(auto.Width):
+        def __call__(self, states: int, frontier: int, depth: int) -> None:
+            if not self.wide:
+                self.wide = True
+                self.on_wide(states, states)
+
+    monkeypatch.setattr(auto, "Width", JoinAtOnce)

@@ -192,10 +192,8 @@ def test_auto_picks_z3_for_wide_inputs_and_says_so(capsys):
     assert result["violations"][0]["inputs"]["tokens"] >= 64
 
 
-def test_auto_runs_z3_beside_a_search_that_looks_wide(monkeypatch):
+def test_auto_runs_z3_beside_a_search_that_looks_wide(every_engine_joins):
     """(Which engine answers first is a race: tests/test_auto.py plays it out with stand-ins.)"""
-    monkeypatch.setattr(auto, "WARMUP_STATES", 1)
-    monkeypatch.setattr(auto, "WIDE_STATES", 0)
     (protocol,) = load(MOE, 4)  # 64 start states of a few dozen states each
     result = check_protocol(protocol, engine="auto", assume=[Assumption("tokens", 0, 63)])
     assert result.verdict.value == "safe"

@@ -98,9 +98,9 @@ def test_a_one_path_search_runs_alone_and_never_goes_to_z3():
 def test_the_width_watch_looks_at_the_frontier_and_the_steps_left():
     seen: list = []
     width = auto.Width(1_000, lambda states, projected: seen.append((states, projected)))
-    for states in range(1, 5_000):
+    for states in range(1, 2 * auto.WIDE_STATES):
         width(states, 0, states)  # one path: nothing queued, depth grows with the states
-    assert seen == []
+    assert seen == []  # however long (the ring model at 128 devices: 81,665 states)
     at = width.next_look  # it looks every LOOK_EVERY states
     width(at, auto.WIDE_STATES // 100 + 1, 10)  # a frontier that would outlast WIDE_STATES
     assert seen == [(at, at + (auto.WIDE_STATES // 100 + 1) * 990)]
@@ -345,13 +345,10 @@ def test_bounded_solver_calls_asked_again_reach_the_same_verdicts(monkeypatch):
     "ring_allgather", "ring_allgather_missing_signal", "ring_allgather_shared_recv", "ring_recv_before_send",
     "circular_wait", "dma_wait_mismatch", "double_buffer", "poll_flag", "poll_flag_never_set", "nondec_poll_leak",
 ])
-def test_the_real_portfolio_agrees_with_the_search_alone(monkeypatch, name):
+def test_the_real_portfolio_agrees_with_the_search_alone(every_engine_joins, name):
     """Every engine joins from the first look: exhaustive, the merged findings are the
     search's; stopping at the first, the verdict is the search's and its errors are some of
     the search's."""
-    monkeypatch.setattr(auto, "WARMUP_STATES", 1)
-    monkeypatch.setattr(auto, "LOOK_EVERY", 1)
-    monkeypatch.setattr(auto, "WIDE_STATES", 0)
     (protocol,) = load(model(name), 3)
     alone = check_protocol(protocol, engine="explicit", exhaustive=True, split=False)
     every = check_protocol(protocol, engine="auto", exhaustive=True, split=False)
@@ -363,9 +360,7 @@ def test_the_real_portfolio_agrees_with_the_search_alone(monkeypatch, name):
     assert every.runs and all(v.found_by for v in every.errors)
 
 
-def test_json_says_which_engine_found_what(capsys, monkeypatch):
-    monkeypatch.setattr(auto, "WARMUP_STATES", 1)
-    monkeypatch.setattr(auto, "WIDE_STATES", 0)
+def test_json_says_which_engine_found_what(capsys, every_engine_joins):
     code = cli.main(["verify", model("ring_allgather_missing_signal"), "--devices", "3", "--format", "json", "-q",
                      "--exhaustive", "--no-split"])
     (result,) = json.loads(capsys.readouterr().out)["results"]

@@ -107,7 +107,7 @@ def test_no_reduction_on_the_command_line_leaves_symmetry_off(capsys):
     assert result["stats"]["states"] == 4206
 
 
-def test_simulate_under_auto_walks_until_stopped(monkeypatch):
+def test_simulate_under_auto_walks_until_stopped(monkeypatch, every_engine_joins):
     """auto hands simulate its own options with no bound on the walks; the others' unchanged."""
     from semcheck.engines import auto
 
@@ -121,8 +121,6 @@ def test_simulate_under_auto_walks_until_stopped(monkeypatch):
             return real(system, budget, progress, options)
         return run
 
-    monkeypatch.setattr(auto, "WARMUP_STATES", 1)
-    monkeypatch.setattr(auto, "WIDE_STATES", 0)
     options = CheckOptions.from_keywords(runs=5, seed=4, exhaustive=True)  # as tests/test_auto.py's json test
     system = System(model_file.load(os.path.join(ROOT, "models", "ring_allgather_missing_signal.py"), 3))
     auto.run(system, None, None, options, explicit=recording("explicit"), z3=recording("z3"),
