@@ -50,6 +50,23 @@ def test_the_unwrapped_rolling_cache_store_is_invalid_region_and_the_wrapped_one
     assert [(f.kind, f.location.line) for f in by_z3.errors] == [(fault.kind, fault.location.line)]
 
 
+def test_a_pair_of_rows_written_past_its_page_view_is_invalid_region_and_one_row_a_page_safe():
+    """Was SAFE before windows were checked against their views: the second row lands in the
+    next physical page, inside the cache block. Exact states at 2 devices; the fault is at
+    the helper's line, on device 1 (at the last row of its page), in both engines."""
+    [bad] = verify_path(os.path.join(EXAMPLES, "paged_append_straddles_page.py"), devices=(2,), engine="explicit")
+    [fault] = bad.errors
+    assert fault.kind == "invalid_region" and fault.device == 1
+    assert fault.message.endswith(
+        "the store's window [23:25, 0:128] lies inside o_ref on device 1 of shape (32, 128) but outside "
+        "its .at[...] view [16:24, 0:128] of it")
+    assert bad.stats.states == 23
+    [good] = verify_path(os.path.join(EXAMPLES, "paged_append.py"), devices=(2,), engine="explicit")
+    assert good.verdict.value == "safe" and good.stats.states == 32
+    [by_z3] = verify_path(os.path.join(EXAMPLES, "paged_append_straddles_page.py"), devices=(2,), engine="z3")
+    assert [(f.kind, f.device, f.location.line) for f in by_z3.errors] == [(fault.kind, 1, fault.location.line)]
+
+
 # --- the lowering marks TPU loads and stores, and only those -----------------------------------------
 
 
