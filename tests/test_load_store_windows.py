@@ -388,6 +388,30 @@ def test_a_window_is_checked_against_every_view_it_passes_through():
     assert fault.message.endswith("outside its .at[...] view [10:12, 0:128] of it")
 
 
+def test_a_strided_view_is_not_lowerable_and_its_window_is_checked_against_the_rows_it_strides_over():
+    """Mosaic refuses a strided `.at[...]` before a load or store ("Strided slices of
+    references are unsupported.", `_slice_memref`, JAX 0.10.2 and 0.11.1): not_lowerable,
+    with advice. The protocol is checked anyway: the view's rows 0, 2, 4, 6 span rows 0..6,
+    so rows k, k+2 of it lie inside for k in 0..2, and k = 3 (rows 6 and 8) leaves the view
+    inside the 16-row block (the box from the first row to the last is exact for a window of
+    a strided view: its rows lie on the view's stride)."""
+
+    def kernel(k_ref, x_ref, o_ref):
+        view = o_ref.at[pl.ds(0, 4, stride=2)]
+        view[pl.ds(k_ref[0], 2), :] = jnp.zeros((2, 128), jnp.float32)  # <- strided view
+
+    [p] = protocols(_paged_call(kernel), mesh((1,)))
+    [finding] = [f for f in p.findings if f.kind == "not_lowerable"]
+    assert "Strided slices of references are unsupported" in finding.message
+    assert finding.loc.line == line_of(HERE, "# <- strided view") and "pl.ds(start, n, stride=s)" in finding.hint
+    for engine in ("explicit", "z3"):
+        assert _kinds_at(p, 0, 2, engine) == set(), engine
+        assert _kinds_at(p, 3, 3, engine) == {"invalid_region"}, engine
+    [fault] = [f for f in check_protocol(_bounded(p, 3, 3), engine="explicit").errors if f.kind == "invalid_region"]
+    assert fault.message.endswith("the store's window [6:9, 0:128] lies inside o_ref on device 0 of shape (16, 128) "
+                                  "but outside its .at[...] view [0:7, 0:128] of it")
+
+
 def test_an_access_that_covers_its_view_or_a_known_window_inside_it_keeps_no_view():
     """Most views are read or written whole (`ref.at[slot][...]`), or at a window known to
     lie inside: those accesses carry no view (nothing to check, and the symmetry and
