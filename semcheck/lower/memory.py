@@ -385,14 +385,17 @@ def _view_bounds(ref: RefValue, view: _View, reg: ir.Region) -> ir.Region | None
     starts: list[ir.Operand] = []
     sizes: list[ir.Operand] = []
     for dim, extent in enumerate(ref.shape):
-        lo: ir.Operand = 0
-        hi: ir.Operand = extent
+        lo: ir.Operand | None = None
+        hi: ir.Operand | None = None
         for boxes in view.enclosing:
             start, size = boxes[dim]
             if start is None or size is None:
                 continue
-            lo = sym_op("max", lo, start)
-            hi = sym_op("min", hi, sym_op("add", start, size))
+            end = sym_op("add", start, size)
+            lo = start if lo is None else sym_op("max", lo, start)
+            hi = end if hi is None else sym_op("min", hi, end)
+        if lo is None or hi is None:  # no view bounds this dim: the buffer does
+            lo, hi = 0, extent
         starts.append(lo)
         sizes.append(sym_op("sub", hi, lo))
     if all(s == 0 and z == n for s, z, n in zip(starts, sizes, ref.shape)):
