@@ -365,6 +365,24 @@ def test_a_window_outside_its_view_but_inside_the_ref_faults_naming_the_view():
     assert any("checked against the .at[...] view" in n for n in p.notes)
 
 
+def test_a_static_negative_start_in_a_view_passes_jax_and_is_invalid_region():
+    """JAX refuses a static window past a view's end at trace time, but not one at a negative
+    start (`NDIndexer.__post_init__` tests `start >= dim` and the last element, JAX 0.10.2).
+    Rows -1..0 of the view at rows 4..7 are rows 3..4 of the block: the interpreter writes
+    those, discharge writes rows 6..7 (it counts -1 from the view's end, then clamps)."""
+
+    def kernel(k_ref, x_ref, o_ref):
+        o_ref.at[pl.ds(4, 4)][pl.ds(-1, 2), :] = jnp.zeros((2, 128), jnp.float32)  # <- static negative
+
+    [p] = protocols(_paged_call(kernel), mesh((1,)))
+    [store] = [s for s in instrs(p, ir.Store) if s.loc.line == line_of(HERE, "# <- static negative")]
+    assert store.region.start == (3, 0) and store.view == ir.Region("o_ref", (4, 0), (4, 128))
+    [fault] = check_protocol(p, engine="explicit").errors
+    assert fault.kind == "invalid_region" and fault.message.endswith(
+        "the store's window [3:5, 0:128] lies inside o_ref on device 0 of shape (16, 128) but outside "
+        "its .at[...] view [4:8, 0:128] of it")
+
+
 def test_a_window_is_checked_against_every_view_it_passes_through():
     """A view of a view: rows j .. j+3 of the 8-row view at rows 4..11, then row k of that.
     The window must lie inside both: with j = 2 the inner view is rows 6..9, and row k = 3
