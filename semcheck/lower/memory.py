@@ -9,7 +9,8 @@ buffer region whose start or size depends on buffer contents widens to the whole
 (it over-approximates what is touched); a view through a reshape or bitcast is followed
 element by element (`_positions`) to the box it touches when every index and size is known
 per thread, and widens to the whole buffer otherwise. `pl.select_ref` operands of DMAs are chosen (or
-branched over) by `for_each_selection`.
+branched over) by `for_each_selection`. A TPU load's or store's window is bounded by the
+`.at[...]` views before its own index as well (`window`, `ir.Load.view`).
 """
 
 from __future__ import annotations
