@@ -420,11 +420,18 @@ class Load(Instr):
     invalid_region (a TPU vector load: JAX's TPU interpreter raises on an out-of-bounds
     read, and Mosaic passes the index through to `vector.load`, so a chip reads whatever
     lies there). False where nothing says what an access outside does (a GPU access, a
-    masked load, a pipeline's block access): its region is taken as given."""
+    masked load, a pipeline's block access): its region is taken as given.
+
+    `view`: for a checked access through `.at[...]` views (`ref.at[rows][k]`), the box of
+    the buffer those views cover (where there are several, the part all of them cover);
+    the window must lie inside it too, or the access faults with invalid_region though it
+    stays inside the buffer (Mosaic indexes the view's memref, and its bounds checks assert
+    against it; docs/kinds/invalid_region.md). None: no view, or none the window can leave."""
 
     region: Region
     device: Operand | None = None
     checked: bool = False
+    view: Region | None = None
 
 
 @record(frozen=True, slots=True)
@@ -432,16 +439,19 @@ class Store(Instr):
     """A plain write of `region` on `device` (as for `Load`). `atomic`: an atomic
     read-modify-write of each element (a Mosaic GPU `plgpu.atomic_add`), which never races
     with another atomic one and races with plain reads and writes like any write.
-    `checked`: as for `Load` (a TPU vector store outside its ref faults with invalid_region)."""
+    `checked`, `view`: as for `Load` (a TPU vector store outside its ref, or outside the
+    `.at[...]` view it indexes, faults with invalid_region)."""
 
     region: Region
     device: Operand | None = None
     atomic: bool = False
     checked: bool = False
+    view: Region | None = None
 
 
 def window_checked(instr: Load | Store) -> bool:
-    """Whether a plain access's window is checked against its buffer (`Load.checked`): not
+    """Whether a plain access's window is checked against its buffer (`Load.checked`), and
+    against its view where it has one (`Load.view`): not
     where its region is widened (`Region.widened`), which is larger than what one run
     touches, or taken from a branch a run may not take, so its being outside proves nothing.
     The lowering says so in a note where it widens a checked access."""

@@ -86,7 +86,10 @@ FIX_HINTS = {
     Kind.INVALID_DEVICE_ID: "wrap the peer's id into the mesh (e.g. (d + 1) % n), or guard the signal or copy with pl.when",
     Kind.INVALID_CORE_INDEX: "use a core index below the number of cores (or blocks) the mesh has",
     Kind.INVALID_SEMAPHORE_INDEX: "index the semaphore array within its size (allocate one per slot or step)",
-    Kind.INVALID_REGION: "keep the copy's, load's or store's window inside its buffer: clamp the start, or shrink the size near the end",
+    Kind.INVALID_REGION: (
+        "keep the copy's, load's or store's window inside its buffer, and inside the .at[...] view it "
+        "indexes: clamp the start, shrink the size near the end, or split the access at the view's end"
+    ),
     Kind.DATA_RACE: (
         "wait for the copy's semaphore before touching its memory, or give each copy in flight "
         "its own slot and semaphore"

@@ -90,6 +90,18 @@ def _instance(value, kind, what: str):
     return value
 
 
+def _view(region: ir.Region, view, checked: bool, what: str) -> ir.Region | None:
+    """The `.at[...]` view a checked access indexes: a region of the access's buffer, or None."""
+    if view is None:
+        return None
+    _instance(view, ir.Region, f"{what}: the view")
+    if view.buffer != region.buffer:
+        raise ModelError(f"{what}: the view is of {view.buffer!r}, the region of {region.buffer!r}")
+    if not checked:
+        raise ModelError(f"{what}: a view bounds only a checked access (checked=True)")
+    return view
+
+
 def _member(value, enum_type, what: str):
     try:
         return enum_type(value)
@@ -289,21 +301,24 @@ class ThreadBuilder:
             raise ModelError(f"dma_wait: side must be 'send' or 'recv', got {side!r}") from None
         self._emit(ir.DmaWait, sem=sem.ref(), nbytes=_operand(nbytes, "dma_wait: the byte count"), side=which)
 
-    def load(self, region: ir.Region, device: ir.Operand | None = None, *, checked: bool = False) -> None:
+    def load(self, region: ir.Region, device: ir.Operand | None = None, *, checked: bool = False,
+             view: ir.Region | None = None) -> None:
         """A plain read; with `device`, of that device's instance of the buffer. `checked`:
-        a region outside the buffer faults with invalid_region (a TPU vector load)."""
+        a region outside the buffer faults with invalid_region (a TPU vector load), and so
+        does one outside `view` (a region of the same buffer: the `.at[...]` view it indexes)."""
         _instance(region, ir.Region, "load: the region")
         self._emit(ir.Load, region=region, device=_optional_operand(device, "load: the device"),
-                   checked=_instance(checked, bool, "load: checked"))
+                   checked=_instance(checked, bool, "load: checked"), view=_view(region, view, checked, "load"))
 
     def store(self, region: ir.Region, device: ir.Operand | None = None, *, atomic: bool = False,
-              checked: bool = False) -> None:
+              checked: bool = False, view: ir.Region | None = None) -> None:
         """A plain write; with `device`, of that device's instance of the buffer. `atomic`:
         an atomic read-modify-write (an atomic add), which races with plain accesses only.
-        `checked`: as for `load` (a TPU vector store)."""
+        `checked`, `view`: as for `load` (a TPU vector store)."""
         _instance(region, ir.Region, "store: the region")
         self._emit(ir.Store, region=region, device=_optional_operand(device, "store: the device"),
-                   atomic=_instance(atomic, bool, "store: atomic"), checked=_instance(checked, bool, "store: checked"))
+                   atomic=_instance(atomic, bool, "store: atomic"), checked=_instance(checked, bool, "store: checked"),
+                   view=_view(region, view, checked, "store"))
 
     def entry(self, kernel: str = "") -> None:
         self._emit(ir.KernelEntry, kernel=_instance(kernel, str, "entry: the kernel's name"))

@@ -50,6 +50,23 @@ def test_the_unwrapped_rolling_cache_store_is_invalid_region_and_the_wrapped_one
     assert [(f.kind, f.location.line) for f in by_z3.errors] == [(fault.kind, fault.location.line)]
 
 
+def test_a_pair_of_rows_written_past_its_page_view_is_invalid_region_and_one_row_a_page_safe():
+    """Was SAFE before windows were checked against their views: the second row lands in the
+    next physical page, inside the cache block. Exact states at 2 devices; the fault is at
+    the helper's line, on device 1 (at the last row of its page), in both engines."""
+    [bad] = verify_path(os.path.join(EXAMPLES, "paged_append_straddles_page.py"), devices=(2,), engine="explicit")
+    [fault] = bad.errors
+    assert fault.kind == "invalid_region" and fault.device == 1
+    assert fault.message.endswith(
+        "the store's window [23:25, 0:128] lies inside o_ref on device 1 of shape (32, 128) but outside "
+        "its .at[...] view [16:24, 0:128] of it")
+    assert bad.stats.states == 23
+    [good] = verify_path(os.path.join(EXAMPLES, "paged_append.py"), devices=(2,), engine="explicit")
+    assert good.verdict.value == "safe" and good.stats.states == 32
+    [by_z3] = verify_path(os.path.join(EXAMPLES, "paged_append_straddles_page.py"), devices=(2,), engine="z3")
+    assert [(f.kind, f.device, f.location.line) for f in by_z3.errors] == [(fault.kind, 1, fault.location.line)]
+
+
 # --- the lowering marks TPU loads and stores, and only those -----------------------------------------
 
 
@@ -218,6 +235,49 @@ def _rows_protocol(devices: int, *, checked: bool = True) -> ir.Protocol:
     return p.build()
 
 
+def _view_protocol(devices: int) -> ir.Protocol:
+    """Each device stores row `k` (an input, -1..8) of the view at rows 2..5 of its 8-row
+    buffer, the devices after 0 once device 0 signalled them: rows 2..5 are fine, 0, 1, 6, 7
+    leave the view inside the buffer, -1 and 8 leave the buffer."""
+    p = ProtocolBuilder("view_rows", devices=devices, backend="tpu")
+    sem = p.semaphore("s")
+    buf = p.buffer("buf", (8, 8), space="vmem")
+    k = p.input("k", -1, 8)
+    for d in range(devices):
+        t = p.thread(d)
+        if d:
+            t.wait(sem, 1)
+        else:
+            for peer in range(1, devices):
+                t.signal(sem, 1, device=peer)
+        t.store(buf.region(k, size=(1, 8)), checked=True, view=buf.region(2, size=(4, 8)))
+    return p.build()
+
+
+def test_a_window_outside_its_view_faults_for_exactly_the_rows_outside_it():
+    system = System(_view_protocol(1))
+    faulting = {}
+    for state in system.initial_states():
+        after = system.step(state, system.thread_steps[0])
+        for _t, _pc, kind, detail in after.faults:
+            assert kind == "invalid_region"
+            faulting[state.inputs[0]] = "outside its .at[...] view [2:6, 0:8]" in detail
+    assert faulting == {-1: False, 0: True, 1: True, 6: True, 7: True, 8: False}
+
+
+def test_the_engines_and_the_reductions_agree_on_a_window_outside_its_view():
+    """Every device faults for k outside 2..5; exact states at 3 devices: 220 unreduced, 80
+    reduced with symmetry."""
+    by_search, _by_solver = assert_engines_agree(_view_protocol(2))
+    assert kinds(by_search) == {"invalid_region"}
+    protocol = _view_protocol(3)
+    full = explicit.explore(System(protocol), ExplicitOptions(reduce=False, symmetry=False))
+    reduced = explicit.explore(System(protocol), ExplicitOptions(reduce=True, symmetry=True))
+    assert full.exhausted is None and reduced.exhausted is None
+    assert set(reduced.findings) == set(full.findings) == {("invalid_region", d, 1) if d else ("invalid_region", 0, 2) for d in range(3)}
+    assert (full.states, reduced.states) == (220, 80)
+
+
 def test_the_engines_agree_on_a_window_from_an_input():
     by_search, _by_solver = assert_engines_agree(_rows_protocol(2))
     assert kinds(by_search) == {"invalid_region"}
@@ -249,3 +309,138 @@ def test_the_reduced_search_keeps_every_fault_of_the_unreduced_one(symmetry):
     assert sorted(full.findings) == [("invalid_region", 0, 0), ("invalid_region", 2, 0)]
     assert set(reduced.findings) == set(full.findings)
     assert (full.states, reduced.states) == (92, 42)
+
+
+# --- windows of `.at[...]` views ------------------------------------------------------------------
+# Mosaic lowers each `.at[...]` before a load's or store's own index to a `tpu.memref_slice`
+# of the view's shape and applies the index to that (`_transform_ref` / `_slice_memref` in
+# jax/_src/pallas/mosaic/lowering.py, JAX 0.10.2 and 0.11.1); JAX refuses a static index
+# outside the view at trace time (`Out of bound slice`, NDIndexer in jax/_src/state/indexing.py),
+# and Mosaic's bounds checks assert each access against the view's memref. So a window past
+# the view's end that stays inside the ref is invalid_region, naming the view. JAX's TPU
+# interpreter checks the whole buffer only (`to_range` in jax/_src/pallas/mosaic/interpret/
+# utils.py composes the indexers): it writes the rows past the view and finishes.
+
+
+def _paged_call(kernel, rows_out: int = 16):
+    return _prefetch_call(kernel, rows_out=rows_out)
+
+
+def test_a_window_outside_its_view_but_inside_the_ref_faults_naming_the_view():
+    """Rows k .. k+1 of the 4-row view at rows 4..7 of a 16-row block: inside for k in 0..2;
+    at k = 3 (rows 7..8) and k = -1 (rows 3..4) the window stays inside the block and leaves
+    the view. Was SAFE before views were checked. Store, load and `+=` alike, both engines."""
+
+    def storing(k_ref, x_ref, o_ref):
+        view = o_ref.at[pl.ds(4, 4)]
+        view[pl.ds(k_ref[0], 2), :] = jnp.zeros((2, 128), jnp.float32)  # <- view row stored
+
+    def loading(k_ref, x_ref, o_ref):
+        o_ref[...] = jnp.zeros((16, 128), jnp.float32)
+        o_ref[pl.ds(0, 2), :] = o_ref.at[pl.ds(4, 4)][pl.ds(k_ref[0], 2), :]  # <- view row loaded
+
+    def adding(k_ref, x_ref, o_ref):
+        from jax._src.state.primitives import ref_addupdate
+
+        o_ref[...] = jnp.zeros((16, 128), jnp.float32)
+        rows = (pl.ds(k_ref[0], 2), slice(None))
+        ref_addupdate(o_ref.at[pl.ds(4, 4)], rows, jnp.ones((2, 128), jnp.float32))  # <- view row added
+
+    for kernel, kind, marker in ((storing, ir.Store, "stored"), (loading, ir.Load, "loaded"),
+                                 (adding, ir.Load, "added"), (adding, ir.Store, "added")):
+        [p] = protocols(_paged_call(kernel), mesh((1,)))
+        [access] = [i for i in instrs(p, kind) if i.loc.line == line_of(HERE, "# <- view row " + marker)
+                    and i.region.buffer == "o_ref"]
+        assert ir.window_checked(access) and access.view is not None, kernel.__name__
+        for engine in ("explicit", "z3"):
+            assert _kinds_at(p, 0, 2, engine) == set(), (kernel.__name__, engine)
+            assert _kinds_at(p, 0, 3, engine) == {"invalid_region"}, (kernel.__name__, engine)
+            assert _kinds_at(p, -1, 0, engine) == {"invalid_region"}, (kernel.__name__, engine)
+    [p] = protocols(_paged_call(storing), mesh((1,)))
+    [fault] = check_protocol(_bounded(p, 3, 3), engine="explicit").errors
+    assert fault.message.endswith(
+        "the store's window [7:9, 0:128] lies inside o_ref on device 0 of shape (16, 128) but outside "
+        "its .at[...] view [4:8, 0:128] of it")
+    assert fault.location.line == line_of(HERE, "# <- view row stored")
+    assert any("checked against the .at[...] view" in n for n in p.notes)
+
+
+def test_a_static_negative_start_in_a_view_passes_jax_and_is_invalid_region():
+    """JAX refuses a static window past a view's end at trace time, but not one at a negative
+    start (`NDIndexer.__post_init__` tests `start >= dim` and the last element, JAX 0.10.2).
+    Rows -1..0 of the view at rows 4..7 are rows 3..4 of the block: the interpreter writes
+    those, discharge writes rows 6..7 (it counts -1 from the view's end, then clamps)."""
+
+    def kernel(k_ref, x_ref, o_ref):
+        o_ref.at[pl.ds(4, 4)][pl.ds(-1, 2), :] = jnp.zeros((2, 128), jnp.float32)  # <- static negative
+
+    [p] = protocols(_paged_call(kernel), mesh((1,)))
+    [store] = [s for s in instrs(p, ir.Store) if s.loc.line == line_of(HERE, "# <- static negative")]
+    assert store.region.start == (3, 0) and store.view == ir.Region("o_ref", (4, 0), (4, 128))
+    [fault] = check_protocol(p, engine="explicit").errors
+    assert fault.kind == "invalid_region" and fault.message.endswith(
+        "the store's window [3:5, 0:128] lies inside o_ref on device 0 of shape (16, 128) but outside "
+        "its .at[...] view [4:8, 0:128] of it")
+
+
+def test_a_window_is_checked_against_every_view_it_passes_through():
+    """A view of a view: rows j .. j+3 of the 8-row view at rows 4..11, then row k of that.
+    The window must lie inside both: with j = 2 the inner view is rows 6..9, and row k = 3
+    (row 9) is inside it and the outer one; with j = 6 the inner view (rows 10..13) leaves the
+    outer one, and row k = 2 (row 12) lies inside the inner view but outside the outer one."""
+
+    def kernel(k_ref, x_ref, o_ref):
+        j, k = lax.div(k_ref[0], 8), lax.rem(k_ref[0], 8)
+        inner = o_ref.at[pl.ds(4, 8)].at[pl.ds(j, 4)]
+        inner[pl.ds(k, 1), :] = jnp.zeros((1, 128), jnp.float32)  # <- nested view
+
+    [p] = protocols(_paged_call(kernel), mesh((1,)))
+    [store] = [s for s in instrs(p, ir.Store) if s.loc.line == line_of(HERE, "# <- nested view")]
+    assert store.view is not None
+    for engine in ("explicit", "z3"):
+        assert _kinds_at(p, 2 * 8 + 3, 2 * 8 + 3, engine) == set(), engine  # row 9
+        assert _kinds_at(p, 2 * 8 + 4, 2 * 8 + 4, engine) == {"invalid_region"}, engine  # row 10: past the inner view
+        assert _kinds_at(p, 6 * 8 + 1, 6 * 8 + 1, engine) == set(), engine  # row 11: inside both
+        assert _kinds_at(p, 6 * 8 + 2, 6 * 8 + 2, engine) == {"invalid_region"}, engine  # row 12: past the outer view
+    [fault] = check_protocol(_bounded(p, 6 * 8 + 2, 6 * 8 + 2), engine="explicit").errors
+    assert fault.message.endswith("outside its .at[...] view [10:12, 0:128] of it")
+
+
+def test_a_strided_view_is_not_lowerable_and_its_window_is_checked_against_the_rows_it_strides_over():
+    """Mosaic refuses a strided `.at[...]` before a load or store ("Strided slices of
+    references are unsupported.", `_slice_memref`, JAX 0.10.2 and 0.11.1): not_lowerable,
+    with advice. The protocol is checked anyway: the view's rows 0, 2, 4, 6 span rows 0..6,
+    so rows k, k+2 of it lie inside for k in 0..2, and k = 3 (rows 6 and 8) leaves the view
+    inside the 16-row block (the box from the first row to the last is exact for a window of
+    a strided view: its rows lie on the view's stride)."""
+
+    def kernel(k_ref, x_ref, o_ref):
+        view = o_ref.at[pl.ds(0, 4, stride=2)]
+        view[pl.ds(k_ref[0], 2), :] = jnp.zeros((2, 128), jnp.float32)  # <- strided view
+
+    [p] = protocols(_paged_call(kernel), mesh((1,)))
+    [finding] = [f for f in p.findings if f.kind == "not_lowerable"]
+    assert "Strided slices of references are unsupported" in finding.message
+    assert finding.loc.line == line_of(HERE, "# <- strided view") and "pl.ds(start, n, stride=s)" in finding.hint
+    for engine in ("explicit", "z3"):
+        assert _kinds_at(p, 0, 2, engine) == set(), engine
+        assert _kinds_at(p, 3, 3, engine) == {"invalid_region"}, engine
+    [fault] = [f for f in check_protocol(_bounded(p, 3, 3), engine="explicit").errors if f.kind == "invalid_region"]
+    assert fault.message.endswith("the store's window [6:9, 0:128] lies inside o_ref on device 0 of shape (16, 128) "
+                                  "but outside its .at[...] view [0:7, 0:128] of it")
+
+
+def test_an_access_that_covers_its_view_or_a_known_window_inside_it_keeps_no_view():
+    """Most views are read or written whole (`ref.at[slot][...]`), or at a window known to
+    lie inside: those accesses carry no view (nothing to check, and the symmetry and
+    parametric passes see the instruction as before)."""
+
+    def kernel(k_ref, x_ref, o_ref):
+        o_ref.at[pl.ds(8, 8)][...] = jnp.zeros((8, 128), jnp.float32)  # <- whole view
+        o_ref.at[pl.ds(8, 8)][pl.ds(2, 2), :] = jnp.zeros((2, 128), jnp.float32)  # <- known window
+
+    [p] = protocols(_paged_call(kernel), mesh((1,)))
+    for marker in ("whole view", "known window"):
+        [store] = [s for s in instrs(p, ir.Store) if s.loc.line == line_of(HERE, "# <- " + marker)]
+        assert ir.window_checked(store) and store.view is None, marker
+    assert not any("checked against the .at[...] view" in n for n in p.notes)

@@ -308,6 +308,34 @@ def test_capacity_to_the_wrong_neighbour_names_the_smallest_count():
     assert any("no proof for every N: no blocking certificate" in note for note in outcome.result.notes)
 
 
+def _rows_by_device(view: bool):
+    """Device d stores row d of an 8-row buffer (checked, as a TPU store is), or of the
+    8-row `.at[...]` view at the top of a 16-row one: inside up to N = 8."""
+
+    def model(n):
+        from semcheck.model import ProtocolBuilder
+
+        p = ProtocolBuilder("rows_by_device", devices=n, backend="tpu")
+        buf = p.buffer("buf", (16, 8) if view else (8, 8), space="vmem")
+        for d in range(n):
+            p.thread(d).store(buf.region(d, size=(1, 8)), checked=True,
+                              view=buf.region(0, size=(8, 8)) if view else None)
+        return p.build()
+
+    return model
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_a_load_or_store_window_that_leaves_its_buffer_or_view_at_a_larger_count_is_found(view):
+    """The proof once checked copy windows only: a checked store leaving its buffer (or its
+    view) from N = 9 on was "safe for every N" with the counts up to 4 searched."""
+    outcome = every_count_of(_rows_by_device(view), EveryCount(search_up_to=4))
+    assert outcome.verdict is Verdict.VIOLATION and outcome.smallest == 9, outcome.claim
+    [fault] = outcome.result.errors
+    assert fault.kind == "invalid_region" and fault.device == 8
+    assert ("outside its .at[...] view [0:8, 0:8]" in fault.message) is view
+
+
 # --- the command line ------------------------------------------------------------------------------------------
 
 

@@ -56,6 +56,10 @@ ADVICE: tuple[tuple[str, str], ...] = (
         "copy the HBM ref into VMEM (a scratch buffer) with a DMA first (pltpu.sync_copy or "
         "make_async_copy), or give the operand a VMEM BlockSpec"
     )),
+    ("Strided slices of references", (
+        "put the stride in the load's or store's own index (ref[pl.ds(start, n, stride=s)]), "
+        "not in an .at[...] view: Mosaic makes each view a tpu.memref_slice, which has no stride"
+    )),
     ("Unimplemented primitive", (
         "rewrite the operation JAX names with primitives Pallas TPU lowers (see the Pallas TPU "
         "docs' list of supported operations)"

@@ -9,7 +9,8 @@ buffer region whose start or size depends on buffer contents widens to the whole
 (it over-approximates what is touched); a view through a reshape or bitcast is followed
 element by element (`_positions`) to the box it touches when every index and size is known
 per thread, and widens to the whole buffer otherwise. `pl.select_ref` operands of DMAs are chosen (or
-branched over) by `for_each_selection`.
+branched over) by `for_each_selection`. A TPU load's or store's window is bounded by the
+`.at[...]` views before its own index as well (`window`, `ir.Load.view`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import field
 
 import numpy as np
 
@@ -86,6 +88,9 @@ class _View:
     dims: list[_Dim]  # per allocation dim
     kept: list[int]  # allocation dims the view still has, in order
     sizes: list[Value]  # the view's size along each kept dim, as lowered (for byte counts)
+    # The `.at[...]` views the last indexer indexes, outermost first: per allocation dim,
+    # (start, elements from the first to the last) of the view, None where unknown.
+    enclosing: list[list[tuple[ir.Operand | None, ir.Operand | None]]] = field(default_factory=list)
 
 
 # --- pl.select_ref ------------------------------------------------------------------------------
@@ -188,7 +193,10 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
 
     view = _View([_Dim(0, 1, extent) for extent in ref.shape], list(range(len(ref.shape))),
                  [known(extent) for extent in ref.shape])
-    for transform in transforms:
+    enclosing: list[list[tuple[ir.Operand | None, ir.Operand | None]]] = []
+    for position, transform in enumerate(transforms):
+        if position:  # the transforms so far make a view that this one indexes
+            enclosing.append([(d.start, d.extent()) for d in view.dims])
         if not isinstance(transform, NDIndexer):
             if exact:
                 raise t.error(
@@ -220,6 +228,7 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
                 d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
                 d.count = 1
         view = _View(view.dims, kept, sizes)
+    view.enclosing = enclosing
     return view
 
 
@@ -296,6 +305,12 @@ def semaphore_ref(
 
 
 def region(t: ThreadLowering, eqn, value, what: str, extra=(), *, checked: bool = False) -> ir.Region:
+    """The part of the allocation a buffer view may touch (`window`, without the views)."""
+    return window(t, eqn, value, what, extra, checked=checked)[0]
+
+
+def window(t: ThreadLowering, eqn, value, what: str, extra=(), *,
+           checked: bool = False) -> tuple[ir.Region, ir.Region | None]:
     """The part of the allocation a buffer view may touch: exact where its starts and sizes
     are known (per thread, or as operands over inputs and registers); a dim whose start or
     size is unknown widens to the whole dim (it covers whatever one run touches), and a
@@ -305,7 +320,10 @@ def region(t: ThreadLowering, eqn, value, what: str, extra=(), *, checked: bool 
     checked against its buffer (`ir.window_checked`), and a note says so. That includes a
     window that leaves its view through a reshape or bitcast: JAX's discharge clamps it, so
     no box of the allocation is the one a chip touches, and the line may sit under a guard
-    that keeps it from running, which the lowering cannot see."""
+    that keeps it from running, which the lowering cannot see.
+
+    With it, also the box of the `.at[...]` views the access indexes (`ir.Load.view`), or
+    None (`_view_bounds`)."""
     ref, transforms = ref_of(t, eqn, value, what, extra)
     if ref.is_semaphore:
         raise t.error(eqn, f"{what} is the semaphore {ref.alloc!r}, not a buffer")
@@ -318,12 +336,13 @@ def region(t: ThreadLowering, eqn, value, what: str, extra=(), *, checked: bool 
             return _unchecked(t, checked, ir.Region(
                 ref.alloc, (0,) * len(ref.shape), tuple(ref.shape),
                 widened=f"{what} at {loc} indexes {ref.alloc} through a reshape or bitcast with {outside}, "
-                        f"taken as all of {ref.alloc}"))
+                        f"taken as all of {ref.alloc}")), None
         if positions is None:
             return _unchecked(t, checked, ir.Region(
                 ref.alloc, (0,) * len(ref.shape), tuple(ref.shape),
-                widened=f"{what} at {loc} is a view semcheck cannot follow, taken as all of {ref.alloc}"))
-        return _bounding_region(ref, positions, f"{what} at {loc}")  # inside the allocation by construction
+                widened=f"{what} at {loc} is a view semcheck cannot follow, taken as all of {ref.alloc}")), None
+        # inside the allocation, and each view, by construction (`_positions` is strict)
+        return _bounding_region(ref, positions, f"{what} at {loc}"), None
     starts: list[ir.Operand] = []
     sizes: list[ir.Operand] = []
     unknown: list[str] = []
@@ -337,7 +356,58 @@ def region(t: ThreadLowering, eqn, value, what: str, extra=(), *, checked: bool 
             starts.append(d.start)
             sizes.append(known_extent)
     widened = f"{what} at {loc} is taken as all of {ref.alloc} along {', '.join(unknown)}" if unknown else None
-    return _unchecked(t, checked, ir.Region(ref.alloc, tuple(starts), tuple(sizes), widened=widened))
+    reg = _unchecked(t, checked, ir.Region(ref.alloc, tuple(starts), tuple(sizes), widened=widened))
+    bounds = _view_bounds(ref, view, reg) if checked and widened is None else None
+    if bounds is not None:
+        t.kernel.note(VIEW_NOTE)
+    return reg, bounds
+
+
+# The modelling choice a window checked against its `.at[...]` view makes, and its basis
+# (docs/kinds/invalid_region.md has the sources).
+VIEW_NOTE = (
+    "a TPU load's or store's window is checked against the .at[...] view it indexes, not only "
+    "its buffer: a window past the view that stays inside the buffer is invalid_region. Mosaic "
+    "indexes the view's memref (tpu.memref_slice), JAX refuses such a static index at trace "
+    "time (Out of bound slice) and Mosaic's bounds checks assert against the view; JAX 0.10.2's "
+    "TPU interpreter checks only the buffer (it touches the buffer past the view) and JAX's "
+    "discharge clamps the index into the view, so what such an access touches depends on "
+    "who runs it"
+)
+
+
+def _view_bounds(ref: RefValue, view: _View, reg: ir.Region) -> ir.Region | None:
+    """The box of the allocation that every `.at[...]` view of the access covers (their
+    intersection: the window must lie inside each), for `ir.Load.view`. A dim whose view
+    start or extent semcheck does not know is not bounded by that view. None when the views
+    bound nothing the buffer does not, or the window is known to lie inside them (most
+    accesses: `ref.at[slot][...]` reads or writes its view whole)."""
+    if not view.enclosing:
+        return None
+    starts: list[ir.Operand] = []
+    sizes: list[ir.Operand] = []
+    for dim, extent in enumerate(ref.shape):
+        lo: ir.Operand | None = None
+        hi: ir.Operand | None = None
+        for boxes in view.enclosing:
+            start, size = boxes[dim]
+            if start is None or size is None:
+                continue
+            end = sym_op("add", start, size)
+            lo = start if lo is None else sym_op("max", lo, start)
+            hi = end if hi is None else sym_op("min", hi, end)
+        if lo is None or hi is None:  # no view bounds this dim: the buffer does
+            lo, hi = 0, extent
+        starts.append(lo)
+        sizes.append(sym_op("sub", hi, lo))
+    if all(s == 0 and z == n for s, z, n in zip(starts, sizes, ref.shape)):
+        return None
+    constant = [*starts, *sizes, *reg.start, *reg.size]
+    if all(isinstance(x, int) for x in constant) and all(
+            lo <= s and s + z <= lo + n  # type: ignore[operator]  # ints, checked above
+            for s, z, lo, n in zip(reg.start, reg.size, starts, sizes)):
+        return None
+    return ir.Region(ref.alloc, tuple(starts), tuple(sizes))
 
 
 def _unchecked(t: ThreadLowering, checked: bool, reg: ir.Region) -> ir.Region:
@@ -538,8 +608,8 @@ def _load(t: ThreadLowering, eqn, value, what: str, transforms) -> tuple[ir.Regi
     """Emit the load; the value it sees (data.py follows the thread's buffers)."""
     from semcheck.lower.interpreter import FOLD_LIMIT
 
-    reg = region(t, eqn, value, what, transforms, checked=_checked(t))
-    _emit_read(t, ir.Load(t.loc(eqn), reg, checked=_checked(t)))
+    reg, view = window(t, eqn, value, what, transforms, checked=_checked(t))
+    _emit_read(t, ir.Load(t.loc(eqn), reg, checked=_checked(t), view=view))
     ref, all_transforms = ref_of(t, eqn, value, what, transforms)
     [out] = eqn.outvars[:1]
     return reg, t.memory.read(ref, all_transforms, reg, out.aval, _why(t, eqn, reg), FOLD_LIMIT)
@@ -601,11 +671,11 @@ def get(t: ThreadLowering, eqn, inputs):
 def swap(t: ThreadLowering, eqn, inputs):
     ref, value, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
-    reg = region(t, eqn, ref, "the stored ref", transforms, checked=_checked(t))
+    reg, view = window(t, eqn, ref, "the stored ref", transforms, checked=_checked(t))
     target, all_transforms = ref_of(t, eqn, ref, "the stored ref", transforms)
     from semcheck.lower.interpreter import FOLD_LIMIT
 
-    store = ir.Store(t.loc(eqn), reg, checked=_checked(t))
+    store = ir.Store(t.loc(eqn), reg, checked=_checked(t), view=view)
     _emit_read(t, store)
     old = t.memory.read(target, all_transforms, reg, eqn.outvars[0].aval, _why(t, eqn, reg), FOLD_LIMIT,
                         makes_inputs=False)
@@ -617,9 +687,9 @@ def swap(t: ThreadLowering, eqn, inputs):
 def addupdate(t: ThreadLowering, eqn, inputs):
     ref, value, *flat = inputs
     transforms = eqn.params["tree"].unflatten(flat)
-    reg = region(t, eqn, ref, "the updated ref", transforms, checked=_checked(t))
-    _emit_read(t, ir.Load(t.loc(eqn), reg, checked=_checked(t)))
-    t.emitter.emit(ir.Store(t.loc(eqn), reg, checked=_checked(t)))
+    reg, view = window(t, eqn, ref, "the updated ref", transforms, checked=_checked(t))
+    _emit_read(t, ir.Load(t.loc(eqn), reg, checked=_checked(t), view=view))
+    t.emitter.emit(ir.Store(t.loc(eqn), reg, checked=_checked(t), view=view))
     target, all_transforms = ref_of(t, eqn, ref, "the updated ref", transforms)
     t.memory.add(target, all_transforms, reg, value, _why(t, eqn, reg), eqn.invars[1].aval)
     return []

@@ -104,8 +104,10 @@ def leftover_gaps(template: Template, n_min: int) -> list[Gap]:
 
 
 def fault_gaps(template: Template, n_min: int) -> list[Gap]:
-    """Every semaphore index outside its array and every copy window outside its buffer, at
-    some N >= n_min (device ids are (d + c) mod N: always inside the mesh)."""
+    """Every semaphore index outside its array, every copy window outside its buffer and
+    every checked load's or store's window outside its buffer or its `.at[...]` view
+    (`Step.checked`, `Step.view`), at some N >= n_min (device ids are (d + c) mod N: always
+    inside the mesh)."""
     gaps = []
     for step in template.steps:
         for use in (step.sem, step.recv, step.send):
@@ -119,6 +121,8 @@ def fault_gaps(template: Template, n_min: int) -> list[Gap]:
                                                                z3.Or(index < 0, index >= size)], n)
             if found is not None:
                 gaps.append(Gap(f"{step.describe()} indexes semaphore array {use.alloc} outside its size", found))
+        if step.checked:
+            gaps.extend(_access_gaps(template, step, n_min))
         if step.op is not Op.DMA_START:
             continue
         for area in step.accesses:
@@ -134,6 +138,30 @@ def fault_gaps(template: Template, n_min: int) -> list[Gap]:
             if found is not None:
                 side = "source" if not area.write else "destination"
                 gaps.append(Gap(f"{step.describe()}: the copy's {side} window leaves buffer {area.buffer}", found))
+    return gaps
+
+
+def _access_gaps(template: Template, step: Step, n_min: int) -> list[Gap]:
+    """A checked load's or store's window outside its buffer, or outside its view, at some
+    N >= n_min (`semantics.races.plain_access`)."""
+    [area] = step.accesses
+    n, k, d = z3.Int("N"), z3.Int("k"), z3.Int("d")
+    ctx = Context(template, n, n_min)
+    starts = [ctx.value(s, d, k) for s in area.starts]
+    sizes = [ctx.value(z, d, k) for z in area.sizes]
+    shape = template.buffer_shapes[area.buffer]
+    domain = _domain(template, n, n_min) + [d >= 0, d < n, ctx.in_loop(ctx.where(step, k)), *ctx.side]
+    gaps = []
+    outside = [z3.Or(s < 0, s + z > ctx.value(e, 0, 0)) for s, z, e in zip(starts, sizes, shape)]
+    found = smallest_n(domain + [z3.Or(*outside)], n) if outside else None
+    if found is not None:
+        gaps.append(Gap(f"{step.describe()}: the window leaves buffer {area.buffer}", found))
+    if step.view is not None:
+        box = [(ctx.value(s, d, k), ctx.value(z, d, k)) for s, z in zip(step.view.starts, step.view.sizes)]
+        outside = [z3.Or(s < lo, s + z > lo + extent) for s, z, (lo, extent) in zip(starts, sizes, box)]
+        found = smallest_n(domain + [z3.Or(*outside)], n) if outside else None
+        if found is not None:
+            gaps.append(Gap(f"{step.describe()}: the window leaves its .at[...] view of buffer {area.buffer}", found))
     return gaps
 
 

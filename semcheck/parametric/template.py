@@ -90,6 +90,10 @@ class Step:
     send_inc: int = 0
     accesses: tuple[Area, ...] = ()  # a load or store: its region; a copy: source, destination
     target: int = 0  # a copy: the device offset it writes to
+    # A load or store whose window must lie inside its buffer (`ir.window_checked`), and inside
+    # `view` where it has one (`ir.Load.view`, the box of its `.at[...]` views).
+    checked: bool = False
+    view: Area | None = None
     # every number of the instruction: its path in the instruction, its expression
     holes: tuple[tuple[Any, Expr], ...] = ()
     shape: Any = field(default=None, compare=False, repr=False)  # the instruction, every number left out
@@ -280,7 +284,7 @@ def _full_rank(region: ir.Region, shape: tuple[int, ...]) -> ir.Region:
     rank = len(shape)
     starts = tuple(region.start) + (0,) * (rank - len(region.start))
     sizes = tuple(region.size) + tuple(shape[len(region.size):])
-    return ir.Region(region.buffer, starts[:rank], sizes[:rank])
+    return ir.Region(region.buffer, starts[:rank], sizes[:rank], widened=region.widened)
 
 
 def _normalized(instr: ir.Instr, shapes: Mapping[str, tuple[int, ...]]) -> ir.Instr:
@@ -596,7 +600,10 @@ def _typed_step(seg: Seg, j: int, instr: ir.Instr, holes: Mapping[Path, Expr],
             accesses=(area("src", 0, False), area("dst", target, True)), target=target,
         )
     if op in (Op.LOAD, Op.STORE):
-        return Step(seg, j, op, instr.loc, accesses=(area("region", 0, op is Op.STORE),))
+        assert isinstance(instr, (ir.Load, ir.Store))
+        checked = ir.window_checked(instr)
+        view = area("view", 0, False) if checked and instr.view is not None else None
+        return Step(seg, j, op, instr.loc, accesses=(area("region", 0, op is Op.STORE),), checked=checked, view=view)
     return Step(seg, j, op, instr.loc)
 
 

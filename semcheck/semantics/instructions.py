@@ -30,7 +30,7 @@ def operands(instr: ir.Instr) -> list[ir.Operand | None]:
     for name in ("inc", "value", "nbytes", "cond", "device", "core", "dst_device", "src_device"):
         if hasattr(instr, name):
             ops.append(getattr(instr, name))
-    for name in ("region", "src", "dst"):
+    for name in ("region", "src", "dst", "view"):
         region = getattr(instr, name, None)
         if isinstance(region, ir.Region):
             ops.extend(region.start + region.size)

@@ -239,17 +239,30 @@ def plain_races(system: RaceTables, state: State, t: int, access: Access) -> lis
 
 def plain_access(system: RaceTables, t: int, instr: ir.Load | ir.Store, state: State) -> Access:
     """The access a load or store of thread t makes (a Fault for a device outside the mesh,
-    then for a checked access's window outside its buffer: `ir.Load.checked`)."""
+    then for a checked access's window outside its buffer, or inside it but outside the
+    `.at[...]` view it indexes: `ir.Load.checked`, `ir.Load.view`)."""
     device = access_device(system, t, instr, state)
     store = isinstance(instr, ir.Store)
     access = system.resolve_region(t, instr.region, state, write=store, device=device)
-    if ir.window_checked(instr) and not inside_buffer(system, access):
-        raise Fault(
-            INVALID_REGION,
-            f"the {'store' if store else 'load'}'s window {extent(access)} lies outside "
-            f"{system.buffer_instances[access.buffer].label} of shape {tuple(system.buffer_instances[access.buffer].decl.shape)}",
-        )
+    if ir.window_checked(instr):
+        instance = system.buffer_instances[access.buffer]
+        what = f"the {'store' if store else 'load'}'s window {extent(access)}"
+        if not inside_buffer(system, access):
+            raise Fault(INVALID_REGION, f"{what} lies outside {instance.label} of shape {tuple(instance.decl.shape)}")
+        if instr.view is not None:
+            view = system.resolve_region(t, instr.view, state, write=store, device=device)
+            if not inside_view(access, view):
+                raise Fault(
+                    INVALID_REGION,
+                    f"{what} lies inside {instance.label} of shape {tuple(instance.decl.shape)} but outside "
+                    f"its .at[...] view {extent(view)} of it",
+                )
     return access._replace(atomic=True) if isinstance(instr, ir.Store) and instr.atomic else access
+
+
+def inside_view(access: Access, view: Access) -> bool:
+    """view start <= start and start + size <= view start + view size in every dim."""
+    return all(v <= s and s + z <= v + n for s, z, v, n in zip(access.starts, access.sizes, view.starts, view.sizes))
 
 
 def inside_buffer(system: RaceTables, access: Access) -> bool:

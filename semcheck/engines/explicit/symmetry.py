@@ -368,12 +368,13 @@ def rotate_instr(instr: ir.Instr, shift: int, n: int, slots: dict | None = None,
                        send_sem=send, src=src, dst=dst)
     if isinstance(instr, (ir.Load, ir.Store)):
         region = _region(instr.region, shift, n, slots, shapes)
+        view = None if instr.view is None else _region(instr.view, shift, n, slots, shapes)
         device = _device(instr.device, shift, n)
-        if _REFUSE in (region, device):
+        if _REFUSE in (region, view, device):
             return None
-        if region is instr.region and device == instr.device:
+        if region is instr.region and view is instr.view and device == instr.device:
             return instr
-        return replace(instr, region=region, device=device)
+        return replace(instr, region=region, view=view, device=device)
     sem = getattr(instr, "sem", None)
     if isinstance(sem, ir.SemRef):
         mapped = _ref(sem, shift, n)

@@ -346,9 +346,12 @@ class Encoding:
         else:  # a peer's buffer (`semantics.races.access_device`): faults outside the mesh
             places, inside = self._peer_places(nv.t, instr.region, instr.device, regs)
             nv.faults, nv.valid = {INVALID_DEVICE: NOT(inside)}, inside
-        if ir.window_checked(instr):  # then its window (`semantics.races.plain_access`)
+        if ir.window_checked(instr):  # then its window, and its view (`semantics.races.plain_access`)
             device_fault = nv.faults.get(INVALID_DEVICE, False)
-            outside = AND(NOT(device_fault), self._outside(nv.t, instr.region, regs, True))
+            outside = self._outside(nv.t, instr.region, regs, True)
+            if instr.view is not None:
+                outside = OR(outside, self._outside_view(nv.t, instr.region, instr.view, regs))
+            outside = AND(NOT(device_fault), outside)
             nv.faults = {**nv.faults, INVALID_REGION: outside}
             nv.valid = AND(*(NOT(f) for f in nv.faults.values()))
         if (nv.t, nv.node.pc) in self._racing:
@@ -405,6 +408,16 @@ class Encoding:
         if bounds_checked:
             return outside
         return AND(outside, NOT(OR(*(EQ(size, 0) for size in access.sizes))))
+
+    def _outside_view(self, t: int, region: ir.Region, view: ir.Region, regs) -> SymBool:
+        """The window reaches outside the box of its `.at[...]` views in some dim
+        (`semantics.races.inside_view`)."""
+        access = self.region(t, region, regs, False, [])
+        box = self.region(t, view, regs, False, [])
+        return OR(*(
+            OR(LT(start, lo), LT(apply("add", lo, extent), apply("add", start, size)))
+            for start, size, lo, extent in zip(access.starts, access.sizes, box.starts, box.sizes)
+        ))
 
     def _use_target(self, nv: NodeVars, target: Target) -> Target:
         nv.target = target
