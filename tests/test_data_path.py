@@ -323,6 +323,33 @@ def test_counts_forwarded_around_a_ring_are_known_once_the_copy_that_brought_the
         assert check_protocol(p).verdict.value == "safe"
 
 
+def test_a_count_staged_from_a_remote_copys_destination_decides_the_branch_as_the_script_does():
+    """The count a receiver branches on arrives by a remote copy into HBM and a local copy
+    into VMEM. The first lowering does not know it and makes the branch an input; only
+    payloads into buffers that fed a known value were decisive, so the canonical run's
+    payload into the inbox was never applied and every outcome was checked: a waiting
+    receiver paired with a sender that does not signal, a false unsatisfied_wait (the
+    variable-count RDMA exchange of benchmarks/public_kernels.md)."""
+    from semcheck.frontends import LoadError
+
+    script = _script("staged_count_branch.py")
+    for devices in (2, 4):
+        [p] = _load("staged_count_branch.py", devices)
+        assert not isinstance(p, LoadError), p
+        assert not p.inputs, p.inputs  # each branch taken from the data the script passed
+        waiting = {d for d in range(devices) if any(w.sem.alloc == "go_sem" for w in instrs(p, ir.Wait, device=d))}
+        # device d receives device d-1's count: 0 from device 0, d elsewhere
+        assert waiting == set(range(devices)) - {1 % devices}
+        line = line_of(script, "@pl.when(staged[0, 0] != 0)")
+        assert {(u.device, u.value, u.script_inputs, u.buffers) for u in p.data_uses if u.loc.line == line} == {
+            (d, int(d != 1), ("count_hbm",), ("count_hbm", "inbox", "staged")) for d in range(devices)
+        }
+        assert any("data that remote copies carry was followed" in n for n in p.notes)
+        result = check_protocol(p)
+        assert result.verdict.value == "safe", result.violations
+        assert result.stats.states == {2: 38, 4: 76}[devices]
+
+
 def test_summing_counts_before_their_copies_land_is_a_race_and_says_the_values_may_differ():
     from semcheck.frontends import LoadError
 
@@ -703,6 +730,7 @@ DIFFERENTIAL = {
     "gathered_counts.py": "finished",  # safe
     "gathered_counts_read_early.py": "finished",  # a race and a leftover: neither hangs
     "gathered_sizes.py": "finished",  # safe
+    "staged_count_branch.py": "finished",  # safe
 }
 
 

@@ -181,6 +181,25 @@ def test_a_script_whose_import_is_not_installed_gets_a_hint_to_install_it(tmp_pa
     assert "-m pip install not_installed_anywhere` (the package's name on PyPI may differ)" in hint
 
 
+def test_a_module_missing_from_a_package_the_script_found_is_not_called_not_installed(tmp_path):
+    # A script that puts a partial copy of a package on its path (tpu-inference's kernels
+    # without its logger) was told "`tpu_inference` is not installed: pip install tpu_inference".
+    package = tmp_path / "vendored" / "mypkg"
+    package.mkdir(parents=True)
+    write(package / "__init__.py", "")
+    script = write(tmp_path / "needs.py", (
+        "import os, sys\n"
+        "sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'vendored'))\n"
+        "import mypkg.logger\n"))
+    proc = semcheck_process("verify", script, "--devices", "2", "-q")
+    assert proc.returncode == 2
+    assert "the script raised ModuleNotFoundError: No module named 'mypkg.logger'" in proc.stdout
+    [hint] = [line for line in proc.stdout.splitlines() if line.startswith("  hint: ")]
+    assert hint == (f"  hint: `mypkg` was found at {package}, but it has no `mypkg.logger`: the script "
+                    "imports a module that copy of `mypkg` lacks (add it there, or put a complete `mypkg` "
+                    "first on the script's path)")
+
+
 def test_on_a_terminal_a_violations_prose_wraps_at_words_under_its_own_indent():
     # Only verdict lines and notes wrapped; a violation's message, trace and fix ran to 300
     # columns and the terminal cut them mid-word at column 80, indent lost.

@@ -83,6 +83,18 @@ class KernelError:
         return error
 
 
+@record(frozen=True)
+class MissingModule:
+    """A module the script imports that its Python cannot find. `package_dir`: where the
+    deepest package above it that did import lives (`tpu_inference.logger` missing from a
+    `tpu_inference` the script put on its path): then nothing needs installing, the package
+    found lacks that module."""
+
+    name: str
+    package: str | None = None
+    package_dir: str | None = None
+
+
 @record
 class CaptureOutcome:
     protocols: list[ir.Protocol] = field(default_factory=list)
@@ -96,7 +108,7 @@ class CaptureOutcome:
     assumptions: list = field(default_factory=list)  # the script's semcheck.assume calls
     timed_out: bool = False  # the script was stopped at the time it was given
     exited: str | None = None  # the script ended itself with sys.exit(0) (or None): how and where
-    missing_module: str | None = None  # the module the script imports that is not installed
+    missing_module: MissingModule | None = None  # the module the script imports that is not found
     sources: dict[str, str] = field(default_factory=dict)  # user files it read -> digest (capture_cache.py)
     kept: bool = False  # served from the capture cache, not captured now
     environment: dict[str, str | None] = field(default_factory=dict)  # variables the script read -> value digest
@@ -538,7 +550,19 @@ def _refuse_exit(code=0):
     raise _ScriptExit(code)
 
 
-def _run_script(path: str, exited: list[str | None], missing: list[str | None] | None = None,
+def _missing_module(name: str) -> MissingModule:
+    """`name`, and the deepest package above it that the script did import, if any."""
+    parts = name.split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        package = ".".join(parts[:k])
+        module = sys.modules.get(package)
+        locations = list(getattr(module, "__path__", None) or [])
+        if locations:
+            return MissingModule(name, package, str(locations[0]))
+    return MissingModule(name)
+
+
+def _run_script(path: str, exited: list[str | None], missing: list[MissingModule | None] | None = None,
                 ) -> tuple[str | None, ir.Loc | None]:
     """Run the script as `python path` would; why it failed and where, or (None, None).
     A script that ended itself with status 0 says how and where in `exited[0]`; one that
@@ -561,7 +585,7 @@ def _run_script(path: str, exited: list[str | None], missing: list[str | None] |
         return f"semcheck stopped the script: {e.message}", _where(e)
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script is reported
         if isinstance(e, ModuleNotFoundError) and e.name and missing is not None:
-            missing[0] = e.name
+            missing[0] = _missing_module(e.name)
         loc = _where(e)
         where = f" at {loc}" if loc else ""
         removed = removed_api(e)
@@ -722,7 +746,7 @@ def _child(args) -> int:
     from semcheck.passes import assumptions
 
     exited: list[str | None] = [None]
-    missing: list[str | None] = [None]
+    missing: list[MissingModule | None] = [None]
     with assumptions.collecting() as script_assumptions, capturing(captures.append), \
             environment_reads() as read_environment:
         script_error, where = _run_script(os.path.abspath(args.script), exited, missing)

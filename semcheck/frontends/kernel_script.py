@@ -8,11 +8,14 @@ other kernels of the file are still checked.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from semcheck.errors import LoadError, NothingToCheck
 from semcheck.ir import Loc, Protocol
 from semcheck.records import record
+
+if TYPE_CHECKING:  # the capture imports JAX's machinery: only its record's name is needed here
+    from semcheck.frontends.capture import MissingModule
 
 
 @record(frozen=True)
@@ -98,12 +101,18 @@ _HINT = (
 )
 
 
-def _missing_module_hint(module: str) -> str:
+def _missing_module_hint(missing: MissingModule) -> str:
     """The script imports what the environment semcheck runs in does not have: semcheck runs
-    the script with its own Python, so the script's dependencies must be installed there."""
+    the script with its own Python, so the script's dependencies must be installed there.
+    When a package above the module did import, installing that package is not the answer:
+    the copy the script found lacks the module."""
     import sys
 
-    top = module.split(".")[0]
+    if missing.package is not None:
+        return (f"`{missing.package}` was found at {missing.package_dir}, but it has no `{missing.name}`: "
+                f"the script imports a module that copy of `{missing.package}` lacks (add it there, or "
+                f"put a complete `{missing.package}` first on the script's path)")
+    top = missing.name.split(".")[0]
     return (f"semcheck runs the script with its own Python ({sys.executable}), where `{top}` is not "
             f"installed: install the script's dependencies there, e.g. `{sys.executable} -m pip install "
             f"{top}` (the package's name on PyPI may differ)")

@@ -202,6 +202,9 @@ class KernelContext:
     read_buffers: set[str] = field(default_factory=set)  # buffers some thread's data reads touched
     assumed: frozenset[str] = frozenset()  # semcheck.assume names (see KernelCapture.assumed)
     data_uses: list[ir.DataUse] = field(default_factory=list)
+    # Inputs standing for data this lowering did not know (`input_for_unknown_data`): a copy
+    # the canonical run lands may define that data for the next lowering (tpu_kernel.py).
+    unknown_data_inputs: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # A line in a helper the body calls names the calls from the body (ir.Loc.chain).
@@ -247,9 +250,12 @@ class KernelContext:
 
         return RefValue(name, True, (), pl_core.BarrierSemaphore())
 
-    def add_input(self, base: str, lo: int, hi: int, loc: ir.Loc) -> str:
+    def input_for_unknown_data(self, base: str, lo: int, hi: int, loc: ir.Loc) -> str:
+        """A protocol input over `lo..hi` standing for a value taken from data this lowering
+        does not know (a branch, a semaphore index or a `pl.select_ref` choice on it)."""
         name = self.unique(base)
         self.inputs.append(ir.Input(name, lo, hi, loc))
+        self.unknown_data_inputs.append(name)
         return name
 
     def scalar_input(self, buffer: str, index: tuple[int, ...], device: int, dtype, loc: ir.Loc,

@@ -164,7 +164,7 @@ def _data_dependent_cond(t: ThreadLowering, eqn, index: Opaque, branches, operan
     em.rollback(start)
     t.memory.restore(before)
     loc = t.loc(eqn)
-    name = t.kernel.add_input(f"data@{loc.line}.d{t.device}c{t.core}", 0, len(branches) - 1, loc)
+    name = t.kernel.input_for_unknown_data(f"data@{loc.line}.d{t.device}c{t.core}", 0, len(branches) - 1, loc)
     t.kernel.note(
         f"the branch at {loc} depends on {index.why}; semcheck checks every outcome of it on "
         "every device and core"

@@ -146,7 +146,7 @@ def for_each_selection(t: ThreadLowering, eqn, operands: list, lower: Callable[[
             return
         if isinstance(index, Opaque):
             loc = t.loc(eqn)
-            name = t.kernel.add_input(f"select@{loc.line}.d{t.device}c{t.core}", 0, last, loc)
+            name = t.kernel.input_for_unknown_data(f"select@{loc.line}.d{t.device}c{t.core}", 0, last, loc)
             t.kernel.note(
                 f"the pl.select_ref at {loc} chooses by {index.why}; semcheck checks every one of "
                 f"its {len(options)} refs on every device and core"
@@ -276,7 +276,7 @@ def _unknown_semaphore_index(t: ThreadLowering, eqn, index: Opaque, what: str, e
     known only at run time (a register) is still checked and faults with
     invalid_semaphore_index."""
     loc = t.loc(eqn)
-    name = t.kernel.add_input(f"index@{loc.line}.d{t.device}c{t.core}", 0, max(extent, 1) - 1, loc)
+    name = t.kernel.input_for_unknown_data(f"index@{loc.line}.d{t.device}c{t.core}", 0, max(extent, 1) - 1, loc)
     t.kernel.note(
         f"{what} at {loc} depends on {index.why}; semcheck checks every index 0..{extent - 1} "
         "of the semaphore array on every device and core (it assumes the index lies inside "

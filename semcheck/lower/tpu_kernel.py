@@ -527,6 +527,7 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
     from semcheck.lower.schedule import canonical_arrivals, same_arrivals
 
     fresh = _PassState.of(ctx)
+    guessed: list[str] | None = None  # the previous lowering's inputs for unknown data
     for _ in range(MAX_DATA_PASSES):
         fresh.restore(ctx)
         volatile = set(ctx.volatile)
@@ -551,7 +552,14 @@ def _lower_with_copied_data(ctx: KernelContext, jaxpr, refs, points, barrier: bo
         # Only payloads into buffers that fed a protocol value must agree: a ring's payload
         # moves one hop per lowering and decides nothing (unless a thread was cut short).
         decisive = (lambda landed: landed) if cut else (lambda landed, fed=fed: _landed_in(landed, fed))
-        if settled and same_arrivals(decisive(arrivals), decisive(ctx.arrivals)):
+        # A value this lowering did not know became an input (a branch on it, say); only
+        # payloads into buffers that fed a known value count as decisive, so the payload
+        # that defines it (a count staged from a remote copy's destination, which the
+        # canonical run landed) would otherwise never be applied: lower again until the
+        # inputs for unknown data are the previous lowering's.
+        guesses_settled = not ctx.unknown_data_inputs or ctx.unknown_data_inputs == guessed
+        guessed = list(ctx.unknown_data_inputs)
+        if settled and guesses_settled and same_arrivals(decisive(arrivals), decisive(ctx.arrivals)):
             if arrived & fed and ctx.inputs:
                 raise LoadError(
                     f"{ctx.name}: data that remote copies carry into {', '.join(sorted(arrived & fed))} "
@@ -632,6 +640,7 @@ class _PassState:
         ctx.inputs, ctx._scalar_inputs = list(self.inputs), dict(self.scalar_inputs)
         ctx.notes, ctx.data_uses, ctx._names = list(self.notes), list(self.data_uses), set(self.names)
         ctx.findings = list(self.findings)
+        ctx.unknown_data_inputs = []
         ctx.read_points, ctx.payloads = {}, {}
         ctx.read_buffers.clear()
 
