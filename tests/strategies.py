@@ -189,7 +189,7 @@ def protocols(  # noqa: C901
 
 
 @st.composite
-def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_blocks: int = 4):
+def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_blocks: int = 4, spins: bool = False):
     """Random protocols with what `protocols()` leaves out: a source line per instruction (so
     finding keys tell waits apart), register arithmetic, if/else with jumps that join paths
     with different register values, loops (counted, bounded by an input, and retry loops
@@ -198,7 +198,10 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
     copies of buffer slots chosen the same way, and kernel entry and exit.
 
     Every loop is bounded (at most 3 iterations, at most 2 loops per thread), so every
-    execution terminates and the z3 engine's default unrolling covers it.
+    execution terminates and the z3 engine's default unrolling covers it. With `spins`,
+    a thread may also poll a semaphore with no bound (`while semaphore_read(s) < k: pass`),
+    which spins for ever where nothing else adds to s: the explicit engine alone decides
+    those (z3 says inconclusive).
     """
     backend = draw(st.sampled_from([Backend.TPU, Backend.GPU]))
     devices = draw(st.integers(1, max_devices))
@@ -226,7 +229,7 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
     for device in range(devices):
         for core in range(cores):
             threads.append(ir.Thread(device, core, _control_flow_body(
-                draw, loc, backend, devices, cores, inputs, regulars, dmas, max_blocks)))
+                draw, loc, backend, devices, cores, inputs, regulars, dmas, max_blocks, spins)))
     return ir.Protocol(
         name="random_control_flow", backend=backend, devices=devices, cores=cores,
         threads=tuple(threads), semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
@@ -235,7 +238,7 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
 
 
 def _control_flow_body(draw, loc, backend, devices: int, cores: int, inputs: list, regulars: list, dmas: list,  # noqa: C901
-                       max_blocks: int) -> tuple:
+                       max_blocks: int, spins: bool = False) -> tuple:
     """One thread's program for `control_flow_protocols` (a function of its own, so the
     helpers below close over this thread's body and registers, not a loop's)."""
     body: list = []  # instructions; branch/jump targets patched at the end
@@ -366,15 +369,23 @@ def _control_flow_body(draw, loc, backend, devices: int, cores: int, inputs: lis
         body.append(ir.Branch(loc(), ir.BinOp("lt", ir.Reg(counter), 2), top))
         body[exit_branch] = ir.Branch(loc(), ir.BinOp("ge", ir.Reg(seen), draw(st.integers(1, 2))), len(body))
 
+    def spin() -> None:
+        """Poll a count with semaphore_read until it reaches k, with no bound."""
+        decl = draw(st.sampled_from(regulars))
+        seen = fresh_register("r")
+        top = len(body)
+        body.append(ir.Read(loc(), ir.SemRef(decl.name, index_operand(decl)), seen))
+        body.append(ir.Branch(loc(), ir.BinOp("lt", ir.Reg(seen), draw(st.integers(1, 2))), top))
+
     loops = 0
     lifecycle = backend is Backend.TPU and draw(st.integers(0, 2)) == 0
     if lifecycle:  # targets count from here: the entry is instruction 0
         body.append(ir.KernelEntry(loc()))
     for _ in range(draw(st.integers(0, max_blocks))):
-        shape = draw(st.sampled_from(["simple", "simple", "simple", "if", "loop", "retry"]))
-        if shape in ("loop", "retry") and loops < 2:
+        shape = draw(st.sampled_from(["simple", "simple", "simple", "if", "loop", "retry"] + ["spin"] * 3 * spins))
+        if shape in ("loop", "retry", "spin") and loops < 2:
             loops += 1
-            (counted_loop if shape == "loop" else retry_loop)()
+            {"loop": counted_loop, "retry": retry_loop, "spin": spin}[shape]()
         elif shape == "if":
             if_else()
         else:
@@ -625,4 +636,130 @@ def barrier_protocols(draw, max_devices: int = 3, max_rounds: int = 2, max_steps
         semaphores=tuple(sems),
         buffers=(ir.BufferDecl("zeros", (devices,)), ir.BufferDecl("stage", (1,)), ir.BufferDecl("out", (devices,))),
         threads=tuple(threads),
+    )
+
+
+@st.composite
+def invocation_protocols(draw, max_devices: int = 3, max_invocations: int = 3, max_ops: int = 3):  # noqa: C901
+    """TPU kernels called more than once (`--invocations K`: every core runs entry, its
+    body, exit, K times), with what the reduction must keep after a fault: faults of
+    every kind (a semaphore index, device or core out of range; a checked load, store or
+    copy window outside its buffer) in any invocation, and remote signals and copies into
+    a peer's scratch semaphores that can reach it before it entered their invocation or
+    after it left (`remote_before_entry`), beside handshakes that outlive a kernel (an
+    argument semaphore, which no entry resets or checks, and a barrier semaphore that
+    every invocation shares, with its ledger and early passes). A device that faults in
+    one invocation and a peer that runs on into the next are where a reduction that took
+    a fault for an action with no effect on its peers would lose the early arrival.
+
+    Each invocation of a thread has its own body (a kernel whose program depends on the
+    step: a mistake in one invocation only), and every instruction its own line, so the
+    findings' keys name their sites."""
+    devices = draw(st.integers(2, max_devices))
+    cores = draw(st.integers(1, 2)) if devices == 2 else 1
+    invocations = draw(st.sampled_from([2, 2, max_invocations, 1]))
+    sems = (
+        ir.SemDecl("s0", SemKind.REGULAR, 2, SemOrigin.SCRATCH, Scope.CORE),
+        ir.SemDecl("d0", SemKind.DMA, 1, SemOrigin.SCRATCH, Scope.CORE),
+        ir.SemDecl("a0", SemKind.REGULAR, 1, SemOrigin.ARGUMENT, Scope.CORE),
+        ir.SemDecl("barrier", SemKind.REGULAR, 1, SemOrigin.BARRIER, Scope.CORE),
+    )
+    lines = iter(range(1, 10_000))
+
+    def loc() -> ir.Loc:
+        return ir.Loc("invocations.py", next(lines))
+
+    def device(own: int) -> int | None:
+        """Mostly a peer; sometimes the thread's own device, or one past the mesh."""
+        choice = draw(st.integers(0, 9))
+        if choice == 0:
+            return devices  # invalid_device_id
+        if choice <= 2:
+            return None
+        return draw(st.sampled_from([d for d in range(devices) if d != own] or [own]))
+
+    def core() -> int | None:
+        if cores == 1 and draw(st.integers(0, 5)):
+            return None
+        return draw(st.integers(0, cores))  # `cores` itself: invalid_core_index
+
+    def row() -> int:
+        return draw(st.sampled_from([0, 1, 2]))  # row 2 of a (2, 4) buffer: invalid_region
+
+    def op(own: int) -> list[ir.Instr]:
+        kind = draw(st.sampled_from(["signal", "signal", "wait", "wait", "dma", "access", "access"]))
+        if kind == "signal":
+            name = draw(st.sampled_from(["s0", "s0", "a0", "barrier"]))
+            index = draw(st.sampled_from([0, 0, 1, 2])) if name == "s0" else 0  # 2: invalid_semaphore_index
+            return [ir.Signal(loc(), ir.SemRef(name, index, device(own), core()), 1)]
+        if kind == "wait":
+            name = draw(st.sampled_from(["s0", "a0", "barrier"]))
+            return [ir.Wait(loc(), ir.SemRef(name), 1, draw(st.integers(0, 3)) > 0)]
+        if kind == "dma":
+            target = device(own)
+            copy: list[ir.Instr] = [ir.DmaStart(
+                loc(), ir.Region("mem", (row(),), (1,)), ir.Region("mem", (row(),), (1,)),
+                ir.SemRef("d0"), ir.SemRef("d0"), 4, target,
+            )]
+            if draw(st.booleans()):
+                side = draw(st.sampled_from([ir.DmaSide.SEND, ir.DmaSide.RECV]))
+                copy.append(ir.DmaWait(loc(), ir.SemRef("d0"), 4, side))
+            return copy
+        region = ir.Region("mem", (row(),), (1,))
+        if draw(st.booleans()):
+            return [ir.Load(loc(), region, checked=True)]
+        return [ir.Store(loc(), region, checked=True)]
+
+    def fault(own: int) -> list[ir.Instr]:
+        """An instruction that faults, of each kind."""
+        kind = draw(st.sampled_from(["load", "store", "index", "device", "core", "copy"]))
+        if kind in ("load", "store"):
+            access = ir.Load if kind == "load" else ir.Store
+            return [access(loc(), ir.Region("mem", (2,), (1,)), checked=True)]
+        if kind == "copy":
+            rows = draw(st.sampled_from([(2, 0), (0, 2)]))
+            return [ir.DmaStart(loc(), ir.Region("mem", (rows[0],), (1,)), ir.Region("mem", (rows[1],), (1,)),
+                                ir.SemRef("d0"), ir.SemRef("d0"), 4, device(own))]
+        ref = {"index": ir.SemRef("s0", 2), "device": ir.SemRef("s0", 0, devices), "core": ir.SemRef("s0", 0, None, cores)}
+        return [ir.Signal(loc(), ref[kind], 1)]
+
+    def arrival(target: int) -> list[ir.Instr]:
+        """A remote signal or copy into `target`'s scratch semaphores."""
+        if draw(st.booleans()):
+            return [ir.Signal(loc(), ir.SemRef("s0", draw(st.integers(0, 1)), target), 1)]
+        return [ir.DmaStart(loc(), ir.Region("mem", (0,), (1,)), ir.Region("mem", (1,), (1,)),
+                            ir.SemRef("d0"), ir.SemRef("d0"), 4, target)]
+
+    # per thread, per invocation, its ops (each a list of instructions)
+    plan = [[[op(d) for _ in range(draw(st.integers(0, max_ops)))] for _ in range(invocations)]
+            for d in range(devices) for _c in range(cores)]
+    # Most draws: one device faults in an invocation and a peer, in the next, signals it or
+    # copies into it (the review's question: is that early arrival still reported?).
+    if invocations > 1 and draw(st.integers(0, 3)) > 0:
+        faulting, peer = draw(st.permutations(range(devices)))[:2]
+        at = draw(st.integers(0, invocations - 2))
+        ops = plan[faulting * cores][at]
+        ops.insert(draw(st.integers(0, len(ops))), fault(faulting))
+        ops = plan[peer * cores][at + 1]
+        ops.insert(draw(st.integers(0, len(ops))), arrival(faulting))
+    # A handshake on the argument semaphore in each invocation (every device signals each
+    # peer's first, then waits for all of them, among the ops or after them): a device
+    # then runs into a later invocation only once each peer has signalled in this one, so
+    # a fault after the handshake is the only thing left between a peer's early arrival
+    # and the faulting core's next entry.
+    handshake = draw(st.integers(0, 3)) > 0
+    threads = []
+    for t, invocation_ops in enumerate(plan):
+        d, c = divmod(t, cores)
+        body: list[ir.Instr] = []
+        for ops in invocation_ops:
+            if handshake:
+                ops.insert(draw(st.integers(0, len(ops))), [ir.Wait(loc(), ir.SemRef("a0"), devices - 1, True)])
+                ops.insert(0, [ir.Signal(loc(), ir.SemRef("a0", 0, peer), 1) for peer in range(devices) if peer != d])
+            body += [ir.KernelEntry(loc()), *(i for instrs in ops for i in instrs), ir.KernelExit(loc())]
+        threads.append(ir.Thread(d, c, tuple(body)))
+    return ir.Protocol(
+        name="random_invocations", backend=Backend.TPU, devices=devices, cores=cores, threads=tuple(threads),
+        semaphores=sems, buffers=(ir.BufferDecl("mem", (2, 4)),), loc=LOC,
+        cores_enter_together=draw(st.booleans()),
     )

@@ -533,13 +533,22 @@ class Tables:
         not entered that invocation yet, or (unless `late_ok`: a copy into a buffer handed to
         a later kernel of the program) has moved on to a later one. None when it may (cores
         without a lifecycle have nothing to check against; after an exit, see the module
-        docstring)."""
+        docstring).
+
+        A core whose thread faulted stays in the invocation it faulted in: it never enters
+        another. So a fault changes nothing this check reads, and the faulting step commutes
+        with every arrival at its core, as its footprint (which names no lifecycle cell)
+        says; when a faulted core counted as having nothing to check against, the reduced
+        search, taking the fault first, lost the early arrivals of the schedules in which
+        they came before it (docs/search.md, "Faults, and what comes after them")."""
         cores = range(self.protocol.cores) if core is None else (core,)
         for c in cores:
             for q in self.core_threads.get((device, c), ()):
-                pc = state.pcs[q]
-                if not self.has_lifecycle[q] or pc == FAULTED:
+                if not self.has_lifecycle[q]:
                     continue
+                pc = state.pcs[q]
+                if pc == FAULTED:
+                    pc = next(at for thread, at, _kind, _detail in state.faults if thread == q)
                 current = self.invocation_at[q][pc]
                 if current < invocation:
                     return "before it entered" + (f" invocation {invocation} of" if invocation > 1 else "")
