@@ -164,7 +164,7 @@ def full_spins(protocol: ir.Protocol) -> set:
     return {key for key, (finding, _i, _a) in found.findings.items() if finding.loop_steps}
 
 
-@pytest.mark.parametrize("examples", example_counts(fast=10, slow=100))
+@pytest.mark.parametrize("examples", example_counts(fast=10, slow=250))
 def test_the_reduced_search_keeps_what_threads_beside_a_spin_do(examples):
     """On protocols with loops, where a thread may poll a semaphore with no bound and spin for
     ever beside threads with faults, races and early arrivals of their own still to come:

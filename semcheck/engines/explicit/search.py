@@ -180,96 +180,96 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
     fully: set[int] = set()
     expand_fully: set[int] = set()
     try:
-        while True:  # once more per round of bottom components expanded
-            while queue:
-                i, depth = queue.popleft()
-                state = states.take(i)
-                monitor.tick(on_path + len(states), transitions, len(queue), depth)
-                kept = movable.pop(i, None)
-                ready = system.movable_threads(state) if kept is None else kept
-                reducing = reduce and i not in expand_fully
-                # most states have a thread whose action is a stubborn set of its own: then
-                # the pending completions need not be listed as actions
-                chosen = isolated_action(ind, state, ready) if reducing else None
-                if chosen is not None:
-                    enabled = chosen
-                else:
-                    enabled = system.enabled(state, ready)
-                if not enabled:
-                    ended.add(i)
-                    found.ends.add(end_kind(system, state))
-                    record(terminal_findings(system, state), i)
-                    if stop_at_first and found.has_errors:
-                        break
-                    continue
-                if chosen is None:
-                    chosen = stubborn_subset(ind, state, enabled, isolated_tried=True) if reducing else enabled
-                if edges is not None and len(chosen) == (
-                        len(enabled) if enabled is not chosen else len(ready) + len(distinct(state.events))):
-                    fully.add(i)
-                asleep = tree.sleep(i)
-                done: list = []
-                for action in chosen:
-                    if asleep and action in asleep:  # (an empty set still hashes the action)
-                        if edges is not None:
-                            skipped.append((i, action))
-                        continue
-                    successor = ind.normalize(system.step(state, action))
-                    transitions += 1
-                    if silence_reported_races and successor.hazards:
-                        record(hazard_findings(system, successor, state.hazards), i, action)
-                        successor = successor._replace(hazards=hazards_to_keep(successor))
-                    if reducing:
-                        inherited = frozenset(
-                            b for b in (*asleep, *done) if ind.independent(state, action, b)
-                        )
-                    else:  # unreduced; or expanded whole because the stubborn sets went round in
-                        # a cycle, where what a sleeping action leads to was left for states that
-                        # never took it: nothing is left asleep
-                        inherited = frozenset()
-                    done.append(action)
-                    # where the search branches, a successor is looked up by its orbit
-                    if group is None or len(chosen) == 1:
-                        key_state, image = successor, 0
-                    else:
-                        key_state, image = _key_state(group, successor)
-                    key = states.pack(key_state)
-                    j = states.find(key)
-                    if j is None:
-                        j = states.add(key, successor, image)
-                        tree.add(i, action, inherited)
-                        queue.append(j, depth + 1)
-                        if len(movable) < _MOVABLE_KEPT:
-                            movable[j] = system.movable_after(state, ready, action, successor)
-                        if edges is not None:
-                            edges.append([])
-                        if successor.faults != state.faults:
-                            record(fault_findings(system, successor, state.faults), j)
-                        if successor.hazards != state.hazards:
-                            record(hazard_findings(system, successor, state.hazards), j)
-                    elif group is not None and not states.holds(j, successor, key_state, image):
-                        # another state of the orbit: its sleep set names that state's actions,
-                        # so it is expanded again with none asleep
-                        if tree.sleep(j):
-                            tree.set_sleep(j, frozenset())
-                            queue.append(j, depth + 1)  # queued again at this path's depth (its first was no longer)
-                    elif reduce and not tree.sleep(j) <= inherited:  # unreduced, every sleep set is empty
-                        tree.set_sleep(j, tree.sleep(j) & inherited)
-                        queue.append(j, depth + 1)
-                    if edges is not None:
-                        edges[i].append((j, action))
+      while True:  # noqa: E111 (once more per round of bottom components expanded)
+        while queue:
+            i, depth = queue.popleft()
+            state = states.take(i)
+            monitor.tick(on_path + len(states), transitions, len(queue), depth)
+            kept = movable.pop(i, None)
+            ready = system.movable_threads(state) if kept is None else kept
+            reducing = reduce and i not in expand_fully
+            # most states have a thread whose action is a stubborn set of its own: then
+            # the pending completions need not be listed as actions
+            chosen = isolated_action(ind, state, ready) if reducing else None
+            if chosen is not None:
+                enabled = chosen
+            else:
+                enabled = system.enabled(state, ready)
+            if not enabled:
+                ended.add(i)
+                found.ends.add(end_kind(system, state))
+                record(terminal_findings(system, state), i)
                 if stop_at_first and found.has_errors:
                     break
-            if not reduce or edges is None or queue or (stop_at_first and found.has_errors):
+                continue
+            if chosen is None:
+                chosen = stubborn_subset(ind, state, enabled, isolated_tried=True) if reducing else enabled
+            if edges is not None and len(chosen) == (
+                    len(enabled) if enabled is not chosen else len(ready) + len(distinct(state.events))):
+                fully.add(i)
+            asleep = tree.sleep(i)
+            done: list = []
+            for action in chosen:
+                if asleep and action in asleep:  # (an empty set still hashes the action)
+                    if edges is not None:
+                        skipped.append((i, action))
+                    continue
+                successor = ind.normalize(system.step(state, action))
+                transitions += 1
+                if silence_reported_races and successor.hazards:
+                    record(hazard_findings(system, successor, state.hazards), i, action)
+                    successor = successor._replace(hazards=hazards_to_keep(successor))
+                if reducing:
+                    inherited = frozenset(
+                        b for b in (*asleep, *done) if ind.independent(state, action, b)
+                    )
+                else:  # unreduced; or expanded whole because the stubborn sets went round in
+                    # a cycle, where what a sleeping action leads to was left for states that
+                    # never took it: nothing is left asleep
+                    inherited = frozenset()
+                done.append(action)
+                # where the search branches, a successor is looked up by its orbit
+                if group is None or len(chosen) == 1:
+                    key_state, image = successor, 0
+                else:
+                    key_state, image = _key_state(group, successor)
+                key = states.pack(key_state)
+                j = states.find(key)
+                if j is None:
+                    j = states.add(key, successor, image)
+                    tree.add(i, action, inherited)
+                    queue.append(j, depth + 1)
+                    if len(movable) < _MOVABLE_KEPT:
+                        movable[j] = system.movable_after(state, ready, action, successor)
+                    if edges is not None:
+                        edges.append([])
+                    if successor.faults != state.faults:
+                        record(fault_findings(system, successor, state.faults), j)
+                    if successor.hazards != state.hazards:
+                        record(hazard_findings(system, successor, state.hazards), j)
+                elif group is not None and not states.holds(j, successor, key_state, image):
+                    # another state of the orbit: its sleep set names that state's actions,
+                    # so it is expanded again with none asleep
+                    if tree.sleep(j):
+                        tree.set_sleep(j, frozenset())
+                        queue.append(j, depth + 1)  # queued again at this path's depth (its first was no longer)
+                elif reduce and not tree.sleep(j) <= inherited:  # unreduced, every sleep set is empty
+                    tree.set_sleep(j, tree.sleep(j) & inherited)
+                    queue.append(j, depth + 1)
+                if edges is not None:
+                    edges[i].append((j, action))
+            if stop_at_first and found.has_errors:
                 break
-            for members in endless.bottom_components(edges):
-                if not fully.intersection(members):
-                    i = members[0]  # the first the search reached
-                    expand_fully.add(i)
-                    tree.set_sleep(i, frozenset())
-                    queue.append(i, len(tree_path(i)[1]))
-            if not queue:
-                break
+        if not reduce or edges is None or queue or (stop_at_first and found.has_errors):
+            break
+        for members in endless.bottom_components(edges):
+            if not fully.intersection(members):
+                i = members[0]  # the first the search reached
+                expand_fully.add(i)
+                tree.set_sleep(i, frozenset())
+                queue.append(i, len(tree_path(i)[1]))
+        if not queue:
+            break
     except BudgetExceeded as exceeded:
         found.exhausted, found.stopped_by = exceeded.reason, exceeded.by
     if edges is not None and not found.exhausted and not queue:
