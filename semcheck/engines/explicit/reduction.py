@@ -1,12 +1,8 @@
 """Partial-order reduction keyed on semaphore identity: stubborn sets and sleep sets.
 
-Every property semcheck checks is decided in terminal states or seen by a transition and
-kept in the state (faults, races, early arrivals), so a deadlock-preserving stubborn set
-suffices: it reaches every terminal state of the full system (Valmari's theorem), by runs
-that are the full system's with non-conflicting actions swapped, which see the same
-findings when every check reads only what the footprints name. Runs that never end (a
-spin) need the search's proviso: a state of every bottom component of the explored graph
-expanded whole (search.py; docs/search.md, "What `--exhaustive` keeps").
+Every property semcheck checks is decided in terminal states (faults persist until the end),
+so a deadlock-preserving stubborn set suffices: it reaches every terminal state of the full
+system (Valmari's theorem; no cycle proviso is needed for terminal states).
 
 A stubborn set is a set of *actors* (threads, pending DMA completions) closed under:
 

@@ -9,9 +9,7 @@ matching), so the reduction stays exact.
 
 When some thread can jump backwards, the explored graph's edges are kept for the
 non-progress check (`endless.py`): states from which no schedule ends are a loop that
-spins for ever. They also serve the reduction's proviso against ignoring: each bottom
-component of the explored graph with a cycle gets a state expanded with every enabled
-action, so a thread that a spin's stubborn sets would leave standing for ever still moves.
+spins for ever.
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ from semcheck.engines.explicit.store import Fifo, SearchTree, StateStore
 from semcheck.engines.options import ExplicitOptions
 from semcheck.semantics.properties import Kind, end_kind, fault_findings, hazard_findings, hazards_to_keep, terminal_findings
 from semcheck.semantics import Action, State, System, without_gc
-from semcheck.semantics.state import distinct
 
 NAME = "explicit"
 _MOVABLE_KEPT = 4096  # queued states whose movable threads are kept (others find them again)
@@ -171,26 +168,16 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
     # stopped at included, when the budget ran out there)
     on_path = 0 if path is None else len(path) + (0 if len(states) else 1)
 
-    # With loops, the reduced graph can close a cycle that some actor never moves in (a
-    # thread spinning on a count nothing else changes, while another has a fault or an
-    # early arrival still to come): the stubborn sets keep every end state, not what only
-    # runs that never end can reach. So every bottom component of the explored graph with
-    # a cycle gets a state expanded with all its enabled actions (`fully`), and the search
-    # goes on from there (docs/search.md, "Runs that never end").
-    fully: set[int] = set()
-    expand_fully: set[int] = set()
     try:
-      while True:  # noqa: E111 (once more per round of bottom components expanded)
         while queue:
             i, depth = queue.popleft()
             state = states.take(i)
             monitor.tick(on_path + len(states), transitions, len(queue), depth)
             kept = movable.pop(i, None)
             ready = system.movable_threads(state) if kept is None else kept
-            reducing = reduce and i not in expand_fully
             # most states have a thread whose action is a stubborn set of its own: then
             # the pending completions need not be listed as actions
-            chosen = isolated_action(ind, state, ready) if reducing else None
+            chosen = isolated_action(ind, state, ready) if reduce else None
             if chosen is not None:
                 enabled = chosen
             else:
@@ -203,10 +190,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                     break
                 continue
             if chosen is None:
-                chosen = stubborn_subset(ind, state, enabled, isolated_tried=True) if reducing else enabled
-            if edges is not None and len(chosen) == (
-                    len(enabled) if enabled is not chosen else len(ready) + len(distinct(state.events))):
-                fully.add(i)
+                chosen = stubborn_subset(ind, state, enabled, isolated_tried=True) if reduce else enabled
             asleep = tree.sleep(i)
             done: list = []
             for action in chosen:
@@ -219,13 +203,11 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 if silence_reported_races and successor.hazards:
                     record(hazard_findings(system, successor, state.hazards), i, action)
                     successor = successor._replace(hazards=hazards_to_keep(successor))
-                if reducing:
+                if reduce:
                     inherited = frozenset(
                         b for b in (*asleep, *done) if ind.independent(state, action, b)
                     )
-                else:  # unreduced; or expanded whole because the stubborn sets went round in
-                    # a cycle, where what a sleeping action leads to was left for states that
-                    # never took it: nothing is left asleep
+                else:
                     inherited = frozenset()
                 done.append(action)
                 # where the search branches, a successor is looked up by its orbit
@@ -260,16 +242,6 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                     edges[i].append((j, action))
             if stop_at_first and found.has_errors:
                 break
-        if not reduce or edges is None or queue or (stop_at_first and found.has_errors):
-            break
-        for members in endless.bottom_components(edges):
-            if not fully.intersection(members):
-                i = members[0]  # the first the search reached
-                expand_fully.add(i)
-                tree.set_sleep(i, frozenset())
-                queue.append(i, len(tree_path(i)[1]))
-        if not queue:
-            break
     except BudgetExceeded as exceeded:
         found.exhausted, found.stopped_by = exceeded.reason, exceeded.by
     if edges is not None and not found.exhausted and not queue:
