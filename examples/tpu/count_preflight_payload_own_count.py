@@ -45,7 +45,7 @@ def preflight_kernel(count_smem, count_hbm, payload_ref, o_ref, counts_in, count
 
     @pl.when(receiving)
     def _():
-        payload_copy.wait_recv()
+        payload_copy.wait_recv()  # <- unsatisfied_wait
         o_ref[...] = landing[...]
 
     @pl.when(jnp.logical_not(receiving))

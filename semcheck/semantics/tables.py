@@ -540,7 +540,7 @@ class Tables:
         with every arrival at its core, as its footprint (which names no lifecycle cell)
         says; when a faulted core counted as having nothing to check against, the reduced
         search, taking the fault first, lost the early arrivals of the schedules in which
-        they came before it (docs/search.md, "Faults, and what comes after them")."""
+        they came before it (docs/search.md, "What `--exhaustive` keeps")."""
         cores = range(self.protocol.cores) if core is None else (core,)
         for c in cores:
             for q in self.core_threads.get((device, c), ()):
