@@ -304,10 +304,11 @@ def _no_check() -> None:
 
 
 def terminal_findings(system: System, state: State, check: Callable[[], object] = _no_check) -> list[Finding]:
-    """Judge a state in which nothing can move. `check` is called once per thread, blocked
-    wait and semaphore looked at (an engine passes its budget's check, which raises
-    `BudgetExceeded`): at 30,000 blocked threads the judgement takes seconds and tens of MB,
-    and a run's time and memory bounds hold through it as through the search."""
+    """Judge a state in which nothing can move. `check` is called at every step of the
+    judgement's loops (each thread, blocked wait, non-zero semaphore, and each step through
+    the graph of blocked waits); an engine passes its budget's check, which raises
+    `BudgetExceeded`: at 30,000 blocked threads the judgement takes seconds and MBs, and a
+    run's time and memory bounds hold through it as through the search."""
     if state.faults or went_wrong(state):
         return []  # what follows a fault (or a cascading hazard) is its consequence; that is the report
     if system.at_cut(state):
