@@ -348,6 +348,41 @@ def test_an_empty_window_is_inside_one_past_its_buffer_or_view_and_outside_furth
     assert ("outside its .at[...] view [0:8, 0:8]" in fault.message) is view
 
 
+def _empty_copies_by_device(bounds_checked: bool):
+    """Device d copies the empty window at row d of its 8-row buffer into row 0, from a
+    kernel compiled with disable_bounds_checks=True where `bounds_checked` is False."""
+    from dataclasses import replace
+
+    from semcheck import ir
+    from semcheck.model import DMA, ProtocolBuilder
+
+    def model(n):
+        p = ProtocolBuilder("empty_copies_by_device", devices=n, backend="tpu")
+        sem = p.semaphore("sem", DMA)
+        buf = p.buffer("buf", (8, 8), space="vmem")
+        for d in range(n):
+            p.thread(d).dma_start(buf.region(d, size=(0, 8)), buf.region(0, size=(0, 8)), recv_sem=sem).wait_recv()
+        built = p.build()
+        threads = tuple(replace(t, body=tuple(replace(i, bounds_checked=bounds_checked) if isinstance(i, ir.DmaStart)
+                                              else i for i in t.body)) for t in built.threads)
+        return replace(built, threads=threads)
+
+    return model
+
+
+@pytest.mark.parametrize("bounds_checked", [True, False])
+def test_an_empty_copy_window_past_its_buffer_faults_only_where_the_windows_are_checked(bounds_checked):
+    """The proof judges an empty copy window as the engines do (`semantics.rules._check_window`):
+    one past the end is inside, further on a fault where Mosaic checks the windows, and no
+    fault where nothing does. Was a gap from N = 10 without the bounds checks, so the proof
+    did not hold for a kernel the engines call safe at every count."""
+    outcome = every_count_of(_empty_copies_by_device(bounds_checked), EveryCount(search_up_to=4))
+    if bounds_checked:
+        assert outcome.verdict is Verdict.VIOLATION and outcome.smallest == 10, outcome.claim
+    else:
+        assert outcome.verdict is Verdict.SAFE and outcome.proof is not None and outcome.proof.holds, outcome.claim
+
+
 # --- the command line ------------------------------------------------------------------------------------------
 
 
