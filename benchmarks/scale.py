@@ -172,6 +172,14 @@ when stopping at the first counterexample. `ring_recv_before_send` at 150 device
 before, 1.6 s after; at 1,000: past 5 CPU minutes before (killed), 5.4 s after. The ring
 model's tables at 256 are its N^2 instructions, as before (`rotations` 2.2 s there, both).
 
+The judgement of `circular_wait`'s one stuck state at 30,000 devices (`terminal_findings`,
+tracemalloc's peak beyond the 73 MB of the model and its System, branch smalls): 46 MB
+before, 14 MB after. It went to the blocked waits' records (11 MB, kept in the finding), a
+networkx DiGraph of who could add to whom (25 MB) and its strongly connected components
+(8 MB more); the graph is now two flat integer arrays with Tarjan's algorithm on them. The
+judgement also checks the budget now: `--max-memory 140` ends inconclusive naming it, where
+it reported the deadlock past the bound before (155 MB peak resident for the whole check).
+
 At 128 the default engine lets z3 join the running search (auto.py's side-by-side race):
 its encoding adds about 7 CPU s and 300 MB before the search decides. Main at 4d077ea was
 about twice as slow as the first round's "after" (64: 12.7 s against 6.3 s) with the

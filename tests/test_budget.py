@@ -7,6 +7,7 @@ no test measures elapsed time."""
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 
 import pytest
@@ -249,3 +250,45 @@ def test_the_default_memory_budget_counts_what_the_process_already_holds(monkeyp
     assert budget_module.memory_limit_mb(Budget()) == 17_000.0
     assert budget_module.memory_limit_mb(Budget(max_memory_mb=4_000)) == 4_000  # what the user set
     Monitor(Budget()).check()  # 11 GB held, 17 GB allowed: not out of budget
+
+
+def _judging() -> bool:
+    """Whether the caller runs inside the judgement of a state where nothing can move."""
+    from semcheck.semantics import properties
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is properties.terminal_findings.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.mark.parametrize("name, kind", [("circular_wait", "deadlock"), ("ring_allgather_missing_signal", "unsatisfied_wait"),
+                                        ("nondec_poll_leak", "semaphore_leftover")])
+@pytest.mark.parametrize("engine, reduce", [("explicit", True), ("explicit", False), ("z3", None), ("simulate", None)])
+def test_the_judgement_of_a_state_where_nothing_can_move_counts_against_the_memory_budget(monkeypatch, engine, reduce,
+                                                                                         name, kind):
+    """At 30,000 devices the judgement of circular_wait's one stuck state (its deadlock, a
+    cycle through every device) took 46 MB (tracemalloc) and looked at no budget, so a run
+    could end above `--max-memory`. Here the process is taken to hold 50 MB but while a
+    state is judged, when it holds 10 GB: a 100 MB budget holds through the search and runs
+    out in the judgement, which is named. Was VIOLATION (deadlock), the budget never
+    consulted. The explicit search is tried on its one path (reduced: nothing is stored)
+    and in its stored search (unreduced); 20,000 MB is the control. So are an unsatisfied wait
+    and a leftover, the judgement's other findings."""
+    from semcheck.engines import budget as budget_module
+
+    monkeypatch.setattr(budget_module, "rss_mb", lambda: 10_000.0 if _judging() else 50.0)
+    monkeypatch.setattr(Monitor, "CHECK_INTERVAL", 0.0)  # memory read at every check
+    (protocol,) = load(model(name), 3)
+    options = {} if reduce is None else {"reduce": reduce}
+    for limit, verdict in ((100, "inconclusive"), (20_000, "violation")):
+        result = check_protocol(protocol, engine=engine, budget=Budget(max_memory_mb=limit), **options)
+        assert result.verdict.value == verdict, (engine, limit)
+        if verdict == "inconclusive":
+            assert ("memory budget of 100 MB ran out while judging a state where nothing can move (deadlocks, "
+                    "unsatisfied waits, leftovers)") in result.notes[-1], result.notes
+            assert result.stopped_by is StoppedBy.MEMORY
+        else:
+            assert [v.kind for v in result.errors] == [kind]

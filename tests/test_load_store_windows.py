@@ -426,8 +426,9 @@ def test_a_strided_view_is_not_lowerable_and_its_window_is_checked_against_the_r
         assert _kinds_at(p, 0, 2, engine) == set(), engine
         assert _kinds_at(p, 3, 3, engine) == {"invalid_region"}, engine
     [fault] = [f for f in check_protocol(_bounded(p, 3, 3), engine="explicit").errors if f.kind == "invalid_region"]
+    # the view's box runs to one stride past its last row (`_Dim.span`: where an empty window may start)
     assert fault.message.endswith("the store's window [6:9, 0:128] lies inside o_ref on device 0 of shape (16, 128) "
-                                  "but outside its .at[...] view [0:7, 0:128] of it")
+                                  "but outside its .at[...] view [0:8, 0:128] of it")
 
 
 def test_an_access_that_covers_its_view_or_a_known_window_inside_it_keeps_no_view():
@@ -444,3 +445,47 @@ def test_an_access_that_covers_its_view_or_a_known_window_inside_it_keeps_no_vie
         [store] = [s for s in instrs(p, ir.Store) if s.loc.line == line_of(HERE, "# <- " + marker)]
         assert ir.window_checked(store) and store.view is None, marker
     assert not any("checked against the .at[...] view" in n for n in p.notes)
+
+
+# --- empty windows ---------------------------------------------------------------------------------
+# An empty window (`pl.ds(k, 0)`) is judged against a view as against a buffer: inside when it
+# starts anywhere from the first element to one past the last (0 <= start <= extent, as
+# `semantics.races.inside_buffer` reads it), outside further on. Mosaic refuses a 0-row vector
+# (not_lowerable, "Invalid type"), and the protocol is checked anyway.
+
+
+def test_an_empty_window_one_past_its_view_is_judged_as_one_past_its_buffer():
+    """Rows k .. k-1 (none) of the 4-row view at rows 4..7 of a 16-row block, of the block
+    itself, and of the strided view of rows 0, 2, 4, 6: each is inside from k = 0 to k = its
+    length (one past its end) and outside at k = -1 and at its length + 1, in both engines.
+    The strided view's box ran to its last row (row 6), so the empty window at view row 4
+    (row 8) was invalid_region though the same window one past the block was not; a
+    non-empty window at view row 4 is still outside."""
+
+    def viewed(k_ref, x_ref, o_ref):
+        o_ref.at[pl.ds(4, 4)][pl.ds(k_ref[0], 0), :] = jnp.zeros((0, 128), jnp.float32)  # <- window: viewed
+
+    def whole(k_ref, x_ref, o_ref):
+        o_ref[pl.ds(k_ref[0], 0), :] = jnp.zeros((0, 128), jnp.float32)  # <- window: whole
+
+    def strided(k_ref, x_ref, o_ref):
+        view = o_ref.at[pl.ds(0, 4, stride=2)]
+        view[pl.ds(k_ref[0], 0), :] = jnp.zeros((0, 128), jnp.float32)  # <- window: strided
+
+    def row_of_strided(k_ref, x_ref, o_ref):
+        view = o_ref.at[pl.ds(0, 4, stride=2)]
+        view[pl.ds(k_ref[0], 1), :] = jnp.zeros((1, 128), jnp.float32)  # <- window: row_of_strided
+
+    for kernel, length, inside in ((viewed, 4, True), (whole, 16, True), (strided, 4, True), (row_of_strided, 4, False)):
+        [p] = protocols(_paged_call(kernel), mesh((1,)))
+        [store] = [s for s in instrs(p, ir.Store) if s.loc.line == line_of(HERE, "# <- window: " + kernel.__name__)]
+        assert ir.window_checked(store) and (store.view is None) is (kernel is whole), kernel.__name__
+        for engine in ("explicit", "z3"):
+            assert _kinds_at(p, 0, length - 1, engine) == set(), (kernel.__name__, engine)
+            assert _kinds_at(p, length, length, engine) == (set() if inside else {"invalid_region"}), (kernel.__name__, engine)
+            assert _kinds_at(p, length + 1, length + 1, engine) == {"invalid_region"}, (kernel.__name__, engine)
+            assert _kinds_at(p, -1, -1, engine) == {"invalid_region"}, (kernel.__name__, engine)
+    [p] = protocols(_paged_call(viewed), mesh((1,)))
+    [fault] = [f for f in check_protocol(_bounded(p, 5, 5), engine="explicit").errors if f.kind == "invalid_region"]
+    assert fault.message.endswith("the store's window [9:9, 0:128] lies inside o_ref on device 0 of shape (16, 128) "
+                                  "but outside its .at[...] view [4:8, 0:128] of it")

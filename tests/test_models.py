@@ -142,19 +142,56 @@ def test_a_long_cycle_is_told_in_a_screen_and_kept_whole_in_the_result():
     assert lines[4].strip().startswith("59 more between them, from device 3 to device 61, each waiting at ")
 
 
+def _wait_graph(n: int, edges):
+    """A `_WaitGraph` of n waits with `edges` (wait -> a wait whose thread could add to it)."""
+    from array import array
+
+    from semcheck.semantics.properties import _WaitGraph
+
+    first, targets = array("q", [0]), array("q")
+    for i in range(n):
+        targets.extend(j for a, j in edges if a == i)
+        first.append(len(targets))
+    return _WaitGraph(first, targets)
+
+
 def test_the_cycle_told_is_a_cycle_of_its_component_even_where_it_holds_several():
     """The walk that names a deadlock's cycle follows successors inside the strongly
     connected component until it meets a node again: what it returns closes, every step is
     an edge, and it starts from the component's least node only when that node is on it."""
-    import networkx as nx
     from semcheck.semantics.properties import _cycle_within
 
-    graph = nx.DiGraph([(0, 5), (5, 0), (0, 1), (1, 2), (2, 0), (3, 4), (4, 3), (2, 9)])
-    for component in nx.strongly_connected_components(graph):
-        if len(component) == 1:
-            continue
+    edges = [(0, 5), (5, 0), (0, 1), (1, 2), (2, 0), (3, 4), (4, 3), (2, 9)]
+    graph = _wait_graph(10, edges)
+    components = list(graph.components(lambda: None))
+    assert sorted(sorted(c) for c in components) == [[0, 1, 2, 5], [3, 4]]
+    for component in components:
         cycle = _cycle_within(graph, component)
-        assert set(cycle) <= component and len(set(cycle)) == len(cycle) >= 2
-        assert all(graph.has_edge(a, b) for a, b in zip(cycle, cycle[1:] + cycle[:1]))
-    tail = nx.DiGraph([(0, 1), (1, 2), (2, 1)])  # 0 leads into the cycle but is not on it
-    assert _cycle_within(tail, {0, 1, 2}) == [1, 2]
+        assert set(cycle) <= set(component) and len(set(cycle)) == len(cycle) >= 2
+        assert all((a, b) in edges for a, b in zip(cycle, cycle[1:] + cycle[:1]))
+    tail = _wait_graph(3, [(0, 1), (1, 2), (2, 1)])  # 0 leads into the cycle but is not on it
+    assert _cycle_within(tail, [1, 2]) == [1, 2]
+
+
+def test_the_wait_graph_finds_what_networkx_finds_on_random_graphs():
+    """The stuck-state judgement's own graph (flat arrays, not networkx: 46 MB at 30,000
+    blocked waits, now 14) against networkx on 300 random graphs: the same strongly
+    connected components of more than one node, in the same order, and the same ancestors."""
+    import random
+
+    import networkx as nx
+
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(1, 12)
+        edges = sorted({(rng.randrange(n), rng.randrange(n)) for _ in range(rng.randint(0, 2 * n))})
+        edges = [(a, b) for a, b in edges if a != b]
+        graph = _wait_graph(n, edges)
+        theirs = nx.DiGraph()
+        theirs.add_nodes_from(range(n))
+        for i in range(n):  # edges in the order the judgement adds them
+            theirs.add_edges_from((i, j) for a, j in edges if a == i)
+        assert [set(c) for c in graph.components(lambda: None)] == [
+            c for c in nx.strongly_connected_components(theirs) if len(c) > 1]
+        group = rng.sample(range(n), rng.randint(1, n))
+        assert graph.ancestors(group, lambda: None) == set().union(*(nx.ancestors(theirs, i) for i in group)) - set(group)

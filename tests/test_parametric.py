@@ -308,9 +308,10 @@ def test_capacity_to_the_wrong_neighbour_names_the_smallest_count():
     assert any("no proof for every N: no blocking certificate" in note for note in outcome.result.notes)
 
 
-def _rows_by_device(view: bool):
-    """Device d stores row d of an 8-row buffer (checked, as a TPU store is), or of the
-    8-row `.at[...]` view at the top of a 16-row one: inside up to N = 8."""
+def _rows_by_device(view: bool, rows: int = 1):
+    """Device d stores `rows` rows from row d of an 8-row buffer (checked, as a TPU store
+    is), or of the 8-row `.at[...]` view at the top of a 16-row one: one row is inside up to
+    N = 8, an empty window (no rows) up to N = 9 (it starts one past the end)."""
 
     def model(n):
         from semcheck.model import ProtocolBuilder
@@ -318,7 +319,7 @@ def _rows_by_device(view: bool):
         p = ProtocolBuilder("rows_by_device", devices=n, backend="tpu")
         buf = p.buffer("buf", (16, 8) if view else (8, 8), space="vmem")
         for d in range(n):
-            p.thread(d).store(buf.region(d, size=(1, 8)), checked=True,
+            p.thread(d).store(buf.region(d, size=(rows, 8)), checked=True,
                               view=buf.region(0, size=(8, 8)) if view else None)
         return p.build()
 
@@ -334,6 +335,52 @@ def test_a_load_or_store_window_that_leaves_its_buffer_or_view_at_a_larger_count
     [fault] = outcome.result.errors
     assert fault.kind == "invalid_region" and fault.device == 8
     assert ("outside its .at[...] view [0:8, 0:8]" in fault.message) is view
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_an_empty_window_is_inside_one_past_its_buffer_or_view_and_outside_further_on(view):
+    """The proof judges an empty window against a view as against a buffer, and as the
+    engines do: row 8 of 8 (one past the end) is inside, row 9 is not."""
+    outcome = every_count_of(_rows_by_device(view, rows=0), EveryCount(search_up_to=4))
+    assert outcome.verdict is Verdict.VIOLATION and outcome.smallest == 10, outcome.claim
+    [fault] = outcome.result.errors
+    assert fault.kind == "invalid_region" and fault.device == 9
+    assert ("outside its .at[...] view [0:8, 0:8]" in fault.message) is view
+
+
+def _empty_copies_by_device(bounds_checked: bool):
+    """Device d copies the empty window at row d of its 8-row buffer into row 0, from a
+    kernel compiled with disable_bounds_checks=True where `bounds_checked` is False."""
+    from dataclasses import replace
+
+    from semcheck import ir
+    from semcheck.model import DMA, ProtocolBuilder
+
+    def model(n):
+        p = ProtocolBuilder("empty_copies_by_device", devices=n, backend="tpu")
+        sem = p.semaphore("sem", DMA)
+        buf = p.buffer("buf", (8, 8), space="vmem")
+        for d in range(n):
+            p.thread(d).dma_start(buf.region(d, size=(0, 8)), buf.region(0, size=(0, 8)), recv_sem=sem).wait_recv()
+        built = p.build()
+        threads = tuple(replace(t, body=tuple(replace(i, bounds_checked=bounds_checked) if isinstance(i, ir.DmaStart)
+                                              else i for i in t.body)) for t in built.threads)
+        return replace(built, threads=threads)
+
+    return model
+
+
+@pytest.mark.parametrize("bounds_checked", [True, False])
+def test_an_empty_copy_window_past_its_buffer_faults_only_where_the_windows_are_checked(bounds_checked):
+    """The proof judges an empty copy window as the engines do (`semantics.rules._check_window`):
+    one past the end is inside, further on a fault where Mosaic checks the windows, and no
+    fault where nothing does. Was a gap from N = 10 without the bounds checks, so the proof
+    did not hold for a kernel the engines call safe at every count."""
+    outcome = every_count_of(_empty_copies_by_device(bounds_checked), EveryCount(search_up_to=4))
+    if bounds_checked:
+        assert outcome.verdict is Verdict.VIOLATION and outcome.smallest == 10, outcome.claim
+    else:
+        assert outcome.verdict is Verdict.SAFE and outcome.proof is not None and outcome.proof.holds, outcome.claim
 
 
 # --- the command line ------------------------------------------------------------------------------------------

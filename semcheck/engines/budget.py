@@ -10,6 +10,9 @@ The budget covers every phase of a check, each in the way that phase allows:
   `Monitor.check` (the z3 encoding, per unrolled node; the solver gets the time left as
   its own timeout): the time and a `StopSignal` are looked at on every call, so a timeout
   of 0 ends the run at its first check; memory is read at most every `CHECK_INTERVAL` s;
+* the judgement of a state where nothing can move (`properties.terminal_findings`: its
+  deadlocks, unsatisfied waits and leftovers) calls `Monitor.check` per thread, blocked
+  wait and semaphore it looks at, under `Monitor.during(JUDGING)`, in every engine;
 * phases with no checks of their own (building the transition system, loading a model
   file) run under `bounded_phase`: in the main thread a periodic timer signal checks time
   and memory and raises `BudgetExceeded` naming the phase; elsewhere only a `MemoryError`
@@ -32,6 +35,8 @@ from semcheck.kinds import StoppedBy
 
 DEFAULT_MAX_STATES = 2_000_000
 DEFAULT_TIMEOUT = 600.0
+# The phase a budget that runs out while a state where nothing can move is judged names.
+JUDGING = "judging a state where nothing can move (deadlocks, unsatisfied waits, leftovers)"
 
 
 def _available_memory_mb() -> float:
@@ -241,6 +246,16 @@ class Monitor:
                 raise BudgetExceeded(f"memory budget of {self.memory_limit:,.0f} MB ran out{self._while()}",
                                      StoppedBy.MEMORY)
         return now
+
+    @contextlib.contextmanager
+    def during(self, phase: str) -> Iterator[None]:
+        """Name `phase` in the reason a budget check inside the block gives (a part of the
+        run with checks of its own, as the judgement of a state where nothing can move)."""
+        before, self.phase = self.phase, phase
+        try:
+            yield
+        finally:
+            self.phase = before
 
     def tick(self, states: int, transitions: int, frontier: int = 0, depth: int = 0) -> None:
         watch = self.budget.watch

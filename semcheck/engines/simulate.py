@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn
+from semcheck.engines.budget import JUDGING, Budget, BudgetExceeded, Monitor, ProgressFn
 from semcheck.engines.common import Exploration
 from semcheck.kinds import StoppedBy
 from semcheck.engines.options import SimulateOptions
@@ -53,8 +53,9 @@ def explore(
                 enabled = system.enabled(state)
                 if not enabled:
                     found.ends.add(end_kind(system, state))
-                    for finding in terminal_findings(system, state):
-                        _keep_shortest(found, finding, initial, actions, run, first_in)
+                    with monitor.during(JUDGING):
+                        for finding in terminal_findings(system, state, monitor.check):
+                            _keep_shortest(found, finding, initial, actions, run, first_in)
                     break
                 if len(actions) >= MAX_STEPS:
                     raise BudgetExceeded(f"a schedule ran past {MAX_STEPS:,} steps without ending", StoppedBy.BOUND)

@@ -82,6 +82,19 @@ class _Dim:
             return (self.count - 1) * self.stride + 1 if self.count else 0
         return sym_op("max", sym_op("sub", sym_op("mul", self.count, self.stride), self.stride - 1), 0)
 
+    def span(self) -> ir.Operand | None:
+        """Elements of the allocation from the view's first to one view stride past its
+        last: its box as a window of it is checked against (`_view_bounds`). As a buffer's
+        extent, it lets an empty window start one element past the view's end (`pl.ds(n, 0)`
+        of an n-element view), and no further; a non-empty window starts and ends on the
+        view's stride, so inside the span is inside the view (one that ends past the view's
+        last element ends a stride past it, past the span)."""
+        if self.count is None or self.stride == 1:
+            return self.count
+        if isinstance(self.count, int):
+            return self.count * self.stride
+        return sym_op("mul", self.count, self.stride)
+
 
 @record
 class _View:
@@ -89,7 +102,7 @@ class _View:
     kept: list[int]  # allocation dims the view still has, in order
     sizes: list[Value]  # the view's size along each kept dim, as lowered (for byte counts)
     # The `.at[...]` views the last indexer indexes, outermost first: per allocation dim,
-    # (start, elements from the first to the last) of the view, None where unknown.
+    # (start, span: `_Dim.span`) of the view, None where unknown.
     enclosing: list[list[tuple[ir.Operand | None, ir.Operand | None]]] = field(default_factory=list)
 
 
@@ -196,7 +209,7 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
     enclosing: list[list[tuple[ir.Operand | None, ir.Operand | None]]] = []
     for position, transform in enumerate(transforms):
         if position:  # the transforms so far make a view that this one indexes
-            enclosing.append([(d.start, d.extent()) for d in view.dims])
+            enclosing.append([(d.start, d.span()) for d in view.dims])
         if not isinstance(transform, NDIndexer):
             if exact:
                 raise t.error(
@@ -226,7 +239,7 @@ def _view(t: ThreadLowering, eqn, ref: RefValue, transforms, *, exact: bool, wha
                 if start is None:
                     d.unknown = d.unknown or _origin(index)
                 d.start = None if start is None or d.start is None else sym_op("add", d.start, sym_op("mul", start, d.stride))
-                d.count = 1
+                d.count, d.stride = 1, 1  # one element: no later indexer strides over it
         view = _View(view.dims, kept, sizes)
     view.enclosing = enclosing
     return view

@@ -133,8 +133,10 @@ def fault_gaps(template: Template, n_min: int) -> list[Gap]:
                        for s, z, e in zip(area.starts, area.sizes, shape)]
             if not outside:
                 continue
+            # where nothing checks the windows, an empty one is no fault (`semantics.rules._check_window`)
+            moves = [] if step.bounds_checked else [z3.And(*(ctx.value(z, d, k) != 0 for z in area.sizes))]
             found = smallest_n(_domain(template, n, n_min) + [d >= 0, d < n, ctx.in_loop(ctx.where(step, k)),
-                                                               *ctx.side, z3.Or(*outside)], n)
+                                                               *ctx.side, z3.Or(*outside), *moves], n)
             if found is not None:
                 side = "source" if not area.write else "destination"
                 gaps.append(Gap(f"{step.describe()}: the copy's {side} window leaves buffer {area.buffer}", found))

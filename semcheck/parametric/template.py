@@ -94,6 +94,8 @@ class Step:
     # `view` where it has one (`ir.Load.view`, the box of its `.at[...]` views).
     checked: bool = False
     view: Area | None = None
+    # A copy whose windows nothing checks (`ir.DmaStart.bounds_checked`): an empty one is no fault.
+    bounds_checked: bool = True
     # every number of the instruction: its path in the instruction, its expression
     holes: tuple[tuple[Any, Expr], ...] = ()
     shape: Any = field(default=None, compare=False, repr=False)  # the instruction, every number left out
@@ -598,6 +600,7 @@ def _typed_step(seg: Seg, j: int, instr: ir.Instr, holes: Mapping[Path, Expr],
             seg, j, op, instr.loc, recv=recv, recv_inc=dma_increment(decls[recv.alloc], nbytes),
             send=send, send_inc=dma_increment(decls[send.alloc], nbytes) if send else 0,
             accesses=(area("src", 0, False), area("dst", target, True)), target=target,
+            bounds_checked=instr.bounds_checked,
         )
     if op in (Op.LOAD, Op.STORE):
         assert isinstance(instr, (ir.Load, ir.Store))

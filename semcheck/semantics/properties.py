@@ -8,6 +8,7 @@ lets the explicit engine's reduction (which preserves every terminal state) stay
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -298,66 +299,174 @@ def end_kind(system: System, state: State) -> str:
     return CLEAN_END
 
 
-def terminal_findings(system: System, state: State) -> list[Finding]:
-    """Judge a state in which nothing can move."""
+def _no_check() -> None:
+    return None
+
+
+def terminal_findings(system: System, state: State, check: Callable[[], object] = _no_check) -> list[Finding]:
+    """Judge a state in which nothing can move. `check` is called at every step of the
+    judgement's loops (each thread, blocked wait, non-zero semaphore, and each step through
+    the graph of blocked waits); an engine passes its budget's check, which raises
+    `BudgetExceeded`: at 30,000 blocked threads the judgement takes seconds and MBs, and a
+    run's time and memory bounds hold through it as through the search."""
     if state.faults or went_wrong(state):
         return []  # what follows a fault (or a cascading hazard) is its consequence; that is the report
     if system.at_cut(state):
         return []  # a thread would go on past its cut, doing what semcheck could not lower
     blocked = []
     for t in range(len(system.threads)):
+        check()
         wait = system.blocked_wait(state, t)
         if wait is not None:
             blocked.append((t, *wait))
-    found = _stuck_findings(system, state, blocked) if blocked else _leftover_findings(system, state)
+    found = _stuck_findings(system, state, blocked, check) if blocked else _leftover_findings(system, state, check)
     return [replace(f, at_end=True) for f in found]
 
 
-def _stuck_findings(system: System, state: State, blocked) -> list[Finding]:
-    import networkx as nx  # only where something is stuck: not at start-up
+@record
+class _WaitGraph:
+    """Who could add to whom among the blocked waits: wait i's successors (the waits whose
+    threads could add to its semaphore) are targets[first[i]:first[i + 1]], in the order
+    they were found. Flat integer arrays: a networkx DiGraph of 30,000 blocked waits took
+    25 MB, and its strongly connected components 8 MB more."""
 
-    info = [_blocked_info(system, state, *b) for b in blocked]
-    graph = nx.DiGraph()
-    graph.add_nodes_from(range(len(blocked)))
+    first: array
+    targets: array
+    _into: tuple[array, array] | None = None  # the reversed graph, built when first asked for
+
+    def successors(self, i: int) -> array:
+        return self.targets[self.first[i]:self.first[i + 1]]
+
+    def __len__(self) -> int:
+        return len(self.first) - 1
+
+    def components(self, check: Callable[[], object]):
+        """Its strongly connected components of more than one wait (Tarjan's algorithm,
+        without recursion: a ring is one path as deep as it has devices), in the order
+        Tarjan completes them, as networkx's strongly_connected_components does."""
+        n = len(self)
+        index = array("q", [-1]) * n
+        low = array("q", [0]) * n
+        on_stack = bytearray(n)
+        stack: list[int] = []
+        counter = 0
+        for root in range(n):
+            if index[root] >= 0:
+                continue
+            index[root] = low[root] = counter
+            counter += 1
+            stack.append(root)
+            on_stack[root] = 1
+            nodes, edges = [root], [self.first[root]]  # the DFS path, and where each is in its successors
+            while nodes:
+                check()
+                v, e = nodes[-1], edges[-1]
+                if e < self.first[v + 1]:
+                    edges[-1] = e + 1
+                    w = self.targets[e]
+                    if index[w] < 0:
+                        index[w] = low[w] = counter
+                        counter += 1
+                        stack.append(w)
+                        on_stack[w] = 1
+                        nodes.append(w)
+                        edges.append(self.first[w])
+                    elif on_stack[w]:
+                        low[v] = min(low[v], index[w])
+                    continue
+                nodes.pop()
+                edges.pop()
+                if nodes:
+                    low[nodes[-1]] = min(low[nodes[-1]], low[v])
+                if low[v] == index[v]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on_stack[w] = 0
+                        component.append(w)
+                        if w == v:
+                            break
+                    if len(component) > 1:
+                        yield component
+
+    def ancestors(self, nodes: list[int], check: Callable[[], object]) -> set[int]:
+        """The waits with a path to one of `nodes`, but those."""
+        if self._into is None:
+            counts = array("q", [0]) * (len(self) + 1)
+            for j in self.targets:
+                counts[j + 1] += 1
+            for i in range(len(self)):
+                counts[i + 1] += counts[i]
+            sources = array("q", [0]) * len(self.targets)
+            filled = array("q", counts)
+            for i in range(len(self)):
+                for j in self.successors(i):
+                    sources[filled[j]] = i
+                    filled[j] += 1
+            self._into = (counts, sources)
+        first, sources = self._into
+        seen = set(nodes)
+        todo = list(nodes)
+        while todo:
+            check()
+            j = todo.pop()
+            for i in sources[first[j]:first[j + 1]]:
+                if i not in seen:
+                    seen.add(i)
+                    todo.append(i)
+        return seen - set(nodes)
+
+
+def _stuck_findings(system: System, state: State, blocked, check: Callable[[], object]) -> list[Finding]:
+    info = []
+    for b in blocked:
+        check()
+        info.append(_blocked_info(system, state, *b))
+    first, targets = array("q", [0]), array("q")
     roots = []
-    at = {q: j for j, (q, *_rest) in enumerate(blocked)}
+    at = array("q", [-1]) * len(system.threads)  # thread -> its blocked wait
+    for j, (q, *_rest) in enumerate(blocked):
+        at[q] = j
     for i, (_t, sid, _need, _have) in enumerate(blocked):
+        check()
         # No edge to the wait itself: what its own thread would add after it cannot run
         # before it passes, so a wait only its own thread could satisfy is a root (an
         # unsatisfied wait), not a cycle of one thread. Only the threads that may touch the
         # semaphore are asked (`System.touchers`): asking every blocked thread about every
         # wait was blocked^2 (10^10 questions at 100,000 devices).
-        providers = [j for q in system.touchers.get(sid)
-                     if (j := at.get(q)) is not None and j != i and system.may_add(q, state.pcs[q], sid)]
-        graph.add_edges_from((i, j) for j in providers)
-        if not providers:
+        before = len(targets)
+        targets.extend(j for q in system.touchers.get(sid)
+                       if (j := at[q]) >= 0 and j != i and system.may_add(q, state.pcs[q], sid))
+        first.append(len(targets))
+        if len(targets) == before:
             roots.append(i)
-    findings = []
-    for component in nx.strongly_connected_components(graph):
-        if len(component) == 1:
-            continue
-        findings.append(_deadlock_finding(system, info, _cycle_within(graph, component)))
+    graph = _WaitGraph(first, targets)
+    findings = [_deadlock_finding(system, info, _cycle_within(graph, component))
+                for component in graph.components(check)]
     by_line: dict[ir.Loc | None, list[int]] = {}
     for i in roots:  # one wait stuck on many devices is one violation
         by_line.setdefault(info[i].location, []).append(i)
     for group in by_line.values():
         own = [i for i in group if _adds_after_its_wait(system, state, *blocked[i][:2])]
-        findings.append(_unsatisfied_finding(info, group, graph, own))
+        findings.append(_unsatisfied_finding(info, group, graph.ancestors(group, check), own))
     return findings
 
 
-def _cycle_within(graph, component: set[int]) -> list[int]:
-    """A cycle of `graph` through nodes of the strongly connected `component`: each of its
-    nodes has a successor inside it, so following one from the least node must come back to
-    a node already passed. (networkx's find_cycle on a subgraph view of the component took
-    87 MB at 30,000 blocked threads; this walk keeps one index per node passed.)"""
+def _cycle_within(graph: _WaitGraph, component: list[int]) -> list[int]:
+    """A cycle of `graph` through waits of the strongly connected `component`: each of them
+    has a successor inside it, so following one from the least must come back to a wait
+    already passed. (networkx's find_cycle on a subgraph view of the component took 87 MB
+    at 30,000 blocked threads; this walk keeps one index per wait passed.)"""
+    inside = bytearray(len(graph))
+    for i in component:
+        inside[i] = 1
     position: dict[int, int] = {}
     path: list[int] = []
     node = min(component)
     while node not in position:
         position[node] = len(path)
         path.append(node)
-        node = next(j for j in graph.successors(node) if j in component)
+        node = next(j for j in graph.successors(node) if inside[j])
     return path[position[node]:]
 
 
@@ -441,16 +550,15 @@ def _cycle_lines(info: list[BlockedWait], cycle: list[int]) -> list[str]:
     return [f"  {_wait_text(info[i])}," for i in head] + between + [f"  {_wait_text(info[i])}," for i in tail]
 
 
-def _unsatisfied_finding(info: list[BlockedWait], group: list[int], graph, own: list[int]) -> Finding:
-    """`own`: the waits of `group` that only their own thread's later instructions could satisfy."""
-    import networkx as nx
-
+def _unsatisfied_finding(info: list[BlockedWait], group: list[int], behind_waits: set[int], own: list[int]) -> Finding:
+    """`behind_waits`: the blocked waits that wait, directly or not, on those of `group`;
+    `own`: the waits of `group` that only their own thread's later instructions could satisfy."""
     b = info[group[0]]
     message = "unsatisfied wait: " + ";\n  ".join(_wait_text(info[i]) for i in group)
     message += ("; nothing left in the system can add to " + ("them" if len(group) > 1 else "it"))
     if own:
         message += _own_later_addition_text([info[i] for i in own], whole_group=len(own) == len(group))
-    behind = sorted(set().union(*(nx.ancestors(graph, i) for i in group)) - set(group))
+    behind = sorted(behind_waits)
     if behind:
         message += ". Blocked behind:\n" + "\n".join(_behind_lines([info[i] for i in behind]))
     key = (Kind.UNSATISFIED_WAIT, b.location)
@@ -529,11 +637,12 @@ def leftover_consequence(decl: ir.SemDecl) -> str:
     return tpu_facts.LEFTOVER_HALTS
 
 
-def _leftover_findings(system: System, state: State) -> list[Finding]:
+def _leftover_findings(system: System, state: State, check: Callable[[], object]) -> list[Finding]:
     out = []
     for sid, count in enumerate(state.sems):
         if not count:
             continue
+        check()
         inst = system.instances[sid]
         if not must_be_zero_at_exit(system.backend, inst.decl):
             continue

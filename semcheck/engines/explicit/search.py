@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from semcheck.engines.explicit import symmetry as symmetries
 from semcheck.engines.explicit import endless
-from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn, bounded_phase, rss_mb
+from semcheck.engines.budget import JUDGING, Budget, BudgetExceeded, Monitor, ProgressFn, bounded_phase, rss_mb
 from semcheck.engines.common import Exploration
 from semcheck.engines.explicit.independence import Independence
 from semcheck.engines.explicit.path import OnePath
@@ -185,7 +185,8 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
             if not enabled:
                 ended.add(i)
                 found.ends.add(end_kind(system, state))
-                record(terminal_findings(system, state), i)
+                with monitor.during(JUDGING):
+                    record(terminal_findings(system, state, monitor.check), i)
                 if stop_at_first and found.has_errors:
                     break
                 continue
@@ -304,7 +305,7 @@ def _add_images(system: System, ind: Independence, group: symmetries.Rotations, 
                     for image in seen:
                         found.add(image, start, path[:k])
                 if not system.enabled(state, system.movable_threads(state)):
-                    for image in terminal_findings(system, state):
+                    for image in terminal_findings(system, state, monitor.check):
                         found.add(image, start, path)
     except BudgetExceeded as exceeded:
         found.notes.append(f"not every image of the findings under the rotations of the device axis is listed: "
@@ -343,7 +344,8 @@ def _follow_path(system: System, ind: Independence, path: OnePath, monitor: Moni
         enabled = chosen if chosen is not None else system.enabled(state, ready)
         if not enabled:
             found.ends.add(end_kind(system, state))
-            record(terminal_findings(system, state), None)
+            with monitor.during(JUDGING):
+                record(terminal_findings(system, state, monitor.check), None)
             return True
         if chosen is None:
             chosen = stubborn_subset(ind, state, enabled, isolated_tried=True)

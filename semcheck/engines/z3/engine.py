@@ -52,7 +52,7 @@ import z3
 
 from semcheck.semantics import trace as tracing
 from semcheck.engines.z3 import guided
-from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn, ProgressInfo, rss_mb
+from semcheck.engines.budget import JUDGING, Budget, BudgetExceeded, Monitor, ProgressFn, ProgressInfo, rss_mb
 from semcheck.engines.causal import causal_past
 from semcheck.engines.common import Exploration
 from semcheck.engines.options import Z3Options
@@ -240,8 +240,9 @@ class _Session:
                 initial, actions, states = witness
                 final = states[-1]
                 self.found.ends.add(STUCK_END)
-                for finding in terminal_findings(self.system, final):
-                    self.found.add(finding, initial, actions)
+                with self.monitor.during(JUDGING):
+                    for finding in terminal_findings(self.system, final, self.monitor.check):
+                        self.found.add(finding, initial, actions)
                 seen.add(self._configuration(final))
                 self._add(NOT(self.encoding.configuration_of(final)))
         finally:
@@ -260,7 +261,8 @@ class _Session:
                 self.system.blocked_wait(state, t) for t in range(len(state.pcs))
             ):
                 return []
-            return [f for f in terminal_findings(self.system, state) if f.key[1:] in remaining]
+            with self.monitor.during(JUDGING):
+                return [f for f in terminal_findings(self.system, state, self.monitor.check) if f.key[1:] in remaining]
 
         self._push()
         try:
