@@ -113,9 +113,14 @@ class Proviso:
         and at least `PROVISO_FLOOR`."""
         self.started_at = states
 
+    def allowance(self) -> int:
+        """How many states the proviso may add."""
+        assert self.started_at is not None
+        return max(PROVISO_FLOOR, self.started_at)
+
     def spent(self, states: int) -> bool:
         """Whether the proviso has found all the states it may (then `cut` says so)."""
-        if self.started_at is None or states - self.started_at <= max(PROVISO_FLOOR, self.started_at):
+        if self.started_at is None or states - self.started_at <= self.allowance():
             return False
         self.cut = True
         return True

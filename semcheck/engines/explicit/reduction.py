@@ -1,8 +1,11 @@
 """Partial-order reduction keyed on semaphore identity: stubborn sets and sleep sets.
 
-Every property semcheck checks is decided in terminal states (faults persist until the end),
-so a deadlock-preserving stubborn set suffices: it reaches every terminal state of the full
-system (Valmari's theorem; no cycle proviso is needed for terminal states).
+Every property semcheck checks is decided in terminal states or seen by a transition and
+kept in the state (faults, races, early arrivals), so a deadlock-preserving stubborn set
+suffices where every run ends: it reaches every terminal state of the full system
+(Valmari's theorem), by runs that are the full system's with non-conflicting actions
+swapped. Runs that never end (a spin) need the search's proviso against ignoring, a set
+seeded by each actor a cycle leaves standing (`stubborn_containing`; proviso.py).
 
 A stubborn set is a set of *actors* (threads, pending DMA completions) closed under:
 

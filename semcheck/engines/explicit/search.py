@@ -23,7 +23,7 @@ from semcheck.engines.budget import Budget, BudgetExceeded, Monitor, ProgressFn,
 from semcheck.engines.common import Exploration
 from semcheck.engines.explicit.independence import Independence
 from semcheck.engines.explicit.path import OnePath
-from semcheck.engines.explicit.proviso import PROVISO_FLOOR, Proviso
+from semcheck.engines.explicit.proviso import Proviso
 from semcheck.engines.explicit.reduction import isolated_action, stubborn_subset
 from semcheck.engines.explicit.store import Fifo, SearchTree, StateStore
 from semcheck.engines.options import ExplicitOptions
@@ -292,9 +292,9 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
         found.exhausted, found.stopped_by = exceeded.reason, exceeded.by
     if proviso is not None and proviso.cut:
         found.notes.append(
-            f"a thread spins for ever here, and the threads beside it were followed for {PROVISO_FLOOR:,} more "
-            "states only (or as many as the search had found before): what they would do later (a fault, a "
-            "race, an early arrival) may be missing; the spin is reported as it is (docs/search.md, \"Runs "
+            f"a thread spins for ever here, and the threads beside it were followed for {proviso.allowance():,} "
+            "more states only (the proviso against ignoring, --exhaustive): what they would do later (a fault, "
+            "a race, an early arrival) may be missing; the spin is reported as it is (docs/search.md, \"Runs "
             "that never end\")")
     elif edges is not None and not found.exhausted and not queue:
         for finding, initial, actions in hangs(edges):
