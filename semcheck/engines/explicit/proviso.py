@@ -136,8 +136,14 @@ def _quiet_from(system: System, t: int, pc: int) -> bool:
         if not 0 <= k < len(body):
             continue
         instr = body[k]
-        if isinstance(instr, (ir.Read, ir.Wait)):
-            if not _constant_and_inside(system, instr.sem):
+        if isinstance(instr, ir.Read):
+            if _constant_instance(system, t, instr.sem) is None:
+                return False
+        elif isinstance(instr, ir.Wait):
+            # a wait records a hazard on a barrier semaphore that keeps a ledger (an early
+            # pass) or on an mbarrier (a phase overrun)
+            sid = _constant_instance(system, t, instr.sem)
+            if sid is None or sid in system.ledger_floor or system.instances[sid].decl.arrivals_per_phase:
                 return False
         elif not isinstance(instr, (ir.Assign, ir.Branch, ir.Jump, ir.KernelExit)):
             return False
@@ -148,13 +154,17 @@ def _quiet_from(system: System, t: int, pc: int) -> bool:
     return True
 
 
-def _constant_and_inside(system: System, ref: ir.SemRef) -> bool:
-    """Whether `ref` names its semaphore by constants that resolve without a fault."""
-    decl, _base = system.allocs[ref.alloc]
-    p = system.protocol
-    return (isinstance(ref.index, int) and 0 <= ref.index < decl.size
-            and (ref.device is None or isinstance(ref.device, int) and 0 <= ref.device < p.devices)
-            and (ref.core is None or isinstance(ref.core, int) and 0 <= ref.core < p.cores))
+def _constant_instance(system: System, t: int, ref: ir.SemRef) -> int | None:
+    """The semaphore instance `ref` names for thread t where it names one by constants that
+    resolve without a fault; else None."""
+    decl, base = system.allocs[ref.alloc]
+    p, thread = system.protocol, system.threads[t]
+    device = thread.device if ref.device is None else ref.device
+    core = thread.core if ref.core is None else ref.core
+    if not (isinstance(ref.index, int) and 0 <= ref.index < decl.size and isinstance(device, int)
+            and 0 <= device < p.devices and isinstance(core, int) and 0 <= core < p.cores):
+        return None
+    return system.instance_id(decl, base, device, core, ref.index)
 
 
 def bottom_components(edges: list[list[tuple[int, Action]]]) -> list[list[int]]:
