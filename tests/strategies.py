@@ -189,7 +189,7 @@ def protocols(  # noqa: C901
 
 
 @st.composite
-def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_blocks: int = 4):
+def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_blocks: int = 4, spins: bool = False):
     """Random protocols with what `protocols()` leaves out: a source line per instruction (so
     finding keys tell waits apart), register arithmetic, if/else with jumps that join paths
     with different register values, loops (counted, bounded by an input, and retry loops
@@ -198,7 +198,10 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
     copies of buffer slots chosen the same way, and kernel entry and exit.
 
     Every loop is bounded (at most 3 iterations, at most 2 loops per thread), so every
-    execution terminates and the z3 engine's default unrolling covers it.
+    execution terminates and the z3 engine's default unrolling covers it. With `spins`,
+    a thread may also poll a semaphore with no bound (`while semaphore_read(s) < k: pass`),
+    which spins for ever where nothing else adds to s: the explicit engine alone decides
+    those (z3 says inconclusive).
     """
     backend = draw(st.sampled_from([Backend.TPU, Backend.GPU]))
     devices = draw(st.integers(1, max_devices))
@@ -226,7 +229,7 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
     for device in range(devices):
         for core in range(cores):
             threads.append(ir.Thread(device, core, _control_flow_body(
-                draw, loc, backend, devices, cores, inputs, regulars, dmas, max_blocks)))
+                draw, loc, backend, devices, cores, inputs, regulars, dmas, max_blocks, spins)))
     return ir.Protocol(
         name="random_control_flow", backend=backend, devices=devices, cores=cores,
         threads=tuple(threads), semaphores=tuple(sems), inputs=tuple(inputs), loc=LOC,
@@ -235,7 +238,7 @@ def control_flow_protocols(draw, max_devices: int = 3, max_cores: int = 2, max_b
 
 
 def _control_flow_body(draw, loc, backend, devices: int, cores: int, inputs: list, regulars: list, dmas: list,  # noqa: C901
-                       max_blocks: int) -> tuple:
+                       max_blocks: int, spins: bool = False) -> tuple:
     """One thread's program for `control_flow_protocols` (a function of its own, so the
     helpers below close over this thread's body and registers, not a loop's)."""
     body: list = []  # instructions; branch/jump targets patched at the end
@@ -366,15 +369,23 @@ def _control_flow_body(draw, loc, backend, devices: int, cores: int, inputs: lis
         body.append(ir.Branch(loc(), ir.BinOp("lt", ir.Reg(counter), 2), top))
         body[exit_branch] = ir.Branch(loc(), ir.BinOp("ge", ir.Reg(seen), draw(st.integers(1, 2))), len(body))
 
+    def spin() -> None:
+        """Poll a count with semaphore_read until it reaches k, with no bound."""
+        decl = draw(st.sampled_from(regulars))
+        seen = fresh_register("r")
+        top = len(body)
+        body.append(ir.Read(loc(), ir.SemRef(decl.name, index_operand(decl)), seen))
+        body.append(ir.Branch(loc(), ir.BinOp("lt", ir.Reg(seen), draw(st.integers(1, 2))), top))
+
     loops = 0
     lifecycle = backend is Backend.TPU and draw(st.integers(0, 2)) == 0
     if lifecycle:  # targets count from here: the entry is instruction 0
         body.append(ir.KernelEntry(loc()))
     for _ in range(draw(st.integers(0, max_blocks))):
-        shape = draw(st.sampled_from(["simple", "simple", "simple", "if", "loop", "retry"]))
-        if shape in ("loop", "retry") and loops < 2:
+        shape = draw(st.sampled_from(["simple", "simple", "simple", "if", "loop", "retry"] + ["spin"] * 3 * spins))
+        if shape in ("loop", "retry", "spin") and loops < 2:
             loops += 1
-            (counted_loop if shape == "loop" else retry_loop)()
+            {"loop": counted_loop, "retry": retry_loop, "spin": spin}[shape]()
         elif shape == "if":
             if_else()
         else:

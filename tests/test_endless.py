@@ -9,11 +9,14 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
+from semcheck import ir
 from semcheck.semantics import trace as tracing
 from semcheck.api import check_protocol
 from semcheck.engines.explicit import search as explicit
+from semcheck.engines.explicit.proviso import PROVISO_FLOOR
 from semcheck.frontends import model_file
-from semcheck.ir import BinOp
+from semcheck.ir import Backend, BinOp
+from semcheck.kinds import Kind
 from semcheck.model import ProtocolBuilder
 from semcheck.semantics import System
 from semcheck.engines.options import ExplicitOptions
@@ -53,11 +56,18 @@ def test_a_poll_for_a_value_that_never_comes_spins_for_ever(devices):
 
 
 def test_the_unreduced_search_finds_the_same_hang_in_more_states():
+    """Once every flag has landed, each device's read is a stubborn set of its own, so the
+    reduced search went round device 0's loop alone and never moved the others (16
+    states): right here, where their loops are the same line, but a thread it never moved
+    could have had a fault or an early arrival still to come. The proviso against
+    ignoring (docs/search.md, "Runs that never end") now gives each device it left
+    standing a turn with a stubborn set seeded by it: 30 states (expanding a state of each
+    cycle whole, tried before, took 46)."""
     protocol = load("poll_flag_never_set", 3)
     reduced = explicit.explore(System(protocol))
     full = explicit.explore(System(protocol), ExplicitOptions(reduce=False))
     assert set(reduced.findings) == set(full.findings)
-    assert (reduced.states, full.states) == (16, 94)
+    assert (reduced.states, full.states) == (30, 94)
 
 
 def test_the_report_reads_as_a_loop():
@@ -117,3 +127,43 @@ def reduction_and_split_keep_every_hang(protocol):
     split = check_protocol(protocol, engine="explicit")
     assert {v.identity for v in split.violations} == {v.identity for v in whole.violations}
     assert split.verdict == whole.verdict
+
+
+def _two_spins() -> ir.Protocol:
+    """Two devices, each polling the same flag nobody sets, for ever."""
+    def spin(device: int, line: int) -> ir.Thread:
+        loc = ir.Loc("two_spins.py", line)
+        return ir.Thread(device, 0, (ir.Read(loc, ir.SemRef("s"), "seen"),
+                                     ir.Branch(ir.Loc("two_spins.py", line + 1), ir.BinOp("lt", ir.Reg("seen"), 1), 0)))
+    return ir.Protocol(name="two_spins", backend=Backend.TPU, devices=2, cores=1, threads=(spin(0, 1), spin(1, 11)),
+                       semaphores=(ir.SemDecl("s"),))
+
+
+def test_a_thread_that_can_only_spin_beside_a_spin_is_left_standing():
+    """Device 1's whole future is reading a flag and jumping, and nothing anyone does
+    conflicts with it: the proviso against ignoring does not seed it (every run of the
+    others is a run with it standing, and its own steps see nothing), so the reduced
+    search keeps its 2 states (4 if it were seeded, as unreduced)."""
+    reduced = explicit.explore(System(_two_spins()))
+    full = explicit.explore(System(_two_spins()), ExplicitOptions(reduce=False))
+    assert set(reduced.findings) == set(full.findings) == {(Kind.UNSATISFIED_WAIT, ir.Loc("two_spins.py", 1))}
+    assert (reduced.states, full.states) == (2, 4)
+
+
+def test_stopping_at_the_first_finding_needs_no_proviso():
+    """Without --exhaustive a bottom component with a cycle is itself the hang reported:
+    the search keeps its count from before the proviso (16 at 3 devices)."""
+    found = explicit.explore(System(load("poll_flag_never_set", 3)), ExplicitOptions(stop_at_first=True))
+    assert found.states == 16 and found.has_errors and not found.notes
+
+
+def test_the_proviso_stops_where_the_threads_beside_a_spin_multiply_and_says_so():
+    """At 8 devices each device's signal races its neighbour's read of the polled flag, and
+    each order leaves the spinning devices elsewhere: the proviso may add as many states as
+    the search had found (41), at least 1,000, then stops; the hang stands as found before
+    it, and a note says what may be missing (docs/search.md, "Runs that never end")."""
+    found = explicit.explore(System(load("poll_flag_never_set", 8)))
+    assert found.exhausted is None
+    assert {key[0] for key in found.findings} == {Kind.UNSATISFIED_WAIT}
+    assert found.states == 41 + PROVISO_FLOOR + 4  # (the last state expanded adds a few)
+    assert any("followed for 1,000 more states only" in note for note in found.notes)

@@ -1,8 +1,11 @@
 """Partial-order reduction keyed on semaphore identity: stubborn sets and sleep sets.
 
-Every property semcheck checks is decided in terminal states (faults persist until the end),
-so a deadlock-preserving stubborn set suffices: it reaches every terminal state of the full
-system (Valmari's theorem; no cycle proviso is needed for terminal states).
+Every property semcheck checks is decided in terminal states or seen by a transition and
+kept in the state (faults, races, early arrivals), so a deadlock-preserving stubborn set
+suffices where every run ends: it reaches every terminal state of the full system
+(Valmari's theorem), by runs that are the full system's with non-conflicting actions
+swapped. Runs that never end (a spin) need the search's proviso against ignoring, a set
+seeded by each actor a cycle leaves standing (`stubborn_containing`; proviso.py).
 
 A stubborn set is a set of *actors* (threads, pending DMA completions) closed under:
 
@@ -92,6 +95,33 @@ def stubborn_subset(ind: Independence, state: State, enabled: list[Action], thre
             if not waiters_joined:
                 break  # no waiter joined: the closure without them is this one, step for step
     return best
+
+
+def stubborn_containing(ind: Independence, state: State, enabled: list[Action], seed: Action) -> list[Action]:
+    """The enabled actions of a smallest stubborn set found that contains `seed` (enabled):
+    its closure built with the blocked waiters it feeds joining first, and without. The
+    search's proviso against ignoring asks for one (search.py, `Proviso`)."""
+    ctx = _Context(ind, state, enabled)
+    best: list[Action] | None = None
+    for waiters_first in (True, False):
+        members, waiters_joined = ctx.closure(seed, limit=len(enabled) + 1, waiters_first=waiters_first)
+        assert members is not None, "a closure stops only past a limit it cannot reach"
+        found = [a for a in enabled if a in members]
+        if best is None or len(found) < len(best):
+            best = found
+        if not waiters_joined:
+            break  # no waiter joined: the closure without them is this one, step for step
+    assert best is not None
+    return best
+
+
+def isolated_for_good(ind: Independence, state: State, t: int) -> bool:
+    """Whether thread t's whole future (every instruction reachable from its pc) conflicts
+    with nothing any other actor may still do: then its steps commute with every run of
+    the others, and none of them reads anything t writes."""
+    table, pc = ind.tables[t], state.pcs[t]
+    own = {r: channels for r in table.resources() if any(channels := table.future(pc, r))}
+    return not any(True for _ in _Context(ind, state, None)._find_candidates(ind.system.thread_steps[t], own))
 
 
 class _Context:

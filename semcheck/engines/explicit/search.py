@@ -9,7 +9,10 @@ matching), so the reduction stays exact.
 
 When some thread can jump backwards, the explored graph's edges are kept for the
 non-progress check (`endless.py`): states from which no schedule ends are a loop that
-spins for ever.
+spins for ever. With every finding asked for (`--exhaustive`) they also serve the
+reduction's proviso against ignoring (`proviso.py`): once the queue is empty, each bottom
+component of the explored graph with a cycle in which an enabled actor is never taken gets
+a state expanded again with a stubborn set seeded by that actor, and the search goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from semcheck.engines.budget import JUDGING, Budget, BudgetExceeded, Monitor, Pr
 from semcheck.engines.common import Exploration
 from semcheck.engines.explicit.independence import Independence
 from semcheck.engines.explicit.path import OnePath
+from semcheck.engines.explicit.proviso import Proviso
 from semcheck.engines.explicit.reduction import isolated_action, stubborn_subset
 from semcheck.engines.explicit.store import Fifo, SearchTree, StateStore
 from semcheck.engines.options import ExplicitOptions
@@ -168,8 +172,47 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
     # stopped at included, when the budget ran out there)
     on_path = 0 if path is None else len(path) + (0 if len(states) else 1)
 
+    def hangs(graph: list[list]) -> list:
+        """The runs that never end (`endless.py`) on the explored graph `graph`, with the
+        edges that sleep sets skipped added to it."""
+        can_end = set(ended)
+        for i, action in skipped:  # a skipped action's successor was reached another way
+            successor = ind.normalize(system.step(states[i], action))
+            if silence_reported_races:
+                successor = successor._replace(hazards=hazards_to_keep(successor))
+            j = states.find(states.pack(successor))
+            if j is None:
+                can_end.add(i)  # not found under this name: count it as able to end
+            else:
+                graph[i].append((j, action))
+        return endless.findings(system, states, graph, can_end, tree_path)
+
+    def proviso_round() -> bool:
+        """Seed each ignored actor in its state and queue the state again; whether any was.
+        Before the first round, the runs that never end are found as the search without
+        the proviso finds them: if the proviso runs out of states, they are what stands."""
+        assert proviso is not None and edges is not None
+        ignored = proviso.ignored(ind, states, edges)
+        if not ignored:
+            return False
+        if proviso.started_at is None:
+            proviso.start(len(states))
+            for finding, initial, actions in hangs([list(out) for out in edges]):
+                found.add(finding, initial, actions)
+        for i, actor in ignored:
+            proviso.seed(i, actor, tree)
+            queue.append(i, len(tree_path(i)[1]))
+        return True
+
+    # With loops and every finding asked for, the proviso against ignoring (`proviso.py`).
+    # Stopping at the first finding, it is not needed: a bottom component with a cycle is a
+    # run that never ends, an error the non-progress check reports as it is.
+    proviso = Proviso() if reduce and edges is not None and not stop_at_first else None
     try:
-        while queue:
+        while queue or (proviso is not None and proviso_round()):
+            if proviso is not None and proviso.spent(len(states)):
+                queue.clear()
+                break
             i, depth = queue.popleft()
             state = states.take(i)
             monitor.tick(on_path + len(states), transitions, len(queue), depth)
@@ -177,7 +220,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
             ready = system.movable_threads(state) if kept is None else kept
             # most states have a thread whose action is a stubborn set of its own: then
             # the pending completions need not be listed as actions
-            chosen = isolated_action(ind, state, ready) if reduce else None
+            chosen = isolated_action(ind, state, ready) if reduce and (proviso is None or i not in proviso.seeds) else None
             if chosen is not None:
                 enabled = chosen
             else:
@@ -191,7 +234,10 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                     break
                 continue
             if chosen is None:
-                chosen = stubborn_subset(ind, state, enabled, isolated_tried=True) if reduce else enabled
+                if proviso is not None and i in proviso.seeds:
+                    chosen = proviso.choose(ind, state, enabled, i)
+                else:
+                    chosen = stubborn_subset(ind, state, enabled, isolated_tried=True) if reduce else enabled
             asleep = tree.sleep(i)
             done: list = []
             for action in chosen:
@@ -204,7 +250,7 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 if silence_reported_races and successor.hazards:
                     record(hazard_findings(system, successor, state.hazards), i, action)
                     successor = successor._replace(hazards=hazards_to_keep(successor))
-                if reduce:
+                if reduce and not (proviso is not None and proviso.leaves_nothing_asleep(i)):
                     inherited = frozenset(
                         b for b in (*asleep, *done) if ind.independent(state, action, b)
                     )
@@ -245,17 +291,14 @@ def _explore(system: System, *, reduce: bool, budget: Budget | None, progress: P
                 break
     except BudgetExceeded as exceeded:
         found.exhausted, found.stopped_by = exceeded.reason, exceeded.by
-    if edges is not None and not found.exhausted and not queue:
-        for i, action in skipped:  # a skipped action's successor was reached another way
-            successor = ind.normalize(system.step(states[i], action))
-            if silence_reported_races:
-                successor = successor._replace(hazards=hazards_to_keep(successor))
-            j = states.find(states.pack(successor))
-            if j is None:
-                ended.add(i)  # not found under this name: count it as able to end
-            else:
-                edges[i].append((j, action))
-        for finding, initial, actions in endless.findings(system, states, edges, ended, tree_path):
+    if proviso is not None and proviso.cut:
+        found.notes.append(
+            f"a thread spins for ever here, and the threads beside it were followed for {proviso.allowance():,} "
+            "more states only (the proviso against ignoring, --exhaustive): what they would do later (a fault, "
+            "a race, an early arrival) may be missing; the spin is reported as it is (docs/search.md, \"Runs "
+            "that never end\")")
+    elif edges is not None and not found.exhausted and not queue:
+        for finding, initial, actions in hangs(edges):
             found.add(finding, initial, actions)
     if group is not None and not (stop_at_first and found.has_errors):  # one counterexample: no images
         _add_images(system, ind, group, found, silence_reported_races, monitor)
