@@ -368,3 +368,15 @@ def test_a_name_jax_removed_says_when_and_what_replaced_it(tmp_path, line, said)
     assert (result["file"], result["line"]) == (script, 3)
     assert result["error"].startswith(f"{said} at {script}:3; ")
     assert "removed in JAX 0.10.0" in result["error"]
+
+
+def test_a_model_that_returns_no_protocol_is_located_at_its_model_function(tmp_path):
+    # the error named the file without a line; the user's model() is where the return is missing
+    from semcheck.api import verify_path
+
+    model = write(tmp_path / "forgot_return.py", "from semcheck.model import ProtocolBuilder\n\n\n"
+                  "def model(devices):\n    p = ProtocolBuilder('x', devices=devices)\n    p.thread(0)\n")
+    [result] = verify_path(model, [2])
+    assert result.verdict is Verdict.ERROR
+    assert (result.file, result.line) == (model, 4)
+    assert result.error.startswith("model(2) returned NoneType, not a Protocol")
