@@ -119,6 +119,13 @@ def test_the_devices_help_says_what_all_proves_in_words_a_user_has():
     assert "its id and the device count" in devices.help and "inconclusive" in devices.help
 
 
+def test_the_max_memory_help_gives_the_default_the_budget_uses():
+    # it said "half of what is free"; the budget is what semcheck holds plus that (docs/cli.md)
+    [memory] = [a for a in command.build_parser()._subparsers._group_actions[0].choices["verify"]._actions
+                if "--max-memory" in a.option_strings]
+    assert "SEMCHECK_MAX_MEMORY_MB, else what semcheck holds plus half of what is free" in memory.help
+
+
 def test_the_job_summary_headline_is_the_gates_verdict_under_expectations(capsys, monkeypatch, tmp_path):
     # A folder of declared known bugs passes the gate (exit 0); its summary's headline said
     # "❌ violation" all the same, above "Every check as expected".
