@@ -416,7 +416,9 @@ class Result:
         detail = found or (self.error or "") if self.verdict is not Verdict.SAFE else ""
         work = f"{self.stats.states:,} states" if self.stats.solver_queries is None else (
             f"{self.stats.solver_queries:,} solver queries")
-        return (f"<Result {self.kernel} [{self.devices} devices{cores}, {self.backend}]: "
+        # devices is 0 in the Result of a proof for every device count (--devices all)
+        size = f"{self.devices} device{'s' if self.devices != 1 else ''}" if self.devices else "every device count"
+        return (f"<Result {self.kernel} [{size}{cores}, {self.backend}]: "
                 f"{self.verdict.value.upper()}{': ' + detail if detail else ''} ({work}, {self.engine})>")
 
     def report(self, **options) -> str:

@@ -104,7 +104,10 @@ def _headline(results: list[Result]) -> str:
     parts = []
     for g in groups.group(results):
         where = f" at {g.key.location}" if g.key.location else ""
-        parts.append(f"{g.key.kind}{where} ({groups.checks_text(results, g.refs)})")
+        # a root cause's group is named by the violation kinds it was found as, as the
+        # report's summary names it: those are what docs/kinds and --expectations know
+        kind = "+".join(groups.violation_kinds(results, g)) if g.key.cause is not None else g.key.kind
+        parts.append(f"{kind}{where} ({groups.checks_text(results, g.refs)})")
     for r in results:
         if r.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE):
             parts.append(f"{r.verdict.value} for {r.kernel} at {r.devices} devices")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 
 import pytest
@@ -153,7 +154,7 @@ def test_cli_text_report_shows_input_values(capsys):
     code, out, _ = _run(capsys, MOE, "--devices", "2", "--engine", "z3")
     assert code == 1
     assert "with inputs: tokens = 64" in out
-    assert "solver queries" in out and "z3)" in out
+    assert re.search(r"\d solver quer(y|ies), ", out) and "z3)" in out
 
 
 def test_cli_unknown_assume_name_exits_2(capsys):

@@ -138,6 +138,14 @@ def test_result_repr_is_one_line():
     assert repr(safe) == "<Result ring_allgather [2 devices, tpu]: SAFE (17 states, explicit)>"
 
 
+def test_the_repr_of_a_proof_for_every_device_count_says_so():
+    # it said "[0 devices, tpu]": devices is 0 in the Result of --devices all
+    [proof] = verify_path(model("ring_allgather"), "all")
+    assert repr(proof).startswith("<Result ring_allgather [every device count, tpu]: SAFE (")
+    [one] = verify_path(model("ring_allgather"), [1])
+    assert repr(one).startswith("<Result ring_allgather [1 device, tpu]: SAFE (")
+
+
 def test_result_html_repr_has_the_report_and_the_picture():
     [r] = verify_path(model("ring_allgather_missing_signal"), [2])
     page = r._repr_html_()

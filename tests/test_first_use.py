@@ -119,6 +119,13 @@ def test_the_devices_help_says_what_all_proves_in_words_a_user_has():
     assert "its id and the device count" in devices.help and "inconclusive" in devices.help
 
 
+def test_the_max_memory_help_gives_the_default_the_budget_uses():
+    # it said "half of what is free"; the budget is what semcheck holds plus that (docs/cli.md)
+    [memory] = [a for a in command.build_parser()._subparsers._group_actions[0].choices["verify"]._actions
+                if "--max-memory" in a.option_strings]
+    assert "SEMCHECK_MAX_MEMORY_MB, else what semcheck holds plus half of what is free" in memory.help
+
+
 def test_the_job_summary_headline_is_the_gates_verdict_under_expectations(capsys, monkeypatch, tmp_path):
     # A folder of declared known bugs passes the gate (exit 0); its summary's headline said
     # "❌ violation" all the same, above "Every check as expected".
@@ -368,3 +375,15 @@ def test_a_name_jax_removed_says_when_and_what_replaced_it(tmp_path, line, said)
     assert (result["file"], result["line"]) == (script, 3)
     assert result["error"].startswith(f"{said} at {script}:3; ")
     assert "removed in JAX 0.10.0" in result["error"]
+
+
+def test_a_model_that_returns_no_protocol_is_located_at_its_model_function(tmp_path):
+    # the error named the file without a line; the user's model() is where the return is missing
+    from semcheck.api import verify_path
+
+    model = write(tmp_path / "forgot_return.py", "from semcheck.model import ProtocolBuilder\n\n\n"
+                  "def model(devices):\n    p = ProtocolBuilder('x', devices=devices)\n    p.thread(0)\n")
+    [result] = verify_path(model, [2])
+    assert result.verdict is Verdict.ERROR
+    assert (result.file, result.line) == (model, 4)
+    assert result.error.startswith("model(2) returned NoneType, not a Protocol")

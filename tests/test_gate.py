@@ -207,6 +207,14 @@ def test_github_format_marks_declared_findings_as_notices(capsys, monkeypatch):
     assert out.rstrip().endswith("; declared expected")
 
 
+def test_a_summary_of_one_check_says_one_check_of_one_kernel(capsys, monkeypatch, tmp_path):
+    # it said "1 checks of 1 kernels", where the text report says "1 check of 1 kernel"
+    monkeypatch.chdir(ROOT)
+    summary = tmp_path / "summary.md"
+    run(capsys, "models/circular_wait.py", "--devices", "2", "--summary", str(summary))
+    assert summary.read_text().splitlines()[2] == "1 check of 1 kernel: 1 violation."
+
+
 def test_summary_file_and_the_github_step_summary(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     step_summary = tmp_path / "step_summary.md"

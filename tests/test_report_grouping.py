@@ -91,3 +91,28 @@ def test_a_problem_found_twice_in_one_check_is_not_said_to_be_found_at_it_again(
     assert report.count("error: deadlock") == 1 and "also at" not in report and "[at 4 devices" not in report
     both = text.render([four, eight])
     assert "[at 4 devices; also at 8 devices]" in both
+
+
+def _stuck_on_every_core(devices: int):
+    """Each core of each device waits for a signal nobody sends: an unsatisfied wait."""
+    from semcheck.model import ProtocolBuilder
+
+    p = ProtocolBuilder("stuck_cores", devices=devices, cores=2)
+    never = p.semaphore("never")
+    for d in range(devices):
+        for c in range(2):
+            p.thread(d, c).wait(never, 1)
+    return p.build()
+
+
+def test_a_multi_core_check_is_named_devices_then_cores():
+    # the summary said "at 2, 4 x 2 cores devices": the device unit belongs after the devices
+    from semcheck.api import verify_model
+
+    results = [verify_model(_stuck_on_every_core, devices=n) for n in (2, 4)]
+    both = text.render(results + verify_path(model("ring_allgather"), [2]))
+    [problem] = [line for line in both.splitlines() if line.strip().startswith("unsatisfied_wait ")]
+    assert problem.endswith("at 2, 4 devices x 2 cores"), problem
+    assert "[at 2 devices x 2 cores; also at 4 devices x 2 cores]" in both
+    assert groups.sizes_text([results[0], verify_path(model("ring_allgather"), [4])[0]]) == \
+        "2 devices x 2 cores, 4 devices"

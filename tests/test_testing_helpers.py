@@ -43,6 +43,16 @@ def test_failure_first_line_names_kind_line_and_device_counts():
                      f"{os.path.relpath(model('ring_allgather_missing_signal'))}:30 (2, 4 devices)")
 
 
+def test_failure_first_line_names_violation_kinds_where_a_root_cause_groups_them():
+    # it said "wrong_signaller at ...": a root cause's internal name, which no docs page,
+    # `semcheck explain` or --expectations knows; the kinds are what the user can act on
+    kernel = os.path.join(ROOT, "examples", "tpu", "ring_permute_right_handshake.py")
+    with pytest.raises(AssertionError) as exc:
+        testing.assert_protocol_safe(kernel, devices=4)
+    first = str(exc.value).splitlines()[0]
+    assert first == f"semcheck: not verified safe: remote_before_entry at {os.path.relpath(kernel)}:37 (4 devices)"
+
+
 def test_pytest_hides_semchecks_own_frames():
     import inspect
 

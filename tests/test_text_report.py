@@ -147,3 +147,13 @@ def test_notes_are_counted_unless_verbose():
     report = text.render(checks)
     assert "note" not in report.replace("3 modelling notes", "")
     assert "  3 modelling notes (what the verdicts rest on): shown with -v, and in --format json and sarif" in report
+
+
+def test_counts_of_one_are_singular_in_the_verdict_line():
+    # circular_wait is stuck in its initial state: it said "(1 states, 0 transitions, ...)"
+    [verdict] = [line for line in text.render(results("circular_wait", (2,))).splitlines()
+                 if line.startswith("VIOLATION: ")]
+    assert "  (1 state, 0 transitions, " in verdict
+    [by_z3] = [line for line in text.render(verify_path(os.path.join(MODELS, "circular_wait.py"), [2], engine="z3"))
+               .splitlines() if line.startswith("VIOLATION: ")]
+    assert "  (4 events, 1 solver query, " in by_z3, by_z3

@@ -14,6 +14,7 @@ from semcheck import cli
 from semcheck.api import verify, verify_path
 from semcheck.frontends.capture import capture_script
 from semcheck.frontends import LoadError
+from semcheck.ir import display_path
 
 HEADER = """\
 import jax
@@ -83,6 +84,10 @@ def test_a_script_that_fails_before_any_kernel_is_an_error(tmp_path):
     [result] = verify_path(path, [2])
     assert result.verdict.value == "error"
     assert "ValueError: no data" in result.error and f"kernel.py:{line_of(path, 'raise ValueError')}" in result.error
+    # the hint says how to see the whole traceback, not how to write a kernel script
+    assert (f"XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu python {display_path(path)}"
+            in result.error)
+    assert "jax.shard_map" not in result.error
 
 
 def test_an_unsupported_construct_names_the_primitive_and_line_and_other_kernels_are_still_checked(tmp_path):

@@ -12,7 +12,7 @@ copy into the landing slot while this device is still reading it (`data_race`, b
 the read of the slot and the left neighbour's copy start).
 
 With 2 devices the all-gather is a single exchange, each landing slot is written once, and
-the kernel is safe; the bug shows from 4 devices on. allgather_ring_capacity.py is the fix:
+the kernel is safe; the bug shows from 3 devices on. allgather_ring_capacity.py is the fix:
 a capacity semaphore on which each device tells its left neighbour the slot is free again.
 """
 

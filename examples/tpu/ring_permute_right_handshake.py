@@ -10,7 +10,7 @@ the early copy added to its receive semaphore are lost and its `wait_recv` never
 (the consequence, which semcheck does not report again: one bug, one report).
 
 With 2 devices the left and the right neighbour are the same device, so the one signal
-does show that the target has entered: the kernel is safe there, and the bug shows from 4
+does show that the target has entered: the kernel is safe there, and the bug shows from 3
 devices on. ring_permute.py is the fix: signal both neighbours and wait for two signals.
 """
 

@@ -178,7 +178,7 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
                         help="stop with verdict inconclusive after S seconds per check (default: "
                         f"SEMCHECK_TIMEOUT, else {DEFAULT_TIMEOUT:g})")
     verify.add_argument("--max-memory", type=for_argparse(cli_options.positive_megabytes), default=None, metavar="MB",
-                        help="stop with verdict inconclusive above MB of memory (default: half of what is free)")
+                        help="stop with verdict inconclusive above MB of memory (default: SEMCHECK_MAX_MEMORY_MB, else what semcheck holds plus half of what is free as a check starts)")
     verify.add_argument("--invocations", type=for_argparse(cli_options.positive_int), default=1, metavar="K",
                         help="run each kernel K times back to back on every device (default 1): "
                              "barrier semaphores persist, so collective_id reuse hazards show up")

@@ -11,7 +11,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Callable
 
 from semcheck.errors import LoadError, NothingToCheck
-from semcheck.ir import Loc, Protocol
+from semcheck.ir import Loc, Protocol, display_path
 from semcheck.records import record
 
 if TYPE_CHECKING:  # the capture imports JAX's machinery: only its record's name is needed here
@@ -59,7 +59,8 @@ def load(path: str, devices: int, *, capture_timeout: float | None = None, assum
         raise error(
             _nothing_captured(path, devices, why),
             outcome.script_error_loc or Loc(path, 0),
-            hint=_missing_module_hint(outcome.missing_module) if outcome.missing_module else _HINT,
+            hint=_missing_module_hint(outcome.missing_module) if outcome.missing_module else (
+                _rerun_hint(path, devices) if outcome.script_error else _HINT),
         )
     notes = []
     if outcome.script_error:
@@ -99,6 +100,14 @@ _HINT = (
     "wrap the kernel in jax.shard_map, and call it (e.g. jax.jit(f)(x)) when the file runs "
     "as __main__"
 )
+
+
+def _rerun_hint(path: str, devices: int) -> str:
+    """The script itself failed (it raised, or exited non-zero): how to run it as semcheck did,
+    to see the whole traceback; how to write a kernel script is beside the point."""
+    return ("the script fails when run as semcheck runs it; to see the whole traceback, run "
+            f"`XLA_FLAGS=--xla_force_host_platform_device_count={devices} JAX_PLATFORMS=cpu "
+            f"python {display_path(path)}`")
 
 
 def _missing_module_hint(missing: MissingModule) -> str:

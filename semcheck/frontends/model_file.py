@@ -7,11 +7,12 @@ are recorded again here, in the load that `frontends.load` is collecting."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 
 from semcheck.errors import LoadError
 from semcheck.frontends.isolation import call_isolated, user_frame
-from semcheck.ir import Protocol
+from semcheck.ir import Loc, Protocol
 from semcheck.model import ModelError
 
 
@@ -53,9 +54,18 @@ def load_in_process(path: str, devices: int) -> Protocol:
     if not isinstance(protocol, Protocol):
         raise LoadError(
             f"model({devices}) returned {type(protocol).__name__}, not a Protocol",
+            _definition(model, path),
             hint="end model() with `return builder.build()`",
         )
     return protocol
+
+
+def _definition(function, path: str) -> Loc | None:
+    """The line of `def model` in the user's file: where a missing `return` belongs."""
+    code = getattr(function, "__code__", None)
+    if code is None or os.path.abspath(code.co_filename) != os.path.abspath(path):
+        return None
+    return Loc(path, code.co_firstlineno)
 
 
 def _import(path: str):

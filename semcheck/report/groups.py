@@ -86,26 +86,33 @@ def group(results: list[Result]) -> list[ProblemGroup]:
     return groups
 
 
-def check_label(r: Result) -> str:
-    """How a check is told apart from the kernel's other checks by its size: "4", "4 x 2 cores"."""
-    label = str(r.devices)
-    if r.cores > 1:
-        label += f" x {r.cores} {core_unit(r.backend)}s"
-    return label
-
-
 def checks_text(results: list[Result], refs) -> str:
     """ "2, 4, 8 devices" for the checks `refs` point at ("4, 8 devices (2 invocations)")."""
     return sizes_text([results[ref.result] for ref in refs])
 
 
 def sizes_text(checks: list[Result]) -> str:
-    """ "2, 4, 8 devices" for `checks` ("4, 8 devices (2 invocations)")."""
+    """ "2, 4, 8 devices" for `checks` ("4, 8 devices (2 invocations)", "2, 4 devices x 2 cores"):
+    consecutive sizes that share a core count and an invocation count share one unit."""
     invocations = sorted({r.invocations for r in checks})
-    labels = list(dict.fromkeys(
-        check_label(r) + (f" ({r.invocations} invocations)" if len(invocations) > 1 else "") for r in checks))
-    unit = "device" if labels == ["1"] else "devices"
-    text = f"{', '.join(labels)} {unit}"
+    sizes = list(dict.fromkeys(
+        (r.devices, r.cores if r.cores > 1 else 0, core_unit(r.backend),
+         r.invocations if len(invocations) > 1 else 0) for r in checks))
+    runs: list[tuple[list[int], tuple]] = []
+    for devices, *rest in sizes:
+        if runs and runs[-1][1] == tuple(rest):
+            runs[-1][0].append(devices)
+        else:
+            runs.append(([devices], tuple(rest)))
+    parts = []
+    for counts, (cores, unit, invocation) in runs:
+        part = f"{', '.join(map(str, counts))} {'device' if counts == [1] else 'devices'}"
+        if cores:
+            part += f" x {cores} {unit}s"
+        if invocation:
+            part += f" ({invocation} invocation{'s' if invocation > 1 else ''})"
+        parts.append(part)
+    text = ", ".join(parts)
     if len(invocations) == 1 and invocations[0] > 1:
         text += f" ({invocations[0]} invocations)"
     return text

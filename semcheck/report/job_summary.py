@@ -37,7 +37,8 @@ def render(results: list[Result], *, judgements=None, hidden: int = 0, title: st
     word = _JUDGED.get(overall, overall.value) if judged is not None else overall.value
     parts = ", ".join(f"{counts[v]} {v.value}" for v in Verdict if counts[v]) or "nothing checked"
     out = [f"## {title}: {_ICONS[overall]} {word}", "",
-           f"{len(results)} checks of {len(kernels)} kernels: {parts}."]
+           f"{len(results)} check{'s' if len(results) != 1 else ''} of {len(kernels)} "
+           f"kernel{'s' if len(kernels) != 1 else ''}: {parts}."]
     if judgements is not None:
         unexpected = sum(not j.matched for j in judgements)
         out[-1] += f" {unexpected} unexpected." if unexpected else " Every check as expected."

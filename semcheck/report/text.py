@@ -272,25 +272,31 @@ def _device_count(r: Result) -> str:
     return f"{r.devices} device{'s' if r.devices != 1 else ''}"
 
 
+def _n(count: int, one: str, many: str) -> str:
+    """ "1 state", "17 states"."""
+    return f"{count:,} {one if count == 1 else many}"
+
+
 def _stats(r: Result) -> str:
     """What the search of a check took, as its verdict line ends."""
     stats = ""
+    states = _n(r.stats.states, "state", "states")
+    queries = _n(r.stats.solver_queries or 0, "solver query", "solver queries")
     if r.verdict is not Verdict.ERROR and r.runs:  # auto ran engines side by side: the work of both
         stats = (
-            f"  ({r.stats.states:,} states, {r.stats.solver_queries or 0:,} solver queries, "
-            f"{r.stats.seconds:.2f} s, {r.engine} decided)" if any(run.decided for run in r.runs) else
-            f"  ({r.stats.states:,} states, {r.stats.solver_queries or 0:,} solver queries, "
-            f"{r.stats.seconds:.2f} s, {' and '.join(run.engine for run in r.runs)})"
+            f"  ({states}, {queries}, {r.stats.seconds:.2f} s, {r.engine} decided)"
+            if any(run.decided for run in r.runs) else
+            f"  ({states}, {queries}, {r.stats.seconds:.2f} s, {' and '.join(run.engine for run in r.runs)})"
         )
     elif r.verdict is not Verdict.ERROR and r.stats.solver_queries is not None:
         # z3 may decline a protocol before encoding it (then it has no event count).
-        events = "" if r.stats.encoded_events is None else f"{r.stats.encoded_events:,} events, "
-        stats = f"  ({events}{r.stats.solver_queries:,} solver queries, {r.stats.seconds:.2f} s, {r.engine})"
+        events = "" if r.stats.encoded_events is None else _n(r.stats.encoded_events, "event", "events") + ", "
+        stats = f"  ({events}{queries}, {r.stats.seconds:.2f} s, {r.engine})"
     elif r.verdict is not Verdict.ERROR and not r.built:
         stats = f"  ({r.stats.seconds:.2f} s)"
     elif r.verdict is not Verdict.ERROR:
         stats = (
-            f"  ({r.stats.states:,} states, {r.stats.transitions:,} transitions, "
+            f"  ({states}, {_n(r.stats.transitions, 'transition', 'transitions')}, "
             f"{r.stats.seconds:.2f} s, {r.engine})"
         )
     return stats

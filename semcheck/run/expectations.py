@@ -127,9 +127,13 @@ def parse_spec(spec: str, where: str, source: str = "comment") -> Expectation:
         if word == SAFE:
             continue
         if word not in valid:
+            import difflib  # only for a misspelt outcome (tests/test_startup.py)
+
+            close = difflib.get_close_matches(word, [SAFE, *valid], n=1, cutoff=0.6)
             raise ExpectationError(
-                f"{where}: unknown outcome {word!r} in an expectation; use `safe` or one of: "
-                + ", ".join(sorted(valid))
+                f"{where}: unknown outcome {word!r} in an expectation; "
+                + (f"did you mean {close[0]}? Use" if close else "use")
+                + " `safe` or one of: " + ", ".join(sorted(valid))
             )
         outcomes.add(word)
     if SAFE in words and outcomes:
