@@ -26,9 +26,12 @@ from semcheck.lower.exact_outputs import Rule
 from tests.tpu_kernels import mesh
 
 ZEROS = "semcheck's capture replaces kernel outputs with zeros"
-# Why a kernel with scalar prefetch operands keeps zeros (semcheck/lower/exact_outputs.py).
-SCALAR_PREFETCH = ("semcheck computes a kernel's outputs only where it proves them exact, and it takes scalar "
-                   "prefetch operands")
+# Why `kern` and `counted` keep zeros (semcheck/lower/exact_outputs.py): their operands are
+# moved by DMA (pl.ANY) or in SMEM, not blocked in VMEM. (Their scalar prefetch, read at a
+# static index, is no reason since the proof takes it as an input.)
+NOT_IN_VMEM = "semcheck computes a kernel's outputs only where it proves them exact, and its {} is in {}, not blocked in VMEM"
+KERN_NOT_COMPUTED = NOT_IN_VMEM.format("input 0", "any")
+COUNTED_NOT_COMPUTED = NOT_IN_VMEM.format("output 0", "smem")
 
 
 def copy_kernel(n_ref, x_ref, o_ref):
@@ -73,7 +76,7 @@ def test_an_operand_that_is_a_program_argument_is_the_scripts_value_after_anothe
     assert first.withheld == {} and first.ran_before == {}
     assert list(second.withheld) == [0] and list(second.withheld[0]) == [1]  # only the block
     assert second.withheld[0][1].startswith("it is computed from the outputs of copy_kernel (called at ")
-    assert second.withheld[0][1].endswith(f"{ZEROS}; for {_label(first)}, {SCALAR_PREFETCH}")
+    assert second.withheld[0][1].endswith(f"{ZEROS}; for {_label(first)}, {KERN_NOT_COMPUTED}")
 
 
 def test_an_operand_computed_from_an_earlier_kernels_output_is_withheld():
@@ -138,7 +141,7 @@ def test_a_kernel_called_before_the_loop_that_carries_its_output_withholds_it():
     before, loop = captured((f, (N, X)))
     assert loop.operand_origins[1].kernels == (_label(before),) and loop.operand_origins[1].own
     assert loop.withheld[0][1] == (f"it is computed from the outputs of {_label(before)} and this kernel's own "
-                                   f"earlier call, and {ZEROS}; for {_label(before)}, {SCALAR_PREFETCH}")
+                                   f"earlier call, and {ZEROS}; for {_label(before)}, {KERN_NOT_COMPUTED}")
     assert loop.own_carried == ()
 
 
@@ -514,7 +517,7 @@ def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chai
         assert withheld == [
             f"the values the script passed are not used for n_ref on device 0 (it is computed from the outputs of "
             f"count_kernel (called at {_call_line()}), and {ZEROS}; for count_kernel (called at {_call_line()}), "
-            f"{SCALAR_PREFETCH}): such an operand holds what the kernel's own "
+            f"{COUNTED_NOT_COMPUTED}): such an operand holds what the kernel's own "
             "stores define, and a scalar-prefetch element it reads is an input over its type (docs/data-evaluation.md)"
         ]
         assert any("is a scalar-prefetch operand whose script value is not known (the values the capture saw of "
@@ -704,7 +707,7 @@ def test_a_kernel_with_a_semaphore_still_gets_zeros_and_withholds_what_it_feeds(
         return counted(to_count(counted(n)))
 
     first, second = captured((f, (jnp.array([4], jnp.int32),)))
-    assert not first.computed and first.not_computed.rule is Rule.GRID
+    assert not first.computed and first.not_computed.rule is Rule.MEMORY_SPACE
     assert second.operand_origins[0].kernels == (_label(first),) and 0 in second.withheld[0]
 
 
@@ -995,6 +998,79 @@ def test_a_producer_that_meets_every_rule_in_another_shape_is_computed_too(case)
     assert producer.computed and producer.not_computed is None
     assert result.verdict.value == "safe", result.violations
     assert result.stats.states == 13
+
+
+# The top 2 again, from a kernel that also takes scalar prefetch (a shift of the indices, as
+# a router offsets its experts by a device's first one): the proof takes a scalar-prefetch
+# operand as an input, read at static indices, never stored to and read by no index map.
+def _top2_shifted_kernel(shift_ref, x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+    i_ref[...] = i_ref[...] + shift_ref[0]
+
+
+def _top2_shifted(scores, kernel=_top2_shifted_kernel, *, shift=(0, 1), index=lambda i, shift_ref: (i, 0)):
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((scores.shape[0], 2), jnp.int32),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, grid=(2,), in_specs=[pl.BlockSpec((8, EXPERTS), lambda i, shift_ref: (i, 0))],
+            out_specs=pl.BlockSpec((8, 2), index)))(jnp.array(shift, jnp.int32), scores)
+
+
+@pytest.mark.parametrize("shift, verdict, states", [(0, "safe", 13), (2, "violation", None)])
+def test_a_producer_with_scalar_prefetch_proved_exact_routes_by_the_scripts_prefetch_values(shift, verdict, states):
+    """Before, a kernel with scalar prefetch kept zeros (`Rule.GRID`): the indices were inputs
+    over int32 and the check a violation for every shift. Computed, shift 0 routes row 0 to
+    experts 1 and 2 (safe); shift 2 to experts 3 and 4, and expert 4 of 4 is `invalid_region`."""
+    producer, consumer, result = _routed_check(lambda s: _top2_shifted(s, shift=(shift, 1)))
+    assert producer.computed and producer.not_computed is None
+    assert consumer.inputs == ()
+    assert result.verdict.value == verdict, result.violations
+    if states is not None:
+        assert result.stats.states == states
+    else:
+        assert [v.kind for v in result.violations] == ["invalid_region"]
+    [note] = [n for n in consumer.notes if "may be computed from the outputs of" in n]
+    assert "a scalar-prefetch operand read at static indices" in note
+
+
+def _reads_prefetch_at_a_computed_index(shift_ref, x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+    i_ref[...] = i_ref[...] + shift_ref[shift_ref[1]]  # 1 here: the interpreter clamps, a chip does not
+
+
+def _reads_prefetch_before_it(shift_ref, x_ref, i_ref):
+    _top2_kernel(x_ref, i_ref)
+    i_ref[...] = i_ref[...] + shift_ref[-1]  # numpy's last element; on a chip the word before the array
+
+
+def _stores_to_prefetch(shift_ref, x_ref, i_ref):
+    _top2_shifted_kernel(shift_ref, x_ref, i_ref)
+    shift_ref[1] = 0  # SMEM keeps it for the next step on a chip; the interpreter drops it
+
+
+PREFETCH_REFUSED = {
+    "a prefetch read at a computed index": (_reads_prefetch_at_a_computed_index, {}, Rule.DYNAMIC_INDEX,
+                                            "it has `get` on its scalar prefetch 0 at an index computed at run time"),
+    "a prefetch read before the array": (_reads_prefetch_before_it, {}, Rule.OUTSIDE_BLOCK,
+                                         "it has `get` on its scalar prefetch 0 at index -1 in dimension 0, outside "
+                                         "its block of shape (2,)"),
+    "a store to prefetch": (_stores_to_prefetch, {}, Rule.WRITES_INPUT, "it stores to its scalar prefetch 0 at "),
+    "an index map reading prefetch": (_top2_shifted_kernel, {"index": lambda i, shift_ref: (i + shift_ref[0], 0)},
+                                      Rule.PREFETCH_INDEX_MAP, "its output 0's index map reads a scalar-prefetch "
+                                                               "operand (which block a step holds depends on "
+                                                               "run-time values)"),
+}
+
+
+@pytest.mark.parametrize("case", list(PREFETCH_REFUSED))
+def test_a_producer_using_its_scalar_prefetch_beyond_static_reads_keeps_zeros_and_says_why(case):
+    kernel, options, rule, why = PREFETCH_REFUSED[case]
+    producer, consumer, result = _routed_check(lambda s: _top2_shifted(s, kernel, **options))
+    assert not producer.computed and producer.not_computed.rule is rule, producer.not_computed
+    assert why in producer.not_computed.detail
+    assert any(producer.not_computed.sentence() in n for n in consumer.notes)
+    assert result.verdict.value == "violation"
+    assert "invalid_region" in [v.kind for v in result.violations]
 
 
 def _gates_on_positive_scores(x_ref, i_ref):

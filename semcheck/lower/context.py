@@ -397,8 +397,10 @@ def withheld_note(withheld: dict[int, dict[str, str]], devices: int) -> str:
 
 COMPUTED = ("semcheck computed its outputs while capturing, with JAX's HLO interpreter of the kernel on the CPU "
             "(jax/_src/pallas/hlo_interpreter.py), having proved from its body that each grid step writes all of "
-            "its output blocks, each block once, from its input blocks alone, with operations exact on any IEEE "
-            "backend (lower/exact_outputs.py); floats compare as on XLA's CPU, which flushes f32 subnormals to "
+            "its output blocks, each block once, from its input blocks alone (a scalar-prefetch operand read at static "
+            "indices, never stored to and read by no index map, is one of its inputs: the outputs are those of the "
+            "values the program passed it, which are the script's where the operands above are), with operations "
+            "exact on any IEEE backend (lower/exact_outputs.py); floats compare as on XLA's CPU, which flushes f32 subnormals to "
             "zero (JAX 0.10.2: jax.jit(lambda x: x > 0)(1e-40) is False), and min and max return NaN for a NaN "
             "operand and order -0 below +0, as Mosaic's arith.minimumf and arith.maximumf are defined; neither "
             "is observed on a chip")

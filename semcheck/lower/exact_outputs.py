@@ -16,9 +16,20 @@ So the capture computes a kernel's outputs only where `prove_exact` shows, from 
 alone, that every element of every output is written at every grid step from the step's
 input blocks, with operations whose result is the same bits on any IEEE backend:
 
-* a TPU pallas_call without a mesh, scalar prefetch or dynamic grid; every operand blocked
-  in VMEM (the default memory space), `Blocked` or squeezed block dimensions, no block
-  transforms; scratch only in VMEM;
+* a TPU pallas_call without a mesh or dynamic grid; every operand blocked in VMEM (the
+  default memory space), `Blocked` or squeezed block dimensions, no block transforms;
+  scratch only in VMEM;
+* scalar-prefetch operands (whole arrays in SMEM) read as inputs only: at static indices
+  inside the array (the rule for every ref access below), never stored to, and read by no
+  index map. Then no block, and no store's place, depends on their values, so the kernel
+  writes the same bits on a chip and in the interpreter for whatever values they hold, and
+  the interpreter computes its outputs from the values the program passes it. Those are the
+  script's where the program computes them from the script's values: the capture's slice
+  (frontends/provenance.py) goes on through a computed kernel to its operands, its scalar
+  prefetch included, so an operand computed from an earlier kernel's zeros still withholds
+  what it feeds. A store would not last in the interpreter (it drops each step's scalar
+  prefetch, `pallas_call_hlo_interpret`, jax/_src/pallas/hlo_interpreter.py) where SMEM
+  keeps it on a chip; an index map that reads one names blocks by run-time values;
 * every operand's shape a multiple of its block shape (no padded edge block); every index
   map, evaluated at every grid step, inside its array; every output block visited by
   exactly one grid step (so no step's write is overwritten by another's, whatever order or
@@ -77,7 +88,8 @@ class Rule(enum.Enum):
 
     NOT_TPU = "a TPU pallas_call without a mesh"
     TOO_LARGE = "small (16 MiB of operands and outputs, 4,096 grid steps, 2^20 elements a block)"
-    GRID = "a static grid and no scalar prefetch"
+    GRID = "a static grid"
+    PREFETCH_INDEX_MAP = "no index map reading scalar prefetch"
     MEMORY_SPACE = "every operand blocked in VMEM"
     BLOCK_SHAPE = "Blocked or squeezed block dimensions without transforms"
     PADDED_EDGE = "every shape a multiple of its block"
@@ -90,7 +102,7 @@ class Rule(enum.Enum):
     OUTSIDE_BLOCK = "every static index inside its block"
     READ_UNWRITTEN = "no output or scratch read before it is written"
     NOT_WRITTEN_WHOLE = "every output written whole at the top level of the body"
-    WRITES_INPUT = "no store to an input block"
+    WRITES_INPUT = "no store to an input block or scalar-prefetch operand"
     ALIASED = "no input aliased to an output"
     NO_INTERPRETER = "JAX's HLO interpreter of pallas_call"
 
@@ -124,8 +136,6 @@ def prove_exact(params: dict, primitive: str) -> Refusal | None:
                                   "(a vmapped pallas_call)")
     if not all(isinstance(n, int) for n in grid) or grid_mapping.num_dynamic_grid_bounds:
         return Refusal(Rule.GRID, f"its grid {grid} has bounds computed at run time")
-    if grid_mapping.num_index_operands:
-        return Refusal(Rule.GRID, "it takes scalar prefetch operands")
     if math.prod(grid) > MAX_STEPS:
         return Refusal(Rule.TOO_LARGE, f"its grid has {math.prod(grid):,} steps (more than {MAX_STEPS:,})")
     if params.get("input_output_aliases"):
@@ -137,7 +147,9 @@ def prove_exact(params: dict, primitive: str) -> Refusal | None:
         refused = _block_refusal(mapping, role, tpu_core)
         if refused is not None:
             return refused
-    size = sum(math.prod(m.array_aval.shape) * m.array_aval.dtype.itemsize for m in mappings)
+    prefetch = _prefetch_avals(params["jaxpr"], grid_mapping)
+    size = sum(math.prod(a.shape) * a.dtype.itemsize
+               for a in (*(m.array_aval for m in mappings), *prefetch))
     if size > MAX_BYTES:
         return Refusal(Rule.TOO_LARGE, f"its operands and outputs hold {size:,} bytes (more than {MAX_BYTES:,})")
     refused = _grid_refusal(grid, mappings, num_inputs)
@@ -147,6 +159,15 @@ def prove_exact(params: dict, primitive: str) -> Refusal | None:
         if not _in_vmem(getattr(aval, "memory_space", None), tpu_core):
             return Refusal(Rule.MEMORY_SPACE, f"it has scratch {aval} outside VMEM")
     return _BodyWalk(params["jaxpr"], grid_mapping).prove()
+
+
+def _prefetch_avals(closed, grid_mapping) -> list:
+    """The scalar-prefetch operands' avals: the body's first invars (JAX 0.10.2 orders a TPU
+    kernel's refs scalar prefetch, inputs, outputs, scratch)."""
+    from semcheck.lower.interpreter import unwrap
+
+    jaxpr, _ = unwrap(closed)
+    return [v.aval for v in jaxpr.invars[:grid_mapping.num_index_operands]]
 
 
 def _role(k: int, num_inputs: int) -> str:
@@ -181,8 +202,11 @@ def _block_sizes(mapping) -> tuple[int, ...]:
 def _grid_refusal(grid: tuple[int, ...], mappings, num_inputs: int) -> Refusal | None:
     """Every block index inside its array; each output block visited by exactly one step."""
     visits: list[dict[tuple[int, ...], tuple[int, ...]]] = [{} for _ in mappings[num_inputs:]]
-    index_maps = [_IndexMap(m.index_map_jaxpr) for m in mappings]
+    index_maps = [_IndexMap(m.index_map_jaxpr, len(grid)) for m in mappings]
     for k, index_map in enumerate(index_maps):
+        if index_map.reads_prefetch:
+            return Refusal(Rule.PREFETCH_INDEX_MAP, f"its {_role(k, num_inputs)}'s index map reads a scalar-prefetch "
+                                                    "operand (which block a step holds depends on run-time values)")
         # Evaluated on the CPU: exact operations only.
         refused = _jaxpr_refusal(index_map.closed.jaxpr, f" in its {_role(k, num_inputs)}'s index map")
         if refused is not None:
@@ -210,10 +234,13 @@ def _grid_refusal(grid: tuple[int, ...], mappings, num_inputs: int) -> Refusal |
 class _IndexMap:
     """A block's index map at a grid step, as integers."""
 
-    def __init__(self, closed) -> None:
+    def __init__(self, closed, grid_rank: int) -> None:
         self.closed = closed
         jaxpr = closed.jaxpr
         jax_core = jax_internal("core")
+        self.grid_rank = grid_rank
+        # Its invars after the grid indices are the scalar-prefetch refs.
+        self.reads_prefetch = bool(set(jaxpr.invars[grid_rank:]) & _used_vars(jaxpr))
         # Most index maps return grid indices and literals: read those without evaluating.
         self.direct = not jaxpr.eqns and all(isinstance(v, jax_core.Literal) or v in jaxpr.invars
                                              for v in jaxpr.outvars)
@@ -226,7 +253,9 @@ class _IndexMap:
         if self.direct:
             where = {v: i for v, i in zip(jaxpr.invars, step)}
             return tuple(int(v.val) if isinstance(v, jax_core.Literal) else where[v] for v in jaxpr.outvars)
-        outs = jax_core.eval_jaxpr(jaxpr, self.closed.consts, *(np.int32(i) for i in step))
+        # The scalar-prefetch refs are unused (`reads_prefetch` is refused before): no value.
+        unused = (None,) * (len(jaxpr.invars) - self.grid_rank)
+        outs = jax_core.eval_jaxpr(jaxpr, self.closed.consts, *(np.int32(i) for i in step), *unused)
         return tuple(int(o) for o in outs)
 
 
@@ -272,11 +301,14 @@ class _BodyWalk:
         from semcheck.lower.interpreter import unwrap
 
         self.jaxpr, _ = unwrap(closed)
-        invars = self.jaxpr.invars
+        num_prefetch = grid_mapping.num_index_operands
+        prefetch, invars = self.jaxpr.invars[:num_prefetch], self.jaxpr.invars[num_prefetch:]
         num_in, num_out = grid_mapping.num_inputs, grid_mapping.num_outputs
         self.outputs = list(invars[num_in:num_in + num_out])
-        # Every ref of the body, by its invar: what a message calls it.
-        self.roles: dict[Var, str] = {v: f"input {k}" for k, v in enumerate(invars[:num_in])}
+        # Every ref of the body, by its invar: what a message calls it. A scalar-prefetch
+        # ref is an input: read at static indices, never stored to.
+        self.roles: dict[Var, str] = {v: f"scalar prefetch {k}" for k, v in enumerate(prefetch)}
+        self.roles.update({v: f"input {k}" for k, v in enumerate(invars[:num_in])})
         self.roles.update({v: f"output {k}" for k, v in enumerate(self.outputs)})
         self.roles.update({v: f"scratch {k}" for k, v in enumerate(invars[num_in + num_out:])})
         self.stored = [*self.outputs, *invars[num_in + num_out:]]  # the refs a step may store to
@@ -475,12 +507,12 @@ def _get(walk: _BodyWalk, eqn, scope: _Scope) -> Refusal | None:
 
 def _stored(walk: _BodyWalk, eqn, scope: _Scope) -> tuple[Var, Region] | Refusal:
     """The output or scratch ref a swap or addupdate stores to, and where; an input block
-    may not be stored to."""
+    or scalar-prefetch operand may not be stored to."""
     access = walk.access(eqn, 2, scope)
     if isinstance(access, Refusal):
         return access
     if access[0] not in walk.masks:
-        return Refusal(Rule.WRITES_INPUT, f"it stores to an input block{_at(eqn)}")
+        return Refusal(Rule.WRITES_INPUT, f"it stores to its {walk.roles[access[0]]}{_at(eqn)}")
     return access
 
 
