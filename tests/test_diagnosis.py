@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from semcheck import ir
 from semcheck.api import check_protocol
 from semcheck.model import DMA, REGULAR, ProtocolBuilder
 from semcheck.report import causes, groups, text
@@ -326,3 +327,43 @@ def test_an_early_copy_let_go_by_a_barrier_wait_that_passed_early_has_that_wait_
                                                                                   ready, (1, 2))
     assert len(groups.group([r])) == 1
     assert check_protocol(two_kernels_one_barrier(2), engine="explicit").verdict.value == "safe"
+
+
+def two_copies_in_flight(devices: int, *, cut: bool):
+    """Each device sends two slots to its right neighbour on one receive semaphore, with the
+    same byte count, waits for one landing and forwards slot 1, as tpu-inference's batched
+    RPA ring does when a credit is released before the receive wait: the later copy can
+    land first and satisfy the wait. With `cut`, every thread's lowering stopped after the
+    forward (as RPA's did at 4 devices), so its later waits are unknown."""
+    p, (send, recv), _out, threads = ring_threads("two_copies_in_flight", devices)
+    mine, inbox = p.buffer("mine", (2, *BLOCK)), p.buffer("inbox", (2, *BLOCK))
+    forwarded = p.buffer("forwarded", BLOCK)
+    fwd_send, fwd_recv = p.semaphore("fwd_send", DMA), p.semaphore("fwd_recv", DMA)
+    for d, t in enumerate(threads):
+        right = (d + 1) % devices
+        copies = [t.dma_start(mine.region(slot), inbox.region(slot), recv_sem=recv, send_sem=send, device=right)  # send
+                  for slot in (1, 0)]
+        copies[0].wait_recv()  # the wait
+        t.dma_start(inbox.region(1), forwarded.region(), recv_sem=fwd_recv, send_sem=fwd_send,
+                    device=right)  # forward
+    protocol = p.build()
+    if not cut:
+        return protocol
+    stop = ir.Cut(protocol.threads[0].body[-1].loc, "the lowering stopped here")
+    return replace(protocol, threads=tuple(replace(th, body=th.body + (stop,)) for th in protocol.threads))
+
+
+def test_a_copy_whose_wait_took_another_copy_is_not_called_never_waited_where_the_lowering_stopped():
+    """With the rest of each thread unknown past a cut, a copy with no wait in the prefix
+    is not 'never waited for' (RPA's ring was told to wait once more after its loop, a wait
+    the part past the stop may hold); the race's cause is the wait that took the other copy."""
+    send = line_of(two_copies_in_flight, "# send")
+    cut = check_protocol(two_copies_in_flight(3, cut=True), engine="explicit", exhaustive=True)
+    races = [v for v in cut.errors if v.kind == "data_race"]
+    assert races and all(v.cause is not None for v in races)
+    assert {(v.cause.kind, v.cause.site.line, v.cause.by.line) for v in races} == {
+        (CauseKind.WRONG_COPY, line_of(two_copies_in_flight, "# the wait"), send)}
+    assert "both were in flight on one receive semaphore" in causes.statement(races[0].cause)
+    # the whole program, where nothing waits for the copies' other landings: never waited for
+    whole = check_protocol(two_copies_in_flight(3, cut=False), engine="explicit")
+    assert {v.cause.kind for v in whole.errors if v.cause is not None} == {CauseKind.UNWAITED_COPY}

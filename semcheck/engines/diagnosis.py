@@ -172,8 +172,13 @@ def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
     its receive semaphore (after its own start at `loc`, in a kernel every device runs alike).
     `last_only` when the waits of some earlier start there are found on each side left
     unwaited: a loop's last copy. (A wait on the other side says nothing: a loop that waits
-    each send and never a receive leaves every copy's receive unwaited, not the last one's.)"""
+    each send and never a receive leaves every copy's receive unwaited, not the last one's.)
+    None where some thread's lowering stopped (`ir.Cut`): its waits after the stop are unknown."""
     if loc is None:
+        return None
+    if any(isinstance(instr, ir.Cut) for body in system.bodies for instr in body):
+        # where a thread's lowering stopped, what it would do next (the wait, say) is not
+        # known: a wait missing from the prefix is no evidence that it is missing
         return None
     sides: set[ir.DmaSide] = set()
     waited_earlier: dict[ir.DmaSide, list[ir.Loc]] = {}
