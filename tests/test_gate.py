@@ -228,7 +228,7 @@ def test_summary_file_and_the_github_step_summary(capsys, monkeypatch, tmp_path)
     assert step_summary.read_text() == "earlier step\n" + text  # appended, not overwritten
     lines = text.splitlines()
     assert lines[0] == "## semcheck: ❌ violation"
-    assert lines[2] == "4 checks of 2 kernels: 2 safe, 2 violation."
+    assert lines[2] == "4 checks of 2 kernels: 2 safe, 2 violations."  # not "2 violation"
     assert "| kernel | file | 2 devices | 4 devices |" in lines
     assert "| circular_wait | `models/circular_wait.py:16` | ❌ deadlock | ❌ deadlock |" in lines
     assert "| ring_allgather | `models/ring_allgather.py:29` | ✅ safe | ✅ safe |" in lines
