@@ -325,11 +325,23 @@ def test_folder_walks_skip_tooling_environments_and_git_ignored_files(tmp_path, 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     write(tmp_path / "kernels" / "ring.py", SAFE_MODEL.format(name="ring"))
     assert discover([str(tmp_path)]) == [str(tmp_path / "kernels" / "ring.py")]
-    code, out, err = run(capsys, "verify", str(tmp_path), "--devices", "2", "-q")
+    code, out, err = run(capsys, "verify", str(tmp_path), "--devices", "2")
     assert code == 0, out + err
     [line] = [line for line in err.splitlines() if "skipped" in line]
     for word in ["setup.py", "conftest.py", "venv/", "node_modules/", "build/", "git-ignored", "test_kernel.py"]:
         assert word in line
+    # -q: the skipped line is left out (it was printed: -q only silenced progress)
+    code, out, err = run(capsys, "verify", str(tmp_path), "--devices", "2", "-q")
+    assert (code, err) == (0, ""), out + err
+
+
+def test_quiet_still_says_why_nothing_was_checked(tmp_path, capsys):
+    # the skipped line is silenced by -q, but not where it is why nothing is left to check
+    write(tmp_path / "setup.py", "raise SystemExit('semcheck ran a file it should have skipped')\n")
+    write(tmp_path / "test_kernel.py", "raise SystemExit('semcheck ran a file it should have skipped')\n")
+    code, out, err = run(capsys, "verify", str(tmp_path), "--devices", "2", "-q")
+    assert (code, out) == (2, ""), out + err
+    assert err.rstrip().endswith(f"semcheck: error: nothing to check: no kernel scripts or models in {tmp_path}"), err
 
 
 def test_a_named_file_is_taken_even_where_a_walk_would_skip_it(tmp_path):
