@@ -199,6 +199,17 @@ def test_github_format_is_workflow_commands_at_repository_paths(capsys, monkeypa
     assert len(lines) == 3
 
 
+def test_github_format_names_the_blocks_of_a_gpu_check(capsys, monkeypatch):
+    # it said "(kernel barrier_kernel; 1, 2 devices)", where the text report says "x 4 blocks"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
+    code, out, _ = run(capsys, "examples/gpu/grid_barrier_competing_waits.py", "--devices", "1,2", "--format", "github", "-q")
+    assert code == 1
+    [line] = out.splitlines()
+    assert line.startswith("::error file=examples/gpu/grid_barrier_competing_waits.py,line=29,title=semcheck%3A unsatisfied_wait::")
+    assert line.endswith("(kernel barrier_kernel; 1, 2 devices x 4 blocks)")
+
+
 def test_github_format_marks_declared_findings_as_notices(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     code, out, _ = run(capsys, "models/circular_wait.py", "--devices", "2", "--format", "github", "--expectations")
