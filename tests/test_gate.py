@@ -210,6 +210,16 @@ def test_github_format_names_the_blocks_of_a_gpu_check(capsys, monkeypatch):
     assert line.endswith("(kernel barrier_kernel; 1, 2 devices x 4 blocks)")
 
 
+def test_summary_findings_name_the_blocks_of_a_gpu_check(capsys, monkeypatch, tmp_path):
+    # as the annotation above: it said "(barrier_kernel, 1, 2 devices)"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    summary = tmp_path / "summary.md"
+    run(capsys, "examples/gpu/grid_barrier_competing_waits.py", "--devices", "1,2", "--summary", str(summary), "-q")
+    [finding] = [line for line in summary.read_text().splitlines() if line.startswith("- **unsatisfied_wait**")]
+    assert "(barrier_kernel, 1, 2 devices x 4 blocks): " in finding
+
+
 def test_github_format_marks_declared_findings_as_notices(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     code, out, _ = run(capsys, "models/circular_wait.py", "--devices", "2", "--format", "github", "--expectations")

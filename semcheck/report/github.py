@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from semcheck.report.concise import expected_violations, check_problem
 from semcheck.report.findings import collect, problems, relative_to_root, repository_root
-from semcheck.report.groups import sizes_text
+from semcheck.report.groups import found_in_text
 from semcheck.result import Result, Verdict
 
 
@@ -38,8 +38,7 @@ def render(results: list[Result], *, judgements=None) -> str:
     for problem in problems(collect(results, root)):  # one annotation per root cause, at its line
         finding = problem.first
         # the sizes as the text report names them: "1, 2 devices x 4 blocks", not "1, 2 devices"
-        checks = {id(r): r for r, _ in sorted(problem.members, key=lambda m: (m[0].devices, m[0].cores))}
-        devices = sizes_text(list(checks.values()))
+        devices = found_in_text(problem.members)
         declared = all(id(v) in expected for _, v in problem.members)
         level = "notice" if declared else ("warning" if finding.severity == "warning" else "error")
         found = f"; {problem.found_at}" if problem.found_at else ""
