@@ -543,10 +543,12 @@ def test_a_mesh_smaller_than_devices_fails_the_gate(tmp_path):
 def test_a_named_file_that_compiles_no_kernel_is_skipped_with_a_note(tmp_path):
     helper = write(tmp_path / "helpers.py", "import jax\n\n\ndef double(x):\n    return 2 * x\n")
     model = os.path.join(MODELS, "ring_allgather.py")
-    proc = semcheck_process("verify", helper, model, "--devices", "2", "--format", "json", "-q")
+    proc = semcheck_process("verify", helper, model, "--devices", "2", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert [r["kernel"] for r in json.loads(proc.stdout)["results"]] == ["ring_allgather"]
     assert "1 file that compiles no Pallas kernel (helpers.py)" in proc.stderr
+    quiet = semcheck_process("verify", helper, model, "--devices", "2", "--format", "json", "-q")
+    assert (quiet.returncode, quiet.stderr) == (0, "")  # -q leaves the skipped line out
     alone = semcheck_process("verify", helper, "--devices", "2", "-q")
     assert alone.returncode == 2 and "nothing to check" in alone.stderr
     # A file that declares a verdict is meant to hold a kernel: compiling none is an error.
