@@ -199,6 +199,27 @@ def test_github_format_is_workflow_commands_at_repository_paths(capsys, monkeypa
     assert len(lines) == 3
 
 
+def test_github_format_names_the_blocks_of_a_gpu_check(capsys, monkeypatch):
+    # it said "(kernel barrier_kernel; 1, 2 devices)", where the text report says "x 4 blocks"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
+    code, out, _ = run(capsys, "examples/gpu/grid_barrier_competing_waits.py", "--devices", "1,2", "--format", "github", "-q")
+    assert code == 1
+    [line] = out.splitlines()
+    assert line.startswith("::error file=examples/gpu/grid_barrier_competing_waits.py,line=29,title=semcheck%3A unsatisfied_wait::")
+    assert line.endswith("(kernel barrier_kernel; 1, 2 devices x 4 blocks)")
+
+
+def test_summary_findings_name_the_blocks_of_a_gpu_check(capsys, monkeypatch, tmp_path):
+    # as the annotation above: it said "(barrier_kernel, 1, 2 devices)"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    summary = tmp_path / "summary.md"
+    run(capsys, "examples/gpu/grid_barrier_competing_waits.py", "--devices", "1,2", "--summary", str(summary), "-q")
+    [finding] = [line for line in summary.read_text().splitlines() if line.startswith("- **unsatisfied_wait**")]
+    assert "(barrier_kernel, 1, 2 devices x 4 blocks): " in finding
+
+
 def test_github_format_marks_declared_findings_as_notices(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     code, out, _ = run(capsys, "models/circular_wait.py", "--devices", "2", "--format", "github", "--expectations")
@@ -228,7 +249,7 @@ def test_summary_file_and_the_github_step_summary(capsys, monkeypatch, tmp_path)
     assert step_summary.read_text() == "earlier step\n" + text  # appended, not overwritten
     lines = text.splitlines()
     assert lines[0] == "## semcheck: ❌ violation"
-    assert lines[2] == "4 checks of 2 kernels: 2 safe, 2 violation."
+    assert lines[2] == "4 checks of 2 kernels: 2 safe, 2 violations."  # not "2 violation"
     assert "| kernel | file | 2 devices | 4 devices |" in lines
     assert "| circular_wait | `models/circular_wait.py:16` | ❌ deadlock | ❌ deadlock |" in lines
     assert "| ring_allgather | `models/ring_allgather.py:29` | ✅ safe | ✅ safe |" in lines

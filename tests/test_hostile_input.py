@@ -325,11 +325,23 @@ def test_folder_walks_skip_tooling_environments_and_git_ignored_files(tmp_path, 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     write(tmp_path / "kernels" / "ring.py", SAFE_MODEL.format(name="ring"))
     assert discover([str(tmp_path)]) == [str(tmp_path / "kernels" / "ring.py")]
-    code, out, err = run(capsys, "verify", str(tmp_path), "--devices", "2", "-q")
+    code, out, err = run(capsys, "verify", str(tmp_path), "--devices", "2")
     assert code == 0, out + err
     [line] = [line for line in err.splitlines() if "skipped" in line]
     for word in ["setup.py", "conftest.py", "venv/", "node_modules/", "build/", "git-ignored", "test_kernel.py"]:
         assert word in line
+    # -q: the skipped line is left out (it was printed: -q only silenced progress)
+    code, out, err = run(capsys, "verify", str(tmp_path), "--devices", "2", "-q")
+    assert (code, err) == (0, ""), out + err
+
+
+def test_quiet_still_says_why_nothing_was_checked(tmp_path, capsys):
+    # the skipped line is silenced by -q, but not where it is why nothing is left to check
+    write(tmp_path / "setup.py", "raise SystemExit('semcheck ran a file it should have skipped')\n")
+    write(tmp_path / "test_kernel.py", "raise SystemExit('semcheck ran a file it should have skipped')\n")
+    code, out, err = run(capsys, "verify", str(tmp_path), "--devices", "2", "-q")
+    assert (code, out) == (2, ""), out + err
+    assert err.rstrip().endswith(f"semcheck: error: nothing to check: no kernel scripts or models in {tmp_path}"), err
 
 
 def test_a_named_file_is_taken_even_where_a_walk_would_skip_it(tmp_path):
@@ -531,10 +543,12 @@ def test_a_mesh_smaller_than_devices_fails_the_gate(tmp_path):
 def test_a_named_file_that_compiles_no_kernel_is_skipped_with_a_note(tmp_path):
     helper = write(tmp_path / "helpers.py", "import jax\n\n\ndef double(x):\n    return 2 * x\n")
     model = os.path.join(MODELS, "ring_allgather.py")
-    proc = semcheck_process("verify", helper, model, "--devices", "2", "--format", "json", "-q")
+    proc = semcheck_process("verify", helper, model, "--devices", "2", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert [r["kernel"] for r in json.loads(proc.stdout)["results"]] == ["ring_allgather"]
     assert "1 file that compiles no Pallas kernel (helpers.py)" in proc.stderr
+    quiet = semcheck_process("verify", helper, model, "--devices", "2", "--format", "json", "-q")
+    assert (quiet.returncode, quiet.stderr) == (0, "")  # -q leaves the skipped line out
     alone = semcheck_process("verify", helper, "--devices", "2", "-q")
     assert alone.returncode == 2 and "nothing to check" in alone.stderr
     # A file that declares a verdict is meant to hold a kernel: compiling none is an error.

@@ -214,3 +214,30 @@ def test_gpu_remote_ref_stores_are_race_checked_and_carry_no_such_note():
     [result] = verify_path(path, [2], engine="explicit")
     assert result.verdict == "safe"
     assert not [n for n in result.notes if "plgpu.remote_ref" in n or "not checked for data races" in n]
+
+
+@pytest.mark.parametrize("printer", ["pl.debug_print", "jax.debug.print"])
+def test_a_print_in_a_kernel_is_noted_as_not_modelled(printer):
+    # a print was dropped without a word: a reader could not tell it was seen at all
+    def body(x_ref, o_ref):
+        if printer == "pl.debug_print":
+            pl.debug_print("copying")
+        else:
+            jax.debug.print("copying")
+        o_ref[...] = x_ref[...]
+
+    def plain(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    def per_device(kernel):
+        def call(block):
+            return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype))(block)
+        return call
+
+    [printed] = protocols(per_device(body), mesh((2,)))
+    [unprinted] = protocols(per_device(plain), mesh((2,)))
+    [note] = [n for n in printed.notes if "print" in n]
+    assert "not modelled" in note and "no effect on synchronization" in note
+    assert not [n for n in unprinted.notes if "print" in n]
+    result = check_protocol(printed, engine="explicit")
+    assert result.verdict is Verdict.SAFE and note in result.notes

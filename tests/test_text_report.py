@@ -5,6 +5,7 @@ import os
 
 from semcheck.api import verify_path
 from semcheck.report import summary, text
+from semcheck.result import Verdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "models")
@@ -47,6 +48,13 @@ def test_summary_table_has_a_row_per_check_and_totals():
     assert rows[3][:3] == ["check_in_kernel", "2", "safe"] and "(+lowered_as_decrementing)" in lines[6]
     assert rows[4][:3] == ["such", "2", "error"]
     assert lines[-1].strip().startswith("5 checks of 4 kernels: 3 safe, 1 violation, 1 error;")
+
+
+def test_totals_count_each_verdict_in_plain_words():
+    # the totals line said "2 violation" and "2 error": a count before the verdict's name
+    rs = results("ring_allgather", (2,)) + results("nondec_poll_leak", (2, 4)) + verify_path("no/such.py", [2]) + verify_path("no/other.py", [2])
+    assert summary.totals_line(rs).startswith("5 checks of 4 kernels: 1 safe, 2 violations, 2 errors;")
+    assert summary.verdict_counts({Verdict.SAFE: 2, Verdict.INCONCLUSIVE: 2}) == "2 safe, 2 inconclusive"
 
 
 def test_a_folder_run_ends_with_the_table():

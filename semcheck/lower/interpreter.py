@@ -41,6 +41,16 @@ HARMLESS_EFFECTFUL = frozenset(
     "trace_value add_dependency".split()
 )
 
+# The prints among them, with what a kernel writes to make them: dropped, and said so in the
+# result's notes, as a reader of a kernel that prints may wonder whether semcheck saw it.
+# (inside a Pallas kernel, jax.debug.print traces to `debug_print` as pl.debug_print does)
+PRINTS = {"debug_print": "pl.debug_print or jax.debug.print", "debug_callback": "jax.debug.callback"}
+
+
+def print_note(name: str) -> str:
+    return (f"`{name}` ({PRINTS[name]}) in the kernel is not modelled: semcheck drops it; it has no effect "
+            "on synchronization (it takes no semaphore or buffer ref and gives the kernel no value)")
+
 
 def unwrap(jaxpr_like):
     """(open jaxpr, consts) of a Jaxpr or ClosedJaxpr (0.10.2 keeps them apart)."""
@@ -148,6 +158,8 @@ def generic(t: ThreadLowering, eqn, inputs: list[Value]) -> list[Value]:
         if isinstance(folded, str):
             why = f"the result of `{name}` at {t.loc(eqn)}, which JAX could not evaluate on CPU ({folded})"
             return [Opaque(why) for _ in eqn.outvars]
+    if name in PRINTS:
+        t.kernel.note(print_note(name))
     why = opaque_reason(t, eqn, inputs)
     return [Opaque(why) for _ in eqn.outvars]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from semcheck.report.concise import expected_violations, check_problem
 from semcheck.report.findings import collect, problems, relative_to_root, repository_root
+from semcheck.report.groups import found_in_text
 from semcheck.result import Result, Verdict
 
 
@@ -36,11 +37,12 @@ def render(results: list[Result], *, judgements=None) -> str:
     lines = []
     for problem in problems(collect(results, root)):  # one annotation per root cause, at its line
         finding = problem.first
-        devices = ", ".join(map(str, problem.devices))
+        # the sizes as the text report names them: "1, 2 devices x 4 blocks", not "1, 2 devices"
+        devices = found_in_text(problem.members)
         declared = all(id(v) in expected for _, v in problem.members)
         level = "notice" if declared else ("warning" if finding.severity == "warning" else "error")
         found = f"; {problem.found_at}" if problem.found_at else ""
-        message = f"{finding.headline} (kernel {finding.result.kernel}; {devices} devices{found})"
+        message = f"{finding.headline} (kernel {finding.result.kernel}; {devices}{found})"
         if finding.violation.cause is not None:
             from semcheck.report.causes import fix
 

@@ -118,6 +118,13 @@ def sizes_text(checks: list[Result]) -> str:
     return text
 
 
+def found_in_text(found_in: list[tuple[Result, Violation]]) -> str:
+    """`sizes_text` of the checks a finding's violations were found in, smallest first, each
+    check once."""
+    checks = {id(r): r for r, _ in sorted(found_in, key=lambda m: (m[0].devices, m[0].cores, m[0].invocations))}
+    return sizes_text(list(checks.values()))
+
+
 def members(results: list[Result], group: ProblemGroup) -> list[tuple[Result, Violation]]:
     """Every violation of `group`, with its check."""
     return [(results[ref.result], results[ref.result].violations[ref.violation]) for ref in group.refs]

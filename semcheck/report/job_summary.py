@@ -10,7 +10,8 @@ from __future__ import annotations
 from semcheck.ir import display_path
 from semcheck.report.concise import check_problem, expected_violations
 from semcheck.report.findings import collect
-from semcheck.report.summary import verdict_cell
+from semcheck.report.groups import found_in_text
+from semcheck.report.summary import verdict_cell, verdict_counts
 from semcheck.result import Result, Verdict, worst
 
 _ICONS = {Verdict.SAFE: "✅", Verdict.VIOLATION: "❌", Verdict.ERROR: "⚠️", Verdict.INCONCLUSIVE: "❔"}
@@ -35,7 +36,7 @@ def render(results: list[Result], *, judgements=None, hidden: int = 0, title: st
         kernels.setdefault((r.file, r.kernel), []).append(i)
     overall = judged or worst(r.verdict for r in results)
     word = _JUDGED.get(overall, overall.value) if judged is not None else overall.value
-    parts = ", ".join(f"{counts[v]} {v.value}" for v in Verdict if counts[v]) or "nothing checked"
+    parts = verdict_counts(counts) or "nothing checked"
     out = [f"## {title}: {_ICONS[overall]} {word}", "",
            f"{len(results)} check{'s' if len(results) != 1 else ''} of {len(kernels)} "
            f"kernel{'s' if len(kernels) != 1 else ''}: {parts}."]
@@ -65,9 +66,8 @@ def render(results: list[Result], *, judgements=None, hidden: int = 0, title: st
         for f in findings:
             loc = f.location
             tag = " (expected)" if all(id(v) in expected for _, v in f.members) else ""
-            devices_text = ", ".join(map(str, f.devices))
             out.append(f"- **{f.kind}**{tag} `{display_path(loc.file)}:{loc.line}` ({f.result.kernel}, "
-                       f"{devices_text} devices): {_cell(f.headline)}")
+                       f"{found_in_text(f.members)}): {_cell(f.headline)}")
     problems = [r for r in results if r.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE)]
     if problems:
         out += ["", "### Not decided", ""]

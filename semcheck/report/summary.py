@@ -76,13 +76,23 @@ def problem_lines(results: list[Result]) -> list[str]:
     return out
 
 
+# A count of checks by verdict, as a reader says it: "2 violations", "1 error"; the
+# adjectives stay as they are ("2 safe", "2 inconclusive").
+_PLURALS = {Verdict.VIOLATION: "violations", Verdict.ERROR: "errors"}
+
+
+def verdict_counts(counts: dict[Verdict, int]) -> str:
+    """`1 safe, 2 violations`: the nonzero counts, in the verdicts' order; "" for none."""
+    return ", ".join(f"{counts[v]} {_PLURALS.get(v, v.value) if counts[v] != 1 else v.value}"
+                     for v in Verdict if counts.get(v))
+
+
 def totals_line(results: list[Result], judgements=None) -> str:
     counts = {v: sum(r.verdict is v for r in results) for v in Verdict}
     kernels = len({(r.file, r.kernel) for r in results})
     seconds = sum(r.stats.seconds for r in results)
-    parts = [f"{counts[v]} {v.value}" for v in Verdict if counts[v]]
     line = (f"{len(results)} check{'s' if len(results) != 1 else ''} of {kernels} "
-            f"kernel{'s' if kernels != 1 else ''}: {', '.join(parts) or 'none'}; {seconds:.2f} s checking")
+            f"kernel{'s' if kernels != 1 else ''}: {verdict_counts(counts) or 'none'}; {seconds:.2f} s checking")
     if judgements is not None:
         unexpected = sum(not j.matched for j in judgements)
         line += (f"; {len(judgements) - unexpected} as expected, {unexpected} unexpected"
