@@ -310,6 +310,50 @@ def test_a_wait_through_a_reshaped_view_with_a_traced_size_counts_its_bytes():
     assert check_protocol(p).verdict.value == "safe"
 
 
+def test_a_copy_through_a_reshaped_view_at_an_unknown_offset_counts_its_bytes():
+    """tpu-inference's batched RPA writeback (bref_override.py:302-309): the destination is
+    `ref.reshape(-1, ...).at[pl.ds(offset, sz)]`, the offset read from the page table (not
+    known), the size known per thread. A reshape or bitcast keeps the bytes, so the copy
+    moves what the last indexer's window holds, wherever it lies; its region is the buffer."""
+    def kernel(x_ref, o_ref, offset_ref, buf, sem):
+        rows = 2 + lax.axis_index("x")
+        flat = buf.reshape(8, 128)
+        window = flat.at[pl.ds(offset_ref[0], rows)]  # <- offset not known
+        pltpu.make_async_copy(x_ref.at[pl.ds(0, rows)], window, sem).start()
+        pltpu.make_async_copy(window, window, sem).wait()
+
+    scratch = [pltpu.SMEM((1,), jnp.int32), pltpu.VMEM((2, 4, 128), jnp.float32), DMA_SEM]
+    [p] = protocols(_call(kernel, scratch), mesh((2,)))
+    for device, rows in ((0, 2), (1, 3)):
+        [start] = instrs(p, ir.DmaStart, device)
+        [wait] = instrs(p, ir.DmaWait, device)
+        assert (start.nbytes, wait.nbytes) == (rows * ROW, rows * ROW)
+        assert (start.dst.start, start.dst.size) == ((0, 0, 0), (2, 4, 128))  # the whole buffer
+    assert check_protocol(p).verdict.value == "safe"
+
+
+def test_an_empty_copy_through_a_reshaped_view_at_an_unknown_offset_touches_nothing():
+    """The batched RPA writeback's size is `jnp.where(do_writeback, sz, 0)`: where it is 0
+    the copy touches nothing wherever its unknown offset points, so it races with no copy
+    in flight (before: its region was the whole buffer, a data_race warning)."""
+    def kernel(x_ref, o_ref, offset_ref, buf, sems):
+        flat = buf.reshape(8, 128)
+        in_flight = pltpu.make_async_copy(x_ref.at[pl.ds(0, 4)], flat.at[pl.ds(0, 4)], sems.at[0])
+        in_flight.start()
+        rows = 0 * lax.axis_index("x")  # known per thread: 0
+        empty = pltpu.make_async_copy(x_ref.at[pl.ds(0, rows)], flat.at[pl.ds(offset_ref[0], rows)], sems.at[1])
+        empty.start()  # <- empty
+        empty.wait()
+        in_flight.wait()
+
+    scratch = [pltpu.SMEM((1,), jnp.int32), pltpu.VMEM((2, 4, 128), jnp.float32), DMA_SEM((2,))]
+    [p] = protocols(_call(kernel, scratch), mesh((2,)))
+    [_, start] = instrs(p, ir.DmaStart, 0)
+    assert start.nbytes == 0 and start.loc.line == line_of(HERE, "# <- empty")
+    assert 0 in start.dst.size
+    assert check_protocol(p).verdict.value == "safe"
+
+
 # --- views ---------------------------------------------------------------------------------------
 
 

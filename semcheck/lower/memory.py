@@ -350,6 +350,11 @@ def window(t: ThreadLowering, eqn, value, what: str, extra=(), *,
                 ref.alloc, (0,) * len(ref.shape), tuple(ref.shape),
                 widened=f"{what} at {loc} indexes {ref.alloc} through a reshape or bitcast with {outside}, "
                         f"taken as all of {ref.alloc}")), None
+        if positions is None and _last_window_is_empty(transforms):
+            return ir.Region(ref.alloc, (0,) * len(ref.shape), (0,) * len(ref.shape),
+                             widened=f"{what} at {loc} is a window of 0 elements at an offset semcheck "
+                                     f"cannot follow (through a reshape or bitcast of {ref.alloc}): it "
+                                     "touches nothing, and where it starts is not checked"), None
         if positions is None:
             return _unchecked(t, checked, ir.Region(
                 ref.alloc, (0,) * len(ref.shape), tuple(ref.shape),
@@ -454,13 +459,60 @@ def nbytes_of_window(t: ThreadLowering, eqn, value, aval, what: str) -> ir.Opera
     view = _view(t, eqn, ref, transforms, exact=False, what=what)
     if view is None:
         positions = _positions(ref, transforms)
-        if positions is None:
+        if positions is not None:
+            return int(positions[0].size) * np.dtype(aval.dtype).itemsize
+        through_reshape = _nbytes_of_last_indexer(t, eqn, ref, transforms, what)
+        if through_reshape is None:
             raise t.error(eqn, f"{what} has a size known only at run time behind a reshape or bitcast, "
                           "and semcheck does not know every index and size of the view")
-        return int(positions[0].size) * np.dtype(aval.dtype).itemsize
+        return through_reshape
     nbytes: ir.Operand = np.dtype(ref.dtype).itemsize
     for position, size in enumerate(view.sizes):
         count = operand(t, eqn, size, f"the size of {what} along its dim {position} (a traced pl.ds size)")
+        nbytes = sym_op("mul", nbytes, count)
+    return nbytes
+
+
+def _last_window_is_empty(transforms) -> bool:
+    """Whether the view's last transform is an indexer with a slice of size 0 (an int, or a
+    value known per thread): the window then holds no element, wherever the reshapes and
+    bitcasts before it and its starts put it (the batched RPA writeback sized
+    `jnp.where(do_writeback, sz, 0)`)."""
+    NDIndexer = jax_internal("state_indexing").NDIndexer
+    Slice = jax_internal("state_indexing").Slice
+    if not transforms or not isinstance(transforms[-1], NDIndexer):
+        return False
+    return any(isinstance(index, Slice) and _size(index.size) == 0 for index in transforms[-1].indices)
+
+
+def _nbytes_of_last_indexer(t: ThreadLowering, eqn, ref: RefValue, transforms, what: str) -> ir.Operand | None:
+    """Bytes of a window whose last indexer follows a reshape or bitcast (tpu-inference's
+    batched RPA writeback, `ref.reshape(-1, ...).at[pl.ds(offset, sz)]` with the offset read
+    from a page table): a reshape or bitcast keeps a window's bytes, so the window holds the
+    product of the last indexer's slice sizes (a scalar index keeps one element) in the dtype
+    in effect there, wherever it starts. Exact with no index known; its sizes are operands as
+    for a plain view. None when a reshape or bitcast follows that indexer's traced size, or an
+    index is an array (a gather)."""
+    NDIndexer = jax_internal("state_indexing").NDIndexer
+    Slice = jax_internal("state_indexing").Slice
+    BitcastTransform = jax_internal("state_types").BitcastTransform
+
+    last = max((i for i, tr in enumerate(transforms) if isinstance(tr, NDIndexer)), default=None)
+    if last is None or last != len(transforms) - 1:
+        return None  # the traced size is not the last indexer's: not a shape semcheck follows
+    indexer = transforms[last]
+    if tuple(indexer.int_indexer_shape) != ():
+        return None
+    dtype = np.dtype(ref.dtype)
+    for transform in transforms[:last]:
+        if isinstance(transform, BitcastTransform):
+            dtype = np.dtype(transform.dtype)
+    nbytes: ir.Operand = dtype.itemsize
+    for position, index in enumerate(indexer.indices):
+        if not isinstance(index, Slice):
+            continue  # one element along this dim
+        count = index.size if isinstance(index.size, int) else operand(
+            t, eqn, index.size, f"the size of {what} along its dim {position} (a traced pl.ds size)")
         nbytes = sym_op("mul", nbytes, count)
     return nbytes
 
