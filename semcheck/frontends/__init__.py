@@ -12,6 +12,7 @@ import enum
 import os
 from typing import TYPE_CHECKING
 
+from semcheck.parsing import parse_python
 from semcheck.errors import FileError, LoadError, NothingToCheck
 from semcheck.frontends.discovery import Skipped, Walk, discover, walk
 from semcheck.ir import Loc, Protocol
@@ -55,7 +56,7 @@ def read_source(path: str) -> ast.Module:
         raise FileError(f"{path} is not a Python source file (it contains null bytes)", Loc(path, 0))
     _check_encoding(path, source)
     try:
-        return ast.parse(source, filename=path)
+        return parse_python(source, path)
     except SyntaxError as e:
         raise FileError(f"syntax error: {e.msg}", Loc(path, e.lineno or 0)) from None
     except (ValueError, RecursionError, MemoryError) as e:

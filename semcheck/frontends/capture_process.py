@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 
+from semcheck.parsing import parse_python
 from semcheck.errors import LoadError
 
 # The child is started with `-c` rather than `-m`: `python -m` puts the working directory
@@ -71,7 +72,7 @@ def _jax_imports(path: str) -> tuple[str, ...]:
 
     try:
         with open(path, "rb") as f:
-            tree = ast.parse(f.read())
+            tree = parse_python(f.read())
     except (OSError, SyntaxError, ValueError):
         return ()
     names: set[str] = set()

@@ -18,6 +18,7 @@ import linecache
 import re
 import sys
 
+from semcheck.parsing import parse_python
 from semcheck import ir
 from semcheck.lower.source import kernel_function
 
@@ -106,7 +107,7 @@ def _parse(file: str, text: str) -> ast.Module | None:
     key = (file, text)
     if key not in _PARSED:
         try:
-            _PARSED[key] = ast.parse(text)
+            _PARSED[key] = parse_python(text, file)
         except (SyntaxError, ValueError):
             _PARSED[key] = None
     return _PARSED[key]
