@@ -25,7 +25,8 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 LAYERS = [
     ("vocabulary", ("semcheck.ir", "semcheck.kinds", "semcheck.errors", "semcheck.version", "semcheck.intervals",
-                    "semcheck.tpu_facts", "semcheck.records", "semcheck.lower.registry", "semcheck.engines.budget")),
+                    "semcheck.tpu_facts", "semcheck.records", "semcheck.lower.registry", "semcheck.engines.budget",
+                    "semcheck.parsing")),
     ("model", ("semcheck.model", "semcheck.passes", "semcheck.result")),
     ("frontends", ("semcheck.lower", "semcheck.frontends", "semcheck.jax_compat")),
     ("semantics", ("semcheck.semantics",)),
