@@ -367,3 +367,53 @@ def test_a_copy_whose_wait_took_another_copy_is_not_called_never_waited_where_th
     # the whole program, where nothing waits for the copies' other landings: never waited for
     whole = check_protocol(two_copies_in_flight(3, cut=False), engine="explicit")
     assert {v.cause.kind for v in whole.errors if v.cause is not None} == {CauseKind.UNWAITED_COPY}
+
+
+def rows_then_mail(devices: int, *, mail_sem: str = "recv_sem", read_by_copy: bool = True):
+    """Each device sends its row to every peer and then a mail block to its right
+    neighbour, both onto one receive semaphore with one byte count, waits for its peers'
+    rows by bytes and copies every row out, as moe_metadata_sem_unfenced.py's metadata
+    all-gather does before its scatter: a neighbour's mail can meet the wait while a row is
+    still to come. With `mail_sem` another name, the mail has a semaphore of its own. The
+    rows are read by a local copy (a row sent late starts while it is in flight) or, without
+    `read_by_copy`, by a load (a row in flight when it reads)."""
+    p, (send, recv), rows, threads = ring_threads("rows_then_mail", devices)
+    mail_recv = recv if mail_sem == "recv_sem" else p.semaphore(mail_sem, DMA)
+    outbox, mailbox = p.buffer("outbox", BLOCK), p.buffer("mailbox", (devices, *BLOCK))
+    snapshot, local = p.buffer("snapshot", (devices, *BLOCK)), p.semaphore("local_sem", DMA)
+    row_bytes = p.nbytes(rows.region(0))
+    for d, t in enumerate(threads):
+        for peer in range(devices):
+            if peer != d:
+                t.dma_start(rows.region(d), rows.region(d), recv_sem=recv, send_sem=send, device=peer)  # row
+        right = (d + 1) % devices
+        t.dma_start(outbox.whole, mailbox.region(d), recv_sem=mail_recv, send_sem=send, device=right)  # mail
+        t.dma_wait(recv, (devices - 1) * row_bytes)  # the wait
+        t.dma_wait(send, devices * row_bytes, side="send")
+        if read_by_copy:
+            t.dma_start(rows.whole, snapshot.whole, recv_sem=local).wait()  # read every row
+        else:
+            t.load(rows.whole)  # load every row
+        t.dma_wait(mail_recv, row_bytes)
+    return p.build()
+
+
+@pytest.mark.parametrize("read_by_copy", [True, False])
+def test_a_wait_met_by_another_lines_copy_names_it_whichever_copy_the_race_is_found_at(read_by_copy):
+    """The race is found at a row that starts after the reading copy began (its wait passed
+    before the row was sent), or at a load while a row is in flight (the load reads every
+    device's row, so rows that did land are no sign the wait was for them): both are the
+    wait met by the mail's bytes (moe_metadata_sem_unfenced.py's headline named only the
+    race at 4 and 8 devices)."""
+    wait, mail, row = (line_of(rows_then_mail, m) for m in ("# the wait", "# mail", "# row"))
+    found_at = row if read_by_copy else line_of(rows_then_mail, "# load every row")
+    r = check_protocol(rows_then_mail(3, read_by_copy=read_by_copy), engine="explicit", exhaustive=True)
+    races = [v for v in r.errors if v.kind == "data_race"]
+    assert races and {v.location.line for v in races} == {found_at}
+    assert [(v.cause.kind, v.cause.site.line, v.cause.by.line, v.cause.writer.line) for v in races
+            if v.cause is not None] == [(CauseKind.WRONG_COPY, wait, mail, row)] * len(races)
+    assert causes.statement(races[0].cause) == (f"the wait at line {wait} was satisfied by the copy from line "
+                                                f"{mail}, not by the copy from line {row} that writes these rows")
+    assert len(groups.group([r])) == 1
+    fixed = rows_then_mail(3, mail_sem="mail_sem", read_by_copy=read_by_copy)
+    assert check_protocol(fixed, engine="explicit").verdict.value == "safe"

@@ -22,7 +22,8 @@ The causes, each from facts that can be checked against the IR:
 * `WRONG_SIGNALLER`: a race whose writing copy was let go by a wait that another device's
   signal satisfied, not the signal of the device the copy writes to.
 * `WRONG_COPY`: a race whose reading wait was satisfied by another copy than the one
-  that writes the rows it reads.
+  that writes the rows it reads: the writer still in flight at the read, or started after
+  a reading copy whose wait had passed on the other copy's bytes.
 * `OTHER_KERNELS_SIGNAL`: an early arrival (or a race) whose copy or signal was let go by a
   barrier wait that a signal from another kernel of the program satisfied: two kernels that
   share a barrier semaphore (one collective_id), one a step ahead on the signalling device.
@@ -292,28 +293,35 @@ def _race(path: Path, finding) -> RootCause | None:
     involved = [copy.location] + ([access.location] if access.event is StepEvent.DMA_START else [])
     wrong_copy, writer = None, None
     if _overlaps(copy.dst, copy, _regions(access)):
-        writer = copy
-        wrong_copy = _reading_wait_fed_elsewhere(path, access, copy)
-        if wrong_copy is not None:
-            writer = path.step(wrong_copy[1])
-            involved.append(writer.location)
+        # the copy in flight writes what the access touches: the access's thread may have
+        # waited for it and been satisfied by another copy
+        writer, wrong_copy = copy, _wait_met_by_other_copies(path, access, copy, after=copy.index)
     elif access.event is StepEvent.DMA_START and _overlaps(access.dst, access, _regions(copy)):
-        writer = access
+        # a copy starts writing what a copy in flight reads: the reading copy's thread may
+        # have passed its wait for this writer on other copies' bytes, before it even started
+        writer, wrong_copy = access, _wait_met_by_other_copies(path, copy, access, after=0)
+    # the copy that moved first: the writer, or the copy whose bytes met the wait in its stead
+    early = writer if wrong_copy is None else path.step(wrong_copy[1])
+    if wrong_copy is not None:
+        involved.append(path.step(wrong_copy[1]).location)
     for loc in dict.fromkeys(involved):
         cause = unwaited_copy(path.system, loc)
         if cause is not None:
-            shown = {copy.index, access.index} | ({writer.index} if writer is not None else set())
+            shown = {copy.index, access.index} | ({early.index} if early is not None else set())
             return replace(cause, steps=tuple(sorted(shown)))
-    if writer is not None and writer.target_device is not None and writer.device is not None:
-        cause = _held_back_by(path, writer)
+    if early is not None and early.target_device is not None and early.device is not None:
+        # what let it go before its target was ready (a capacity wait met by another device)
+        cause = _held_back_by(path, early)
         if cause is not None:
             return cause
-    waited_at = path.step(wrong_copy[0]).location if wrong_copy is not None else None
-    if wrong_copy is not None and waited_at is not None:
+    if wrong_copy is not None and writer is not None and writer.location is not None:
         wait, by = wrong_copy
-        fed = [f.index for f in feeders_of(path.steps, path.step(wait))]
-        return RootCause(CauseKind.WRONG_COPY, waited_at, by=path.step(by).location,
-                         writer=copy.location, steps=tuple(sorted({wait, by, copy.index, *fed[-1:]})))
+        waited_at = path.step(wait).location
+        if waited_at is not None:
+            fed = [f.index for f in feeders_of(path.steps, path.step(wait))]
+            return RootCause(CauseKind.WRONG_COPY, waited_at, by=path.step(by).location,
+                             writer=writer.location,
+                             steps=tuple(sorted({wait, by, copy.index, access.index, *fed[-1:]})))
     return None
 
 
@@ -335,26 +343,36 @@ def _same_cells(a: RegionRef, a_step: TraceStep, b: RegionRef, b_step: TraceStep
     return all(x < y + n and y < x + m for x, m, y, n in zip(a.starts, a.sizes, b.starts, b.sizes))
 
 
-def _reading_wait_fed_elsewhere(path: Path, access: TraceStep, copy: TraceStep) -> tuple[int, int] | None:
-    """(the wait, the start of the copy that satisfied it) when the accessing thread's last
-    wait on the racing copy's receive semaphore, after that copy started, took another
-    copy's completion. A wait before the racing copy started cannot have been meant for it
-    (it took an earlier copy's, rightly): then the access simply never waited."""
-    recv = [c.semaphore for c in copy.completions if c.side == str(ir.DmaSide.RECV)]
+def _wait_met_by_other_copies(path: Path, reader: TraceStep, writer: TraceStep, *,
+                              after: int) -> tuple[int, int] | None:
+    """(the wait, the start of the copy that satisfied it) when the reading thread's last
+    wait on the writing copy's receive semaphore, after step `after` and before `reader`,
+    was met by other copies' completions: another line's (its bytes counted for the
+    writer's), or another run of the writer's own line from the writer's own device (two of
+    them in flight on one semaphore). A wait before an in-flight writer started cannot have
+    been meant for it (it took an earlier copy's, rightly): then the reader simply never
+    waited. A writer that starts after the reading copy did is caught by the wait before it."""
+    recv = [c.semaphore for c in writer.completions if c.side == str(ir.DmaSide.RECV)]
     if not recv:
         return None
-    for s in reversed(path.steps[copy.index : access.index - 1]):
-        if s.actor != access.actor or s.event is not StepEvent.DMA_WAIT or s.semaphore != recv[0]:
+    for s in reversed(path.steps[after : reader.index - 1]):
+        if s.actor != reader.actor or s.event is not StepEvent.DMA_WAIT or s.semaphore != recv[0]:
             continue
         started = [f.started_by for f in feeders_of(path.steps, s) if f.event in _COMPLETIONS]
         feeders = [f for f in started if f is not None]
-        if copy.index in feeders or len(feeders) != len(started) or not feeders:
+        if writer.index in feeders or len(feeders) != len(started) or not feeders:
             return None
-        # A feeder that wrote these rows is the copy the wait was for: the racing copy is a
+        # A feeder that wrote the writer's rows is the copy the wait was for: the writer is a
         # later one that came too early (a sender ahead), not one the wait mistook.
-        if any(_overlaps(path.step(f).dst, path.step(f), _regions(access)) for f in feeders):
+        if writer.dst is not None and any(_overlaps(path.step(f).dst, path.step(f), [(writer.dst, writer)])
+                                          for f in feeders):
             return None
-        return s.index, feeders[-1]
+        other_line = [f for f in feeders if path.step(f).location != writer.location]
+        same_sender = [f for f in feeders if path.step(f).device == writer.device]
+        # Copies of the writer's line from other devices write other rows and were waited
+        # for rightly; with no other copy among the feeders the wait was simply short.
+        chosen = other_line or same_sender
+        return (s.index, chosen[-1]) if chosen else None
     return None
 
 
