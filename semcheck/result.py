@@ -239,6 +239,7 @@ class RootCause:
     semaphore: str | None = None  # the declaration concerned
     # UNWAITED_COPY: the sides no wait takes ("send", "recv"), and whether only the copy's
     # last run is left (the wait at `wait` takes each earlier one: a loop's last copy).
+    # WRONG_COPY: the side of the mistaken wait ("send": `writer` is a copy reading the rows).
     sides: tuple[str, ...] = ()
     last_only: bool = False
     # UNWAITED_COPY: every copy started at `site` is a local one (`pltpu.make_async_copy`:

@@ -417,3 +417,45 @@ def test_a_wait_met_by_another_lines_copy_names_it_whichever_copy_the_race_is_fo
     assert len(groups.group([r])) == 1
     fixed = rows_then_mail(3, mail_sem="mail_sem", read_by_copy=read_by_copy)
     assert check_protocol(fixed, engine="explicit").verdict.value == "safe"
+
+
+
+def slot_reused_after_shared_send_wait(devices: int, *, own_sem: bool = False):
+    """Each device scatters a block to its right neighbour, then sends a slot home on the
+    same send semaphore, waits for one copy's worth of sends and refills the slot, as
+    moe_expert_pipeline_shared_send.py's gather does: the scatter's send can meet the wait
+    while the slot is still being read. With `own_sem`, the slot's send has its own."""
+    p, (send, recv), _rows, threads = ring_threads("slot_reused_after_shared_send_wait", devices)
+    tokens, mailbox = p.buffer("tokens", BLOCK), p.buffer("mailbox", (devices, *BLOCK))
+    slot, home = p.buffer("slot", BLOCK), p.buffer("home", (devices, *BLOCK))
+    slot_send = p.semaphore("slot_send", DMA) if own_sem else send
+    home_recv = p.semaphore("home_recv", DMA)
+    block_bytes = p.nbytes(tokens.whole)
+    for d, t in enumerate(threads):
+        right = (d + 1) % devices
+        t.dma_start(tokens.whole, mailbox.region(d), recv_sem=recv, send_sem=send, device=right)  # scatter
+        t.dma_start(slot.whole, home.region(d), recv_sem=home_recv, send_sem=slot_send, device=right)  # send home
+        t.dma_wait(slot_send, block_bytes, side="send")  # slot free
+        t.store(slot.whole)  # refill
+        t.dma_wait(send, block_bytes, side="send")
+        t.dma_wait(recv, block_bytes)
+        t.dma_wait(home_recv, block_bytes)
+    return p.build()
+
+
+def test_a_send_wait_met_by_another_copys_send_names_the_copy_still_reading_the_rows():
+    wait, scatter, home = (line_of(slot_reused_after_shared_send_wait, m)
+                           for m in ("# slot free", "# scatter", "# send home"))
+    r = check_protocol(slot_reused_after_shared_send_wait(3), engine="explicit", exhaustive=True)
+    races = [v for v in r.errors if v.kind == "data_race"]
+    assert races and {v.location.line for v in races} == {line_of(slot_reused_after_shared_send_wait, "# refill")}
+    assert [(v.cause.kind, v.cause.site.line, v.cause.by.line, v.cause.writer.line, v.cause.sides) for v in races
+            if v.cause is not None] == [(CauseKind.WRONG_COPY, wait, scatter, home, ("send",))] * len(races)
+    assert causes.statement(races[0].cause) == (f"the wait at line {wait} was satisfied by the copy from line "
+                                                f"{scatter}, not by the copy from line {home} that reads these rows")
+    assert causes.fix(races[0].cause) == (f"give the copies from line {home} and line {scatter} send semaphores of "
+                                          f"their own, so that the wait at line {wait} counts only the copy from "
+                                          f"line {home}")
+    assert len(groups.group([r])) == 1
+    fixed = slot_reused_after_shared_send_wait(3, own_sem=True)
+    assert check_protocol(fixed, engine="explicit").verdict.value == "safe"

@@ -291,15 +291,22 @@ def _race(path: Path, finding) -> RootCause | None:
         return None
     access, copy = path.steps[-1], path.step(path.racing_step)
     involved = [copy.location] + ([access.location] if access.event is StepEvent.DMA_START else [])
-    wrong_copy, writer = None, None
+    wrong_copy, writer, side = None, None, ir.DmaSide.RECV
     if _overlaps(copy.dst, copy, _regions(access)):
         # the copy in flight writes what the access touches: the access's thread may have
         # waited for it and been satisfied by another copy
-        writer, wrong_copy = copy, _wait_met_by_other_copies(path, access, copy, after=copy.index)
+        writer, wrong_copy = copy, _wait_met_by_other_copies(path, access, copy, after=copy.index, side=side)
     elif access.event is StepEvent.DMA_START and _overlaps(access.dst, access, _regions(copy)):
         # a copy starts writing what a copy in flight reads: the reading copy's thread may
         # have passed its wait for this writer on other copies' bytes, before it even started
-        writer, wrong_copy = access, _wait_met_by_other_copies(path, copy, access, after=0)
+        writer, wrong_copy = access, _wait_met_by_other_copies(path, copy, access, after=0, side=side)
+    elif _overlaps(copy.src, copy, _regions(access)):
+        # the access overwrites what a copy in flight still reads: its thread may have waited
+        # for that copy's send side and been satisfied by other copies' sends
+        side = ir.DmaSide.SEND
+        wrong_copy = _wait_met_by_other_copies(path, access, copy, after=copy.index, side=side)
+        if wrong_copy is not None:
+            writer = copy
     # the copy that moved first: the writer, or the copy whose bytes met the wait in its stead
     early = writer if wrong_copy is None else path.step(wrong_copy[1])
     if wrong_copy is not None:
@@ -309,7 +316,8 @@ def _race(path: Path, finding) -> RootCause | None:
         if cause is not None:
             shown = {copy.index, access.index} | ({early.index} if early is not None else set())
             return replace(cause, steps=tuple(sorted(shown)))
-    if early is not None and early.target_device is not None and early.device is not None:
+    if side is ir.DmaSide.RECV and early is not None and early.target_device is not None \
+            and early.device is not None:
         # what let it go before its target was ready (a capacity wait met by another device)
         cause = _held_back_by(path, early)
         if cause is not None:
@@ -320,7 +328,7 @@ def _race(path: Path, finding) -> RootCause | None:
         if waited_at is not None:
             fed = [f.index for f in feeders_of(path.steps, path.step(wait))]
             return RootCause(CauseKind.WRONG_COPY, waited_at, by=path.step(by).location,
-                             writer=writer.location,
+                             writer=writer.location, sides=(str(side),),
                              steps=tuple(sorted({wait, by, copy.index, access.index, *fed[-1:]})))
     return None
 
@@ -343,36 +351,44 @@ def _same_cells(a: RegionRef, a_step: TraceStep, b: RegionRef, b_step: TraceStep
     return all(x < y + n and y < x + m for x, m, y, n in zip(a.starts, a.sizes, b.starts, b.sizes))
 
 
-def _wait_met_by_other_copies(path: Path, reader: TraceStep, writer: TraceStep, *,
-                              after: int) -> tuple[int, int] | None:
-    """(the wait, the start of the copy that satisfied it) when the reading thread's last
-    wait on the writing copy's receive semaphore, after step `after` and before `reader`,
-    was met by other copies' completions: another line's (its bytes counted for the
-    writer's), or another run of the writer's own line from the writer's own device (two of
-    them in flight on one semaphore). A wait before an in-flight writer started cannot have
-    been meant for it (it took an earlier copy's, rightly): then the reader simply never
-    waited. A writer that starts after the reading copy did is caught by the wait before it."""
-    recv = [c.semaphore for c in writer.completions if c.side == str(ir.DmaSide.RECV)]
-    if not recv:
+def _wait_met_by_other_copies(path: Path, waiter: TraceStep, awaited: TraceStep, *, after: int,
+                              side: ir.DmaSide) -> tuple[int, int] | None:
+    """(the wait, the start of the copy that satisfied it) when the waiting thread's last
+    wait on the `side` semaphore of the copy `awaited` (its receive side: the rows it
+    writes; its send side: the rows it reads), after step `after` and before `waiter`, was
+    met by the completions of copies whose rows on that side are none of what the waiter
+    touches: another line's, or another run of the awaited copy's own line (two of them in
+    flight on one semaphore). A wait before an in-flight copy started cannot have been
+    meant for it (it took an earlier copy's, rightly): then the waiter simply never waited.
+    A copy that starts after a reading copy did is awaited by the wait before the reader."""
+    sems = [c.semaphore for c in awaited.completions if c.side == str(side)]
+    if not sems:
         return None
-    for s in reversed(path.steps[after : reader.index - 1]):
-        if s.actor != reader.actor or s.event is not StepEvent.DMA_WAIT or s.semaphore != recv[0]:
+
+    def rows(step: TraceStep) -> RegionRef | None:
+        return step.dst if side is ir.DmaSide.RECV else step.src
+
+    for s in reversed(path.steps[after : waiter.index - 1]):
+        if s.actor != waiter.actor or s.event is not StepEvent.DMA_WAIT or s.semaphore != sems[0]:
             continue
         started = [f.started_by for f in feeders_of(path.steps, s) if f.event in _COMPLETIONS]
-        feeders = [f for f in started if f is not None]
-        if writer.index in feeders or len(feeders) != len(started) or not feeders:
+        feeders = [path.step(f) for f in started if f is not None]
+        if awaited.index in started or len(feeders) != len(started) or not feeders:
             return None
-        # A feeder that wrote the writer's rows is the copy the wait was for: the writer is a
-        # later one that came too early (a sender ahead), not one the wait mistook.
-        if writer.dst is not None and any(_overlaps(path.step(f).dst, path.step(f), [(writer.dst, writer)])
-                                          for f in feeders):
+        # A taken copy on the awaited copy's own rows is the one the wait was for: the
+        # awaited copy is a later one that came too early (a sender ahead), not one the
+        # wait mistook.
+        awaited_rows = rows(awaited)
+        if awaited_rows is not None and any(_overlaps(rows(f), f, [(awaited_rows, awaited)]) for f in feeders):
             return None
-        other_line = [f for f in feeders if path.step(f).location != writer.location]
-        same_sender = [f for f in feeders if path.step(f).device == writer.device]
-        # Copies of the writer's line from other devices write other rows and were waited
-        # for rightly; with no other copy among the feeders the wait was simply short.
-        chosen = other_line or same_sender
-        return (s.index, chosen[-1]) if chosen else None
+        # A taken copy whose rows are none of what the waiter touches was counted in the
+        # awaited copy's stead: another line's, or another run of the awaited line (the next
+        # generation's rows, the other slot). Copies of other rows of the same read were
+        # waited for rightly; with only those taken the wait was simply short.
+        elsewhere = [f for f in feeders if not _overlaps(rows(f), f, _regions(waiter))]
+        other_line = [f for f in elsewhere if f.location != awaited.location]
+        chosen = other_line or elsewhere
+        return (s.index, chosen[-1].index) if chosen else None
     return None
 
 

@@ -92,11 +92,12 @@ def _other_kernels_signal(c: RootCause) -> str:
 
 
 def _wrong_copy(c: RootCause) -> str:
-    if c.by == c.writer:  # two runs of one line in flight on one receive semaphore
+    does, semaphore = ("reads", "send") if c.sides == ("send",) else ("writes", "receive")
+    if c.by == c.writer:  # two runs of one line in flight on one semaphore
         return (f"the wait at {_line(c.site)} was satisfied by another copy from {_line(c.by)} than the one "
-                f"that writes these rows (both were in flight on one receive semaphore)")
+                f"that {does} these rows (both were in flight on one {semaphore} semaphore)")
     return (f"the wait at {_line(c.site)} was satisfied by the copy from {_line(c.by)}, not by the copy "
-            f"from {_line(c.writer)} that writes these rows")
+            f"from {_line(c.writer)} that {does} these rows")
 
 
 _STATEMENTS = {
@@ -153,6 +154,12 @@ def _fix_other_kernels_signal(c: RootCause) -> str:
 
 
 def _fix_wrong_copy(c: RootCause) -> str:
+    if c.sides == ("send",):
+        if c.by == c.writer:
+            return (f"give each copy from {_line(c.by)} in flight a send semaphore (or source slot) of its own, "
+                    f"or wait for each one's send side before its rows are reused")
+        return (f"give the copies from {_line(c.writer)} and {_line(c.by)} send semaphores of their own, so "
+                f"that the wait at {_line(c.site)} counts only the copy from {_line(c.writer)}")
     if c.by == c.writer:
         return (f"give each copy from {_line(c.by)} in flight a receive semaphore (or slot) of its own, or "
                 f"do not start the next one before the wait at {_line(c.site)} has taken the last")
