@@ -225,6 +225,9 @@ class CauseKind(str, enum.Enum):
     # a wait before an early copy or signal fed by a signal from another kernel of the program
     # that shares the semaphore (two kernels with one collective_id): `site` is that signal
     OTHER_KERNELS_SIGNAL = "other_kernels_signal"
+    # a copy into rows of a peer's buffer started again with no word from that peer since the
+    # last one into them (no capacity handshake): `site` is the copy's start, `buffer` what it writes
+    NO_GO_AHEAD = "no_go_ahead"
 
 
 @record(frozen=True)
@@ -248,8 +251,10 @@ class RootCause:
     wait: Loc | None = None  # the wait concerned (WRONG_SIGNALLER, WRONG_COPY; UNWAITED_COPY with last_only)
     by: Loc | None = None  # WRONG_COPY: the start of the copy that satisfied the wait
     writer: Loc | None = None  # WRONG_COPY: the copy that writes the rows; WRONG_SIGNALLER: the copy the wait guards
+    buffer: str | None = None  # NO_GO_AHEAD: the peer's buffer the copy writes
     # WRONG_SIGNALLER: whose signal fed the wait, and whose it needed (the device the copy
-    # writes to), as offsets from the waiting device (+1: the next device)
+    # writes to), as offsets from the waiting device (+1: the next device); NO_GO_AHEAD:
+    # `want_offset` is the peer the copy writes to
     by_offset: int | None = None
     want_offset: int | None = None
     before: Loc | None = None  # UNCONSUMED_SIGNAL: where a wait belongs (before this line)

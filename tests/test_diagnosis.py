@@ -459,3 +459,46 @@ def test_a_send_wait_met_by_another_copys_send_names_the_copy_still_reading_the_
     assert len(groups.group([r])) == 1
     fixed = slot_reused_after_shared_send_wait(3, own_sem=True)
     assert check_protocol(fixed, engine="explicit").verdict.value == "safe"
+
+
+def landing_slot_reused(devices: int, *, capacity: bool = False, rows_read: int = 0):
+    """Each device sends two blocks, one after the other, into its right neighbour's
+    landing slot and reads what its left neighbour sent after each receive wait, as a ring
+    all-gather without a capacity semaphore does: the second copy can land while the first
+    is still being read. With `capacity`, each device tells its left neighbour when its
+    slot is free. The two blocks go to rows 0 and 1 of the slot when `rows_read` is 1, and
+    the reader reads row 1 after the first wait: then the race is the reader's, not the
+    sender's (nothing earlier wrote those rows)."""
+    p, (send, recv), _out, threads = ring_threads("landing_slot_reused", devices)
+    landing, mine = p.buffer("landing", (2, *BLOCK)), p.buffer("mine", (2, *BLOCK))
+    free = p.semaphore("free", REGULAR)
+    for d, t in enumerate(threads):
+        left, right = (d - 1) % devices, (d + 1) % devices
+        for step in range(2):
+            if capacity and step:
+                t.wait(free)
+            row = step if rows_read else 0
+            t.dma_start(mine.region(step), landing.region(row), recv_sem=recv, send_sem=send, device=right).wait()  # copy
+            t.load(landing.region(rows_read if rows_read else 0))  # read the slot
+            if capacity and not step:
+                t.signal(free, device=left)
+    return p.build()
+
+
+def test_a_copy_into_a_peers_rows_again_without_a_go_ahead_names_the_missing_capacity_handshake():
+    copy = line_of(landing_slot_reused, "# copy")
+    r = check_protocol(landing_slot_reused(3), engine="explicit", exhaustive=True)
+    races = [v for v in r.errors if v.kind == "data_race"]
+    assert races and all(v.cause is not None for v in races)
+    assert {(v.cause.kind, v.cause.site.line, v.cause.buffer, v.cause.want_offset) for v in races} == {
+        (CauseKind.NO_GO_AHEAD, copy, "landing", 1)}
+    assert causes.statement(races[0].cause) == (
+        f"the copy at line {copy} writes rows of `landing` on device d+1 again with no word from device d+1 since "
+        "the last copy into them: that copy may still be landing, or device d+1 still reading it")
+    assert "a capacity semaphore" in causes.fix(races[0].cause)
+    assert len(groups.group([r])) == 1
+    assert check_protocol(landing_slot_reused(3, capacity=True), engine="explicit").verdict.value == "safe"
+    # a read of rows whose copy was not waited for: no earlier copy wrote them, so no go-ahead was missed
+    other = check_protocol(landing_slot_reused(3, rows_read=1), engine="explicit", exhaustive=True)
+    assert other.verdict.value == "violation"
+    assert all(v.cause is None or v.cause.kind is not CauseKind.NO_GO_AHEAD for v in other.errors)

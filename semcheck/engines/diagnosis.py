@@ -30,6 +30,11 @@ The causes, each from facts that can be checked against the IR:
   Also an early pass itself: a barrier wait that passed on a signal a peer sent from a later
   invocation (another kernel of the program, or the same kernel called again).
 
+* `NO_GO_AHEAD`: a race on rows of a peer's buffer that a copy writes, where the copy's
+  device heard nothing from that peer since its previous copy into those rows (no wait of
+  its thread took a signal from the peer): the earlier copy may still be landing, or the peer
+  still reading what it brought. The missing piece is a capacity handshake.
+
 An early arrival whose copy or signal was let go by a wait that another device's signal
 satisfied, in the same kernel, is `WRONG_SIGNALLER` too.
 """
@@ -322,6 +327,13 @@ def _race(path: Path, finding) -> RootCause | None:
         cause = _held_back_by(path, early)
         if cause is not None:
             return cause
+    if wrong_copy is None and writer is not None:
+        # the later of two copies into one peer buffer is the one that needed the go-ahead
+        later = access if access.event is StepEvent.DMA_START and _overlaps(access.dst, access, _regions(copy)) \
+            else writer
+        cause = _no_go_ahead(path, later, other=copy if later is access else access)
+        if cause is not None:
+            return cause
     if wrong_copy is not None and writer is not None and writer.location is not None:
         wait, by = wrong_copy
         waited_at = path.step(wait).location
@@ -428,6 +440,28 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
                          writer_signals=writer.event is StepEvent.SIGNAL, kernels=kernels,
                          steps=(signal.index, s.index, writer.index))
     return None
+
+
+def _no_go_ahead(path: Path, writer: TraceStep, other: TraceStep) -> RootCause | None:
+    """NO_GO_AHEAD when `writer` is a copy into rows of a peer's buffer that its thread
+    copied into before, and no wait of the thread since that copy took a signal from the
+    peer: nothing said the rows were free again."""
+    issuer, target = writer.device, writer.target_device
+    if writer.event is not StepEvent.DMA_START or writer.dst is None or issuer is None \
+            or target is None or target == issuer or writer.location is None:
+        return None
+    since = next((s.index for s in reversed(path.steps[: writer.index - 1])
+                  if s.actor == writer.actor and s.event is StepEvent.DMA_START and s.target_device == target
+                  and s.dst is not None and _same_cells(s.dst, s, writer.dst, writer)), None)
+    if since is None:  # the first copy into these rows: whatever should have held it back, it is not this
+        return None
+    for s in path.steps[since : writer.index - 1]:
+        if s.actor == writer.actor and s.event is StepEvent.WAIT and any(
+                f.event is StepEvent.SIGNAL and f.device == target for f in feeders_of(path.steps, s)):
+            return None
+    return RootCause(CauseKind.NO_GO_AHEAD, writer.location, buffer=writer.dst.buffer,
+                     want_offset=_offset(target - issuer, path.system.protocol.devices),
+                     steps=tuple(sorted({since, other.index, writer.index})))
 
 
 def _is_barrier(system: System, decl: str | None) -> bool:

@@ -100,12 +100,19 @@ def _wrong_copy(c: RootCause) -> str:
             f"from {_line(c.writer)} that {does} these rows")
 
 
+def _no_go_ahead(c: RootCause) -> str:
+    peer = offset_text(c.want_offset)
+    return (f"the copy at {_line(c.site)} writes rows of `{c.buffer}` on {peer} again with no word from {peer} "
+            f"since the last copy into them: that copy may still be landing, or {peer} still reading it")
+
+
 _STATEMENTS = {
     CauseKind.UNWAITED_COPY: _unwaited_copy,
     CauseKind.UNCONSUMED_SIGNAL: _unconsumed_signal,
     CauseKind.WRONG_SIGNALLER: _wrong_signaller,
     CauseKind.WRONG_COPY: _wrong_copy,
     CauseKind.OTHER_KERNELS_SIGNAL: _other_kernels_signal,
+    CauseKind.NO_GO_AHEAD: _no_go_ahead,
 }
 
 
@@ -168,10 +175,17 @@ def _fix_wrong_copy(c: RootCause) -> str:
             f"from {_line(c.writer)}")
 
 
+def _fix_no_go_ahead(c: RootCause) -> str:
+    peer = offset_text(c.want_offset)
+    return (f"have {peer} signal device d once it is done with `{c.buffer}` (after it has read what landed), "
+            f"and wait for that signal before the copy at {_line(c.site)}: a capacity semaphore")
+
+
 _FIXES = {
     CauseKind.UNWAITED_COPY: _fix_unwaited_copy,
     CauseKind.UNCONSUMED_SIGNAL: _fix_unconsumed_signal,
     CauseKind.WRONG_SIGNALLER: _fix_wrong_signaller,
     CauseKind.WRONG_COPY: _fix_wrong_copy,
     CauseKind.OTHER_KERNELS_SIGNAL: _fix_other_kernels_signal,
+    CauseKind.NO_GO_AHEAD: _fix_no_go_ahead,
 }

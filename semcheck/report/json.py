@@ -133,6 +133,7 @@ def cause_dict(c: RootCause) -> dict:
         "wait": location(c.wait),
         "by": location(c.by),
         "writer": location(c.writer),
+        "buffer": c.buffer,
         "by_offset": c.by_offset,
         "want_offset": c.want_offset,
         "before": location(c.before),
