@@ -329,6 +329,9 @@ def _ran_jax(result) -> bool:
 
 def _verify(args) -> int:  # noqa: C901
     _warn_about_empty_folders(args.paths)
+    given = args.paths
+    if args.changed_files:
+        args.paths = gate.with_importers(args)
     if args.devices == "all":
         from semcheck.parametric import command
 
@@ -353,6 +356,9 @@ def _verify(args) -> int:  # noqa: C901
     _clear_progress()
     _notice_jax_version(results)
     if not results:
+        if args.changed_files and interrupted is None:
+            return gate.nothing_changed_to_check(_nothing_to_check(argparse.Namespace(**{**vars(args), "paths": given}),
+                                                                   skipped))
         print(f"semcheck: error: {_nothing_to_check(args, skipped)}", file=sys.stderr)
         return EXIT_USAGE
     if summarize(skipped) and not args.quiet:  # -q: only why nothing is left to check (above) is said
