@@ -110,8 +110,8 @@ def helper_repository(tmp_path, *, signal: bool = True) -> str:
     return str(root)
 
 
-def test_importers_of_a_helper_are_the_kernel_scripts_under_its_top_folder(tmp_path, monkeypatch):
-    from semcheck.frontends.importers import importers_of
+def test_importers_of_a_helper_are_the_kernel_scripts_of_its_folder(tmp_path, monkeypatch):
+    from semcheck.frontends.importers import Reach, importers_of
 
     monkeypatch.chdir(helper_repository(tmp_path))
     reach = importers_of(["kernels/sync.py"])
@@ -122,9 +122,19 @@ def test_importers_of_a_helper_are_the_kernel_scripts_under_its_top_folder(tmp_p
     # [tool.semcheck] paths widen the search: tools/bench.py imports kernels.sync from the root
     assert importers_of(["kernels/sync.py"], ["tools"]).scripts == (
         os.path.join("kernels", "relay.py"), os.path.join("kernels", "ring.py"), os.path.join("tools", "bench.py"))
+    # a helper in a subfolder: its own folder has no kernel script; [tool.semcheck] paths has
+    (tmp_path / "repo" / "kernels" / "utils").mkdir()
+    (tmp_path / "repo" / "kernels" / "utils" / "blocks.py").write_text("SIZE = 8\n")
+    (tmp_path / "repo" / "kernels" / "ring.py").write_text("from utils.blocks import SIZE\n")
+    assert importers_of(["kernels/utils/blocks.py"]) == Reach((), (os.path.join("kernels", "utils"),))
+    assert importers_of(["kernels/utils/blocks.py"], ["kernels"]).scripts == (os.path.join("kernels", "ring.py"),)
 
 
 def test_relative_and_package_imports_and_a_helper_at_the_root(tmp_path, monkeypatch):
+    """A package's modules link scripts to a helper, but one that imports relatively is no
+    script (`python FILE` fails on its import), so it is not run; a helper in a subfolder
+    is found from its parent folder only with [tool.semcheck] paths; a helper at the root
+    looks at the root's own files."""
     from semcheck.frontends.importers import importers_of
 
     root = tmp_path / "repo"
@@ -137,13 +147,14 @@ def test_relative_and_package_imports_and_a_helper_at_the_root(tmp_path, monkeyp
     (root / "pkg" / "up.py").write_text("from .ops import blocks\n")
     (root / "pkg" / "full.py").write_text("import pkg.ops.blocks\n")
     (root / "pkg" / "star.py").write_text("from pkg.ops import *\n")  # runs ops/__init__.py only
+    (root / "pkg" / "via_rel.py").write_text("from pkg.ops.rel import f\n")
     (root / "settings.py").write_text("N = 2\n")
     (root / "top.py").write_text("import settings\n")
     (root / "pkg" / "deep.py").write_text("import settings\n")  # below the root: not looked at
     monkeypatch.chdir(root)
-    assert importers_of(["pkg/ops/blocks.py"]).scripts == ("pkg/full.py", "pkg/ops/rel.py", "pkg/up.py")
-    assert importers_of(["pkg/ops/__init__.py"]).scripts == (
-        "pkg/full.py", "pkg/ops/rel.py", "pkg/star.py", "pkg/up.py")
+    assert importers_of(["pkg/ops/blocks.py"]).scripts == ()  # rel.py imports it, relatively
+    assert importers_of(["pkg/ops/blocks.py"], ["pkg"]).scripts == ("pkg/full.py", "pkg/via_rel.py")
+    assert importers_of(["pkg/ops/__init__.py"], ["pkg"]).scripts == ("pkg/full.py", "pkg/star.py", "pkg/via_rel.py")
     assert importers_of(["settings.py"]).scripts == ("top.py",)
 
 
@@ -170,6 +181,6 @@ def test_the_hook_passes_a_change_with_nothing_to_check_with_one_line(capsys, tm
     assert (code, out) == (0, ""), err
     assert err.splitlines() == [
         "semcheck: nothing to check: kernels/orphan.py ran with 2 devices but compiled no Pallas kernel; "
-        "no kernel script imports the changed files, so the change passes (--changed-files)"]
+        "no kernel script in kernels/ imports the changed files, so the change passes (--changed-files)"]
     # without the flag, as semcheck verify by hand: nothing checked is still an error
     assert cli.main(["verify", "kernels/orphan.py", "--devices", "2", "-q"]) == 2

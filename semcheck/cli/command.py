@@ -329,9 +329,9 @@ def _ran_jax(result) -> bool:
 
 def _verify(args) -> int:  # noqa: C901
     _warn_about_empty_folders(args.paths)
-    given = args.paths
+    given, searched = args.paths, ()
     if args.changed_files:
-        args.paths = gate.with_importers(args)
+        args.paths, searched = gate.with_importers(args)
     if args.devices == "all":
         from semcheck.parametric import command
 
@@ -357,8 +357,8 @@ def _verify(args) -> int:  # noqa: C901
     _notice_jax_version(results)
     if not results:
         if args.changed_files and interrupted is None:
-            return gate.nothing_changed_to_check(_nothing_to_check(argparse.Namespace(**{**vars(args), "paths": given}),
-                                                                   skipped))
+            reason = _nothing_to_check(argparse.Namespace(**{**vars(args), "paths": given}), skipped)
+            return gate.nothing_changed_to_check(reason, searched)
         print(f"semcheck: error: {_nothing_to_check(args, skipped)}", file=sys.stderr)
         return EXIT_USAGE
     if summarize(skipped) and not args.quiet:  # -q: only why nothing is left to check (above) is said

@@ -49,7 +49,7 @@ def add_arguments(verify: argparse.ArgumentParser) -> None:
                         "(e.g. --format github for annotations and --sarif for code scanning)")
     verify.add_argument("--changed-files", action="store_true",
                         help="the PATHs are the files a change touched, as a pre-commit hook passes "
-                        "them: each brings in the kernel scripts that import it (under its top folder "
+                        "them: each brings in the kernel scripts that import it (in its own folder "
                         "and [tool.semcheck] paths), and a change with nothing to check passes with "
                         "one line instead of failing (docs/ci.md, pre-commit)")
     verify.set_defaults(project_paths=())
@@ -86,9 +86,9 @@ def apply_project_defaults(verify: argparse.ArgumentParser, defaults: config.Def
     verify.set_defaults(**values)
 
 
-def with_importers(args) -> list[str]:
+def with_importers(args):
     """--changed-files: the changed files, then the kernel scripts that import them (one
-    line on stderr naming those, unless -q)."""
+    line on stderr naming those, unless -q); and the folders they were looked for in."""
     from semcheck.frontends.importers import importers_of
 
     reach = importers_of(args.paths, args.project_paths)
@@ -98,12 +98,13 @@ def with_importers(args) -> list[str]:
         names = ", ".join(added[:4]) + (f" and {len(added) - 4} more" if len(added) > 4 else "")
         print(f"semcheck: also checking {len(added)} kernel script{'s' if len(added) != 1 else ''} "
               f"that import{'s' if len(added) == 1 else ''} a changed file: {names}", file=sys.stderr)
-    return list(args.paths) + added
+    return list(args.paths) + added, reach.searched
 
 
-def nothing_changed_to_check(reason: str) -> int:
+def nothing_changed_to_check(reason: str, searched: tuple[str, ...]) -> int:
     """--changed-files with nothing to check: a commit that touched no kernel passes."""
-    print(f"semcheck: {reason.splitlines()[0]}; no kernel script imports the changed files, so the "
+    where = f" in {', '.join(os.path.join(folder, '') for folder in searched)}" if searched else ""
+    print(f"semcheck: {reason.splitlines()[0]}; no kernel script{where} imports the changed files, so the "
           "change passes (--changed-files)", file=sys.stderr)
     return 0
 

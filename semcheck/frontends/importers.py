@@ -3,17 +3,20 @@
 A commit that changes only a helper module (`kernels/common.py`: block sizes, an index
 helper, the kernel body itself) changes every kernel script that imports it, directly or
 through other modules, while the helper compiles no kernel of its own. So for each changed
-file, the kernel scripts that import it are checked as well. They are looked for where
-kernel scripts are: the changed file's top folder in its repository (`kernels/` for
-`kernels/ops/common.py`; the repository root's own files, not its subfolders, for a file
-at the root), and the project's `[tool.semcheck] paths`, each walked as `semcheck verify
-FOLDER` walks it (`discovery.walk`: no tooling, tests, environments or git-ignored files),
-since semcheck runs every script it checks.
+file, the kernel scripts that import it are checked as well. semcheck runs every script it
+checks, so they are looked for only where kernel scripts are said to be: the changed file's
+own folder with its subfolders (a repository's root: its own files only), and the project's
+`[tool.semcheck] paths`, each walked as `semcheck verify FOLDER` walks it (`discovery.walk`:
+no tooling, tests, environments or git-ignored files). Not the repository's top folder: in
+a package (`tpu_inference/kernels/collectives/util.py`, vLLM's TPU backend) the package
+`__init__`s chain nearly every module to every helper, and that folder's 88 importers of
+one helper were engine cores and Ray executors, no kernel scripts.
 
 An import is read from the source, never run: `import a.b`, `from a import b`, `from . import
 b` and `from ..a import b`, at any depth of the file (inside a function or an `if`), resolved
 against the importing script's folder (its `sys.path[0]`) and the repository root (a package
-imported by its full name). An `importlib.import_module` or `__import__` call with a computed
+imported by its full name). A file that imports relatively is a package's module, not a
+script (`python FILE` fails on that import): it links a script to a helper, and is not run. An `importlib.import_module` or `__import__` call with a computed
 name is not followed. A name that resolves to a file counts: an import that names a module
 and an attribute the same way (`from a import b`) counts `a/b.py` where it exists.
 """
@@ -51,14 +54,12 @@ def repository_root(path: str) -> str | None:
         folder = parent
 
 
-def search_area(path: str) -> str:
-    """Where the kernel scripts that may import `path` are: its top folder in its repository
-    (outside one, its own folder); for a file at the repository root, the root (its own
-    files only: `importers_of` does not walk below a root)."""
-    root = repository_root(path) or os.path.dirname(os.path.abspath(path))
-    relative = os.path.relpath(os.path.abspath(path), root)
-    top = relative.split(os.sep, 1)[0]
-    return root if top == relative else os.path.join(root, top)
+def search_area(path: str) -> tuple[str, bool]:
+    """Where the kernel scripts that may import `path` are looked for without
+    `[tool.semcheck] paths`: its own folder, and whether only that folder's own files (a
+    repository's root: its subfolders are the whole project)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return folder, _is_repository_root(folder)
 
 
 def importers_of(changed: list[str], project_paths: Iterable[str] = ()) -> Reach:
@@ -69,19 +70,22 @@ def importers_of(changed: list[str], project_paths: Iterable[str] = ()) -> Reach
     modules = {os.path.realpath(p) for p in changed if p.endswith(".py") and os.path.isfile(p)}
     if not modules:
         return Reach((), ())
-    areas = dict.fromkeys([search_area(p) for p in sorted(modules)]
-                          + [os.path.abspath(p) for p in project_paths if os.path.isdir(p)])
+    areas = dict([search_area(p) for p in sorted(modules)])
+    areas.update((os.path.abspath(p), False) for p in project_paths if os.path.isdir(p))
     files: dict[str, bool] = {}  # every .py file of the areas -> whether a walk takes it
-    for area in areas:
-        top_only = _is_repository_root(area)
+    for area, top_only in areas.items():
         for path in _python_files(area, recursive=not top_only):
             files.setdefault(os.path.realpath(path), False)
         for path in walk([area], top_only=top_only).files:
             files[os.path.realpath(path)] = True
     importers: dict[str, list[str]] = {}
+    package_modules: set[str] = set()
     for path in files:
-        for imported in _imported_files(path):
-            importers.setdefault(imported, []).append(path)
+        imported, relative = _imported_files(path)
+        for module in imported:
+            importers.setdefault(module, []).append(path)
+        if relative:
+            package_modules.add(path)
     reached = set(modules)
     work = deque(modules)
     while work:
@@ -89,7 +93,9 @@ def importers_of(changed: list[str], project_paths: Iterable[str] = ()) -> Reach
             if path not in reached:
                 reached.add(path)
                 work.append(path)
-    scripts = sorted(_shown(p) for p in reached - modules if files.get(p))
+    # a file with a relative import is a package's module, no script: `python FILE` (how
+    # semcheck runs a kernel script) fails on its import; it only links a script to a helper
+    scripts = sorted(_shown(p) for p in reached - modules - package_modules if files.get(p))
     return Reach(tuple(scripts), tuple(_shown(a) for a in areas))
 
 
@@ -109,13 +115,15 @@ def _python_files(folder: str, recursive: bool) -> list[str]:
     return found
 
 
-def _imported_files(path: str) -> set[str]:
-    """The files `path`'s imports name (real paths), wherever they exist."""
+def _imported_files(path: str) -> tuple[set[str], bool]:
+    """The files `path`'s imports name (real paths), wherever they exist, and whether it
+    imports relatively (`from . import b`)."""
     try:
         with open(path, "rb") as f:
             tree = parse_python(f.read(), path)
     except (OSError, SyntaxError, ValueError):
-        return set()
+        return set(), False
+    relative = False
     folder = os.path.dirname(path)
     roots = list(dict.fromkeys([folder, repository_root(path) or folder]))
     names: list[tuple[str, list[str]]] = []  # (a folder to resolve in, dotted parts)
@@ -124,6 +132,7 @@ def _imported_files(path: str) -> set[str]:
             names += [(root, alias.name.split(".")) for alias in node.names for root in roots]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
+                relative = True
                 base = folder
                 for _ in range(node.level - 1):
                     base = os.path.dirname(base)
@@ -143,7 +152,7 @@ def _imported_files(path: str) -> set[str]:
             for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
                 if os.path.isfile(candidate):
                     found.add(os.path.realpath(candidate))
-    return found
+    return found, relative
 
 
 def _shown(path: str) -> str:
