@@ -220,6 +220,22 @@ def test_summary_findings_name_the_blocks_of_a_gpu_check(capsys, monkeypatch, tm
     assert "(barrier_kernel, 1, 2 devices x 4 blocks): " in finding
 
 
+def test_summary_table_headers_name_the_blocks_of_a_gpu_check_as_its_findings_do(capsys, monkeypatch, tmp_path):
+    # the headers said "1 devices | 2 devices" above findings "at 1, 2 devices x 4 blocks"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    summary = tmp_path / "summary.md"
+    run(capsys, "examples/gpu/grid_barrier_competing_waits.py", "models/circular_wait.py", "--devices", "1,2",
+        "--summary", str(summary), "-q")
+    lines = summary.read_text().splitlines()
+    [header] = [line for line in lines if line.startswith("| kernel |")]
+    assert header == "| kernel | file | 1 device | 2 devices | 1 device x 4 blocks | 2 devices x 4 blocks |"
+    [gpu] = [line for line in lines if line.startswith("| barrier_kernel |")]
+    assert gpu.split(" | ")[2:4] == ["", ""] and "unsatisfied_wait" in gpu.split(" | ")[5]
+    [tpu] = [line for line in lines if line.startswith("| circular_wait |")]
+    assert "deadlock" in tpu.split(" | ")[3] and tpu.endswith("|  |  |")
+
+
 def test_github_format_marks_declared_findings_as_notices(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     code, out, _ = run(capsys, "models/circular_wait.py", "--devices", "2", "--format", "github", "--expectations")

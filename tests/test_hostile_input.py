@@ -369,6 +369,28 @@ def test_near_miss_directives_are_warned_with_did_you_mean(tmp_path, capsys, typ
     assert f"did you mean {meant!r}" in err
 
 
+def test_quiet_keeps_the_near_miss_warning_where_it_is_the_only_sign_the_gate_is_wrong(tmp_path, capsys):
+    """A kernel fixed since its bug was declared, with the declaration misspelt: ignored, the
+    check is judged as declaring nothing, and the gate passes where the declaration would
+    have failed it (the finding is gone). -q, as the pre-commit hook and CI gates run,
+    still prints the warning: it is the only sign; and -q's help says so."""
+    source = open(os.path.join(MODELS, "ring_allgather.py"), encoding="utf-8").read()
+    declared = tmp_path / "ring_allgather.py"
+    declared.write_text(source.replace("# semcheck: expect safe", "# semcheck: expect unsatisfied_wait"))
+    code, _, err = run(capsys, "verify", str(declared), "--devices", "2", "--expectations", "-q")
+    assert code == 1, err  # declared, not found: the gate fails
+    misspelt = tmp_path / "ring_allgather_misspelt.py"
+    misspelt.write_text(source.replace("# semcheck: expect safe", "# semcheck expect unsatisfied_wait"))
+    code, out, err = run(capsys, "verify", str(misspelt), "--devices", "2", "--expectations", "-q")
+    assert code == 0, err
+    assert err.splitlines() == [f"semcheck: warning: {misspelt}:22: ignored '# semcheck expect unsatisfied_wait': "
+                                "did you mean '# semcheck: expect unsatisfied_wait'?"]
+    with pytest.raises(SystemExit):
+        cli.main(["verify", "--help"])
+    usage = " ".join(capsys.readouterr().out.split())
+    assert "warnings stay" in usage, usage
+
+
 def test_comments_that_are_not_directives_are_left_alone(tmp_path):
     path = write(tmp_path / "k.py", """\
         # semcheck checks this file

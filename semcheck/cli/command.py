@@ -210,7 +210,10 @@ def build_parser(defaults: config.Defaults | None = None) -> argparse.ArgumentPa
                         help="judge each check against the verdict declared for its file "
                         "(# semcheck: expect KIND, or [tool.semcheck.expect] in pyproject.toml): "
                         "exit 0 when every check matches, 1 when one does not")
-    verify.add_argument("-q", "--quiet", action="store_true", help="no progress lines, nor the line of files a folder walk skipped, on stderr")
+    verify.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress or capture lines, nor the line of files a folder walk skipped, on "
+                        "stderr; warnings stay (a `# semcheck` comment that is almost a declaration is ignored, "
+                        "and its warning can be all that says a gate judges a kernel against the wrong verdict)")
     verify.add_argument("-v", "--verbose", action="store_true",
                         help="text report: every step of each trace the violation depends on, and the "
                         "modelling notes each verdict rests on (by default counted; always in json and sarif)")
@@ -326,6 +329,9 @@ def _ran_jax(result) -> bool:
 
 def _verify(args) -> int:  # noqa: C901
     _warn_about_empty_folders(args.paths)
+    given, searched = args.paths, ()
+    if args.changed_files:
+        args.paths, searched = gate.with_importers(args)
     if args.devices == "all":
         from semcheck.parametric import command
 
@@ -350,10 +356,15 @@ def _verify(args) -> int:  # noqa: C901
     _clear_progress()
     _notice_jax_version(results)
     if not results:
+        if args.changed_files and interrupted is None:
+            reason = _nothing_to_check(argparse.Namespace(**{**vars(args), "paths": given}), skipped)
+            return gate.nothing_changed_to_check(reason, searched)
         print(f"semcheck: error: {_nothing_to_check(args, skipped)}", file=sys.stderr)
         return EXIT_USAGE
     if summarize(skipped) and not args.quiet:  # -q: only why nothing is left to check (above) is said
         print(f"semcheck: {summarize(skipped)}", file=sys.stderr)
+    # even with -q: an ignored declaration can turn a gate that should fail into a pass, and
+    # this line is then the only sign (docs/cli.md)
     for near_miss in expectations.near_misses_in(sorted({r.file for r in results if r.file})):
         print(f"semcheck: warning: {near_miss}", file=sys.stderr)
     full, (results, hidden) = results, gate.apply_baseline(args, results)

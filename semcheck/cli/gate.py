@@ -47,6 +47,12 @@ def add_arguments(verify: argparse.ArgumentParser) -> None:
     verify.add_argument("--sarif", metavar="FILE", default=None,
                         help="also write the SARIF report to FILE, whatever --format prints "
                         "(e.g. --format github for annotations and --sarif for code scanning)")
+    verify.add_argument("--changed-files", action="store_true",
+                        help="the PATHs are the files a change touched, as a pre-commit hook passes "
+                        "them: each brings in the kernel scripts that import it (in its own folder "
+                        "and [tool.semcheck] paths), and a change with nothing to check passes with "
+                        "one line instead of failing (docs/ci.md, pre-commit)")
+    verify.set_defaults(project_paths=())
     verify.add_argument("--category", metavar="NAME", default=None,
                         help="SARIF: the analysis category (runAutomationDetails.id), to keep several "
                         "analyses of one commit apart in code scanning")
@@ -66,6 +72,7 @@ def apply_project_defaults(verify: argparse.ArgumentParser, defaults: config.Def
     values: dict[str, object] = {}
     if defaults.paths is not None:
         values["paths"] = list(defaults.paths)
+        values["project_paths"] = tuple(defaults.paths)  # where --changed-files looks for importers
     if defaults.devices is not None:
         values["devices"] = list(defaults.devices)
     if defaults.engine is not None:
@@ -77,6 +84,29 @@ def apply_project_defaults(verify: argparse.ArgumentParser, defaults: config.Def
     if defaults.exhaustive is not None:
         values["exhaustive"] = defaults.exhaustive
     verify.set_defaults(**values)
+
+
+def with_importers(args):
+    """--changed-files: the changed files, then the kernel scripts that import them (one
+    line on stderr naming those, unless -q); and the folders they were looked for in."""
+    from semcheck.frontends.importers import importers_of
+
+    reach = importers_of(args.paths, args.project_paths)
+    given = {os.path.realpath(p) for p in args.paths}
+    added = [p for p in reach.scripts if os.path.realpath(p) not in given]
+    if added and not args.quiet:
+        names = ", ".join(added[:4]) + (f" and {len(added) - 4} more" if len(added) > 4 else "")
+        print(f"semcheck: also checking {len(added)} kernel script{'s' if len(added) != 1 else ''} "
+              f"that import{'s' if len(added) == 1 else ''} a changed file: {names}", file=sys.stderr)
+    return list(args.paths) + added, reach.searched
+
+
+def nothing_changed_to_check(reason: str, searched: tuple[str, ...]) -> int:
+    """--changed-files with nothing to check: a commit that touched no kernel passes."""
+    where = f" in {', '.join(os.path.join(folder, '') for folder in searched)}" if searched else ""
+    print(f"semcheck: {reason.splitlines()[0]}; no kernel script{where} imports the changed files, so the "
+          "change passes (--changed-files)", file=sys.stderr)
+    return 0
 
 
 def sweep_arguments(args, position=None) -> dict:

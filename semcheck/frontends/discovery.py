@@ -107,9 +107,9 @@ def _file_skip(name: str, folder: str) -> Why | None:
     return None
 
 
-def walk(paths: list[str]) -> Walk:
-    """Files to check: each file as given; each folder's .py files (recursively, sorted)
-    that are not skipped by the rules above."""
+def walk(paths: list[str], top_only: bool = False) -> Walk:
+    """Files to check: each file as given; each folder's .py files (recursively, sorted;
+    with `top_only`, its own files only) that are not skipped by the rules above."""
     result = Walk()
     for path in paths:
         if not os.path.isdir(path):
@@ -117,6 +117,8 @@ def walk(paths: list[str]) -> Walk:
             continue
         candidates: list[str] = []
         for root, dirs, files in os.walk(path):
+            if top_only:
+                dirs[:] = []
             kept = []
             for d in sorted(dirs):
                 why = _folder_skip(d, os.path.join(root, d))

@@ -95,9 +95,7 @@ def sizes_text(checks: list[Result]) -> str:
     """ "2, 4, 8 devices" for `checks` ("4, 8 devices (2 invocations)", "2, 4 devices x 2 cores"):
     consecutive sizes that share a core count and an invocation count share one unit."""
     invocations = sorted({r.invocations for r in checks})
-    sizes = list(dict.fromkeys(
-        (r.devices, r.cores if r.cores > 1 else 0, core_unit(r.backend),
-         r.invocations if len(invocations) > 1 else 0) for r in checks))
+    sizes = list(dict.fromkeys((*size_key(r), r.invocations if len(invocations) > 1 else 0) for r in checks))
     runs: list[tuple[list[int], tuple]] = []
     for devices, *rest in sizes:
         if runs and runs[-1][1] == tuple(rest):
@@ -106,9 +104,7 @@ def sizes_text(checks: list[Result]) -> str:
             runs.append(([devices], tuple(rest)))
     parts = []
     for counts, (cores, unit, invocation) in runs:
-        part = f"{', '.join(map(str, counts))} {'device' if counts == [1] else 'devices'}"
-        if cores:
-            part += f" x {cores} {unit}s"
+        part = devices_text(counts, cores, unit)
         if invocation:
             part += f" ({invocation} invocation{'s' if invocation > 1 else ''})"
         parts.append(part)
@@ -116,6 +112,18 @@ def sizes_text(checks: list[Result]) -> str:
     if len(invocations) == 1 and invocations[0] > 1:
         text += f" ({invocations[0]} invocations)"
     return text
+
+
+def devices_text(counts: list[int], cores: int, unit: str) -> str:
+    """ "2, 4 devices", "1 device x 4 blocks": device counts that share a core count (0: one
+    core, not said) of `unit` (`ir.core_unit`)."""
+    text = f"{', '.join(map(str, counts))} {'device' if counts == [1] else 'devices'}"
+    return text + f" x {cores} {unit}s" if cores else text
+
+
+def size_key(r: Result) -> tuple[int, int, str]:
+    """A check's size as `devices_text` says it: devices, cores (0 for one), their unit."""
+    return r.devices, r.cores if r.cores > 1 else 0, core_unit(r.backend)
 
 
 def found_in_text(found_in: list[tuple[Result, Violation]]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from semcheck.ir import display_path
 from semcheck.report.concise import check_problem, expected_violations
 from semcheck.report.findings import collect
-from semcheck.report.groups import found_in_text
+from semcheck.report.groups import devices_text, found_in_text, size_key, sizes_text
 from semcheck.report.summary import verdict_cell, verdict_counts
 from semcheck.result import Result, Verdict, worst
 
@@ -45,20 +45,22 @@ def render(results: list[Result], *, judgements=None, hidden: int = 0, title: st
         out[-1] += f" {unexpected} unexpected." if unexpected else " Every check as expected."
     if hidden:
         out[-1] += f" {hidden} known finding{'s' if hidden != 1 else ''} hidden by the baseline."
-    devices = sorted({r.devices for r in results})
-    out += ["", "| kernel | file | " + " | ".join(f"{n} devices" for n in devices) + " |",
-            "|---|---|" + "---|" * len(devices)]
+    # a column per check size, named as the findings below name their checks' sizes
+    sizes = sorted({size_key(r) for r in results}, key=lambda k: (k[1], k[2], k[0]))
+    out += ["", "| kernel | file | " + " | ".join(devices_text([n], cores, unit) for n, cores, unit in sizes) + " |",
+            "|---|---|" + "---|" * len(sizes)]
     for (file, kernel), indices in kernels.items():
-        cells: dict[int, str] = {}
+        cells: dict[tuple[int, int, str], str] = {}
         for i in indices:
             r = results[i]
             cell = f"{_ICONS[r.verdict]} {verdict_cell(r)}"
             if judgements is not None:
                 cell += " (as expected)" if judgements[i].matched else " (**unexpected**)"
-            cells[r.devices] = cells[r.devices] + "; " + cell if r.devices in cells else cell
+            size = size_key(r)
+            cells[size] = cells[size] + "; " + cell if size in cells else cell
         first = results[indices[0]]
         where = f"`{display_path(file)}:{first.line}`" if file else ""
-        out.append(f"| {_cell(kernel)} | {where} | " + " | ".join(_cell(cells.get(n, "")) for n in devices) + " |")
+        out.append(f"| {_cell(kernel)} | {where} | " + " | ".join(_cell(cells.get(size, "")) for size in sizes) + " |")
     expected = expected_violations(results, judgements)
     findings = collect(results)
     if findings:
@@ -71,6 +73,6 @@ def render(results: list[Result], *, judgements=None, hidden: int = 0, title: st
     problems = [r for r in results if r.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE)]
     if problems:
         out += ["", "### Not decided", ""]
-        out += [f"- **{r.verdict.value}** `{display_path(r.file)}:{r.line}` ({r.kernel}, {r.devices} devices): "
+        out += [f"- **{r.verdict.value}** `{display_path(r.file)}:{r.line}` ({r.kernel}, {sizes_text([r])}): "
                 f"{_cell(check_problem(r))}" for r in problems]
     return "\n".join(out) + "\n"

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from semcheck import ir
+from semcheck.engines.explicit.bottoms import bottom_components, stuck_graph
 from semcheck.semantics.properties import Finding, spin_finding
 from semcheck.semantics import Action, State, System, ThreadStep
 
@@ -55,34 +56,12 @@ def findings(
     (successor, action) pairs of state i; `ends` the states that end, or whose successors
     are not all known (no hang is reported on a guess); `path_to(i)` the search tree's
     (root, actions) path to state i."""
-    reverse: list[list[int]] = [[] for _ in edges]
-    for i, out in enumerate(edges):
-        for j, _action in out:
-            reverse[j].append(i)
-    can_end = set(ends)
-    work = deque(ends)
-    while work:
-        j = work.popleft()
-        for i in reverse[j]:
-            if i not in can_end:
-                can_end.add(i)
-                work.append(i)
-    if len(can_end) == len(edges):
+    graph = stuck_graph(edges, ends)
+    if graph is None:
         return []
-    import networkx as nx  # only when some state cannot end: not at start-up
-
-    graph = nx.DiGraph()
-    for i, out in enumerate(edges):
-        if i not in can_end:
-            graph.add_node(i)
-            for j, action in out:
-                graph.add_edge(i, j, action=action)  # j cannot end either
     found: list[tuple[Finding, State, list[Action]]] = []
     seen: set[tuple] = set()
-    condensed = nx.condensation(graph)
-    sinks = [c for c in condensed.nodes if condensed.out_degree(c) == 0]
-    for component in sorted(sinks, key=lambda c: min(condensed.nodes[c]["members"])):
-        members = condensed.nodes[component]["members"]
+    for members in bottom_components(graph):
         entry = min(members)  # the first one the breadth-first search reached
         cycle = [(states[i], action) for i, action in _cycle(graph, members, entry)]
         spinning = sorted({action.thread for _, action in cycle if isinstance(action, ThreadStep)})

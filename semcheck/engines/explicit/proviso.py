@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from semcheck import ir
+from semcheck.engines.explicit.bottoms import bottom_components, stuck_graph
 from semcheck.engines.explicit.independence import Independence
 from semcheck.engines.explicit.reduction import isolated_for_good, stubborn_containing, stubborn_subset
 from semcheck.engines.explicit.store import SearchTree
@@ -89,9 +90,13 @@ class Proviso:
         """(state, actor) for each bottom component of the explored graph with a cycle in
         which an enabled actor is never taken: the first state (in the search's order) in
         which one is enabled, and the first such actor there (threads, then completions)."""
+        graph = stuck_graph(edges)
+        if graph is None:
+            return []
         system = ind.system
         found = []
-        for members in bottom_components(edges):
+        for component in bottom_components(graph):
+            members = sorted(component)
             taken = {action for m in members for _j, action in edges[m]}
             for m in members:
                 state = states[m]
@@ -165,53 +170,3 @@ def _constant_instance(system: System, t: int, ref: ir.SemRef) -> int | None:
             and 0 <= device < p.devices and isinstance(core, int) and 0 <= core < p.cores):
         return None
     return system.instance_id(decl, base, device, core, ref.index)
-
-
-def bottom_components(edges: list[list[tuple[int, Action]]]) -> list[list[int]]:
-    """The strongly connected components of the explored graph (`edges[i]`: state i's
-    (successor, action) pairs) that no edge leaves and that have an edge inside (a cycle:
-    an end state, with no edge at all, is none), each as its states in increasing order.
-    Tarjan's algorithm, iterative (a spin's component can be deeper than Python's stack)."""
-    index: list[int] = [-1] * len(edges)
-    low: list[int] = [0] * len(edges)
-    on_stack: list[bool] = [False] * len(edges)
-    stack: list[int] = []
-    found: list[list[int]] = []
-    counter = 0
-    for root in range(len(edges)):
-        if index[root] >= 0:
-            continue
-        work = [(root, 0)]
-        while work:
-            i, k = work.pop()
-            if k == 0:
-                index[i] = low[i] = counter
-                counter += 1
-                stack.append(i)
-                on_stack[i] = True
-            out = edges[i]
-            while k < len(out):
-                j = out[k][0]
-                k += 1
-                if index[j] < 0:
-                    work.append((i, k))
-                    work.append((j, 0))
-                    break
-                if on_stack[j]:
-                    low[i] = min(low[i], index[j])
-            else:
-                if low[i] == index[i]:
-                    members = []
-                    while True:
-                        j = stack.pop()
-                        on_stack[j] = False
-                        members.append(j)
-                        if j == i:
-                            break
-                    inside = set(members)
-                    if all(j in inside for m in members for j, _a in edges[m]) and any(edges[m] for m in members):
-                        found.append(sorted(members))
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[i])
-    return found
