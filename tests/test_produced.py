@@ -1,0 +1,213 @@
+"""A kernel's outputs as semcheck's own lowering of it computed them, handed to the kernel
+after it (semcheck/lower/produced.py): the mask of known elements, partial copies that keep
+it, and the producer / consumer pair of examples/tpu/schedule_from_kernel*.py traced here
+under the capture hooks."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import PartitionSpec as P
+
+from semcheck import ir
+from semcheck.api import check_protocol
+from semcheck.frontends.capture import capturing, lower_captures
+from semcheck.frontends.provenance import decide_withheld
+from semcheck.lower.data import ThreadMemory
+from semcheck.lower.produced import KnownElements, known_written
+from semcheck.lower.values import Known, Opaque, RefValue
+from semcheck.run.provenance import checked_values
+from tests.tpu_kernels import mesh
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _example(name: str):
+    path = os.path.join(ROOT, "examples", "tpu", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _whole(shape) -> ir.Region:
+    return ir.Region("b")  # the whole buffer
+
+
+# --- the mask ------------------------------------------------------------------------------------
+
+
+def test_only_elements_written_with_a_known_value_are_known():
+    value = np.arange(6, dtype=np.int32)
+    known = np.array([True, True, False, True, True, True])
+    written = np.array([True, True, True, False, True, False])
+    elements = known_written(value, known, written, run_time=[(4,)])
+    # 0, 1 written and known; 2 written unknown; 3 and 5 known but never written (the
+    # buffer's start, which on a chip is whatever memory held); 4 holds a run-time value.
+    assert elements.known.tolist() == [True, True, False, False, False, False]
+    assert elements.count() == 2 and elements.shape == (6,)
+
+
+def _window(start: int, size: int, n: int):
+    """The indexer of `.at[pl.ds(start, size)]` of a 1-D buffer of `n` elements."""
+    from jax._src.state import indexing
+
+    return indexing.NDIndexer((indexing.Slice(np.int32(start), size),), (n,), ())
+
+
+def _ref(name: str, shape) -> RefValue:
+    return RefValue(name, False, tuple(shape), jnp.int32)
+
+
+def test_a_buffer_starting_with_known_elements_reads_them_and_no_others():
+    start = KnownElements(np.array([5, 7, 0, 0], np.int32), np.array([True, True, False, False]))
+    memory = ThreadMemory({"sched": start}, unfollowed={"sched": "it is an output nobody wrote there"})
+    ref = _ref("sched", (4,))
+    idx = _window(0, 2, 4)
+    read = memory.read(ref, (idx,), _whole((4,)), jax.core.ShapedArray((2,), jnp.int32), "the bound", 64)
+    assert isinstance(read, Known) and read.value.tolist() == [5, 7]
+    idx = _window(1, 2, 4)
+    read = memory.read(ref, (idx,), _whole((4,)), jax.core.ShapedArray((2,), jnp.int32), "the bound", 64)
+    assert isinstance(read, Opaque) and read.why == "the bound, which this thread has not stored, and it is an output nobody wrote there"
+
+
+def test_a_copy_of_a_partly_known_table_keeps_each_elements_own_mask():
+    table = KnownElements(np.array([0, 8, 16, 0], np.int32), np.array([True, True, True, False]))
+    memory = ThreadMemory({"table": table})
+    src, dst = _ref("table", (4,)), _ref("out", (10,))
+    whole = _window(0, 4, 4)
+    window = _window(3, 4, 10)
+    assert memory.copy_elements(src, (whole,), dst, (window,), "a table element nobody stored")
+    out = memory.contents["out"]
+    assert out.known.tolist() == [False] * 3 + [True, True, True, False] + [False] * 3
+    assert out.written.tolist() == [False] * 3 + [True] * 4 + [False] * 3
+    assert out.value[3:6].tolist() == [0, 8, 16]
+    assert out.lost == "a table element nobody stored"
+
+
+def test_a_copy_between_buffers_of_different_dtypes_is_left_to_the_whole_value_write():
+    memory = ThreadMemory({"table": KnownElements(np.zeros(4, np.int32), np.ones(4, bool))})
+    dst = RefValue("out", False, (4,), jnp.float32)
+    whole = _window(0, 4, 4)
+    assert not memory.copy_elements(_ref("table", (4,)), (whole,), dst, (whole,), "why")
+
+
+# --- a producer and its consumer, traced and lowered here ------------------------------------------
+
+
+def _captured(example, count: int, devices: int = 2, assumed=()) -> tuple[list, list]:
+    m = mesh((devices,))
+    caps: list = []
+    counts = jnp.full((devices,), count, jnp.int32)
+    x = jnp.zeros((devices * example.MAX_COPIES * example.ROWS, 128), jnp.float32)
+    with capturing(caps.append):
+        jax.block_until_ready(example.schedule_then_copy(counts, x, m))
+    decide_withheld(caps)
+    protocols, errors = lower_captures(caps, assumed=assumed)
+    return protocols, errors
+
+
+def _by_name(protocols) -> dict:
+    return {p.name: p for p in protocols}
+
+
+def test_the_consumer_starts_with_what_the_producers_lowering_wrote_and_is_safe():
+    protocols, errors = _captured(_example("schedule_from_kernel"), 3)
+    assert errors == []
+    kernels = _by_name(protocols)
+    consumer = kernels["copy_kernel"]
+    assert consumer.withheld == ()
+    producer = next(f.producer for f in consumer.fed)
+    assert producer.startswith("schedule_kernel (called at ")
+    assert {f.buffer for f in consumer.fed} == {"offsets_hbm", "steps_hbm"}
+    assert checked_values(consumer).script == ()  # nothing of it is the script's own
+    assert any(n.startswith("the values of offsets_hbm (3 of 16 elements known) from the outputs of schedule_kernel")
+               and "if its own check finds no data race" in n for n in consumer.notes)
+    uses = {(u.what, u.value) for u in consumer.data_uses}
+    assert {("the DMA source", 0), ("the DMA source", 8), ("the DMA source", 16)} <= uses
+    result = check_protocol(consumer, engine="explicit")
+    assert result.verdict.value == "safe" and result.stats.states == 52
+    assert check_protocol(kernels["schedule_kernel"], engine="explicit").stats.states == 36
+
+
+def test_overlapping_offsets_from_the_producer_are_a_data_race_in_the_consumer():
+    protocols, errors = _captured(_example("schedule_from_kernel_overlap"), 3)
+    assert errors == []
+    result = check_protocol(_by_name(protocols)["copy_kernel"], engine="explicit")
+    assert [v.kind for v in result.errors] == ["data_race"]
+    assert result.errors[0].location.line == 57
+
+
+def test_a_count_the_producer_did_not_write_stays_unknown():
+    """The producer wrote 2 offsets and the count; a consumer that loops to offsets[5] (an
+    element of the table nobody stored) stops at its loop, saying why."""
+    example = _example("schedule_from_kernel")
+
+    def looping_kernel(steps_hbm, offsets_hbm, o_ref, offsets, dma, sem):
+        read = pltpu.make_async_copy(offsets_hbm.at[pl.ds(0, example.MAX_COPIES)], offsets, dma.at[0])
+        read.start()
+        read.wait()
+
+        def signal(i, carry):
+            pl.semaphore_signal(sem, 1)
+            pl.semaphore_wait(sem, 1)
+            return carry
+
+        jax.lax.fori_loop(0, offsets[5], signal, 0)
+        o_ref[0] = 0
+
+    def per_device(count):
+        any_space = pl.BlockSpec(memory_space=pl.ANY)
+        steps, offsets = pl.pallas_call(
+            example.schedule_kernel,
+            out_shape=(jax.ShapeDtypeStruct((1,), jnp.int32), jax.ShapeDtypeStruct((16,), jnp.int32)),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, in_specs=[], out_specs=(any_space, any_space),
+                scratch_shapes=[pltpu.SMEM((8,), jnp.int32), pltpu.SMEM((1,), jnp.int32),
+                                pltpu.SemaphoreType.DMA((1,))]),
+        )(count)
+        return pl.pallas_call(
+            looping_kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+            in_specs=[any_space, any_space], out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+            scratch_shapes=[pltpu.SMEM((8,), jnp.int32), pltpu.SemaphoreType.DMA((1,)), pltpu.SemaphoreType.REGULAR],
+        )(steps, offsets)
+
+    m = mesh((2,))
+    caps: list = []
+    with capturing(caps.append):
+        f = jax.jit(jax.shard_map(per_device, mesh=m, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+        jax.block_until_ready(f(jnp.full((2,), 2, jnp.int32)))
+    decide_withheld(caps)
+    _protocols, errors = lower_captures(caps)
+    assert len(errors) == 1 and errors[0].kernel == "looping_kernel"
+    assert "not stored" in errors[0].message and "loop condition" in errors[0].message
+
+
+def test_a_producer_checked_over_an_assumed_range_hands_nothing_on_and_the_note_says_why():
+    """With its count assumed over a range, the producer's lowering has protocol inputs: its
+    outputs are not the script's values alone, so the consumer keeps today's withheld
+    operands and stops at its loop, and the withheld note says why nothing was handed on."""
+    protocols, errors = _captured(_example("schedule_from_kernel"), 3, assumed=("count_ref[0]",))
+    assert [e.kernel for e in errors] == ["copy_kernel"]
+    assert "loop condition" in errors[0].message
+    assert "copy_kernel" not in _by_name(protocols)
+
+
+def test_the_values_line_and_the_json_name_the_producer():
+    from semcheck.report.json import values_dict
+    from semcheck.report.text import values_lines
+
+    protocols, _errors = _captured(_example("schedule_from_kernel"), 3)
+    consumer = _by_name(protocols)["copy_kernel"]
+    result = check_protocol(consumer, engine="explicit")
+    result.values = checked_values(consumer)
+    producer = consumer.fed[0].producer
+    assert values_lines(result) == [f"  values: as semcheck's lowering of {producer} computed offsets_hbm, steps_hbm"]
+    assert values_dict(result)["fed"] == [{"operand": "offsets_hbm", "producer": producer},
+                                          {"operand": "steps_hbm", "producer": producer}]
