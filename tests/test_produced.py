@@ -211,3 +211,49 @@ def test_the_values_line_and_the_json_name_the_producer():
     assert values_lines(result) == [f"  values: as semcheck's lowering of {producer} computed offsets_hbm, steps_hbm"]
     assert values_dict(result)["fed"] == [{"operand": "offsets_hbm", "producer": producer},
                                           {"operand": "steps_hbm", "producer": producer}]
+
+
+def test_an_output_aliased_to_an_input_holds_the_inputs_values_where_the_kernel_did_not_write_it():
+    """`bump` writes element 0 of its output (aliased to its input, the script's 0..7) by DMA:
+    on a chip the rest of the buffer is the input's, so the consumer's loop to
+    table[0] + table[3] is concrete (2 + 3), and the note counts all 8 elements known."""
+    from semcheck.frontends.capture import capture_function
+
+    def bump_kernel(x_hbm, o_hbm, scratch, sem):
+        scratch[0] = 2
+        copy = pltpu.make_async_copy(scratch, o_hbm.at[pl.ds(0, 1)], sem.at[0])
+        copy.start()
+        copy.wait()
+
+    def loop_kernel(o_hbm, out, table, dma, credits):
+        copy = pltpu.make_async_copy(o_hbm, table, dma.at[0])
+        copy.start()
+        copy.wait()
+
+        def credit(i, carry):
+            pl.semaphore_signal(credits, 1)
+            pl.semaphore_wait(credits, 1)
+            return carry
+
+        jax.lax.fori_loop(0, table[0] + table[3], credit, 0)
+        out[0] = table[0] + table[3]
+
+    any_space = pl.BlockSpec(memory_space=pl.ANY)
+
+    def f(x):
+        bumped = pl.pallas_call(
+            bump_kernel, out_shape=jax.ShapeDtypeStruct((8,), jnp.int32), in_specs=[any_space], out_specs=any_space,
+            scratch_shapes=[pltpu.SMEM((1,), jnp.int32), pltpu.SemaphoreType.DMA((1,))],
+            input_output_aliases={0: 0})(x)
+        return pl.pallas_call(
+            loop_kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.int32), in_specs=[any_space],
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+            scratch_shapes=[pltpu.SMEM((8,), jnp.int32), pltpu.SemaphoreType.DMA((1,)), pltpu.SemaphoreType.REGULAR],
+        )(bumped)
+
+    protocols, errors = lower_captures(capture_function(f, jnp.arange(8, dtype=jnp.int32), operand_values=True))
+    assert errors == []
+    consumer = _by_name(protocols)["loop_kernel"]
+    assert any(n.startswith("the values of o_hbm (8 of 8 elements known) from the outputs of bump_kernel")
+               for n in consumer.notes)
+    assert check_protocol(consumer, engine="explicit").verdict.value == "safe"

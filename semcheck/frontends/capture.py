@@ -391,25 +391,31 @@ def _feed(captures: list, j: int, flows) -> None:
         if i >= len(origins) or origins[i].kernels != (label,) or origins[i].outside or origins[i].own:
             continue
         held = [why for why in consumer.withheld.values() if i in why]
-        if not held:
-            continue
+        if not held or (producer.produced is None and producer.primitive != "pallas_call"):
+            continue  # a GPU kernel's lowering hands nothing on, and says nothing of it
         refused = (producer.produced.refused if producer.produced is not None
-                   else "semcheck did not lower it completely")
+                   else "its lowering did not complete")
         refused = refused or producer.runs_once or consumer.runs_once
         if refused is None and producer.mesh != consumer.mesh:
             refused = "it runs on another mesh"
         if refused is not None:
-            for why in consumer.withheld.values():
-                if i in why:
-                    why[i] += f"; semcheck's lowering of {label} does not hand its outputs on: {refused}"
+            _say_why(consumer, i, f"; semcheck's lowering of {label} does not hand its outputs on: {refused}")
             continue
+        assert producer.produced is not None
         elements = {d: e for d in consumer.operand_values if (e := producer.produced.output(d, m)) is not None}
         if elements:
             feeds.append(Feed(i, label, m, elements))
-        for device, why in consumer.withheld.items():
-            if i in why and device not in elements:
-                why[i] += f"; semcheck's lowering of {label} hands nothing of it on: {producer.produced.why_not(m)}"
+        _say_why(consumer, i, f"; semcheck's lowering of {label} hands nothing of it on: {producer.produced.why_not(m)}",
+                 set(elements))
     consumer.feeds = tuple(feeds)
+
+
+def _say_why(consumer, operand: int, reason: str, fed: set | frozenset = frozenset()) -> None:
+    """Add `reason` to why `operand` of `consumer` is withheld, on the devices not in `fed`
+    (once: a capture lowered again keeps what it says)."""
+    for device, why in consumer.withheld.items():
+        if operand in why and device not in fed and not why[operand].endswith(reason):
+            why[operand] += reason
 
 
 def _kernel_error(capture, message, loc, hint) -> KernelError:

@@ -776,14 +776,17 @@ MAX_USE_NOTES = 12
 # --- what the result says ------------------------------------------------------------------
 
 
-def data_notes(uses: Iterable[ir.DataUse]) -> list[str]:
+def data_notes(uses: Iterable[ir.DataUse], fed: dict[str, str] | None = None) -> list[str]:
     """The notes that say which values deciding the protocol were taken from data, one per
-    kind of use and line (threads alike are one note)."""
+    kind of use and line (threads alike are one note). `fed`: operands that start with an
+    earlier kernel's outputs as semcheck's lowering of it computed them (buffer -> that
+    kernel; lower/produced.py), named as such rather than as the script's values."""
+    fed = fed or {}
     grouped: dict[tuple, list[ir.DataUse]] = {}
     for use in uses:
         grouped.setdefault((use.what, use.loc, use.script_inputs, use.buffers), []).append(use)
     notes = []
-    from_script = sorted({b for u in grouped for b in u[2]})
+    from_script = sorted({b for u in grouped for b in u[2]} - set(fed))
     if from_script:
         notes.append(
             "the verdict holds for the operand values the script passed: values that decide the "
@@ -795,7 +798,10 @@ def data_notes(uses: Iterable[ir.DataUse]) -> list[str]:
         threads = sorted({(u.device, u.core) for u in group})
         values = sorted({u.value for u in group})
         shown = ", ".join(map(str, values[:8])) + (", ..." if len(values) > 8 else "")
-        origin = "the script's values of " + ", ".join(script_inputs) if script_inputs else "what the kernel stored"
+        script = [b for b in script_inputs if b not in fed]
+        computed = [f"{b} as semcheck's lowering of {fed[b]} computed them" for b in script_inputs if b in fed]
+        origin = "; ".join(([f"the script's values of {', '.join(script)}"] if script else []) + computed) \
+            if script_inputs else "what the kernel stored"
         notes.append(
             f"{what} at {loc} is taken from data (read back from {', '.join(buffers)}; {origin}) "
             f"on {len(threads)} thread(s), values {shown}"

@@ -80,7 +80,8 @@ def known_written(value: np.ndarray, known: np.ndarray, written: np.ndarray, run
     return KnownElements(np.array(value, copy=True), mask)
 
 
-def produced_outputs(ctx, refs: list, n_inputs: int, n_results: int, memories: dict) -> ProducedOutputs:
+def produced_outputs(ctx, refs: list, n_inputs: int, n_results: int, memories: dict,
+                     aliases: dict[int, int] | None = None) -> ProducedOutputs:
     """The outputs of the kernel `ctx` lowered, from each thread's memory at its end
     (`memories`: (device, core) -> data.ThreadMemory). Refused for a kernel checked over
     protocol inputs (its values are then not the script's alone) or with several cores per
@@ -88,7 +89,11 @@ def produced_outputs(ctx, refs: list, n_inputs: int, n_results: int, memories: d
     its contents are not followed: a pipelined block (the HBM array is written back by the
     pipeline), a buffer a copy to a run-time device or another core may write, or one a
     remote copy writes (its payload lands where the canonical run says, which may be after
-    the receiving thread's last read: the thread's memory need not hold it)."""
+    the receiving thread's last read: the thread's memory need not hold it). `aliases`:
+    output index -> the ref index of the input it aliases (`input_output_aliases`): on a chip
+    they are one buffer, so an element the kernel did not write through the output holds
+    what the input ref holds at the end (the script's value or the kernel's own store to it),
+    and one written through both refs is unknown (their order is not followed)."""
     if len(memories) != ctx.mesh.size * ctx.cores:
         return ProducedOutputs(ctx.name, {}, "its lowering stopped part-way on some thread")
     if ctx.inputs:
@@ -117,13 +122,29 @@ def produced_outputs(ctx, refs: list, n_inputs: int, n_results: int, memories: d
             left_out[m] = f"its output {m} is not followed: {why}"
             continue
         for (device, _core), memory in memories.items():
-            c = memory.contents.get(buffer)
+            c = memory.of(ref)
             if c is None:
                 continue
             elements = known_written(c.value, c.known, c.written, list(c.symbolic))
+            if aliases and m in aliases:
+                elements = _through_alias(elements, c.written, memory.of(refs[aliases[m]]))
             if elements.count():
                 per_device.setdefault(device, {})[m] = elements
     return ProducedOutputs(ctx.name, per_device, None, left_out)
+
+
+def _through_alias(elements: KnownElements, written, aliased) -> KnownElements:
+    """`elements` of an output whose buffer is also an input ref (`aliased`, its contents at
+    the thread's end): where the output was not written, what the input ref holds."""
+    if aliased is None or aliased.value.shape != elements.value.shape or aliased.value.dtype != elements.value.dtype:
+        return elements
+    stored_there = np.asarray(aliased.written, bool)
+    through = known_written(aliased.value, aliased.known, np.ones_like(stored_there), list(aliased.symbolic))
+    from_input = ~np.asarray(written, bool) & through.known
+    # An element stored through both refs is neither: which store the chip did last is not followed.
+    known = (elements.known & ~stored_there) | from_input
+    value = np.where(from_input, aliased.value, elements.value)
+    return KnownElements(value, known)
 
 
 def fed_note(fed: dict[str, tuple[str, int, int]]) -> str:

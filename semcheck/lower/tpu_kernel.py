@@ -180,9 +180,13 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
         # The eqn's operands are the dynamic grid bounds, then the kernel's index and inputs.
         n_dynamic = capture.num_operands - n_index - gm.num_inputs
         data = operand_data(capture, {k: n_dynamic + k for k in range(n_index + gm.num_inputs)})
+        # Output -> the input ref it aliases (lower/produced.py): the pairs index the operands
+        # after the dynamic grid bounds (JAX 0.10.2, `_pallas_call_abstract_eval`), the refs' order.
+        aliases = {out: into for into, out in (params.get("input_output_aliases") or ())}
         protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index,
                                 data=data, n_leading=n_dynamic,
-                                n_results=gm.num_outputs, grid_mapping=gm, call_loc=capture.call_loc))
+                                n_results=gm.num_outputs, grid_mapping=gm, call_loc=capture.call_loc,
+                                aliases=aliases))
         if cores == 1:
             capture.produced = ctx.produced
     return protocols
@@ -435,7 +439,8 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
 
 def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0,
            data: OperandData | None = None, n_leading: int = 0,
-           n_results: int = 0, grid_mapping=None, call_loc: ir.Loc | None = None) -> ir.Protocol:
+           n_results: int = 0, grid_mapping=None, call_loc: ir.Loc | None = None,
+           aliases: dict[int, int] | None = None) -> ir.Protocol:
     """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs,
     the first `n_scalar` of them scalar-prefetch operands. `data` holds the script's values
     of those operands per device, and those not used (see lower/data.py). The call's operands are `n_leading`
@@ -470,7 +475,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
     barrier = _declare_default_barrier(ctx, devices)
     threads, dma_unit = in_dma_units(ctx, _lower_with_copied_data(ctx, jaxpr, refs, points, barrier))
     if n_results:
-        ctx.produced = produced_outputs(ctx, refs, n_inputs, n_results, ctx.final_memories)
+        ctx.produced = produced_outputs(ctx, refs, n_inputs, n_results, ctx.final_memories, aliases)
     for note in modelling_notes(ctx, devices, barrier) + hardware_notes(ctx):
         ctx.note(note)
     unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
@@ -492,7 +497,7 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         inputs=tuple(ctx.inputs),
         loc=ctx.kernel_loc,
         frontend="tpu",
-        notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
+        notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses, ctx.fed_from)),
         data_uses=tuple(ctx.data_uses),
         withheld=ctx.withheld_buffers(),
         fed=ctx.fed_operands(),
