@@ -517,7 +517,7 @@ class ThreadMemory:
         value[stored] = s.value.ravel()[moved]
         known[stored] = s.known.ravel()[moved]  # an element holding a run-time value is not known
         symbolic = {k: v for k, v in d.symbolic.items() if not stored[k]}
-        lost = d.lost if bool(np.all(known[stored])) else (s.lost or why)
+        lost = d.lost if bool(np.all(known[stored])) else why  # as `write` of the unknown value says
         source = DataSource(src.alloc, _from_script(s, s.written.ravel()[moved]))
         self.contents[dst.alloc] = replace(d, value=value, known=known, written=d.written | stored, symbolic=symbolic,
                                            sources=d.sources | s.sources | {source}, lost=lost)

@@ -187,7 +187,7 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
                                 data=data, n_leading=n_dynamic,
                                 n_results=gm.num_outputs, grid_mapping=gm, call_loc=capture.call_loc,
                                 aliases=aliases))
-        if cores == 1:
+        if cores == 1 or capture.produced is None:  # one core's lowering, where it was made
             capture.produced = ctx.produced
     return protocols
 
