@@ -257,3 +257,33 @@ def test_an_output_aliased_to_an_input_holds_the_inputs_values_where_the_kernel_
     assert any(n.startswith("the values of o_hbm (8 of 8 elements known) from the outputs of bump_kernel")
                for n in consumer.notes)
     assert check_protocol(consumer, engine="explicit").verdict.value == "safe"
+
+
+def _count_kernel(n_ref, o_ref, credits):
+    pl.semaphore_signal(credits, jnp.clip(n_ref[0], 0, 4))
+    pl.semaphore_wait(credits, 4)
+    o_ref[0] = n_ref[0]
+
+
+def _counted(n):
+    return pl.pallas_call(
+        _count_kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+        grid_spec=pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, in_specs=[],
+                                               out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+                                               scratch_shapes=[pltpu.SemaphoreType.REGULAR]))(n)
+
+
+def test_kernels_in_a_loop_hand_nothing_on_and_the_withheld_note_says_why():
+    """Inside a loop the consumer's first call need not receive the producer's first call's
+    output (the one lowered with the script's values), so nothing is handed on: the count
+    stays an input over int32, as before, and the note names the loop."""
+    from semcheck.frontends.capture import capture_function
+
+    def f(n):
+        return jax.lax.fori_loop(0, 2, lambda i, c: c + _counted(_counted(n)), n)
+
+    protocols, errors = lower_captures(capture_function(f, jnp.array([4], jnp.int32), operand_values=True))
+    assert errors == []
+    second = protocols[-1]
+    assert second.fed == () and [i.name for i in second.inputs] == ["n_ref[0]@d0"]
+    assert any("does not hand its outputs on: it is inside a " in n and " of the program" in n for n in second.notes)
