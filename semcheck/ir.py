@@ -530,6 +530,16 @@ class Thread:
 
 
 @record(frozen=True, slots=True)
+class FedOperand:
+    """An operand that starts with an earlier kernel's output as semcheck's lowering of that
+    kernel computed it (lower/produced.py): the elements it stored with values the lowering
+    knows, the rest unknown."""
+
+    buffer: str
+    producer: str  # the earlier kernel, as the notes name it
+
+
+@record(frozen=True, slots=True)
 class DataUse:
     """A value that decides the protocol (a device id, a semaphore index, an amount, a
     branch) and was computed from buffer contents while the kernel was lowered.
@@ -603,6 +613,9 @@ class Protocol:
     # Operands whose script values were not used because an earlier kernel's output (zeros in
     # the capture) may reach them (frontends/provenance.py); the notes say where and why.
     withheld: tuple[str, ...] = field(default=())
+    # Operands that start with an earlier kernel's output as semcheck's lowering of it
+    # computed it (lower/produced.py), in part; the notes say what that rests on.
+    fed: tuple[FedOperand, ...] = field(default=())
     # Whether the cores of one chip enter (and leave) each invocation of the kernel together,
     # so that a signal or copy between two cores of one device never meets a core outside
     # the sender's invocation (docs/semantics.md, "How the cores of a chip enter a kernel";

@@ -6,7 +6,7 @@ import enum
 from dataclasses import field
 from typing import Callable, Iterable
 
-from semcheck.ir import DataUse, Input, Loc
+from semcheck.ir import DataUse, FedOperand, Input, Loc
 from semcheck.kinds import Kind, StoppedBy
 from semcheck.records import record
 
@@ -367,9 +367,12 @@ class CheckedValues:
     # Operands whose script values were not used: an earlier kernel's output may reach them
     # (the capture's zeros; the notes say on which devices and why).
     withheld: tuple[str, ...] = ()
+    # Operands that start with an earlier kernel's outputs as semcheck's lowering of that
+    # kernel computed them (lower/produced.py), not as the script passed them.
+    fed: tuple[FedOperand, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.script or self.ranges or self.withheld)
+        return bool(self.script or self.ranges or self.withheld or self.fed)
 
 
 # The frontend and backend of a check that never built a protocol (its file failed to load,

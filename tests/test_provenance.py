@@ -500,7 +500,9 @@ def counted(n):
 def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chained, inputs):
     def f(n):
         first = counted(n)
-        return counted(first if chained else n)
+        # `first + 0`: computed from the output, not the output itself, which semcheck's own
+        # lowering of count_kernel would hand on (test_an_operand_that_is_exactly_...).
+        return counted(first + 0 if chained else n)
 
     protocols, errors = lower_captures(capture_function(f, jnp.array([4], jnp.int32), operand_values=True))
     assert not errors
@@ -524,6 +526,25 @@ def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chai
                    "n_ref on device 0 are not used: it is computed from the outputs of count_kernel" in n for n in second.notes)
     else:
         assert withheld == []
+
+
+def test_an_operand_that_is_exactly_an_earlier_kernels_output_starts_with_what_its_lowering_wrote():
+    """count_kernel stores its count into its SMEM output (o_ref[0] = n_ref[0]); semcheck's
+    lowering of it knows that value (4), and the next call, whose operand is exactly that
+    output, starts with it (lower/produced.py): no input, safe, and a note says what it rests on."""
+    def f(n):
+        return counted(counted(n))
+
+    protocols, errors = lower_captures(capture_function(f, jnp.array([4], jnp.int32), operand_values=True))
+    assert not errors
+    first, second = protocols
+    assert second.inputs == () and second.withheld == ()
+    assert [(fed.buffer, fed.producer) for fed in second.fed] == [("n_ref", f"count_kernel (called at {_call_line()})")]
+    result = check_protocol(second)
+    assert result.verdict.value == "safe"
+    assert text.values_lines(result) == [
+        f"  values: as semcheck's lowering of count_kernel (called at {_call_line()}) computed n_ref"]
+    assert any(n.startswith("the values of n_ref (1 of 1 elements known) from the outputs of count_kernel") for n in second.notes)
 
 
 @pytest.mark.parametrize("branched", [False, True])

@@ -113,7 +113,7 @@ def test_an_assumed_prefetch_element_is_a_range_and_the_result_says_so():
     [row] = json.loads(json_report.render([result]))["results"]
     assert row["values"] == {"script": [], "ranges": [
         {"name": "state_ref[1]@d0", "lo": 0, "hi": 1, "assumed": True},
-        {"name": "state_ref[1]@d1", "lo": 0, "hi": 1, "assumed": True}], "withheld": []}
+        {"name": "state_ref[1]@d1", "lo": 0, "hi": 1, "assumed": True}], "withheld": [], "fed": []}
     wider = check_protocol(p, engine="explicit", assume=[Assumption("state_ref[1]", 0, 2)])
     assert {v.kind for v in wider.errors} == {"invalid_semaphore_index"}
 

@@ -342,12 +342,14 @@ def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tup
     name stays a protocol input instead of its value in the data)."""
     from semcheck.lower import lower_kernel
 
-    from semcheck.lower.program import link_programs
+    from semcheck.lower.program import kernel_flows, link_programs
 
     lowered: list[list[ir.Protocol]] = []
     errors: list[KernelError] = []
-    for capture in captures:
+    flows = kernel_flows(captures)
+    for j, capture in enumerate(captures):
         capture.assumed = frozenset(assumed)
+        _feed(captures, j, flows)
         lowered.append([])
         try:
             lowered[-1] = lower_kernel(capture, tpu_cores=tpu_cores)
@@ -367,6 +369,53 @@ def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tup
                 )
             )
     return _dedupe(link_programs(captures, lowered)), errors
+
+
+def _feed(captures: list, j: int, flows) -> None:
+    """Hand `captures[j]` what semcheck's lowering computed of each earlier kernel's output
+    that is exactly one of its operands (lower/produced.py), where that operand is withheld
+    only because it is that output (the capture's zeros): the producer runs once in the
+    program, before this kernel, which runs once too. Where the producer's lowering does not
+    hand its outputs on, the withheld reason says why."""
+    from semcheck.frontends.provenance import kernel_label
+    from semcheck.lower.produced import Feed
+
+    consumer = captures[j]
+    feeds = []
+    for k, m, consumer_index, i in flows:
+        if consumer_index != j:
+            continue
+        producer = captures[k]
+        label = kernel_label(producer)
+        origins = consumer.operand_origins
+        if i >= len(origins) or origins[i].kernels != (label,) or origins[i].outside or origins[i].own:
+            continue
+        held = [why for why in consumer.withheld.values() if i in why]
+        if not held or (producer.produced is None and producer.primitive != "pallas_call"):
+            continue  # a GPU kernel's lowering hands nothing on, and says nothing of it
+        refused = (producer.produced.refused if producer.produced is not None
+                   else "its lowering did not complete")
+        refused = refused or producer.runs_once or consumer.runs_once
+        if refused is None and producer.mesh != consumer.mesh:
+            refused = "it runs on another mesh"
+        if refused is not None:
+            _say_why(consumer, i, f"; semcheck's lowering of {label} does not hand its outputs on: {refused}")
+            continue
+        assert producer.produced is not None
+        elements = {d: e for d in consumer.operand_values if (e := producer.produced.output(d, m)) is not None}
+        if elements:
+            feeds.append(Feed(i, label, m, elements))
+        _say_why(consumer, i, f"; semcheck's lowering of {label} hands nothing of it on: {producer.produced.why_not(m)}",
+                 set(elements))
+    consumer.feeds = tuple(feeds)
+
+
+def _say_why(consumer, operand: int, reason: str, fed: set | frozenset = frozenset()) -> None:
+    """Add `reason` to why `operand` of `consumer` is withheld, on the devices not in `fed`
+    (once: a capture lowered again keeps what it says)."""
+    for device, why in consumer.withheld.items():
+        if operand in why and device not in fed and not why[operand].endswith(reason):
+            why[operand] += reason
 
 
 def _kernel_error(capture, message, loc, hint) -> KernelError:
@@ -455,10 +504,11 @@ def _kernels_in_jaxpr(fn, args, kwargs) -> list:
     # (jax/_src/custom_batching.py lowers it with mlir.lower_fun of the called jaxpr).
     calls["custom_vmap_call"] = "call"
 
-    def walk(jaxpr, mesh, scope, values: dict):
+    def walk(jaxpr, mesh, scope, values: dict, once: str | None):
         """`values`: a variable of this jaxpr -> the variable of `scope` it stands for (the
         arguments and results of a nested jit or closed call are the caller's values, as
-        the script capture sees them once it lowers such calls inline)."""
+        the script capture sees them once it lowers such calls inline). `once`: why a kernel
+        here may not run exactly once per call of `fn` (None: it does; KernelCapture.runs_once)."""
         def value(atom):
             return values.get(atom, atom) if isinstance(atom, jax_core.Var) else atom
 
@@ -469,13 +519,13 @@ def _kernels_in_jaxpr(fn, args, kwargs) -> list:
                     KernelCapture(name, dict(eqn.params), len(eqn.invars), mesh,
                                   loc_of_traceback(eqn.source_info.traceback),
                                   flow=KernelFlow(scope, tuple(map(value, eqn.invars)), tuple(map(value, eqn.outvars))),
-                                  in_avals=tuple(v.aval for v in eqn.invars))
+                                  in_avals=tuple(v.aval for v in eqn.invars), runs_once=once)
                 )
                 continue
             if name in calls:
                 called = eqn.params[calls[name]].jaxpr
                 inner = dict(zip(called.invars, map(value, eqn.invars)))
-                walk(called, mesh, scope, inner)
+                walk(called, mesh, scope, inner, once)
                 values.update((out, inner.get(v, v) if isinstance(v, jax_core.Var) else v)
                               for out, v in zip(eqn.outvars, called.outvars))
                 continue
@@ -488,10 +538,12 @@ def _kernels_in_jaxpr(fn, args, kwargs) -> list:
                     "`semcheck verify`",
                 )
             inner_mesh = mesh_shape(eqn.params["mesh"]) if name == "shard_map" else mesh
+            # A shard_map body runs once on each device; a loop's or conditional's, any number of times.
+            inner_once = once if name == "shard_map" else f"it is inside a {name} of the program"
             for sub in subjaxprs(eqn.params):
-                walk(sub, inner_mesh, sub, {})
+                walk(sub, inner_mesh, sub, {}, inner_once)
 
-    walk(closed.jaxpr, MeshShape(), closed.jaxpr, {})
+    walk(closed.jaxpr, MeshShape(), closed.jaxpr, {}, None)
     return found
 
 

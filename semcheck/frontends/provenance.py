@@ -119,6 +119,7 @@ def trace_operands(captures: list) -> None:
             continue
         try:
             capture.operand_origins = found.origins(capture.flow.operands, capture.flow.results)
+            capture.runs_once = found.runs_once(capture.flow.results)
             if any(origin.own for origin in capture.operand_origins):
                 capture.earlier_calls = found.earlier_calls(capture.flow.results)
         except Exception:  # a program semcheck cannot walk: every operand is withheld
@@ -313,6 +314,30 @@ class _ModuleWalk:
                 what = "the condition of a loop around it" if loop else "the branch index of a conditional around it"
                 return f"{what}, inside the outermost loop, depends on {varies}"
         return None
+
+    def runs_once(self, results) -> str | None:
+        """Why the kernel whose outputs are `results` may not run exactly once in each run
+        of the program (None: it runs once): a loop or conditional around it, or a function
+        holding it that is called from more or fewer than one place. Then what a later
+        kernel receives from it need not be what its first call wrote
+        (lower/produced.py)."""
+        if not results:
+            return "it has no results to follow"
+        op = results[0].owner.operation
+        while (parent := op.parent) is not None:
+            if parent.name == "func.func":
+                name = _symbol(parent)
+                if name == "main":
+                    return None
+                sites = self._call_sites().get(name or "", [])
+                if len(sites) != 1:
+                    return f"it is in the function @{name}, which {len(sites)} func.call sites in {self.name} call"
+                op = sites[0]
+                continue
+            if parent.name in ("stablehlo.while", "stablehlo.case", "stablehlo.if"):
+                return f"it is inside a {parent.name.split('.')[-1]} of the program"
+            op = parent
+        return "semcheck could not follow the program up to its main function"
 
     def _call_sites(self) -> dict[str, list]:
         if self._calls is None:

@@ -22,6 +22,7 @@ from semcheck.lower.folds import KernelFolds
 from semcheck.lower.source import KernelBody, Locator
 from semcheck.lower.data import AssumedElements, ThreadMemory, initial_contents, unfollowed_operands
 from semcheck.lower.pipeline import HBM_SPACES, Pipeline
+from semcheck.lower.produced import Feed, KnownElements, ProducedOutputs, fed_note, unwritten_reason
 from semcheck.lower.values import Known, RefValue, Sym
 from semcheck.jax_compat import jax_internal
 from semcheck.records import record
@@ -75,6 +76,10 @@ class OperandData:
     # Index -> the earlier kernels whose outputs, computed by the capture (KernelCapture.computed),
     # the used values are computed from.
     computed: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    # Index -> the earlier kernel's output it is exactly, as semcheck's lowering of that
+    # kernel computed it (lower/produced.py): `used` holds its KnownElements on the devices
+    # where the lowering knows some element, instead of withholding the zeros.
+    fed: dict[int, Feed] = field(default_factory=dict)
 
 
 def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
@@ -82,9 +87,16 @@ def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
     invar index -> the call's operand index)."""
     used: dict[int, dict[int, object]] = {}
     withheld: dict[int, dict[int, tuple]] = {}
+    feeds = {feed.operand: feed for feed in capture.feeds}
+    fed = {k: feeds[op] for k, op in operand_of.items() if op in feeds}
     for device, values in capture.operand_values.items():
-        why = capture.withheld.get(device, {})
+        why = dict(capture.withheld.get(device, {}))
         used[device] = {k: values[op] for k, op in operand_of.items() if op in values and op not in why}
+        for k, feed in fed.items():
+            elements = feed.elements.get(device)
+            if elements is not None and operand_of[k] in why:
+                used[device][k] = elements
+                del why[operand_of[k]]
         held = {k: (values[op], why[op]) for k, op in operand_of.items() if op in values and op in why}
         if held:
             withheld[device] = held
@@ -98,7 +110,7 @@ def operand_data(capture, operand_of: dict[int, int]) -> OperandData:
         names = (*origin.computed, *(capture.computed_earlier if origin.outside else ()))
         if names:
             computed[k] = tuple(dict.fromkeys(names))
-    return OperandData(bool(capture.operand_values), used, withheld, carried, computed)
+    return OperandData(bool(capture.operand_values), used, withheld, carried, computed, fed)
 
 
 def semaphore_kind(dtype) -> SemKind | None:
@@ -182,7 +194,7 @@ class KernelContext:
     _scalar_inputs: dict[tuple, str] = field(default_factory=dict)
     # The operand values the script passed: device -> buffer -> array (empty when the
     # capture saw none, e.g. the kernel was traced but never run).
-    initial_data: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    initial_data: dict[int, dict[str, np.ndarray | KnownElements]] = field(default_factory=dict)
     data_seen: bool = False  # the script ran the kernel, so its operand values were captured
     # Operands whose script values were seen but are not used, because they may be an earlier
     # kernel's zeros (frontends/provenance.py): device -> buffer -> why.
@@ -205,6 +217,15 @@ class KernelContext:
     # Inputs standing for data this lowering did not know (`input_for_unknown_data`): a copy
     # the canonical run lands may define that data for the next lowering (tpu_kernel.py).
     unknown_data_inputs: list[str] = field(default_factory=list)
+    # Operands that start with an earlier kernel's outputs as semcheck's lowering of it
+    # computed them (lower/produced.py): device -> buffer -> why the elements it does not
+    # know are unknown.
+    fed_data: dict[int, dict[str, str]] = field(default_factory=dict)
+    fed_from: dict[str, str] = field(default_factory=dict)  # buffer -> the earlier kernel
+    # Each thread's memory at its end, (device, core) -> data.ThreadMemory, and what they
+    # say of the kernel's outputs (lower/produced.py), for the kernels after it.
+    final_memories: dict = field(default_factory=dict)
+    produced: ProducedOutputs | None = None
 
     def __post_init__(self) -> None:
         # A line in a helper the body calls names the calls from the body (ir.Loc.chain).
@@ -280,7 +301,11 @@ class KernelContext:
         """Why the script's values of scalar-prefetch operand `buffer` on `device` are not
         known (None: they are, or `buffer` is no scalar-prefetch operand). Then its elements
         are protocol inputs over their type, which covers whatever the script passes."""
-        if buffer not in self.scalar_operands or buffer in self.initial_data.get(device, {}):
+        if buffer not in self.scalar_operands:
+            return None
+        if buffer in self.fed_data.get(device, {}):
+            return self.fed_data[device][buffer]
+        if buffer in self.initial_data.get(device, {}):
             return None
         if not self.data_seen:
             return "the kernel was traced but not run, so the capture saw no operand values"
@@ -316,6 +341,20 @@ class KernelContext:
                     if any(refs[k].alloc in used for used in self.initial_data.values())}
         if computed:
             self.note(computed_note(computed))
+        fed: dict[str, tuple[str, int, int]] = {}
+        for device, values in sorted(self.initial_data.items()):
+            for buffer, array in values.items():
+                if isinstance(array, KnownElements):
+                    producer = next(f.producer for k, f in operands.fed.items() if refs[k].alloc == buffer)
+                    self.fed_data.setdefault(device, {})[buffer] = unwritten_reason(producer)
+                    self.fed_from[buffer] = producer
+                    fed.setdefault(buffer, (producer, array.count(), array.value.size))
+        if fed:
+            self.note(fed_note(fed))
+
+    def fed_operands(self) -> tuple[ir.FedOperand, ...]:
+        """The operands that start with an earlier kernel's outputs as its lowering computed them."""
+        return tuple(ir.FedOperand(buffer, producer) for buffer, producer in sorted(self.fed_from.items()))
 
     def withheld_buffers(self) -> tuple[str, ...]:
         """The operands whose script values are not used on some device."""
@@ -470,7 +509,8 @@ class ThreadLowering:
                                    read_buffers=kernel.read_buffers, shared_written=kernel.shared_written,
                                    unfollowed={**kernel.unfollowed_data.get(device, {}), **{
                                        buffer: values_not_used(why, device, buffer)
-                                       for buffer, why in kernel.withheld_data.get(device, {}).items()}},
+                                       for buffer, why in kernel.withheld_data.get(device, {}).items()},
+                                       **kernel.fed_data.get(device, {})},
                                    assumed=_ThreadsAssumedElements(self))
         self._reads = 0
         if not kernel.data_seen:
@@ -559,6 +599,11 @@ class _ThreadsAssumedElements(AssumedElements):
 
     def mask(self, buffer: str, shape: tuple[int, ...]) -> np.ndarray | None:
         t = self.t
+        start = t.kernel.initial_data.get(t.device, {}).get(buffer)
+        if isinstance(start, KnownElements) and buffer in t.kernel.scalar_operands:
+            # What the earlier kernel's lowering does not know (lower/produced.py) is an input.
+            assumed = t.kernel.assumed_elements(buffer, shape, t.device) if t.kernel.assumed else None
+            return ~start.known if assumed is None else ~start.known | assumed
         if t.kernel.prefetch_unseen(buffer, t.device) is not None:
             return np.ones(shape, bool)
         return t.kernel.assumed_elements(buffer, shape, t.device, t.block_held(buffer)) if t.kernel.assumed else None

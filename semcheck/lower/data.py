@@ -27,6 +27,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from semcheck import ir
+from semcheck.lower.produced import KnownElements
 from semcheck.lower.discharge import read_positions, transform_read, transform_write, write_positions
 from semcheck.lower.values import DataSource, Known, Opaque, RefValue, RunTimeElements, Sym, Value
 from semcheck.jax_compat import jax_internal
@@ -53,7 +54,11 @@ class Contents:
     lost: str | None = None  # why the last element that became unknown did
 
 
-def _initial(shape, dtype, data: np.ndarray | None) -> Contents:
+def _initial(shape, dtype, data: "np.ndarray | KnownElements | None") -> Contents:
+    if isinstance(data, KnownElements):  # an earlier kernel's output, in part (lower/produced.py)
+        value = np.asarray(data.value, dtype).reshape(shape)
+        return Contents(value, np.asarray(data.known, bool).reshape(shape).copy(), {}, np.zeros(shape, bool),
+                        frozenset(), True)
     if data is not None:
         value = np.asarray(data).reshape(shape)
         known = np.ones(shape, bool)
@@ -89,7 +94,8 @@ def _numpy_dtype(dtype):
 class ThreadMemory:
     """The buffers of one (device, core) as its lowering has seen them so far."""
 
-    initial: dict[str, np.ndarray] = field(default_factory=dict)  # buffer -> the script's values
+    # buffer -> the script's values (an earlier kernel's output known in part: lower/produced.py)
+    initial: dict[str, np.ndarray | KnownElements] = field(default_factory=dict)
     contents: dict[str, Contents | None] = field(default_factory=dict)
     # Buffers a remote copy to a device known only at run time may write: never followed.
     volatile: set = field(default_factory=set)
@@ -482,6 +488,41 @@ class ThreadMemory:
         self.contents[ref.alloc] = replace(c, value=new_value, known=known, written=c.written | stored,
                                            symbolic=symbolic, sources=c.sources | value.sources)
 
+    def copy_elements(self, src: RefValue, src_transforms: tuple, dst: RefValue, dst_transforms: tuple,
+                      why: str) -> bool:
+        """A local copy whose source this thread knows only in part (an SMEM table the
+        kernel filled up to a count it computed, copied whole to HBM): each element it moves
+        carries its own value and whether it is known, so the elements the kernel stored
+        stay known at the destination and the rest are unknown (`why`). False where the
+        views are not plain indexing of two followed buffers of one dtype: then the copy
+        writes its value as a whole (`write`), unknown if any element is."""
+        s, d = self.of(src), self.of(dst)
+        if s is None or d is None or s.value.dtype != d.value.dtype:
+            return False
+        if src.alloc in self.shared_written or src.alloc in self.volatile:
+            return False
+        read, written = concrete_transforms(tuple(src_transforms)), concrete_transforms(tuple(dst_transforms))
+        if read is None or written is None or not (_only_indexing(read) and _only_indexing(written)):
+            return False
+        positions = read_positions(s.value.shape, read)
+        if positions is None:
+            return False
+        landed = write_positions(d.value.shape, written, positions.shape)
+        if landed is None:
+            return False
+        self.read_buffers.add(src.alloc)
+        stored = landed >= 0
+        moved = positions.ravel()[landed[stored]]
+        value, known = d.value.copy(), d.known.copy()
+        value[stored] = s.value.ravel()[moved]
+        known[stored] = s.known.ravel()[moved]  # an element holding a run-time value is not known
+        symbolic = {k: v for k, v in d.symbolic.items() if not stored[k]}
+        lost = d.lost if bool(np.all(known[stored])) else why  # as `write` of the unknown value says
+        source = DataSource(src.alloc, _from_script(s, s.written.ravel()[moved]))
+        self.contents[dst.alloc] = replace(d, value=value, known=known, written=d.written | stored, symbolic=symbolic,
+                                           sources=d.sources | s.sources | {source}, lost=lost)
+        return True
+
     def forget(self, ref: RefValue, region: ir.Region, why: str | None = None) -> None:
         """The region now holds something semcheck does not know (or may have been written
         at an index it does not know)."""
@@ -673,18 +714,19 @@ def sources_of(values: Iterable[Any]) -> frozenset:
     return out
 
 
-def initial_contents(refs: list[RefValue], data: dict[int, dict[int, Any]]) -> dict[int, dict[str, np.ndarray]]:
+def initial_contents(refs: list[RefValue], data: dict[int, dict[int, Any]]
+                     ) -> dict[int, dict[str, np.ndarray | KnownElements]]:
     """device -> buffer -> the script's values, for operands whose kernel ref is the whole
     operand (memory_space=ANY, SMEM scalar prefetch, a block as large as the array). A
     blocked operand is a different block at each grid step: not followed (its loads stay
     opaque data; `unfollowed_operands` says why)."""
-    initial: dict[int, dict[str, np.ndarray]] = {}
+    initial: dict[int, dict[str, np.ndarray | KnownElements]] = {}
     for device, values in data.items():
         per_device = initial.setdefault(device, {})
         for k, array in values.items():
             ref = refs[k]
             if not ref.is_semaphore and not_followed(ref, array) is None:
-                per_device[ref.alloc] = np.asarray(array)
+                per_device[ref.alloc] = array if isinstance(array, KnownElements) else np.asarray(array)
     return initial
 
 
@@ -703,6 +745,8 @@ def unfollowed_operands(refs: list[RefValue], data: dict[int, dict[int, Any]]) -
 def not_followed(ref: RefValue, array) -> str | None:
     """Why the script's values `array` of an operand do not start its kernel ref (None:
     they do)."""
+    if isinstance(array, KnownElements):
+        array = array.value
     shape = tuple(np.shape(array))
     if shape != tuple(ref.shape):
         # A pipelined block holds a different part of the operand at different grid steps,
@@ -732,14 +776,17 @@ MAX_USE_NOTES = 12
 # --- what the result says ------------------------------------------------------------------
 
 
-def data_notes(uses: Iterable[ir.DataUse]) -> list[str]:
+def data_notes(uses: Iterable[ir.DataUse], fed: dict[str, str] | None = None) -> list[str]:
     """The notes that say which values deciding the protocol were taken from data, one per
-    kind of use and line (threads alike are one note)."""
+    kind of use and line (threads alike are one note). `fed`: operands that start with an
+    earlier kernel's outputs as semcheck's lowering of it computed them (buffer -> that
+    kernel; lower/produced.py), named as such rather than as the script's values."""
+    fed = fed or {}
     grouped: dict[tuple, list[ir.DataUse]] = {}
     for use in uses:
         grouped.setdefault((use.what, use.loc, use.script_inputs, use.buffers), []).append(use)
     notes = []
-    from_script = sorted({b for u in grouped for b in u[2]})
+    from_script = sorted({b for u in grouped for b in u[2]} - set(fed))
     if from_script:
         notes.append(
             "the verdict holds for the operand values the script passed: values that decide the "
@@ -751,7 +798,10 @@ def data_notes(uses: Iterable[ir.DataUse]) -> list[str]:
         threads = sorted({(u.device, u.core) for u in group})
         values = sorted({u.value for u in group})
         shown = ", ".join(map(str, values[:8])) + (", ..." if len(values) > 8 else "")
-        origin = "the script's values of " + ", ".join(script_inputs) if script_inputs else "what the kernel stored"
+        script = [b for b in script_inputs if b not in fed]
+        computed = [f"{b} as semcheck's lowering of {fed[b]} computed them" for b in script_inputs if b in fed]
+        origin = "; ".join(([f"the script's values of {', '.join(script)}"] if script else []) + computed) \
+            if script_inputs else "what the kernel stored"
         notes.append(
             f"{what} at {loc} is taken from data (read back from {', '.join(buffers)}; {origin}) "
             f"on {len(threads)} thread(s), values {shown}"

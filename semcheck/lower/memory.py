@@ -704,7 +704,10 @@ def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
         t.kernel.shared_written.add(dst_ref.alloc)
         t.kernel.volatile.add(dst_ref.alloc)
     if local:
-        t.memory.write(dst_ref, dst_transforms, start.dst, value)
+        # A source known only in part moves its known elements as known (data.py).
+        if not (isinstance(value, Opaque)
+                and t.memory.copy_elements(src_ref, src_transforms, dst_ref, dst_transforms, value.why)):
+            t.memory.write(dst_ref, dst_transforms, start.dst, value)
         return
     if not isinstance(start.device, int) or not isinstance(start.core, (int, type(None))):
         t.kernel.volatile.add(dst_ref.alloc)  # lands on a device known only at run time

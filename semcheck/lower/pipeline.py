@@ -65,7 +65,7 @@ class PipelinedBlock:
     # a block index becomes the start of its region there.
     hbm: str | None = None
     block_dims: tuple[BlockDim, ...] = ()
-    array_shape: tuple[int, ...] = ()
+    array_shape: tuple[int, ...] = ()  # the operand's whole array (lower/produced.py compares it with the block)
 
     def varies(self) -> bool:
         """Whether the buffer holds different parts of its operand at different grid points
@@ -104,7 +104,7 @@ def pipelined_blocks(grid_mapping, refs, n_index: int, buffers: dict, points, sc
             ref.alloc, is_input, index,
             hbm=hbm_name(ref.alloc) if shared else None,
             block_dims=_block_dims(bm) if shared else (),
-            array_shape=tuple(bm.array_aval.shape) if shared else (),
+            array_shape=tuple(bm.array_aval.shape),
         ))
     return blocks
 

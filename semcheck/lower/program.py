@@ -26,7 +26,7 @@ from semcheck.passes.programs import Handover, carried_places, compose, gpu_prog
 def link_programs(captures: list, lowered: list[list[ir.Protocol]]) -> list[ir.Protocol]:
     """`lowered[k]`: the protocols of `captures[k]` (one per core configuration; empty when
     it failed to lower). The protocols to check, programs in place of their kernels."""
-    flows = _flows(captures)
+    flows = kernel_flows(captures)
     group = _Groups(len(captures))
     for k, _m, j, i in flows:
         if any(_is_semaphore(p, _port(p.ports.operands, i)) for p in lowered[j]):
@@ -72,7 +72,7 @@ def _programs(members: list[int], flows, lowered: list[list[ir.Protocol]]) -> li
     return out
 
 
-def _flows(captures: list) -> list[tuple[int, int, int, int]]:
+def kernel_flows(captures: list) -> list[tuple[int, int, int, int]]:
     """(producer, result, consumer, operand): a result of one kernel that is an operand of a
     later one in the same scope."""
     out = []

@@ -35,6 +35,7 @@ from semcheck.lower.context import (
 )
 from semcheck.lower.data import data_notes
 from semcheck.lower.interpreter import eval_jaxpr
+from semcheck.lower.produced import Feed, KnownElements, ProducedOutputs, produced_outputs
 from semcheck.lower.pipeline import PIPELINE_BASIS, Pipeline, copy_in, copy_out, drop_moved, write_back
 from semcheck.lower.ref_names import ref_names
 from semcheck.lower.source import is_user_file, kernel_function, loc_of_traceback
@@ -100,6 +101,14 @@ class KernelCapture:
     # The kernels with computed outputs that ran in an earlier run of a program before this
     # kernel's first call on some device: what its program's arguments may have come from.
     computed_earlier: tuple[str, ...] = ()
+    # What semcheck's lowering of this kernel computed of its outputs (lower/produced.py),
+    # set by lower_kernel; and the operands that are exactly an earlier kernel's output,
+    # starting with what its lowering computed (frontends/capture.py, `lower_captures`).
+    produced: ProducedOutputs | None = None
+    feeds: tuple[Feed, ...] = ()
+    # Why the kernel may not run exactly once per run of its program, before the kernels
+    # after it (None: it runs once; frontends/provenance.py, `runs_once`).
+    runs_once: str | None = "semcheck did not look at where the kernel is called"
 
 
 def lower_kernel(capture: KernelCapture, *, tpu_cores: int | None = None) -> list[ir.Protocol]:
@@ -171,9 +180,15 @@ def _pallas_call(capture: KernelCapture, tpu_cores: int | None) -> list[ir.Proto
         # The eqn's operands are the dynamic grid bounds, then the kernel's index and inputs.
         n_dynamic = capture.num_operands - n_index - gm.num_inputs
         data = operand_data(capture, {k: n_dynamic + k for k in range(n_index + gm.num_inputs)})
+        # Output -> the input ref it aliases (lower/produced.py): the pairs index the operands
+        # after the dynamic grid bounds (JAX 0.10.2, `_pallas_call_abstract_eval`), the refs' order.
+        aliases = {out: into for into, out in (params.get("input_output_aliases") or ())}
         protocols.append(_build(ctx, jaxpr, invars, origins, points, n_index + gm.num_inputs, n_scalar=n_index,
                                 data=data, n_leading=n_dynamic,
-                                n_results=gm.num_outputs, grid_mapping=gm, call_loc=capture.call_loc))
+                                n_results=gm.num_outputs, grid_mapping=gm, call_loc=capture.call_loc,
+                                aliases=aliases))
+        if cores == 1 or capture.produced is None:  # one core's lowering, where it was made
+            capture.produced = ctx.produced
     return protocols
 
 
@@ -424,7 +439,8 @@ def _context(name, capture, cores, kernel_loc, compiler_params, grid, grid_names
 
 def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_scalar: int = 0,
            data: OperandData | None = None, n_leading: int = 0,
-           n_results: int = 0, grid_mapping=None, call_loc: ir.Loc | None = None) -> ir.Protocol:
+           n_results: int = 0, grid_mapping=None, call_loc: ir.Loc | None = None,
+           aliases: dict[int, int] | None = None) -> ir.Protocol:
     """Threads for every (device, core); `n_inputs` leading operands are the kernel's inputs,
     the first `n_scalar` of them scalar-prefetch operands. `data` holds the script's values
     of those operands per device, and those not used (see lower/data.py). The call's operands are `n_leading`
@@ -458,6 +474,8 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         ctx.pipeline = _pipeline(ctx, grid_mapping, refs, n_scalar, points, data.used, call_loc)
     barrier = _declare_default_barrier(ctx, devices)
     threads, dma_unit = in_dma_units(ctx, _lower_with_copied_data(ctx, jaxpr, refs, points, barrier))
+    if n_results:
+        ctx.produced = produced_outputs(ctx, refs, n_inputs, n_results, ctx.final_memories, aliases)
     for note in modelling_notes(ctx, devices, barrier) + hardware_notes(ctx):
         ctx.note(note)
     unused_id = ctx.collective_id is not None and "barrier_semaphore" not in ctx.semaphores
@@ -479,9 +497,10 @@ def _build(ctx: KernelContext, jaxpr, invars, origins, points, n_inputs: int, n_
         inputs=tuple(ctx.inputs),
         loc=ctx.kernel_loc,
         frontend="tpu",
-        notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses)),
+        notes=tuple(ctx.notes) + tuple(data_notes(ctx.data_uses, ctx.fed_from)),
         data_uses=tuple(ctx.data_uses),
         withheld=ctx.withheld_buffers(),
+        fed=ctx.fed_operands(),
         findings=tuple(ctx.findings),
         dma_unit=dma_unit,
         ports=ir.Ports(
@@ -502,7 +521,9 @@ def _pipeline(ctx: KernelContext, grid_mapping, refs, n_scalar: int, points, dat
     for device in range(ctx.mesh.size):
         if per_device or shared is None:
             values = {k: data.get(device, {}).get(k) for k in range(n_scalar)} if per_device else {}
-            values = {k: v for k, v in values.items() if v is not None}
+            # An earlier kernel's output known only in part names no block (lower/produced.py).
+            values = {k: v.value if isinstance(v, KnownElements) else v for k, v in values.items()
+                      if v is not None and not (isinstance(v, KnownElements) and not v.known.all())}
             shared = pipelined_blocks(grid_mapping, refs, n_scalar, ctx.buffers, points, values,
                                       shared_hbm=ctx.cores > 1)
         blocks[device] = shared
@@ -614,6 +635,7 @@ def _lower_threads(ctx, jaxpr, refs, points, barrier) -> list[ir.Thread]:
                     copy_out(t, blocks, points[core], k, ctx.pipeline.loc if blocks else ctx.kernel_loc)
                     write_back(t, every_block, points[core], k, ctx.pipeline.loc if every_block else ctx.kernel_loc)
                 t.emitter.emit(ir.KernelExit(ctx.kernel_loc, ctx.name))
+                ctx.final_memories[(device, core)] = t.memory
             except LoadError as e:  # the prefix before it is still checked (run/prefix.py)
                 t.emitter.stop(ir.Cut(e.loc or t.context_loc, e.message, e.hint))
             threads.append(ir.Thread(device, core, t.emitter.build()))
@@ -642,6 +664,7 @@ class _PassState:
         ctx.findings = list(self.findings)
         ctx.unknown_data_inputs = []
         ctx.read_points, ctx.payloads = {}, {}
+        ctx.final_memories = {}
         ctx.read_buffers.clear()
 
 

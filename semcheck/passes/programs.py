@@ -164,6 +164,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
         notes=(_program_note(labels, kernels, handovers),) + _kernel_notes(kernels, labels, handovers),
         data_uses=tuple(u for kernel in kernels for u in kernel.data_uses),
         withheld=tuple(dict.fromkeys(w for kernel in kernels for w in kernel.withheld)),
+        fed=tuple(dict.fromkeys(f for kernel in kernels for f in kernel.fed)),
         cores_enter_together=all(k.cores_enter_together for k in kernels),
         kernels=tuple(labels),
         aliases=tuple(aliases),

@@ -240,6 +240,7 @@ def values_dict(r: Result) -> dict:
         "script": list(r.values.script),
         "ranges": [{"name": i.name, "lo": i.lo, "hi": i.hi, "assumed": i.assumed} for i in r.values.ranges],
         "withheld": list(r.values.withheld),
+        "fed": [{"operand": f.buffer, "producer": f.producer} for f in r.values.fed],
     }
 
 

@@ -362,6 +362,11 @@ def values_lines(r: Result) -> list[str]:
             (re.sub(r"@d\d+", "", i.name), i.lo, i.hi, i.assumed) for i in values.ranges)
         parts.append("over ranges " + _few([
             f"{name} {_range_text(lo, hi)}{' (assumed)' if assumed else ''}" for name, lo, hi, assumed in families]))
+    if values.fed:
+        by: dict[str, list[str]] = {}
+        for f in values.fed:
+            by.setdefault(f.producer, []).append(f.buffer)
+        parts.extend(f"as semcheck's lowering of {producer} computed {_few(buffers)}" for producer, buffers in by.items())
     if values.withheld:
         parts.append(f"not as passed {_few(list(values.withheld))} (an earlier kernel's output may reach them)")
     return ["  values: " + "; ".join(parts)]

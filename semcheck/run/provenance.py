@@ -50,8 +50,9 @@ def _regions(instr: ir.Instr) -> list[ir.Region]:
 def checked_values(protocol: ir.Protocol) -> CheckedValues:
     """Which values `protocol` was checked for: the operands whose script values decided
     it, its inputs' ranges (as assumed), and the operands whose script values were not used."""
-    script = sorted({name for use in protocol.data_uses for name in use.script_inputs})
-    return CheckedValues(tuple(script), protocol.inputs, protocol.withheld)
+    fed = {f.buffer for f in protocol.fed}
+    script = sorted({name for use in protocol.data_uses for name in use.script_inputs} - fed)
+    return CheckedValues(tuple(script), protocol.inputs, protocol.withheld, protocol.fed)
 
 
 def with_data_race_note(protocol: ir.Protocol, result: Result) -> Result:
