@@ -537,6 +537,9 @@ class FedOperand:
 
     buffer: str
     producer: str  # the earlier kernel, as the notes name it
+    # that kernel's protocol, as its check's result names it: the consumer's verdict rests on
+    # that check finding no data race (run/checks.py)
+    producer_check: str = ""
 
 
 @record(frozen=True, slots=True)

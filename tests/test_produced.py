@@ -287,3 +287,43 @@ def test_kernels_in_a_loop_hand_nothing_on_and_the_withheld_note_says_why():
     second = protocols[-1]
     assert second.fed == () and [i.name for i in second.inputs] == ["n_ref[0]@d0"]
     assert any("does not hand its outputs on: it is inside a " in n and " of the program" in n for n in second.notes)
+
+
+# --- the consumer's verdict rests on the producer's ---------------------------------------------
+
+
+def _result(kernel: str, verdict: str, fed=()):
+    from semcheck.result import CheckedValues, Result, Verdict
+
+    return Result(kernel, "k.py", 1, "tpu", "tpu", 2, 1, "explicit", Verdict(verdict), values=CheckedValues(fed=fed))
+
+
+def test_a_safe_consumer_of_a_producer_whose_check_is_not_safe_is_inconclusive():
+    """The fed values are the producer's outputs on a chip only if it has no data race: a
+    safe verdict resting on them is inconclusive when the producer's check is a violation
+    (or anything but safe), and says why; a consumer with a violation keeps it."""
+    from semcheck.run.checks import resting_on_producers
+
+    fed = (ir.FedOperand("steps_hbm", "schedule_kernel (called at k.py:40)", "schedule_kernel"),)
+    consumer = _result("copy_kernel", "safe", fed)
+    judged = resting_on_producers(consumer, [_result("schedule_kernel", "violation")])
+    assert judged.verdict.value == "inconclusive"
+    assert judged.unjustified == ("the values of steps_hbm are the outputs of schedule_kernel (called at k.py:40) as "
+                                  "semcheck's lowering computed them, which hold on a chip only if that kernel has "
+                                  "no data race, and its check here is violation")
+    # a second kernel of the same name, renamed by the dedupe, counts too
+    assert resting_on_producers(consumer, [_result("schedule_kernel #2", "error")]).verdict.value == "inconclusive"
+    assert resting_on_producers(consumer, [_result("schedule_kernel", "safe")]) is consumer
+    assert resting_on_producers(consumer, [_result("other_kernel", "violation")]) is consumer
+    racy = _result("copy_kernel", "violation", fed)
+    assert resting_on_producers(racy, [_result("schedule_kernel", "violation")]) is racy
+
+
+def test_check_loaded_judges_the_consumer_after_its_producer():
+    from semcheck.run.checks import check_loaded
+
+    protocols, errors = _captured(_example("schedule_from_kernel"), 3)
+    assert errors == []
+    results = check_loaded(protocols, lambda p: check_protocol(p, engine="explicit"), lambda e: None)
+    assert [(r.kernel, r.verdict.value) for r in results] == [("schedule_kernel", "safe"), ("copy_kernel", "safe")]
+    assert results[1].values.fed[0].producer_check == "schedule_kernel"

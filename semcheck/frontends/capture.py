@@ -404,7 +404,7 @@ def _feed(captures: list, j: int, flows) -> None:
         assert producer.produced is not None
         elements = {d: e for d in consumer.operand_values if (e := producer.produced.output(d, m)) is not None}
         if elements:
-            feeds.append(Feed(i, label, m, elements))
+            feeds.append(Feed(i, label, m, elements, producer.produced.kernel))
         _say_why(consumer, i, f"; semcheck's lowering of {label} hands nothing of it on: {producer.produced.why_not(m)}",
                  set(elements))
     consumer.feeds = tuple(feeds)

@@ -222,6 +222,7 @@ class KernelContext:
     # know are unknown.
     fed_data: dict[int, dict[str, str]] = field(default_factory=dict)
     fed_from: dict[str, str] = field(default_factory=dict)  # buffer -> the earlier kernel
+    fed_checks: dict[str, str] = field(default_factory=dict)  # buffer -> that kernel's protocol name
     # Each thread's memory at its end, (device, core) -> data.ThreadMemory, and what they
     # say of the kernel's outputs (lower/produced.py), for the kernels after it.
     final_memories: dict = field(default_factory=dict)
@@ -345,16 +346,19 @@ class KernelContext:
         for device, values in sorted(self.initial_data.items()):
             for buffer, array in values.items():
                 if isinstance(array, KnownElements):
-                    producer = next(f.producer for k, f in operands.fed.items() if refs[k].alloc == buffer)
+                    feed = next(f for k, f in operands.fed.items() if refs[k].alloc == buffer)
+                    producer = feed.producer
                     self.fed_data.setdefault(device, {})[buffer] = unwritten_reason(producer)
                     self.fed_from[buffer] = producer
+                    self.fed_checks[buffer] = feed.producer_check
                     fed.setdefault(buffer, (producer, array.count(), array.value.size))
         if fed:
             self.note(fed_note(fed))
 
     def fed_operands(self) -> tuple[ir.FedOperand, ...]:
         """The operands that start with an earlier kernel's outputs as its lowering computed them."""
-        return tuple(ir.FedOperand(buffer, producer) for buffer, producer in sorted(self.fed_from.items()))
+        return tuple(ir.FedOperand(buffer, producer, self.fed_checks.get(buffer, ""))
+                     for buffer, producer in sorted(self.fed_from.items()))
 
     def withheld_buffers(self) -> tuple[str, ...]:
         """The operands whose script values are not used on some device."""

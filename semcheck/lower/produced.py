@@ -69,6 +69,7 @@ class Feed:
     producer: str
     output: int
     elements: dict  # device -> KnownElements
+    producer_check: str = ""  # the producer's protocol, as its check's result names it
 
 
 def known_written(value: np.ndarray, known: np.ndarray, written: np.ndarray, run_time: list) -> KnownElements:

@@ -146,7 +146,28 @@ def check_loaded(loaded: Sequence[Protocol | LoadError], check: Callable[[Protoc
         else:
             results += [prefix_result(check(protocol), protocol, error_text(item), item.loc)
                         for protocol in item.prefixes]
-    return results
+    return [resting_on_producers(r, results[:i]) for i, r in enumerate(results)]
+
+
+def resting_on_producers(result: Result, earlier: Sequence[Result]) -> Result:
+    """`result`, inconclusive instead of safe where an operand started with an earlier
+    kernel's outputs as semcheck's lowering computed them (lower/produced.py) and that
+    kernel's check (in `earlier`, the same file and device count) is not safe: those values
+    are its outputs on a chip only if it has no data race, so a safe verdict resting on
+    them cannot be justified. A kernel whose check is one protocol with its producer's (a
+    program) is judged with it and needs nothing more."""
+    if result.verdict is not Verdict.SAFE:
+        return result
+    for fed in result.values.fed:
+        checks = [r for r in earlier if fed.producer_check
+                  and (r.kernel == fed.producer_check or r.kernel.startswith(f"{fed.producer_check} #"))]
+        unsafe = [r for r in checks if r.verdict is not Verdict.SAFE]
+        if unsafe:
+            return replace(result, verdict=Verdict.INCONCLUSIVE, unjustified=(
+                f"the values of {fed.buffer} are the outputs of {fed.producer} as semcheck's lowering computed "
+                f"them, which hold on a chip only if that kernel has no data race, and its check here is "
+                f"{unsafe[0].verdict.value}"))
+    return result
 
 
 def mesh_smaller_warning(mesh_devices: int, requested: int, loc: Loc | None) -> Violation:
