@@ -174,7 +174,10 @@ def test_a_kernel_script_that_outlasts_the_budget_is_inconclusive(tmp_path):
     (result,) = verify_path(str(path), [2], budget=Budget(timeout=2))
     assert result.verdict.value == "inconclusive"
     assert result.exhausted.startswith(f"time budget ran out while running {path} with 2 devices")
-    assert f"while it ran line 6 of {path}: time.sleep(0.1)" in result.notes[-1]  # where it was stopped
+    # where it was stopped: in the loop, or (on a loaded machine, where importing JAX can take
+    # the 2 s) still at the import; either way a line of the script, with its text
+    where = {f"while it ran line 6 of {path}: time.sleep(0.1)", f"while it ran line 3 of {path}: import jax"}
+    assert any(w in result.notes[-1] for w in where), result.notes[-1]
 
 
 def test_a_long_phase_says_what_it_is_doing(monkeypatch):
