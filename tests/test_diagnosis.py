@@ -740,3 +740,22 @@ def test_a_tma_store_waited_for_its_reads_only_names_the_full_wait():
     assert causes.fix(c) == (f"wait for it with `plgpu.wait_smem_to_gmem(0)` (not `wait_read_only=True`) after "
                              f"line {store}")
     assert check_protocol(gpu_tma_store_read_back(read_only=False), engine="explicit").verdict.value == "safe"
+
+
+def gpu_store_then_copy_in():
+    """A thread starts a copy into a tile, then stores into the tile, then waits for the copy:
+    which of the two writes was meant first is not said by where the wait is."""
+    p = ProtocolBuilder("gpu_waw", devices=1, backend="gpu")
+    x, tile = p.buffer("x", BLOCK, space="gmem", scope=Scope.DEVICE), p.buffer("tile", BLOCK, space="smem")
+    bar = p.semaphore("bar")
+    t = p.thread(0)
+    t.dma_start(x.whole, tile.whole, recv_sem=bar)
+    t.store(tile.whole)
+    t.wait(bar, 1, decrement=False)
+    return p.build()
+
+
+def test_two_writes_of_one_tile_are_not_called_a_late_wait():
+    r = check_protocol(gpu_store_then_copy_in(), engine="explicit", exhaustive=True)
+    assert r.errors and all(v.kind == "data_race" for v in r.errors)
+    assert all(v.cause is None or v.cause.kind is not CauseKind.LATE_WAIT for v in r.errors)
