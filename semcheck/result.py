@@ -228,6 +228,21 @@ class CauseKind(str, enum.Enum):
     # a copy into rows of a peer's buffer started again with no word from that peer since the
     # last one into them (no capacity handshake): `site` is the copy's start, `buffer` what it writes
     NO_GO_AHEAD = "no_go_ahead"
+    # an access (or a copy's start, or a signal that lets one go) that comes before the wait of
+    # its own thread that would order it after the racing access: `site` is the wait, `before`
+    # the early action, `by` the other access, `writer` the copy or signal the wait takes
+    LATE_WAIT = "late_wait"
+    # a decrementing wait left unsatisfied because other threads' waits at the same line took
+    # the units it waited for (a barrier whose waits compete): `site` is the wait
+    COMPETING_WAITS = "competing_waits"
+
+
+class WaitCall(str, enum.Enum):
+    """How the missing or misplaced wait is written in the kernel's API (a fix names it)."""
+
+    SEMAPHORE_WAIT = "semaphore_wait"  # pl.semaphore_wait, or a TPU copy's .wait()
+    BARRIER_WAIT = "barrier_wait"  # Mosaic GPU mbarrier: plgpu.barrier_wait
+    TMA_STORE_WAIT = "tma_store_wait"  # Mosaic GPU TMA store: plgpu.wait_smem_to_gmem
 
 
 @record(frozen=True)
@@ -265,6 +280,14 @@ class RootCause:
     # OTHER_KERNELS_SIGNAL found at the barrier wait itself (it passed on a later
     # invocation's signal): (the waiter's invocation, the signaller's), counted from 1
     invocations: tuple[int, ...] = ()
+    # LATE_WAIT: what the early action and the other access do (LOAD, STORE, DMA_START, SIGNAL),
+    # and the early thread's own signals after the early action that the wait needs (a commit
+    # the tensor core waits for before it arrives): they move with the wait
+    events: tuple[StepEvent, ...] = ()
+    needs: tuple[Loc, ...] = ()
+    lets_go: Loc | None = None  # LATE_WAIT whose early action is a signal: the racing access it lets go
+    # Mosaic GPU: how the wait the fix names is written (None: a TPU or plain semaphore wait)
+    waited_with: WaitCall | None = None
     # The trace steps of the violation it was found from that show it (not part of `key`).
     steps: tuple[int, ...] = field(default=(), compare=False)
 
@@ -272,7 +295,8 @@ class RootCause:
     def key(self) -> tuple:
         """What makes two violations one problem."""
         return (self.kind, self.site, self.semaphore, self.wait if self.kind is not CauseKind.UNWAITED_COPY else None,
-                self.by, self.writer, self.by_offset, self.want_offset, self.kernels, self.invocations)
+                self.by, self.writer, self.by_offset, self.want_offset, self.kernels, self.invocations,
+                self.before if self.kind is CauseKind.LATE_WAIT else None)
 
 
 @record(repr=False)

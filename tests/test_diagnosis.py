@@ -10,10 +10,11 @@ from dataclasses import replace
 import pytest
 
 from semcheck import ir
+from semcheck.ir import Scope
 from semcheck.api import check_protocol
 from semcheck.model import DMA, REGULAR, ProtocolBuilder
 from semcheck.report import causes, groups, text
-from semcheck.result import CauseKind
+from semcheck.result import CauseKind, WaitCall
 
 BLOCK = (8, 128)
 
@@ -502,3 +503,259 @@ def test_a_copy_into_a_peers_rows_again_without_a_go_ahead_names_the_missing_cap
     other = check_protocol(landing_slot_reused(3, rows_read=1), engine="explicit", exhaustive=True)
     assert other.verdict.value == "violation"
     assert all(v.cause is None or v.cause.kind is not CauseKind.NO_GO_AHEAD for v in other.errors)
+
+
+# --- Mosaic GPU shapes: a wait placed after what it guards, a release nobody waits for, waits
+# that compete for one count (examples/gpu's buggy twins, each on a model of its own) ---------
+
+
+def gpu_early_read(*, wait_first: bool):
+    """A thread copies a tile in and reads it, waiting for the copy's barrier after the read
+    (examples/gpu/tma_barrier_early_read.py)."""
+    p = ProtocolBuilder("gpu_early_read", devices=1, backend="gpu")
+    x, tile = p.buffer("x", BLOCK, space="gmem", scope=Scope.DEVICE), p.buffer("tile", BLOCK, space="smem")
+    bar = p.semaphore("bar")
+    t = p.thread(0)
+    t.dma_start(x.whole, tile.whole, recv_sem=bar)  # tma copy
+    if wait_first:
+        t.wait(bar, 1, decrement=False)
+    t.load(tile.whole)  # early read
+    if not wait_first:
+        t.wait(bar, 1, decrement=False)  # late wait
+    return p.build()
+
+
+def test_a_read_before_the_copys_barrier_wait_names_the_wait_to_move():
+    r = check_protocol(gpu_early_read(wait_first=False), engine="explicit", exhaustive=True)
+    [race] = r.errors
+    copy, read, wait = (line_of(gpu_early_read, m) for m in ("# tma copy", "# early read", "# late wait"))
+    c = race.cause
+    assert (c.kind, c.site.line, c.before.line, c.by.line, c.writer.line, c.semaphore, c.needs) == (
+        CauseKind.LATE_WAIT, wait, read, copy, copy, "bar", ())
+    assert causes.statement(c) == (f"the read at line {read} comes before the wait at line {wait} on `bar` that orders "
+                                   f"it after the copy from line {copy}: until that wait, nothing keeps the two apart")
+    assert causes.fix(c) == f"move the wait at line {wait} before line {read}"
+    assert check_protocol(gpu_early_read(wait_first=True), engine="explicit").verdict.value == "safe"
+
+
+def gpu_store_ring(*, wait_first: bool, devices: int = 2):
+    """Each device stores into its right neighbour's inbox and signals it, and reads its own
+    inbox, waiting for the signal after the read (examples/gpu/remote_store_ring_no_wait.py:
+    the other side is a plain store, whose signal follows it)."""
+    p = ProtocolBuilder("gpu_store_ring", devices=devices, backend="gpu")
+    inbox = p.buffer("inbox", (1, 128), space="gmem", scope=Scope.DEVICE)
+    ready = p.global_semaphore("ready")
+    for d in range(devices):
+        t = p.thread(d)
+        t.store(inbox.region(0, size=(1,)), device=(d + 1) % devices)  # remote store
+        t.signal(ready, 1, device=(d + 1) % devices)  # ready signal
+        if wait_first:
+            t.wait(ready, 1, decrement=False)
+        t.load(inbox.region(0, size=(1,)))  # inbox read
+        if not wait_first:
+            t.wait(ready, 1, decrement=False)  # ready wait
+    return p.build()
+
+
+def test_a_read_before_the_wait_for_the_writers_signal_names_the_signal_and_the_wait():
+    r = check_protocol(gpu_store_ring(wait_first=False), engine="explicit", exhaustive=True)
+    store, signal, read, wait = (line_of(gpu_store_ring, m)
+                                 for m in ("# remote store", "# ready signal", "# inbox read", "# ready wait"))
+    assert r.errors and {(v.cause.kind, v.cause.site.line, v.cause.before.line, v.cause.by.line, v.cause.writer.line)
+                         for v in r.errors} == {(CauseKind.LATE_WAIT, wait, read, store, signal)}
+    assert causes.statement(r.errors[0].cause) == (
+        f"the read at line {read} comes before the wait at line {wait} on `ready` that orders it after the write at "
+        f"line {store} (through the signal at line {signal}): until that wait, nothing keeps the two apart")
+    assert len(groups.group([r])) == 1
+    assert check_protocol(gpu_store_ring(wait_first=True), engine="explicit").verdict.value == "safe"
+
+
+def gpu_reload_before_mma_done(*, wait_first: bool):
+    """A thread reloads an operand while the tensor core may still read it: the tensor core
+    (a thread of its own) arrives on `mma_done` once a commit is issued and the MMA is done,
+    and the thread commits and waits only after the reload (examples/gpu/tcgen05_mma_reload_early.py)."""
+    p = ProtocolBuilder("gpu_reload", devices=1, backend="gpu")
+    x, a = p.buffer("x", BLOCK, space="gmem", scope=Scope.DEVICE), p.buffer("a", BLOCK, space="smem")
+    ops = p.buffer("ops", BLOCK, space="tmem")
+    loaded, done, commits, mma_done = (p.semaphore(n) for n in ("loaded", "done", "commits", "mma_done"))
+    t, core = p.thread(0, 0, 0), p.thread(0, 0, 4)
+    t.dma_start(a.whole, ops.whole, recv_sem=done)  # mma read
+    if wait_first:
+        t.signal(commits)
+        t.wait(mma_done, 1, decrement=False)
+    t.dma_start(x.whole, a.whole, recv_sem=loaded)  # reload
+    if not wait_first:
+        t.signal(commits)  # commit
+        t.wait(mma_done, 1, decrement=False)  # mma wait
+    t.wait(loaded, 1, decrement=False)
+    core.wait(commits)
+    core.wait(done, 1, decrement=False)
+    core.signal(mma_done)  # arrive
+    return p.build()
+
+
+def test_a_reload_before_the_relayed_wait_moves_the_commit_it_needs_with_the_wait():
+    r = check_protocol(gpu_reload_before_mma_done(wait_first=False), engine="explicit", exhaustive=True)
+    read, reload, commit, wait, arrive = (line_of(gpu_reload_before_mma_done, m) for m in (
+        "# mma read", "# reload", "# commit", "# mma wait", "# arrive"))
+    [race] = r.errors
+    c = race.cause
+    assert (c.kind, c.site.line, c.before.line, c.by.line, c.writer.line, tuple(n.line for n in c.needs)) == (
+        CauseKind.LATE_WAIT, wait, reload, read, arrive, (commit,))
+    assert causes.fix(c) == f"move the signal at line {commit} and the wait at line {wait} before line {reload}"
+    assert check_protocol(gpu_reload_before_mma_done(wait_first=True), engine="explicit").verdict.value == "safe"
+
+
+def gpu_scoped_handoff(*, wait_first: bool):
+    """Thread 0 stores a tile with a TMA store and tells thread 1 it may refill the tile, but
+    waits for the store's read of it only after that (examples/gpu/scoped_tile_handoff_no_read_wait.py)."""
+    p = ProtocolBuilder("gpu_handoff", devices=1, backend="gpu")
+    out, tile = p.buffer("out", BLOCK, space="gmem", scope=Scope.DEVICE), p.buffer("tile", BLOCK, space="smem")
+    read, written, turn = p.semaphore("read"), p.semaphore("written"), p.semaphore("turn")
+    t0, t1 = p.thread(0, 0, 0), p.thread(0, 0, 1)
+    t0.dma_start(tile.whole, out.whole, recv_sem=written, send_sem=read, dst_device=0)  # tma store
+    if wait_first:
+        t0.wait(read, 1, decrement=False)
+    t0.signal(turn)  # hand over
+    if not wait_first:
+        t0.wait(read, 1, decrement=False)  # read wait
+    t0.wait(written, 1, decrement=False)
+    t1.wait(turn)
+    t1.store(tile.whole)  # refill
+    return p.build()
+
+
+def test_a_copys_wait_after_the_signal_that_lets_the_racing_thread_go_names_that_signal():
+    r = check_protocol(gpu_scoped_handoff(wait_first=False), engine="explicit", exhaustive=True)
+    store, hand, wait, refill = (line_of(gpu_scoped_handoff, m) for m in (
+        "# tma store", "# hand over", "# read wait", "# refill"))
+    [race] = r.errors
+    c = race.cause
+    assert (c.kind, c.site.line, c.before.line, c.by.line, c.lets_go.line) == (
+        CauseKind.LATE_WAIT, wait, hand, store, refill)
+    assert causes.statement(c) == (
+        f"the signal at line {hand}, which lets the write at line {refill} go, comes before the wait at line {wait} "
+        f"on `read` that orders it after the copy from line {store}: until that wait, nothing keeps the two apart")
+    assert causes.fix(c) == f"move the wait at line {wait} before line {hand}"
+    assert check_protocol(gpu_scoped_handoff(wait_first=True), engine="explicit").verdict.value == "safe"
+
+
+def gpu_exchange(*, wait: bool):
+    """Two threads of a block each store a row and signal `arrived`, then read the other's
+    row; nothing waits on `arrived` unless `wait` (examples/gpu/thread_exchange_no_wait.py)."""
+    p = ProtocolBuilder("gpu_exchange", devices=1, backend="gpu")
+    stage = p.buffer("stage", (2, 128), space="smem")
+    arrived = p.semaphore("arrived")
+    for k in range(2):
+        t = p.thread(0, 0, k)
+        t.store(stage.region(k, size=(1,)))
+        t.signal(arrived)  # arrive
+        if wait:
+            t.wait(arrived, 2, decrement=False)
+        t.load(stage.region(1 - k, size=(1,)))  # read other
+    return p.build()
+
+
+def test_a_store_whose_arrival_nobody_waits_for_names_the_missing_wait_before_the_read():
+    r = check_protocol(gpu_exchange(wait=False), engine="explicit", exhaustive=True)
+    arrive, read = line_of(gpu_exchange, "# arrive"), line_of(gpu_exchange, "# read other")
+    assert r.errors and {(v.cause.kind, v.cause.site.line, v.cause.semaphore, v.cause.before.line)
+                         for v in r.errors} == {(CauseKind.UNCONSUMED_SIGNAL, arrive, "arrived", read)}
+    assert causes.fix(r.errors[0].cause).startswith(f"wait on `arrived` (`pl.semaphore_wait(arrived, ...)`) before line {read}")
+    assert check_protocol(gpu_exchange(wait=True), engine="explicit").verdict.value == "safe"
+
+
+def gpu_slot_reuse(*, release: bool):
+    """A producer thread copies two tiles into one slot; the consumer waits for each, reads
+    it and arrives on `consumed`, which the producer waits for before reusing the slot only
+    if `release` (examples/gpu/warp_producer_consumer_no_release.py)."""
+    p = ProtocolBuilder("gpu_slot", devices=1, backend="gpu")
+    x, slot = p.buffer("x", (2, *BLOCK), space="gmem", scope=Scope.DEVICE), p.buffer("slot", BLOCK, space="smem")
+    loaded, consumed = p.semaphore("loaded"), p.semaphore("consumed")
+    producer, consumer = p.thread(0, 0, 0), p.thread(0, 0, 1)
+    for step in range(2):
+        if step and release:
+            producer.wait(consumed, 1, decrement=False)
+        producer.dma_start(x.region(step, size=(1,)), slot.whole, recv_sem=loaded)  # fill slot
+        consumer.wait(loaded, step + 1, decrement=False)
+        consumer.load(slot.region(0, size=(1,)))
+        consumer.signal(consumed)  # release slot
+    return p.build()
+
+
+def test_a_slot_refilled_without_waiting_for_the_consumers_release_names_that_release():
+    r = check_protocol(gpu_slot_reuse(release=False), engine="explicit", exhaustive=True)
+    fill, release = line_of(gpu_slot_reuse, "# fill slot"), line_of(gpu_slot_reuse, "# release slot")
+    races = [v for v in r.errors if v.kind == "data_race"]
+    assert races and {(v.cause.kind, v.cause.site.line, v.cause.semaphore, v.cause.before.line)
+                      for v in races} == {(CauseKind.UNCONSUMED_SIGNAL, release, "consumed", fill)}
+    assert check_protocol(gpu_slot_reuse(release=True), engine="explicit").verdict.value == "safe"
+
+
+def gpu_grid_barrier(*, decrement: bool):
+    """Every block adds one to a global semaphore and waits for the total
+    (examples/gpu/grid_barrier_competing_waits.py with `decrement`)."""
+    p = ProtocolBuilder("gpu_grid_barrier", devices=1, cores=3, backend="gpu")
+    arrived = p.global_semaphore("arrived")
+    for block in range(3):
+        t = p.thread(0, block)
+        t.signal(arrived)
+        t.wait(arrived, 3, decrement=decrement)  # barrier wait
+    return p.build()
+
+
+def test_decrementing_waits_for_one_total_are_named_as_competing():
+    r = check_protocol(gpu_grid_barrier(decrement=True), engine="explicit", exhaustive=True)
+    wait = line_of(gpu_grid_barrier, "# barrier wait")
+    assert r.errors and {(v.kind, v.cause.kind, v.cause.site.line, v.cause.semaphore) for v in r.errors} == {
+        ("unsatisfied_wait", CauseKind.COMPETING_WAITS, wait, "arrived")}
+    assert "`decrement=False`" in causes.fix(r.errors[0].cause)
+    assert check_protocol(gpu_grid_barrier(decrement=False), engine="explicit").verdict.value == "safe"
+
+
+def gpu_tma_store_read_back(*, read_only: bool):
+    """A TMA store's output read back after a wait for the store's reads only
+    (examples/gpu/tma_store_read_only_wait.py)."""
+    p = ProtocolBuilder("gpu_read_back", devices=1, backend="gpu")
+    out, tile = p.buffer("out", BLOCK, space="gmem", scope=Scope.DEVICE), p.buffer("tile", BLOCK, space="smem")
+    read, written = p.semaphore("read"), p.semaphore("written")
+    t = p.thread(0)
+    t.dma_start(tile.whole, out.whole, recv_sem=written, send_sem=read, dst_device=0)  # tma store
+    t.wait(read, 1, decrement=False)
+    if not read_only:
+        t.wait(written, 1, decrement=False)
+    t.load(out.whole)
+    return p.build()
+
+
+def test_a_tma_store_waited_for_its_reads_only_names_the_full_wait():
+    r = check_protocol(gpu_tma_store_read_back(read_only=True), engine="explicit", exhaustive=True)
+    store = line_of(gpu_tma_store_read_back, "# tma store")
+    [race] = r.errors
+    c = race.cause
+    assert (c.kind, c.site.line, c.sides, c.waited_with) == (CauseKind.UNWAITED_COPY, store, ("recv",),
+                                                             WaitCall.TMA_STORE_WAIT)
+    assert causes.statement(c) == (f"the writes of the copy started at line {store} are never waited for: the wait "
+                                   "for it takes only its reads of the source")
+    assert causes.fix(c) == (f"wait for it with `plgpu.wait_smem_to_gmem(0)` (not `wait_read_only=True`) after "
+                             f"line {store}")
+    assert check_protocol(gpu_tma_store_read_back(read_only=False), engine="explicit").verdict.value == "safe"
+
+
+def gpu_store_then_copy_in():
+    """A thread starts a copy into a tile, then stores into the tile, then waits for the copy:
+    which of the two writes was meant first is not said by where the wait is."""
+    p = ProtocolBuilder("gpu_waw", devices=1, backend="gpu")
+    x, tile = p.buffer("x", BLOCK, space="gmem", scope=Scope.DEVICE), p.buffer("tile", BLOCK, space="smem")
+    bar = p.semaphore("bar")
+    t = p.thread(0)
+    t.dma_start(x.whole, tile.whole, recv_sem=bar)
+    t.store(tile.whole)
+    t.wait(bar, 1, decrement=False)
+    return p.build()
+
+
+def test_two_writes_of_one_tile_are_not_called_a_late_wait():
+    r = check_protocol(gpu_store_then_copy_in(), engine="explicit", exhaustive=True)
+    assert r.errors and all(v.kind == "data_race" for v in r.errors)
+    assert all(v.cause is None or v.cause.kind is not CauseKind.LATE_WAIT for v in r.errors)

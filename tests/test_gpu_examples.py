@@ -116,3 +116,37 @@ def test_the_warp_and_tensor_core_examples_explore_exactly_these_states_at_2_dev
     [r] = results(os.path.join(ROOT, "examples", "gpu", name), 2)
     assert r.stats.states == states
     assert sorted({v.kind for v in r.errors}) == sorted(expectation(os.path.join(ROOT, "examples", "gpu", name)).kinds_for(r)[0])
+
+
+# The root cause each buggy example's report leads with (engines/diagnosis.py), as its docstring
+# names the bug; None: the symptom is the cause (a bad id, a wait for a phase nothing completes),
+# or no rule names it (a barrier phase overrun).
+ROOT_CAUSES = {
+    "cluster_exchange_no_wait.py": {("data_race", "UNCONSUMED_SIGNAL")},
+    "grid_barrier_competing_waits.py": {("unsatisfied_wait", "COMPETING_WAITS")},
+    "ready_ring_unwrapped.py": {("invalid_device_id", None)},
+    "remote_atomic_add_early_read.py": {("data_race", "LATE_WAIT")},
+    "remote_store_ring_no_wait.py": {("data_race", "LATE_WAIT")},
+    "remote_tma_load_before_ready.py": {("data_race", "LATE_WAIT")},
+    "remote_tma_load_early_read.py": {("data_race", "LATE_WAIT")},
+    "scoped_tile_handoff_no_read_wait.py": {("data_race", "LATE_WAIT")},
+    "tcgen05_mma_reload_early.py": {("data_race", "LATE_WAIT")},
+    "thread_exchange_no_wait.py": {("data_race", "UNCONSUMED_SIGNAL")},
+    "tma_barrier_early_read.py": {("data_race", "LATE_WAIT")},
+    "tma_barrier_extra_wait.py": {("unsatisfied_wait", None)},
+    "tma_store_read_only_wait.py": {("data_race", "UNWAITED_COPY")},
+    "tma_store_reuse_early.py": {("data_race", "LATE_WAIT")},
+    "tma_store_ring_read_only_wait.py": {("data_race", "UNWAITED_COPY")},
+    "warp_producer_consumer_early_read.py": {("data_race", "LATE_WAIT")},
+    "warp_producer_consumer_no_release.py": {("barrier_phase_overrun", None), ("data_race", "UNCONSUMED_SIGNAL")},
+    "warp_specialized_pipeline_no_release.py": {("barrier_phase_overrun", None), ("data_race", "UNCONSUMED_SIGNAL")},
+}
+
+
+def test_every_buggy_example_leads_with_the_root_cause_its_docstring_names():
+    buggy = {}
+    for path in EXAMPLES:
+        [r] = results(path, 2)
+        if r.errors:
+            buggy[os.path.basename(path)] = {(v.kind.value, v.cause.kind.name if v.cause else None) for v in r.errors}
+    assert buggy == ROOT_CAUSES

@@ -35,8 +35,18 @@ The causes, each from facts that can be checked against the IR:
   its thread took a signal from the peer): the earlier copy may still be landing, or the peer
   still reading what it brought. The missing piece is a capacity handshake.
 
-An early arrival whose copy or signal was let go by a wait that another device's signal
-satisfied, in the same kernel, is `WRONG_SIGNALLER` too.
+* `LATE_WAIT`: a race where one side's thread has the wait that would order it after the
+  other side, but after its action in its own program: a read before the wait on the copy's
+  barrier, a copy started before the wait for the signal its source's owner sends after
+  writing it, a refill before the wait for the TMA store still reading the tile; or a copy's
+  thread that waits for it only after a signal that lets the racing thread go.
+* `COMPETING_WAITS`: an unsatisfied decrementing wait whose units other threads' waits at
+  the same line took (a grid barrier whose waits decrement).
+
+A race whose other side signals, right after its access, a semaphore nobody waits on (an
+mbarrier arrival with no wait; a consumer's release of a slot the producer never waits for)
+is `UNCONSUMED_SIGNAL` too. An early arrival whose copy or signal was let go by a wait that
+another device's signal satisfied, in the same kernel, is `WRONG_SIGNALLER` too.
 """
 
 from __future__ import annotations
@@ -47,7 +57,7 @@ from dataclasses import replace
 from semcheck import ir
 from semcheck.kinds import Kind
 from semcheck.records import record
-from semcheck.result import CauseKind, RegionRef, RootCause, StepEvent, TraceStep
+from semcheck.result import CauseKind, RegionRef, RootCause, StepEvent, TraceStep, WaitCall
 from semcheck.semantics import System
 
 _COMPLETIONS = (StepEvent.DMA_SEND_DONE, StepEvent.DMA_RECV_DONE)
@@ -205,7 +215,22 @@ def unwaited_copy(system: System, loc: ir.Loc | None) -> RootCause | None:
     earlier = [waited_earlier.get(side, []) for side in sorted(sides)]
     last_only = all(earlier)
     return RootCause(CauseKind.UNWAITED_COPY, loc, sides=tuple(map(str, sorted(sides))), local=local,
-                     last_only=last_only, wait=earlier[0][0] if last_only else None)
+                     last_only=last_only, wait=earlier[0][0] if last_only else None,
+                     waited_with=_copy_wait_call(system, loc))
+
+
+def _copy_wait_call(system: System, loc: ir.Loc) -> WaitCall | None:
+    """How Mosaic GPU waits for the copies started at `loc`: a TMA store (a copy whose reads
+    and writes complete apart) with `wait_smem_to_gmem`, a copy that arrives on an mbarrier
+    (a TMA load) with `barrier_wait`. None on TPU."""
+    if system.protocol.backend is not ir.Backend.GPU:
+        return None
+    starts = [i for body in system.bodies for i in body if isinstance(i, ir.DmaStart) and i.loc == loc]
+    if starts and all(i.send_sem is not None for i in starts):
+        return WaitCall.TMA_STORE_WAIT
+    if starts and all(_wait_call(system, i.recv_sem.alloc) is WaitCall.BARRIER_WAIT for i in starts):
+        return WaitCall.BARRIER_WAIT
+    return None
 
 
 def _is_local(instr: ir.Instr) -> bool:
@@ -292,6 +317,16 @@ def feeders_of(steps: list, wait: TraceStep) -> list[TraceStep]:
 
 
 def _race(path: Path, finding) -> RootCause | None:
+    cause = _copy_race(path, finding)
+    if cause is not None:
+        return cause
+    # a wait fed straight by the other side first, then a release nobody waits for, and only
+    # then a wait fed through a third thread (a relay is a longer guess at what was meant)
+    return _late_wait(path, finding, relayed=False) or _release_never_waited(path, finding) \
+        or _issuer_waits_late(path, finding) or _late_wait(path, finding, relayed=True)
+
+
+def _copy_race(path: Path, finding) -> RootCause | None:
     if path.racing_step is None:
         return None
     access, copy = path.steps[-1], path.step(path.racing_step)
@@ -488,6 +523,279 @@ def _offset(delta: int, n: int) -> int:
     return delta - n if delta > n // 2 else delta
 
 
+# --- a wait placed after what it guards; a release nobody waits for ------------------------------
+
+
+@record(frozen=True)
+class _Feed:
+    """What a wait could take that orders it after an action: the line of the copy or signal
+    that adds it, and through which thread's wait it was relayed (None: straight from the
+    action's thread or copy)."""
+
+    loc: ir.Loc
+    relay: tuple[int, int, int] | None = None  # (thread, its wait's pc, its signal's pc)
+
+
+def _late_wait(path: Path, finding, *, relayed: bool) -> RootCause | None:
+    """LATE_WAIT: one side of the race has, after its action in its own program, a wait on a
+    semaphore the other side adds to once its access is done (the copy's completion, or a
+    signal its thread sends next; `relayed`: through one thread that waits for it and signals
+    right after): the wait is there, just too late. Either side may be the late one, except
+    that of two actions of one thread, the earlier cannot wait for the later."""
+    sides = _race_sides(path, finding)
+    if sides is None:
+        return None
+    system = path.system
+    found = None
+    for (late, late_step), (other, other_step) in (sides, sides[::-1]):
+        if late[0] == other[0] and other[1] > late[1]:
+            continue
+        made = _made_after(system, other, other_step, late_step, relayed=relayed)
+        found = _first_wait_on(system, late, made)
+        if found is not None and not _no_late_wait_here(system, late, late_step, other, other_step, found[0]):
+            break
+        found = None
+    if found is None:
+        return None
+    wait_pc, feed = found
+    wait = system.bodies[late[0]][wait_pc]
+    assert isinstance(wait, (ir.Wait, ir.DmaWait))
+    needs: tuple[ir.Loc, ...] = ()
+    if feed.relay is not None:
+        needs = _signals_relay_needs(system, feed.relay, late)
+    early_instr, other_instr = system.bodies[late[0]][late[1]], system.bodies[other[0]][other[1]]
+    shown = [path.steps[-1].index] + ([path.racing_step] if path.racing_step is not None else [])
+    return RootCause(CauseKind.LATE_WAIT, wait.loc, semaphore=_sem_decl(wait), before=early_instr.loc,
+                     by=other_instr.loc, writer=feed.loc, events=(_event(early_instr), _event(other_instr)),
+                     needs=needs, steps=tuple(sorted(set(shown))))
+
+
+def _issuer_waits_late(path: Path, finding) -> RootCause | None:
+    """LATE_WAIT for a copy whose own thread waits for it, but only after a signal that let
+    the racing access's thread go: in the trace, a wait of the access's thread since the copy
+    started took that signal (one the copy's thread sent between the start and its wait)."""
+    sides = _race_sides(path, finding)
+    if sides is None or path.racing_step is None:
+        return None
+    (access, access_step), (start, start_step) = sides
+    system = path.system
+    copy = system.bodies[start[0]][start[1]]
+    if start_step is None or access_step is None or access[0] == start[0] or not isinstance(copy, ir.DmaStart):
+        return None
+    found = _first_wait_on(system, start, _made_after(system, start, start_step, access_step, relayed=False))
+    if found is None:
+        return None
+    wait_pc, _ = found
+    body = system.bodies[start[0]]
+    between = {body[q].loc for q in range(start[1] + 1, wait_pc) if isinstance(body[q], ir.Signal)}
+    for s in path.steps[start_step.index : access_step.index - 1]:
+        if s.actor != access_step.actor or s.event is not StepEvent.WAIT:
+            continue
+        for f in feeders_of(path.steps, s):
+            if f.event is StepEvent.SIGNAL and f.actor == start_step.actor and f.index > start_step.index \
+                    and f.location in between:
+                wait = body[wait_pc]
+                access_instr = system.bodies[access[0]][access[1]]
+                return RootCause(CauseKind.LATE_WAIT, wait.loc, semaphore=_sem_decl(wait), before=f.location,
+                                 by=copy.loc, writer=copy.loc, events=(StepEvent.SIGNAL, StepEvent.DMA_START, _event(access_instr)),
+                                 lets_go=access_instr.loc,
+                                 steps=tuple(sorted({start_step.index, f.index, s.index, access_step.index})))
+    return None
+
+
+def _no_late_wait_here(system: System, late: tuple[int, int], late_step: TraceStep | None,
+                       other: tuple[int, int], other_step: TraceStep | None, wait_pc: int) -> bool:
+    """Where moving the wait is no fix: the late thread already ran the wait's line before its
+    action (a loop whose action belongs to a later turn, or touches the wrong slot: the wait
+    found is the next turn's), or both sides write the rows (which should go first is not
+    said by where the wait is: a store meant to come before a peer's copy, two copies into
+    one row)."""
+    t, pc = late
+    loc = system.bodies[t][wait_pc].loc
+    if any(isinstance(i, (ir.Wait, ir.DmaWait)) and i.loc == loc for i in system.bodies[t][:pc]):
+        return True
+    if late_step is not None and other_step is not None:
+        mine, theirs = _written(late_step), _written(other_step)
+        return mine is not None and theirs is not None and _same_cells(mine, late_step, theirs, other_step)
+    # a plain race's other access has not run: two stores (atomic or not) both write
+    return all(isinstance(system.bodies[u][q], ir.Store) for u, q in (late, other))
+
+
+def _race_sides(path: Path, finding) -> tuple[tuple[tuple[int, int], TraceStep | None], ...] | None:
+    """((thread, pc), trace step) of the race's access and of the other side (the copy in
+    flight, with the step that started it; a plain race's other access, not yet run)."""
+    if finding.thread is None or finding.pc is None or finding.other_start is None:
+        return None
+    other_step = path.step(path.racing_step) if path.racing_step is not None else None
+    return ((finding.thread, finding.pc), path.steps[-1]), (finding.other_start, other_step)
+
+
+def _made_after(system: System, at: tuple[int, int], step: TraceStep | None,
+                against: TraceStep | None, *, relayed: bool) -> dict[int, _Feed]:
+    """The semaphore instances that are added to once the action at `at` is done, each with
+    what adds it: a copy's completion on the side whose rows `against` touches (its receive
+    side for the rows it writes, its send side, or without one its receive side, for those it
+    reads); for a load or store, the signals its thread sends next (before its next wait);
+    or, `relayed`, one step on: the first signal a thread sends after a wait on one of those."""
+    t, pc = at
+    instr = system.bodies[t][pc]
+    made: dict[int, _Feed] = {}
+    if isinstance(instr, ir.DmaStart):
+        wanted = _conflict_side(step, against) if step is not None and against is not None else None
+        by_side = {side: ids for side, ids, _ in _sides(system, t, pc)}
+        ids = by_side.get(wanted) if wanted is not None else None
+        if ids is None and wanted is ir.DmaSide.SEND and instr.send_sem is None:
+            ids = by_side.get(ir.DmaSide.RECV)  # a read that only its completion ends
+        for i in ids if ids is not None else frozenset().union(*by_side.values()):
+            made[i] = _Feed(instr.loc)
+    else:
+        for q in _released_after(system, t, pc):
+            for i in system.footprints[t][q].inc:
+                made.setdefault(i, _Feed(system.bodies[t][q].loc))
+    if not relayed:
+        return made
+    straight, made = frozenset(made), {}
+    for u, body in enumerate(system.bodies):
+        for w in _waits_on(system, u, straight):
+            for q in _released_after(system, u, w)[:1]:
+                for i in system.footprints[u][q].inc:
+                    made.setdefault(i, _Feed(body[q].loc, relay=(u, w, q)))
+    return made
+
+
+def _conflict_side(copy: TraceStep, other: TraceStep) -> ir.DmaSide | None:
+    if _overlaps(copy.dst, copy, _regions(other)):
+        return ir.DmaSide.RECV
+    if _overlaps(copy.src, copy, _regions(other)):
+        return ir.DmaSide.SEND
+    return None
+
+
+def _released_after(system: System, t: int, pc: int) -> list[int]:
+    """The pcs of the signals thread `t` sends after `pc` and before its next wait: what it
+    tells others once it is past `pc`."""
+    out = []
+    for q in range(pc + 1, len(system.bodies[t])):
+        instr = system.bodies[t][q]
+        if isinstance(instr, (ir.Wait, ir.DmaWait)):
+            break
+        if isinstance(instr, ir.Signal):
+            out.append(q)
+    return out
+
+
+def _first_wait_on(system: System, at: tuple[int, int], made: dict[int, _Feed]) -> tuple[int, _Feed] | None:
+    """The first wait of thread `at[0]` after `at[1]` that takes one of `made`, and its feed."""
+    t, pc = at
+    for w in _waits_on(system, t, frozenset(made)):
+        if w > pc:
+            fp = system.footprints[t][w]
+            return w, made[min((fp.dec | fp.wait) & frozenset(made))]
+    return None
+
+
+def _signals_relay_needs(system: System, relay: tuple[int, int, int], late: tuple[int, int]) -> tuple[ir.Loc, ...]:
+    """The late thread's own signals after its early action that the relaying thread waits
+    for before it signals on (besides the wait that took the action's completion): they
+    must move with the wait, or the moved wait hangs."""
+    u, w, q = relay
+    t, pc = late
+    needs: dict[ir.Loc, None] = {}
+    for v in range(q):
+        instr = system.bodies[u][v]
+        if v == w or not isinstance(instr, (ir.Wait, ir.DmaWait)):
+            continue
+        fp = system.footprints[u][v]
+        for s in range(pc + 1, len(system.bodies[t])):
+            if isinstance(system.bodies[t][s], ir.Signal) and system.footprints[t][s].inc & (fp.dec | fp.wait):
+                needs[system.bodies[t][s].loc] = None
+    return tuple(needs)
+
+
+def _sem_decl(instr: ir.Instr) -> str | None:
+    sem = getattr(instr, "sem", None)
+    return sem.alloc if isinstance(sem, ir.SemRef) else None
+
+
+_EVENTS = {ir.Load: StepEvent.LOAD, ir.Store: StepEvent.STORE, ir.DmaStart: StepEvent.DMA_START,
+           ir.Signal: StepEvent.SIGNAL}
+
+
+def _event(instr: ir.Instr) -> StepEvent:
+    return _EVENTS.get(type(instr), StepEvent.STORE)
+
+
+def _release_never_waited(path: Path, finding) -> RootCause | None:
+    """UNCONSUMED_SIGNAL for a race that a semaphore nobody waits on was meant to order: the
+    other side's thread signals it once its access is done (before its next wait), or, for a
+    copy written over while it is in flight, a thread that waits for that copy signals it
+    once it has used the rows; and the racing access's thread could wait on it."""
+    sides = _race_sides(path, finding)
+    if sides is None:
+        return None
+    system = path.system
+    for (late, late_step), (other, other_step) in (sides, sides[::-1]):
+        releases = list(_released_after(system, other[0], other[1])) \
+            if not isinstance(system.bodies[other[0]][other[1]], ir.DmaStart) else []
+        sources = [(other[0], q) for q in releases]
+        if path.racing_step is not None and other_step is not None and other_step.index == path.racing_step \
+                and late_step is not None and other_step.dst is not None \
+                and _overlaps(_written(late_step), late_step, [(other_step.dst, other_step)]):
+            # the copy in flight is the first into these rows: who consumes it releases them
+            recv = frozenset(i for side, ids, _ in _sides(system, *other) if side is ir.DmaSide.RECV for i in ids)
+            sources += [(u, q) for u in range(len(system.bodies)) for w in _waits_on(system, u, recv)
+                        for q in _released_after(system, u, w)]
+        for u, q in sources:
+            signal = system.bodies[u][q]
+            assert isinstance(signal, ir.Signal)
+            ids = system.footprints[u][q].inc
+            if late[0] in _owners(system, ids) and not _waited_anywhere(system, signal.sem.alloc):
+                early = system.bodies[late[0]][late[1]]
+                shown = [path.steps[-1].index] + ([path.racing_step] if path.racing_step is not None else [])
+                return RootCause(CauseKind.UNCONSUMED_SIGNAL, signal.loc, semaphore=signal.sem.alloc,
+                                 before=early.loc, waited_with=_wait_call(system, signal.sem.alloc),
+                                 steps=tuple(sorted(set(shown))))
+    return None
+
+
+def _written(step: TraceStep) -> RegionRef | None:
+    """The rows a store or a copy's start writes (None for anything else)."""
+    return {StepEvent.STORE: step.src, StepEvent.DMA_START: step.dst}.get(step.event)
+
+
+def _wait_call(system: System, decl: str) -> WaitCall | None:
+    """How a wait on `decl` is written: None outside Mosaic GPU (the fix says the TPU call)."""
+    if system.protocol.backend is not ir.Backend.GPU:
+        return None
+    kind = next((d.kind for d in system.protocol.semaphores if d.name == decl), None)
+    return WaitCall.BARRIER_WAIT if kind is ir.SemKind.MBARRIER else WaitCall.SEMAPHORE_WAIT
+
+
+# --- waits that compete for one count ------------------------------------------------------------
+
+
+def _competing_waits(path: Path, finding) -> RootCause | None:
+    """COMPETING_WAITS: a stuck decrementing wait that would pass had the waits of other
+    threads at its own line, on its own semaphore, not taken what they took: in the trace
+    they decremented it by at least what it lacks."""
+    if not finding.blocked:
+        return None
+    stuck = finding.blocked[0]
+    instrs = [i for i in path.system.bodies[stuck.thread] if isinstance(i, ir.Wait) and i.loc == stuck.location]
+    if stuck.location is None or not instrs or not all(i.decrement for i in instrs):
+        return None
+    takers = [s for s in path.steps if s.event is StepEvent.WAIT and s.semaphore == stuck.short and s.decrement
+              and s.location == stuck.location and s.before is not None and s.after is not None
+              and s.actor != stuck.name]
+    taken = sum(s.before - s.after for s in takers)  # type: ignore[operator]
+    if not takers or stuck.has + taken < stuck.needs:
+        return None
+    fed = [f.index for f in feeders_of(path.steps, takers[-1])]
+    return RootCause(CauseKind.COMPETING_WAITS, stuck.location, semaphore=instrs[0].sem.alloc,
+                     waited_with=_wait_call(path.system, instrs[0].sem.alloc),
+                     steps=tuple(sorted({*fed, *(s.index for s in takers)})))
+
+
 # --- early arrivals ------------------------------------------------------------------------------
 
 
@@ -560,4 +868,5 @@ _RULES = {
     Kind.SEMAPHORE_LEFTOVER: _leftover,
     Kind.DATA_RACE: _race,
     Kind.REMOTE_BEFORE_ENTRY: _early_arrival,
+    Kind.UNSATISFIED_WAIT: _competing_waits,
 }

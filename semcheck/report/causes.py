@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from semcheck.ir import Loc
-from semcheck.result import CauseKind, RootCause, Violation
+from semcheck.result import CauseKind, RootCause, StepEvent, Violation, WaitCall
 
 
 def statement(cause: RootCause) -> str:
@@ -48,6 +48,10 @@ def offset_text(offset: int | None) -> str:
 
 
 def _unwaited_copy(c: RootCause) -> str:
+    if c.waited_with is WaitCall.TMA_STORE_WAIT and c.sides == ("recv",):
+        # its reads are waited for (the send side has its wait): a `wait_read_only=True` wait
+        return (f"the writes of the copy started at {_line(c.site)} are never waited for: the wait for it "
+                "takes only its reads of the source")
     if c.last_only:
         return (f"the last copy started at {_line(c.site)} is never waited for "
                 f"(the wait at {_line(c.wait)} takes each earlier one)")
@@ -106,6 +110,28 @@ def _no_go_ahead(c: RootCause) -> str:
             f"since the last copy into them: that copy may still be landing, or {peer} still reading it")
 
 
+_ACTIONS = {StepEvent.LOAD: "read", StepEvent.STORE: "write", StepEvent.DMA_START: "copy",
+            StepEvent.SIGNAL: "signal"}
+
+
+def _late_wait(c: RootCause) -> str:
+    early, other = (_ACTIONS.get(e, "access") for e in c.events[:2])
+    copy = c.events[1] is StepEvent.DMA_START
+    through = "" if c.writer == c.by else f" (through the signal at {_line(c.writer)})"
+    lets_go = ""
+    if c.lets_go is not None:  # the early action is a signal that lets the racing access go
+        access = _ACTIONS.get(c.events[2], "access") if len(c.events) > 2 else "access"
+        lets_go = f", which lets the {access} at {_line(c.lets_go)} go,"
+    return (f"the {early} at {_line(c.before)}{lets_go} comes before the wait at {_line(c.site)} on "
+            f"`{c.semaphore}` that orders it after the {other} {'from' if copy else 'at'} {_line(c.by)}{through}: "
+            "until that wait, nothing keeps the two apart")
+
+
+def _competing_waits(c: RootCause) -> str:
+    return (f"the waits at {_line(c.site)} compete for one count of `{c.semaphore}`: each takes what it waited "
+            "for, so the first threads through consume the signals the others wait for")
+
+
 _STATEMENTS = {
     CauseKind.UNWAITED_COPY: _unwaited_copy,
     CauseKind.UNCONSUMED_SIGNAL: _unconsumed_signal,
@@ -113,6 +139,8 @@ _STATEMENTS = {
     CauseKind.WRONG_COPY: _wrong_copy,
     CauseKind.OTHER_KERNELS_SIGNAL: _other_kernels_signal,
     CauseKind.NO_GO_AHEAD: _no_go_ahead,
+    CauseKind.LATE_WAIT: _late_wait,
+    CauseKind.COMPETING_WAITS: _competing_waits,
 }
 
 
@@ -127,13 +155,23 @@ def _call(sides: tuple[str, ...], local: bool = False) -> str:
 
 
 def _fix_unwaited_copy(c: RootCause) -> str:
+    if c.waited_with is WaitCall.TMA_STORE_WAIT:
+        call = "`plgpu.wait_smem_to_gmem(0)`" + (" (not `wait_read_only=True`)" if c.sides == ("recv",) else "")
+    elif c.waited_with is WaitCall.BARRIER_WAIT:
+        call = "`plgpu.barrier_wait` on the barrier it arrives on"
+    else:
+        call = _call(c.sides, c.local)
+    if c.waited_with is not None:
+        after = f"after the last run of {_line(c.site)} (after the loop)" if c.last_only else f"after {_line(c.site)}"
+        return f"wait for it with {call} {after}"
     if c.last_only:
         return f"call its {_call(c.sides, c.local)} once more after the last run of {_line(c.site)} (after the loop)"
     return f"call its {_call(c.sides, c.local)} after {_line(c.site)}"
 
 
 def _fix_unconsumed_signal(c: RootCause) -> str:
-    call = f"`pl.semaphore_wait({c.semaphore}, ...)`"
+    call = ("`plgpu.barrier_wait`" if c.waited_with is WaitCall.BARRIER_WAIT
+            else f"`pl.semaphore_wait({c.semaphore}, ...)`")
     if c.before is not None:
         return (f"wait on `{c.semaphore}` ({call}) before {_line(c.before)}, which the signal at "
                 f"{_line(c.site)} is meant to let go")
@@ -181,6 +219,17 @@ def _fix_no_go_ahead(c: RootCause) -> str:
             f"and wait for that signal before the copy at {_line(c.site)}: a capacity semaphore")
 
 
+def _fix_late_wait(c: RootCause) -> str:
+    moved = [f"the signal at {_line(n)}" for n in c.needs] + [f"the wait at {_line(c.site)}"]
+    what = moved[0] if len(moved) == 1 else ", ".join(moved[:-1]) + " and " + moved[-1]
+    return f"move {what} before {_line(c.before)}"
+
+
+def _fix_competing_waits(c: RootCause) -> str:
+    return (f"let the wait at {_line(c.site)} leave the count (`decrement=False`), so that every thread sees the "
+            "same total, or signal once for each thread that waits")
+
+
 _FIXES = {
     CauseKind.UNWAITED_COPY: _fix_unwaited_copy,
     CauseKind.UNCONSUMED_SIGNAL: _fix_unconsumed_signal,
@@ -188,4 +237,6 @@ _FIXES = {
     CauseKind.WRONG_COPY: _fix_wrong_copy,
     CauseKind.OTHER_KERNELS_SIGNAL: _fix_other_kernels_signal,
     CauseKind.NO_GO_AHEAD: _fix_no_go_ahead,
+    CauseKind.LATE_WAIT: _fix_late_wait,
+    CauseKind.COMPETING_WAITS: _fix_competing_waits,
 }

@@ -38,6 +38,7 @@ class Finding:
     other: ir.Loc | None = None  # the second source line of a race
     # (thread, pc) that started the copy in flight a race is with, or a leftover's copy still landing
     other_start: tuple[int, int] | None = None
+    pc: int | None = None  # a race: the pc of `thread`'s access (the other's is `other_start`)
     at_end: bool = False  # judged in a state where nothing can move (stuck, or a leftover at exit)
     loop_steps: int = 0  # a loop that spins for ever: how many of the trace's last steps repeat
     hint: str | None = None  # a fix more specific than the kind's (FIX_HINTS)
@@ -122,7 +123,7 @@ def _race_between(h, here: ir.Instr, there: ir.Instr, message: str, hint: str | 
     """One data race per pair of lines, whatever the two accesses are."""
     key = (Kind.DATA_RACE, frozenset((here.loc, there.loc)))
     return Finding(Kind.DATA_RACE, key, h.thread, here.loc, message, other=there.loc,
-                   other_start=(h.other_thread, h.other_pc), hint=hint, rests_on=rests_on)
+                   other_start=(h.other_thread, h.other_pc), pc=h.pc, hint=hint, rests_on=rests_on)
 
 
 def _early_arrival_finding(system: System, h) -> Finding:
