@@ -26,7 +26,7 @@ from semcheck import ir
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.registry import rule
-from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, known, sym_op
+from semcheck.lower.values import Known, Opaque, RefValue, RunTimeElements, Sym, Value, known, sym_op
 from semcheck.jax_compat import jax_internal
 from semcheck.records import record
 
@@ -704,8 +704,9 @@ def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
         t.kernel.shared_written.add(dst_ref.alloc)
         t.kernel.volatile.add(dst_ref.alloc)
     if local:
-        # A source known only in part moves its known elements as known (data.py).
-        if not (isinstance(value, Opaque)
+        # A source known only in part moves its known elements as known (data.py); one that
+        # holds run-time values (assumed inputs) is written element by element with them.
+        if not (isinstance(value, Opaque) and not isinstance(value, RunTimeElements)
                 and t.memory.copy_elements(src_ref, src_transforms, dst_ref, dst_transforms, value.why)):
             t.memory.write(dst_ref, dst_transforms, start.dst, value)
         return
