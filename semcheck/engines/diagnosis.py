@@ -332,7 +332,8 @@ def _copy_race(path: Path, finding) -> RootCause | None:
     access, copy = path.steps[-1], path.step(path.racing_step)
     involved = [copy.location] + ([access.location] if access.event is StepEvent.DMA_START else [])
     wrong_copy, writer, side = None, None, ir.DmaSide.RECV
-    if _overlaps(copy.dst, copy, _regions(access)):
+    conflict = _conflict_side(copy, access)
+    if conflict is ir.DmaSide.RECV:
         # the copy in flight writes what the access touches: the access's thread may have
         # waited for it and been satisfied by another copy
         writer, wrong_copy = copy, _wait_met_by_other_copies(path, access, copy, after=copy.index, side=side)
@@ -340,7 +341,7 @@ def _copy_race(path: Path, finding) -> RootCause | None:
         # a copy starts writing what a copy in flight reads: the reading copy's thread may
         # have passed its wait for this writer on other copies' bytes, before it even started
         writer, wrong_copy = access, _wait_met_by_other_copies(path, copy, access, after=0, side=side)
-    elif _overlaps(copy.src, copy, _regions(access)):
+    elif conflict is ir.DmaSide.SEND:
         # the access overwrites what a copy in flight still reads: its thread may have waited
         # for that copy's send side and been satisfied by other copies' sends
         side = ir.DmaSide.SEND
