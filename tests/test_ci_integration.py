@@ -184,3 +184,18 @@ def test_the_hook_passes_a_change_with_nothing_to_check_with_one_line(capsys, tm
         "no kernel script in kernels/ imports the changed files, so the change passes (--changed-files)"]
     # without the flag, as semcheck verify by hand: nothing checked is still an error
     assert cli.main(["verify", "kernels/orphan.py", "--devices", "2", "-q"]) == 2
+
+
+def test_a_change_with_nothing_to_check_passes_with_every_device_count_too(capsys, tmp_path, monkeypatch):
+    """--changed-files with --devices all: the same pass as at given counts (it was exit 2,
+    "nothing to check", since the sweep of every count never asked the flag)."""
+    monkeypatch.chdir(helper_repository(tmp_path))
+    code = cli.main(["verify", "--changed-files", "kernels/orphan.py", "--devices", "all", "-q"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (0, ""), err
+    assert err.splitlines() == [
+        "semcheck: nothing to check: kernels/orphan.py compiled no Pallas kernel at any device count; "
+        "no kernel script in kernels/ imports the changed files, so the change passes (--changed-files)"]
+    assert cli.main(["verify", "kernels/orphan.py", "--devices", "all", "-q"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "semcheck: error: nothing to check: kernels/orphan.py compiled no Pallas kernel at any device count"]

@@ -335,7 +335,8 @@ def _verify(args) -> int:  # noqa: C901
     if args.devices == "all":
         from semcheck.parametric import command
 
-        return command.run(args)
+        return command.run(args, (lambda why: gate.nothing_changed_to_check(why, searched)) if args.changed_files
+                           else None)
     budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
     from semcheck.report.feedback import Position
 

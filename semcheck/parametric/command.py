@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from semcheck.engines.budget import Budget
 from semcheck.parametric.family import EveryCount, Outcome, every_count
@@ -35,8 +36,10 @@ def usage_problem(args) -> str | None:
     return None
 
 
-def run(args) -> int:
-    """What the CLI runs for `--devices all`; returns the exit code."""
+def run(args, nothing_to_check: Callable[[str], int] | None = None) -> int:
+    """What the CLI runs for `--devices all`; returns the exit code. `nothing_to_check` is
+    handed why nothing was checked and returns the exit code (--changed-files passes such a
+    change); without it, nothing to check is a usage error."""
     from semcheck.frontends import discover
     from semcheck.report import FORMATS, RenderOptions
 
@@ -47,16 +50,22 @@ def run(args) -> int:
     budget = Budget.from_env(max_states=args.max_states, timeout=args.timeout, max_memory_mb=args.max_memory)
     options = EveryCount(budget=budget)
     outcomes: list[Outcome] = []
+    empty = []
     for path in discover(args.paths):
         if not args.quiet:
             print(f"semcheck: {path}: every device count (loading at N = 2..8, proving, checking)", file=sys.stderr)
         found = every_count(path, options)
-        if not found and not args.quiet:
-            print(f"semcheck: {path}: no kernel at any device count, skipped", file=sys.stderr)
+        if not found:
+            empty.append(path)
+            if not args.quiet:
+                print(f"semcheck: {path}: no kernel at any device count, skipped", file=sys.stderr)
         outcomes.extend(found)
     if not outcomes:
-        print("semcheck: error: nothing to check: no kernel scripts or models in " + ", ".join(args.paths),
-              file=sys.stderr)
+        why = (f"nothing to check: {', '.join(empty)} compiled no Pallas kernel at any device count" if empty
+               else "nothing to check: no kernel scripts or models in " + ", ".join(args.paths))
+        if nothing_to_check is not None:
+            return nothing_to_check(why)
+        print(f"semcheck: error: {why}", file=sys.stderr)
         return 2
     results = [o.result for o in outcomes]
     if args.format == "text":
