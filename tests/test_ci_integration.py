@@ -199,3 +199,32 @@ def test_a_change_with_nothing_to_check_passes_with_every_device_count_too(capsy
     assert cli.main(["verify", "kernels/orphan.py", "--devices", "all", "-q"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "semcheck: error: nothing to check: kernels/orphan.py compiled no Pallas kernel at any device count"]
+
+
+def test_importlib_with_a_literal_name_is_an_import_and_with_a_computed_one_may_import_anything(tmp_path, monkeypatch,
+                                                                                                 capsys):
+    """`importlib.import_module("sync")` imports sync.py as `import sync` does; a script that
+    imports a computed name (`import_module(f"_{name}")`) may import the changed helper, so
+    it is checked too, and the line that adds it says why (before, neither was followed and
+    the hook could pass a change that breaks them)."""
+    from semcheck.frontends.importers import importers_of
+
+    monkeypatch.chdir(helper_repository(tmp_path))
+    literal = "import importlib\nhandshake = importlib.import_module('sync').handshake"
+    computed = "from importlib import import_module\nhandshake = import_module('_' + 'shared').handshake"
+    kernels = tmp_path / "repo" / "kernels"
+    (kernels / "by_name.py").write_text(KERNEL_SCRIPT.format(imports=literal, name="by_name"))
+    (kernels / "plugin.py").write_text(KERNEL_SCRIPT.format(imports=computed, name="plugin"))
+    reach = importers_of(["kernels/sync.py"])
+    assert reach.scripts == tuple(os.path.join("kernels", f) for f in (
+        "by_name.py", "plugin.py", "relay.py", "ring.py")), reach
+    assert reach.computed == (os.path.join("kernels", "plugin.py"),)
+    # a computed import reaches even a changed file nothing else imports
+    assert importers_of(["kernels/orphan.py"]).scripts == (os.path.join("kernels", "plugin.py"),)
+    from semcheck.cli.gate import with_importers
+
+    import argparse
+    with_importers(argparse.Namespace(paths=["kernels/orphan.py"], project_paths=(), quiet=False))
+    assert capsys.readouterr().err.splitlines() == [
+        "semcheck: also checking 1 kernel script that imports a changed file: kernels/plugin.py (1 of them may "
+        "not: kernels/plugin.py imports a module by a name computed at run time)"]

@@ -96,8 +96,11 @@ def with_importers(args):
     added = [p for p in reach.scripts if os.path.realpath(p) not in given]
     if added and not args.quiet:
         names = ", ".join(added[:4]) + (f" and {len(added) - 4} more" if len(added) > 4 else "")
+        computed = [p for p in added if p in reach.computed]
+        maybe = (f" ({len(computed)} of them may not: {', '.join(computed[:2])}{' and more' if len(computed) > 2 else ''}"
+                 f" import{'s' if len(computed) == 1 else ''} a module by a name computed at run time)") if computed else ""
         print(f"semcheck: also checking {len(added)} kernel script{'s' if len(added) != 1 else ''} "
-              f"that import{'s' if len(added) == 1 else ''} a changed file: {names}", file=sys.stderr)
+              f"that import{'s' if len(added) == 1 else ''} a changed file: {names}{maybe}", file=sys.stderr)
     return list(args.paths) + added, reach.searched
 
 

@@ -16,9 +16,13 @@ An import is read from the source, never run: `import a.b`, `from a import b`, `
 b` and `from ..a import b`, at any depth of the file (inside a function or an `if`), resolved
 against the importing script's folder (its `sys.path[0]`) and the repository root (a package
 imported by its full name). A file that imports relatively is a package's module, not a
-script (`python FILE` fails on that import): it links a script to a helper, and is not run. An `importlib.import_module` or `__import__` call with a computed
-name is not followed. A name that resolves to a file counts: an import that names a module
-and an attribute the same way (`from a import b`) counts `a/b.py` where it exists.
+script (`python FILE` fails on that import): it links a script to a helper, and is not run.
+`importlib.import_module("a.b")` and `__import__("a.b")` with a literal name are imports of
+`a.b`; with a computed name (`import_module(f"kernels.{name}")`) the file may import any
+module, so it is taken to import every changed one (`Reach.computed` names those scripts): a
+hook that skipped it could pass the change that breaks it. A name that resolves to a file
+counts: an import that names a module and an attribute the same way (`from a import b`)
+counts `a/b.py` where it exists.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class Reach:
 
     scripts: tuple[str, ...]
     searched: tuple[str, ...]
+    # of `scripts`, those reached through a file that imports a computed module name
+    computed: tuple[str, ...] = ()
 
 
 def repository_root(path: str) -> str | None:
@@ -80,23 +86,34 @@ def importers_of(changed: list[str], project_paths: Iterable[str] = ()) -> Reach
             files[os.path.realpath(path)] = True
     importers: dict[str, list[str]] = {}
     package_modules: set[str] = set()
+    anything: set[str] = set()  # files importing a computed name: they may import any module
     for path in files:
-        imported, relative = _imported_files(path)
-        for module in imported:
+        imported = _imports(path)
+        for module in imported.files:
             importers.setdefault(module, []).append(path)
-        if relative:
+        if imported.relative:
             package_modules.add(path)
+        if imported.computed:
+            anything.add(path)
+    statically = _importers_closure(modules, importers)
+    reached = statically | _importers_closure(anything - modules, importers)
+    # a file with a relative import is a package's module, no script: `python FILE` (how
+    # semcheck runs a kernel script) fails on its import; it only links a script to a helper
+    scripts = [p for p in reached - modules - package_modules if files.get(p)]
+    return Reach(tuple(sorted(map(_shown, scripts))), tuple(_shown(a) for a in areas),
+                 tuple(sorted(_shown(p) for p in scripts if p not in statically)))
+
+
+def _importers_closure(modules: Iterable[str], importers: dict[str, list[str]]) -> set[str]:
+    """`modules` and every file that imports one of them, directly or through others."""
     reached = set(modules)
-    work = deque(modules)
+    work = deque(reached)
     while work:
         for path in importers.get(work.popleft(), []):
             if path not in reached:
                 reached.add(path)
                 work.append(path)
-    # a file with a relative import is a package's module, no script: `python FILE` (how
-    # semcheck runs a kernel script) fails on its import; it only links a script to a helper
-    scripts = sorted(_shown(p) for p in reached - modules - package_modules if files.get(p))
-    return Reach(tuple(scripts), tuple(_shown(a) for a in areas))
+    return reached
 
 
 def _is_repository_root(folder: str) -> bool:
@@ -115,20 +132,46 @@ def _python_files(folder: str, recursive: bool) -> list[str]:
     return found
 
 
-def _imported_files(path: str) -> tuple[set[str], bool]:
-    """The files `path`'s imports name (real paths), wherever they exist, and whether it
-    imports relatively (`from . import b`)."""
+@record(frozen=True)
+class _Imports:
+    """What one file's source says it imports."""
+
+    files: frozenset[str]  # real paths of the files its imports name, where they exist
+    relative: bool  # it imports relatively (`from . import b`): a package's module
+    computed: bool  # it imports a module whose name is computed at run time
+
+
+_IMPORT_CALLS = frozenset({"import_module", "__import__"})
+
+
+def _import_call(node: ast.AST) -> ast.Call | None:
+    """`node` as a call of importlib.import_module or __import__ (by any spelling that ends
+    in that name), else None."""
+    if not isinstance(node, ast.Call):
+        return None
+    callee = node.func
+    name = callee.attr if isinstance(callee, ast.Attribute) else callee.id if isinstance(callee, ast.Name) else None
+    return node if name in _IMPORT_CALLS else None
+
+
+def _imports(path: str) -> _Imports:
     try:
         with open(path, "rb") as f:
             tree = parse_python(f.read(), path)
     except (OSError, SyntaxError, ValueError):
-        return set(), False
-    relative = False
+        return _Imports(frozenset(), False, False)
+    relative = computed = False
     folder = os.path.dirname(path)
     roots = list(dict.fromkeys([folder, repository_root(path) or folder]))
     names: list[tuple[str, list[str]]] = []  # (a folder to resolve in, dotted parts)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if (call := _import_call(node)) is not None:
+            first = call.args[0] if call.args else None
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) and not first.value.startswith("."):
+                names += [(root, first.value.split(".")) for root in roots]
+            else:  # a computed name, or one relative to a `package=` argument
+                computed = True
+        elif isinstance(node, ast.Import):
             names += [(root, alias.name.split(".")) for alias in node.names for root in roots]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -152,7 +195,7 @@ def _imported_files(path: str) -> tuple[set[str], bool]:
             for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
                 if os.path.isfile(candidate):
                     found.add(os.path.realpath(candidate))
-    return found, relative
+    return _Imports(frozenset(found), relative, computed)
 
 
 def _shown(path: str) -> str:
