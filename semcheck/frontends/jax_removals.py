@@ -5,7 +5,8 @@ A script that fails on such a name raises an AttributeError whose whole message 
 that the name was JAX's once, nor what to write instead. Each entry names the owner the
 script asked (a module, class or function, by `__name__`), the name, and the advice; the
 capture adds the advice to the script's error (frontends/capture.py). Found while checking
-vllm-project/tpu-inference's reduce-scatter matmul (abda97e4), written for a JAX before 0.10.
+vllm-project/tpu-inference's reduce-scatter matmul (abda97e4), written for a JAX before 0.10;
+`backend=` and the `TPU`-prefixed names in JAX's own interpreter tests of 2025 (sweep 6).
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ REMOVED: tuple[RemovedApi, ...] = (
         "79c328ee, \"Get rid of old pallas emit_pipeline features that no one uses\"): drop it "
         "where it was False (the default); where it was True, pass the output ref as an input "
         "too and add to it in the body"
+    )),
+    RemovedApi("pallas_call", "backend", (
+        "`pl.pallas_call(backend=...)` was removed in JAX 0.9.1 (jax-ml/jax 62816fe5, \"`pallas_call` "
+        "no longer accepts `backend=`\"): drop it; `compiler_params=` picks the backend "
+        "(`pltpu.CompilerParams()` for Mosaic TPU)"
+    )),
+    RemovedApi("jax.experimental.pallas.tpu", "TPUMemorySpace", (
+        "`pltpu.TPUMemorySpace` was renamed `pltpu.MemorySpace` in JAX 0.6.2 (jax-ml/jax d0d08156) and "
+        "the old name removed in JAX 0.7.2 (f1960a81): write `pltpu.MemorySpace` (`pl.ANY` for ANY)"
+    )),
+    RemovedApi("jax.experimental.pallas.tpu", "TPUCompilerParams", (
+        "`pltpu.TPUCompilerParams` was renamed `pltpu.CompilerParams` in JAX 0.6.2 (jax-ml/jax "
+        "d0d08156) and the old name removed in JAX 0.7.2 (f1960a81): write `pltpu.CompilerParams`"
     )),
 )
 
