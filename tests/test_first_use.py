@@ -404,6 +404,9 @@ def _raised(fn) -> BaseException:
         lambda o_ref: None, out_shape=None, backend="mosaic_tpu"), "removed in JAX 0.9.1"),
     (lambda: __import__("jax.experimental.pallas.tpu", fromlist=["x"]).TPUMemorySpace, "removed in JAX 0.7.2"),
     (lambda: __import__("jax.experimental.pallas.tpu", fromlist=["x"]).TPUCompilerParams, "removed in JAX 0.7.2"),
+    # a name JAX 0.11 added (tokamax's gmm_v2, sweep 6): what JAX 0.10.2 spells instead
+    (lambda: __import__("jax.experimental.pallas.tpu", fromlist=["x"]).TensorCoreMesh,
+     "with an older JAX write `pltpu.create_tensorcore_mesh"),
 ])
 def test_backend_and_the_tpu_prefixed_names_say_when_jax_removed_them(old, version):
     # JAX's own interpreter tests of 2025 (jax-ml/jax 30930554, run in sweep 6) pass

@@ -1,4 +1,5 @@
-"""What JAX removed that kernels written for an older JAX still use, and what replaced it.
+"""What JAX removed that kernels written for an older JAX still use, and what replaced it;
+and names a newer JAX added that the installed, older one spells otherwise.
 
 A script that fails on such a name raises an AttributeError whose whole message is the name
 (`AttributeError: ANY`) or a TypeError about an unexpected keyword: true, but it does not say
@@ -53,6 +54,16 @@ REMOVED: tuple[RemovedApi, ...] = (
     )),
 )
 
+# Names a newer JAX added that a kernel written for it uses: the installed JAX lacks them only
+# when it is older, so the advice is what that older JAX spells instead (docs/jax-versions.md).
+ADDED_LATER: tuple[RemovedApi, ...] = (
+    RemovedApi("jax.experimental.pallas.tpu", "TensorCoreMesh", (
+        "`pltpu.TensorCoreMesh` was added in JAX 0.11.0 (jax-ml/jax ac4c87f5, \"Move tensorcore mesh "
+        "to pltpu.TensorCoreMesh\"); with an older JAX write `pltpu.create_tensorcore_mesh(axis_name, "
+        "num_cores=...)`"
+    )),
+)
+
 _UNEXPECTED_KEYWORD = re.compile(r"(\w+)\(\) got an unexpected keyword argument '(\w+)'")
 
 
@@ -65,4 +76,4 @@ def removed_api(e: BaseException) -> RemovedApi | None:
         key = (found.group(1), found.group(2))
     else:
         return None
-    return next((api for api in REMOVED if (api.owner, api.name) == key), None)
+    return next((api for api in REMOVED + ADDED_LATER if (api.owner, api.name) == key), None)
