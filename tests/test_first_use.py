@@ -389,3 +389,30 @@ def test_a_model_that_returns_no_protocol_is_located_at_its_model_function(tmp_p
     assert result.verdict is Verdict.ERROR
     assert (result.file, result.line) == (model, 4)
     assert result.error.startswith("model(2) returned NoneType, not a Protocol")
+
+
+def _raised(fn) -> BaseException:
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - the exception JAX raises is what is asked about
+        return e
+    raise AssertionError("expected JAX to refuse the old name")
+
+
+@pytest.mark.parametrize("old, version", [
+    (lambda: __import__("jax.experimental.pallas", fromlist=["pallas_call"]).pallas_call(
+        lambda o_ref: None, out_shape=None, backend="mosaic_tpu"), "removed in JAX 0.9.1"),
+    (lambda: __import__("jax.experimental.pallas.tpu", fromlist=["x"]).TPUMemorySpace, "removed in JAX 0.7.2"),
+    (lambda: __import__("jax.experimental.pallas.tpu", fromlist=["x"]).TPUCompilerParams, "removed in JAX 0.7.2"),
+    # a name JAX 0.11 added (tokamax's gmm_v2, sweep 6): what JAX 0.10.2 spells instead
+    (lambda: __import__("jax.experimental.pallas.tpu", fromlist=["x"]).TensorCoreMesh,
+     "with an older JAX write `pltpu.create_tensorcore_mesh"),
+])
+def test_backend_and_the_tpu_prefixed_names_say_when_jax_removed_them(old, version):
+    # JAX's own interpreter tests of 2025 (jax-ml/jax 30930554, run in sweep 6) pass
+    # `backend='mosaic_tpu'` and use `pltpu.TPUMemorySpace.ANY` / `pltpu.TPUCompilerParams`:
+    # the script's error said only "unexpected keyword argument 'backend'".
+    from semcheck.frontends.jax_removals import removed_api
+
+    found = removed_api(_raised(old))
+    assert found is not None and version in found.advice

@@ -117,6 +117,21 @@ def test_inline_mgpu_is_refused_at_its_line():
     assert e.file == HERE
 
 
+def test_dynamic_scheduling_is_refused_at_its_line_by_name():
+    # JAX's blackwell_matmul_mgpu.py (sweep 6) loops with plgpu.dynamic_scheduling_loop, which
+    # binds try_cluster_cancel first: the error said only "semcheck has no model of this
+    # primitive ... please report it", though the table meant to refuse it by name.
+    def kernel(x_ref, o_ref):
+        @plgpu.dynamic_scheduling_loop(grid_names=("g0",))  # the scheduling loop
+        def _(info):
+            pass
+
+    e = error(gpu_call(kernel, grid=(2,)))
+    assert e.message.startswith("try_cluster_cancel: plgpu.try_cluster_cancel (dynamic block scheduling")
+    assert "(the kernel cannot be checked)" in e.message
+    assert e.line == line_of(HERE, "@plgpu.dynamic_scheduling_loop(grid_names=(\"g0\",))  # the scheduling loop")
+
+
 def test_atomics_lower_to_atomic_stores_at_their_line():
     """Once refused (issue 19); modelled since issue 26 (tests/test_gpu_remote_atomics.py)."""
     def kernel(x_ref, o_ref):

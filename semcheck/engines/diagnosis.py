@@ -440,6 +440,11 @@ def _wait_met_by_other_copies(path: Path, waiter: TraceStep, awaited: TraceStep,
     return None
 
 
+# The default device barrier semcheck models before a kernel with no collective_id
+# (lower/tpu_kernel.py): XLA's, not a signal the kernel sends.
+_DEVICE_BARRIER = frozenset({ir.DEVICE_BARRIER_ARRIVE, ir.DEVICE_BARRIER_RELEASE})
+
+
 def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
     """Why the copy `writer` could start while its target was not ready: the target signals
     a semaphore to the writer's device that nothing waits on, or the writer's last wait
@@ -456,6 +461,8 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
     for s in reversed(path.steps[: writer.index - 1]):
         if s.actor != writer.actor or s.event is not StepEvent.WAIT:
             continue
+        if s.declaration in _DEVICE_BARRIER:  # says only that every device entered: no
+            return None                       # handshake of the kernel's own to redirect
         early = early_pass(path, s)
         if early is not None:
             return replace(early, steps=tuple(sorted({*early.steps, writer.index})))

@@ -295,6 +295,42 @@ def run_scoped(t: GpuThreadLowering, eqn, inputs):
     return eval_jaxpr(t, jaxpr, closed_over[:len(jaxpr.constvars)], refs)
 
 
+@rule("run_state", backend=GPU)
+def run_state(t: GpuThreadLowering, eqn, inputs):
+    """`pl.run_state(f)(init)`: `f` runs on refs that start holding `init` (a wgmma
+    accumulator, `plgpu.ACC.init(acc)`, as JAX's attention_mgpu.py computes PV; the values
+    `f` closes over, which JAX hoists into refs, jax/_src/state/utils.py
+    `hoist_consts_to_refs`), and the primitive returns what they hold at its end. Those refs
+    are the thread's own registers: each gets an allocation of this thread (no other thread
+    can touch it, so no access to it races) holding its initial value for the data path, with
+    no store emitted. Refs `f` closes over pass through as they are: the barriers and
+    memory `f` uses are the kernel's."""
+    if t.warp is not None:
+        raise t.error(eqn, "run_state inside a warp-level core_map is not supported by semcheck yet",
+                      hint="call it from the warpgroup's body, outside the warp-level core_map")
+    jaxpr = eqn.params["jaxpr"]
+    initialized = eqn.params.get("is_initialized") or (True,) * len(inputs)
+    names = ref_names(jaxpr, "state")
+    refs = []
+    for k, (var, value) in enumerate(zip(jaxpr.invars, inputs)):
+        if isinstance(value, RefValue):
+            refs.append(value)
+            continue
+        key = (id(eqn), k, t.sub, "run_state")
+        ref = t.kernel.scoped.get(key)
+        if not isinstance(ref, RefValue):
+            ref = t.kernel.scoped[key] = declare_gpu_ref(t.kernel, names[k], var.aval, SemOrigin.SCOPED, t.loc(eqn))
+        if initialized[k]:
+            from semcheck.lower.memory import ref_of
+
+            reg, _device = located_region(t, eqn, ref, "the run_state ref")
+            target, every = ref_of(t, eqn, ref, "the run_state ref")
+            t.memory.write(target, every, reg, value)
+        refs.append(ref)
+    eval_jaxpr(t, jaxpr, [], refs)
+    return [Opaque(f"what pl.run_state at {t.loc(eqn)} left in {names[k]}") for k in range(len(eqn.outvars))]
+
+
 BLOCK_SYNC_NOTE = (
     "a thread-collective pl.run_scoped in a kernel with several Pallas threads begins with a "
     "barrier of all the block's threads, so that none reuses the memory of a scope another "

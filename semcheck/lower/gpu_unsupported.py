@@ -12,6 +12,10 @@ REFUSED = {
                    "barriers, bar.sync / bar.arrive, any PTX), so what it synchronizes is unknown",
     "async_store_smem": "plgpu.async_store_smem (an asynchronous register-to-SMEM store) is not "
                         "modelled by semcheck yet",
+    # JAX 0.10.2 binds try_cluster_cancel first (plgpu.dynamic_scheduling_loop, as the wheel's
+    # blackwell_matmul_mgpu.py uses it): which blocks do which work is decided at run time.
+    "try_cluster_cancel": "plgpu.try_cluster_cancel (dynamic block scheduling, also inside "
+                          "plgpu.dynamic_scheduling_loop) is not modelled by semcheck",
     "query_cluster_cancel": "plgpu.try_cluster_cancel / query_cluster_cancel (dynamic block "
                             "scheduling) is not modelled by semcheck",
     "async_copy_scales_to_tmem": "plgpu.async_copy_scales_to_tmem is not modelled by semcheck yet",

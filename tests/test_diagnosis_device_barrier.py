@@ -1,0 +1,63 @@
+"""A race in a kernel with no collective_id is never blamed on the default device barrier.
+
+semcheck models XLA's barrier before such a kernel as signals of its own (lower/tpu_kernel.py:
+every device signals device 0, which releases them all). Those are no handshake of the
+kernel's: a ring whose copies overwrite a neighbour's slot with no capacity semaphore (the
+shape of a public fused all-reduce matmul's ring, sweep 6) was reported as "the wait at
+line 8 on device d was satisfied by the signal at line 8 from device d-1 ...: send it to
+device d-1 instead", line 8 being the kernel's `def`: a fix nobody can make."""
+
+from __future__ import annotations
+
+import jax
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from semcheck.api import check_protocol
+from semcheck.report import causes
+from semcheck.result import CauseKind
+from tests.tpu_kernels import line_of, mesh, protocols
+
+
+def ring_into_neighbours_slots(x_ref, o_ref, slots, send_sems, recv_sems):
+    # each step forwards the slot received last into the right neighbour's other slot,
+    # with no word from that neighbour that the slot is free again
+    n = lax.axis_size("x")
+    right = lax.rem(lax.axis_index("x") + 1, n)
+    slots[0] = x_ref[...]  # own block
+    for step in range(n - 1):
+        src, dst = step % 2, 1 - step % 2
+        copy = pltpu.make_async_remote_copy(slots.at[src], slots.at[dst], send_sems.at[step],
+                                            recv_sems.at[step], device_id=(right,),
+                                            device_id_type=pltpu.DeviceIdType.MESH)
+        copy.start()  # forward
+        copy.wait()
+        o_ref[...] += slots[dst]
+
+
+def per_device(block):
+    return pl.pallas_call(  # no collective_id: the default device barrier runs first
+        ring_into_neighbours_slots, out_shape=jax.ShapeDtypeStruct(block.shape, block.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)], out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        scratch_shapes=[pltpu.VMEM((2, *block.shape), block.dtype), pltpu.SemaphoreType.DMA((3,)),
+                        pltpu.SemaphoreType.DMA((3,))])(block)
+
+
+def test_a_ring_race_after_the_default_device_barrier_is_not_blamed_on_that_barrier():
+    [protocol] = protocols(per_device, mesh((4,)))
+    result = check_protocol(protocol, engine="explicit", exhaustive=True)
+    assert (result.verdict.value, result.stats.states) == ("violation", 4184)
+    races = [v for v in result.violations if v.kind == "data_race"]
+    # a neighbour's copy lands in slot 0 before this device stored its block there, one lands
+    # in a slot this device's copy still reads, and one while this device reads what landed
+    assert sorted(v.location.line for v in races) == [
+        line_of(__file__, "slots[0] = x_ref[...]  # own block"), line_of(__file__, "copy.start()  # forward"),
+        line_of(__file__, "o_ref[...] += slots[dst]")]
+    kernel_def = line_of(__file__, "def ring_into_neighbours_slots(")
+    for v in races:
+        if v.cause is None:
+            continue
+        assert v.cause.kind is not CauseKind.WRONG_SIGNALLER
+        assert v.cause.site.line != kernel_def, causes.statement(v.cause)
+        assert "send it to device" not in causes.fix(v.cause)
