@@ -249,6 +249,11 @@ class SemDecl:
     # it, by its label there; None in one kernel's protocol, and for a barrier semaphore every
     # kernel of the program shares (one per collective id).
     kernel: str | None = None
+    # What a report calls it where its name is not one the kernel's author wrote (a counter
+    # the lowering adds, as for a thread's TMA stores; a `pl.get_global` whose line binds it
+    # to no name): a phrase saying what it stands for ("the reads of the thread's TMA stores").
+    # Empty where the name is the author's, shown as written.
+    shown_as: str = ""
 
 
 @record(frozen=True, slots=True)

@@ -255,6 +255,9 @@ class RootCause:
     kind: CauseKind
     site: Loc  # the copy's start (UNWAITED_COPY), the signal (UNCONSUMED_SIGNAL, WRONG_SIGNALLER), the wait (WRONG_COPY)
     semaphore: str | None = None  # the declaration concerned
+    # How a statement names it where its name is not the author's (its `SemDecl.shown_as`):
+    # empty where `semaphore` is shown as written
+    semaphore_shown_as: str = ""
     # UNWAITED_COPY: the sides no wait takes ("send", "recv"), and whether only the copy's
     # last run is left (the wait at `wait` takes each earlier one: a loop's last copy).
     # WRONG_COPY: the side of the mistaken wait ("send": `writer` is a copy reading the rows).

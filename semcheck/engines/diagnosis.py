@@ -81,7 +81,12 @@ def diagnose(system: System, finding, steps: list, racing_step: int | None) -> R
     rule = _RULES.get(finding.kind)
     if rule is None or not steps:
         return None
-    return rule(Path(system, steps, racing_step), finding)
+    cause = rule(Path(system, steps, racing_step), finding)
+    if cause is not None and cause.semaphore in system.allocs:
+        shown_as = system.allocs[cause.semaphore][0].shown_as
+        if shown_as:
+            cause = replace(cause, semaphore_shown_as=shown_as)
+    return cause
 
 
 # --- leftovers -----------------------------------------------------------------------------------

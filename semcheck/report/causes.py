@@ -40,6 +40,12 @@ def _line(loc: Loc | None) -> str:
     return f"line {loc.line} (called from {loc.call_site(loc.chain[-1])})"
 
 
+def _sem(c: RootCause) -> str:
+    """The semaphore concerned: its name as the author wrote it, in backquotes, or what it
+    stands for where the lowering made it (the reads of a thread's TMA stores)."""
+    return c.semaphore_shown_as or f"`{c.semaphore}`"
+
+
 def offset_text(offset: int | None) -> str:
     """A device relative to another one, d: "device d+1", "device d-2"."""
     if offset is None:
@@ -59,7 +65,7 @@ def _unwaited_copy(c: RootCause) -> str:
 
 
 def _unconsumed_signal(c: RootCause) -> str:
-    return f"no wait on `{c.semaphore}` exists: its signals at {_line(c.site)} are never consumed"
+    return f"no wait on {_sem(c)} exists: its signals at {_line(c.site)} are never consumed"
 
 
 def _guarded(c: RootCause) -> str:
@@ -82,16 +88,16 @@ def _invocation(c: RootCause, k: int) -> str:
 
 def _other_kernels_signal(c: RootCause) -> str:
     if c.writer is None:  # found at the wait itself: it passed early
-        where = (f"another kernel, {_invocation(c, 1)}, which shares `{c.semaphore}`"
+        where = (f"another kernel, {_invocation(c, 1)}, which shares {_sem(c)}"
                  if c.kernels and c.kernels[0] != c.kernels[1]
-                 else f"a later call of the kernel ({_invocation(c, 1)}) to the same `{c.semaphore}`")
+                 else f"a later call of the kernel ({_invocation(c, 1)}) to the same {_sem(c)}")
         return (f"the wait at {_line(c.wait)} in {_invocation(c, 0)} on device d passed on the signal at "
                 f"{_line(c.site)} that {offset_text(c.by_offset)} sent from {where}: the signals meant for "
                 "this wait had not all arrived, so what follows it runs before its peers are ready for it")
     waiter, signaller = c.kernels
     return (f"the wait at {_line(c.wait)} in `{waiter}` on device d was satisfied by the signal at "
             f"{_line(c.site)} that {offset_text(c.by_offset)} sent from another kernel, `{signaller}`, "
-            f"which shares `{c.semaphore}`; {offset_text(c.want_offset)}, {_guarded(c)}, may not have "
+            f"which shares {_sem(c)}; {offset_text(c.want_offset)}, {_guarded(c)}, may not have "
             f"entered `{waiter}` yet")
 
 
@@ -123,12 +129,12 @@ def _late_wait(c: RootCause) -> str:
         access = _ACTIONS.get(c.events[2], "access") if len(c.events) > 2 else "access"
         lets_go = f", which lets the {access} at {_line(c.lets_go)} go,"
     return (f"the {early} at {_line(c.before)}{lets_go} comes before the wait at {_line(c.site)} on "
-            f"`{c.semaphore}` that orders it after the {other} {'from' if copy else 'at'} {_line(c.by)}{through}: "
+            f"{_sem(c)} that orders it after the {other} {'from' if copy else 'at'} {_line(c.by)}{through}: "
             "until that wait, nothing keeps the two apart")
 
 
 def _competing_waits(c: RootCause) -> str:
-    return (f"the waits at {_line(c.site)} compete for one count of `{c.semaphore}`: each takes what it waited "
+    return (f"the waits at {_line(c.site)} compete for one count of {_sem(c)}: each takes what it waited "
             "for, so the first threads through consume the signals the others wait for")
 
 
@@ -171,11 +177,11 @@ def _fix_unwaited_copy(c: RootCause) -> str:
 
 def _fix_unconsumed_signal(c: RootCause) -> str:
     call = ("`plgpu.barrier_wait`" if c.waited_with is WaitCall.BARRIER_WAIT
-            else f"`pl.semaphore_wait({c.semaphore}, ...)`")
+            else "`pl.semaphore_wait`" if c.semaphore_shown_as else f"`pl.semaphore_wait({c.semaphore}, ...)`")
     if c.before is not None:
-        return (f"wait on `{c.semaphore}` ({call}) before {_line(c.before)}, which the signal at "
+        return (f"wait on {_sem(c)} ({call}) before {_line(c.before)}, which the signal at "
                 f"{_line(c.site)} is meant to let go")
-    return f"wait on `{c.semaphore}` ({call}) for every signal at {_line(c.site)} before the kernel exits, or do not signal it"
+    return f"wait on {_sem(c)} ({call}) for every signal at {_line(c.site)} before the kernel exits, or do not signal it"
 
 
 def _fix_wrong_signaller(c: RootCause) -> str:
@@ -191,7 +197,7 @@ def _fix_other_kernels_signal(c: RootCause) -> str:
     if not c.kernels or c.kernels[0] == c.kernels[1]:  # one kernel called again: one collective_id
         return (f"add a second barrier round after the wait at {_line(c.wait)}, as the double barrier of JAX's "
                 "distributed Pallas guide does, so that no device can finish this call and signal "
-                f"`{c.semaphore}` for the next one before every peer has passed this wait")
+                f"{_sem(c)} for the next one before every peer has passed this wait")
     waiter, signaller = c.kernels
     return (f"give `{waiter}` and `{signaller}` different collective_ids, or have the wait at "
             f"{_line(c.wait)} count only signals of this kernel (a second barrier round, as the double "

@@ -127,6 +127,7 @@ def cause_dict(c: RootCause) -> dict:
         "kind": c.kind.value,
         "site": location(c.site),
         "semaphore": c.semaphore,
+        "semaphore_shown_as": c.semaphore_shown_as,
         "sides": list(c.sides),
         "last_only": c.last_only,
         "local": c.local,
