@@ -6,7 +6,7 @@ import enum
 from dataclasses import field
 from typing import Callable, Iterable
 
-from semcheck.ir import DataUse, FedOperand, Input, Loc
+from semcheck.ir import DataUse, FedOperand, Input, Loc, PipelineCopy
 from semcheck.kinds import Kind, StoppedBy
 from semcheck.records import record
 
@@ -269,7 +269,7 @@ class RootCause:
     wait: Loc | None = None  # the wait concerned (WRONG_SIGNALLER, WRONG_COPY; UNWAITED_COPY with last_only)
     by: Loc | None = None  # WRONG_COPY: the start of the copy that satisfied the wait
     writer: Loc | None = None  # WRONG_COPY: the copy that writes the rows; WRONG_SIGNALLER: the copy the wait guards
-    buffer: str | None = None  # NO_GO_AHEAD: the peer's buffer the copy writes
+    buffer: str | None = None  # NO_GO_AHEAD: the peer's buffer the copy writes; LATE_WAIT: `pipeline`'s block
     # WRONG_SIGNALLER: whose signal fed the wait, and whose it needed (the device the copy
     # writes to), as offsets from the waiting device (+1: the next device); NO_GO_AHEAD:
     # `want_offset` is the peer the copy writes to
@@ -289,6 +289,10 @@ class RootCause:
     events: tuple[StepEvent, ...] = ()
     needs: tuple[Loc, ...] = ()
     lets_go: Loc | None = None  # LATE_WAIT whose early action is a signal: the racing access it lets go
+    # LATE_WAIT whose early action is the Pallas pipeline's own copy of a block between grid
+    # steps (located at the pallas_call, no line of the kernel's): which copy, and `buffer`
+    # the block buffer (or HBM array) it touches
+    pipeline: PipelineCopy | None = None
     # Mosaic GPU: how the wait the fix names is written (None: a TPU or plain semaphore wait)
     waited_with: WaitCall | None = None
     # The trace steps of the violation it was found from that show it (not part of `key`).

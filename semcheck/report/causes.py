@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from semcheck.ir import Loc
+from semcheck.ir import Loc, PipelineCopy
 from semcheck.result import CauseKind, RootCause, StepEvent, Violation, WaitCall
 
 
@@ -120,8 +120,26 @@ _ACTIONS = {StepEvent.LOAD: "read", StepEvent.STORE: "write", StepEvent.DMA_STAR
             StepEvent.SIGNAL: "signal"}
 
 
+# The Pallas pipeline's own copy of a block, as the early action of a LATE_WAIT: its line is
+# the pallas_call's, so the statement says what it is.
+_PIPELINE_COPIES = {
+    PipelineCopy.COPY_IN: "the pipeline refills the input block `{buffer}` at the start of a grid step",
+    PipelineCopy.COPY_OUT: "the pipeline writes the output block `{buffer}` back at the end of each grid step",
+    PipelineCopy.WRITE_BACK: "the pipeline writes an output block into `{buffer}` at the end of each grid step",
+}
+
+
+def _late_pipeline_copy(c: RootCause, other: str) -> str:
+    assert c.pipeline is not None
+    return (f"{_PIPELINE_COPIES[c.pipeline].format(buffer=c.buffer)} ({_line(c.before)}, its pallas_call), ahead of "
+            f"the wait at {_line(c.site)} on {_sem(c)} that orders it after the {other} from {_line(c.by)}: "
+            "that wait comes only in a later grid step")
+
+
 def _late_wait(c: RootCause) -> str:
     early, other = (_ACTIONS.get(e, "access") for e in c.events[:2])
+    if c.pipeline is not None:
+        return _late_pipeline_copy(c, other)
     copy = c.events[1] is StepEvent.DMA_START
     through = "" if c.writer == c.by else f" (through the signal at {_line(c.writer)})"
     lets_go = ""
@@ -228,6 +246,11 @@ def _fix_no_go_ahead(c: RootCause) -> str:
 def _fix_late_wait(c: RootCause) -> str:
     moved = [f"the signal at {_line(n)}" for n in c.needs] + [f"the wait at {_line(c.site)}"]
     what = moved[0] if len(moved) == 1 else ", ".join(moved[:-1]) + " and " + moved[-1]
+    if c.pipeline is not None:
+        other = _ACTIONS.get(c.events[1], "access") if len(c.events) > 1 else "access"
+        when = "the next step starts" if c.pipeline is PipelineCopy.COPY_IN else "it ends"
+        return (f"wait for the {other} from {_line(c.by)} within the grid step that starts it: move {what} "
+                f"into that step, before {when}")
     return f"move {what} before {_line(c.before)}"
 
 

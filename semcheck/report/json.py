@@ -144,6 +144,7 @@ def cause_dict(c: RootCause) -> dict:
         "events": [e.value for e in c.events],
         "needs": [location(n) for n in c.needs],
         "lets_go": location(c.lets_go),
+        "pipeline": c.pipeline.value if c.pipeline is not None else None,
         "waited_with": c.waited_with.value if c.waited_with is not None else None,
         "steps": list(c.steps),
         "statement": causes.statement(c),
