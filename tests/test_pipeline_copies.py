@@ -109,6 +109,8 @@ def test_the_copy_out_of_a_block_a_later_step_waits_for_is_named_as_the_pipeline
         f"{line['pl.pallas_call(']}, its pallas_call), ahead of the wait at line {line['copy(i - 1).wait()']} on "
         f"`sem` that orders it after the copy from line {line['copy(i).start()']}: that wait comes only in a later "
         "grid step")
+    # the trace step says which of the pipeline's copies it is, too (it was "load o_ref")
+    assert {v.trace[-1].text.split("  --")[0] for v in r.errors} == {"pipeline copy-out (after the grid step) of o_ref"}
     assert causes.fix(c) == (f"wait for the copy from line {line['copy(i).start()']} within the grid step that "
                              f"starts it: move the wait at line {line['copy(i - 1).wait()']} into that step, before "
                              "it ends")
