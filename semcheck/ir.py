@@ -249,6 +249,11 @@ class SemDecl:
     # it, by its label there; None in one kernel's protocol, and for a barrier semaphore every
     # kernel of the program shares (one per collective id).
     kernel: str | None = None
+    # What a report calls it where its name is not one the kernel's author wrote (a counter
+    # the lowering adds, as for a thread's TMA stores; a `pl.get_global` whose line binds it
+    # to no name): a phrase saying what it stands for ("the reads of the thread's TMA stores").
+    # Empty where the name is the author's, shown as written.
+    shown_as: str = ""
 
 
 @record(frozen=True, slots=True)
@@ -411,6 +416,16 @@ class DmaWait(Instr):
     side: DmaSide = DmaSide.RECV
 
 
+class PipelineCopy(str, enum.Enum):
+    """A plain access that is the Pallas TPU pipeline's own copy of a BlockSpec'd block at a
+    grid-step boundary (lower/pipeline.py), not a line of the kernel: reports say what it is,
+    as its location is only the pallas_call's."""
+
+    COPY_IN = "copy_in"  # before a step: the input block filled from its HBM array
+    COPY_OUT = "copy_out"  # after a step: the output block read to be written back
+    WRITE_BACK = "write_back"  # after a step: that block written into the output's HBM array
+
+
 @record(frozen=True, slots=True)
 class Load(Instr):
     """A plain read of `region` on `device` (None: the thread's own; a device id reaches the
@@ -432,6 +447,7 @@ class Load(Instr):
     device: Operand | None = None
     checked: bool = False
     view: Region | None = None
+    pipeline: PipelineCopy | None = None  # the pipeline's copy of a block it is, if one
 
 
 @record(frozen=True, slots=True)
@@ -447,6 +463,7 @@ class Store(Instr):
     atomic: bool = False
     checked: bool = False
     view: Region | None = None
+    pipeline: PipelineCopy | None = None  # as for `Load`
 
 
 def window_checked(instr: Load | Store) -> bool:

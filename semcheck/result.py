@@ -6,7 +6,7 @@ import enum
 from dataclasses import field
 from typing import Callable, Iterable
 
-from semcheck.ir import DataUse, FedOperand, Input, Loc
+from semcheck.ir import DataUse, FedOperand, Input, Loc, PipelineCopy
 from semcheck.kinds import Kind, StoppedBy
 from semcheck.records import record
 
@@ -255,6 +255,9 @@ class RootCause:
     kind: CauseKind
     site: Loc  # the copy's start (UNWAITED_COPY), the signal (UNCONSUMED_SIGNAL, WRONG_SIGNALLER), the wait (WRONG_COPY)
     semaphore: str | None = None  # the declaration concerned
+    # How a statement names it where its name is not the author's (its `SemDecl.shown_as`):
+    # empty where `semaphore` is shown as written
+    semaphore_shown_as: str = ""
     # UNWAITED_COPY: the sides no wait takes ("send", "recv"), and whether only the copy's
     # last run is left (the wait at `wait` takes each earlier one: a loop's last copy).
     # WRONG_COPY: the side of the mistaken wait ("send": `writer` is a copy reading the rows).
@@ -266,7 +269,7 @@ class RootCause:
     wait: Loc | None = None  # the wait concerned (WRONG_SIGNALLER, WRONG_COPY; UNWAITED_COPY with last_only)
     by: Loc | None = None  # WRONG_COPY: the start of the copy that satisfied the wait
     writer: Loc | None = None  # WRONG_COPY: the copy that writes the rows; WRONG_SIGNALLER: the copy the wait guards
-    buffer: str | None = None  # NO_GO_AHEAD: the peer's buffer the copy writes
+    buffer: str | None = None  # NO_GO_AHEAD: the peer's buffer the copy writes; LATE_WAIT: `pipeline`'s block
     # WRONG_SIGNALLER: whose signal fed the wait, and whose it needed (the device the copy
     # writes to), as offsets from the waiting device (+1: the next device); NO_GO_AHEAD:
     # `want_offset` is the peer the copy writes to
@@ -286,6 +289,10 @@ class RootCause:
     events: tuple[StepEvent, ...] = ()
     needs: tuple[Loc, ...] = ()
     lets_go: Loc | None = None  # LATE_WAIT whose early action is a signal: the racing access it lets go
+    # LATE_WAIT whose early action is the Pallas pipeline's own copy of a block between grid
+    # steps (located at the pallas_call, no line of the kernel's): which copy, and `buffer`
+    # the block buffer (or HBM array) it touches
+    pipeline: PipelineCopy | None = None
     # Mosaic GPU: how the wait the fix names is written (None: a TPU or plain semaphore wait)
     waited_with: WaitCall | None = None
     # The trace steps of the violation it was found from that show it (not part of `key`).

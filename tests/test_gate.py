@@ -208,7 +208,7 @@ def test_github_format_names_the_blocks_of_a_gpu_check(capsys, monkeypatch):
     [line] = out.splitlines()
     assert line.startswith("::error file=examples/gpu/grid_barrier_competing_waits.py,line=29,title=semcheck%3A unsatisfied_wait::")
     # the root cause leads (the waits compete for one count), then where it was checked, then its fix
-    assert "::the waits at line 29 compete for one count of `global#0`" in line
+    assert "::the waits at line 29 compete for one count of `arrived`" in line
     assert "(kernel barrier_kernel; 1, 2 devices x 4 blocks). Fix: let the wait at line 29 leave the count" in line
 
 

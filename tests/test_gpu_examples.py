@@ -150,3 +150,35 @@ def test_every_buggy_example_leads_with_the_root_cause_its_docstring_names():
         if r.errors:
             buggy[os.path.basename(path)] = {(v.kind.value, v.cause.kind.name if v.cause else None) for v in r.errors}
     assert buggy == ROOT_CAUSES
+
+
+# How the headline of each buggy example that names a semaphore semcheck made (or JAX left
+# unnamed) says it: `pl.get_global`'s by the local its line binds (it was `global#0`), a
+# thread's TMA store counters by what they count (it was `tma_store_read_thread0`).
+NAMED_IN_HEADLINE = {
+    "grid_barrier_competing_waits.py": "compete for one count of `arrived`:",
+    "remote_store_ring_no_wait.py": "before the wait at line 30 on `ready` that orders it",
+    "scoped_tile_handoff_no_read_wait.py": "before the wait at line 37 on the source reads of this thread's TMA "
+                                           "stores that orders it",
+    "tma_store_reuse_early.py": "before the wait at line 25 on the source reads of this thread's TMA stores that "
+                                "orders it",
+}
+
+
+def test_every_semaphore_a_headline_names_is_one_the_kernels_author_wrote_or_says_what_it_is():
+    from semcheck.report import causes
+
+    statements = {}
+    for path in EXAMPLES:
+        [r] = results(path, 2)
+        source = open(path, encoding="utf-8").read()
+        for v in r.errors:
+            c = v.cause
+            if c is None or c.semaphore is None:
+                continue
+            statements[os.path.basename(path)] = causes.statement(c)
+            if not c.semaphore_shown_as:
+                assert f" {c.semaphore} = " in source or f"{c.semaphore}," in source or f"{c.semaphore})" in source, (
+                    path, c.semaphore)
+    for name, said in NAMED_IN_HEADLINE.items():
+        assert said in statements[name], (name, statements[name])

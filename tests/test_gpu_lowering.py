@@ -138,7 +138,8 @@ def test_scratch_semaphores_are_per_block_and_get_global_is_per_launch():
     by_kind = {d.kind: d for d in p.semaphores}
     assert by_kind[ir.SemKind.REGULAR].scope is ir.Scope.CORE
     glob = by_kind[ir.SemKind.GPU_GLOBAL]
-    assert (glob.scope, glob.origin, glob.name) == (ir.Scope.DEVICE, ir.SemOrigin.GLOBAL, "global#0")
+    # named as the kernel's line names it (it was `global#0`)
+    assert (glob.scope, glob.origin, glob.name, glob.shown_as) == (ir.Scope.DEVICE, ir.SemOrigin.GLOBAL, "shared", "")
     assert glob.loc.line == line_of(HERE, "shared = pl.get_global(REGULAR)")
 
 
@@ -151,9 +152,36 @@ def test_each_get_global_call_site_is_its_own_semaphore():
 
     p = protocol(gpu_call(kernel))
     globals_ = [d for d in p.semaphores if d.kind is ir.SemKind.GPU_GLOBAL]
-    assert [(d.name, d.size) for d in globals_] == [("global#0", 1), ("global#1", 3)]
+    assert [(d.name, d.size) for d in globals_] == [("a", 1), ("b", 3)]
     signals = [i for i in body(p) if isinstance(i, ir.Signal)]
-    assert [(s.sem.alloc, s.sem.index) for s in signals] == [("global#0", 0), ("global#1", 2)]
+    assert [(s.sem.alloc, s.sem.index) for s in signals] == [("a", 0), ("b", 2)]
+
+
+def test_a_get_global_its_line_binds_to_no_name_is_named_by_its_line():
+    """A semaphore its line does not name (used in place, or bound to two names at once)
+    says where it comes from, never an invented `global#0`; one helper called twice makes
+    two semaphores under one local, told apart."""
+    def make():
+        sem = pl.get_global(REGULAR)  # helper
+        return sem
+
+    def kernel(x_ref, o_ref):
+        pl.semaphore_signal(pl.get_global(REGULAR))  # in place
+        a, b = pl.get_global(REGULAR), pl.get_global(REGULAR)  # two at once
+        pl.semaphore_signal(a)
+        pl.semaphore_signal(b)
+        pl.semaphore_signal(make())
+        pl.semaphore_signal(make())
+
+    p = protocol(gpu_call(kernel))
+    in_place, pair = line_of(HERE, "# in place"), line_of(HERE, "# two at once")
+    globals_ = [(d.name, d.shown_as) for d in p.semaphores if d.kind is ir.SemKind.GPU_GLOBAL]
+    assert globals_ == [
+        (f"global semaphore (line {in_place})", f"the global semaphore of line {in_place}"),
+        (f"global semaphore (line {pair})", f"the global semaphore of line {pair}"),
+        (f"global semaphore (line {pair})#2", f"the global semaphore of line {pair}"),
+        ("sem", ""), ("sem#2", ""),
+    ]
 
 
 def test_gpu_semaphores_may_end_non_zero_and_waits_on_a_global_compete():

@@ -76,6 +76,46 @@ def test_an_input_block_refilled_while_a_copy_still_reads_it_is_a_race():
                                                       ExplicitOptions(silence_reported_races=False)).findings)
 
 
+def test_the_pipelines_copies_say_what_they_are():
+    """The copy-in, copy-out and HBM write-back are flagged on the access (their line is the
+    pallas_call's, so a report names them by what they are), and none of the kernel's own is."""
+    [p] = protocols(pipelined(read_block_across_steps, lambda i: (i, 0)), mesh((1,)), rows=STEPS * 8)
+    flagged = [(type(i).__name__, i.region.buffer, i.pipeline) for i in instrs(p, (ir.Load, ir.Store), 0, 0)
+               if i.pipeline is not None]
+    assert flagged == [("Store", "x_ref", ir.PipelineCopy.COPY_IN)] * STEPS
+    kernels = [i for i in instrs(p, (ir.Load, ir.Store), 0, 0) if i.pipeline is None]
+    assert kernels and all(i.region.buffer == "o_ref" for i in kernels)  # o_ref[...] = ... of each step
+
+
+def test_the_copy_out_of_a_block_a_later_step_waits_for_is_named_as_the_pipelines():
+    """examples/tpu/block_copy_across_steps.py: the race is with the pipeline's write-back at
+    the end of the step, which the report called "the read at line 45" (the pallas_call)."""
+    import os
+
+    from semcheck.report import causes
+    from tests.tpu_support import ROOT, results
+
+    path = os.path.join(ROOT, "examples", "tpu", "block_copy_across_steps.py")
+    source = open(path, encoding="utf-8").read().splitlines()
+    line = {marker: next(n for n, text in enumerate(source, 1) if marker in text)
+            for marker in ("copy(i - 1).wait()", "copy(i).start()", "pl.pallas_call(")}
+    [r] = results(path, 2)
+    [c] = {v.cause for v in r.errors}
+    assert (c.kind.name, c.pipeline, c.buffer, c.before.line, c.site.line, c.by.line) == (
+        "LATE_WAIT", ir.PipelineCopy.COPY_OUT, "o_ref", line["pl.pallas_call("], line["copy(i - 1).wait()"],
+        line["copy(i).start()"])
+    assert causes.statement(c) == (
+        f"the pipeline writes the output block `o_ref` back at the end of each grid step (line "
+        f"{line['pl.pallas_call(']}, its pallas_call), ahead of the wait at line {line['copy(i - 1).wait()']} on "
+        f"`sem` that orders it after the copy from line {line['copy(i).start()']}: that wait comes only in a later "
+        "grid step")
+    # the trace step says which of the pipeline's copies it is, too (it was "load o_ref")
+    assert {v.trace[-1].text.split("  --")[0] for v in r.errors} == {"pipeline copy-out (after the grid step) of o_ref"}
+    assert causes.fix(c) == (f"wait for the copy from line {line['copy(i).start()']} within the grid step that "
+                             f"starts it: move the wait at line {line['copy(i - 1).wait()']} into that step, before "
+                             "it ends")
+
+
 def test_a_revisited_input_block_is_not_copied_again_so_the_copy_across_steps_is_safe():
     [p] = protocols(pipelined(read_block_across_steps, lambda i: (i // 2, 0)), mesh((1,)), rows=STEPS * 8)
     assert pipeline_accesses(p) == [("Store", "x_ref")] * (STEPS // 2)  # steps 0 and 2 only

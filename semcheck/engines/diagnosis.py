@@ -39,7 +39,9 @@ The causes, each from facts that can be checked against the IR:
   other side, but after its action in its own program: a read before the wait on the copy's
   barrier, a copy started before the wait for the signal its source's owner sends after
   writing it, a refill before the wait for the TMA store still reading the tile; or a copy's
-  thread that waits for it only after a signal that lets the racing thread go.
+  thread that waits for it only after a signal that lets the racing thread go. An early
+  action that is the Pallas pipeline's own copy of a block between grid steps (flagged on
+  the access, `ir.PipelineCopy`) is named as that copy, not as a read or write of its line.
 * `COMPETING_WAITS`: an unsatisfied decrementing wait whose units other threads' waits at
   the same line took (a grid barrier whose waits decrement).
 
@@ -81,7 +83,12 @@ def diagnose(system: System, finding, steps: list, racing_step: int | None) -> R
     rule = _RULES.get(finding.kind)
     if rule is None or not steps:
         return None
-    return rule(Path(system, steps, racing_step), finding)
+    cause = rule(Path(system, steps, racing_step), finding)
+    if cause is not None and cause.semaphore in system.allocs:
+        shown_as = system.allocs[cause.semaphore][0].shown_as
+        if shown_as:
+            cause = replace(cause, semaphore_shown_as=shown_as)
+    return cause
 
 
 # --- leftovers -----------------------------------------------------------------------------------
@@ -573,9 +580,12 @@ def _late_wait(path: Path, finding, *, relayed: bool) -> RootCause | None:
         needs = _signals_relay_needs(system, feed.relay, late)
     early_instr, other_instr = system.bodies[late[0]][late[1]], system.bodies[other[0]][other[1]]
     shown = [path.steps[-1].index] + ([path.racing_step] if path.racing_step is not None else [])
+    # The pipeline's own copy of a block (its line is the pallas_call's): said as what it is
+    block_copy = early_instr if isinstance(early_instr, (ir.Load, ir.Store)) and early_instr.pipeline else None
     return RootCause(CauseKind.LATE_WAIT, wait.loc, semaphore=_sem_decl(wait), before=early_instr.loc,
                      by=other_instr.loc, writer=feed.loc, events=(_event(early_instr), _event(other_instr)),
-                     needs=needs, steps=tuple(sorted(set(shown))))
+                     needs=needs, pipeline=block_copy.pipeline if block_copy else None,
+                     buffer=block_copy.region.buffer if block_copy else None, steps=tuple(sorted(set(shown))))
 
 
 def _issuer_waits_late(path: Path, finding) -> RootCause | None:

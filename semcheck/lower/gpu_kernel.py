@@ -97,6 +97,7 @@ class GpuKernelContext(KernelContext):
         if BLOCK_BARRIER not in self.semaphores:
             self.semaphores[BLOCK_BARRIER] = ir.SemDecl(
                 BLOCK_BARRIER, ir.SemKind.MBARRIER, 1, ir.SemOrigin.SCOPED, ir.Scope.CORE, None, loc,
+                shown_as="the block-wide barrier (gpu.barrier) that begins a thread-collective pl.run_scoped",
             )
         return BLOCK_BARRIER
 

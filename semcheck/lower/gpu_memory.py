@@ -480,6 +480,11 @@ def _require_straight_line(t: GpuThreadLowering, eqn) -> None:
     t.require_straight_line(eqn, eqn.primitive.name, "numbers a thread's TMA store groups")
 
 
+# What the (source read, destination written) counters stand for in a report: the waits on
+# them are `plgpu.wait_smem_to_gmem` calls, which name no semaphore.
+_BULK_SHOWN_AS = ("the source reads of this thread's TMA stores", "the writes of this thread's TMA stores")
+
+
 def _bulk_semaphores(t: GpuThreadLowering, eqn, group: int) -> tuple[ir.SemRef, ir.SemRef]:
     """The thread's (source read, destination written) counters of `group`, declared (or
     grown) on first use: one instance per block, one allocation per Pallas thread."""
@@ -490,10 +495,11 @@ def _bulk_semaphores(t: GpuThreadLowering, eqn, group: int) -> tuple[ir.SemRef, 
         names = ctx.bulk_semaphores[t.sub] = (
             ctx.unique(f"tma_store_read{suffix}"), ctx.unique(f"tma_store_written{suffix}"),
         )
-    for name in names:
+    for name, shown_as in zip(names, _BULK_SHOWN_AS):
         decl = ctx.semaphores.get(name)
         if decl is None:
-            decl = ir.SemDecl(name, SemKind.REGULAR, 0, SemOrigin.SCRATCH, Scope.CORE, None, t.loc(eqn))
+            decl = ir.SemDecl(name, SemKind.REGULAR, 0, SemOrigin.SCRATCH, Scope.CORE, None, t.loc(eqn),
+                              shown_as=shown_as)
         if decl.size <= group:
             ctx.semaphores[name] = dataclasses.replace(decl, size=group + 1)
     return ir.SemRef(names[0], group), ir.SemRef(names[1], group)

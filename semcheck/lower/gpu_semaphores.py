@@ -16,6 +16,7 @@ from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.memory import semaphore_ref
+from semcheck.lower.ref_names import assigned_name
 from semcheck.lower.registry import rule
 from semcheck.lower.tpu import resolve_device
 from semcheck.lower.values import Known, RefValue
@@ -103,7 +104,8 @@ def _require_gmem_semaphore(t, eqn, ref: ir.SemRef, what: str) -> None:
 
 @rule("get_global", backend=GPU)
 def get_global(t: GpuThreadLowering, eqn, inputs):
-    """One allocation per call site, shared by every block of the launch."""
+    """One allocation per call site, shared by every block of the launch, under the name its
+    line binds it to (`sem = pl.get_global(...)`: `sem`)."""
     what = eqn.params["what"]
     if not _is_gmem_semaphore(what):
         raise t.error(
@@ -118,9 +120,14 @@ def get_global(t: GpuThreadLowering, eqn, inputs):
     ref = ctx.global_slots.get(id(eqn))
     if ref is None:
         shape = tuple(int(d) for d in what.shape)
-        name = ctx.unique(f"global#{len(ctx.global_slots)}")
+        loc = t.loc(eqn)
+        local = assigned_name(loc, "get_global")
+        # The IR has no name for it: the kernel's line says what its author calls it.
+        name = ctx.unique(local or f"global semaphore (line {loc.line})")
+        shown_as = "" if local else f"the global semaphore of line {loc.line}"
         ctx.semaphores[name] = ir.SemDecl(
-            name, SemKind.GPU_GLOBAL, max(1, math.prod(shape)), SemOrigin.GLOBAL, Scope.DEVICE, None, t.loc(eqn)
+            name, SemKind.GPU_GLOBAL, max(1, math.prod(shape)), SemOrigin.GLOBAL, Scope.DEVICE, None, loc,
+            shown_as=shown_as,
         )
         ref = ctx.global_slots[id(eqn)] = RefValue(name, True, shape, what.dtype)
     return [ref]

@@ -60,8 +60,10 @@ def _tensor_core(t: GpuThreadLowering, eqn) -> TensorCore:
         ctx = t.kernel
         suffix = f"_thread{t.sub}" if ctx.num_threads > 1 or t.sub else ""
         done, commits, operands = (ctx.unique(f"tcgen05_{what}{suffix}") for what in ("done", "commits", "operands"))
-        for name in (done, commits):
-            ctx.semaphores[name] = ir.SemDecl(name, SemKind.REGULAR, 1, SemOrigin.SCRATCH, Scope.CORE, None, t.loc(eqn))
+        for name, shown_as in ((done, "the tensor core's reads of this thread's operands"),
+                               (commits, "the tcgen05 commits of this thread")):
+            ctx.semaphores[name] = ir.SemDecl(name, SemKind.REGULAR, 1, SemOrigin.SCRATCH, Scope.CORE, None, t.loc(eqn),
+                                              shown_as=shown_as)
         ctx.buffers[operands] = ir.BufferDecl(operands, (0,), 1, "smem", Scope.CORE, t.loc(eqn))
         # Issuers are numbered below 4 * num_threads (a Pallas thread and its warps).
         tc = t.tensor_core = TensorCore(Emitter(), 4 * ctx.num_threads + t.sub, done, commits, operands)

@@ -81,9 +81,11 @@ def _fork_join_semaphores(t: GpuThreadLowering, eqn) -> tuple[str, str]:
     if names is None:
         suffix = f"_thread{t.sub}" if ctx.num_threads > 1 else ""
         names = ctx.warp_semaphores[t.sub] = (ctx.unique(f"warp_fork{suffix}"), ctx.unique(f"warp_join{suffix}"))
-        for name in names:
+        for name, shown_as in zip(names, ("the fork into warps of a warp-level core_map",
+                                          "the join of the warps of a warp-level core_map")):
             ctx.semaphores[name] = ir.SemDecl(
-                name, SemKind.REGULAR, WARPS_PER_WARPGROUP, SemOrigin.SCRATCH, Scope.CORE, None, t.loc(eqn)
+                name, SemKind.REGULAR, WARPS_PER_WARPGROUP, SemOrigin.SCRATCH, Scope.CORE, None, t.loc(eqn),
+                shown_as=shown_as,
             )
     return names
 

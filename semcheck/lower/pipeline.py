@@ -14,10 +14,11 @@ sequence of grid points:
 Those copies read and write the block buffer while a kernel DMA may still be in flight on it
 (an output block written back while a DMA still lands in it; an input block refilled while a
 DMA still reads it), so they are emitted as a Store (copy-in) and a Load (copy-out) of the
-whole block at the kernel's call site. Only blocks some DMA touches get them: nothing else
-can overlap a core's own block buffer, and its plain accesses are in program order with the
-copies. The HBM side of these copies is not modelled (the HBM arrays of pipelined operands are
-not buffers of the protocol; the interpreter rejects a non-consecutive revisit of an output
+whole block at the kernel's call site, flagged as the pipeline's (`ir.PipelineCopy`) so that
+a report says what they are. Only blocks some DMA touches get them: nothing else can overlap
+a core's own block buffer, and its plain accesses are in program order with the copies. The
+HBM side of these copies is not modelled (the HBM arrays of pipelined operands are not
+buffers of the protocol; the interpreter rejects a non-consecutive revisit of an output
 block, _check_for_revisiting).
 """
 
@@ -173,7 +174,7 @@ def copy_in(t, blocks: list[PipelinedBlock], points: list, k: int, loc: ir.Loc) 
     """Before step k of this core's grid points: refill the input blocks that need it."""
     for block in blocks:
         if block.is_input and _changes(block, points, k, k - 1):
-            t.emitter.emit(ir.Store(loc, ir.Region(block.buffer)))
+            t.emitter.emit(ir.Store(loc, ir.Region(block.buffer), pipeline=ir.PipelineCopy.COPY_IN))
 
 
 def drop_moved(t, blocks: list[PipelinedBlock], points: list, k: int) -> None:
@@ -191,7 +192,7 @@ def copy_out(t, blocks: list[PipelinedBlock], points: list, k: int, loc: ir.Loc)
     """After step k: write back the output blocks whose next step moves on (or at the end)."""
     for block in blocks:
         if not block.is_input and _changes(block, points, k, k + 1):
-            t.emitter.emit(ir.Load(loc, ir.Region(block.buffer)))
+            t.emitter.emit(ir.Load(loc, ir.Region(block.buffer), pipeline=ir.PipelineCopy.COPY_OUT))
 
 
 def write_back(t, blocks: list[PipelinedBlock], points: list, k: int, loc: ir.Loc) -> None:
@@ -199,7 +200,7 @@ def write_back(t, blocks: list[PipelinedBlock], points: list, k: int, loc: ir.Lo
     write of each output block that moves on (or at the end) into its HBM array."""
     for block in blocks:
         if block.hbm is not None and _changes(block, points, k, k + 1):
-            t.emitter.emit(ir.Store(loc, hbm_region(block, points[k])))
+            t.emitter.emit(ir.Store(loc, hbm_region(block, points[k]), pipeline=ir.PipelineCopy.WRITE_BACK))
 
 
 def _changes(block: PipelinedBlock, points: list, k: int, other: int) -> bool:

@@ -48,6 +48,30 @@ def ref_names(jaxpr, default: str, at: ir.Loc | None = None, bound: int | None =
     return [n or f"{default}{k}" for k, n in enumerate(names)]
 
 
+def assigned_name(at: ir.Loc, call: str) -> str | None:
+    """The local that the statement at `at` binds the result of a call of `call` to: `sem`
+    for `sem = pl.get_global(...)`. A ref a primitive makes inside the kernel (no argument
+    of it) has no name in the jaxpr; its line says what the author calls it. None where the
+    line is not one such assignment to one plain name."""
+    module = _module(at.file)
+    if module is None:
+        return None
+    for node in ast.walk(module):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.lineno <= at.line <= (node.end_lineno or node.lineno):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if (len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id != "_"
+                    and isinstance(node.value, ast.Call) and _called_name(node.value.func) == call):
+                return targets[0].id
+    return None
+
+
+def _called_name(func: ast.expr) -> str | None:
+    """`get_global` for `pl.get_global` or `get_global`."""
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else None
+
+
 def _distinct(source_names: dict[int, str], names: list[str]) -> dict[int, str]:
     """`source_names` without a name the source gives two refs (a local rebound: `ref =
     args[0]` ... `ref = args[2]`) or one that another ref already has: refs are told apart

@@ -757,10 +757,11 @@ def _declare_default_barrier(ctx: KernelContext, devices: int) -> bool:
     """Declare the default device barrier's semaphores when XLA inserts one; whether it does."""
     if ctx.collective_id is not None or ctx.skip_device_barrier or devices * ctx.cores == 1:
         return False
-    for name in (ARRIVE, RELEASE):
+    for name, shown_as in ((ARRIVE, "the arrivals at XLA's device barrier before the kernel"),
+                           (RELEASE, "the release from XLA's device barrier before the kernel")):
         ctx.unique(name)
         ctx.semaphores[name] = ir.SemDecl(
-            name, SemKind.BARRIER, 1, SemOrigin.BARRIER, ir.Scope.CORE, None, ctx.kernel_loc
+            name, SemKind.BARRIER, 1, SemOrigin.BARRIER, ir.Scope.CORE, None, ctx.kernel_loc, shown_as=shown_as
         )
     return True
 

@@ -94,8 +94,9 @@ def _has_default_barrier(protocol: ir.Protocol) -> bool:
 
 def _with_joint_entry(protocol: ir.Protocol) -> ir.Protocol:
     decls = tuple(
-        ir.SemDecl(name, ir.SemKind.BARRIER, 1, ir.SemOrigin.BARRIER, ir.Scope.CORE, None, protocol.loc)
-        for name in (ARRIVE, RELEASE)
+        ir.SemDecl(name, ir.SemKind.BARRIER, 1, ir.SemOrigin.BARRIER, ir.Scope.CORE, None, protocol.loc,
+                   shown_as=f"the {what} the cores' joint entry into the kernel")
+        for name, what in ((ARRIVE, "arrivals at"), (RELEASE, "release from"))
     )
     threads = tuple(
         dataclasses.replace(t, body=_insert_after_entries(t.body, _entry_barrier(t, protocol)))

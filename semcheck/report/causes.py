@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from semcheck.ir import Loc
+from semcheck.ir import Loc, PipelineCopy
 from semcheck.result import CauseKind, RootCause, StepEvent, Violation, WaitCall
 
 
@@ -40,6 +40,12 @@ def _line(loc: Loc | None) -> str:
     return f"line {loc.line} (called from {loc.call_site(loc.chain[-1])})"
 
 
+def _sem(c: RootCause) -> str:
+    """The semaphore concerned: its name as the author wrote it, in backquotes, or what it
+    stands for where the lowering made it (the reads of a thread's TMA stores)."""
+    return c.semaphore_shown_as or f"`{c.semaphore}`"
+
+
 def offset_text(offset: int | None) -> str:
     """A device relative to another one, d: "device d+1", "device d-2"."""
     if offset is None:
@@ -59,7 +65,7 @@ def _unwaited_copy(c: RootCause) -> str:
 
 
 def _unconsumed_signal(c: RootCause) -> str:
-    return f"no wait on `{c.semaphore}` exists: its signals at {_line(c.site)} are never consumed"
+    return f"no wait on {_sem(c)} exists: its signals at {_line(c.site)} are never consumed"
 
 
 def _guarded(c: RootCause) -> str:
@@ -82,16 +88,16 @@ def _invocation(c: RootCause, k: int) -> str:
 
 def _other_kernels_signal(c: RootCause) -> str:
     if c.writer is None:  # found at the wait itself: it passed early
-        where = (f"another kernel, {_invocation(c, 1)}, which shares `{c.semaphore}`"
+        where = (f"another kernel, {_invocation(c, 1)}, which shares {_sem(c)}"
                  if c.kernels and c.kernels[0] != c.kernels[1]
-                 else f"a later call of the kernel ({_invocation(c, 1)}) to the same `{c.semaphore}`")
+                 else f"a later call of the kernel ({_invocation(c, 1)}) to the same {_sem(c)}")
         return (f"the wait at {_line(c.wait)} in {_invocation(c, 0)} on device d passed on the signal at "
                 f"{_line(c.site)} that {offset_text(c.by_offset)} sent from {where}: the signals meant for "
                 "this wait had not all arrived, so what follows it runs before its peers are ready for it")
     waiter, signaller = c.kernels
     return (f"the wait at {_line(c.wait)} in `{waiter}` on device d was satisfied by the signal at "
             f"{_line(c.site)} that {offset_text(c.by_offset)} sent from another kernel, `{signaller}`, "
-            f"which shares `{c.semaphore}`; {offset_text(c.want_offset)}, {_guarded(c)}, may not have "
+            f"which shares {_sem(c)}; {offset_text(c.want_offset)}, {_guarded(c)}, may not have "
             f"entered `{waiter}` yet")
 
 
@@ -114,8 +120,26 @@ _ACTIONS = {StepEvent.LOAD: "read", StepEvent.STORE: "write", StepEvent.DMA_STAR
             StepEvent.SIGNAL: "signal"}
 
 
+# The Pallas pipeline's own copy of a block, as the early action of a LATE_WAIT: its line is
+# the pallas_call's, so the statement says what it is.
+_PIPELINE_COPIES = {
+    PipelineCopy.COPY_IN: "the pipeline refills the input block `{buffer}` at the start of a grid step",
+    PipelineCopy.COPY_OUT: "the pipeline writes the output block `{buffer}` back at the end of each grid step",
+    PipelineCopy.WRITE_BACK: "the pipeline writes an output block into `{buffer}` at the end of each grid step",
+}
+
+
+def _late_pipeline_copy(c: RootCause, other: str) -> str:
+    assert c.pipeline is not None
+    return (f"{_PIPELINE_COPIES[c.pipeline].format(buffer=c.buffer)} ({_line(c.before)}, its pallas_call), ahead of "
+            f"the wait at {_line(c.site)} on {_sem(c)} that orders it after the {other} from {_line(c.by)}: "
+            "that wait comes only in a later grid step")
+
+
 def _late_wait(c: RootCause) -> str:
     early, other = (_ACTIONS.get(e, "access") for e in c.events[:2])
+    if c.pipeline is not None:
+        return _late_pipeline_copy(c, other)
     copy = c.events[1] is StepEvent.DMA_START
     through = "" if c.writer == c.by else f" (through the signal at {_line(c.writer)})"
     lets_go = ""
@@ -123,12 +147,12 @@ def _late_wait(c: RootCause) -> str:
         access = _ACTIONS.get(c.events[2], "access") if len(c.events) > 2 else "access"
         lets_go = f", which lets the {access} at {_line(c.lets_go)} go,"
     return (f"the {early} at {_line(c.before)}{lets_go} comes before the wait at {_line(c.site)} on "
-            f"`{c.semaphore}` that orders it after the {other} {'from' if copy else 'at'} {_line(c.by)}{through}: "
+            f"{_sem(c)} that orders it after the {other} {'from' if copy else 'at'} {_line(c.by)}{through}: "
             "until that wait, nothing keeps the two apart")
 
 
 def _competing_waits(c: RootCause) -> str:
-    return (f"the waits at {_line(c.site)} compete for one count of `{c.semaphore}`: each takes what it waited "
+    return (f"the waits at {_line(c.site)} compete for one count of {_sem(c)}: each takes what it waited "
             "for, so the first threads through consume the signals the others wait for")
 
 
@@ -171,11 +195,11 @@ def _fix_unwaited_copy(c: RootCause) -> str:
 
 def _fix_unconsumed_signal(c: RootCause) -> str:
     call = ("`plgpu.barrier_wait`" if c.waited_with is WaitCall.BARRIER_WAIT
-            else f"`pl.semaphore_wait({c.semaphore}, ...)`")
+            else "`pl.semaphore_wait`" if c.semaphore_shown_as else f"`pl.semaphore_wait({c.semaphore}, ...)`")
     if c.before is not None:
-        return (f"wait on `{c.semaphore}` ({call}) before {_line(c.before)}, which the signal at "
+        return (f"wait on {_sem(c)} ({call}) before {_line(c.before)}, which the signal at "
                 f"{_line(c.site)} is meant to let go")
-    return f"wait on `{c.semaphore}` ({call}) for every signal at {_line(c.site)} before the kernel exits, or do not signal it"
+    return f"wait on {_sem(c)} ({call}) for every signal at {_line(c.site)} before the kernel exits, or do not signal it"
 
 
 def _fix_wrong_signaller(c: RootCause) -> str:
@@ -191,7 +215,7 @@ def _fix_other_kernels_signal(c: RootCause) -> str:
     if not c.kernels or c.kernels[0] == c.kernels[1]:  # one kernel called again: one collective_id
         return (f"add a second barrier round after the wait at {_line(c.wait)}, as the double barrier of JAX's "
                 "distributed Pallas guide does, so that no device can finish this call and signal "
-                f"`{c.semaphore}` for the next one before every peer has passed this wait")
+                f"{_sem(c)} for the next one before every peer has passed this wait")
     waiter, signaller = c.kernels
     return (f"give `{waiter}` and `{signaller}` different collective_ids, or have the wait at "
             f"{_line(c.wait)} count only signals of this kernel (a second barrier round, as the double "
@@ -222,6 +246,11 @@ def _fix_no_go_ahead(c: RootCause) -> str:
 def _fix_late_wait(c: RootCause) -> str:
     moved = [f"the signal at {_line(n)}" for n in c.needs] + [f"the wait at {_line(c.site)}"]
     what = moved[0] if len(moved) == 1 else ", ".join(moved[:-1]) + " and " + moved[-1]
+    if c.pipeline is not None:
+        other = _ACTIONS.get(c.events[1], "access") if len(c.events) > 1 else "access"
+        when = "the next step starts" if c.pipeline is PipelineCopy.COPY_IN else "it ends"
+        return (f"wait for the {other} from {_line(c.by)} within the grid step that starts it: move {what} "
+                f"into that step, before {when}")
     return f"move {what} before {_line(c.before)}"
 
 

@@ -250,7 +250,17 @@ def _text_plain(system, before, after, t, instr, step) -> str:
     peer = None if device is None else system.eval(device, t, before)
     step.src = _region(system, t, region, before, write=isinstance(instr, ir.Store), device=peer)
     what = "atomic update" if isinstance(instr, ir.Store) and instr.atomic else step.event.value
+    pipeline = getattr(instr, "pipeline", None)
+    if pipeline is not None:  # located at the pallas_call: say which of the pipeline's copies
+        what = _PIPELINE_COPIES[pipeline]
     return f"{what} {region.buffer}" + ("" if peer is None else f" on device {peer}")
+
+
+_PIPELINE_COPIES = {
+    ir.PipelineCopy.COPY_IN: "pipeline copy-in (before the grid step) of",
+    ir.PipelineCopy.COPY_OUT: "pipeline copy-out (after the grid step) of",
+    ir.PipelineCopy.WRITE_BACK: "pipeline write-back (after the grid step) into",
+}
 
 
 def _describe_event(system: System, before: State, after: State, event, index: int) -> TraceStep:
