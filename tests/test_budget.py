@@ -171,12 +171,19 @@ def test_a_kernel_script_that_outlasts_the_budget_is_inconclusive(tmp_path):
     """The capture subprocess is given the time left and stopped when it is gone."""
     path = tmp_path / "sleepy_kernel.py"
     path.write_text("import time\n\nimport jax\n\nwhile True:\n    time.sleep(0.1)\n")
-    (result,) = verify_path(str(path), [2], budget=Budget(timeout=2))
+    (result,) = verify_path(str(path), [2], budget=Budget(timeout=4))
     assert result.verdict.value == "inconclusive"
+    if result.exhausted.startswith("time budget of 4 s ran out while loading"):
+        # a machine loaded past 4 s of start-up (seen at load 10 in CI's neighbourhood): the
+        # capture server had not started the script yet, and the note says so
+        assert result.exhausted == f"time budget of 4 s ran out while loading {path} with 2 devices", result.exhausted
+        return
     assert result.exhausted.startswith(f"time budget ran out while running {path} with 2 devices")
-    # where it was stopped: in the loop, or (on a loaded machine, where importing JAX can take
-    # the 2 s) still at the import; either way a line of the script, with its text
-    where = {f"while it ran line 6 of {path}: time.sleep(0.1)", f"while it ran line 3 of {path}: import jax"}
+    # where it was stopped: in the loop (its sleep, or rarely its test), or (on a loaded
+    # machine, where importing JAX can take the time) still at the import; either way a line
+    # of the script, with its text
+    where = {f"while it ran line 6 of {path}: time.sleep(0.1)", f"while it ran line 5 of {path}: while True:",
+             f"while it ran line 3 of {path}: import jax"}
     assert any(w in result.notes[-1] for w in where), result.notes[-1]
 
 
