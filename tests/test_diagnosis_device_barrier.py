@@ -30,7 +30,7 @@ def ring_into_neighbours_slots(x_ref, o_ref, slots, send_sems, recv_sems):
         src, dst = step % 2, 1 - step % 2
         copy = pltpu.make_async_remote_copy(slots.at[src], slots.at[dst], send_sems.at[step],
                                             recv_sems.at[step], device_id=(right,),
-                                            device_id_type=pltpu.DeviceIdType.MESH)
+                                            device_id_type=pl.DeviceIdType.MESH)
         copy.start()  # forward
         copy.wait()
         o_ref[...] += slots[dst]
