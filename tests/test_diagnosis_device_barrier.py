@@ -61,3 +61,18 @@ def test_a_ring_race_after_the_default_device_barrier_is_not_blamed_on_that_barr
         assert v.cause.kind is not CauseKind.WRONG_SIGNALLER
         assert v.cause.site.line != kernel_def, causes.statement(v.cause)
         assert "send it to device" not in causes.fix(v.cause)
+
+
+def test_a_ring_is_not_told_to_wait_for_its_neighbours_copy_before_sending_its_own():
+    """The same ring: its race at the copy's start was told "move the wait at line 18 before
+    line 17", where the wait takes the left neighbour's copy from line 17 itself; every
+    device would then wait for another's copy before starting its own, and the ring
+    deadlocks. No LATE_WAIT is said where what the wait takes comes from the line it would
+    move before; the capacity handshake the ring lacks is said (NO_GO_AHEAD)."""
+    [protocol] = protocols(per_device, mesh((4,)))
+    result = check_protocol(protocol, engine="explicit", exhaustive=True)
+    causes_found = [v.cause for v in result.violations if v.cause is not None]
+    assert all(not (c.kind is CauseKind.LATE_WAIT and c.writer == c.before) for c in causes_found), [
+        causes.statement(c) for c in causes_found]
+    start = line_of(__file__, "copy.start()  # forward")
+    assert any(c.kind is CauseKind.NO_GO_AHEAD and c.site.line == start for c in causes_found)

@@ -567,7 +567,8 @@ def _late_wait(path: Path, finding, *, relayed: bool) -> RootCause | None:
             continue
         made = _made_after(system, other, other_step, late_step, relayed=relayed)
         found = _first_wait_on(system, late, made)
-        if found is not None and not _no_late_wait_here(system, late, late_step, other, other_step, found[0]):
+        if found is not None and not _no_late_wait_here(system, late, late_step, other, other_step, found[0]) \
+                and not _waits_for_its_own_line(system, late, found[1]):
             break
         found = None
     if found is None:
@@ -619,6 +620,15 @@ def _issuer_waits_late(path: Path, finding) -> RootCause | None:
                                  lets_go=access_instr.loc,
                                  steps=tuple(sorted({start_step.index, f.index, s.index, access_step.index})))
     return None
+
+
+def _waits_for_its_own_line(system: System, late: tuple[int, int], feed: _Feed) -> bool:
+    """Where moving the wait is no fix because what it waits for comes from the very line it
+    would move before (a ring's copy at line 17, whose wait at line 18 takes the neighbour's
+    copy from line 17): every device running that program would then wait for another's line
+    17 before its own, a circle that deadlocks. The fix is elsewhere (a capacity handshake, a
+    slot of its own), so no LATE_WAIT is said."""
+    return feed.loc == system.bodies[late[0]][late[1]].loc
 
 
 def _no_late_wait_here(system: System, late: tuple[int, int], late_step: TraceStep | None,
