@@ -554,9 +554,10 @@ class FedOperand:
 
     buffer: str
     producer: str  # the earlier kernel, as the notes name it
-    # that kernel's protocol, as its check's result names it: the consumer's verdict rests on
-    # that check finding no data race (run/checks.py)
-    producer_check: str = ""
+    # that kernel's call, as its place in the load's capture order (`Protocol.calls`): the
+    # consumer's verdict rests on the check of the protocol holding it finding no data race
+    # (run/checks.py)
+    producer_call: int | None = None
 
 
 @record(frozen=True, slots=True)
@@ -652,6 +653,11 @@ class Protocol:
     # TPU frontend: 32 when every size is whole units, else 1, lower/tpu_hardware.py; a
     # model and the GPU: 1, bytes).
     dma_unit: int = 1
+    # The kernel calls it checks, as places in the capture order of the load that gave it
+    # (frontends/capture.py, `lower_captures`; a program: each of its kernels'). What links a
+    # kernel fed another's outputs to that kernel's check (`FedOperand.producer_call`). Not
+    # compared: the same kernel captured twice is one protocol, checked once.
+    calls: tuple[int, ...] = field(default=(), compare=False)
 
     def semaphore(self, name: str) -> SemDecl:
         for decl in self.semaphores:

@@ -447,6 +447,9 @@ class Result:
     # none is `safe` for the gate, but its report says it has known findings.
     known_findings: int = 0
     values: CheckedValues = field(default_factory=CheckedValues)
+    # The kernel calls its protocol checks (`Protocol.calls`): what a later kernel fed one of
+    # their outputs names (`FedOperand.producer_call`, run/checks.py `resting_on_producers`).
+    calls: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
     def __repr__(self) -> str:
         """One line: what was checked, the verdict, what was found and where."""

@@ -292,10 +292,11 @@ def test_kernels_in_a_loop_hand_nothing_on_and_the_withheld_note_says_why():
 # --- the consumer's verdict rests on the producer's ---------------------------------------------
 
 
-def _result(kernel: str, verdict: str, fed=()):
+def _result(kernel: str, verdict: str, fed=(), calls=()):
     from semcheck.result import CheckedValues, Result, Verdict
 
-    return Result(kernel, "k.py", 1, "tpu", "tpu", 2, 1, "explicit", Verdict(verdict), values=CheckedValues(fed=fed))
+    return Result(kernel, "k.py", 1, "tpu", "tpu", 2, 1, "explicit", Verdict(verdict), values=CheckedValues(fed=fed),
+                  calls=calls)
 
 
 def test_a_safe_consumer_of_a_producer_whose_check_is_not_safe_is_inconclusive():
@@ -304,19 +305,36 @@ def test_a_safe_consumer_of_a_producer_whose_check_is_not_safe_is_inconclusive()
     (or anything but safe), and says why; a consumer with a violation keeps it."""
     from semcheck.run.checks import resting_on_producers
 
-    fed = (ir.FedOperand("steps_hbm", "schedule_kernel (called at k.py:40)", "schedule_kernel"),)
-    consumer = _result("copy_kernel", "safe", fed)
-    judged = resting_on_producers(consumer, [_result("schedule_kernel", "violation")])
+    fed = (ir.FedOperand("steps_hbm", "schedule_kernel (called at k.py:40)", 0),)
+    consumer = _result("copy_kernel", "safe", fed, calls=(1,))
+    judged = resting_on_producers(consumer, [_result("schedule_kernel", "violation", calls=(0,))])
     assert judged.verdict.value == "inconclusive"
     assert judged.unjustified == ("the values of steps_hbm are the outputs of schedule_kernel (called at k.py:40) as "
                                   "semcheck's lowering computed them, which hold on a chip only if that kernel has "
                                   "no data race, and its check here is violation")
-    # a second kernel of the same name, renamed by the dedupe, counts too
-    assert resting_on_producers(consumer, [_result("schedule_kernel #2", "error")]).verdict.value == "inconclusive"
-    assert resting_on_producers(consumer, [_result("schedule_kernel", "safe")]) is consumer
-    assert resting_on_producers(consumer, [_result("other_kernel", "violation")]) is consumer
-    racy = _result("copy_kernel", "violation", fed)
-    assert resting_on_producers(racy, [_result("schedule_kernel", "violation")]) is racy
+    # the producer's call renamed by the dedupe (another kernel of its name came first) counts too
+    assert resting_on_producers(consumer, [_result("schedule_kernel #2", "error", calls=(0,))]).verdict.value \
+        == "inconclusive"
+    assert resting_on_producers(consumer, [_result("schedule_kernel", "safe", calls=(0,))]) is consumer
+    assert resting_on_producers(consumer, [_result("other_kernel", "violation", calls=(2,))]) is consumer
+    racy = _result("copy_kernel", "violation", fed, calls=(1,))
+    assert resting_on_producers(racy, [_result("schedule_kernel", "violation", calls=(0,))]) is racy
+
+
+def test_kernels_whose_names_share_a_prefix_are_not_taken_for_the_producer():
+    """The producer's check is the one holding its call, not one whose name starts with its
+    name: a different kernel of the same name (renamed `#2` by the dedupe) that has a data
+    race leaves a consumer of the safe one safe, and so does `schedule_kernel_v2`."""
+    from semcheck.run.checks import resting_on_producers
+
+    fed = (ir.FedOperand("steps_hbm", "schedule_kernel (called at k.py:40)", 0),)
+    consumer = _result("copy_kernel", "safe", fed, calls=(2,))
+    earlier = [_result("schedule_kernel", "safe", calls=(0,)), _result("schedule_kernel #2", "violation", calls=(1,)),
+               _result("schedule_kernel_v2", "violation", calls=(3,))]
+    assert resting_on_producers(consumer, earlier) is consumer
+    # the same kernel captured twice is one protocol, one check: a consumer of either call rests on it
+    assert resting_on_producers(consumer, [_result("schedule_kernel", "violation", calls=(5, 0))]).verdict.value \
+        == "inconclusive"
 
 
 def test_check_loaded_judges_the_consumer_after_its_producer():
@@ -326,4 +344,18 @@ def test_check_loaded_judges_the_consumer_after_its_producer():
     assert errors == []
     results = check_loaded(protocols, lambda p: check_protocol(p, engine="explicit"), lambda e: None)
     assert [(r.kernel, r.verdict.value) for r in results] == [("schedule_kernel", "safe"), ("copy_kernel", "safe")]
-    assert results[1].values.fed[0].producer_check == "schedule_kernel"
+    assert [r.calls for r in results] == [(0,), (1,)]
+    assert results[1].values.fed[0].producer_call == 0
+
+
+def test_the_same_kernel_captured_twice_is_checked_once_for_both_calls():
+    """`_dedupe` keeps one of two equal protocols and gives it both calls, so a kernel fed by
+    the second call rests on that one check; a different kernel of the same name keeps its own."""
+    import dataclasses
+
+    from semcheck.frontends.capture import _dedupe
+
+    kernel = ir.Protocol("schedule_kernel", ir.Backend.TPU, 2, 1, ())
+    other = dataclasses.replace(kernel, devices=4, calls=(2,))
+    kept = _dedupe([dataclasses.replace(kernel, calls=(0,)), dataclasses.replace(kernel, calls=(1,)), other])
+    assert [(p.name, p.calls) for p in kept] == [("schedule_kernel", (0, 1)), ("schedule_kernel #2", (2,))]

@@ -519,7 +519,9 @@ def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chai
         assert withheld == [
             f"the values the script passed are not used for n_ref on device 0 (it is computed from the outputs of "
             f"count_kernel (called at {_call_line()}), and {ZEROS}; for count_kernel (called at {_call_line()}), "
-            f"{COUNTED_NOT_COMPUTED}): such an operand holds what the kernel's own "
+            f"{COUNTED_NOT_COMPUTED}; semcheck's lowering of count_kernel (called at {_call_line()}) hands nothing of "
+            f"it on: stablehlo.add at tests/test_provenance.py:{f.__code__.co_firstlineno + 4} computes its elements "
+            "rather than placing them): such an operand holds what the kernel's own "
             "stores define, and a scalar-prefetch element it reads is an input over its type (docs/data-evaluation.md)"
         ]
         assert any("is a scalar-prefetch operand whose script value is not known (the values the capture saw of "

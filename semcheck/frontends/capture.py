@@ -342,20 +342,19 @@ def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tup
     name stays a protocol input instead of its value in the data)."""
     from semcheck.lower import lower_kernel
 
-    from semcheck.lower.program import kernel_flows, link_programs
+    from semcheck.lower.program import link_programs
 
     lowered: list[list[ir.Protocol]] = []
     errors: list[KernelError] = []
-    flows = kernel_flows(captures)
     for j, capture in enumerate(captures):
         capture.assumed = frozenset(assumed)
-        _feed(captures, j, flows)
+        _feed(captures, j)
         lowered.append([])
         try:
-            lowered[-1] = lower_kernel(capture, tpu_cores=tpu_cores)
+            lowered[-1] = [dataclasses.replace(p, calls=(j,)) for p in lower_kernel(capture, tpu_cores=tpu_cores)]
         except LoadError as e:
             error = _kernel_error(capture, e.message, e.loc, e.hint)
-            error.prefixes = list(e.prefixes)
+            error.prefixes = [dataclasses.replace(p, calls=(j,)) for p in e.prefixes]
             errors.append(error)
         except Exception as e:  # a bug in semcheck: report it as an error, not a crash
             if os.environ.get("SEMCHECK_DEBUG"):
@@ -371,27 +370,29 @@ def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tup
     return _dedupe(link_programs(captures, lowered)), errors
 
 
-def _feed(captures: list, j: int, flows) -> None:
-    """Hand `captures[j]` what semcheck's lowering computed of each earlier kernel's output
-    that is exactly one of its operands (lower/produced.py), where that operand is withheld
-    only because it is that output (the capture's zeros): the producer runs once in the
-    program, before this kernel, which runs once too. Where the producer's lowering does not
-    hand its outputs on, the withheld reason says why."""
-    from semcheck.frontends.provenance import kernel_label
+def _feed(captures: list, j: int) -> None:
+    """Hand `captures[j]` what semcheck's lowering computed of an earlier kernel's output
+    (lower/produced.py) for each operand placed from it (that output itself, or its elements
+    sliced, reshaped, padded with constants...: frontends/placing.py), where that operand is
+    withheld only because it is computed from that output (the capture's zeros): the
+    producer runs once in the program, before this kernel, which runs once too. Where the
+    producer's lowering does not hand its outputs on, or an op between them computes rather
+    than places the operand's elements, the withheld reason says why."""
+    from semcheck.frontends.placing import Placement
     from semcheck.lower.produced import Feed
 
     consumer = captures[j]
     feeds = []
-    for k, m, consumer_index, i in flows:
-        if consumer_index != j:
-            continue
-        producer = captures[k]
-        label = kernel_label(producer)
+    for i, placement in sorted(consumer.placed.items()):
         origins = consumer.operand_origins
-        if i >= len(origins) or origins[i].kernels != (label,) or origins[i].outside or origins[i].own:
+        if i >= len(origins) or not [why for why in consumer.withheld.values() if i in why]:
             continue
-        held = [why for why in consumer.withheld.values() if i in why]
-        if not held or (producer.produced is None and producer.primitive != "pallas_call"):
+        label = origins[i].kernels[0]
+        if not isinstance(placement, Placement):
+            _say_why(consumer, i, f"; semcheck's lowering of {label} hands nothing of it on: {placement.sentence()}")
+            continue
+        producer = captures[placement.producer]
+        if producer.produced is None and producer.primitive != "pallas_call":
             continue  # a GPU kernel's lowering hands nothing on, and says nothing of it
         refused = (producer.produced.refused if producer.produced is not None
                    else "its lowering did not complete")
@@ -402,11 +403,14 @@ def _feed(captures: list, j: int, flows) -> None:
             _say_why(consumer, i, f"; semcheck's lowering of {label} does not hand its outputs on: {refused}")
             continue
         assert producer.produced is not None
-        elements = {d: e for d in consumer.operand_values if (e := producer.produced.output(d, m)) is not None}
+        m = placement.output
+        outputs = {d: e for d in consumer.operand_values if (e := producer.produced.output(d, m)) is not None}
+        elements = {d: placed for d, e in outputs.items() if (placed := placement.apply(e)).count()}
         if elements:
-            feeds.append(Feed(i, label, m, elements, producer.produced.kernel))
-        _say_why(consumer, i, f"; semcheck's lowering of {label} hands nothing of it on: {producer.produced.why_not(m)}",
-                 set(elements))
+            feeds.append(Feed(i, label, m, elements, placement.producer, placement.ops()))
+        why = (producer.produced.why_not(m) if not outputs else
+               f"none of the elements {', '.join(placement.ops())} places into it is one that lowering knows")
+        _say_why(consumer, i, f"; semcheck's lowering of {label} hands nothing of it on: {why}", set(elements))
     consumer.feeds = tuple(feeds)
 
 
@@ -433,7 +437,9 @@ def _dedupe(protocols: list[ir.Protocol]) -> list[ir.Protocol]:
     different shapes) that share a name get #2, #3..."""
     unique: list[ir.Protocol] = []
     for p in protocols:
-        if any(p == q for q in unique):
+        same = next((n for n, q in enumerate(unique) if p == q), None)
+        if same is not None:  # its check is the other's: a kernel fed by this call rests on it
+            unique[same] = dataclasses.replace(unique[same], calls=unique[same].calls + p.calls)
             continue
         names = {q.name for q in unique}
         if p.name in names:
@@ -484,6 +490,7 @@ def with_operand_values(found: list, fn, args, kwargs) -> list:
         kernel.operand_origins, kernel.computed, kernel.computed_earlier = \
             run.operand_origins, run.computed, run.computed_earlier
         kernel.not_computed = run.not_computed
+        kernel.placed = run.placed
     return found
 
 

@@ -33,6 +33,7 @@ SERVER_PRELOAD = ("jax", "jax.experimental.pallas", "jax.experimental.pallas.tpu
                   "jax._src.pallas.mosaic.pallas_call_registration?", "jaxlib.mlir.dialects.builtin?",
                   "jaxlib.mlir.extras.meta?", "semcheck.frontends.capture", "semcheck.lower.*", "semcheck.semantics",
                   "semcheck.semantics.ordering", "semcheck.frontends.operands", "semcheck.frontends.provenance",
+                  "semcheck.frontends.placing",
                   "semcheck.passes.assumptions",
                   "semcheck.frontends.isolation", "semcheck.frontends.sources")
 _ENTRY = "semcheck.frontends.capture:child_main"

@@ -98,21 +98,26 @@ def kernel_label(capture) -> str:
 
 
 def trace_operands(captures: list) -> None:
-    """Set each capture's `operand_origins` from the program it was lowered in. A capture
-    whose operands are not MLIR values (one found in a jaxpr) keeps none: its values are
-    then all withheld (`decide_withheld`)."""
+    """Set each capture's `operand_origins` from the program it was lowered in, and for each
+    operand computed from one earlier kernel's outputs, how it is placed from one of them
+    (`placed`, frontends/placing.py). A capture whose operands are not MLIR values (one
+    found in a jaxpr) keeps none: its values are then all withheld (`decide_withheld`)."""
     import os
 
+    from semcheck.frontends.placing import place_operand
+
     walks: dict[int, _ModuleWalk] = {}
-    for capture in captures:
+    for k, capture in enumerate(captures):
         scope = capture.flow.scope if capture.flow is not None else None
         module = getattr(scope, "module", None)
         if module is None:
             continue
         walk = walks.setdefault(id(scope), _ModuleWalk(module))
         made = walk.computed if capture.computed else walk.producers
-        for value in capture.flow.results:
+        for m, value in enumerate(capture.flow.results):
             made.setdefault(value, kernel_label(capture))
+            if not capture.computed:
+                walk.outputs.setdefault(value, (k, m))
     for capture in captures:
         found = walks.get(id(capture.flow.scope)) if capture.flow is not None else None
         if found is None:
@@ -122,10 +127,14 @@ def trace_operands(captures: list) -> None:
             capture.runs_once = found.runs_once(capture.flow.results)
             if any(origin.own for origin in capture.operand_origins):
                 capture.earlier_calls = found.earlier_calls(capture.flow.results)
+            capture.placed = {i: place_operand(operand, found.outputs)
+                              for i, (operand, origin) in enumerate(zip(capture.flow.operands, capture.operand_origins))
+                              if len(origin.kernels) == 1 and not origin.own}
         except Exception:  # a program semcheck cannot walk: every operand is withheld
             if os.environ.get("SEMCHECK_DEBUG"):
                 raise
             capture.operand_origins = ()
+            capture.placed = {}
 
 
 class _Slice:
@@ -159,6 +168,7 @@ class _ModuleWalk:
     def __init__(self, module):
         self.module = module
         self.producers: dict = {}
+        self.outputs: dict = {}  # a kernel's zero output -> (its place in the capture order, output index)
         self.computed: dict = {}
         self._calls: dict[str, list] | None = None
         self._functions: dict[str, object] | None = None

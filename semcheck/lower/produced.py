@@ -61,15 +61,18 @@ class ProducedOutputs:
 
 @record(frozen=True, eq=False)
 class Feed:
-    """Operand `operand` (the call's operand index) of a kernel is exactly output `output`
-    of the earlier kernel `producer`, which runs once before it: it starts as `elements`
-    per device."""
+    """Operand `operand` (the call's operand index) of a kernel is output `output` of the
+    earlier kernel `producer`, which runs once before it, or that output's elements placed
+    by `placed_by`: it starts as `elements` per device."""
 
     operand: int
     producer: str
     output: int
     elements: dict  # device -> KnownElements
-    producer_check: str = ""  # the producer's protocol, as its check's result names it
+    producer_call: int | None = None  # the producer's place in the capture order (Protocol.calls)
+    # The element-placing ops between that output and this operand, each with its line
+    # (frontends/placing.py); none: the operand is the output itself.
+    placed_by: tuple[str, ...] = ()
 
 
 def known_written(value: np.ndarray, known: np.ndarray, written: np.ndarray, run_time: list) -> KnownElements:
@@ -148,15 +151,21 @@ def _through_alias(elements: KnownElements, written, aliased) -> KnownElements:
     return KnownElements(value, known)
 
 
-def fed_note(fed: dict[str, tuple[str, int, int]]) -> str:
+def fed_note(fed: dict[str, tuple[str, int, int, tuple[str, ...]]]) -> str:
     """The operands that start with an earlier kernel's outputs as semcheck's lowering of it
-    computed them (`fed`: buffer -> (producer, known elements, elements) on the first device
-    that has them)."""
+    computed them (`fed`: buffer -> (producer, known elements, elements, the ops placing
+    them) on the first device that has them)."""
     parts = [f"{buffer} ({known} of {total} elements known) from the outputs of {producer}"
-             for buffer, (producer, known, total) in sorted(fed.items())]
+             + (f", placed by {', '.join(ops)}" if ops else "")
+             for buffer, (producer, known, total, ops) in sorted(fed.items())]
+    placed = any(ops for *_, ops in fed.values())
+    how = ("its output is this operand, unchanged" if not placed else
+           "each operand is its output, unchanged, or that output's elements placed by the ops named (each element "
+           "of their result is one element of the output or of a constant, and is known only where that element "
+           "is; a conversion keeps an element known only where it keeps its value: frontends/placing.py)")
     return ("the values of " + "; ".join(parts) + " are those outputs as semcheck's lowering of that kernel computed "
-            "them from the script's values (lower/produced.py): the kernel runs once before this one and its output is "
-            "this operand, unchanged; each element it stored with a value the lowering knows is known, and every other "
+            f"them from the script's values (lower/produced.py): the kernel runs once before this one and {how}; "
+            "each element it stored with a value the lowering knows is known, and every other "
             "element (never written, or written with a value known only at run time) is unknown, as an earlier "
             "kernel's output is otherwise. Basis: a kernel free of data races writes the same values in every "
             "schedule, so these are its outputs on a chip if its own check finds no data race (docs/data-evaluation.md)")

@@ -102,10 +102,15 @@ class KernelCapture:
     # kernel's first call on some device: what its program's arguments may have come from.
     computed_earlier: tuple[str, ...] = ()
     # What semcheck's lowering of this kernel computed of its outputs (lower/produced.py),
-    # set by lower_kernel; and the operands that are exactly an earlier kernel's output,
-    # starting with what its lowering computed (frontends/capture.py, `lower_captures`).
+    # set by lower_kernel; and the operands placed from an earlier kernel's output (that
+    # output itself, or its elements sliced, reshaped, padded...), starting with what its
+    # lowering computed, so placed (frontends/capture.py, `lower_captures`).
     produced: ProducedOutputs | None = None
     feeds: tuple[Feed, ...] = ()
+    # Operand index -> how it is placed from one earlier kernel's output (a Placement), or
+    # the op that stops it (a Stop): for operands computed from one kernel's outputs alone
+    # (frontends/placing.py, set by provenance.trace_operands).
+    placed: dict = field(default_factory=dict)
     # Why the kernel may not run exactly once per run of its program, before the kernels
     # after it (None: it runs once; frontends/provenance.py, `runs_once`).
     runs_once: str | None = "semcheck did not look at where the kernel is called"

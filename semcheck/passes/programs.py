@@ -170,6 +170,7 @@ def compose(kernels: Sequence[ir.Protocol], handovers: Sequence[Handover]) -> ir
         aliases=tuple(aliases),
         findings=tuple(dict.fromkeys(f for kernel in kernels for f in kernel.findings)),
         dma_unit=first.dma_unit,
+        calls=tuple(dict.fromkeys(call for kernel in kernels for call in kernel.calls)),
     )
 
 

@@ -140,11 +140,12 @@ def check_loaded(loaded: Sequence[Protocol | LoadError], check: Callable[[Protoc
     results = []
     for item in loaded:
         if not isinstance(item, LoadError):
-            results.append(check(item))
+            results.append(replace(check(item), calls=item.calls))
         elif not item.prefixes:
             results.append(unlowered(item))
         else:
-            results += [prefix_result(check(protocol), protocol, error_text(item), item.loc)
+            results += [replace(prefix_result(check(protocol), protocol, error_text(item), item.loc),
+                                calls=protocol.calls)
                         for protocol in item.prefixes]
     return [resting_on_producers(r, results[:i]) for i, r in enumerate(results)]
 
@@ -154,14 +155,15 @@ def resting_on_producers(result: Result, earlier: Sequence[Result]) -> Result:
     kernel's outputs as semcheck's lowering computed them (lower/produced.py) and that
     kernel's check (in `earlier`, the same file and device count) is not safe: those values
     are its outputs on a chip only if it has no data race, so a safe verdict resting on
-    them cannot be justified. A kernel whose check is one protocol with its producer's (a
-    program) is judged with it and needs nothing more."""
+    them cannot be justified. That kernel's check is the one whose protocol holds its call
+    (`Result.calls`, `FedOperand.producer_call`). A kernel whose check is one protocol with
+    its producer's (a program) is judged with it and needs nothing more."""
     if result.verdict is not Verdict.SAFE:
         return result
     for fed in result.values.fed:
-        checks = [r for r in earlier if fed.producer_check
-                  and (r.kernel == fed.producer_check or r.kernel.startswith(f"{fed.producer_check} #"))]
-        unsafe = [r for r in checks if r.verdict is not Verdict.SAFE]
+        if fed.producer_call is None or fed.producer_call in result.calls:
+            continue
+        unsafe = [r for r in earlier if fed.producer_call in r.calls and r.verdict is not Verdict.SAFE]
         if unsafe:
             return replace(result, verdict=Verdict.INCONCLUSIVE, unjustified=(
                 f"the values of {fed.buffer} are the outputs of {fed.producer} as semcheck's lowering computed "
