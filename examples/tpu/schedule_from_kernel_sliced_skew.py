@@ -55,7 +55,7 @@ def copy_kernel(steps_hbm, offsets_hbm, x_hbm, o_hbm, steps, offsets, sems):
 
     def start(i, carry):
         rows = pl.ds(offsets[i], ROWS)
-        pltpu.make_async_copy(x_hbm.at[rows], o_hbm.at[rows], sems.at[1]).start()
+        pltpu.make_async_copy(x_hbm.at[rows], o_hbm.at[rows], sems.at[1]).start()  # <- data_race
         return carry
 
     def wait(i, carry):
