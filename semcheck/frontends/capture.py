@@ -408,9 +408,14 @@ def _feed(captures: list, j: int) -> None:
         elements = {d: placed for d, e in outputs.items() if (placed := placement.apply(e)).count()}
         if elements:
             feeds.append(Feed(i, label, m, elements, placement.producer, placement.ops()))
-        why = (producer.produced.why_not(m) if not outputs else
-               f"none of the elements {', '.join(placement.ops())} places into it is one that lowering knows")
-        _say_why(consumer, i, f"; semcheck's lowering of {label} hands nothing of it on: {why}", set(elements))
+        # where the producer knows none of the output, its reason; where the ops between place
+        # none of what it knows into the operand, theirs
+        emptied = {d for d in outputs if d not in elements} if placement.ops() else set()
+        say = f"; semcheck's lowering of {label} hands nothing of it on: "
+        _say_why(consumer, i, say + producer.produced.why_not(m), set(elements) | emptied)
+        if emptied:
+            _say_why(consumer, i, say + f"none of the elements {', '.join(placement.ops())} places into it is one "
+                     "that lowering knows", set(consumer.withheld) - emptied)
     consumer.feeds = tuple(feeds)
 
 
