@@ -567,8 +567,7 @@ def _late_wait(path: Path, finding, *, relayed: bool) -> RootCause | None:
             continue
         made = _made_after(system, other, other_step, late_step, relayed=relayed)
         found = _first_wait_on(system, late, made)
-        if found is not None and not _no_late_wait_here(system, late, late_step, other, other_step, found[0]) \
-                and not _waits_for_its_own_line(system, late, found[1]):
+        if found is not None and not _no_late_wait_here(system, late, late_step, other, other_step, *found):
             break
         found = None
     if found is None:
@@ -622,23 +621,19 @@ def _issuer_waits_late(path: Path, finding) -> RootCause | None:
     return None
 
 
-def _waits_for_its_own_line(system: System, late: tuple[int, int], feed: _Feed) -> bool:
-    """Where moving the wait is no fix because what it waits for comes from the very line it
-    would move before (a ring's copy at line 17, whose wait at line 18 takes the neighbour's
-    copy from line 17): every device running that program would then wait for another's line
-    17 before its own, a circle that deadlocks. The fix is elsewhere (a capacity handshake, a
-    slot of its own), so no LATE_WAIT is said."""
-    return feed.loc == system.bodies[late[0]][late[1]].loc
-
-
 def _no_late_wait_here(system: System, late: tuple[int, int], late_step: TraceStep | None,
-                       other: tuple[int, int], other_step: TraceStep | None, wait_pc: int) -> bool:
+                       other: tuple[int, int], other_step: TraceStep | None, wait_pc: int, feed: _Feed) -> bool:
     """Where moving the wait is no fix: the late thread already ran the wait's line before its
     action (a loop whose action belongs to a later turn, or touches the wrong slot: the wait
-    found is the next turn's), or both sides write the rows (which should go first is not
-    said by where the wait is: a store meant to come before a peer's copy, two copies into
-    one row)."""
+    found is the next turn's), what the wait takes (`feed`) comes from the very line it would
+    move before (a ring's copy at line 17 whose wait at line 18 takes the neighbour's copy
+    from line 17: every device would wait for another's line 17 before its own, a circle that
+    deadlocks; the fix is a capacity handshake or a slot of its own), or both sides write the
+    rows (which should go first is not said by where the wait is: a store meant to come
+    before a peer's copy, two copies into one row)."""
     t, pc = late
+    if feed.loc == system.bodies[t][pc].loc:
+        return True
     loc = system.bodies[t][wait_pc].loc
     if any(isinstance(i, (ir.Wait, ir.DmaWait)) and i.loc == loc for i in system.bodies[t][:pc]):
         return True
