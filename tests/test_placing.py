@@ -1,7 +1,7 @@
-"""An operand placed from an earlier kernel's output by element-placing ops
-(semcheck/frontends/placing.py): each op's rule on values and on the mask of known
-elements, the ops that stop it, and examples/tpu/schedule_from_kernel_sliced*.py traced
-here under the capture hooks."""
+"""An operand placed from an earlier kernel's output by element-placing ops and integer
+arithmetic (semcheck/frontends/placing.py): each op's rule on values and on the mask of
+known elements, the jitted functions it follows into, the ops that stop it, and
+examples/tpu/schedule_from_kernel_sliced*.py traced here under the capture hooks."""
 
 from __future__ import annotations
 
@@ -109,38 +109,89 @@ def _stop(f, value=VALUE) -> Stop:
     return stop
 
 
-def test_arithmetic_stops_it_at_its_op_and_line():
+def test_float_arithmetic_stops_it_at_its_op_and_line():
+    """A float may round otherwise on the chip: only integer arithmetic is followed."""
     def f(x):
-        return x[:4] + 1
+        return x[:4] * 2.5
 
-    stop = _stop(f)
-    assert stop.op == "stablehlo.add" and stop.loc is not None and stop.loc.line == _line(f) + 1
-    assert stop.sentence().endswith(f"tests/test_placing.py:{_line(f) + 1} computes its elements rather than placing them")
+    stop = _stop(f, VALUE.astype(np.float32))
+    assert stop.op == "stablehlo.multiply" and stop.loc is not None and stop.loc.line == _line(f) + 1
+    assert stop.sentence().endswith(f"tests/test_placing.py:{_line(f) + 1} computes on float32 elements: semcheck "
+                                    "follows only integer arithmetic, which a TPU computes as the CPU does")
 
 
-def test_a_reduction_and_a_float_conversion_stop_it():
-    assert _stop(lambda x: jnp.sum(x)).op == "stablehlo.reduce"
+def test_an_argmax_and_a_float_conversion_stop_it():
+    """An argmax reduces two operands at once (values and indices): not one reducer."""
+    stop = _stop(lambda x: jnp.argmax(x))
+    assert stop.op == "stablehlo.reduce in @argmax" and "reduces with a body that is not one add" in stop.why
     assert _stop(lambda x: x.astype(jnp.float32)).why == "converts int32 to float32, which may change its values"
 
 
 def test_a_slice_at_a_start_read_from_the_output_stops_it():
-    """JAX wraps a negative start first (a select), which stops it: it computes the start."""
+    """JAX wraps a negative start first (a select, followed); the slice's start is not a constant."""
     def f(x):
         return jax.lax.dynamic_slice(x, (x[0],), (2,))
 
     stop = _stop(f)
-    assert stop.op == "stablehlo.select" and stop.loc is not None and stop.loc.line == _line(f) + 1
+    assert stop.op == "stablehlo.dynamic_slice" and stop.loc is not None and stop.loc.line == _line(f) + 1
+    assert stop.why == "starts at an index that is not a constant of the program"
 
 
-def test_a_gather_at_run_time_indices_stops_it():
-    assert _stop(lambda x: x[x[:3]]).sentence().endswith("computes its elements rather than placing them")
+def test_a_gather_at_run_time_indices_stops_it_inside_the_function_that_calls_it():
+    assert _stop(lambda x: x[x[:3]]).why == "gathers at indices that are not constants of the program"
     assert _stop(lambda x: x[x[:3]]).op == "stablehlo.gather"
 
+    def f(x):
+        return jnp.take(x, x[:3], mode="clip")
 
-def test_a_call_of_a_jitted_function_stops_it_and_says_so():
-    stop = _stop(lambda x: jnp.take(x, x[:3], mode="clip"))
-    assert stop.op == "func.call" and stop.why.startswith("calls @") and stop.why.endswith(
-        ", a function semcheck does not follow an operand's elements through")
+    stop = _stop(f)
+    assert stop.op == "stablehlo.gather in @_take" and stop.loc is not None and stop.loc.line == _line(f) + 1
+
+
+# --- integer arithmetic, reductions, constant gathers, called functions --------------------------
+
+
+def test_integer_arithmetic_is_known_where_every_operand_is():
+    placed = _apply(lambda x: x[:4] * 3 - x[4:])
+    assert placed.value.tolist() == [-70000, 33, -27, 43] and placed.known.tolist() == [True, False, False, False]
+
+
+def test_a_clip_and_a_where_are_followed_into_the_functions_jax_calls_and_named_at_the_users_line():
+    def f(x):
+        y = jnp.clip(x[:4] + 1, 0, 5)
+        return jnp.where(y < 3, y, jnp.arange(4, dtype=jnp.int32))
+
+    placed = _apply(f)
+    assert placed.value.tolist() == [1, 1, 0, 3] and placed.known.tolist() == [True, True, False, True]
+    ops = _placed(f).ops()
+    line = _line(f)
+    assert any(o.startswith("stablehlo.maximum in @clip at ") and o.endswith(f"tests/test_placing.py:{line + 1}")
+               for o in ops)
+    assert any(o.startswith("stablehlo.select in @_where at ") and o.endswith(f"tests/test_placing.py:{line + 2}")
+               for o in ops)
+
+
+def test_a_cumulative_sum_is_known_up_to_the_first_unknown_element():
+    """Offsets from counts, as metadata does: each sum is known where every count up to it
+    is; an exclusive sum taken as `cumsum - x` is known only where both are (element 2 is
+    knowable, but not followed so: no value is guessed)."""
+    assert _apply(lambda x: jnp.cumsum(x)).known.tolist() == [True, True] + [False] * 6
+    placed = _apply(lambda x: jnp.cumsum(x) - x)
+    assert placed.value.tolist() == [0, 0, 8, 7, 23, 70023, 70014, 70038]
+    assert placed.known.tolist() == [True, True] + [False] * 6
+
+
+def test_a_reduction_is_known_where_all_it_reduces_is():
+    placed = _apply(lambda x: jnp.max(x.reshape(2, 4), axis=0))
+    assert placed.value.tolist() == [70000, 8, 24, 16] and placed.known.tolist() == [True, False, False, False]
+    assert _apply(lambda x: jnp.sum(x[:2])).known.tolist() is True
+
+
+def test_a_gather_at_constant_indices_places_the_elements_it_takes():
+    placed = _apply(lambda x: x[jnp.array([1, 3, -1])])
+    assert placed.value.tolist() == [8, 16, 5] and placed.known.tolist() == [True, True, False]
+    placed = _apply(lambda x: x.reshape(2, 4)[:, jnp.array([2, 0])])
+    assert placed.value.tolist() == [[-1, 0], [24, 70000]] and placed.known.tolist() == [[False, True], [True, True]]
 
 
 def test_a_value_from_outside_stops_it_at_the_op_that_takes_it():
@@ -180,7 +231,7 @@ def test_the_sliced_tables_start_with_what_the_producers_lowering_wrote_and_the_
     assert consumer.withheld == () and {f.buffer for f in consumer.fed} == {"offsets_hbm", "steps_hbm"}
     assert all(f.producer_call == 0 for f in consumer.fed)
     assert any(n.startswith("the values of offsets_hbm (3 of 8 elements known) from the outputs of metadata_kernel")
-               and ", placed by stablehlo.slice at " in n for n in consumer.notes)
+               and ", through stablehlo.slice at " in n for n in consumer.notes)
     uses = {(u.what, u.value) for u in consumer.data_uses}
     assert {("the DMA source", 0), ("the DMA source", 8), ("the DMA source", 16)} <= uses
     result = check_protocol(consumer, engine="explicit")
@@ -196,18 +247,55 @@ def test_offsets_sliced_one_element_early_are_a_data_race():
     assert [v.kind for v in result.errors] == ["data_race"] and result.errors[0].location.line == 58
 
 
-def test_arithmetic_between_the_kernels_keeps_the_operand_withheld_and_the_note_names_it():
-    """The count taken as `meta[:1] + 0` is computed, not placed: it stays withheld, the
-    consumer stops at its loop, and the reason names the add and its line."""
+def test_an_op_not_followed_between_the_kernels_keeps_the_operand_withheld_and_the_note_names_it():
+    """The count taken as `jnp.sort(meta[:1])` is sorted, not placed: it stays withheld, the
+    consumer stops at its loop, and the reason names the sort and its line."""
     example = _example("schedule_from_kernel_sliced")
 
     def tables(meta):
-        return meta[:1] + 0, meta[1:1 + example.MAX_COPIES]
+        return jnp.sort(meta[:1]), meta[1:1 + example.MAX_COPIES]
 
     example.tables = tables
     protocols, errors = _captured(example)
     assert [e.kernel for e in errors] == ["copy_kernel"]
     line = _line(tables) + 1
     assert (f"semcheck's lowering of metadata_kernel (called at examples/tpu/schedule_from_kernel_sliced.py:82) hands "
-            f"nothing of it on: stablehlo.add at tests/test_placing.py:{line} computes its elements rather than "
-            "placing them") in errors[0].message
+            f"nothing of it on: stablehlo.sort in @sort at tests/test_placing.py:{line} is none of the ops semcheck follows "
+            "elements through") in errors[0].message
+
+
+def test_offsets_computed_from_counts_between_the_kernels_are_fed_and_the_consumer_is_safe():
+    """The script bounds the producer's count and rounds and clips its offsets with integer
+    arithmetic (`jnp.clip` a jitted function JAX calls): the same copies, the same states."""
+    example = _example("schedule_from_kernel_sliced")
+
+    def tables(meta):
+        rows = jnp.clip(meta[1:1 + example.MAX_COPIES] // example.ROWS, 0, example.MAX_COPIES - 1)
+        return jnp.minimum(meta[:1], example.MAX_COPIES), rows * example.ROWS
+
+    example.tables = tables
+    protocols, errors = _captured(example)
+    assert errors == []
+    consumer = _by_name(protocols)["copy_kernel"]
+    assert consumer.withheld == ()
+    assert any("stablehlo.divide in @floor_divide at " in n and "stablehlo.minimum in @clip at " in n for n in consumer.notes)
+    assert {("the DMA source", 0), ("the DMA source", 8), ("the DMA source", 16)} <= {
+        (u.what, u.value) for u in consumer.data_uses}
+    result = check_protocol(consumer, engine="explicit")
+    assert result.verdict.value == "safe" and result.stats.states == 52
+
+
+def test_ops_that_give_the_operand_no_known_element_are_named_in_its_reason():
+    """The count taken from the table's unwritten tail (element 12): the output's known
+    elements are 0 to 3, the slice keeps none of them, so the loop bound stays withheld and
+    the reason names the slice."""
+    example = _example("schedule_from_kernel_sliced")
+
+    def tables(meta):
+        return meta[12:13], meta[1:1 + example.MAX_COPIES]
+
+    example.tables = tables
+    protocols, errors = _captured(example)
+    assert [e.kernel for e in errors] == ["copy_kernel"]
+    assert (f"hands nothing of it on: stablehlo.slice at tests/test_placing.py:{_line(tables) + 1} give it no "
+            "element computed only from elements that lowering knows") in errors[0].message

@@ -500,9 +500,10 @@ def counted(n):
 def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chained, inputs):
     def f(n):
         first = counted(n)
-        # `first + 0`: computed from the output, not the output itself, which semcheck's own
-        # lowering of count_kernel would hand on (test_an_operand_that_is_exactly_...).
-        return counted(first + 0 if chained else n)
+        # through floats: computed from the output by an op semcheck does not follow, where the
+        # output itself, or integer arithmetic on it, would be handed on
+        # (test_an_operand_that_is_exactly_..., tests/test_placing.py).
+        return counted(first.astype(jnp.float32).astype(jnp.int32) if chained else n)
 
     protocols, errors = lower_captures(capture_function(f, jnp.array([4], jnp.int32), operand_values=True))
     assert not errors
@@ -520,8 +521,8 @@ def test_a_withheld_scalar_prefetch_element_is_an_input_and_a_note_says_why(chai
             f"the values the script passed are not used for n_ref on device 0 (it is computed from the outputs of "
             f"count_kernel (called at {_call_line()}), and {ZEROS}; for count_kernel (called at {_call_line()}), "
             f"{COUNTED_NOT_COMPUTED}; semcheck's lowering of count_kernel (called at {_call_line()}) hands nothing of "
-            f"it on: stablehlo.add at tests/test_provenance.py:{f.__code__.co_firstlineno + 4} computes its elements "
-            "rather than placing them): such an operand holds what the kernel's own "
+            f"it on: stablehlo.convert at tests/test_provenance.py:{f.__code__.co_firstlineno + 5} converts int32 to "
+            "float32, which may change its values): such an operand holds what the kernel's own "
             "stores define, and a scalar-prefetch element it reads is an input over its type (docs/data-evaluation.md)"
         ]
         assert any("is a scalar-prefetch operand whose script value is not known (the values the capture saw of "
@@ -1129,3 +1130,18 @@ def _line_of(text_in_source: str) -> str:
     source, start = inspect.getsourcelines(plus_one_kernel)
     line = start + next(k for k, t in enumerate(source) if text_in_source in t)
     return f"{ir.display_path(__file__)}:{line}"
+
+
+def test_an_operand_computed_from_an_earlier_kernels_output_by_integer_arithmetic_starts_with_its_value():
+    """`counted(first + 1)`: count_kernel's lowering knows it stored 4, and the add is
+    followed (frontends/placing.py), so the next call starts with 5: no input, safe."""
+    def f(n):
+        return counted(counted(n) + 1)
+
+    protocols, errors = lower_captures(capture_function(f, jnp.array([4], jnp.int32), operand_values=True))
+    assert not errors
+    second = protocols[-1]
+    assert second.inputs == ()
+    assert any(n.startswith("the values of n_ref (1 of 1 elements known) from the outputs of count_kernel")
+               and ", through stablehlo.add at tests/test_provenance.py:" in n for n in second.notes)
+    assert check_protocol(second).verdict.value == "safe"

@@ -373,11 +373,11 @@ def lower_captures(captures, *, tpu_cores: int | None = None, assumed=()) -> tup
 def _feed(captures: list, j: int) -> None:
     """Hand `captures[j]` what semcheck's lowering computed of an earlier kernel's output
     (lower/produced.py) for each operand placed from it (that output itself, or its elements
-    sliced, reshaped, padded with constants...: frontends/placing.py), where that operand is
-    withheld only because it is computed from that output (the capture's zeros): the
-    producer runs once in the program, before this kernel, which runs once too. Where the
-    producer's lowering does not hand its outputs on, or an op between them computes rather
-    than places the operand's elements, the withheld reason says why."""
+    sliced, reshaped, padded with constants, offset, clipped...: frontends/placing.py), where
+    that operand is withheld only because it is computed from that output (the capture's
+    zeros): the producer runs once in the program, before this kernel, which runs once too.
+    Where the producer's lowering does not hand its outputs on, or an op between them is one
+    semcheck does not follow, the withheld reason says why."""
     from semcheck.frontends.placing import Placement
     from semcheck.lower.produced import Feed
 
@@ -414,8 +414,8 @@ def _feed(captures: list, j: int) -> None:
         say = f"; semcheck's lowering of {label} hands nothing of it on: "
         _say_why(consumer, i, say + producer.produced.why_not(m), set(elements) | emptied)
         if emptied:
-            _say_why(consumer, i, say + f"none of the elements {', '.join(placement.ops())} places into it is one "
-                     "that lowering knows", set(consumer.withheld) - emptied)
+            _say_why(consumer, i, say + f"{', '.join(placement.ops())} give it no element "
+                     "computed only from elements that lowering knows", set(consumer.withheld) - emptied)
     consumer.feeds = tuple(feeds)
 
 

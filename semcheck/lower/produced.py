@@ -70,7 +70,7 @@ class Feed:
     output: int
     elements: dict  # device -> KnownElements
     producer_call: int | None = None  # the producer's place in the capture order (Protocol.calls)
-    # The element-placing ops between that output and this operand, each with its line
+    # The ops (placing elements, integer arithmetic, reductions) between that output and this operand, each with its line
     # (frontends/placing.py); none: the operand is the output itself.
     placed_by: tuple[str, ...] = ()
 
@@ -156,13 +156,15 @@ def fed_note(fed: dict[str, tuple[str, int, int, tuple[str, ...]]]) -> str:
     computed them (`fed`: buffer -> (producer, known elements, elements, the ops placing
     them) on the first device that has them)."""
     parts = [f"{buffer} ({known} of {total} elements known) from the outputs of {producer}"
-             + (f", placed by {', '.join(ops)}" if ops else "")
+             + (f", through {', '.join(ops)}" if ops else "")
              for buffer, (producer, known, total, ops) in sorted(fed.items())]
     placed = any(ops for *_, ops in fed.values())
     how = ("its output is this operand, unchanged" if not placed else
-           "each operand is its output, unchanged, or that output's elements placed by the ops named (each element "
-           "of their result is one element of the output or of a constant, and is known only where that element "
-           "is; a conversion keeps an element known only where it keeps its value: frontends/placing.py)")
+           "each operand is its output, unchanged, or computed from that output's elements by the ops named, "
+           "which semcheck applies with JAX to the elements it knows (an element placed from the output or a "
+           "constant is known where that element is; one that integer arithmetic, a sum or a maximum computes is "
+           "known where every element it is computed from is; a conversion keeps an element known only where it "
+           "keeps its value: frontends/placing.py)")
     return ("the values of " + "; ".join(parts) + " are those outputs as semcheck's lowering of that kernel computed "
             f"them from the script's values (lower/produced.py): the kernel runs once before this one and {how}; "
             "each element it stored with a value the lowering knows is known, and every other "
