@@ -10,6 +10,8 @@ import inspect
 import jax
 import jax.numpy as jnp
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from semcheck.api import check_protocol
 from semcheck.frontends.capture import capturing, lower_captures
@@ -299,3 +301,46 @@ def test_ops_that_give_the_operand_no_known_element_are_named_in_its_reason():
     assert [e.kernel for e in errors] == ["copy_kernel"]
     assert (f"hands nothing of it on: stablehlo.slice at tests/test_placing.py:{_line(tables) + 1} give it no "
             "element computed only from elements that lowering knows") in errors[0].message
+
+
+# --- soundness on random chains: a known element never depends on an unknown one ------------------
+
+_UNARY = (
+    lambda x: x + 3,
+    lambda x: x * -2,
+    lambda x: x // 3,
+    lambda x: x % 5,
+    lambda x: jnp.clip(x, -4, 20),
+    lambda x: jnp.cumsum(x),
+    lambda x: jnp.maximum(x, x[::-1]),
+    lambda x: jnp.where(x > 2, x, jnp.arange(8, dtype=jnp.int32)),
+    lambda x: x[jnp.array([7, 0, 3, 3, 1, 6, 2, 5])],
+    lambda x: jnp.broadcast_to(jnp.max(x.reshape(2, 4), axis=1, keepdims=True), (2, 4)).reshape(8),
+    lambda x: jnp.concatenate([x[4:], x[:4] ^ 6]),
+    lambda x: (x.astype(jnp.int16) >> 1).astype(jnp.int32),
+)
+
+
+@given(chain=st.lists(st.integers(0, len(_UNARY) - 1), min_size=1, max_size=4),
+       known=st.lists(st.booleans(), min_size=8, max_size=8),
+       values=st.lists(st.integers(-100, 100), min_size=16, max_size=16))
+@settings(max_examples=40, deadline=None)
+def test_a_known_element_is_jaxs_own_value_whatever_the_unknown_elements_hold(chain, known, values):
+    """Every op the walk follows, composed at random: where the placement says an element is
+    known, it is JAX's result, and it stays JAX's result with the unknown elements of the
+    output changed; with every element known, every element of the result is known."""
+    def f(x):
+        for i in chain:
+            x = _UNARY[i](x)
+        return x
+
+    mask = np.array(known)
+    first, second = np.array(values[:8], np.int32), np.array(values[8:], np.int32)
+    other = np.where(mask, first, second)  # the same known elements, other unknown ones
+    placement = _placed(f, first)
+    assert isinstance(placement, Placement), placement
+    for value in (first, other):
+        placed = placement.apply(KnownElements(value, mask))
+        expected = np.asarray(jax.jit(f)(value))
+        assert (placed.value[placed.known] == expected[placed.known]).all()
+    assert placement.apply(KnownElements(first, np.ones(8, bool))).known.all()
