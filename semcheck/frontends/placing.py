@@ -183,6 +183,10 @@ def _transpose(op, name, loc, operands) -> Placing | Stop:
     return Placing(name, loc, operands[:1], "transpose", {"permutation": _ints(op, "permutation")})
 
 
+def _reverse(op, name, loc, operands) -> Placing | Stop:
+    return Placing(name, loc, operands[:1], "rev", {"dimensions": _ints(op, "dimensions")})
+
+
 def _broadcast_in_dim(op, name, loc, operands) -> Placing | Stop:
     return Placing(name, loc, operands[:1], "broadcast_in_dim", {
         "shape": _result_shape(op), "broadcast_dimensions": _ints(op, "broadcast_dimensions")})
@@ -309,6 +313,7 @@ _RULES: dict[str, Rule] = {
     "stablehlo.slice": _slice,
     "stablehlo.reshape": _reshape,
     "stablehlo.transpose": _transpose,
+    "stablehlo.reverse": _reverse,
     "stablehlo.broadcast_in_dim": _broadcast_in_dim,
     "stablehlo.concatenate": _concatenate,
     "stablehlo.convert": _convert,
