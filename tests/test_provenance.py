@@ -419,7 +419,7 @@ def test_an_argument_of_a_called_function_is_what_its_call_sites_pass():
         %0 = stablehlo.negate %b {tag = "use"} : tensor<i32>
         return %0 : tensor<i32>
       }""")
-    walk.producers[ops["zeros"].result] = "producer"
+    walk.add_output(ops["zeros"].result, 0, 0, "producer")
     with context:
         [origin] = walk.origins([ops["use"].result], [])
     assert origin == OperandOrigin(kernels=("producer",), outside=("argument 0 of the jitted program",))
@@ -439,7 +439,7 @@ def test_a_while_body_argument_is_the_entering_or_the_yielded_value():
           }
         return %0#0 : tensor<i32>
       }""")
-    walk.producers[ops["zeros"].result] = "producer"
+    walk.add_output(ops["zeros"].result, 0, 0, "producer")
     with context:
         [origin] = walk.origins([ops["use"].result], [])
     assert origin == OperandOrigin(kernels=("producer",), outside=("argument 1 of the jitted program",))

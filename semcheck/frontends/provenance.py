@@ -113,11 +113,11 @@ def trace_operands(captures: list) -> None:
         if module is None:
             continue
         walk = walks.setdefault(id(scope), _ModuleWalk(module))
-        made = walk.computed if capture.computed else walk.producers
         for m, value in enumerate(capture.flow.results):
-            made.setdefault(value, kernel_label(capture))
-            if not capture.computed:
-                walk.outputs.setdefault(value, (k, m))
+            if capture.computed:
+                walk.computed.setdefault(value, kernel_label(capture))
+            else:
+                walk.add_output(value, k, m, kernel_label(capture))
     for capture in captures:
         found = walks.get(id(capture.flow.scope)) if capture.flow is not None else None
         if found is None:
@@ -161,18 +161,25 @@ class _Slice:
 
 
 class _ModuleWalk:
-    """Backward slices through one MLIR module; `producers` maps each kernel's zero outputs
-    to the kernel, `computed` the outputs the capture computed (the slice goes on through
+    """Backward slices through one MLIR module; `outputs` maps each kernel's zero outputs to
+    the kernel's place in the capture order and the output's index (`labels`: each place's
+    kernel as said), `computed` the outputs the capture computed (the slice goes on through
     the interpreter's ops to the kernel's operands)."""
 
     def __init__(self, module):
         self.module = module
-        self.producers: dict = {}
         self.outputs: dict = {}  # a kernel's zero output -> (its place in the capture order, output index)
+        self.labels: dict[int, str] = {}
         self.computed: dict = {}
         self._calls: dict[str, list] | None = None
         self._functions: dict[str, object] | None = None
         self.name = _symbol(module.operation) or "the jitted program"
+
+    def add_output(self, value, place: int, output: int, label: str) -> None:
+        """`value` is output `output` of the kernel at `place` in the capture order (the first
+        call that returns it, where one program calls a kernel twice)."""
+        self.outputs.setdefault(value, (place, output))
+        self.labels.setdefault(place, label)
 
     def origins(self, operands, results) -> tuple[OperandOrigin, ...]:
         control = self._control(results)
@@ -191,8 +198,9 @@ class _ModuleWalk:
             if value in own:  # the kernel's own outputs, carried round a loop back into it
                 found.own = True
                 continue
-            label = self.producers.get(value)
-            if label is not None:
+            source = self.outputs.get(value)
+            if source is not None:
+                label = self.labels[source[0]]
                 found.kernels.setdefault(label, None)
                 continue
             computed = self.computed.get(value)
