@@ -344,3 +344,38 @@ def test_a_known_element_is_jaxs_own_value_whatever_the_unknown_elements_hold(ch
         expected = np.asarray(jax.jit(f)(value))
         assert (placed.value[placed.known] == expected[placed.known]).all()
     assert placement.apply(KnownElements(first, np.ones(8, bool))).known.all()
+
+
+# --- examples/tpu/group_offsets_*.py: offsets summed from a kernel's group sizes ----------------------
+
+
+def _group_copies(name: str, devices: int = 2):
+    example = _example(name)
+    m = mesh((devices,))
+    caps: list = []
+    groups = jnp.full((devices,), example.GROUPS, jnp.int32)
+    x = jnp.zeros((devices * example.GROUPS * example.ROWS, 128), jnp.float32)
+    with capturing(caps.append):
+        jax.block_until_ready(example.count_then_copy(groups, x, m))
+    decide_withheld(caps)
+    protocols, errors = lower_captures(caps)
+    assert errors == []
+    return _by_name(protocols)["group_copy_kernel"]
+
+
+def test_exclusive_offsets_summed_from_the_sizes_are_fed_and_the_copies_are_safe():
+    consumer = _group_copies("group_offsets_from_sizes")
+    assert consumer.withheld == ()
+    assert any("offsets_hbm (3 of 8 elements known) from the outputs of sizes_kernel" in n
+               and "stablehlo.reduce_window in @cumsum" in n and "stablehlo.subtract at " in n for n in consumer.notes)
+    assert {("the DMA source", 0), ("the DMA source", 8), ("the DMA source", 16)} <= {
+        (u.what, u.value) for u in consumer.data_uses}
+    result = check_protocol(consumer, engine="explicit")
+    assert result.verdict.value == "safe" and result.stats.states == 52
+
+
+def test_inclusive_offsets_send_the_last_group_past_the_output():
+    consumer = _group_copies("group_offsets_inclusive")
+    result = check_protocol(consumer, engine="explicit")
+    assert [v.kind for v in result.errors] == ["invalid_region"] and result.errors[0].location.line == 57
+    assert "[24:32, 0:128] lies outside x_hbm on device 0 of shape (24, 128)" in result.errors[0].message
