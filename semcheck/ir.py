@@ -547,6 +547,19 @@ class Thread:
 
 
 @record(frozen=True, slots=True)
+class ComputedBy:
+    """One op of the script's program between an earlier kernel's output and a kernel's
+    operand (frontends/placing.py): its StableHLO name (`stablehlo.reduce_window in @cumsum`
+    inside a function JAX calls) and the user's line that made it."""
+
+    op: str
+    loc: Loc | None
+
+    def __str__(self) -> str:
+        return f"{self.op} at {self.loc}" if self.loc is not None else self.op
+
+
+@record(frozen=True, slots=True)
 class FedOperand:
     """An operand that starts with an earlier kernel's output as semcheck's lowering of that
     kernel computed it (lower/produced.py): the elements it stored with values the lowering
@@ -558,6 +571,9 @@ class FedOperand:
     # consumer's verdict rests on the check of the protocol holding it finding no data race
     # (run/checks.py)
     producer_call: int | None = None
+    # the ops between that output and this operand, the output's side first; none: the
+    # operand is the output itself
+    through: tuple[ComputedBy, ...] = ()
 
 
 @record(frozen=True, slots=True)

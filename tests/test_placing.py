@@ -379,3 +379,37 @@ def test_inclusive_offsets_send_the_last_group_past_the_output():
     result = check_protocol(consumer, engine="explicit")
     assert [v.kind for v in result.errors] == ["invalid_region"] and result.errors[0].location.line == 57
     assert "[24:32, 0:128] lies outside x_hbm on device 0 of shape (24, 128)" in result.errors[0].message
+
+
+def test_the_finding_names_the_script_line_that_computed_its_window():
+    """`from data:` under the finding: the operand the copy's window was read from, the
+    values, and the producer and ops that made it, each with its line (report/data_origin.py)."""
+    from semcheck.report.text import render_result
+
+    example = _example("group_offsets_inclusive")
+    consumer = _group_copies("group_offsets_inclusive")
+    result = check_protocol(consumer, engine="explicit")
+    [fed] = [f for f in result.values.fed if f.buffer == "offsets_hbm"]
+    cumsum = _line(example.offsets_of) + 2
+    assert [(s.op, s.loc.line if s.loc else None) for s in fed.through][-1] == ("stablehlo.reduce_window in @cumsum",
+                                                                             cumsum)
+    [line] = [x for x in render_result(result).splitlines() if x.startswith("    from data: ")]
+    assert line.startswith("    from data: the DMA source and the DMA destination at this line are read from offsets_hbm "
+                           "(8, 16, 24 on device 0); offsets_hbm is computed from the output of sizes_kernel (called at ")
+    assert line.endswith(f"by slice (line {cumsum + 13}), reduce_window in @cumsum (line {cumsum})")
+
+
+def test_a_finding_whose_line_takes_no_value_from_outside_the_kernel_has_no_data_line():
+    """A value the kernel computed from its own stores alone (no script input) is the
+    kernel's own business: the excerpt shows it, no `from data:` line."""
+    from dataclasses import replace
+
+    from semcheck.report.data_origin import data_lines
+
+    result = check_protocol(_group_copies("group_offsets_inclusive"), engine="explicit")
+    [v] = result.errors
+    assert data_lines(v, result)
+    own = tuple(replace(u, script_inputs=()) for u in result.data_uses)
+    assert data_lines(v, replace(result, data_uses=own)) == []
+    assert data_lines(replace(v, device=1 - v.device), replace(result, data_uses=tuple(
+        u for u in result.data_uses if u.device == v.device))) == []

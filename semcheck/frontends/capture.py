@@ -407,7 +407,7 @@ def _feed(captures: list, j: int) -> None:
         outputs = {d: e for d in consumer.operand_values if (e := producer.produced.output(d, m)) is not None}
         elements = {d: placed for d, e in outputs.items() if (placed := placement.apply(e)).count()}
         if elements:
-            feeds.append(Feed(i, label, m, elements, placement.producer, placement.ops()))
+            feeds.append(Feed(i, label, m, elements, placement.producer, placement.steps()))
         # where the producer knows none of the output, its reason; where the ops between place
         # none of what it knows into the operand, theirs
         emptied = {d for d in outputs if d not in elements} if placement.ops() else set()

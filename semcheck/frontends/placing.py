@@ -75,9 +75,6 @@ class Placing:
     variadic: bool = False
     known: Known = Known.PLACED
 
-    def where(self) -> str:
-        return f"{self.op} at {self.loc}" if self.loc is not None else self.op
-
 
 @record(frozen=True)
 class Stop:
@@ -104,18 +101,22 @@ class Placement:
     output: int
     tree: object  # Output or Placing
 
-    def ops(self) -> tuple[str, ...]:
+    def steps(self) -> tuple[ir.ComputedBy, ...]:
         """The ops between the output and the operand, each with its line, output first."""
-        out: list[str] = []
+        out: list[ir.ComputedBy] = []
 
         def walk(node) -> None:
             if isinstance(node, Placing):
                 for operand in node.operands:
                     walk(operand)
-                out.append(node.where())
+                out.append(ir.ComputedBy(node.op, node.loc))
 
         walk(self.tree)
         return tuple(dict.fromkeys(out))
+
+    def ops(self) -> tuple[str, ...]:
+        """`steps`, as a note says them."""
+        return tuple(map(str, self.steps()))
 
     def apply(self, elements):
         """The operand's KnownElements from the output's (lower/produced.py)."""

@@ -223,6 +223,7 @@ class KernelContext:
     fed_data: dict[int, dict[str, str]] = field(default_factory=dict)
     fed_from: dict[str, str] = field(default_factory=dict)  # buffer -> the earlier kernel
     fed_calls: dict[str, int | None] = field(default_factory=dict)  # buffer -> that kernel's call (Feed.producer_call)
+    fed_through: dict[str, tuple[ir.ComputedBy, ...]] = field(default_factory=dict)  # buffer -> Feed.placed_by
     # Each thread's memory at its end, (device, core) -> data.ThreadMemory, and what they
     # say of the kernel's outputs (lower/produced.py), for the kernels after it.
     final_memories: dict = field(default_factory=dict)
@@ -342,7 +343,7 @@ class KernelContext:
                     if any(refs[k].alloc in used for used in self.initial_data.values())}
         if computed:
             self.note(computed_note(computed))
-        fed: dict[str, tuple[str, int, int, tuple[str, ...]]] = {}
+        fed: dict[str, tuple[str, int, int, tuple[ir.ComputedBy, ...]]] = {}
         for device, values in sorted(self.initial_data.items()):
             for buffer, array in values.items():
                 if isinstance(array, KnownElements):
@@ -351,13 +352,14 @@ class KernelContext:
                     self.fed_data.setdefault(device, {})[buffer] = unwritten_reason(producer)
                     self.fed_from[buffer] = producer
                     self.fed_calls[buffer] = feed.producer_call
+                    self.fed_through[buffer] = feed.placed_by
                     fed.setdefault(buffer, (producer, array.count(), array.value.size, feed.placed_by))
         if fed:
             self.note(fed_note(fed))
 
     def fed_operands(self) -> tuple[ir.FedOperand, ...]:
         """The operands that start with an earlier kernel's outputs as its lowering computed them."""
-        return tuple(ir.FedOperand(buffer, producer, self.fed_calls.get(buffer))
+        return tuple(ir.FedOperand(buffer, producer, self.fed_calls.get(buffer), self.fed_through.get(buffer, ()))
                      for buffer, producer in sorted(self.fed_from.items()))
 
     def withheld_buffers(self) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from dataclasses import field
 
 import numpy as np
 
+from semcheck import ir
 from semcheck.records import record
 
 
@@ -72,7 +73,7 @@ class Feed:
     producer_call: int | None = None  # the producer's place in the capture order (Protocol.calls)
     # The ops (placing elements, integer arithmetic, reductions) between that output and this operand, each with its line
     # (frontends/placing.py); none: the operand is the output itself.
-    placed_by: tuple[str, ...] = ()
+    placed_by: tuple[ir.ComputedBy, ...] = ()
 
 
 def known_written(value: np.ndarray, known: np.ndarray, written: np.ndarray, run_time: list) -> KnownElements:
@@ -151,12 +152,12 @@ def _through_alias(elements: KnownElements, written, aliased) -> KnownElements:
     return KnownElements(value, known)
 
 
-def fed_note(fed: dict[str, tuple[str, int, int, tuple[str, ...]]]) -> str:
+def fed_note(fed: dict[str, tuple[str, int, int, tuple[ir.ComputedBy, ...]]]) -> str:
     """The operands that start with an earlier kernel's outputs as semcheck's lowering of it
     computed them (`fed`: buffer -> (producer, known elements, elements, the ops placing
     them) on the first device that has them)."""
     parts = [f"{buffer} ({known} of {total} elements known) from the outputs of {producer}"
-             + (f", through {', '.join(ops)}" if ops else "")
+             + (f", through {', '.join(map(str, ops))}" if ops else "")
              for buffer, (producer, known, total, ops) in sorted(fed.items())]
     placed = any(ops for *_, ops in fed.values())
     how = ("its output is this operand, unchanged" if not placed else

@@ -246,7 +246,8 @@ def values_dict(r: Result) -> dict:
         "script": list(r.values.script),
         "ranges": [{"name": i.name, "lo": i.lo, "hi": i.hi, "assumed": i.assumed} for i in r.values.ranges],
         "withheld": list(r.values.withheld),
-        "fed": [{"operand": f.buffer, "producer": f.producer} for f in r.values.fed],
+        "fed": [{"operand": f.buffer, "producer": f.producer,
+                 "through": [{"op": s.op, "location": location(s.loc)} for s in f.through]} for f in r.values.fed],
     }
 
 

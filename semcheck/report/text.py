@@ -13,6 +13,7 @@ from semcheck.ir import Loc, core_unit, display_path, thread_name
 from semcheck.records import record
 from semcheck.report import causes, colour, groups, origins
 from semcheck.report.folding import Fold, devices_text, fold_trace
+from semcheck.report.data_origin import data_lines
 from semcheck.report.summary import summary_table  # noqa: F401  (part of this module's API)
 from semcheck.result import NoVerdict, NoVerdictKind, Result, Verdict, Violation
 
@@ -130,7 +131,7 @@ def _render_kernel(results: list[Result], indices: list[int], style: Style, judg
         lines.append("")
         lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, style=style, unit=core_unit(r.backend),
                                       seen_at=_seen_at(shown, problem), devices=r.devices,
-                                      found_as=_found_as(shown, problem)))
+                                      found_as=_found_as(shown, problem), from_data=data_lines(v, r)))
     if style.verbose:
         lines.extend(_note_lines(results, indices))
     return "\n".join(lines)
@@ -389,7 +390,7 @@ def render_result(r: Result, *, max_trace_steps: int = 0, style: Style | None = 
     for v in r.errors + r.warnings:
         lines.append("")
         lines.extend(render_violation(v, kernel_file=r.file, cores=r.cores, style=style, unit=core_unit(r.backend),
-                                      devices=r.devices))
+                                      devices=r.devices, from_data=data_lines(v, r)))
     if style.verbose:
         lines.extend(f"  note: {note}" for note in r.notes)
     return "\n".join(lines)
@@ -398,9 +399,12 @@ def render_result(r: Result, *, max_trace_steps: int = 0, style: Style | None = 
 def render_violation(
     v: Violation, *, kernel_file: str = "", cores: int = 1, max_trace_steps: int = 0, unit: str = "core",
     seen_at: str = "", style: Style | None = None, devices: int = 0, found_as: str = "",
+    from_data: list[str] | None = None,
 ) -> list[str]:
     """A violation: what and where, its source line, why (its root cause where one is named,
-    else its message and what could have changed its semaphore), its trace, and the fix."""
+    else its message and what could have changed its semaphore), where the values its line
+    took from outside the kernel came from (`from_data`, report/data_origin.py), its trace,
+    and the fix."""
     style = style or Style(max_trace_steps=max_trace_steps, verbose=True)
     seen = f"  [{seen_at}]" if seen_at else ""
     if v.caused_by is not None:  # reported under the violation its path passes through, just above
@@ -418,6 +422,7 @@ def render_violation(
         lines = [f"  {v.severity}: {v.kind} ({who}) at {_loc(v.location)}{seen}"]
         lines.extend(_excerpt_lines(v.location))
         lines.extend("    " + part for part in v.message.split("\n"))
+    lines.extend(from_data or ())
     lines.extend(origins.provenance_lines(v))
     if v.inputs:
         values = ", ".join(f"{name} = {value}" for name, value in v.inputs.items())
