@@ -223,9 +223,9 @@ def _elementwise(lax: str) -> Rule:
 
 
 def _compare(op, name, loc, operands) -> Placing | Stop:
-    from jax._src.lib.mlir.dialects import hlo
+    from semcheck.jax_compat import jax_internal
 
-    direction = hlo.ComparisonDirectionAttr(op.attributes["comparison_direction"]).value
+    direction = jax_internal("hlo").ComparisonDirectionAttr(op.attributes["comparison_direction"]).value
     return _on_integers(op, name, loc) or Placing(name, loc, operands, direction.lower(), {}, known=Known.ELEMENTWISE)
 
 
@@ -285,11 +285,12 @@ _REDUCERS = {"add": "add", "multiply": "mul", "maximum": "max", "minimum": "min"
 
 def _gather(op, name, loc, operands) -> Placing | Stop:
     from jax import lax
-    from jax._src.lib.mlir.dialects import hlo
+
+    from semcheck.jax_compat import jax_internal
 
     if not isinstance(operands[1], Constant):
         return Stop(name, loc, "gathers at indices that are not constants of the program")
-    numbers = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    numbers = jax_internal("hlo").GatherDimensionNumbers(op.attributes["dimension_numbers"])
     if numbers.index_vector_dim != len(op.operands[1].type.shape) - 1:
         return Stop(name, loc, "holds its indices in a dimension other than the last, which semcheck does not read")
     dimension_numbers = lax.GatherDimensionNumbers(
@@ -418,12 +419,12 @@ def _node(value, calls: tuple, outputs: dict, found: dict, memo: dict):
 
 def _body(call):
     """The entry block of the function `call` (a `func.call` op) calls, in its module."""
-    from jax._src.lib.mlir import ir as mlir_ir
+    from semcheck.jax_compat import jax_internal
 
     module = call.parent
     while module.name != "builtin.module":
         module = module.parent
-    return mlir_ir.SymbolTable(module)[call.attributes["callee"].value].regions[0].blocks[0]
+    return jax_internal("mlir_ir").SymbolTable(module)[call.attributes["callee"].value].regions[0].blocks[0]
 
 
 def _iota(op, name: str, loc) -> Constant | Stop:
