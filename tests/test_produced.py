@@ -209,8 +209,8 @@ def test_the_values_line_and_the_json_name_the_producer():
     result.values = checked_values(consumer)
     producer = consumer.fed[0].producer
     assert values_lines(result) == [f"  values: as semcheck's lowering of {producer} computed offsets_hbm, steps_hbm"]
-    assert values_dict(result)["fed"] == [{"operand": "offsets_hbm", "producer": producer},
-                                          {"operand": "steps_hbm", "producer": producer}]
+    assert values_dict(result)["fed"] == [{"operand": "offsets_hbm", "producer": producer, "through": []},
+                                          {"operand": "steps_hbm", "producer": producer, "through": []}]
 
 
 def test_an_output_aliased_to_an_input_holds_the_inputs_values_where_the_kernel_did_not_write_it():
