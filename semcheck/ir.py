@@ -254,6 +254,9 @@ class SemDecl:
     # to no name): a phrase saying what it stands for ("the reads of the thread's TMA stores").
     # Empty where the name is the author's, shown as written.
     shown_as: str = ""
+    # Where it has several and `shown_as` names it: what one index of it stands for ("warp"),
+    # so that a trace step says "(warp 1)"; empty: "(index 1)".
+    index_shown_as: str = ""
 
 
 @record(frozen=True, slots=True)

@@ -499,7 +499,7 @@ def _bulk_semaphores(t: GpuThreadLowering, eqn, group: int) -> tuple[ir.SemRef, 
         decl = ctx.semaphores.get(name)
         if decl is None:
             decl = ir.SemDecl(name, SemKind.REGULAR, 0, SemOrigin.SCRATCH, Scope.CORE, None, t.loc(eqn),
-                              shown_as=shown_as)
+                              shown_as=shown_as, index_shown_as="group")
         if decl.size <= group:
             ctx.semaphores[name] = dataclasses.replace(decl, size=group + 1)
     return ir.SemRef(names[0], group), ir.SemRef(names[1], group)
