@@ -60,6 +60,13 @@ class Loc:
             return f"line {frame.line}"
         return f"{display_path(frame.file)}:{frame.line}"
 
+    def line_text(self) -> str:
+        """"line 27", or for a line in a helper "line 27 (called from line 42)", with the
+        kernel body's call: two calls of one helper are told apart by it."""
+        if not self.chain:
+            return f"line {self.line}"
+        return f"line {self.line} (called from {self.call_site(self.chain[-1])})"
+
     def bare(self) -> "Loc":
         """The line alone, without the calls that led to it."""
         return Loc(self.file, self.line) if self.chain else self
