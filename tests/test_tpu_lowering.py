@@ -383,6 +383,11 @@ def test_emit_pipeline_lowers_to_balanced_local_dmas():
     assert all(s.device is None and s.send_sem is None and s.nbytes == 4096 // 32 for s in starts)
     emit_line = line_of(HERE, "pltpu.emit_pipeline(inner, grid=(4,)")
     assert {s.loc.line for s in starts} == {emit_line}
+    # its semaphores are JAX's, allocated for the kernel: a report says whose (its closure
+    # is `_emit_pipeline`'s, which the kernel calls)
+    assert {d.name: d.shown_as for d in p.semaphores if d.origin is ir.SemOrigin.SCOPED} == {
+        name: f"`{name}` of `pltpu.emit_pipeline` at line {emit_line}"
+        for name in ("allocations[0].sem_recvs", "allocations[1].sem_sends")}
     from semcheck import check_protocol
 
     assert check_protocol(p).verdict.value == "safe"
