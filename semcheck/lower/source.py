@@ -112,6 +112,20 @@ def loc_of_traceback(traceback, body: KernelBody | None = None) -> ir.Loc | None
     return ir.Loc(loc.file, loc.line, tuple(chain))
 
 
+def user_column(traceback) -> int | None:
+    """Where on its line the user's call that bound an eqn starts (the column, in UTF-8
+    bytes as `ast` counts them, of `loc_of_traceback`'s frame), or None: what tells two
+    calls on one line apart."""
+    if traceback is None:
+        return None
+    codes, lastis = traceback.raw_frames()
+    for code, lasti in zip(codes, lastis):
+        if is_user_file(code.co_filename):
+            column = jax_internal("source_info_util").raw_frame_to_frame(code, lasti).start_column
+            return column if column is not None and column >= 0 else None
+    return None
+
+
 def library_call(traceback) -> str | None:
     """The Pallas backend function the user's code called to bind an eqn (`sync_copy` for
     the `dma_start` inside `pltpu.sync_copy`, `async_copy`, or `AsyncCopyDescriptor.start`
