@@ -143,6 +143,22 @@ def test_scratch_semaphores_are_per_block_and_get_global_is_per_launch():
     assert glob.loc.line == line_of(HERE, "shared = pl.get_global(REGULAR)")
 
 
+def test_the_barrier_plgpu_emit_pipeline_allocates_is_named_by_the_call_the_kernel_made():
+    """JAX allocates the pipeline's barrier in a run_scoped of its own and names it after
+    its keyword, `barrier_ref`, which the kernel has nowhere."""
+    def body(_index, x_smem, o_smem):
+        o_smem[...] = x_smem[...] + 1.0
+
+    def kernel(x_ref, o_ref):
+        plgpu.emit_pipeline(body, grid=(1,), in_specs=[plgpu.BlockSpec((64, 128), lambda i: (0, 0))],
+                            out_specs=[plgpu.BlockSpec((64, 128), lambda i: (0, 0))])(x_ref, o_ref)
+
+    p = protocol(gpu_call(kernel, grid=(1,)), devices=1)
+    [barrier] = [d for d in p.semaphores if d.kind is ir.SemKind.MBARRIER]
+    line = line_of(HERE, "plgpu.emit_pipeline(body, grid=(1,)")  # where the call starts
+    assert (barrier.name, barrier.shown_as) == ("barrier_ref", f"the barrier of `plgpu.emit_pipeline` at line {line}")
+
+
 def test_each_get_global_call_site_is_its_own_semaphore():
     def kernel(x_ref, o_ref):
         a = pl.get_global(REGULAR)

@@ -10,6 +10,8 @@ through a protocol input (when the branch synchronizes), since semcheck cannot k
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from semcheck import ir
@@ -18,9 +20,8 @@ from semcheck.ir import SemKind, SemOrigin
 from semcheck.lower.context import ThreadLowering, semaphore_kind
 from semcheck.lower.data import ScalarMerge, element_operand
 from semcheck.lower.interpreter import eval_closed, eval_jaxpr, operand, unwrap, const_value
-from semcheck.lower.ref_names import ref_names
+from semcheck.lower.ref_names import helpers_allocations_shown_as, ref_names
 from semcheck.lower.registry import rule
-from semcheck.lower.source import library_api
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, sym_op, unknown_data
 
 # A loop whose trip count is known but this long is unrolled only this far.
@@ -373,30 +374,14 @@ def _allocations(t: ThreadLowering, eqn, jaxpr) -> list[RefValue]:
     names = ref_names(jaxpr, "scoped")
     loc = t.loc(eqn)
     avals = [v.aval for v in jaxpr.invars]
-    shown_as = _shown_as_of_helpers_semaphores(eqn, names, avals, loc)
+    kinds = [semaphore_kind(aval.dtype) for aval in avals]
+    said = [None if kind is None else ("DMA semaphore" if kind is SemKind.DMA else "semaphore") + ("s" if math.prod(aval.shape) > 1 else "")
+            for kind, aval in zip(kinds, avals)]
+    shown_as = helpers_allocations_shown_as(eqn.source_info.traceback, names, said, loc)
     allocs = [t.kernel.declare_ref(n, aval, SemOrigin.SCOPED, loc, shown_as=shown)
               for n, aval, shown in zip(names, avals, shown_as)]
     t.kernel.scoped[key] = allocs
     return allocs
-
-
-def _shown_as_of_helpers_semaphores(eqn, names: list[str], avals: list, loc: ir.Loc) -> list[str]:
-    """What a report calls each semaphore (`ir.SemDecl.shown_as`) that a helper of JAX's
-    allocates in its own run_scoped on the user's behalf (the DMA semaphore of
-    `pltpu.sync_copy`, those of `pltpu.emit_pipeline`): JAX's name for it is the helper's
-    (`sem`), which the kernel has nowhere, so it goes by the call the user wrote and the
-    user's line. Empty for the user's own run_scoped, and for what is no semaphore."""
-    api = library_api(eqn.source_info.traceback)
-    kinds = [semaphore_kind(aval.dtype) for aval in avals]
-    if api is None:
-        return [""] * len(names)
-    where = f"`{api}` at {loc.line_text()}"
-    if kinds.count(None) == len(kinds) - 1:  # the helper's one semaphore
-        return [
-            "" if kind is None else f"the {'DMA ' if kind is SemKind.DMA else ''}semaphore{'s' if aval.shape else ''} of {where}"
-            for kind, aval in zip(kinds, avals)
-        ]
-    return ["" if kind is None else f"`{name}` of {where}" for name, kind in zip(names, kinds)]
 
 
 @rule("emit_pipeline", "pipeline_body")
