@@ -149,14 +149,18 @@ def test_the_barrier_plgpu_emit_pipeline_allocates_is_named_by_the_call_the_kern
     def body(_index, x_smem, o_smem):
         o_smem[...] = x_smem[...] + 1.0
 
-    def kernel(x_ref, o_ref):
+    def kernel(x_ref, o_ref, done):
         plgpu.emit_pipeline(body, grid=(1,), in_specs=[plgpu.BlockSpec((64, 128), lambda i: (0, 0))],
                             out_specs=[plgpu.BlockSpec((64, 128), lambda i: (0, 0))])(x_ref, o_ref)
+        pl.semaphore_signal(done)
 
-    p = protocol(gpu_call(kernel, grid=(1,)), devices=1)
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=[REGULAR]), devices=1)
     [barrier] = [d for d in p.semaphores if d.kind is ir.SemKind.MBARRIER]
     line = line_of(HERE, "plgpu.emit_pipeline(body, grid=(1,)")  # where the call starts
     assert (barrier.name, barrier.shown_as) == ("barrier_ref", f"the barrier of `plgpu.emit_pipeline` at line {line}")
+    # plgpu.kernel allocates the kernel's scratch in a run_scoped of its own too, for the
+    # kernel's body: the kernel's parameter names it
+    assert [(d.name, d.shown_as) for d in p.semaphores if d.kind is ir.SemKind.REGULAR and d.origin is ir.SemOrigin.SCOPED] == [("done", "")]
 
 
 def test_each_get_global_call_site_is_its_own_semaphore():
@@ -188,18 +192,20 @@ def test_a_get_global_its_line_binds_to_no_name_is_named_by_its_line():
         pl.semaphore_signal(a)
         pl.semaphore_signal(b)
         pl.semaphore_signal(pl.get_global(REGULAR), pl.semaphore_read(pl.get_global(REGULAR)))  # two in place
-        pl.semaphore_signal(make())
-        pl.semaphore_signal(make())
+        pl.semaphore_signal(make())  # first call
+        pl.semaphore_signal(make())  # second call
 
     p = protocol(gpu_call(kernel))
     in_place, two = line_of(HERE, "# in place"), line_of(HERE, "# two in place")
+    helper, first_call, second_call = (line_of(HERE, f"# {what}") for what in ("helper", "first call", "second call"))
     globals_ = [(d.name, d.shown_as) for d in p.semaphores if d.kind is ir.SemKind.GPU_GLOBAL]
     assert globals_ == [
         (f"global semaphore (line {in_place})", f"the global semaphore of line {in_place}"),
         ("a", ""), ("b", ""),
         (f"global semaphore (line {two})", f"the first global semaphore of line {two}"),
         (f"global semaphore (line {two})#2", f"the second global semaphore of line {two}"),
-        ("sem", ""), ("sem#2", ""),
+        ("sem", f"`sem` of line {helper} (called from line {first_call})"),
+        ("sem#2", f"`sem` of line {helper} (called from line {second_call})"),
     ]
 
 

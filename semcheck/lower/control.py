@@ -377,7 +377,7 @@ def _allocations(t: ThreadLowering, eqn, jaxpr) -> list[RefValue]:
     kinds = [semaphore_kind(aval.dtype) for aval in avals]
     said = [None if kind is None else ("DMA semaphore" if kind is SemKind.DMA else "semaphore") + ("s" if math.prod(aval.shape) > 1 else "")
             for kind, aval in zip(kinds, avals)]
-    shown_as = helpers_allocations_shown_as(eqn.source_info.traceback, names, said, loc)
+    shown_as = helpers_allocations_shown_as(eqn, jaxpr, names, said, loc)
     allocs = [t.kernel.declare_ref(n, aval, SemOrigin.SCOPED, loc, shown_as=shown)
               for n, aval, shown in zip(names, avals, shown_as)]
     t.kernel.scoped[key] = allocs

@@ -286,7 +286,7 @@ def run_scoped(t: GpuThreadLowering, eqn, inputs):
     is_body = scoped_fn is not None and (scoped_fn.file, scoped_fn.line) == (t.kernel.kernel_loc.file, t.kernel.kernel_loc.line)
     names = ref_names(jaxpr, "scoped", bound=t.kernel.body_operands if is_body else None)
     said = [_allocation_said(var.aval) for var in jaxpr.invars]
-    shown_as = helpers_allocations_shown_as(eqn.source_info.traceback, names, said, t.loc(eqn))
+    shown_as = helpers_allocations_shown_as(eqn, jaxpr, names, said, t.loc(eqn))
     for k, var in enumerate(jaxpr.invars):
         is_barrier = barrier_info(var.aval.dtype) is not None
         # Barriers are initialized at every entry; memory and semaphores keep their slot.

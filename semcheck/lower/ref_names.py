@@ -20,7 +20,7 @@ import sys
 
 from semcheck.parsing import parse_python
 from semcheck import ir
-from semcheck.lower.source import kernel_function, library_api
+from semcheck.lower.source import is_user_file, kernel_function, library_api
 
 # How JAX names an argument that came in through a `*name` parameter.
 _FLATTENED = re.compile(r"^(?P<vararg>\w+)\[(?P<index>\d+)\]$")
@@ -48,17 +48,19 @@ def ref_names(jaxpr, default: str, at: ir.Loc | None = None, bound: int | None =
     return [n or f"{default}{k}" for k, n in enumerate(names)]
 
 
-def helpers_allocations_shown_as(traceback, names: list[str], said: list[str | None], loc: ir.Loc) -> list[str]:
-    """What a report calls each semaphore or barrier (`ir.SemDecl.shown_as`) that a helper of
-    JAX's allocates in a run_scoped of its own on the kernel's behalf (the DMA semaphore of
-    `pltpu.sync_copy`, the barrier of `plgpu.emit_pipeline`), given JAX's `names` of the
-    allocations and what each is in words (`said`: "DMA semaphore", "barriers"; None for
-    memory): JAX names them after the helper's parameters (`sem`), which the kernel has
-    nowhere, so they go by the call the author wrote, at the author's line. Empty for the
-    author's own run_scoped (`traceback`, the run_scoped's, passes through no helper), and
-    for memory."""
-    api = library_api(traceback)
-    if api is None:
+def helpers_allocations_shown_as(eqn, jaxpr, names: list[str], said: list[str | None], loc: ir.Loc) -> list[str]:
+    """What a report calls each semaphore or barrier (`ir.SemDecl.shown_as`) that the
+    run_scoped `eqn` (of body `jaxpr`) allocates where a helper of JAX's binds it on the
+    kernel's behalf for a body of its own (the DMA semaphore of `pltpu.sync_copy`, the barrier
+    of `plgpu.emit_pipeline`), given JAX's `names` of the allocations and what each is in
+    words (`said`: "DMA semaphore", "barriers"; None for memory): JAX names them after the
+    helper's parameters (`sem`), which the kernel has nowhere, so they go by the call the
+    author wrote, at the author's line. Empty for memory, for the author's own run_scoped,
+    and for one whose body is the author's (`plgpu.kernel` allocates the kernel's scratch so,
+    which the kernel's parameters name)."""
+    api = library_api(eqn.source_info.traceback)
+    _name, body = kernel_function(getattr(jaxpr, "debug_info", None))
+    if api is None or body is None or is_user_file(body.file):
         return [""] * len(names)
     where = f"`{api}` at {loc.line_text()}"
     if sum(what is not None for what in said) == 1:  # the helper's one semaphore
