@@ -126,13 +126,20 @@ def get_global(t: GpuThreadLowering, eqn, inputs):
         local = assigned_name(loc, "get_global", column)
         # The IR has no name for it: the kernel's line says what its author calls it.
         name = ctx.unique(local or f"global semaphore (line {loc.line})")
-        shown_as = "" if local else _unnamed_global(loc, column)
+        shown_as = _named_global(local, loc) if local else _unnamed_global(loc, column)
         ctx.semaphores[name] = ir.SemDecl(
             name, SemKind.GPU_GLOBAL, max(1, math.prod(shape)), SemOrigin.GLOBAL, Scope.DEVICE, None, loc,
             shown_as=shown_as,
         )
         ref = ctx.global_slots[id(eqn)] = RefValue(name, True, shape, what.dtype)
     return [ref]
+
+
+def _named_global(local: str, loc: ir.Loc) -> str:
+    """A `pl.get_global` its line binds to `local`, as a report says it: as written, or where
+    the line is in a helper of the kernel's, which each call runs again (making a semaphore
+    of its own under the one local), with the call: "`sem` of line 5 (called from line 12)"."""
+    return f"`{local}` of {loc.line_text()}" if loc.chain else ""
 
 
 def _unnamed_global(loc: ir.Loc, column: int | None) -> str:
