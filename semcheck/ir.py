@@ -60,6 +60,13 @@ class Loc:
             return f"line {frame.line}"
         return f"{display_path(frame.file)}:{frame.line}"
 
+    def line_text(self) -> str:
+        """"line 27", or for a line in a helper "line 27 (called from line 42)", with the
+        kernel body's call: two calls of one helper are told apart by it."""
+        if not self.chain:
+            return f"line {self.line}"
+        return f"line {self.line} (called from {self.call_site(self.chain[-1])})"
+
     def bare(self) -> "Loc":
         """The line alone, without the calls that led to it."""
         return Loc(self.file, self.line) if self.chain else self
@@ -254,6 +261,9 @@ class SemDecl:
     # to no name): a phrase saying what it stands for ("the reads of the thread's TMA stores").
     # Empty where the name is the author's, shown as written.
     shown_as: str = ""
+    # Where it has several and `shown_as` names it: what one index of it stands for ("warp"),
+    # so that a trace step says "(warp 1)"; empty: "(index 1)".
+    index_shown_as: str = ""
 
 
 @record(frozen=True, slots=True)

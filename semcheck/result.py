@@ -114,6 +114,10 @@ class TraceStep:
     location: Loc | None
     semaphore: str | None = None  # short label of the semaphore touched, e.g. "recv@d1c0"
     declaration: str | None = None  # that semaphore's declared name, e.g. "recv"
+    # How `text` names that semaphore where the lowering made it (`ir.SemDecl.shown_as`),
+    # e.g. "the fork into warps of a warp-level core_map (warp 1)"; None where the kernel
+    # names it (`semaphore` is then what the text says).
+    semaphore_shown_as: str | None = None
     before: int | None = None
     after: int | None = None
     fed_by: tuple[int, ...] = ()  # steps whose additions this wait consumed
@@ -205,6 +209,10 @@ class MissingAction:
     sites: tuple[Site, ...]
     absent: tuple[AbsentSite, ...] = ()
     in_flight: int = 0  # what copies still landing will add to it (a leftover found at a later entry)
+    # How the report names it where the lowering made it (`ir.SemDecl.shown_as`, with its
+    # device): "the DMA semaphore of `pltpu.sync_copy` at line 27 on device 0"; None where
+    # the kernel names it (`semaphore`).
+    semaphore_shown_as: str | None = None
 
 
 @record(frozen=True)

@@ -182,3 +182,40 @@ def test_every_semaphore_a_headline_names_is_one_the_kernels_author_wrote_or_say
                     path, c.semaphore)
     for name, said in NAMED_IN_HEADLINE.items():
         assert said in statements[name], (name, statements[name])
+
+
+# A step of each buggy example's trace that names a counter the lowering made, as the trace says
+# it: by what it stands for, as the headline does (it said `warp_fork[1]@d0`,
+# `tma_store_read[0]@d0`, `block barrier (gpu.barrier)@d0`, `tcgen05_done@d0`).
+NAMED_IN_TRACE = {
+    "warp_producer_consumer_no_release.py":
+        "signal the fork into warps of a warp-level core_map (warp 1) += 1 (0 -> 1)",
+    "tma_store_reuse_early.py":
+        "start DMA tile[0:64, 0:128] -> o_ref[0:1, 0:64, 0:128] (on completion: send the source reads of this "
+        "thread's TMA stores (group 0) +1, recv the writes of this thread's TMA stores (group 0) +1)",
+    "warp_specialized_pipeline_no_release.py":
+        "wait the block-wide barrier (gpu.barrier) that begins a thread-collective pl.run_scoped >= 2 without "
+        "decrement (holds 2)",
+    "tcgen05_mma_reload_early.py":
+        "start DMA a[0:128, 0:128] -> tcgen05_operands[0:1] (on completion: recv the tensor core's reads of this "
+        "thread's operands +1)",
+}
+
+
+def test_every_trace_step_names_a_counter_the_lowering_made_by_what_it_stands_for():
+    from semcheck.report import json as json_report
+
+    texts = {}
+    for path in EXAMPLES:
+        [r] = results(path, 2)
+        for v in r.errors:
+            texts.setdefault(os.path.basename(path), []).extend(step.text for step in v.trace)
+            for step in v.trace:
+                if step.semaphore_shown_as:
+                    assert step.semaphore_shown_as in step.text and step.declaration not in step.text, step.text
+                    # the machine fields keep the model's name, and JSON adds the one the text says
+                    as_json = json_report.step_dict(step)
+                    assert as_json["semaphore"].startswith(step.declaration)
+                    assert as_json["semaphore_shown_as"] == step.semaphore_shown_as
+    for name, said in NAMED_IN_TRACE.items():
+        assert said in texts[name], (name, texts[name])

@@ -143,6 +143,26 @@ def test_scratch_semaphores_are_per_block_and_get_global_is_per_launch():
     assert glob.loc.line == line_of(HERE, "shared = pl.get_global(REGULAR)")
 
 
+def test_the_barrier_plgpu_emit_pipeline_allocates_is_named_by_the_call_the_kernel_made():
+    """JAX allocates the pipeline's barrier in a run_scoped of its own and names it after
+    its keyword, `barrier_ref`, which the kernel has nowhere."""
+    def body(_index, x_smem, o_smem):
+        o_smem[...] = x_smem[...] + 1.0
+
+    def kernel(x_ref, o_ref, done):
+        plgpu.emit_pipeline(body, grid=(1,), in_specs=[plgpu.BlockSpec((64, 128), lambda i: (0, 0))],
+                            out_specs=[plgpu.BlockSpec((64, 128), lambda i: (0, 0))])(x_ref, o_ref)
+        pl.semaphore_signal(done)
+
+    p = protocol(gpu_call(kernel, grid=(1,), scratch=[REGULAR]), devices=1)
+    [barrier] = [d for d in p.semaphores if d.kind is ir.SemKind.MBARRIER]
+    line = line_of(HERE, "plgpu.emit_pipeline(body, grid=(1,)")  # where the call starts
+    assert (barrier.name, barrier.shown_as) == ("barrier_ref", f"the barrier of `plgpu.emit_pipeline` at line {line}")
+    # plgpu.kernel allocates the kernel's scratch in a run_scoped of its own too, for the
+    # kernel's body: the kernel's parameter names it
+    assert [(d.name, d.shown_as) for d in p.semaphores if d.kind is ir.SemKind.REGULAR and d.origin is ir.SemOrigin.SCOPED] == [("done", "")]
+
+
 def test_each_get_global_call_site_is_its_own_semaphore():
     def kernel(x_ref, o_ref):
         a = pl.get_global(REGULAR)
@@ -158,9 +178,10 @@ def test_each_get_global_call_site_is_its_own_semaphore():
 
 
 def test_a_get_global_its_line_binds_to_no_name_is_named_by_its_line():
-    """A semaphore its line does not name (used in place, or bound to two names at once)
-    says where it comes from, never an invented `global#0`; one helper called twice makes
-    two semaphores under one local, told apart."""
+    """A semaphore its line does not name (used in place) says where it comes from, never an
+    invented `global#0`, and two such on one line say which of the line's calls each is;
+    a tuple unpacked into names names each by its own; one helper called twice makes two
+    semaphores under one local, told apart."""
     def make():
         sem = pl.get_global(REGULAR)  # helper
         return sem
@@ -170,18 +191,55 @@ def test_a_get_global_its_line_binds_to_no_name_is_named_by_its_line():
         a, b = pl.get_global(REGULAR), pl.get_global(REGULAR)  # two at once
         pl.semaphore_signal(a)
         pl.semaphore_signal(b)
-        pl.semaphore_signal(make())
-        pl.semaphore_signal(make())
+        pl.semaphore_signal(pl.get_global(REGULAR), pl.semaphore_read(pl.get_global(REGULAR)))  # two in place
+        pl.semaphore_signal(make())  # first call
+        pl.semaphore_signal(make())  # second call
 
     p = protocol(gpu_call(kernel))
-    in_place, pair = line_of(HERE, "# in place"), line_of(HERE, "# two at once")
+    in_place, two = line_of(HERE, "# in place"), line_of(HERE, "# two in place")
+    helper, first_call, second_call = (line_of(HERE, f"# {what}") for what in ("helper", "first call", "second call"))
     globals_ = [(d.name, d.shown_as) for d in p.semaphores if d.kind is ir.SemKind.GPU_GLOBAL]
     assert globals_ == [
         (f"global semaphore (line {in_place})", f"the global semaphore of line {in_place}"),
-        (f"global semaphore (line {pair})", f"the global semaphore of line {pair}"),
-        (f"global semaphore (line {pair})#2", f"the global semaphore of line {pair}"),
-        ("sem", ""), ("sem#2", ""),
+        ("a", ""), ("b", ""),
+        (f"global semaphore (line {two})", f"the first global semaphore of line {two}"),
+        (f"global semaphore (line {two})#2", f"the second global semaphore of line {two}"),
+        ("sem", f"`sem` of line {helper} (called from line {first_call})"),
+        ("sem#2", f"`sem` of line {helper} (called from line {second_call})"),
     ]
+
+
+def test_two_get_globals_of_one_line_read_apart_in_the_report():
+    """Two `pl.get_global` of one line read alike in a report: "the global semaphore of
+    line 14" both, where the line binds neither, and where it unpacks them into a tuple of
+    names, which the statement should use."""
+    from semcheck.report import causes, text
+
+    def in_place(x_ref, o_ref):
+        pl.semaphore_wait(pl.get_global(REGULAR), pl.semaphore_read(pl.get_global(REGULAR)) + 1)  # both in place
+
+    line = line_of(HERE, "# both in place")
+    result = check_protocol(protocol(gpu_call(in_place, grid=(1,)), devices=1))
+    [v] = result.errors
+    [step] = v.trace
+    assert step.text == f"read the second global semaphore of line {line} = 0 into read1"
+    assert step.semaphore == f"global semaphore (line {line})#2@d0"  # the model's own name stays
+    first = f"the first global semaphore of line {line} on device 0"
+    assert f"for {first} to reach 1" in v.message
+    assert [b.semaphore for b in v.blocked] == [first]
+    assert f"what could add to {first} (needs 1, has 0):" in text.render([result])
+
+    def unpacked(x_ref, o_ref):
+        started, arrived = pl.get_global(REGULAR), pl.get_global(REGULAR)
+        pl.semaphore_signal(started)
+        pl.semaphore_signal(arrived)
+        pl.semaphore_wait(arrived, 2)  # competing waits
+
+    line = line_of(HERE, "# competing waits")
+    result = check_protocol(protocol(gpu_call(unpacked), devices=1))
+    [v] = result.errors
+    assert causes.statement(v.cause).startswith(f"the waits at line {line} compete for one count of `arrived`:")
+    assert [s.text for s in v.trace[:2]] == ["signal started@d0 += 1 (0 -> 1)", "signal arrived@d0 += 1 (0 -> 1)"]
 
 
 def test_gpu_semaphores_may_end_non_zero_and_waits_on_a_global_compete():

@@ -330,3 +330,17 @@ def test_a_loop_that_spins_for_ever_is_drawn_as_a_loop():
     assert graph.nodes[first]["highlight"] == "fault"
     assert "SPINS FOR EVER" in graph.nodes[first]["label"]
     assert graph.nodes[first]["line"] == violation.location.line  # the loop's read
+
+
+def test_a_step_on_a_counter_semcheck_made_is_labelled_as_its_text_names_it():
+    """A graph's step said `signal warp_fork[1]@d0 +1`, the model's name, where the trace's
+    text says what the counter stands for."""
+    from semcheck.result import StepEvent, TraceStep
+
+    step = TraceStep(index=3, actor="device 0", device=0, core=0, sub=0, event=StepEvent.SIGNAL, text="",
+                     location=None, semaphore="warp_fork[1]@d0", declaration="warp_fork", before=0, after=1,
+                     semaphore_shown_as="the fork into warps of a warp-level core_map (warp 1)")
+    assert cex._short_text(step) == ("signal the fork into warps of a warp-level core_map (warp 1) +1", "0 → 1")
+    mine = TraceStep(index=4, actor="device 0", device=0, core=0, sub=0, event=StepEvent.WAIT, text="",
+                     location=None, semaphore="ready@d0", declaration="ready", before=1, after=0, need=1)
+    assert cex._short_text(mine) == ("wait ready@d0 ≥ 1", "1 → 0")

@@ -11,7 +11,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from semcheck import verify
-from tests.tpu_kernels import hbm_call, mesh, protocols
+from tests.tpu_kernels import hbm_call, line_of, mesh, protocols
 
 DMA = pltpu.SemaphoreType.DMA
 VMEM = pltpu.VMEM((8, 128), jnp.float32)
@@ -250,3 +250,41 @@ def test_a_ref_the_source_does_not_name_says_its_group_of_the_pallas_call():
     [p] = protocols(_prefetch_call(prefetching), mesh((1,)))
     assert [b.name for b in p.buffers] + [s.name for s in p.semaphores] == [
         "flags", "args[1] (input)", "args[2] (output)", "args[3] (scratch)"]
+
+
+def copies_over_a_copy_in_flight(x_ref, o_ref, staging, sem):
+    """The second `pltpu.sync_copy` writes `staging` while the copy out of it is in flight."""
+    pltpu.sync_copy(x_ref, staging)  # first sync_copy
+    out = pltpu.make_async_copy(staging, o_ref, sem)
+    out.start()
+    pltpu.sync_copy(x_ref, staging)  # second sync_copy
+    out.wait()
+
+
+def test_the_semaphore_a_jax_helper_allocates_is_named_by_the_call_and_line_the_author_wrote():
+    """`pltpu.sync_copy` allocates its DMA semaphore in a run_scoped of its own, which JAX
+    names `sem` after the helper's parameter: the trace said `sem#2@d0`, a name the kernel
+    has nowhere (and beside the kernel's own `sem`, one that reads as the kernel's)."""
+    from semcheck.report import text
+
+    fn = jax.shard_map(hbm_call(copies_over_a_copy_in_flight, scratch=[VMEM, DMA]), mesh=mesh((1,)),
+                       in_specs=jax.P("x"), out_specs=jax.P("x"), check_vma=False)
+    [result] = verify(fn, jnp.ones((8, 128), jnp.float32))
+    first, second = line_of(__file__, "# first sync_copy"), line_of(__file__, "# second sync_copy")
+    [violation] = result.errors
+    assert violation.kind == "data_race"
+    report = text.render([result], verbose=True)
+    trace = [step.text for step in violation.trace]
+    assert trace[1:4] == [
+        f"start DMA x_ref[0:8, 0:128] -> staging[0:8, 0:128] (on completion: recv the DMA semaphore of "
+        f"`pltpu.sync_copy` at line {first} +128)",
+        f"copy started at line {first} lands (receive side): the DMA semaphore of `pltpu.sync_copy` at line "
+        f"{first}: 0 -> 128",
+        f"dma_wait (recv) the DMA semaphore of `pltpu.sync_copy` at line {first} for 128 units of 32 bytes (128 -> 0)",
+    ]
+    assert f"recv the DMA semaphore of `pltpu.sync_copy` at line {second} +128" in trace[-1]
+    assert "recv sem@d0 +128" in trace[-2]  # the kernel's own semaphore keeps its name
+    assert "sem#" not in report
+    # the model's names stay in the machine fields
+    assert [step.semaphore for step in violation.trace[2:4]] == ["sem#2@d0", "sem#2@d0"]
+    assert violation.trace[3].semaphore_shown_as == f"the DMA semaphore of `pltpu.sync_copy` at line {first}"

@@ -6,6 +6,8 @@ emit_pipeline, and the source line of every instruction."""
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -259,6 +261,33 @@ def test_default_device_barrier_comes_before_the_body_unless_skipped():
     assert not {ARRIVE, RELEASE} & {d.name for d in without.semaphores}
 
 
+def test_a_trace_names_the_default_device_barrier_by_what_it_is_and_a_peers_by_its_device():
+    """The barrier's counters are semcheck's (the kernel names no `device_barrier.arrive`): a
+    trace step says what they stand for, and the device a signal goes to where it is not the
+    step's own."""
+    from semcheck import check_protocol
+
+    def kernel(x_ref, o_ref, sem):
+        pl.semaphore_wait(sem, 1)  # nothing signals it
+
+    [p] = protocols(call(kernel, scratch=[REGULAR]), mesh((2,)))
+    [v] = check_protocol(p).errors
+    # which device signals first is the schedule's: the counts are left out
+    said = {(step.device, re.sub(r" \(\d+ -> \d+\)$", "", step.text)) for step in v.trace if step.semaphore_shown_as}
+    assert said == {
+        (0, "signal the arrivals at XLA's device barrier before the kernel += 1"),
+        (1, "signal the arrivals at XLA's device barrier before the kernel on device 0 += 1"),
+        (0, "wait the arrivals at XLA's device barrier before the kernel >= 2"),
+        (0, "signal the release from XLA's device barrier before the kernel += 1"),
+        (0, "signal the release from XLA's device barrier before the kernel on device 1 += 1"),
+        (0, "wait the release from XLA's device barrier before the kernel >= 1"),
+        (1, "wait the release from XLA's device barrier before the kernel >= 1"),
+    }
+    # every device arrives at device 0's counter, which releases every device's own
+    assert {step.semaphore for step in v.trace if step.semaphore_shown_as} == {
+        f"{ARRIVE}@d0", f"{RELEASE}@d0", f"{RELEASE}@d1"}
+
+
 # --- grid, cores, control flow ----------------------------------------------------------------
 
 
@@ -354,6 +383,11 @@ def test_emit_pipeline_lowers_to_balanced_local_dmas():
     assert all(s.device is None and s.send_sem is None and s.nbytes == 4096 // 32 for s in starts)
     emit_line = line_of(HERE, "pltpu.emit_pipeline(inner, grid=(4,)")
     assert {s.loc.line for s in starts} == {emit_line}
+    # its semaphores are JAX's, allocated for the kernel: a report says whose (its closure
+    # is `_emit_pipeline`'s, which the kernel calls)
+    assert {d.name: d.shown_as for d in p.semaphores if d.origin is ir.SemOrigin.SCOPED} == {
+        name: f"`{name}` of `pltpu.emit_pipeline` at line {emit_line}"
+        for name in ("allocations[0].sem_recvs", "allocations[1].sem_sends")}
     from semcheck import check_protocol
 
     assert check_protocol(p).verdict.value == "safe"

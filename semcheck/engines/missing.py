@@ -60,8 +60,10 @@ def missing_action(
             ))
     # Sites that did not run first: they are the likely culprits.
     sites.sort(key=lambda s: (s.ran > 0, s.location.line if s.location else 0, s.thread))
+    inst = system.instances[sid]
     return MissingAction(
-        semaphore=system.instances[sid].short,
+        semaphore=inst.short,
+        semaphore_shown_as=inst.label if inst.decl.shown_as else None,
         needs=needs,
         has=judged.sems[sid],
         sites=tuple(sites[:_SHOWN_SITES]),

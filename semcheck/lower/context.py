@@ -244,17 +244,19 @@ class KernelContext:
         self._names.add(name)
         return name
 
-    def declare_ref(self, base: str, aval, origin: SemOrigin, loc: ir.Loc) -> RefValue:
+    def declare_ref(self, base: str, aval, origin: SemOrigin, loc: ir.Loc, shown_as: str = "") -> RefValue:
         """A semaphore or buffer allocation for a ref aval (kernel operand, scratch,
         run_scoped allocation). A pallas_call operand's aval carries its BlockSpec's memory
-        space ("default", i.e. VMEM, for a pipelined block)."""
+        space ("default", i.e. VMEM, for a pipelined block). `shown_as`: a semaphore's
+        `ir.SemDecl.shown_as`."""
         shape = tuple(int(d) for d in aval.shape)
         kind = semaphore_kind(aval.dtype)
         name = self.unique(base)
         if kind is not None:
             checked = self.semaphore_checks or origin not in (SemOrigin.SCRATCH, SemOrigin.SCOPED)
             self.semaphores[name] = ir.SemDecl(
-                name, kind, max(1, math.prod(shape)), origin, Scope.CORE, None, loc, checked_at_exit=checked
+                name, kind, max(1, math.prod(shape)), origin, Scope.CORE, None, loc, checked_at_exit=checked,
+                shown_as=shown_as,
             )
             return RefValue(name, True, shape, aval.dtype)
         itemsize = getattr(np.dtype(aval.dtype), "itemsize", 4) if _is_numpy(aval.dtype) else 4

@@ -10,15 +10,17 @@ through a protocol input (when the branch synchronizes), since semcheck cannot k
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from semcheck import ir
 from semcheck.errors import LoadError
-from semcheck.ir import SemOrigin
-from semcheck.lower.context import ThreadLowering
+from semcheck.ir import SemKind, SemOrigin
+from semcheck.lower.context import ThreadLowering, semaphore_kind
 from semcheck.lower.data import ScalarMerge, element_operand
 from semcheck.lower.interpreter import eval_closed, eval_jaxpr, operand, unwrap, const_value
-from semcheck.lower.ref_names import ref_names
+from semcheck.lower.ref_names import helpers_allocations_shown_as, ref_names
 from semcheck.lower.registry import rule
 from semcheck.lower.values import Known, Opaque, RefValue, Sym, Value, sym_op, unknown_data
 
@@ -370,7 +372,14 @@ def _allocations(t: ThreadLowering, eqn, jaxpr) -> list[RefValue]:
     if isinstance(cached, list):
         return cached
     names = ref_names(jaxpr, "scoped")
-    allocs = [t.kernel.declare_ref(n, v.aval, SemOrigin.SCOPED, t.loc(eqn)) for n, v in zip(names, jaxpr.invars)]
+    loc = t.loc(eqn)
+    avals = [v.aval for v in jaxpr.invars]
+    kinds = [semaphore_kind(aval.dtype) for aval in avals]
+    said = [None if kind is None else ("DMA semaphore" if kind is SemKind.DMA else "semaphore") + ("s" if math.prod(aval.shape) > 1 else "")
+            for kind, aval in zip(kinds, avals)]
+    shown_as = helpers_allocations_shown_as(eqn, jaxpr, names, said, loc)
+    allocs = [t.kernel.declare_ref(n, aval, SemOrigin.SCOPED, loc, shown_as=shown)
+              for n, aval, shown in zip(names, avals, shown_as)]
     t.kernel.scoped[key] = allocs
     return allocs
 

@@ -13,7 +13,8 @@ from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower import gpu_data
 from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering, MBarrier
 from semcheck.lower.interpreter import const_value, eval_jaxpr, operand, unwrap
-from semcheck.lower.ref_names import ref_names
+from semcheck.lower.context import semaphore_kind
+from semcheck.lower.ref_names import helpers_allocations_shown_as, ref_names
 from semcheck.lower.registry import rule
 from semcheck.lower.source import kernel_function
 from semcheck.lower.values import Known, Opaque, RefValue
@@ -284,13 +285,16 @@ def run_scoped(t: GpuThreadLowering, eqn, inputs):
     _name, scoped_fn = kernel_function(jaxpr.debug_info)
     is_body = scoped_fn is not None and (scoped_fn.file, scoped_fn.line) == (t.kernel.kernel_loc.file, t.kernel.kernel_loc.line)
     names = ref_names(jaxpr, "scoped", bound=t.kernel.body_operands if is_body else None)
+    said = [_allocation_said(var.aval) for var in jaxpr.invars]
+    shown_as = helpers_allocations_shown_as(eqn, jaxpr, names, said, t.loc(eqn))
     for k, var in enumerate(jaxpr.invars):
         is_barrier = barrier_info(var.aval.dtype) is not None
         # Barriers are initialized at every entry; memory and semaphores keep their slot.
         key = (id(eqn), k, t.sub if per_thread else None, entry if is_barrier else None)
         ref = t.kernel.scoped.get(key)
         if not isinstance(ref, RefValue):  # not yet allocated
-            ref = t.kernel.scoped[key] = declare_gpu_ref(t.kernel, names[k], var.aval, SemOrigin.SCOPED, t.loc(eqn))
+            ref = t.kernel.scoped[key] = declare_gpu_ref(t.kernel, names[k], var.aval, SemOrigin.SCOPED, t.loc(eqn),
+                                                         shown_as[k])
         refs.append(ref)
     return eval_jaxpr(t, jaxpr, closed_over[:len(jaxpr.constvars)], refs)
 
@@ -354,11 +358,20 @@ def _sync_block(t: GpuThreadLowering, eqn) -> None:
     t.emitter.emit(ir.Wait(t.loc(eqn), barrier, t.block_syncs * t.kernel.num_threads, False))
 
 
-def declare_gpu_ref(ctx, base: str, aval, origin: SemOrigin, loc: ir.Loc) -> RefValue:
-    """An allocation of a GPU kernel: an mbarrier array, a GMEM semaphore or a buffer."""
+def _allocation_said(aval) -> str | None:
+    """A run_scoped allocation in words, as `helpers_allocations_shown_as` takes it."""
+    plural = "s" if math.prod(aval.shape) > 1 else ""
+    if barrier_info(aval.dtype) is not None:
+        return f"barrier{plural}"
+    return None if semaphore_kind(aval.dtype) is None else f"semaphore{plural}"
+
+
+def declare_gpu_ref(ctx, base: str, aval, origin: SemOrigin, loc: ir.Loc, shown_as: str = "") -> RefValue:
+    """An allocation of a GPU kernel: an mbarrier array, a GMEM semaphore or a buffer.
+    `shown_as`: a semaphore's or barrier's `ir.SemDecl.shown_as`."""
     info = barrier_info(aval.dtype)
     if info is None:
-        ref = ctx.declare_ref(base, aval, origin, loc)
+        ref = ctx.declare_ref(base, aval, origin, loc, shown_as=shown_as)
         decl = ctx.buffers.get(ref.alloc)
         if decl is not None and decl.space in ("gmem", "any"):
             # Global memory is one per device, shared by every block.
@@ -368,7 +381,7 @@ def declare_gpu_ref(ctx, base: str, aval, origin: SemOrigin, loc: ir.Loc) -> Ref
     name = ctx.unique(base)
     per_phase = info.num_arrivals * math.prod(ctx.grid_sizes.get(a, 1) for a in info.cluster_axes)
     ctx.semaphores[name] = ir.SemDecl(
-        name, SemKind.MBARRIER, max(1, math.prod(shape)), origin, Scope.CORE, None, loc, per_phase
+        name, SemKind.MBARRIER, max(1, math.prod(shape)), origin, Scope.CORE, None, loc, per_phase, shown_as=shown_as
     )
     ctx.mbarriers[name] = info
     return RefValue(name, True, shape, aval.dtype)
@@ -499,7 +512,7 @@ def _bulk_semaphores(t: GpuThreadLowering, eqn, group: int) -> tuple[ir.SemRef, 
         decl = ctx.semaphores.get(name)
         if decl is None:
             decl = ir.SemDecl(name, SemKind.REGULAR, 0, SemOrigin.SCRATCH, Scope.CORE, None, t.loc(eqn),
-                              shown_as=shown_as)
+                              shown_as=shown_as, index_shown_as="group")
         if decl.size <= group:
             ctx.semaphores[name] = dataclasses.replace(decl, size=group + 1)
     return ir.SemRef(names[0], group), ir.SemRef(names[1], group)

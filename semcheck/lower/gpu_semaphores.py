@@ -16,7 +16,8 @@ from semcheck.ir import Scope, SemKind, SemOrigin
 from semcheck.lower.gpu_kernel import GPU, GpuThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.memory import semaphore_ref
-from semcheck.lower.ref_names import assigned_name
+from semcheck.lower.ref_names import assigned_name, call_on_line
+from semcheck.lower.source import user_column
 from semcheck.lower.registry import rule
 from semcheck.lower.tpu import resolve_device
 from semcheck.lower.values import Known, RefValue
@@ -121,16 +122,35 @@ def get_global(t: GpuThreadLowering, eqn, inputs):
     if ref is None:
         shape = tuple(int(d) for d in what.shape)
         loc = t.loc(eqn)
-        local = assigned_name(loc, "get_global")
+        column = user_column(eqn.source_info.traceback)
+        local = assigned_name(loc, "get_global", column)
         # The IR has no name for it: the kernel's line says what its author calls it.
         name = ctx.unique(local or f"global semaphore (line {loc.line})")
-        shown_as = "" if local else f"the global semaphore of line {loc.line}"
+        shown_as = _named_global(local, loc) if local else _unnamed_global(loc, column)
         ctx.semaphores[name] = ir.SemDecl(
             name, SemKind.GPU_GLOBAL, max(1, math.prod(shape)), SemOrigin.GLOBAL, Scope.DEVICE, None, loc,
             shown_as=shown_as,
         )
         ref = ctx.global_slots[id(eqn)] = RefValue(name, True, shape, what.dtype)
     return [ref]
+
+
+def _named_global(local: str, loc: ir.Loc) -> str:
+    """A `pl.get_global` its line binds to `local`, as a report says it: as written, or where
+    the line is in a helper of the kernel's, which each call runs again (making a semaphore
+    of its own under the one local), with the call: "`sem` of line 5 (called from line 12)"."""
+    return f"`{local}` of {loc.line_text()}" if loc.chain else ""
+
+
+def _unnamed_global(loc: ir.Loc, column: int | None) -> str:
+    """A `pl.get_global` its line binds to no name, as a report says it: by its line, and
+    where the line makes several, by its place among them."""
+    place = call_on_line(loc, "get_global", column)
+    which = f"{_ORDINALS.get(place[0], f'{place[0]}th')} " if place is not None and place[1] > 1 else ""
+    return f"the {which}global semaphore of {loc.line_text()}"
+
+
+_ORDINALS = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}
 
 
 BARRIER_SEMAPHORES_NOTE = (

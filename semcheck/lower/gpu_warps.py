@@ -85,7 +85,7 @@ def _fork_join_semaphores(t: GpuThreadLowering, eqn) -> tuple[str, str]:
                                           "the join of the warps of a warp-level core_map")):
             ctx.semaphores[name] = ir.SemDecl(
                 name, SemKind.REGULAR, WARPS_PER_WARPGROUP, SemOrigin.SCRATCH, Scope.CORE, None, t.loc(eqn),
-                shown_as=shown_as,
+                shown_as=shown_as, index_shown_as="warp",
             )
     return names
 

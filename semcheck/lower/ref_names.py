@@ -20,7 +20,7 @@ import sys
 
 from semcheck.parsing import parse_python
 from semcheck import ir
-from semcheck.lower.source import kernel_function
+from semcheck.lower.source import is_user_file, kernel_function, library_api
 
 # How JAX names an argument that came in through a `*name` parameter.
 _FLATTENED = re.compile(r"^(?P<vararg>\w+)\[(?P<index>\d+)\]$")
@@ -48,21 +48,72 @@ def ref_names(jaxpr, default: str, at: ir.Loc | None = None, bound: int | None =
     return [n or f"{default}{k}" for k, n in enumerate(names)]
 
 
-def assigned_name(at: ir.Loc, call: str) -> str | None:
+def helpers_allocations_shown_as(eqn, jaxpr, names: list[str], said: list[str | None], loc: ir.Loc) -> list[str]:
+    """What a report calls each semaphore or barrier (`ir.SemDecl.shown_as`) that the
+    run_scoped `eqn` (of body `jaxpr`) allocates where a helper of JAX's binds it on the
+    kernel's behalf for a body of its own (the DMA semaphore of `pltpu.sync_copy`, the barrier
+    of `plgpu.emit_pipeline`), given JAX's `names` of the allocations and what each is in
+    words (`said`: "DMA semaphore", "barriers"; None for memory): JAX names them after the
+    helper's parameters (`sem`), which the kernel has nowhere, so they go by the call the
+    author wrote, at the author's line. Empty for memory, for the author's own run_scoped,
+    and for one whose body is the author's (`plgpu.kernel` allocates the kernel's scratch so,
+    which the kernel's parameters name)."""
+    api = library_api(eqn.source_info.traceback)
+    _name, body = kernel_function(getattr(jaxpr, "debug_info", None))
+    if api is None or body is None or is_user_file(body.file):
+        return [""] * len(names)
+    where = f"`{api}` at {loc.line_text()}"
+    if sum(what is not None for what in said) == 1:  # the helper's one semaphore
+        return ["" if what is None else f"the {what} of {where}" for what in said]
+    return ["" if what is None else f"`{name}` of {where}" for name, what in zip(names, said)]
+
+
+def assigned_name(at: ir.Loc, call: str, column: int | None = None) -> str | None:
     """The local that the statement at `at` binds the result of a call of `call` to: `sem`
-    for `sem = pl.get_global(...)`. A ref a primitive makes inside the kernel (no argument
-    of it) has no name in the jaxpr; its line says what the author calls it. None where the
-    line is not one such assignment to one plain name."""
+    for `sem = pl.get_global(...)`, and, given the call's `column`, `b` for the second call of
+    `a, b = pl.get_global(...), pl.get_global(...)`. A ref a primitive makes inside the kernel
+    (no argument of it) has no name in the jaxpr; its line says what the author calls it.
+    None where the line is not one such assignment to one plain name."""
     module = _module(at.file)
     if module is None:
         return None
     for node in ast.walk(module):
         if isinstance(node, ast.Assign | ast.AnnAssign) and node.lineno <= at.line <= (node.end_lineno or node.lineno):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if (len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id != "_"
-                    and isinstance(node.value, ast.Call) and _called_name(node.value.func) == call):
-                return targets[0].id
+            if len(targets) != 1 or node.value is None:
+                continue
+            for target, value in _pairs(targets[0], node.value):
+                if (isinstance(target, ast.Name) and target.id != "_" and isinstance(value, ast.Call)
+                        and _called_name(value.func) == call
+                        and (value is node.value or _starts_at(value, at.line, column))):
+                    return target.id
     return None
+
+
+def call_on_line(at: ir.Loc, call: str, column: int | None) -> tuple[int, int] | None:
+    """Which of the calls of `call` on line `at.line` the one starting at `column` is, from
+    1, and how many there are; None where that is not known."""
+    module = _module(at.file)
+    if module is None or column is None:
+        return None
+    starts = sorted(node.col_offset for node in ast.walk(module) if isinstance(node, ast.Call)
+                    and node.lineno == at.line and _called_name(node.func) == call)
+    return (starts.index(column) + 1, len(starts)) if column in starts else None
+
+
+def _pairs(target: ast.expr, value: ast.expr) -> list[tuple[ast.expr, ast.expr]]:
+    """(target, value) of an assignment, and of each element where a tuple of as many
+    values is unpacked (`a, b = x, y`)."""
+    pairs = [(target, value)]
+    if (isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Tuple | ast.List)
+            and len(target.elts) == len(value.elts) and not any(isinstance(e, ast.Starred) for e in target.elts)):
+        for t, v in zip(target.elts, value.elts):
+            pairs.extend(_pairs(t, v))
+    return pairs
+
+
+def _starts_at(node: ast.expr, line: int, column: int | None) -> bool:
+    return column is not None and (node.lineno, node.col_offset) == (line, column)
 
 
 def _called_name(func: ast.expr) -> str | None:

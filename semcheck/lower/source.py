@@ -9,6 +9,7 @@ the standard library and semcheck itself.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sysconfig
@@ -111,6 +112,20 @@ def loc_of_traceback(traceback, body: KernelBody | None = None) -> ir.Loc | None
     return ir.Loc(loc.file, loc.line, tuple(chain))
 
 
+def user_column(traceback) -> int | None:
+    """Where on its line the user's call that bound an eqn starts (the column, in UTF-8
+    bytes as `ast` counts them, of `loc_of_traceback`'s frame), or None: what tells two
+    calls on one line apart."""
+    if traceback is None:
+        return None
+    codes, lastis = traceback.raw_frames()
+    for code, lasti in zip(codes, lastis):
+        if is_user_file(code.co_filename):
+            column = jax_internal("source_info_util").raw_frame_to_frame(code, lasti).start_column
+            return column if column is not None and column >= 0 else None
+    return None
+
+
 def library_call(traceback) -> str | None:
     """The Pallas backend function the user's code called to bind an eqn (`sync_copy` for
     the `dma_start` inside `pltpu.sync_copy`, `async_copy`, or `AsyncCopyDescriptor.start`
@@ -119,6 +134,33 @@ def library_call(traceback) -> str | None:
     its first `<locals>`; None when there is none. Inside a helper's own traced body (the
     run_scoped of sync_copy) JAX's traceback stops at the helper's inner function, which
     its qualified name still names."""
+    library = _library_code(traceback)
+    return None if library is None else _called_as(library)
+
+
+def library_api(traceback) -> str | None:
+    """`library_call` as the user wrote the call, under the alias Pallas's docs import the
+    backend's module as: `pltpu.sync_copy`. A private function behind a public one of the
+    same name goes by the public one (`pltpu.emit_pipeline` returns a closure of
+    `_emit_pipeline`, which the kernel then calls)."""
+    library = _library_code(traceback)
+    if library is None:
+        return None
+    gpu = _GPU_BACKEND_MODULE in library.co_filename.replace(os.sep, "/")
+    alias, module = ("plgpu", "jax.experimental.pallas.mosaic_gpu") if gpu else ("pltpu", "jax.experimental.pallas.tpu")
+    name = _called_as(library)
+    public = name.lstrip("_")
+    if public != name and hasattr(importlib.import_module(module), public):
+        name = public
+    return f"{alias}.{name}"
+
+
+def _called_as(code) -> str:
+    return getattr(code, "co_qualname", code.co_name).split(".<locals>")[0]
+
+
+def _library_code(traceback):
+    """The code of `library_call`'s frame, or None."""
     if traceback is None:
         return None
     codes, _lastis = traceback.raw_frames()
@@ -128,12 +170,11 @@ def library_call(traceback) -> str | None:
             break
         if _BACKEND_MODULE in code.co_filename.replace(os.sep, "/"):
             library = code
-    if library is None:
-        return None
-    return getattr(library, "co_qualname", library.co_name).split(".<locals>")[0]
+    return library
 
 
 _BACKEND_MODULE = "/pallas/mosaic"  # also pallas/mosaic_gpu
+_GPU_BACKEND_MODULE = "/pallas/mosaic_gpu/"
 
 
 class Locator:

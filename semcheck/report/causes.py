@@ -33,11 +33,7 @@ def _line(loc: Loc | None) -> str:
     """"line 27", or for a line inside a helper, "line 27 (called from line 42)" with the
     kernel body's call: every copy that a helper starts is on the helper's one line, and
     two copies named by that line alone read as one."""
-    if loc is None:
-        return "(unknown line)"
-    if not loc.chain:
-        return f"line {loc.line}"
-    return f"line {loc.line} (called from {loc.call_site(loc.chain[-1])})"
+    return "(unknown line)" if loc is None else loc.line_text()
 
 
 def _sem(c: RootCause) -> str:

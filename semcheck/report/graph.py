@@ -503,7 +503,7 @@ def _step_label(step: TraceStep, kernel_file: str) -> str:
 
 def _short_text(step: TraceStep) -> tuple[str, str]:
     """(what happened, how the semaphore count changed) in a few words."""
-    sem, before, after = step.semaphore, step.before, step.after
+    sem, before, after = _sem(step), step.before, step.after
     change = f"{before} → {after}" if before is not None and after is not None else ""
     if step.fault is not None:
         return f"FAULT in {step.event.value}: {step.fault}", ""
@@ -526,28 +526,33 @@ def _added(step: TraceStep) -> int:
     return step.after - step.before
 
 
+def _sem(step: TraceStep) -> str | None:
+    """The step's semaphore as its text names it."""
+    return step.semaphore_shown_as or step.semaphore
+
+
 def _short_signal(step: TraceStep, change: str) -> tuple[str, str]:
-    return f"signal {step.semaphore} +{_added(step)}", change
+    return f"signal {_sem(step)} +{_added(step)}", change
 
 
 def _short_wait(step: TraceStep, change: str) -> tuple[str, str]:
     need = f" ≥ {step.need}" if step.need is not None else ""
     if not step.decrement:
-        return f"wait {step.semaphore}{need} (no decrement)", f"holds {step.before}"
-    return f"wait {step.semaphore}{need}", change
+        return f"wait {_sem(step)}{need} (no decrement)", f"holds {step.before}"
+    return f"wait {_sem(step)}{need}", change
 
 
 def _short_dma_wait(step: TraceStep, change: str) -> tuple[str, str]:
-    return f"dma_wait ({step.side}) {step.semaphore} {-_added(step)} B", change
+    return f"dma_wait ({step.side}) {_sem(step)} {-_added(step)} B", change
 
 
 def _short_recv_done(step: TraceStep, change: str) -> tuple[str, str]:
     origin = step.actor.removeprefix("DMA from ")
-    return f"DMA from {origin} lands:\n{step.semaphore} +{_added(step)}", change
+    return f"DMA from {origin} lands:\n{_sem(step)} +{_added(step)}", change
 
 
 def _short_send_done(step: TraceStep, change: str) -> tuple[str, str]:
-    return f"DMA sent: {step.semaphore} +{_added(step)}", change
+    return f"DMA sent: {_sem(step)} +{_added(step)}", change
 
 
 def _short_dma_start(step: TraceStep, change: str) -> tuple[str, str]:

@@ -68,6 +68,8 @@ def _step_details(step: TraceStep) -> dict:
         "src": _region_dict(step.src),
         "dst": _region_dict(step.dst),
         "fault": step.fault,
+        # where the lowering made the semaphore: how `text` names it (`semaphore` keeps the model's name)
+        "semaphore_shown_as": step.semaphore_shown_as,
         "kernel": step.kernel,  # in a program of several kernels: the one the step belongs to
         "invocation": step.invocation,  # where threads run several invocations: the step's
     }
@@ -103,6 +105,7 @@ def blocked_dict(b: BlockedWait) -> dict:
 def missing_dict(m: MissingAction) -> dict:
     return {
         "semaphore": m.semaphore,
+        **({"semaphore_shown_as": m.semaphore_shown_as} if m.semaphore_shown_as else {}),
         "needs": m.needs,
         "has": m.has,
         "in_flight": m.in_flight,

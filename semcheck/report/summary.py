@@ -67,7 +67,9 @@ def problem_lines(results: list[Result]) -> list[str]:
     rows = []
     for g in found:
         where = f"{display_path(g.key.location.file)}:{g.key.location.line}" if g.key.location else g.key.kernel
-        sem = f" ({g.key.semaphore})" if g.key.semaphore else ""
+        cause = results[g.shown.result].violations[g.shown.violation].cause
+        said = (cause.semaphore_shown_as if cause is not None else "") or g.key.semaphore
+        sem = f" ({said})" if said else ""
         kind = "+".join(groups.violation_kinds(results, g)) if g.key.cause is not None else g.key.kind
         rows.append((kind, where + sem, groups.checks_text(results, g.refs)))
     widths = [max(len(row[c]) for row in rows) for c in range(2)]

@@ -497,7 +497,8 @@ def missing_lines(m, kernel_file: str = "", devices: int = 0) -> list[str]:
     if m.in_flight:
         state += f", and copies still landing add {m.in_flight}"
     verb = "take from" if takes else "add to"
-    out = [f"    what could {verb} {m.semaphore} ({state}):"]
+    semaphore = m.semaphore_shown_as or m.semaphore
+    out = [f"    what could {verb} {semaphore} ({state}):"]
     wanted = [s for s in m.sites if s.adds != takes]
     if not wanted:
         out.append(f"      nothing in the kernel can {verb} it")
@@ -519,7 +520,7 @@ def missing_lines(m, kernel_file: str = "", devices: int = 0) -> list[str]:
                    else _names(a.missing_on))
         out.append(f"      {_short_loc(a.location, kernel_file)}'s {a.what} adds to {reaches}, but "
                    f"{missing} {'has' if len(a.missing_on) == 1 else 'have'} no such "
-                   f"{a.what}: none reaches {m.semaphore}")
+                   f"{a.what}: none reaches {semaphore}")
     return out
 
 

@@ -27,6 +27,11 @@ class SemInstance:
 
     @property
     def label(self) -> str:
+        """How a finding's message names it: "recv[1] on device 3", or for a counter the
+        lowering made, what it stands for, "the fork into warps of a warp-level core_map
+        (warp 1) on device 0"."""
+        if self.decl.shown_as:
+            return f"{self._shown_as_indexed()} on {ir.thread_name(self.device, self.core, 0, self.cores)}"
         return self.label_as(self.decl.name)
 
     def label_as(self, name: str) -> str:
@@ -43,6 +48,22 @@ class SemInstance:
         idx = f"[{self.index}]" if self.decl.size > 1 else ""
         core = f"c{self.core}" if self.core is not None and self.cores > 1 else ""
         return f"{name}{idx}@d{self.device}{core}"
+
+    def shown_to(self, device: int | None, core: int | None) -> str:
+        """How a trace step of the thread at `device` and `core` names it: `short`, or, for a
+        counter the lowering made (`ir.SemDecl.shown_as`), what it stands for, with its index
+        where it has several ("(warp 1)") and its device and core where they are not the
+        step's own (a signal sent to a peer)."""
+        if not self.decl.shown_as:
+            return self.short
+        own_core = self.core is None or self.cores == 1 or self.core == core
+        if self.device == device and own_core:
+            return self._shown_as_indexed()
+        return self.label
+
+    def _shown_as_indexed(self) -> str:
+        decl = self.decl
+        return decl.shown_as + (f" ({decl.index_shown_as or 'index'} {self.index})" if decl.size > 1 else "")
 
 
 @record(frozen=True)

@@ -135,19 +135,30 @@ def _hazard_note(before: State, after: State) -> str:
 def _called(system: System, sid: int, step: TraceStep) -> str:
     """Semaphore instance `sid` as the step's kernel calls it: in a program, a scratch
     semaphore carried from the kernel before goes by the later kernel's own name there
-    (`ir.SemAlias`); `step.semaphore` keeps the one name the model has."""
+    (`ir.SemAlias`), and a counter the lowering made by what it stands for
+    (`SemInstance.shown_to`); `step.semaphore` keeps the one name the model has."""
     inst = system.instances[sid]
     for alias in system.protocol.aliases:
         if alias.kernel == step.kernel and alias.decl == inst.decl.name:
             return inst.short_as(alias.name)
-    return inst.short
+    return inst.shown_to(step.device, step.core)
+
+
+def _touches(system: System, step: TraceStep, sid: int) -> None:
+    """Record on `step` the semaphore it changes or looks at: the model's name of it, and
+    where the lowering made it, the name the step's text gives it."""
+    inst = system.instances[sid]
+    step.semaphore, step.declaration = inst.short, inst.decl.name
+    if inst.decl.shown_as:
+        step.semaphore_shown_as = _called(system, sid, step)
 
 
 def _note_sem(system: System, step: TraceStep, sid: int, before: State, after: State) -> str:
-    inst = system.instances[sid]
-    step.semaphore, step.declaration = inst.short, inst.decl.name
+    _touches(system, step, sid)
     step.before, step.after = before.sems[sid], after.sems[sid]
-    return f"{_called(system, sid, step)} {step.before} -> {step.after}"
+    # a phrase for a name can end in a number ("... at line 27"), which the count would run on from
+    said = f"{step.semaphore_shown_as}:" if step.semaphore_shown_as else _called(system, sid, step)
+    return f"{said} {step.before} -> {step.after}"
 
 
 def _note_change(system: System, step: TraceStep, sid: int, before: State, after: State) -> str:
@@ -166,8 +177,7 @@ def _text_signal(system, before, after, t, instr: ir.Signal, step) -> str:
 def _text_wait(system, before, after, t, instr, step) -> str:
     sid = system.resolve(t, instr.sem, before)
     need = system.eval(instr.nbytes if isinstance(instr, ir.DmaWait) else instr.value, t, before)
-    inst = system.instances[sid]
-    step.semaphore, step.declaration = inst.short, inst.decl.name
+    _touches(system, step, sid)
     step.before, step.after = before.sems[sid], after.sems[sid]
     step.need = need
     if isinstance(instr, ir.DmaWait):
@@ -190,8 +200,7 @@ def _amount(system, units: int) -> str:
 
 def _text_read(system, before, after, t, instr: ir.Read, step) -> str:
     sid = system.resolve(t, instr.sem, before)
-    inst = system.instances[sid]
-    step.semaphore, step.declaration = inst.short, inst.decl.name
+    _touches(system, step, sid)
     step.before = step.after = before.sems[sid]
     return f"read {_called(system, sid, step)} = {before.sems[sid]} into {instr.dst}"
 
