@@ -207,6 +207,28 @@ def test_a_module_missing_from_a_package_the_script_found_is_not_called_not_inst
                     "first on the script's path)")
 
 
+def test_a_module_the_script_imports_that_does_not_parse_is_named_at_its_own_line(tmp_path):
+    # tokamax's MLA kernel, run through the package's __init__, stopped "at
+    # tokamax/autotuning.py:18" (the import) with "invalid syntax (api.py, line 53)": one of
+    # the package's many api.py files held a Python 3.12 `type` statement, and the report named
+    # neither that file nor the Python semcheck ran the script with.
+    import sys
+
+    module = write(tmp_path / "pkg" / "api.py", "x = 1\nvalue = = 2\n")
+    write(tmp_path / "pkg" / "__init__.py", "")
+    script = write(tmp_path / "needs.py", "import pkg.api\n")
+    proc = semcheck_process("verify", script, "--devices", "2", "-q")
+    assert proc.returncode == 2
+    [error] = [line for line in proc.stdout.splitlines() if line.startswith("ERROR: ")]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert error == (
+        f"ERROR: needs [2 devices] {module}:2: the script raised SyntaxError: invalid syntax "
+        f"(api.py, line 2) at {module}:2; semcheck runs the script with Python {version} "
+        f"({sys.executable}), which cannot parse that line: if it is written for a newer Python "
+        "(a `type X = ...` alias needs 3.12), run semcheck with that Python "
+        "before any Pallas kernel was compiled (ran with 2 devices)")
+
+
 def test_on_a_terminal_a_violations_prose_wraps_at_words_under_its_own_indent():
     # Only verdict lines and notes wrapped; a violation's message, trace and fix ran to 300
     # columns and the terminal cut them mid-word at column 80, indent lost.

@@ -206,3 +206,33 @@ def test_gpu_kernels_passing_a_semaphore_are_each_checked_alone_and_never_a_viol
         assert "semcheck does not compose GPU kernels into a program" in alone.unjustified
         assert check_protocol(signal, engine=engine).verdict.value == "safe"
     assert "zero_init_gmem_scratch" in GPU_PROGRAM_REASON
+
+
+# --- kernels in two shard_maps of one jitted function --------------------------------------
+
+TWO_SHARD_MAPS = os.path.join(ROOT, "tests", "data_kernels", "start_wait_two_shard_maps.py")
+
+
+@pytest.mark.parametrize("waits, devices, verdict, states", [
+    (1, 2, "safe", 71), (1, 4, "safe", 256), (2, 2, "violation", 0)])
+def test_semaphores_leaving_one_shard_map_for_another_link_the_two_kernels(monkeypatch, waits, devices,
+                                                                             verdict, states):
+    # A reshard "future" (google-deepmind/simply's kernels/reshard.py, sweep 7 of
+    # benchmarks/public_kernels.md): the start kernel's shard_map returns the DMA semaphores,
+    # the wait kernel's shard_map takes them. Each shard_map's body was lowered with a module
+    # context of its own and its values behind an sdy.manual_computation, so the two kernels
+    # were checked alone: the wait kernel inconclusive ("handed to the kernel from outside
+    # everything captured"), the waiting twice unseen.
+    from semcheck.frontends import LoadError, load
+
+    monkeypatch.setenv("WAITS", str(waits))
+    [p] = load(TWO_SHARD_MAPS, devices)
+    assert not isinstance(p, LoadError), p
+    assert p.kernels == ("start_kernel", "wait_kernel")
+    assert "start_kernel.sems -> wait_kernel.sems" in p.notes[0]
+    r = check_protocol(p, engine="explicit")
+    assert r.verdict.value == verdict
+    if verdict == "safe":
+        assert r.stats.states == states
+    else:
+        assert {v.kind for v in r.errors} == {"unsatisfied_wait"}

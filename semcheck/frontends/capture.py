@@ -650,12 +650,13 @@ def _run_script(path: str, exited: list[str | None], missing: list[MissingModule
     except BaseException as e:  # noqa: BLE001 - any failure of the user's script is reported
         if isinstance(e, ModuleNotFoundError) and e.name and missing is not None:
             missing[0] = _missing_module(e.name)
-        loc = _where(e)
+        loc = _unparsed_line(e) or _where(e)
         where = f" at {loc}" if loc else ""
         removed = removed_api(e)
         why = (f"; {SEMAPHORE_RESULT}" if _returns_semaphore(e)
                else f"; {NO_CORE_COUNT}" if _asks_core_count(e)
-               else f"; {removed.advice}" if removed is not None else "")
+               else f"; {removed.advice}" if removed is not None
+               else f"; {_unparsable_here()}" if isinstance(e, SyntaxError) else "")
         said = _first_line(e)
         said = f": {said}" if said else ""
         return f"the script raised {type(e).__name__}{said}{where}{why}", loc
@@ -695,6 +696,23 @@ def _asks_core_count(e: BaseException) -> bool:
     owner = getattr(e, "obj", None)
     return (isinstance(e, AttributeError) and e.name == "num_cores"
             and type(owner).__name__.endswith("Device"))
+
+
+def _unparsed_line(e: BaseException) -> ir.Loc | None:
+    """A file the script imports that does not parse fails at its own line, which no frame of
+    the traceback holds (the innermost frame is the import that read it)."""
+    if not isinstance(e, SyntaxError) or not e.filename or not e.lineno:
+        return None
+    return ir.Loc(os.path.abspath(e.filename), e.lineno)
+
+
+def _unparsable_here() -> str:
+    """Most files that parse elsewhere and not here are written for a newer Python than the
+    one semcheck runs the script with (tokamax's `type` aliases: 3.12)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return (f"semcheck runs the script with Python {version} ({sys.executable}), which cannot "
+            "parse that line: if it is written for a newer Python (a `type X = ...` alias needs "
+            "3.12), run semcheck with that Python")
 
 
 def _first_line(e: BaseException) -> str:

@@ -11,7 +11,10 @@ still checked one by one: nothing of one kernel's synchronization then reaches t
 The kernels run in the order JAX lowered them, which is the jaxpr's order (data-flow order
 where one feeds the next). A nested `jax.jit` (or closed call) that holds a kernel is
 lowered inline while capturing (frontends/capture.py, `_inlined_call`), so its kernels
-share the caller's scope and a semaphore followed through the call links them. Separate
+share the caller's scope and a semaphore followed through the call links them. Kernels in
+two shard_maps of one jitted function (a start program and a wait program, each a shard_map)
+are linked through the shard_map bodies' boundaries when the value leaves one and enters the
+other with the same sharding, so each device takes back its own shard. Separate
 top-level calls cannot hand a semaphore on in JAX 0.10.2 (a jitted function cannot return
 one: frontends/capture.py, `SEMAPHORE_RESULT`), so there is nothing to link across them.
 The composition itself is `semcheck/passes/programs.py`.
@@ -20,6 +23,7 @@ The composition itself is `semcheck/passes/programs.py`.
 from __future__ import annotations
 
 from semcheck import ir
+from semcheck.records import record
 from semcheck.passes.programs import Handover, carried_places, compose, gpu_program_note
 
 
@@ -80,12 +84,67 @@ def kernel_flows(captures: list) -> list[tuple[int, int, int, int]]:
         for k in range(j):
             if not _same_scope(captures[k], cj):
                 continue
-            results = captures[k].flow.results
+            results = [_outside_shard_maps(value) for value in captures[k].flow.results]
             for i, node in enumerate(cj.flow.operands):
-                for m, value in enumerate(results):
-                    if node is value or _equal(node, value):
+                outside = _outside_shard_maps(node)
+                for m, value in enumerate(captures[k].flow.results):
+                    if node is value or _equal(node, value) or _handed_across(outside, results[m]):
                         out.append((k, m, j, i))
     return out
+
+
+# A shard_map's body, as JAX 0.10.2 lowers it with Shardy (the default partitioner):
+# jax/_src/shard_map.py, `_shard_map_lowering_shardy`. Its block arguments are its operands
+# (one each, in order) and its sdy.return's operands are its results, each with its sharding
+# in `in_shardings` / `out_shardings`.
+MANUAL_COMPUTATION = "sdy.manual_computation"
+
+
+@record(frozen=True)
+class _Outside:
+    """An MLIR value followed out of the shard_map bodies around it: the value outside them,
+    and the sharding it had at each body's boundary, innermost first."""
+
+    values: tuple
+    shardings: tuple
+
+
+def _outside_shard_maps(value) -> _Outside:
+    """Where `value` (a kernel's operand or result) is outside the shard_maps around it: an
+    operand that is a body's block argument is that body's operand; a result that the body
+    returns is the body's result (every one, when it is returned more than once)."""
+    from jax._src.lib.mlir import ir
+
+    shardings: list = []
+    while isinstance(value, ir.BlockArgument):
+        argument = value
+        body = argument.owner.owner
+        if body.name != MANUAL_COMPUTATION:
+            break
+        shardings.append(_sharding(body, "in_shardings", argument.arg_number))
+        value = body.operands[argument.arg_number]
+    if shardings:
+        return _Outside((value,), tuple(shardings))
+    returned = [use for use in getattr(value, "uses", ()) if use.owner.name == "sdy.return"
+                and use.owner.parent.name == MANUAL_COMPUTATION]
+    if len(returned) != 1:  # a value no body returns, or returns twice: not followed
+        return _Outside((value,), ())
+    body, index = returned[0].owner.parent, returned[0].operand_number
+    return _Outside((body.results[index],), (_sharding(body, "out_shardings", index),))
+
+
+def _sharding(body, attribute: str, index: int):
+    from jax._src.lib.mlir.dialects import sdy
+
+    return sdy.TensorShardingPerValueAttr(body.attributes[attribute]).shardings[index]
+
+
+def _handed_across(operand: _Outside, result: _Outside) -> bool:
+    """One shard_map returns the value another takes, each device's shard being the one it
+    returned: the same value outside, the same sharding at both boundaries. (A different
+    sharding would give a device another device's shard, or all of them.)"""
+    return (bool(operand.shardings) and bool(result.shardings)
+            and _equal(operand.values[0], result.values[0]) and operand.shardings == result.shardings)
 
 
 def _port(names: tuple[str, ...], index: int) -> str:
@@ -100,7 +159,14 @@ def _equal(a, b) -> bool:
 
 
 def _same_scope(a, b) -> bool:
-    return a.flow is not None and b.flow is not None and a.flow.scope is b.flow.scope
+    return a.flow is not None and b.flow is not None and _program(a.flow.scope) is _program(b.flow.scope)
+
+
+def _program(scope):
+    """What a scope's kernels run in: the MLIR module, which every shard_map's body is lowered
+    into with a module context of its own (its axis context replaced,
+    jax/_src/shard_map.py); a jaxpr (semcheck.verify(fn)) is its own."""
+    return getattr(scope, "module", scope)
 
 
 def _is_semaphore(protocol: ir.Protocol, name: str) -> bool:
