@@ -42,6 +42,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "dtypes": ("jax._src.dtypes",),
     "mlir": ("jax._src.interpreters.mlir",),
     "mlir_ir": ("jax._src.lib.mlir:ir",),  # an attribute of jax._src.lib.mlir
+    "sdy": ("jax._src.lib.mlir.dialects:sdy",),  # Shardy's bindings: shard_map bodies' shardings
     "hlo": ("jax._src.lib.mlir.dialects:hlo",),  # StableHLO's Python bindings: an attribute of jax._src.lib.mlir.dialects
     "pjit": ("jax._src.pjit",),
     "pxla": ("jax._src.interpreters.pxla",),

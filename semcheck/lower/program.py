@@ -113,10 +113,10 @@ def _outside_shard_maps(value) -> _Outside:
     """Where `value` (a kernel's operand or result) is outside the shard_maps around it: an
     operand that is a body's block argument is that body's operand; a result that the body
     returns is the body's result (every one, when it is returned more than once)."""
-    from jax._src.lib.mlir import ir
+    from semcheck.jax_compat import jax_internal
 
     shardings: list = []
-    while isinstance(value, ir.BlockArgument):
+    while isinstance(value, jax_internal("mlir_ir").BlockArgument):
         argument = value
         body = argument.owner.owner
         if body.name != MANUAL_COMPUTATION:
@@ -134,9 +134,9 @@ def _outside_shard_maps(value) -> _Outside:
 
 
 def _sharding(body, attribute: str, index: int):
-    from jax._src.lib.mlir.dialects import sdy
+    from semcheck.jax_compat import jax_internal
 
-    return sdy.TensorShardingPerValueAttr(body.attributes[attribute]).shardings[index]
+    return jax_internal("sdy").TensorShardingPerValueAttr(body.attributes[attribute]).shardings[index]
 
 
 def _handed_across(operand: _Outside, result: _Outside) -> bool:
