@@ -10,10 +10,11 @@ from bisect import bisect_left
 
 from semcheck import ir
 from semcheck.semantics import instructions
-from semcheck.semantics.footprints import M_MNEAR, M_MWRITE, looping_pcs
+from semcheck.semantics.footprints import M_MNEAR, M_MWRITE, looping_pcs, successors
 from semcheck.semantics.resource_index import ResourceIndex
 from semcheck.semantics.state import (
     DATA_RACE, INVALID_DEVICE, INVALID_REGION, PLAIN_RACE, RECV, SEND, Access, Event, Fault, Hazard, State, conflict, distinct,
+    dma_increment,
 )
 from semcheck.semantics.tables import Tables
 
@@ -182,6 +183,82 @@ def copy_races(system: RaceTables, state: State, t: int, accesses: list[Access],
                         _race_detail(system, access, pending), same_path=same_path,
                     ))
     return found
+
+
+def needs_landing_out_of_order(system: RaceTables, t: int, pc: int, u: int, start: int) -> bool:
+    """Whether the access of thread t at `pc` can race with the copy thread u starts at
+    `start` only if copies that u started to one device land out of issue order
+    (tpu_facts.ISSUE_ORDER_READING): nothing but u's copies adds to the copy's receive
+    semaphore, and before the access t takes more from it than u's copies before this one
+    can add. In issue order what has landed of u's copies to the device is a run of them
+    from the first, so the semaphore cannot have held that much before this copy landed;
+    out of order a later copy of u's can fill it in this one's stead (two copies of one peer
+    on one receive semaphore: the wait for the first taken by the second's bytes). Decided
+    from the programs alone, where every amount is a constant, no copy of u's onto the
+    semaphore up to this one can run more than once, t's program up to the access has no
+    branch, and one kernel invocation runs; otherwise False (no reading claimed)."""
+    copy = system.bodies[u][start]
+    if type(copy) is not ir.DmaStart or system.most_invocations > 1:
+        return False
+    body = system.bodies[t]
+    if any(successors(k, body[k]) != (k + 1,) for k in range(pc)):
+        return False  # every instruction before the access runs, once
+    landing = _landing(system, u, copy)
+    if len(landing) != 1:
+        return False
+    [sem] = landing
+    before = _added_before(system, sem, u, start)
+    if before is None:
+        return False
+    taken = 0
+    for instr in body[:pc]:
+        amount = _taken(system, t, instr, sem)
+        if amount is None:
+            return False
+        taken += amount
+    return taken > before
+
+
+def _landing(system: RaceTables, u: int, copy: ir.DmaStart) -> frozenset[int]:
+    target = ir.SemRef(copy.recv_sem.alloc, copy.recv_sem.index, copy.device, copy.core)
+    return system.candidates(u, target)
+
+
+def _added_before(system: RaceTables, sem: int, u: int, start: int) -> int | None:
+    """The most that u's copies before the one at `start` add to `sem`, where only copies of
+    u land on it and those up to that one each run at most once, onto it alone, adding a
+    constant (None otherwise)."""
+    total = 0
+    for t, body in enumerate(system.bodies):
+        looping = looping_pcs(body)
+        for k, instr in enumerate(body):
+            if sem not in system.footprints[t][k].inc:
+                continue
+            if type(instr) is not ir.DmaStart or t != u or (
+                    instr.send_sem is not None and sem in system.candidates(t, instr.send_sem)):
+                return None  # a signal, another thread's copy, or a copy's send side
+            if k > start:
+                continue  # started after this copy: in issue order it lands after it too
+            if k in looping or _landing(system, t, instr) != {sem} or not isinstance(instr.nbytes, int):
+                return None
+            if k < start:
+                total += dma_increment(system.instances[sem].decl, instr.nbytes)
+    return total
+
+
+def _taken(system: RaceTables, t: int, instr: ir.Instr, sem: int) -> int | None:
+    """What `instr` of thread t surely takes from `sem`: 0 when it cannot touch it, None when
+    it may but by an amount or a semaphore not known from the program."""
+    if isinstance(instr, ir.DmaWait):
+        amount: ir.Operand = instr.nbytes
+    elif isinstance(instr, ir.Wait) and instr.decrement:
+        amount = instr.value
+    else:
+        return 0
+    sems = system.candidates(t, instr.sem)
+    if sem not in sems:
+        return 0
+    return amount if sems == {sem} and isinstance(amount, int) else None
 
 
 def _verb(access: Access) -> str:
