@@ -86,8 +86,8 @@ def _race_finding(system: System, h) -> Finding:
     here = system.bodies[h.thread][h.pc]
     there = system.bodies[h.other_thread][h.other_pc]
     tpu = system.backend is ir.Backend.TPU  # the basis is JAX's TPU interpreter
-    out_of_order = h.same_path or needs_landing_out_of_order(system, h.thread, h.pc, h.other_thread, h.other_pc)
-    readings = (Reading(ISSUE_ORDER_READING, None),) if out_of_order and tpu else ()
+    out_of_order = tpu and (h.same_path or needs_landing_out_of_order(system, h.thread, h.pc, h.other_thread, h.other_pc))
+    readings = (Reading(ISSUE_ORDER_READING, None),) if out_of_order else ()
     return _race_between(h, here, there, (
         f"data race: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
         f"{h.detail}; that copy was started by {system.thread_name(h.other_thread)} at "

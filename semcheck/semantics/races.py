@@ -26,6 +26,8 @@ class RaceTables(Tables):
     # (t, pc) -> (side, issuer, start pc) of the completions its access may race with
     _race_copies: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] | None = None
     _racing_pairs: list[tuple[int, int, int, int]] | None = None
+    # (t, pc, u, start) -> `needs_landing_out_of_order`, asked again for every sighting of a race
+    _out_of_order: dict[tuple[int, int, int, int], bool] | None = None
 
     @abstractmethod
     def static_wait(self, t: int, pc: int) -> tuple[int, int] | None:
@@ -197,6 +199,16 @@ def needs_landing_out_of_order(system: RaceTables, t: int, pc: int, u: int, star
     from the programs alone, where every amount is a constant, no copy of u's onto the
     semaphore up to this one can run more than once, t's program up to the access has no
     branch, and one kernel invocation runs; otherwise False (no reading claimed)."""
+    if system._out_of_order is None:
+        system._out_of_order = {}
+    key = (t, pc, u, start)
+    known = system._out_of_order.get(key)
+    if known is None:
+        known = system._out_of_order[key] = _needs_landing_out_of_order(system, t, pc, u, start)
+    return known
+
+
+def _needs_landing_out_of_order(system: RaceTables, t: int, pc: int, u: int, start: int) -> bool:
     copy = system.bodies[u][start]
     if type(copy) is not ir.DmaStart or system.most_invocations > 1:
         return False
