@@ -15,7 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from semcheck.api import check_protocol
-from semcheck.report import causes
+from semcheck.report import causes, groups
 from semcheck.result import CauseKind
 from tests.tpu_kernels import line_of, mesh, protocols
 
@@ -76,3 +76,28 @@ def test_a_ring_is_not_told_to_wait_for_its_neighbours_copy_before_sending_its_o
         causes.statement(c) for c in causes_found]
     start = line_of(__file__, "copy.start()  # forward")
     assert any(c.kind is CauseKind.NO_GO_AHEAD and c.site.line == start for c in causes_found)
+
+
+def test_a_first_copy_into_a_slot_the_neighbour_uses_for_itself_gets_the_capacity_handshake_too():
+    """The same ring's other two races: the left neighbour's copy lands in slot 0 before this
+    device stored its own block there, or in a slot this device's own copy still reads. Each
+    is the first copy into those rows, so no earlier copy needed a go-ahead; what it needed is
+    the word that the neighbour is done with its own use of them. All three races are then one
+    problem, the capacity semaphore the ring lacks."""
+    [protocol] = protocols(per_device, mesh((4,)))
+    result = check_protocol(protocol, engine="explicit", exhaustive=True)
+    start = line_of(__file__, "copy.start()  # forward")
+    by_line = {v.location.line: v.cause for v in result.violations if v.kind == "data_race"}
+    assert all(c is not None and (c.kind, c.site.line, c.buffer, c.want_offset) == (CauseKind.NO_GO_AHEAD, start, "slots", 1)
+               for c in by_line.values()), by_line
+    store = line_of(__file__, "slots[0] = x_ref[...]  # own block")
+    assert causes.statement(by_line[store]) == (
+        f"the copy at line {start} writes rows of `slots` on device d+1 that device d+1 fills itself, "
+        "with no word from device d+1 that it is done with them")
+    assert causes.statement(by_line[start]) == (
+        f"the copy at line {start} writes rows of `slots` on device d+1 that device d+1 may still be copying "
+        "from, with no word from device d+1 that it is done with them")
+    assert causes.fix(by_line[store]) == (
+        f"have device d+1 signal device d once it is done with `slots`, and wait for that signal before the "
+        f"copy at line {start}: a capacity semaphore")
+    assert len(groups.group([result])) == 1
