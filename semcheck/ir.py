@@ -327,6 +327,18 @@ class Region:
     widened: str | None = field(default=None, compare=False)
 
 
+@record(frozen=True, slots=True)
+class Fill:
+    """What a store or a copy writes when it is one value in every element, the same whatever
+    the kernel's inputs (a zero fill): two writes of equal fills leave the same bytes in
+    whatever order they land. `dtype` and `bits` (numpy's dtype string and the element's
+    bytes) decide equality; `text` is how a report shows the value."""
+
+    dtype: str
+    bits: bytes
+    text: str = field(default="", compare=False)
+
+
 # --- instructions --------------------------------------------------------------------------------
 
 
@@ -396,6 +408,9 @@ class DmaStart(Instr):
     # windows, so an empty one (a 0 in its sizes) moves nothing wherever it starts; a
     # non-empty window outside its buffer still touches memory that is not the buffer.
     bounds_checked: bool = True
+    # What it writes, where the lowering knows its source holds one value throughout, the same
+    # for every input (a zero fill); not part of the copy's identity.
+    fill: Fill | None = field(default=None, compare=False)
 
     def dst_place(self) -> tuple[Operand | None, Operand | None]:
         """(device, core) whose memory `dst` is (None: the issuing thread's own)."""
@@ -464,6 +479,7 @@ class Store(Instr):
     checked: bool = False
     view: Region | None = None
     pipeline: PipelineCopy | None = None  # as for `Load`
+    fill: Fill | None = field(default=None, compare=False)  # as for `DmaStart`
 
 
 def window_checked(instr: Load | Store) -> bool:

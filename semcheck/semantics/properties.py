@@ -92,7 +92,7 @@ def _race_finding(system: System, h) -> Finding:
         f"data race: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
         f"{h.detail}; that copy was started by {system.thread_name(h.other_thread)} at "
         f"{there.loc}, and nothing orders the two (wait for the copy's semaphore first, or "
-        f"give each in-flight copy its own semaphore or slot)"
+        f"give each in-flight copy its own semaphore or slot){_same_bytes_note(here, h)}"
     ), rests_on=readings)
 
 
@@ -116,8 +116,18 @@ def _plain_race_finding(system: System, h) -> Finding:
         f"data race: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
         f"{h.detail}: {system.thread_name(h.other_thread)} at {there.loc} "
         f"({_describe_instr(there)}), and nothing orders the two (a signal and wait, or a "
-        f"barrier arrive and wait, between the store and the other thread's access)"
+        f"barrier arrive and wait, between the store and the other thread's access){_same_bytes_note(here, h)}"
     ), hint)
+
+
+def _same_bytes_note(here: ir.Instr, h) -> str:
+    """What a race of two writes of one fill (`Hazard.same_bytes`) adds to its message."""
+    if not h.same_bytes:
+        return ""
+    fill = getattr(here, "fill", None)
+    assert fill is not None
+    return (f"; both writes store the same value ({fill.text} in every element, whatever the inputs), "
+            f"so the race alone cannot change the result")
 
 
 def _race_between(h, here: ir.Instr, there: ir.Instr, message: str, hint: str | None = None,

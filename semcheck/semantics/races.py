@@ -183,6 +183,8 @@ def copy_races(system: RaceTables, state: State, t: int, accesses: list[Access],
                     found.append(Hazard(
                         DATA_RACE, t, pc, event.issuer, event.start_pc,
                         _race_detail(system, access, pending), same_path=same_path,
+                        same_bytes=access.write and pending.write
+                        and same_fill(system.bodies[t][pc], system.bodies[event.issuer][event.start_pc]),
                     ))
     return found
 
@@ -273,6 +275,13 @@ def _taken(system: RaceTables, t: int, instr: ir.Instr, sem: int) -> int | None:
     return amount if sems == {sem} and isinstance(amount, int) else None
 
 
+def same_fill(one: ir.Instr | None, other: ir.Instr | None) -> bool:
+    """Whether two writes store one and the same value in every element (`ir.Fill`), the
+    same whatever the inputs: in either order they leave the same bytes."""
+    mine, theirs = getattr(one, "fill", None), getattr(other, "fill", None)
+    return mine is not None and mine == theirs
+
+
 def _verb(access: Access) -> str:
     return "atomically updates" if access.atomic else "writes" if access.write else "reads"
 
@@ -322,7 +331,8 @@ def plain_races(system: RaceTables, state: State, t: int, access: Access) -> lis
         except Fault:
             continue  # it faults when it runs, touching nothing
         if conflict(access, theirs):
-            found.append(Hazard(PLAIN_RACE, t, state.pcs[t], u, state.pcs[u], _plain_race_detail(system, access, theirs)))
+            found.append(Hazard(PLAIN_RACE, t, state.pcs[t], u, state.pcs[u], _plain_race_detail(system, access, theirs),
+                                same_bytes=access.write and theirs.write and same_fill(system.current(state, t), other)))
     return found
 
 
