@@ -9,6 +9,8 @@ device d-1 instead", line 8 being the kernel's `def`: a fix nobody can make."""
 
 from __future__ import annotations
 
+import os
+
 import jax
 from jax import lax
 from jax.experimental import pallas as pl
@@ -18,6 +20,7 @@ from semcheck.api import check_protocol
 from semcheck.report import causes, groups
 from semcheck.result import CauseKind
 from tests.tpu_kernels import line_of, mesh, protocols
+from tests.tpu_support import EXAMPLES, results
 
 
 def ring_into_neighbours_slots(x_ref, o_ref, slots, send_sems, recv_sems):
@@ -101,3 +104,13 @@ def test_a_first_copy_into_a_slot_the_neighbour_uses_for_itself_gets_the_capacit
         f"have device d+1 signal device d once it is done with `slots`, and wait for that signal before the "
         f"copy at line {start}: a capacity semaphore")
     assert len(groups.group([result])) == 1
+
+
+def test_a_mailbox_cleared_after_the_barrier_that_lets_peers_push_is_not_told_to_add_a_semaphore():
+    """The peer's store into its own rows races a first copy into them there too, but the
+    copy's device heard from the peer (the barrier) before the peer began clearing: the fix
+    is to clear before the barrier (moe_dispatch_combine.py), not a capacity semaphore."""
+    [r] = results(os.path.join(EXAMPLES, "moe_mailbox_zeroed_late.py"), 2)
+    [race] = r.violations
+    assert race.location.line == 82
+    assert race.cause is None or race.cause.kind is not CauseKind.NO_GO_AHEAD

@@ -70,6 +70,18 @@ def test_a_read_whose_wait_a_later_copy_of_the_same_peer_took_rests_on_the_readi
     assert fixed.verdict.value == "safe"
 
 
+@pytest.mark.parametrize("devices", [2, 4])
+def test_a_ring_whose_first_wait_a_neighbours_onward_copy_can_take_rests_on_the_reading(devices):
+    """allreduce_ring_no_capacity.py: the wait after the first copy can be met by the left
+    neighbour's onward copy, started later, and the local copy then reads the slot the first
+    copy still writes. The lines also pair up as the first copy's start against the
+    neighbour's local copy in flight, which no run reaches (that local copy waits for bytes
+    only the first copy's device sends, the first of them at that very start)."""
+    [r] = results(os.path.join(EXAMPLES, "allreduce_ring_no_capacity.py"), devices)
+    races = {(v.location.line, tuple(loc.line for loc in v.related)): v.rests_on for v in r.violations}
+    assert races[(59, (55,))] == (Reading(ISSUE_ORDER_READING, None),)
+
+
 def two_peers_on_one_receive_semaphore(x_ref, o_ref, landing, send_sems, recv_sem):
     # both neighbours send a chunk into one receive semaphore of this device: the wait for
     # the left one's may take the right one's bytes, whatever order each path keeps

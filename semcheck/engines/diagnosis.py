@@ -34,8 +34,8 @@ The causes, each from facts that can be checked against the IR:
   device heard nothing from that peer since its previous copy into those rows (no wait of
   its thread took a signal from the peer): the earlier copy may still be landing, or the peer
   still reading what it brought. Or the first copy into rows that the peer uses for itself
-  (the race's other side: it fills them, or reads what was there before), with no signal
-  from the peer taken since that use began. The missing piece is a capacity handshake.
+  (the race's other side: it fills them, or reads what was there before), from a device that
+  never took a signal from the peer. The missing piece is a capacity handshake.
 
 * `LATE_WAIT`: a race where one side's thread has the wait that would order it after the
   other side, but after its action in its own program: a read before the wait on the copy's
@@ -496,11 +496,11 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
 
 def _no_go_ahead(path: Path, writer: TraceStep, other: TraceStep) -> RootCause | None:
     """NO_GO_AHEAD when `writer` is a copy into rows of a peer's buffer, and no wait of its
-    thread took a signal that the peer sent since it last had a use for the rows: since the
-    thread's own previous copy into them, or, for the first, since the peer began the use
-    of its own that `other` is (it writes the rows, or reads what it or a third device put
-    there: not a read of what this very copy brings, which is the reader's race). Nothing
-    said the rows were free."""
+    thread since its own previous copy into them took a signal from the peer; or, for the
+    first copy into them, when `other` is a use of the peer's own (it writes the rows, or
+    reads what it or a third device put there: not a read of what this very copy brings,
+    which is the reader's race) and no wait of the thread ever took a signal from the peer
+    (the default device barrier aside). Nothing said the rows were free."""
     issuer, target = writer.device, writer.target_device
     if writer.event is not StepEvent.DMA_START or writer.dst is None or issuer is None \
             or target is None or target == issuer or writer.location is None:
@@ -509,15 +509,20 @@ def _no_go_ahead(path: Path, writer: TraceStep, other: TraceStep) -> RootCause |
                   if s.actor == writer.actor and s.event is StepEvent.DMA_START and s.target_device == target
                   and s.dst is not None and _same_cells(s.dst, s, writer.dst, writer)), None)
     use: tuple[StepEvent, ...] = ()
+    heard_since = since
     if since is None:  # the first copy into these rows: held back only by a use of the peer's own
         in_use = _peers_own_use(path, writer, other)
         if in_use is None:
             return None
-        since, use = in_use, (other.event,)
-    for s in path.steps[since : writer.index - 1]:
-        if s.actor == writer.actor and s.event is StepEvent.WAIT and any(
-                f.event is StepEvent.SIGNAL and f.device == target and f.index > since
-                for f in feeders_of(path.steps, s)):
+        # A word from the peer before its use began is a handshake the use comes too late
+        # for (a mailbox cleared after the barrier that lets peers push): moving the use
+        # before that word is the fix, not a semaphore more. Only a writer that never heard
+        # from the peer lacks the handshake.
+        since, heard_since, use = in_use, 0, (other.event,)
+    unheard = _DEVICE_BARRIER if use else frozenset()  # says only that every device entered
+    for s in path.steps[heard_since : writer.index - 1]:
+        if s.actor == writer.actor and s.event is StepEvent.WAIT and s.declaration not in unheard \
+                and any(f.event is StepEvent.SIGNAL and f.device == target for f in feeders_of(path.steps, s)):
             return None
     return RootCause(CauseKind.NO_GO_AHEAD, writer.location, buffer=writer.dst.buffer,
                      want_offset=_offset(target - issuer, path.system.protocol.devices), events=use,

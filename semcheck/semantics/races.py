@@ -10,7 +10,7 @@ from bisect import bisect_left
 
 from semcheck import ir
 from semcheck.semantics import instructions
-from semcheck.semantics.footprints import M_MNEAR, M_MWRITE, looping_pcs, successors
+from semcheck.semantics.footprints import M_MNEAR, M_MREAD, M_MWRITE, looping_pcs, successors
 from semcheck.semantics.resource_index import ResourceIndex
 from semcheck.semantics.state import (
     DATA_RACE, INVALID_DEVICE, INVALID_REGION, PLAIN_RACE, RECV, SEND, Access, Event, Fault, Hazard, State, conflict, distinct,
@@ -26,8 +26,8 @@ class RaceTables(Tables):
     # (t, pc) -> (side, issuer, start pc) of the completions its access may race with
     _race_copies: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] | None = None
     _racing_pairs: list[tuple[int, int, int, int]] | None = None
-    # (t, pc, u, start) -> `needs_landing_out_of_order`, asked again for every sighting of a race
-    _out_of_order: dict[tuple[int, int, int, int], bool] | None = None
+    # pair of lines -> `needs_landing_out_of_order`, asked again for every sighting of a race
+    _out_of_order: dict[frozenset, bool] | None = None
 
     @abstractmethod
     def static_wait(self, t: int, pc: int) -> tuple[int, int] | None:
@@ -190,27 +190,58 @@ def copy_races(system: RaceTables, state: State, t: int, accesses: list[Access],
 
 
 def needs_landing_out_of_order(system: RaceTables, t: int, pc: int, u: int, start: int) -> bool:
-    """Whether the access of thread t at `pc` can race with the copy thread u starts at
-    `start` only if copies that u started to one device land out of issue order
-    (tpu_facts.ISSUE_ORDER_READING): nothing but u's copies adds to the copy's receive
-    semaphore, and before the access t takes more from it than u's copies before this one
-    can add. In issue order what has landed of u's copies to the device is a run of them
-    from the first, so the semaphore cannot have held that much before this copy landed;
-    out of order a later copy of u's can fill it in this one's stead (two copies of one peer
-    on one receive semaphore: the wait for the first taken by the second's bytes). Decided
-    from the programs alone, where every amount is a constant, no copy of u's onto the
-    semaphore up to this one can run more than once, t's program up to the access has no
-    branch, and one kernel invocation runs; otherwise False (no reading claimed)."""
+    """Whether the race of the access of thread t at `pc` with the copy thread u starts at
+    `start` happens only if copies that u started to one device land out of issue order
+    (tpu_facts.ISSUE_ORDER_READING). A finding is one pair of lines, so every pair of
+    instructions at those two lines that `racing_pairs` says may race must need it: each
+    access can meet only the copy's landing (not its source, which a copy's send side reads
+    after it has landed), nothing but u's copies adds to the copy's receive semaphore, and
+    before the access t takes more from it than u's copies before this one can add. In issue
+    order what has landed of u's copies to the device is a run of them from the first, so
+    the semaphore cannot have held that much before this copy landed; out of order a later
+    copy of u's can fill it in this one's stead (two copies of one peer on one receive
+    semaphore: the wait for the first taken by the second's bytes). Decided from the
+    programs alone, where every amount is a constant, no copy of u's onto the semaphore up
+    to this one can run more than once, t's program up to the access has no branch, and one
+    kernel invocation runs; otherwise False (no reading claimed)."""
+    bodies = system.bodies
+    lines = frozenset((bodies[t][pc].loc, bodies[u][start].loc))
     if system._out_of_order is None:
         system._out_of_order = {}
-    key = (t, pc, u, start)
-    known = system._out_of_order.get(key)
+    known = system._out_of_order.get(lines)
     if known is None:
-        known = system._out_of_order[key] = _needs_landing_out_of_order(system, t, pc, u, start)
+        pairs = [p for p in system.racing_pairs()
+                 if frozenset((bodies[p[0]][p[1]].loc, bodies[p[2]][p[3]].loc)) == lines]
+        known = system._out_of_order[lines] = (t, pc, u, start) in pairs and all(
+            (_meets_only_the_landing(system, *p) and _needs_landing_out_of_order(system, *p))
+            or _never_in_flight(system, *p) for p in pairs)
     return known
 
 
+def _never_in_flight(system: RaceTables, t: int, pc: int, u: int, start: int) -> bool:
+    """Whether the copy at (u, start) is never in flight when the copy at (t, pc) starts, in
+    any landing order: before `start`, u takes from the receive semaphore of t's copy more
+    than t's copies before it can add, and only t's copies add to it, so one at `pc` or
+    later has landed by then (the same count as `_needs_landing_out_of_order`, the roles
+    swapped: a pair of starts `racing_pairs` keeps that no run reaches)."""
+    return type(system.bodies[t][pc]) is ir.DmaStart and _needs_landing_out_of_order(system, u, start, t, pc)
+
+
+def _meets_only_the_landing(system: RaceTables, t: int, pc: int, u: int, start: int) -> bool:
+    """Whether the access at (t, pc) can conflict only with what the copy at (u, start) does
+    until it lands: it writes none of the copy's source, unless the copy is a local one,
+    whose landing ends its reading too."""
+    copy = system.bodies[u][start]
+    if type(copy) is not ir.DmaStart or copy.send_sem is None:
+        return True
+    base = system.cell_base
+    source = system.near_of(frozenset(r - base for r, bits in system.footprints[u].entries(start) if bits & M_MREAD))
+    return not any(bits & M_MWRITE and r - base in source for r, bits in system.footprints[t].entries(pc))
+
+
 def _needs_landing_out_of_order(system: RaceTables, t: int, pc: int, u: int, start: int) -> bool:
+    """`needs_landing_out_of_order` for one pair of instructions, its access meeting only the
+    copy's landing."""
     copy = system.bodies[u][start]
     if type(copy) is not ir.DmaStart or system.most_invocations > 1:
         return False
