@@ -332,10 +332,10 @@ class Fill:
     """What a store or a copy writes when it is one value in every element, the same whatever
     the kernel's inputs (a zero fill): two writes of equal fills leave the same bytes in
     whatever order they land. `dtype` and `bits` (numpy's dtype string and the element's
-    bytes) decide equality; `text` is how a report shows the value."""
+    bytes in hex) decide equality; `text` is how a report shows the value."""
 
     dtype: str
-    bits: bytes
+    bits: str
     text: str = field(default="", compare=False)
 
 

@@ -63,7 +63,7 @@ def fill_of(value: "Value") -> ir.Fill | None:
     elements = flat.view(np.uint8).reshape(flat.size, flat.dtype.itemsize)
     if not (elements == elements[0]).all():
         return None
-    return ir.Fill(flat.dtype.str, elements[0].tobytes(), repr(flat[0].item()))
+    return ir.Fill(flat.dtype.str, elements[0].tobytes().hex(), repr(flat[0].item()))
 
 
 @record(frozen=True)
