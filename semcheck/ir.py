@@ -337,6 +337,18 @@ class Region:
     widened: str | None = field(default=None, compare=False)
 
 
+@record(frozen=True, slots=True)
+class Fill:
+    """What a store or a copy writes when it is one value in every element, the same whatever
+    the kernel's inputs (a zero fill): two writes of equal fills leave the same bytes in
+    whatever order they land. `dtype` and `bits` (numpy's dtype string and the element's
+    bytes in hex) decide equality; `text` is how a report shows the value."""
+
+    dtype: str
+    bits: str
+    text: str = field(default="", compare=False)
+
+
 # --- instructions --------------------------------------------------------------------------------
 
 
@@ -406,6 +418,9 @@ class DmaStart(Instr):
     # windows, so an empty one (a 0 in its sizes) moves nothing wherever it starts; a
     # non-empty window outside its buffer still touches memory that is not the buffer.
     bounds_checked: bool = True
+    # What it writes, where the lowering knows its source holds one value throughout, the same
+    # for every input (a zero fill); not part of the copy's identity.
+    fill: Fill | None = field(default=None, compare=False)
 
     def dst_place(self) -> tuple[Operand | None, Operand | None]:
         """(device, core) whose memory `dst` is (None: the issuing thread's own)."""
@@ -474,6 +489,7 @@ class Store(Instr):
     checked: bool = False
     view: Region | None = None
     pipeline: PipelineCopy | None = None  # as for `Load`
+    fill: Fill | None = field(default=None, compare=False)  # as for `DmaStart`
 
 
 def window_checked(instr: Load | Store) -> bool:

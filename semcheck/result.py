@@ -293,7 +293,8 @@ class RootCause:
     invocations: tuple[int, ...] = ()
     # LATE_WAIT: what the early action and the other access do (LOAD, STORE, DMA_START, SIGNAL),
     # and the early thread's own signals after the early action that the wait needs (a commit
-    # the tensor core waits for before it arrives): they move with the wait
+    # the tensor core waits for before it arrives): they move with the wait. NO_GO_AHEAD: the
+    # peer's own use of the rows a first copy into them races (empty: a copy into them again)
     events: tuple[StepEvent, ...] = ()
     needs: tuple[Loc, ...] = ()
     lets_go: Loc | None = None  # LATE_WAIT whose early action is a signal: the racing access it lets go

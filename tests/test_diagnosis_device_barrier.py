@@ -9,15 +9,18 @@ device d-1 instead", line 8 being the kernel's `def`: a fix nobody can make."""
 
 from __future__ import annotations
 
+import os
+
 import jax
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from semcheck.api import check_protocol
-from semcheck.report import causes
+from semcheck.report import causes, groups
 from semcheck.result import CauseKind
 from tests.tpu_kernels import line_of, mesh, protocols
+from tests.tpu_support import EXAMPLES, results
 
 
 def ring_into_neighbours_slots(x_ref, o_ref, slots, send_sems, recv_sems):
@@ -76,3 +79,38 @@ def test_a_ring_is_not_told_to_wait_for_its_neighbours_copy_before_sending_its_o
         causes.statement(c) for c in causes_found]
     start = line_of(__file__, "copy.start()  # forward")
     assert any(c.kind is CauseKind.NO_GO_AHEAD and c.site.line == start for c in causes_found)
+
+
+def test_a_first_copy_into_a_slot_the_neighbour_uses_for_itself_gets_the_capacity_handshake_too():
+    """The same ring's other two races: the left neighbour's copy lands in slot 0 before this
+    device stored its own block there, or in a slot this device's own copy still reads. Each
+    is the first copy into those rows, so no earlier copy needed a go-ahead; what it needed is
+    the word that the neighbour is done with its own use of them. All three races are then one
+    problem, the capacity semaphore the ring lacks."""
+    [protocol] = protocols(per_device, mesh((4,)))
+    result = check_protocol(protocol, engine="explicit", exhaustive=True)
+    start = line_of(__file__, "copy.start()  # forward")
+    by_line = {v.location.line: v.cause for v in result.violations if v.kind == "data_race"}
+    assert all(c is not None and (c.kind, c.site.line, c.buffer, c.want_offset) == (CauseKind.NO_GO_AHEAD, start, "slots", 1)
+               for c in by_line.values()), by_line
+    store = line_of(__file__, "slots[0] = x_ref[...]  # own block")
+    assert causes.statement(by_line[store]) == (
+        f"the copy at line {start} writes rows of `slots` on device d+1 that device d+1 fills itself, "
+        "with no word from device d+1 that it is done with them")
+    assert causes.statement(by_line[start]) == (
+        f"the copy at line {start} writes rows of `slots` on device d+1 that device d+1 may still be copying "
+        "from, with no word from device d+1 that it is done with them")
+    assert causes.fix(by_line[store]) == (
+        f"have device d+1 signal device d once it is done with `slots`, and wait for that signal before the "
+        f"copy at line {start}: a capacity semaphore")
+    assert len(groups.group([result])) == 1
+
+
+def test_a_mailbox_cleared_after_the_barrier_that_lets_peers_push_is_not_told_to_add_a_semaphore():
+    """The peer's store into its own rows races a first copy into them there too, but the
+    copy's device heard from the peer (the barrier) before the peer began clearing: the fix
+    is to clear before the barrier (moe_dispatch_combine.py), not a capacity semaphore."""
+    [r] = results(os.path.join(EXAMPLES, "moe_mailbox_zeroed_late.py"), 2)
+    [race] = r.violations
+    assert race.location.line == 82
+    assert race.cause is None or race.cause.kind is not CauseKind.NO_GO_AHEAD

@@ -33,7 +33,9 @@ The causes, each from facts that can be checked against the IR:
 * `NO_GO_AHEAD`: a race on rows of a peer's buffer that a copy writes, where the copy's
   device heard nothing from that peer since its previous copy into those rows (no wait of
   its thread took a signal from the peer): the earlier copy may still be landing, or the peer
-  still reading what it brought. The missing piece is a capacity handshake.
+  still reading what it brought. Or the first copy into rows that the peer uses for itself
+  (the race's other side: it fills them, or reads what was there before), from a device that
+  never took a signal from the peer. The missing piece is a capacity handshake.
 
 * `LATE_WAIT`: a race where one side's thread has the wait that would order it after the
   other side, but after its action in its own program: a read before the wait on the copy's
@@ -493,9 +495,12 @@ def _held_back_by(path: Path, writer: TraceStep) -> RootCause | None:
 
 
 def _no_go_ahead(path: Path, writer: TraceStep, other: TraceStep) -> RootCause | None:
-    """NO_GO_AHEAD when `writer` is a copy into rows of a peer's buffer that its thread
-    copied into before, and no wait of the thread since that copy took a signal from the
-    peer: nothing said the rows were free again."""
+    """NO_GO_AHEAD when `writer` is a copy into rows of a peer's buffer, and no wait of its
+    thread since its own previous copy into them took a signal from the peer; or, for the
+    first copy into them, when `other` is a use of the peer's own (it writes the rows, or
+    reads what it or a third device put there: not a read of what this very copy brings,
+    which is the reader's race) and no wait of the thread ever took a signal from the peer
+    (the default device barrier aside). Nothing said the rows were free."""
     issuer, target = writer.device, writer.target_device
     if writer.event is not StepEvent.DMA_START or writer.dst is None or issuer is None \
             or target is None or target == issuer or writer.location is None:
@@ -503,15 +508,51 @@ def _no_go_ahead(path: Path, writer: TraceStep, other: TraceStep) -> RootCause |
     since = next((s.index for s in reversed(path.steps[: writer.index - 1])
                   if s.actor == writer.actor and s.event is StepEvent.DMA_START and s.target_device == target
                   and s.dst is not None and _same_cells(s.dst, s, writer.dst, writer)), None)
-    if since is None:  # the first copy into these rows: whatever should have held it back, it is not this
-        return None
-    for s in path.steps[since : writer.index - 1]:
-        if s.actor == writer.actor and s.event is StepEvent.WAIT and any(
-                f.event is StepEvent.SIGNAL and f.device == target for f in feeders_of(path.steps, s)):
+    use: tuple[StepEvent, ...] = ()
+    heard_since = since
+    if since is None:  # the first copy into these rows: held back only by a use of the peer's own
+        in_use = _peers_own_use(path, writer, other)
+        if in_use is None:
+            return None
+        # A word from the peer before its use began is a handshake the use comes too late
+        # for (a mailbox cleared after the barrier that lets peers push): moving the use
+        # before that word is the fix, not a semaphore more. Only a writer that never heard
+        # from the peer lacks the handshake.
+        since, heard_since, use = in_use, 0, (other.event,)
+    unheard = _DEVICE_BARRIER if use else frozenset()  # says only that every device entered
+    for s in path.steps[heard_since : writer.index - 1]:
+        if s.actor == writer.actor and s.event is StepEvent.WAIT and s.declaration not in unheard \
+                and any(f.event is StepEvent.SIGNAL and f.device == target for f in feeders_of(path.steps, s)):
             return None
     return RootCause(CauseKind.NO_GO_AHEAD, writer.location, buffer=writer.dst.buffer,
-                     want_offset=_offset(target - issuer, path.system.protocol.devices),
+                     want_offset=_offset(target - issuer, path.system.protocol.devices), events=use,
                      steps=tuple(sorted({since, other.index, writer.index})))
+
+
+def _peers_own_use(path: Path, writer: TraceStep, other: TraceStep) -> int | None:
+    """The step from which the peer that `writer` copies into used the rows for itself, when
+    `other`, the race's other side, is that use: a store of the peer's into them, or a read
+    (a load, or a copy's source) of what was in them before `writer` started (a store or a
+    copy into them earlier in the trace). The use began at the first such write, or at
+    `other` itself."""
+    assert writer.dst is not None
+    target = writer.target_device
+    if other.device != target or other.event not in _OWN_USES:
+        return None
+    rows = [(writer.dst, writer)]
+    if not _overlaps(other.src, other, rows):  # a load's or store's region, a copy's source
+        return None
+    earlier = [s.index for s in path.steps[: writer.index - 1] if s.index != other.index and (
+        (s.event is StepEvent.STORE and s.device == target and _overlaps(s.src, s, rows))
+        or (s.event is StepEvent.DMA_START and _overlaps(s.dst, s, rows)))]
+    if other.event is not StepEvent.STORE and not earlier:
+        return None  # nothing was there before this copy: the peer reads what it brings
+    return min([other.index, *earlier])
+
+
+# A peer's own use of its rows that a copy into them must wait for: the peer writes them, or
+# reads them (a load, or the source of a copy it starts).
+_OWN_USES = frozenset({StepEvent.STORE, StepEvent.LOAD, StepEvent.DMA_START})
 
 
 def _is_barrier(system: System, decl: str | None) -> bool:

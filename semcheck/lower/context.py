@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import field
+from dataclasses import field, replace
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from semcheck.lower.source import KernelBody, Locator
 from semcheck.lower.data import AssumedElements, ThreadMemory, initial_contents, unfollowed_operands
 from semcheck.lower.pipeline import HBM_SPACES, Pipeline
 from semcheck.lower.produced import Feed, KnownElements, ProducedOutputs, fed_note, unwritten_reason
-from semcheck.lower.values import Known, RefValue, Sym
+from semcheck.lower.values import Known, RefValue, Sym, fill_of
 from semcheck.jax_compat import jax_internal
 from semcheck.records import record
 
@@ -565,6 +565,21 @@ class ThreadLowering:
         if self.kernel.core_axis is not None and name == self.kernel.core_axis:
             return self.kernel.cores
         raise KeyError(name)
+
+    def filled(self, start: ir.DmaStart, value) -> ir.DmaStart:
+        """`start` with the fill its source `value` makes (`values.fill_of`), moved under its
+        data tables' keys (`read_points`, `payloads` know an instruction by its identity):
+        a copy's source is read at its read point, after the instruction is made."""
+        fill = fill_of(value)
+        if fill is None:
+            return start
+        filled = replace(start, fill=fill)
+        kernel = self.kernel
+        if id(start) in kernel.read_points:
+            kernel.read_points[id(filled)] = kernel.read_points.pop(id(start))
+        if id(start) in kernel.payloads:
+            kernel.payloads[id(filled)] = kernel.payloads.pop(id(start))
+        return filled
 
     def read_point(self, instr: ir.Instr) -> None:
         """`instr` reads data: first, the remote copies the canonical run landed on this

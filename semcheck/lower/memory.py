@@ -26,7 +26,7 @@ from semcheck import ir
 from semcheck.lower.context import ThreadLowering
 from semcheck.lower.interpreter import operand
 from semcheck.lower.registry import rule
-from semcheck.lower.values import Known, Opaque, RefValue, RunTimeElements, Sym, Value, known, sym_op
+from semcheck.lower.values import Known, Opaque, RefValue, RunTimeElements, Sym, Value, fill_of, known, sym_op
 from semcheck.jax_compat import jax_internal
 from semcheck.records import record
 
@@ -685,10 +685,11 @@ def _emit_read(t: ThreadLowering, instr: ir.Instr) -> None:
     t.read_point(instr)
 
 
-def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
+def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> Value:
     """What a copy moves (data.py): a local copy writes its destination in program order
     (for a race-free kernel nothing reads it before the wait, nor writes the source); a
-    remote copy's payload lands where the canonical run of the protocol says (schedule.py)."""
+    remote copy's payload lands where the canonical run of the protocol says (schedule.py).
+    Returns the source's value at the copy's start."""
     from semcheck.lower.data import DATA_LIMIT, Payload, concrete_transforms
 
     t.read_point(start)
@@ -709,14 +710,14 @@ def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
         if not (isinstance(value, Opaque) and not isinstance(value, RunTimeElements)
                 and t.memory.copy_elements(src_ref, src_transforms, dst_ref, dst_transforms, value.why)):
             t.memory.write(dst_ref, dst_transforms, start.dst, value)
-        return
+        return value
     if not isinstance(start.device, int) or not isinstance(start.core, (int, type(None))):
         t.kernel.volatile.add(dst_ref.alloc)  # lands on a device known only at run time
-        return
+        return value
     concrete = concrete_transforms(tuple(dst_transforms))
     if concrete is None:
         t.kernel.volatile.add(dst_ref.alloc)  # it lands somewhere in the buffer semcheck cannot tell
-        return
+        return value
     # Data this lowering does not know yet (a ring all-reduce forwards a row that arrived by
     # the previous copy) still lands at a known place: it makes that region unknown where the
     # canonical run lands it, and the next lowering may know it (schedule.py).
@@ -726,6 +727,7 @@ def copy_data(t: ThreadLowering, eqn, start: ir.DmaStart, src, dst) -> None:
         start.device, t.core if start.core is None else start.core, dst_ref,
         concrete, start.dst, value if isinstance(value, Known) else None, unknown,
     )
+    return value
 
 
 @rule("get")
@@ -744,7 +746,7 @@ def swap(t: ThreadLowering, eqn, inputs):
     target, all_transforms = ref_of(t, eqn, ref, "the stored ref", transforms)
     from semcheck.lower.interpreter import FOLD_LIMIT
 
-    store = ir.Store(t.loc(eqn), reg, checked=_checked(t), view=view)
+    store = ir.Store(t.loc(eqn), reg, checked=_checked(t), view=view, fill=fill_of(value))
     _emit_read(t, store)
     old = t.memory.read(target, all_transforms, reg, eqn.outvars[0].aval, _why(t, eqn, reg), FOLD_LIMIT,
                         makes_inputs=False)

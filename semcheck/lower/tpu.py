@@ -180,8 +180,8 @@ def dma_start(t: ThreadLowering, eqn, inputs):
         for sem_ref in (instr.recv_sem, instr.send_sem):
             if sem_ref is not None:
                 note_regular_dma(t, sem_ref.alloc)
-        t.emitter.emit(instr)
-        copy_data(t, eqn, instr, src, dst)  # the data it moves (lower/data.py)
+        value = copy_data(t, eqn, instr, src, dst)  # the data it moves (lower/data.py)
+        t.emitter.emit(t.filled(instr, value))
 
     for_each_selection(t, eqn, [src, dst, recv_sem, send_sem], start)
     return []

@@ -53,6 +53,19 @@ class Known:
         return int(self.value.reshape(()))
 
 
+def fill_of(value: "Value") -> ir.Fill | None:
+    """The fill a write of `value` makes: one value in every element, computed from none of
+    the values the script passed (constants, axis indices, and what the kernel stored of
+    those: `DataSource.from_script`), so the same whatever the inputs; None otherwise."""
+    if not isinstance(value, Known) or any(s.from_script for s in value.sources) or value.value.size == 0:
+        return None
+    flat = np.ascontiguousarray(value.value).reshape(-1)
+    elements = flat.view(np.uint8).reshape(flat.size, flat.dtype.itemsize)
+    if not (elements == elements[0]).all():
+        return None
+    return ir.Fill(flat.dtype.str, elements[0].tobytes().hex(), repr(flat[0].item()))
+
+
 @record(frozen=True)
 class Sym:
     """An integer (or 0/1 boolean) scalar decided at protocol run time."""

@@ -108,8 +108,16 @@ def _wrong_copy(c: RootCause) -> str:
 
 def _no_go_ahead(c: RootCause) -> str:
     peer = offset_text(c.want_offset)
+    if c.events:  # the first copy into the rows, which the peer uses for itself
+        return (f"the copy at {_line(c.site)} writes rows of `{c.buffer}` on {peer} that {peer} "
+                f"{_PEERS_USE[c.events[0]]}, with no word from {peer} that it is done with them")
     return (f"the copy at {_line(c.site)} writes rows of `{c.buffer}` on {peer} again with no word from {peer} "
             f"since the last copy into them: that copy may still be landing, or {peer} still reading it")
+
+
+# NO_GO_AHEAD's first copy into rows its peer uses: what the peer does with them.
+_PEERS_USE = {StepEvent.STORE: "fills itself", StepEvent.LOAD: "may still be reading",
+              StepEvent.DMA_START: "may still be copying from"}
 
 
 _ACTIONS = {StepEvent.LOAD: "read", StepEvent.STORE: "write", StepEvent.DMA_START: "copy",
@@ -235,7 +243,8 @@ def _fix_wrong_copy(c: RootCause) -> str:
 
 def _fix_no_go_ahead(c: RootCause) -> str:
     peer = offset_text(c.want_offset)
-    return (f"have {peer} signal device d once it is done with `{c.buffer}` (after it has read what landed), "
+    done = "" if c.events else " (after it has read what landed)"
+    return (f"have {peer} signal device d once it is done with `{c.buffer}`{done}, "
             f"and wait for that signal before the copy at {_line(c.site)}: a capacity semaphore")
 
 

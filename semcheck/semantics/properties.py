@@ -19,6 +19,7 @@ from semcheck.semantics.footprints import successors
 from semcheck.kinds import DESCRIPTIONS, FAULT_KINDS, FIX_HINTS, SEVERITY, Kind  # noqa: F401 (re-exported)
 from semcheck.result import BlockedWait, Reading
 from semcheck.semantics.instances import SemInstance
+from semcheck.semantics.races import needs_landing_out_of_order
 from semcheck.semantics.state import Action, Fault, Hazard, State, ThreadStep, must_be_zero_at_exit
 from semcheck.semantics.system import System
 
@@ -85,12 +86,13 @@ def _race_finding(system: System, h) -> Finding:
     here = system.bodies[h.thread][h.pc]
     there = system.bodies[h.other_thread][h.other_pc]
     tpu = system.backend is ir.Backend.TPU  # the basis is JAX's TPU interpreter
-    readings = (Reading(ISSUE_ORDER_READING, None),) if h.same_path and tpu else ()
+    out_of_order = tpu and (h.same_path or needs_landing_out_of_order(system, h.thread, h.pc, h.other_thread, h.other_pc))
+    readings = (Reading(ISSUE_ORDER_READING, None),) if out_of_order else ()
     return _race_between(h, here, there, (
         f"data race: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
         f"{h.detail}; that copy was started by {system.thread_name(h.other_thread)} at "
         f"{there.loc}, and nothing orders the two (wait for the copy's semaphore first, or "
-        f"give each in-flight copy its own semaphore or slot)"
+        f"give each in-flight copy its own semaphore or slot){_same_bytes_note(here, h)}"
     ), rests_on=readings)
 
 
@@ -114,8 +116,18 @@ def _plain_race_finding(system: System, h) -> Finding:
         f"data race: {system.thread_name(h.thread)} at {here.loc} ({_describe_instr(here)}) "
         f"{h.detail}: {system.thread_name(h.other_thread)} at {there.loc} "
         f"({_describe_instr(there)}), and nothing orders the two (a signal and wait, or a "
-        f"barrier arrive and wait, between the store and the other thread's access)"
+        f"barrier arrive and wait, between the store and the other thread's access){_same_bytes_note(here, h)}"
     ), hint)
+
+
+def _same_bytes_note(here: ir.Instr, h) -> str:
+    """What a race of two writes of one fill (`Hazard.same_bytes`) adds to its message."""
+    if not h.same_bytes:
+        return ""
+    fill = getattr(here, "fill", None)
+    assert fill is not None
+    return (f"; both writes store the same value ({fill.text} in every element, whatever the inputs), "
+            f"so the race alone cannot change the result")
 
 
 def _race_between(h, here: ir.Instr, there: ir.Instr, message: str, hint: str | None = None,

@@ -10,10 +10,11 @@ from bisect import bisect_left
 
 from semcheck import ir
 from semcheck.semantics import instructions
-from semcheck.semantics.footprints import M_MNEAR, M_MWRITE, looping_pcs
+from semcheck.semantics.footprints import M_MNEAR, M_MREAD, M_MWRITE, looping_pcs, successors
 from semcheck.semantics.resource_index import ResourceIndex
 from semcheck.semantics.state import (
     DATA_RACE, INVALID_DEVICE, INVALID_REGION, PLAIN_RACE, RECV, SEND, Access, Event, Fault, Hazard, State, conflict, distinct,
+    dma_increment,
 )
 from semcheck.semantics.tables import Tables
 
@@ -25,6 +26,8 @@ class RaceTables(Tables):
     # (t, pc) -> (side, issuer, start pc) of the completions its access may race with
     _race_copies: dict[tuple[int, int], tuple[tuple[int, int, int], ...]] | None = None
     _racing_pairs: list[tuple[int, int, int, int]] | None = None
+    # pair of lines -> `needs_landing_out_of_order`, asked again for every sighting of a race
+    _out_of_order: dict[frozenset, bool] | None = None
 
     @abstractmethod
     def static_wait(self, t: int, pc: int) -> tuple[int, int] | None:
@@ -180,8 +183,134 @@ def copy_races(system: RaceTables, state: State, t: int, accesses: list[Access],
                     found.append(Hazard(
                         DATA_RACE, t, pc, event.issuer, event.start_pc,
                         _race_detail(system, access, pending), same_path=same_path,
+                        same_bytes=access.write and pending.write
+                        and same_fill(system.bodies[t][pc], system.bodies[event.issuer][event.start_pc]),
                     ))
     return found
+
+
+def needs_landing_out_of_order(system: RaceTables, t: int, pc: int, u: int, start: int) -> bool:
+    """Whether the race of the access of thread t at `pc` with the copy thread u starts at
+    `start` happens only if copies that u started to one device land out of issue order
+    (tpu_facts.ISSUE_ORDER_READING). A finding is one pair of lines, so every pair of
+    instructions at those two lines that `racing_pairs` says may race must need it: each
+    access can meet only the copy's landing (not its source, which a copy's send side reads
+    after it has landed), nothing but u's copies adds to the copy's receive semaphore, and
+    before the access t takes more from it than u's copies before this one can add. In issue
+    order what has landed of u's copies to the device is a run of them from the first, so
+    the semaphore cannot have held that much before this copy landed; out of order a later
+    copy of u's can fill it in this one's stead (two copies of one peer on one receive
+    semaphore: the wait for the first taken by the second's bytes). Decided from the
+    programs alone, where every amount is a constant, no copy of u's onto the semaphore up
+    to this one can run more than once, t's program up to the access has no branch, and one
+    kernel invocation runs; otherwise False (no reading claimed)."""
+    bodies = system.bodies
+    lines = frozenset((bodies[t][pc].loc, bodies[u][start].loc))
+    if system._out_of_order is None:
+        system._out_of_order = {}
+    known = system._out_of_order.get(lines)
+    if known is None:
+        pairs = [p for p in system.racing_pairs()
+                 if frozenset((bodies[p[0]][p[1]].loc, bodies[p[2]][p[3]].loc)) == lines]
+        known = system._out_of_order[lines] = (t, pc, u, start) in pairs and all(
+            (_meets_only_the_landing(system, *p) and _needs_landing_out_of_order(system, *p))
+            or _never_in_flight(system, *p) for p in pairs)
+    return known
+
+
+def _never_in_flight(system: RaceTables, t: int, pc: int, u: int, start: int) -> bool:
+    """Whether the copy at (u, start) is never in flight when the copy at (t, pc) starts, in
+    any landing order: before `start`, u takes from the receive semaphore of t's copy more
+    than t's copies before it can add, and only t's copies add to it, so one at `pc` or
+    later has landed by then (the same count as `_needs_landing_out_of_order`, the roles
+    swapped: a pair of starts `racing_pairs` keeps that no run reaches)."""
+    return type(system.bodies[t][pc]) is ir.DmaStart and _needs_landing_out_of_order(system, u, start, t, pc)
+
+
+def _meets_only_the_landing(system: RaceTables, t: int, pc: int, u: int, start: int) -> bool:
+    """Whether the access at (t, pc) can conflict only with what the copy at (u, start) does
+    until it lands: it writes none of the copy's source, unless the copy is a local one,
+    whose landing ends its reading too."""
+    copy = system.bodies[u][start]
+    if type(copy) is not ir.DmaStart or copy.send_sem is None:
+        return True
+    base = system.cell_base
+    source = system.near_of(frozenset(r - base for r, bits in system.footprints[u].entries(start) if bits & M_MREAD))
+    return not any(bits & M_MWRITE and r - base in source for r, bits in system.footprints[t].entries(pc))
+
+
+def _needs_landing_out_of_order(system: RaceTables, t: int, pc: int, u: int, start: int) -> bool:
+    """`needs_landing_out_of_order` for one pair of instructions, its access meeting only the
+    copy's landing."""
+    copy = system.bodies[u][start]
+    if type(copy) is not ir.DmaStart or system.most_invocations > 1:
+        return False
+    body = system.bodies[t]
+    if any(successors(k, body[k]) != (k + 1,) for k in range(pc)):
+        return False  # every instruction before the access runs, once
+    landing = _landing(system, u, copy)
+    if len(landing) != 1:
+        return False
+    [sem] = landing
+    before = _added_before(system, sem, u, start)
+    if before is None:
+        return False
+    taken = 0
+    for instr in body[:pc]:
+        amount = _taken(system, t, instr, sem)
+        if amount is None:
+            return False
+        taken += amount
+    return taken > before
+
+
+def _landing(system: RaceTables, u: int, copy: ir.DmaStart) -> frozenset[int]:
+    target = ir.SemRef(copy.recv_sem.alloc, copy.recv_sem.index, copy.device, copy.core)
+    return system.candidates(u, target)
+
+
+def _added_before(system: RaceTables, sem: int, u: int, start: int) -> int | None:
+    """The most that u's copies before the one at `start` add to `sem`, where only copies of
+    u land on it and those up to that one each run at most once, onto it alone, adding a
+    constant (None otherwise)."""
+    total = 0
+    for t, body in enumerate(system.bodies):
+        looping = looping_pcs(body)
+        for k, instr in enumerate(body):
+            if sem not in system.footprints[t][k].inc:
+                continue
+            if type(instr) is not ir.DmaStart or t != u or (
+                    instr.send_sem is not None and sem in system.candidates(t, instr.send_sem)):
+                return None  # a signal, another thread's copy, or a copy's send side
+            if k > start:
+                continue  # started after this copy: in issue order it lands after it too
+            if k in looping or _landing(system, t, instr) != {sem} or not isinstance(instr.nbytes, int):
+                return None
+            if k < start:
+                total += dma_increment(system.instances[sem].decl, instr.nbytes)
+    return total
+
+
+def _taken(system: RaceTables, t: int, instr: ir.Instr, sem: int) -> int | None:
+    """What `instr` of thread t surely takes from `sem`: 0 when it cannot touch it, None when
+    it may but by an amount or a semaphore not known from the program."""
+    if isinstance(instr, ir.DmaWait):
+        amount: ir.Operand = instr.nbytes
+    elif isinstance(instr, ir.Wait) and instr.decrement:
+        amount = instr.value
+    else:
+        return 0
+    sems = system.candidates(t, instr.sem)
+    if sem not in sems:
+        return 0
+    return amount if sems == {sem} and isinstance(amount, int) else None
+
+
+def same_fill(one: ir.Instr | None, other: ir.Instr | None) -> bool:
+    """Whether two writes store one and the same value in every element (`ir.Fill`), the
+    same whatever the inputs: in either order they leave the same bytes."""
+    mine, theirs = getattr(one, "fill", None), getattr(other, "fill", None)
+    return mine is not None and mine == theirs
 
 
 def _verb(access: Access) -> str:
@@ -233,7 +362,8 @@ def plain_races(system: RaceTables, state: State, t: int, access: Access) -> lis
         except Fault:
             continue  # it faults when it runs, touching nothing
         if conflict(access, theirs):
-            found.append(Hazard(PLAIN_RACE, t, state.pcs[t], u, state.pcs[u], _plain_race_detail(system, access, theirs)))
+            found.append(Hazard(PLAIN_RACE, t, state.pcs[t], u, state.pcs[u], _plain_race_detail(system, access, theirs),
+                                same_bytes=access.write and theirs.write and same_fill(system.current(state, t), other)))
     return found
 
 

@@ -82,6 +82,9 @@ class Hazard(NamedTuple):
     # A data race between the writes of two copies that one thread started to one device:
     # it needs the later copy to land before the earlier one (tpu_facts.ISSUE_ORDER_READING).
     same_path: bool = False
+    # A race between two writes that both store one and the same value in every element
+    # (`ir.Fill`): it cannot change the bytes on its own (still a race; the message says so).
+    same_bytes: bool = False
 
 
 class Counts:
