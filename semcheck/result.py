@@ -166,6 +166,10 @@ class BlockedWait:
     has: int
     location: Loc | None
     what: str  # the instruction, e.g. "semaphore_wait" or "dma_wait (recv side)"
+    # `short` as the thread's own trace steps say it where the lowering made the semaphore
+    # (`ir.SemDecl.shown_as`: "the release from XLA's device barrier before the kernel");
+    # empty where `short` is the author's name. `short` stays the key steps are matched by.
+    shown: str = ""
 
 
 @record(frozen=True)

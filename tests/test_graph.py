@@ -344,3 +344,25 @@ def test_a_step_on_a_counter_semcheck_made_is_labelled_as_its_text_names_it():
     mine = TraceStep(index=4, actor="device 0", device=0, core=0, sub=0, event=StepEvent.WAIT, text="",
                      location=None, semaphore="ready@d0", declaration="ready", before=1, after=0, need=1)
     assert cex._short_text(mine) == ("wait ready@d0 ≥ 1", "1 → 0")
+
+
+def test_a_blocked_wait_and_a_leftover_on_a_counter_semcheck_made_are_labelled_as_their_steps_say_it():
+    """The BLOCKED and AT EXIT labels said the model's key (`warp_join@d0`) where the trace's
+    steps say what the counter stands for."""
+    from dataclasses import replace
+
+    from semcheck.result import BlockedWait, StepEvent, TraceStep, Violation
+
+    join = "the join of a warp-level core_map's warps"
+    blocked = BlockedWait(thread=0, device=0, core=0, sub=0, name="device 0", semaphore=f"{join} on device 0",
+                          short="warp_join@d0", sem=3, needs=4, has=3, location=None, what="semaphore_wait",
+                          shown=join)
+    assert cex._blocked_label(blocked, "").replace("\n", " ").startswith(f"BLOCKED: wait {join} needs 4, has 3")
+    step = TraceStep(index=1, actor="device 0", device=0, core=0, sub=0, event=StepEvent.SIGNAL, text="",
+                     location=None, semaphore="warp_join@d0", declaration="warp_join", before=0, after=1,
+                     semaphore_shown_as=join)
+    left = Violation(kind="semaphore_leftover", severity="error", message="", device=0, core=0, location=None,
+                     trace=[step], semaphore="warp_join@d0")
+    assert cex._at_exit_label(left) == f"AT EXIT: {join} = 1\nmust be 0 (TPU)"
+    plain = replace(blocked, short="ready@d0", shown="")
+    assert cex._blocked_label(plain, "").startswith("BLOCKED: wait ready@d0")

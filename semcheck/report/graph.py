@@ -574,14 +574,16 @@ _SHORT_TEXT = {
 
 def _blocked_label(b: BlockedWait, kernel_file: str) -> str:
     what = "wait" if b.what.startswith("semaphore_wait") else b.what.replace(" side)", ")")
-    lines = textwrap.wrap(f"BLOCKED: {what} {b.short}", LABEL_WIDTH)
+    lines = textwrap.wrap(f"BLOCKED: {what} {b.shown or b.short}", LABEL_WIDTH)
     lines.append(f"needs {b.needs}, has {b.has}  ·  {_where(b.location, kernel_file)}")
     return "\n".join(lines)
 
 
 def _at_exit_label(violation: Violation) -> str:
-    count = 0
+    count, said = 0, violation.semaphore
     for step in violation.trace:
-        if step.semaphore == violation.semaphore and step.after is not None:
-            count = step.after
-    return f"AT EXIT: {violation.semaphore} = {count}\nmust be 0 (TPU)"
+        if step.semaphore == violation.semaphore:
+            said = step.semaphore_shown_as or said  # a counter the lowering made, as its steps say it
+            if step.after is not None:
+                count = step.after
+    return f"AT EXIT: {said} = {count}\nmust be 0 (TPU)"

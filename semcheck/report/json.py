@@ -95,6 +95,7 @@ def blocked_dict(b: BlockedWait) -> dict:
         "name": b.name,
         "semaphore": b.semaphore,
         "short": b.short,
+        "semaphore_shown_as": b.shown or None,
         "needs": b.needs,
         "has": b.has,
         "location": location(b.location),

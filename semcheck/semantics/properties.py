@@ -508,6 +508,7 @@ def _blocked_info(system: System, state: State, t: int, sid: int, need: int, hav
         has=have,
         location=instr.loc,
         what=_describe_instr(instr),
+        shown=system.instances[sid].shown_to(thread.device, thread.core) if system.instances[sid].decl.shown_as else "",
     )
 
 
