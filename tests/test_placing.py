@@ -409,6 +409,9 @@ def test_a_finding_whose_line_takes_no_value_from_outside_the_kernel_has_no_data
     result = check_protocol(_group_copies("group_offsets_inclusive"), engine="explicit")
     [v] = result.errors
     assert data_lines(v, result)
+    passed = replace(result, values=replace(result.values, fed=()))  # as if the script passed the offsets
+    assert data_lines(v, passed)[0].endswith("read from offsets_hbm (8, 16, 24 on device 0); offsets_hbm holds what "
+                                             "the script passed")
     own = tuple(replace(u, script_inputs=()) for u in result.data_uses)
     assert data_lines(v, replace(result, data_uses=own)) == []
     assert data_lines(replace(v, device=1 - v.device), replace(result, data_uses=tuple(

@@ -32,13 +32,14 @@ def data_lines(v: Violation, r: Result) -> list[str]:
     shown = ", ".join(map(str, values[:VALUES_SHOWN])) + (", ..." if len(values) > VALUES_SHOWN else "")
     said = [f"{_and(whats)} at this line {'is' if len(whats) == 1 else 'are'} read from {_and(operands)} "
             f"({shown} on device {v.device})"]
-    said.extend(_origin(name, fed.get(name), r.file) for name in operands)
+    passed = [name for name in operands if name not in fed]
+    if passed:
+        said.append(f"{_and(passed)} {'holds' if len(passed) == 1 else 'hold'} what the script passed")
+    said.extend(_origin(name, fed[name], r.file) for name in operands if name in fed)
     return ["    from data: " + "; ".join(said)]
 
 
-def _origin(operand: str, fed: FedOperand | None, kernel_file: str) -> str:
-    if fed is None:
-        return f"{operand} holds what the script passed"
+def _origin(operand: str, fed: FedOperand, kernel_file: str) -> str:
     if not fed.through:
         return f"{operand} is the output of {fed.producer}, unchanged"
     return f"{operand} is computed from the output of {fed.producer} by {_steps(fed.through, kernel_file)}"
