@@ -14,12 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semcheck.api import check_protocol
-from semcheck.frontends.capture import capturing, lower_captures
 from semcheck.frontends.placing import Placement, Stop, place_operand
-from semcheck.frontends.provenance import decide_withheld
 from semcheck.lower.produced import KnownElements
-from tests.test_produced import _by_name, _example
-from tests.tpu_kernels import mesh
+from tests.test_produced import _by_name, _example, captured_and_lowered
+from tests.test_produced import _captured as captured
 
 # The output the rules place from: 8 int32 elements, of which 2, 5 and 7 are unknown.
 VALUE = np.array([0, 8, -1, 16, 70000, -9, 24, 5], np.int32)
@@ -215,19 +213,8 @@ def test_a_value_from_outside_stops_it_at_the_op_that_takes_it():
 # --- the producer / consumer pair, traced and lowered here ------------------------------------------
 
 
-def _captured(example, count: int = 3, devices: int = 2):
-    m = mesh((devices,))
-    caps: list = []
-    counts = jnp.full((devices,), count, jnp.int32)
-    x = jnp.zeros((devices * example.MAX_COPIES * example.ROWS, 128), jnp.float32)
-    with capturing(caps.append):
-        jax.block_until_ready(example.schedule_then_copy(counts, x, m))
-    decide_withheld(caps)
-    return lower_captures(caps)
-
-
 def test_the_sliced_tables_start_with_what_the_producers_lowering_wrote_and_the_consumer_is_safe():
-    protocols, errors = _captured(_example("schedule_from_kernel_sliced"))
+    protocols, errors = captured(_example("schedule_from_kernel_sliced"), 3)
     assert errors == []
     consumer = _by_name(protocols)["copy_kernel"]
     assert consumer.withheld == () and {f.buffer for f in consumer.fed} == {"offsets_hbm", "steps_hbm"}
@@ -241,7 +228,7 @@ def test_the_sliced_tables_start_with_what_the_producers_lowering_wrote_and_the_
 
 
 def test_offsets_sliced_one_element_early_are_a_data_race():
-    protocols, errors = _captured(_example("schedule_from_kernel_sliced_skew"))
+    protocols, errors = captured(_example("schedule_from_kernel_sliced_skew"), 3)
     assert errors == []
     consumer = _by_name(protocols)["copy_kernel"]
     assert {("the DMA source", 3)} <= {(u.what, u.value) for u in consumer.data_uses}
@@ -258,7 +245,7 @@ def test_an_op_not_followed_between_the_kernels_keeps_the_operand_withheld_and_t
         return jnp.sort(meta[:1]), meta[1:1 + example.MAX_COPIES]
 
     example.tables = tables
-    protocols, errors = _captured(example)
+    protocols, errors = captured(example, 3)
     assert [e.kernel for e in errors] == ["copy_kernel"]
     line = _line(tables) + 1
     assert (f"semcheck's lowering of metadata_kernel (called at examples/tpu/schedule_from_kernel_sliced.py:82) hands "
@@ -276,7 +263,7 @@ def test_offsets_computed_from_counts_between_the_kernels_are_fed_and_the_consum
         return jnp.minimum(meta[:1], example.MAX_COPIES), rows * example.ROWS
 
     example.tables = tables
-    protocols, errors = _captured(example)
+    protocols, errors = captured(example, 3)
     assert errors == []
     consumer = _by_name(protocols)["copy_kernel"]
     assert consumer.withheld == ()
@@ -297,7 +284,7 @@ def test_ops_that_give_the_operand_no_known_element_are_named_in_its_reason():
         return meta[12:13], meta[1:1 + example.MAX_COPIES]
 
     example.tables = tables
-    protocols, errors = _captured(example)
+    protocols, errors = captured(example, 3)
     assert [e.kernel for e in errors] == ["copy_kernel"]
     assert (f"hands nothing of it on: stablehlo.slice at tests/test_placing.py:{_line(tables) + 1} give it no "
             "element computed only from elements that lowering knows") in errors[0].message
@@ -351,14 +338,9 @@ def test_a_known_element_is_jaxs_own_value_whatever_the_unknown_elements_hold(ch
 
 def _group_copies(name: str, devices: int = 2):
     example = _example(name)
-    m = mesh((devices,))
-    caps: list = []
     groups = jnp.full((devices,), example.GROUPS, jnp.int32)
     x = jnp.zeros((devices * example.GROUPS * example.ROWS, 128), jnp.float32)
-    with capturing(caps.append):
-        jax.block_until_ready(example.count_then_copy(groups, x, m))
-    decide_withheld(caps)
-    protocols, errors = lower_captures(caps)
+    protocols, errors = captured_and_lowered(lambda m: example.count_then_copy(groups, x, m), devices)
     assert errors == []
     return _by_name(protocols)["group_copy_kernel"]
 

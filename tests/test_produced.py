@@ -102,15 +102,19 @@ def test_a_copy_between_buffers_of_different_dtypes_is_left_to_the_whole_value_w
 
 
 def _captured(example, count: int, devices: int = 2, assumed=()) -> tuple[list, list]:
-    m = mesh((devices,))
-    caps: list = []
     counts = jnp.full((devices,), count, jnp.int32)
     x = jnp.zeros((devices * example.MAX_COPIES * example.ROWS, 128), jnp.float32)
+    return captured_and_lowered(lambda m: example.schedule_then_copy(counts, x, m), devices, assumed)
+
+
+def captured_and_lowered(call, devices: int = 2, assumed=()) -> tuple[list, list]:
+    """The protocols and errors of the kernels `call(mesh)` runs over `devices` devices,
+    captured and lowered here as the CLI does."""
+    caps: list = []
     with capturing(caps.append):
-        jax.block_until_ready(example.schedule_then_copy(counts, x, m))
+        jax.block_until_ready(call(mesh((devices,))))
     decide_withheld(caps)
-    protocols, errors = lower_captures(caps, assumed=assumed)
-    return protocols, errors
+    return lower_captures(caps, assumed=assumed)
 
 
 def _by_name(protocols) -> dict:
