@@ -67,6 +67,14 @@ class Loc:
             return f"line {self.line}"
         return f"line {self.line} (called from {self.call_site(self.chain[-1])})"
 
+    def said_in(self, kernel_file: str) -> str:
+        """"line 27" in the kernel's own file (with "from 42", the kernel body's call, for a
+        line of a helper there), else the whole location."""
+        if kernel_file and os.path.abspath(self.file) == os.path.abspath(kernel_file):
+            outer = self.chain[-1] if self.chain else None
+            return f"line {self.line}" + (f" from {outer.line}" if outer is not None and outer.file == self.file else "")
+        return str(self)
+
     def bare(self) -> "Loc":
         """The line alone, without the calls that led to it."""
         return Loc(self.file, self.line) if self.chain else self

@@ -54,13 +54,7 @@ def _steps(through: tuple[ComputedBy, ...], kernel_file: str) -> str:
 
 
 def _at(loc: Loc | None, kernel_file: str) -> str:
-    import os
-
-    if loc is None:
-        return ""
-    if kernel_file and os.path.abspath(loc.file) == os.path.abspath(kernel_file):
-        return f" (line {loc.line})"
-    return f" ({loc})"
+    return f" ({loc.said_in(kernel_file)})" if loc is not None else ""
 
 
 def _and(names: list[str]) -> str:

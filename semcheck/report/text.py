@@ -5,7 +5,6 @@ shortest trace as numbered steps."""
 from __future__ import annotations
 
 import linecache
-import os
 import re
 import textwrap
 
@@ -584,9 +583,4 @@ def _loc(loc: Loc | None) -> str:
 
 
 def _short_loc(loc: Loc | None, kernel_file: str) -> str:
-    if loc is None:
-        return ""
-    if kernel_file and os.path.abspath(loc.file) == os.path.abspath(kernel_file):
-        outer = loc.chain[-1] if loc.chain else None  # the kernel body's line that called the helper
-        return f"line {loc.line}" + (f" from {outer.line}" if outer is not None and outer.file == loc.file else "")
-    return _loc(loc)
+    return loc.said_in(kernel_file) if loc is not None else ""
