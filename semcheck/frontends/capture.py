@@ -403,18 +403,18 @@ def _feed(captures: list, j: int) -> None:
             _say_why(consumer, i, f"; semcheck's lowering of {label} does not hand its outputs on: {refused}")
             continue
         assert producer.produced is not None
-        m = placement.output
+        m, steps = placement.output, placement.steps()
         outputs = {d: e for d in consumer.operand_values if (e := producer.produced.output(d, m)) is not None}
         elements = {d: placed for d, e in outputs.items() if (placed := placement.apply(e)).count()}
         if elements:
-            feeds.append(Feed(i, label, m, elements, placement.producer, placement.steps()))
+            feeds.append(Feed(i, label, m, elements, placement.producer, steps))
         # where the producer knows none of the output, its reason; where the ops between place
         # none of what it knows into the operand, theirs
-        emptied = {d for d in outputs if d not in elements} if placement.ops() else set()
+        emptied = {d for d in outputs if d not in elements} if steps else set()
         say = f"; semcheck's lowering of {label} hands nothing of it on: "
         _say_why(consumer, i, say + producer.produced.why_not(m), set(elements) | emptied)
         if emptied:
-            _say_why(consumer, i, say + f"{', '.join(placement.ops())} give it no element "
+            _say_why(consumer, i, say + f"{', '.join(map(str, steps))} give it no element "
                      "computed only from elements that lowering knows", set(consumer.withheld) - emptied)
     consumer.feeds = tuple(feeds)
 

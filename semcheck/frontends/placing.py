@@ -114,10 +114,6 @@ class Placement:
         walk(self.tree)
         return tuple(dict.fromkeys(out))
 
-    def ops(self) -> tuple[str, ...]:
-        """`steps`, as a note says them."""
-        return tuple(map(str, self.steps()))
-
     def apply(self, elements):
         """The operand's KnownElements from the output's (lower/produced.py)."""
         from semcheck.lower.produced import KnownElements
